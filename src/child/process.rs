@@ -1,0 +1,621 @@
+//! One child process instance: spawn it in its own process group, pump its pipes, stop it
+//! through the ladder. Reports everything to its owner as [`ChildEvent`]s tagged with the
+//! instance's generation, so events of a previous instance are recognisable and ignored.
+//!
+//! Owns: the OS process, its three pipes, the stderr tail. Never interprets MCP beyond parsing
+//! stdout lines into envelopes, and never decides about restarts.
+//!
+//! Rules: R12 (one process group per child, tokio owns reaping, no PDEATHSIG, no subreaper),
+//! R14 (stop ladder; leader exit → SIGKILL the rest of the group at once), R15 (stdout framing),
+//! R16 (stderr always drained, lines capped, rate-limited, logged at info), R17 (one writer,
+//! bounded queue, a write blocked 10 s means hung), R18 (environment), field cases K17, K20.
+
+use crate::config::{env_matches, ServerConfig, ENV_NEVER};
+use crate::jsonrpc::framing::{Frame, LineDecoder};
+use crate::jsonrpc::message::{self, Message};
+use bytes::Bytes;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use std::collections::VecDeque;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+
+/// Bytes of stderr kept as the "stderr tail" (issue 2 §3).
+pub const STDERR_TAIL: usize = 64 * 1024;
+/// Longest stderr line logged; the rest is cut with a marker (R16).
+pub const STDERR_LINE_MAX: usize = 16 * 1024;
+/// A write to the child's stdin blocked this long means the child is hung (R17).
+pub const STDIN_STALL: Duration = Duration::from_secs(10);
+/// Messages queued toward the child's stdin (R17).
+pub const STDIN_QUEUE: usize = 1024;
+
+/// Something that happened to a child instance.
+#[derive(Debug)]
+pub enum ChildEvent {
+    /// A message parsed from stdout.
+    Message(u64, Message),
+    /// A line over the size limit was discarded; `id` is its recovered envelope id, if any.
+    Oversized(u64, usize, Option<Box<serde_json::value::RawValue>>),
+    /// stdout reached end of file.
+    StdoutClosed(u64),
+    /// A write to stdin blocked for [`STDIN_STALL`] or failed.
+    StdinFailed(u64, String),
+    /// The process (the group leader) exited; `requested` when the stop ladder caused it.
+    Exited(u64, Exit),
+}
+
+/// How a child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    /// Exit code, when it exited normally.
+    pub code: Option<i32>,
+    /// Terminating signal number, when a signal ended it.
+    pub signal: Option<i32>,
+    /// Whether the supervisor asked for the stop.
+    pub requested: bool,
+}
+
+impl Exit {
+    fn from_status(s: ExitStatus, requested: bool) -> Self {
+        Exit {
+            code: s.code(),
+            signal: s.signal(),
+            requested,
+        }
+    }
+
+    /// `exited(1)`, `signal(SIGKILL)`: the form used in logs, errors and status.
+    pub fn reason(&self) -> String {
+        match (self.code, self.signal) {
+            (Some(c), _) => format!("exited({c})"),
+            (_, Some(s)) => format!("signal({})", signal_name(s)),
+            _ => "exited(?)".into(),
+        }
+    }
+
+    /// A clean exit: code 0, or a stop signal the supervisor itself sent (R8).
+    pub fn clean(&self) -> bool {
+        self.code == Some(0)
+            || (self.requested
+                && matches!(self.signal, Some(s) if s == libc::SIGTERM || s == libc::SIGKILL || s == libc::SIGINT || s == libc::SIGPIPE))
+    }
+}
+
+/// `SIGKILL` for 9, or the number when unknown.
+pub fn signal_name(sig: i32) -> String {
+    Signal::try_from(sig)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| sig.to_string())
+}
+
+/// The last [`STDERR_TAIL`] bytes a child wrote to stderr, shared with status and errors.
+#[derive(Debug, Default, Clone)]
+pub struct StderrTail(Arc<Mutex<VecDeque<u8>>>);
+
+impl StderrTail {
+    fn push(&self, bytes: &[u8]) {
+        let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        t.extend(bytes);
+        let excess = t.len().saturating_sub(STDERR_TAIL);
+        t.drain(..excess);
+    }
+
+    /// The tail as text (invalid UTF-8 replaced).
+    pub fn text(&self) -> String {
+        let t = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (a, b) = t.as_slices();
+        let mut v = Vec::with_capacity(t.len());
+        v.extend_from_slice(a);
+        v.extend_from_slice(b);
+        String::from_utf8_lossy(&v).into_owned()
+    }
+
+    /// The last `n` non-empty lines, joined by `\n`.
+    pub fn last_lines(&self, n: usize) -> String {
+        let text = self.text();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Forgets everything (a new instance starts with a fresh tail).
+    pub fn clear(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+/// Why a spawn failed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start `{command}`: {source}")]
+pub struct SpawnError {
+    /// The command.
+    pub command: String,
+    /// The OS error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl SpawnError {
+    /// ENOENT and EACCES will not heal by retrying: the server goes to `failed` at once (R8).
+    pub fn permanent(&self) -> bool {
+        matches!(
+            self.source.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+        ) || self.source.raw_os_error() == Some(libc::ENOEXEC)
+    }
+}
+
+/// The supervisor's handle on a running instance. Dropping it stops the child (the ladder runs
+/// as if [`ChildHandle::stop`] was called), so an instance can never be leaked by its owner.
+#[derive(Debug)]
+pub struct ChildHandle {
+    /// Generation of this instance (events carry it).
+    pub generation: u64,
+    /// Process id, which is also the process group id.
+    pub pid: u32,
+    /// When it was spawned.
+    pub spawned_at: Instant,
+    stdin: Option<mpsc::Sender<Bytes>>,
+    urgent: Option<mpsc::UnboundedSender<Bytes>>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+/// Outcome of queueing a message for the child's stdin.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Queued {
+    /// Accepted.
+    Ok,
+    /// The queue is full (the child is not reading).
+    Full,
+    /// The child is stopping or gone.
+    Closed,
+}
+
+impl ChildHandle {
+    /// Queues a line for stdin, behind earlier lines. Never blocks.
+    pub fn send(&self, line: Bytes) -> Queued {
+        match &self.stdin {
+            Some(tx) => match tx.try_send(line) {
+                Ok(()) => Queued::Ok,
+                Err(mpsc::error::TrySendError::Full(_)) => Queued::Full,
+                Err(mpsc::error::TrySendError::Closed(_)) => Queued::Closed,
+            },
+            None => Queued::Closed,
+        }
+    }
+
+    /// Queues a line ahead of ordinary traffic (cancellations, answers to the child's pings):
+    /// field case K09 wants cancels delivered at once, not behind queued requests.
+    pub fn send_urgent(&self, line: Bytes) -> Queued {
+        match &self.urgent {
+            Some(tx) if tx.send(line).is_ok() => Queued::Ok,
+            _ => Queued::Closed,
+        }
+    }
+
+    /// Starts the stop ladder (idempotent). An `Exited` event with `requested` follows.
+    pub fn stop(&mut self) {
+        self.stdin = None;
+        self.urgent = None;
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Whether [`ChildHandle::stop`] was called.
+    pub fn stopping(&self) -> bool {
+        self.stop.is_none()
+    }
+
+    /// SIGKILLs the whole group now (second shutdown signal, F25).
+    pub fn kill_group(&self) {
+        let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
+    }
+}
+
+/// Stop ladder timings (R14).
+#[derive(Debug, Clone, Copy)]
+pub struct Ladder {
+    /// After closing stdin, before SIGTERM.
+    pub stop_grace: Duration,
+    /// After SIGTERM, before SIGKILL.
+    pub kill_timeout: Duration,
+}
+
+/// Spawns one instance of `cfg` as generation `generation`; its events go to `events`.
+pub fn spawn(
+    cfg: &ServerConfig,
+    generation: u64,
+    events: mpsc::Sender<ChildEvent>,
+    tail: StderrTail,
+) -> Result<ChildHandle, SpawnError> {
+    let mut cmd = Command::new(&cfg.command);
+    cmd.args(&cfg.args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    if cfg.clean_env {
+        cmd.env_clear();
+        for (k, v) in std::env::vars_os() {
+            let name = k.to_string_lossy();
+            if cfg.env_allow.iter().any(|p| env_matches(p, &name)) {
+                cmd.env(&k, v);
+            }
+        }
+    }
+    for (k, _) in std::env::vars_os() {
+        let name = k.to_string_lossy();
+        if ENV_NEVER.iter().any(|p| env_matches(p, &name)) {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.envs(&cfg.env);
+    if let Some(cwd) = &cfg.cwd {
+        cmd.current_dir(cwd);
+    }
+    let mut child = cmd.spawn().map_err(|source| SpawnError {
+        command: cfg.command.clone(),
+        source,
+    })?;
+    let pid = child.id().expect("a just-spawned child has a pid");
+    let stdin = child.stdin.take().expect("stdin is piped");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+
+    let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
+    let (urgent_tx, urgent_rx) = mpsc::unbounded_channel();
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let (close_tx, close_rx) = oneshot::channel();
+    let server = cfg.name.clone();
+    let span = tracing::info_span!("child", server = %server, pid);
+
+    tokio::spawn(tracing::Instrument::instrument(
+        write_stdin(
+            stdin,
+            stdin_rx,
+            urgent_rx,
+            close_rx,
+            generation,
+            events.clone(),
+        ),
+        span.clone(),
+    ));
+    tokio::spawn(tracing::Instrument::instrument(
+        read_stdout(stdout, cfg.max_message_size, generation, events.clone()),
+        span.clone(),
+    ));
+    tokio::spawn(tracing::Instrument::instrument(
+        drain_stderr(stderr, tail),
+        span.clone(),
+    ));
+    let ladder = Ladder {
+        stop_grace: cfg.stop_grace,
+        kill_timeout: cfg.kill_timeout,
+    };
+    tokio::spawn(tracing::Instrument::instrument(
+        async move {
+            let exit = watch(&mut child, pid, stop_rx, close_tx, ladder).await;
+            let _ = events.send(ChildEvent::Exited(generation, exit)).await;
+        },
+        span,
+    ));
+    Ok(ChildHandle {
+        generation,
+        pid,
+        spawned_at: Instant::now(),
+        stdin: Some(stdin_tx),
+        urgent: Some(urgent_tx),
+        stop: Some(stop_tx),
+    })
+}
+
+/// Waits for the leader to exit, running the stop ladder when asked (or when the handle is
+/// dropped). Whatever ends the leader, the rest of its group is SIGKILLed at once (R14).
+async fn watch(
+    child: &mut tokio::process::Child,
+    pid: u32,
+    stop_rx: oneshot::Receiver<()>,
+    close_stdin: oneshot::Sender<()>,
+    ladder: Ladder,
+) -> Exit {
+    let pgid = Pid::from_raw(pid as i32);
+    let reap = |status: std::io::Result<ExitStatus>, requested: bool| {
+        // ESRCH (nothing left in the group) is success.
+        let _ = killpg(pgid, Signal::SIGKILL);
+        match status {
+            Ok(s) => Exit::from_status(s, requested),
+            Err(e) => {
+                warn!(error = %e, "waiting for the child failed");
+                Exit {
+                    code: None,
+                    signal: None,
+                    requested,
+                }
+            }
+        }
+    };
+    tokio::select! {
+        status = child.wait() => return reap(status, false),
+        _ = stop_rx => {}
+    }
+    let _ = close_stdin.send(());
+    debug!("stop: stdin closed, waiting {:?}", ladder.stop_grace);
+    if let Ok(status) = tokio::time::timeout(ladder.stop_grace, child.wait()).await {
+        return reap(status, true);
+    }
+    info!(
+        "stop: no exit {:?} after closing stdin, sending SIGTERM to the process group",
+        ladder.stop_grace
+    );
+    let _ = killpg(pgid, Signal::SIGTERM);
+    let _ = killpg(pgid, Signal::SIGCONT);
+    if let Ok(status) = tokio::time::timeout(ladder.kill_timeout, child.wait()).await {
+        return reap(status, true);
+    }
+    warn!(
+        "stop: no exit {:?} after SIGTERM, sending SIGKILL to the process group",
+        ladder.kill_timeout
+    );
+    let _ = killpg(pgid, Signal::SIGKILL);
+    let status = child.wait().await;
+    reap(status, true)
+}
+
+/// The single writer to the child's stdin: urgent lines first, then queued ones, each line in
+/// one `write_all`. Returning drops stdin, which the child sees as EOF.
+async fn write_stdin(
+    mut stdin: ChildStdin,
+    mut normal: mpsc::Receiver<Bytes>,
+    mut urgent: mpsc::UnboundedReceiver<Bytes>,
+    mut close: oneshot::Receiver<()>,
+    generation: u64,
+    events: mpsc::Sender<ChildEvent>,
+) {
+    loop {
+        let line = tokio::select! {
+            biased;
+            _ = &mut close => return,
+            Some(l) = urgent.recv() => l,
+            l = normal.recv() => match l { Some(l) => l, None => return },
+        };
+        let failure = match tokio::time::timeout(STDIN_STALL, stdin.write_all(&line)).await {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                "stdin closed by the child (EPIPE)".to_string()
+            }
+            Ok(Err(e)) => format!("stdin write failed: {e}"),
+            Err(_) => format!(
+                "stdin write blocked for {}s: the child is not reading",
+                STDIN_STALL.as_secs()
+            ),
+        };
+        let _ = events
+            .send(ChildEvent::StdinFailed(generation, failure))
+            .await;
+        return;
+    }
+}
+
+/// Frames stdout, parses each line's envelope and sends it on. Noise is logged (rate-limited)
+/// and skipped; an oversized line is reported with its recovered id; one bad line never ends
+/// the stream (R15, K01, K04).
+async fn read_stdout(
+    mut stdout: ChildStdout,
+    max: usize,
+    generation: u64,
+    events: mpsc::Sender<ChildEvent>,
+) {
+    let mut dec = LineDecoder::new(max);
+    let mut noise = RateLimit::new(10, 100);
+    loop {
+        let buf = dec.buffer_mut();
+        buf.reserve(64 * 1024);
+        let eof = match stdout.read_buf(buf).await {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => {
+                warn!(error = %e, "reading stdout failed");
+                true
+            }
+        };
+        loop {
+            let frame = if eof { dec.finish() } else { dec.next_frame() };
+            let Some(frame) = frame else { break };
+            let event = match frame {
+                Frame::Line(line) => match message::parse_line(&line) {
+                    Ok(msgs) => {
+                        for m in msgs {
+                            match m {
+                                Ok(m) => {
+                                    if events
+                                        .send(ChildEvent::Message(generation, m))
+                                        .await
+                                        .is_err()
+                                    {
+                                        return;
+                                    }
+                                }
+                                Err(e) => log_noise(&mut noise, &line, &e.to_string()),
+                            }
+                        }
+                        continue;
+                    }
+                    Err(e) => {
+                        log_noise(&mut noise, &line, &e.to_string());
+                        continue;
+                    }
+                },
+                Frame::Oversized { len, head } => {
+                    warn!(
+                        bytes = len,
+                        limit = max,
+                        "discarded a stdout line over max_message_size"
+                    );
+                    ChildEvent::Oversized(generation, len, recover_id(&head))
+                }
+            };
+            if events.send(event).await.is_err() {
+                return;
+            }
+        }
+        if eof {
+            let _ = events.send(ChildEvent::StdoutClosed(generation)).await;
+            return;
+        }
+    }
+}
+
+fn log_noise(limit: &mut RateLimit, line: &[u8], why: &str) {
+    if let Some(suppressed) = limit.allow() {
+        let preview = String::from_utf8_lossy(&line[..line.len().min(256)]);
+        warn!(
+            suppressed,
+            reason = why,
+            "skipped a stdout line that is not a JSON-RPC message: {preview:?}"
+        );
+    }
+}
+
+/// Extracts `"id": <number or string>` from the start of a discarded line (K04).
+pub fn recover_id(head: &[u8]) -> Option<Box<serde_json::value::RawValue>> {
+    let text = String::from_utf8_lossy(head);
+    let at = text.find("\"id\"")?;
+    let rest = text[at + 4..].trim_start().strip_prefix(':')?.trim_start();
+    let end = if let Some(s) = rest.strip_prefix('"') {
+        s.find('"')? + 2
+    } else {
+        rest.find(|c: char| !(c.is_ascii_digit() || c == '-'))
+            .unwrap_or(rest.len())
+    };
+    serde_json::value::RawValue::from_string(rest[..end].to_string()).ok()
+}
+
+/// Reads stderr forever (never applying backpressure), logs it line by line at info with the
+/// server and pid from the span, and keeps the tail (R16, K20).
+async fn drain_stderr(mut stderr: ChildStderr, tail: StderrTail) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut line: Vec<u8> = Vec::new();
+    let mut cut = 0usize;
+    let mut limit = RateLimit::new(100, 1000);
+    loop {
+        let n = match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        tail.push(&buf[..n]);
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                emit_stderr(&mut limit, &line, cut);
+                line.clear();
+                cut = 0;
+            } else if line.len() < STDERR_LINE_MAX {
+                line.push(b);
+            } else {
+                cut += 1;
+            }
+        }
+    }
+    if !line.is_empty() {
+        emit_stderr(&mut limit, &line, cut);
+    }
+}
+
+fn emit_stderr(limit: &mut RateLimit, line: &[u8], cut: usize) {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim_end_matches('\r');
+    if let Some(suppressed) = limit.allow() {
+        if cut > 0 {
+            info!(target: "mcp_supervisor::stderr", suppressed, "{text}…[truncated {cut} bytes]");
+        } else {
+            info!(target: "mcp_supervisor::stderr", suppressed, "{text}");
+        }
+    }
+}
+
+/// A token bucket for log lines: `rate` per second, `burst` at once. [`RateLimit::allow`]
+/// returns `Some(n)` (n = lines suppressed since the last allowed one) or `None`.
+#[derive(Debug)]
+pub struct RateLimit {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+    suppressed: u64,
+}
+
+impl RateLimit {
+    /// `rate` lines per second with bursts of `burst`.
+    pub fn new(rate: u32, burst: u32) -> Self {
+        RateLimit {
+            rate: rate as f64,
+            burst: burst as f64,
+            tokens: burst as f64,
+            last: Instant::now(),
+            suppressed: 0,
+        }
+    }
+
+    /// Whether one more line may be logged now.
+    pub fn allow(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        self.tokens =
+            (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.burst);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Some(std::mem::take(&mut self.suppressed))
+        } else {
+            self.suppressed += 1;
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recovers_ids_from_heads() {
+        assert_eq!(
+            recover_id(br#"{"jsonrpc":"2.0","id":17,"result":{"x"#)
+                .unwrap()
+                .get(),
+            "17"
+        );
+        assert_eq!(
+            recover_id(br#"{"id" : "a-1","result":"#).unwrap().get(),
+            "\"a-1\""
+        );
+        assert!(recover_id(br#"{"jsonrpc":"2.0","result":{"#).is_none());
+    }
+
+    #[test]
+    fn exit_reasons() {
+        let e = Exit {
+            code: Some(1),
+            signal: None,
+            requested: false,
+        };
+        assert_eq!(e.reason(), "exited(1)");
+        let k = Exit {
+            code: None,
+            signal: Some(9),
+            requested: false,
+        };
+        assert_eq!(k.reason(), "signal(SIGKILL)");
+        assert!(!k.clean());
+        assert!(Exit {
+            requested: true,
+            ..k
+        }
+        .clean());
+    }
+}

@@ -1,0 +1,666 @@
+//! `supervisor.toml`: TOML text → raw serde structs → validated [`Config`].
+//!
+//! Owns: every default value and every validation rule. Never touches processes or sockets.
+//! Errors name the file, the line and the key (issue 2: a bad file exits 2 with such a message).
+//!
+//! Shape (a contract; see `supervisor.toml.example` and README "Configuration"):
+//! `[supervisor]` (daemon-wide), `[defaults]` (any server key except `command`/`args`, applied to
+//! every server), and `[servers.NAME]` with NAME matching `[a-z0-9_-]+`.
+
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toml::Spanned;
+
+/// Environment variables a clean child environment keeps (`clean_env = true`) unless
+/// `env_allow` says otherwise; `reference/supervision.md` §4.10.
+pub const DEFAULT_ENV_ALLOW: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_*",
+    "TZ",
+    "TMPDIR",
+    "XDG_RUNTIME_DIR",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "XAUTHORITY",
+    "DBUS_SESSION_BUS_ADDRESS",
+];
+
+/// The supervisor's own plumbing, never passed to a child (R18): exact names or `PREFIX*`.
+pub const ENV_NEVER: &[&str] = &[
+    "NOTIFY_SOCKET",
+    "LISTEN_*",
+    "WATCHDOG_*",
+    "JOURNAL_STREAM",
+    "INVOCATION_ID",
+];
+
+/// A validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// Daemon-wide settings.
+    pub supervisor: SupervisorConfig,
+    /// Servers by name, in name order.
+    pub servers: BTreeMap<String, ServerConfig>,
+}
+
+/// `[supervisor]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SupervisorConfig {
+    /// Directory of `<name>.sock` sockets. Default: `$XDG_RUNTIME_DIR/mcp-supervisor` when that
+    /// variable is set and we are not root, else `/run/mcp-supervisor`. A relative path is taken
+    /// relative to the config file's directory.
+    pub socket_dir: PathBuf,
+    /// Connected clients per server beyond which new connections are refused (R24). Default 256.
+    pub max_clients: usize,
+}
+
+/// What to do when a child exits without being asked to (R8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartPolicy {
+    /// Restart after any exit (default: an unrequested clean exit is still lost service).
+    Always,
+    /// Restart after a non-zero exit, a signal or a timeout.
+    OnFailure,
+    /// Never restart.
+    Never,
+}
+
+/// One `[servers.NAME]` table after defaults are applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// The server's name (`[a-z0-9_-]+`); socket `<socket_dir>/<name>.sock`.
+    pub name: String,
+    /// Program to execute directly (never through a shell); looked up in `PATH` if bare.
+    pub command: String,
+    /// Arguments. Default empty.
+    pub args: Vec<String>,
+    /// Variables added to the child's environment.
+    pub env: BTreeMap<String, String>,
+    /// Working directory. Default: the supervisor's.
+    pub cwd: Option<PathBuf>,
+    /// Start the child from an empty environment plus `env_allow` and `env`. Default false.
+    pub clean_env: bool,
+    /// Variables kept by `clean_env` (names, or prefixes ending in `*`). Default [`DEFAULT_ENV_ALLOW`].
+    pub env_allow: Vec<String>,
+    /// Restart policy. Default `always`.
+    pub restart: RestartPolicy,
+    /// Spawn → handshake answered; past it the start failed. Default 60 s (R7).
+    pub start_timeout: Duration,
+    /// Deadline of each forwarded request. Default 120 s.
+    pub request_timeout: Duration,
+    /// Per-method deadlines overriding `request_timeout` (`[servers.x.method_timeouts]`).
+    pub method_timeouts: BTreeMap<String, Duration>,
+    /// Silence after which a ready child is probed. Default 30 s (R13).
+    pub probe_interval: Duration,
+    /// How long a probe may stay unanswered. Default 10 s (R13).
+    pub probe_timeout: Duration,
+    /// Consecutive unanswered probes, with nothing heard meanwhile, that mean death. Default 3.
+    pub probe_failures: u32,
+    /// First restart delay. Default 1 s (R9).
+    pub backoff_initial: Duration,
+    /// Largest restart delay. Default 60 s (R9).
+    pub backoff_max: Duration,
+    /// Readiness held this long resets the backoff. Default 60 s (R9).
+    pub backoff_reset_after: Duration,
+    /// After closing stdin, before SIGTERM. Default 2 s (R14).
+    pub stop_grace: Duration,
+    /// After SIGTERM, before SIGKILL. Default 5 s (R14).
+    pub kill_timeout: Duration,
+    /// Largest message accepted from the child or a client, in bytes. Default 64 MiB.
+    pub max_message_size: usize,
+    /// Requests held while the child starts or backs off. Default 64.
+    pub queue_limit: usize,
+    /// How long a held request may wait for the child. Default 5 s.
+    pub queue_wait: Duration,
+    /// Requests in flight to the child at once (R24). Default 256.
+    pub max_inflight: usize,
+    /// Messages queued toward one client before it is disconnected as too slow (R17). Default 1024.
+    pub client_queue: usize,
+    /// Client capabilities the supervisor declares to the child in `initialize`.
+    /// Default `{"roots":{},"sampling":{},"elicitation":{}}`: the child's requests of these kinds
+    /// are routed to a client that declared them, or answered with an error (issue 3 §5).
+    pub client_capabilities: Value,
+    /// Append an "unavailable" note to cached tool descriptions served during an outage.
+    /// Default true (issue 5 §3).
+    pub mark_unavailable: bool,
+}
+
+impl ServerConfig {
+    /// The deadline for a request with this method.
+    pub fn timeout_for(&self, method: &str) -> Duration {
+        self.method_timeouts
+            .get(method)
+            .copied()
+            .unwrap_or(self.request_timeout)
+    }
+
+    /// The settings that make a child different: a change means a restart on reload.
+    pub fn same_child(&self, other: &ServerConfig) -> bool {
+        self == other
+    }
+}
+
+/// A configuration error: file, line (1-based, 0 when unknown), key and message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    /// The file.
+    pub path: PathBuf,
+    /// 1-based line, or 0 when the error is not tied to a line (unreadable file).
+    pub line: usize,
+    /// Dotted key path such as `servers.cua.start_timeout`, or empty.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.path.display())?;
+        if self.line > 0 {
+            write!(f, ":{}", self.line)?;
+        }
+        if !self.key.is_empty() {
+            write!(f, ": key `{}`", self.key)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    supervisor: RawSupervisor,
+    #[serde(default)]
+    defaults: Option<Spanned<RawServer>>,
+    #[serde(default)]
+    servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSupervisor {
+    socket_dir: Option<String>,
+    max_clients: Option<usize>,
+}
+
+type Dur = Option<Spanned<String>>;
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    command: Option<Spanned<String>>,
+    args: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
+    cwd: Option<String>,
+    clean_env: Option<bool>,
+    env_allow: Option<Vec<String>>,
+    restart: Option<Spanned<String>>,
+    start_timeout: Dur,
+    request_timeout: Dur,
+    method_timeouts: Option<BTreeMap<String, Spanned<String>>>,
+    probe_interval: Dur,
+    probe_timeout: Dur,
+    probe_failures: Option<Spanned<u32>>,
+    backoff_initial: Dur,
+    backoff_max: Dur,
+    backoff_reset_after: Dur,
+    stop_grace: Dur,
+    kill_timeout: Dur,
+    max_message_size: Option<Spanned<usize>>,
+    queue_limit: Option<usize>,
+    queue_wait: Dur,
+    max_inflight: Option<Spanned<usize>>,
+    client_queue: Option<Spanned<usize>>,
+    client_capabilities: Option<toml::Table>,
+    mark_unavailable: Option<bool>,
+}
+
+/// Reads and validates a file.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        path: path.to_path_buf(),
+        line: 0,
+        key: String::new(),
+        message: format!("cannot read: {e}"),
+    })?;
+    parse(path, &text)
+}
+
+/// Validates TOML text; `path` names the file in errors and anchors a relative `socket_dir`.
+pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    let v = Validator { path, text };
+    let raw: RawFile = toml::from_str(text).map_err(|e| v.toml_error(&e))?;
+    let supervisor = v.supervisor(&raw.supervisor);
+    let defaults = match &raw.defaults {
+        Some(d) => {
+            if let Some(c) = &d.get_ref().command {
+                return Err(v.err(
+                    c.span(),
+                    "defaults.command",
+                    "`command` belongs in [servers.NAME]",
+                ));
+            }
+            if d.get_ref().args.is_some() {
+                return Err(v.err(
+                    d.span(),
+                    "defaults.args",
+                    "`args` belongs in [servers.NAME]",
+                ));
+            }
+            d.get_ref().clone()
+        }
+        None => RawServer::default(),
+    };
+    let mut servers = BTreeMap::new();
+    for (name, server) in &raw.servers {
+        let n = name.get_ref();
+        if n.is_empty()
+            || !n
+                .bytes()
+                .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-'))
+            || n == "control"
+        {
+            return Err(v.err(
+                name.span(),
+                &format!("servers.{n}"),
+                "server names must match [a-z0-9_-]+ (and `control` is reserved for the control socket)",
+            ));
+        }
+        servers.insert(n.clone(), v.server(n, server, &defaults)?);
+    }
+    Ok(Config {
+        path: path.to_path_buf(),
+        supervisor,
+        servers,
+    })
+}
+
+struct Validator<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Validator<'_> {
+    fn line_of(&self, offset: usize) -> usize {
+        self.text[..offset.min(self.text.len())]
+            .matches('\n')
+            .count()
+            + 1
+    }
+
+    fn err(&self, span: std::ops::Range<usize>, key: &str, message: &str) -> ConfigError {
+        ConfigError {
+            path: self.path.to_path_buf(),
+            line: self.line_of(span.start),
+            key: key.to_string(),
+            message: message.to_string(),
+        }
+    }
+
+    /// Turns a TOML/serde error into one naming line and key. The key is the TOML path of the
+    /// table holding the error plus the key on the offending line (or the one serde names).
+    fn toml_error(&self, e: &toml::de::Error) -> ConfigError {
+        let message = e.message().trim().to_string();
+        let (line, key) = match e.span() {
+            Some(span) => {
+                let line = self.line_of(span.start);
+                (line, self.key_at(line, &message))
+            }
+            None => (0, String::new()),
+        };
+        ConfigError {
+            path: self.path.to_path_buf(),
+            line,
+            key,
+            message,
+        }
+    }
+
+    /// Best-effort dotted key for an error on `line`: the enclosing `[table]` plus the key on
+    /// that line, or the key serde quotes in the message (``unknown field `x` ``).
+    fn key_at(&self, line: usize, message: &str) -> String {
+        let lines: Vec<&str> = self.text.lines().collect();
+        let here = lines
+            .get(line.saturating_sub(1))
+            .copied()
+            .unwrap_or("")
+            .trim();
+        let quoted = message
+            .split('`')
+            .nth(1)
+            .filter(|_| message.contains("field `"))
+            .map(str::to_string);
+        if let Some(header) = here.strip_prefix('[') {
+            let table = header.trim_end_matches(']').trim().to_string();
+            return match quoted {
+                Some(k) => format!("{table}.{k}"),
+                None => table,
+            };
+        }
+        let table = lines[..line.saturating_sub(1).min(lines.len())]
+            .iter()
+            .rev()
+            .map(|l| l.trim())
+            .find(|l| l.starts_with('['))
+            .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+        let local = here
+            .split_once('=')
+            .map(|(k, _)| k.trim().trim_matches('"').to_string())
+            .filter(|k| !k.is_empty())
+            .or(quoted)
+            .unwrap_or_default();
+        match table {
+            Some(t) if !local.is_empty() => format!("{t}.{local}"),
+            Some(t) => t,
+            None => local,
+        }
+    }
+
+    fn supervisor(&self, raw: &RawSupervisor) -> SupervisorConfig {
+        let socket_dir = match &raw.socket_dir {
+            Some(d) => {
+                let p = PathBuf::from(d);
+                if p.is_relative() {
+                    self.path.parent().unwrap_or(Path::new(".")).join(p)
+                } else {
+                    p
+                }
+            }
+            None => default_socket_dir(),
+        };
+        SupervisorConfig {
+            socket_dir,
+            max_clients: raw.max_clients.unwrap_or(256),
+        }
+    }
+
+    fn duration(
+        &self,
+        key: &str,
+        own: &Dur,
+        default: &Dur,
+        fallback: Duration,
+    ) -> Result<Duration, ConfigError> {
+        match own.as_ref().or(default.as_ref()) {
+            Some(s) => parse_duration(s.get_ref()).map_err(|m| self.err(s.span(), key, &m)),
+            None => Ok(fallback),
+        }
+    }
+
+    fn server(
+        &self,
+        name: &str,
+        s: &Spanned<RawServer>,
+        d: &RawServer,
+    ) -> Result<ServerConfig, ConfigError> {
+        let span = s.span();
+        let s = s.get_ref();
+        let k = |field: &str| format!("servers.{name}.{field}");
+        let command = match &s.command {
+            Some(c) if !c.get_ref().trim().is_empty() => c.get_ref().clone(),
+            Some(c) => return Err(self.err(c.span(), &k("command"), "must not be empty")),
+            None => {
+                return Err(self.err(span, &k("command"), "missing: every server needs a command"))
+            }
+        };
+        let restart = match s.restart.as_ref().or(d.restart.as_ref()) {
+            None => RestartPolicy::Always,
+            Some(r) => match r.get_ref().as_str() {
+                "always" => RestartPolicy::Always,
+                "on-failure" => RestartPolicy::OnFailure,
+                "never" => RestartPolicy::Never,
+                other => {
+                    return Err(self.err(
+                        r.span(),
+                        &k("restart"),
+                        &format!("`{other}` is not one of always, on-failure, never"),
+                    ))
+                }
+            },
+        };
+        let dur = |field: &str, own: &Dur, def: &Dur, fallback: u64| {
+            self.duration(&k(field), own, def, Duration::from_millis(fallback))
+        };
+        let mut env = d.env.clone().unwrap_or_default();
+        env.extend(s.env.clone().unwrap_or_default());
+        let mut method_timeouts = BTreeMap::new();
+        for table in [&d.method_timeouts, &s.method_timeouts]
+            .into_iter()
+            .flatten()
+        {
+            for (method, value) in table {
+                let d = parse_duration(value.get_ref()).map_err(|m| {
+                    self.err(value.span(), &k(&format!("method_timeouts.{method}")), &m)
+                })?;
+                method_timeouts.insert(method.clone(), d);
+            }
+        }
+        let positive = |field: &str,
+                        own: &Option<Spanned<usize>>,
+                        def: &Option<Spanned<usize>>,
+                        fallback: usize| {
+            match own.as_ref().or(def.as_ref()) {
+                Some(v) if *v.get_ref() == 0 => {
+                    Err(self.err(v.span(), &k(field), "must be at least 1"))
+                }
+                Some(v) => Ok(*v.get_ref()),
+                None => Ok(fallback),
+            }
+        };
+        let probe_failures = match s.probe_failures.as_ref().or(d.probe_failures.as_ref()) {
+            Some(v) if *v.get_ref() == 0 => {
+                return Err(self.err(v.span(), &k("probe_failures"), "must be at least 1"))
+            }
+            Some(v) => *v.get_ref(),
+            None => 3,
+        };
+        let caps = s
+            .client_capabilities
+            .clone()
+            .or(d.client_capabilities.clone())
+            .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
+            .unwrap_or_else(|| serde_json::json!({"roots": {}, "sampling": {}, "elicitation": {}}));
+        let cfg = ServerConfig {
+            name: name.to_string(),
+            command,
+            args: s.args.clone().unwrap_or_default(),
+            env,
+            cwd: s.cwd.clone().or(d.cwd.clone()).map(PathBuf::from),
+            clean_env: s.clean_env.or(d.clean_env).unwrap_or(false),
+            env_allow: s
+                .env_allow
+                .clone()
+                .or(d.env_allow.clone())
+                .unwrap_or_else(|| DEFAULT_ENV_ALLOW.iter().map(|s| s.to_string()).collect()),
+            restart,
+            start_timeout: dur("start_timeout", &s.start_timeout, &d.start_timeout, 60_000)?,
+            request_timeout: dur(
+                "request_timeout",
+                &s.request_timeout,
+                &d.request_timeout,
+                120_000,
+            )?,
+            method_timeouts,
+            probe_interval: dur(
+                "probe_interval",
+                &s.probe_interval,
+                &d.probe_interval,
+                30_000,
+            )?,
+            probe_timeout: dur("probe_timeout", &s.probe_timeout, &d.probe_timeout, 10_000)?,
+            probe_failures,
+            backoff_initial: dur(
+                "backoff_initial",
+                &s.backoff_initial,
+                &d.backoff_initial,
+                1_000,
+            )?,
+            backoff_max: dur("backoff_max", &s.backoff_max, &d.backoff_max, 60_000)?,
+            backoff_reset_after: dur(
+                "backoff_reset_after",
+                &s.backoff_reset_after,
+                &d.backoff_reset_after,
+                60_000,
+            )?,
+            stop_grace: dur("stop_grace", &s.stop_grace, &d.stop_grace, 2_000)?,
+            kill_timeout: dur("kill_timeout", &s.kill_timeout, &d.kill_timeout, 5_000)?,
+            max_message_size: positive(
+                "max_message_size",
+                &s.max_message_size,
+                &d.max_message_size,
+                64 << 20,
+            )?,
+            queue_limit: s.queue_limit.or(d.queue_limit).unwrap_or(64),
+            queue_wait: dur("queue_wait", &s.queue_wait, &d.queue_wait, 5_000)?,
+            max_inflight: positive("max_inflight", &s.max_inflight, &d.max_inflight, 256)?,
+            client_queue: positive("client_queue", &s.client_queue, &d.client_queue, 1024)?,
+            client_capabilities: caps,
+            mark_unavailable: s.mark_unavailable.or(d.mark_unavailable).unwrap_or(true),
+        };
+        if cfg.backoff_max < cfg.backoff_initial {
+            let at = s
+                .backoff_max
+                .as_ref()
+                .or(d.backoff_max.as_ref())
+                .map(|x| x.span())
+                .unwrap_or(span);
+            return Err(self.err(
+                at,
+                &k("backoff_max"),
+                "must not be less than backoff_initial",
+            ));
+        }
+        Ok(cfg)
+    }
+}
+
+/// Parses `"500ms"`, `"30s"`, `"2m"`, `"1h 30m"` (humantime syntax). A bare number is refused:
+/// durations carry units.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t.is_empty() || t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "`{s}` is not a duration: write a number with a unit, like \"500ms\" or \"30s\""
+        ));
+    }
+    humantime::parse_duration(t).map_err(|e| {
+        format!("`{s}` is not a duration ({e}); write e.g. \"500ms\", \"30s\", \"2m\"")
+    })
+}
+
+/// `$XDG_RUNTIME_DIR/mcp-supervisor` for a non-root user with a runtime dir, else
+/// `/run/mcp-supervisor`.
+pub fn default_socket_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !nix::unistd::geteuid().is_root() => PathBuf::from(d).join("mcp-supervisor"),
+        _ => PathBuf::from("/run/mcp-supervisor"),
+    }
+}
+
+/// Whether `name` matches a pattern list entry (exact, or a `PREFIX*`).
+pub fn env_matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => pattern == name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bad(text: &str) -> ConfigError {
+        parse(Path::new("s.toml"), text).unwrap_err()
+    }
+
+    #[test]
+    fn minimal_server_gets_documented_defaults() {
+        let c = parse(Path::new("/etc/s.toml"), "[servers.a]\ncommand = \"x\"\n").unwrap();
+        let a = &c.servers["a"];
+        assert_eq!(a.start_timeout, Duration::from_secs(60));
+        assert_eq!(a.request_timeout, Duration::from_secs(120));
+        assert_eq!(a.probe_interval, Duration::from_secs(30));
+        assert_eq!(a.probe_timeout, Duration::from_secs(10));
+        assert_eq!(a.probe_failures, 3);
+        assert_eq!(a.backoff_initial, Duration::from_secs(1));
+        assert_eq!(a.backoff_max, Duration::from_secs(60));
+        assert_eq!(a.stop_grace, Duration::from_secs(2));
+        assert_eq!(a.kill_timeout, Duration::from_secs(5));
+        assert_eq!(a.restart, RestartPolicy::Always);
+    }
+
+    #[test]
+    fn defaults_table_applies_and_server_overrides() {
+        let c = parse(
+            Path::new("s.toml"),
+            "[defaults]\nprobe_interval = \"5s\"\nenv = { A = \"1\" }\n[servers.a]\ncommand = \"x\"\nenv = { B = \"2\" }\n[servers.b]\ncommand = \"y\"\nprobe_interval = \"7s\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.servers["a"].probe_interval, Duration::from_secs(5));
+        assert_eq!(c.servers["b"].probe_interval, Duration::from_secs(7));
+        assert_eq!(c.servers["a"].env.len(), 2);
+    }
+
+    #[test]
+    fn unknown_key_names_line_and_key() {
+        let e = bad("[servers.a]\ncommand = \"x\"\nstart_timout = \"1s\"\n");
+        assert_eq!(e.line, 3);
+        assert!(e.to_string().contains("start_timout"), "{e}");
+    }
+
+    #[test]
+    fn missing_command_names_the_key() {
+        let e = bad("[supervisor]\n\n[servers.a]\nargs = []\n");
+        assert_eq!(e.line, 3);
+        assert_eq!(e.key, "servers.a.command");
+    }
+
+    #[test]
+    fn bad_duration_names_line_and_key() {
+        let e = bad("[servers.a]\ncommand = \"x\"\n\nprobe_timeout = \"10\"\n");
+        assert_eq!((e.line, e.key.as_str()), (4, "servers.a.probe_timeout"));
+        let e = bad("[servers.a]\ncommand = \"x\"\nstop_grace = \"2 parsecs\"\n");
+        assert_eq!(e.key, "servers.a.stop_grace");
+    }
+
+    #[test]
+    fn bad_name_and_wrong_type() {
+        let e = bad("[servers.Bad]\ncommand = \"x\"\n");
+        assert_eq!((e.line, e.key.as_str()), (1, "servers.Bad"));
+        let e = bad("[servers.a]\ncommand = \"x\"\nprobe_failures = \"3\"\n");
+        assert_eq!((e.line, e.key.as_str()), (3, "servers.a.probe_failures"));
+        let e = bad("[servers.a]\ncommand = [\"x\"]\n");
+        assert_eq!(e.key, "servers.a.command");
+        let e = bad("[servers.a]\ncommand = \"x\"\nrestart = \"sometimes\"\n");
+        assert_eq!(e.key, "servers.a.restart");
+    }
+
+    #[test]
+    fn relative_socket_dir_is_relative_to_the_file() {
+        let c = parse(
+            Path::new("/etc/mcp/s.toml"),
+            "[supervisor]\nsocket_dir = \"run\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.supervisor.socket_dir, PathBuf::from("/etc/mcp/run"));
+    }
+
+    #[test]
+    fn durations_need_units() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}

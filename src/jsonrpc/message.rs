@@ -1,0 +1,431 @@
+//! The JSON-RPC 2.0 envelope: parse only `jsonrpc`, `id`, `method`, and keep `params`,
+//! `result` and `error` as raw JSON text (design decision 3: a 13 MB screenshot is scanned once
+//! and copied verbatim, never decoded into a tree and re-encoded).
+//!
+//! Owns: classifying a line as request, notification or response, and writing compact
+//! single-line messages. Knows nothing about clients, children or routing.
+
+use bytes::Bytes;
+use serde::de::{MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use std::fmt;
+
+/// JSON-RPC error codes used by the supervisor (JSON-RPC 2.0 §5.1, plus the implementation
+/// range -32000..-32099 for outages and timeouts, as the official SDKs use it).
+pub mod code {
+    /// Invalid JSON was received (a client's garbage line, field case K02).
+    pub const PARSE_ERROR: i64 = -32700;
+    /// Valid JSON that is not a JSON-RPC message.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// The method is not served.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// Invalid params.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// Internal error: the supervisor could not route a child's request (field case K06).
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// The server is unreachable: exited, starting, backing off, failed or stopped.
+    pub const SERVER_UNAVAILABLE: i64 = -32000;
+    /// The request passed its deadline (same code as the TypeScript SDK's RequestTimeout).
+    pub const REQUEST_TIMEOUT: i64 = -32001;
+    /// The supervisor refused the request (limits).
+    pub const LIMIT_EXCEEDED: i64 = -32002;
+}
+
+/// What a parsed line is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Has `method` and `id`.
+    Request,
+    /// Has `method`, no `id`.
+    Notification,
+    /// Has `result` or `error` and no `method`.
+    Response,
+}
+
+/// One JSON-RPC message with its payload kept as raw JSON.
+#[derive(Debug)]
+pub struct Message {
+    /// Request, notification or response.
+    pub kind: Kind,
+    /// The `id` exactly as written (number, string, or `null`), when present.
+    pub id: Option<Box<RawValue>>,
+    /// The `method`, for requests and notifications.
+    pub method: Option<String>,
+    /// Raw `params`, when present.
+    pub params: Option<Box<RawValue>>,
+    /// Raw `result`, for successful responses.
+    pub result: Option<Box<RawValue>>,
+    /// Raw `error`, for error responses.
+    pub error: Option<Box<RawValue>>,
+}
+
+/// Why a line is not a JSON-RPC message.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    /// Not JSON at all (or invalid UTF-8, or JSON followed by junk on the same line).
+    #[error("not JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// JSON, but not shaped like a request, notification or response.
+    #[error("not a JSON-RPC message: {0}")]
+    Shape(&'static str),
+}
+
+impl ParseError {
+    /// The JSON-RPC code that answers this error: -32700 for bad JSON, -32600 otherwise.
+    pub fn code(&self) -> i64 {
+        match self {
+            ParseError::Json(_) => code::PARSE_ERROR,
+            ParseError::Shape(_) => code::INVALID_REQUEST,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    jsonrpc: Option<Box<RawValue>>,
+    // `Option<Option<..>>` would lose the difference between absent and null; a raw value keeps it.
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Box<RawValue>>,
+    method: Option<String>,
+    params: Option<Box<RawValue>>,
+    result: Option<Box<RawValue>>,
+    error: Option<Box<RawValue>>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
+}
+
+/// Parses one line into messages. A JSON array (a 2025-03-26 batch) yields one message per
+/// element; protocol.md "Implications" 3: accept and split, never emit batches.
+pub fn parse_line(line: &[u8]) -> Result<Vec<Result<Message, ParseError>>, ParseError> {
+    let first = line.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'[') {
+        let items: Vec<Box<RawValue>> = serde_json::from_slice(line)?;
+        if items.is_empty() {
+            return Err(ParseError::Shape("empty batch"));
+        }
+        return Ok(items
+            .iter()
+            .map(|raw| parse_one(raw.get().as_bytes()))
+            .collect());
+    }
+    Ok(vec![parse_one(line)])
+}
+
+/// Parses one line that must hold a single message.
+pub fn parse_one(line: &[u8]) -> Result<Message, ParseError> {
+    let env: Envelope = serde_json::from_slice(line)?;
+    if env.jsonrpc.as_deref().map(RawValue::get) != Some("\"2.0\"") {
+        return Err(ParseError::Shape("jsonrpc must be \"2.0\""));
+    }
+    let kind = match (&env.method, &env.result, &env.error) {
+        (Some(_), None, None) if env.id.is_some() => Kind::Request,
+        (Some(_), None, None) => Kind::Notification,
+        (None, Some(_), None) | (None, None, Some(_)) => Kind::Response,
+        _ => return Err(ParseError::Shape("needs method, result or error")),
+    };
+    if kind == Kind::Request {
+        let id = env.id.as_deref().map(RawValue::get).unwrap_or("null");
+        let ok = id.starts_with('"') || id.starts_with('-') || id.as_bytes()[0].is_ascii_digit();
+        if !ok {
+            return Err(ParseError::Shape("request id must be a string or a number"));
+        }
+    }
+    Ok(Message {
+        kind,
+        id: env.id,
+        method: env.method,
+        params: env.params,
+        result: env.result,
+        error: env.error,
+    })
+}
+
+impl Message {
+    /// The method, or `""` for responses.
+    pub fn method(&self) -> &str {
+        self.method.as_deref().unwrap_or("")
+    }
+
+    /// Parses `params` into a JSON object (small payloads only: control messages).
+    pub fn params_object(&self) -> Option<Map<String, Value>> {
+        let raw = self.params.as_deref()?;
+        serde_json::from_str(raw.get()).ok()
+    }
+
+    /// The `error.code` of an error response.
+    pub fn error_code(&self) -> Option<i64> {
+        #[derive(Deserialize)]
+        struct E {
+            code: i64,
+        }
+        let raw = self.error.as_deref()?;
+        serde_json::from_str::<E>(raw.get()).ok().map(|e| e.code)
+    }
+}
+
+/// A compact single-line message to write; `\n` is appended by [`Out::encode`].
+#[derive(Serialize, Default)]
+pub struct Out<'a> {
+    jsonrpc: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a RawValue>,
+}
+
+impl<'a> Out<'a> {
+    /// A request or notification (`id` `None`).
+    pub fn request(
+        id: Option<&'a RawValue>,
+        method: &'a str,
+        params: Option<&'a RawValue>,
+    ) -> Self {
+        Out {
+            jsonrpc: "2.0",
+            id,
+            method: Some(method),
+            params,
+            ..Default::default()
+        }
+    }
+
+    /// A successful response.
+    pub fn result(id: &'a RawValue, result: &'a RawValue) -> Self {
+        Out {
+            jsonrpc: "2.0",
+            id: Some(id),
+            result: Some(result),
+            ..Default::default()
+        }
+    }
+
+    /// An error response with a raw error object.
+    pub fn error(id: &'a RawValue, error: &'a RawValue) -> Self {
+        Out {
+            jsonrpc: "2.0",
+            id: Some(id),
+            error: Some(error),
+            ..Default::default()
+        }
+    }
+
+    /// The message as one line of compact JSON plus `\n`.
+    pub fn encode(&self) -> Bytes {
+        let mut v = Vec::with_capacity(64 + self.payload_len());
+        serde_json::to_writer(&mut v, self).expect("serializing raw JSON cannot fail");
+        v.push(b'\n');
+        Bytes::from(v)
+    }
+
+    fn payload_len(&self) -> usize {
+        [self.params, self.result, self.error]
+            .iter()
+            .flatten()
+            .map(|r| r.get().len())
+            .sum()
+    }
+}
+
+/// Raw JSON text for a value that is known to be valid.
+pub fn raw(value: &Value) -> Box<RawValue> {
+    RawValue::from_string(value.to_string()).expect("a Value always serializes to valid JSON")
+}
+
+/// Raw JSON for an unsigned integer id.
+pub fn raw_u64(n: u64) -> Box<RawValue> {
+    RawValue::from_string(n.to_string()).expect("an integer is valid JSON")
+}
+
+/// The JSON `null` (used as the id of a -32700 answer).
+pub fn raw_null() -> Box<RawValue> {
+    RawValue::from_string("null".into()).expect("null is valid JSON")
+}
+
+/// Encodes an error response `{code, message, data?}` to `id`.
+pub fn error_response(id: &RawValue, code: i64, message: &str, data: Option<Value>) -> Bytes {
+    let mut err = serde_json::json!({ "code": code, "message": message });
+    if let Some(data) = data {
+        err["data"] = data;
+    }
+    Out::error(id, &raw(&err)).encode()
+}
+
+/// Encodes a successful response with a `Value` result.
+pub fn result_response(id: &RawValue, result: &Value) -> Bytes {
+    Out::result(id, &raw(result)).encode()
+}
+
+/// A JSON object whose member values stay raw: lets the supervisor rewrite `_meta` in `params`
+/// without decoding the (possibly large) `arguments`. Member order is kept.
+#[derive(Debug, Default)]
+pub struct RawObject(pub Vec<(String, Box<RawValue>)>);
+
+impl RawObject {
+    /// Parses raw JSON text that must be an object.
+    pub fn parse(raw: &RawValue) -> Option<RawObject> {
+        serde_json::from_str(raw.get()).ok()
+    }
+
+    /// The member `key`, if present.
+    pub fn get(&self, key: &str) -> Option<&RawValue> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| &**v)
+    }
+
+    /// Sets member `key` (replacing it in place, or appending).
+    pub fn set(&mut self, key: &str, value: Box<RawValue>) {
+        match self.0.iter_mut().find(|(k, _)| k == key) {
+            Some((_, v)) => *v = value,
+            None => self.0.push((key.to_string(), value)),
+        }
+    }
+
+    /// Back to raw JSON text.
+    pub fn to_raw(&self) -> Box<RawValue> {
+        RawValue::from_string(serde_json::to_string(self).expect("raw members serialize"))
+            .expect("a serialized object is valid JSON")
+    }
+}
+
+impl Serialize for RawObject {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for RawObject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawObject;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<RawObject, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = a.next_entry::<String, Box<RawValue>>()? {
+                    out.push((k, v));
+                }
+                Ok(RawObject(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Reads `params._meta.progressToken` and replaces it with `new_token`. Returns the new params
+/// and the original token, or `None` when the params carry no progress token. Only `_meta` is
+/// decoded; `arguments` and the rest stay raw.
+pub fn swap_progress_token(
+    params: &RawValue,
+    new_token: Box<RawValue>,
+) -> Option<(Box<RawValue>, Box<RawValue>)> {
+    if !params.get().contains("progressToken") {
+        return None;
+    }
+    let mut obj = RawObject::parse(params)?;
+    let mut meta = RawObject::parse(obj.get("_meta")?)?;
+    let original = meta.get("progressToken")?.to_owned();
+    meta.set("progressToken", new_token);
+    obj.set("_meta", meta.to_raw());
+    Some((obj.to_raw(), original))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_messages() {
+        let r = parse_one(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).unwrap();
+        assert_eq!(r.kind, Kind::Request);
+        let n = parse_one(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
+        assert_eq!(n.kind, Kind::Notification);
+        let s = parse_one(br#"{"jsonrpc":"2.0","id":"a","result":{}}"#).unwrap();
+        assert_eq!(s.kind, Kind::Response);
+        let e = parse_one(br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#)
+            .unwrap();
+        assert_eq!(e.error_code(), Some(-32700));
+        assert_eq!(e.id.unwrap().get(), "null");
+    }
+
+    #[test]
+    fn json_followed_by_junk_is_rejected_whole_case_k01() {
+        let e = parse_one(br#"{"jsonrpc":"2.0","id":1,"result":{}}npm notice"#).unwrap_err();
+        assert_eq!(e.code(), code::PARSE_ERROR);
+    }
+
+    #[test]
+    fn rejects_wrong_shapes() {
+        for bad in [
+            &br#"{"id":1,"method":"x"}"#[..],
+            br#"{"jsonrpc":"1.0","id":1,"method":"x"}"#,
+            br#"{"jsonrpc":"2.0","id":1}"#,
+            br#"{"jsonrpc":"2.0","id":{},"method":"x"}"#,
+            br#"{"jsonrpc":"2.0","method":"x","result":1}"#,
+            br#"7"#,
+        ] {
+            assert!(parse_one(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn batches_are_split() {
+        let v = parse_line(
+            br#"[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","id":2,"method":"b"}]"#,
+        )
+        .unwrap();
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[1].as_ref().unwrap().method(), "b");
+    }
+
+    #[test]
+    fn ids_keep_exact_type_and_value() {
+        for id in ["0", "\"0\"", "-5", "1.5", "\"\"", "18446744073709551616"] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#);
+            let m = parse_one(line.as_bytes()).unwrap();
+            let back = Out::result(m.id.as_deref().unwrap(), &raw(&Value::Null)).encode();
+            assert!(String::from_utf8_lossy(&back).contains(&format!("\"id\":{id}")));
+        }
+    }
+
+    #[test]
+    fn encode_is_one_compact_line() {
+        let params = RawValue::from_string("{\"a\": [1, 2]}".into()).unwrap();
+        let b = Out::request(Some(&raw_u64(7)), "tools/call", Some(&params)).encode();
+        assert_eq!(
+            &b[..],
+            &b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"a\": [1, 2]}}\n"[..]
+        );
+    }
+
+    #[test]
+    fn progress_token_swap_keeps_other_members() {
+        let p = RawValue::from_string(
+            r#"{"name":"t","arguments":{"x":"y"},"_meta":{"progressToken":"tok","k":1}}"#.into(),
+        )
+        .unwrap();
+        let (np, orig) = swap_progress_token(&p, raw_u64(42)).unwrap();
+        assert_eq!(orig.get(), "\"tok\"");
+        assert_eq!(
+            np.get(),
+            r#"{"name":"t","arguments":{"x":"y"},"_meta":{"progressToken":42,"k":1}}"#
+        );
+        let none = RawValue::from_string(r#"{"name":"t"}"#.into()).unwrap();
+        assert!(swap_progress_token(&none, raw_u64(1)).is_none());
+    }
+}

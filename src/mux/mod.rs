@@ -1,0 +1,7 @@
+//! Multiplexing many clients onto one child: [`session`] (one per client connection),
+//! [`server`] (one actor per configured server: child lifecycle, routing, health), and
+//! [`era`] (everything that depends on the protocol revision).
+
+pub mod era;
+pub mod server;
+pub mod session;

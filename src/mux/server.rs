@@ -1,0 +1,1824 @@
+//! # Theory of operation
+//!
+//! One actor per configured server owns everything about it: the child instance (spawned with
+//! [`crate::child::process`]), the MCP session with the child, the id maps, the connected
+//! clients, health probing and the restart schedule. It is a single task with a `select!` over
+//! three inboxes (sessions, child events, commands) and one timer, so no state is shared and
+//! no lock is held anywhere on the message path.
+//!
+//! Routing rules (issue 3; design decisions 2-5):
+//! - every request forwarded to the child gets a fresh child-side id from a counter that never
+//!   repeats in the actor's lifetime; the response restores the client's exact id;
+//! - `_meta.progressToken` is replaced by the child-side id, so progress maps back to the
+//!   owner; `notifications/cancelled` ids are translated both ways;
+//! - `initialize`, `notifications/initialized` and `ping` from clients never reach the child;
+//!   the child's own `ping` is answered here at once;
+//! - a child's request (`sampling/createMessage`, `elicitation/create`, `roots/list`, ...) goes
+//!   to the owner rule in [`Server::pick_owner`];
+//! - session-wide notifications fan out; `resources/updated` only to subscribers; logging is
+//!   filtered per client.
+//!
+//! Health (issue 4): any message from the child is proof of life; a probe is sent only after
+//! `probe_interval` of silence; death is exit, or `probe_failures` consecutive unanswered
+//! probes with nothing heard, and never before the oldest in-flight request's deadline.
+//!
+//! Outages (issue 5): in-flight requests fail at once on exit with a structured record;
+//! requests during start-up or backoff wait (bounded) and are forwarded once ready; list
+//! requests are answered from the last known result while the child is down.
+
+use crate::child::backoff::{Backoff, FAILED_RETRY, MAX_FAILED_STARTS};
+use crate::child::process::{self, ChildEvent, ChildHandle, Exit, Queued, StderrTail};
+use crate::config::{RestartPolicy, ServerConfig};
+use crate::jsonrpc::message::{self, code, raw, raw_u64, Kind, Message, Out};
+use crate::mux::era::{self, Handshake};
+use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent};
+use bytes::Bytes;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, error, info, warn, Instrument};
+
+/// A child that closed stdout is stopped if still running after this (R15).
+const STDOUT_CLOSED_GRACE: Duration = Duration::from_secs(2);
+
+/// Lifecycle state of a server (issue 7's `status` vocabulary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Spawned, handshake not answered yet.
+    Starting,
+    /// Handshake answered; traffic flows.
+    Ready,
+    /// Waiting to respawn after an exit.
+    Backoff,
+    /// Stop ladder running.
+    Stopping,
+    /// Not running and not scheduled to run.
+    Stopped,
+    /// Gave up (permanent error or too many failed starts); retried every 10 minutes.
+    Failed,
+}
+
+/// The last exit, for status and errors.
+#[derive(Debug, Clone, Serialize)]
+pub struct LastExit {
+    /// Exit code, if it exited.
+    pub code: Option<i32>,
+    /// Signal number, if a signal ended it.
+    pub signal: Option<i32>,
+    /// `exited(1)`, `signal(SIGKILL)`, `start-timeout`, `probe-timeout`, `spawn-error`, ...
+    pub reason: String,
+    /// Wall-clock time of the exit, RFC 3339.
+    pub at: String,
+}
+
+/// A snapshot for `status` (issue 4 §6 and issue 7).
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// Server name.
+    pub name: String,
+    /// Lifecycle state.
+    pub state: State,
+    /// Child pid, null when no child runs.
+    pub pid: Option<u32>,
+    /// Restarts since the supervisor started.
+    pub restarts: u64,
+    /// Protocol era / negotiated version, when known.
+    pub era: Option<String>,
+    /// Connected clients.
+    pub clients: usize,
+    /// Seconds the current child has been running.
+    pub uptime_s: Option<f64>,
+    /// Seconds since anything was heard from the child.
+    pub last_heard_s: Option<f64>,
+    /// Probes sent to the current child.
+    pub probes_sent: u64,
+    /// Probes answered (any reply).
+    pub probes_answered: u64,
+    /// False once the child was seen not to answer (or to die on) `ping`.
+    pub ping_served: bool,
+    /// Consecutive failures counted by the backoff.
+    pub consecutive_failures: u32,
+    /// Milliseconds until the next spawn, in `backoff` or `failed`.
+    pub retry_in_ms: Option<u64>,
+    /// Last exit, null until the first one.
+    pub last_exit: Option<LastExit>,
+    /// Last lines of stderr.
+    pub stderr_tail: String,
+}
+
+/// Commands from the daemon (and later the control socket).
+#[derive(Debug)]
+pub enum Command {
+    /// Stop the child through the ladder and end the actor; replies when done.
+    Shutdown(oneshot::Sender<()>),
+    /// SIGKILL the child's group now (second shutdown signal).
+    Kill,
+    /// Reply with a status snapshot.
+    Status(oneshot::Sender<Status>),
+}
+
+/// A cheap handle to a running server actor.
+#[derive(Debug, Clone)]
+pub struct ServerHandle {
+    /// Inbox for client sessions.
+    pub sessions: mpsc::Sender<SessionEvent>,
+    /// Inbox for commands.
+    pub commands: mpsc::Sender<Command>,
+}
+
+/// Starts the actor for `cfg`; it spawns the child at once.
+pub fn start(cfg: ServerConfig) -> (ServerHandle, tokio::task::JoinHandle<()>) {
+    let (stx, srx) = mpsc::channel(1024);
+    let (ctx, crx) = mpsc::channel(16);
+    let span = tracing::info_span!("server", server = %cfg.name);
+    let server = Server::new(cfg);
+    let task = tokio::spawn(server.run(srx, crx).instrument(span));
+    (
+        ServerHandle {
+            sessions: stx,
+            commands: ctx,
+        },
+        task,
+    )
+}
+
+/// Why the supervisor itself stopped the child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopCause {
+    StartTimeout,
+    ProbeTimeout,
+    StdinFailed,
+    StdoutClosed,
+    HandshakeRejected,
+    Shutdown,
+}
+
+impl StopCause {
+    fn reason(self) -> &'static str {
+        match self {
+            StopCause::StartTimeout => "start-timeout",
+            StopCause::ProbeTimeout => "probe-timeout",
+            StopCause::StdinFailed => "stdin-failed",
+            StopCause::StdoutClosed => "stdout-closed",
+            StopCause::HandshakeRejected => "handshake-rejected",
+            StopCause::Shutdown => "stopped",
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Owner {
+    Client {
+        client: ClientId,
+        id: Box<RawValue>,
+        progress: Option<Box<RawValue>>,
+        /// `resources/subscribe` URI: recorded as subscribed when the child says yes.
+        subscribe: Option<String>,
+        /// The list method to cache the result of (no cursor in the request).
+        cache: Option<&'static str>,
+    },
+    Initialize,
+    Probe {
+        ping: bool,
+    },
+    Refresh {
+        method: &'static str,
+        announce: bool,
+    },
+    Internal,
+}
+
+#[derive(Debug)]
+struct Pending {
+    owner: Owner,
+    method: String,
+    deadline: Instant,
+}
+
+/// A client request held while the child is not ready.
+#[derive(Debug)]
+struct Held {
+    client: ClientId,
+    msg: Message,
+    deadline: Instant,
+}
+
+/// A child's request forwarded to a client.
+#[derive(Debug)]
+struct Upstream {
+    child_id: Box<RawValue>,
+    deadline: Instant,
+}
+
+#[derive(Debug)]
+struct Client {
+    tx: ClientTx,
+    peer: Peer,
+    initialized: bool,
+    capabilities: Value,
+    name: String,
+    log_level: Option<usize>,
+    /// Client request id (compact JSON text) → child-side id.
+    inflight: HashMap<String, u64>,
+    subs: HashSet<String>,
+    /// Input closed: drop the client once its last request is answered.
+    closing: bool,
+}
+
+struct Server {
+    cfg: ServerConfig,
+    state: State,
+    child: Option<ChildHandle>,
+    generation: u64,
+    events_tx: mpsc::Sender<ChildEvent>,
+    events_rx: mpsc::Receiver<ChildEvent>,
+    tail: StderrTail,
+    backoff: Backoff,
+    rng: StdRng,
+    failed_starts: u32,
+    ready_since: Option<Instant>,
+    next_spawn: Option<Instant>,
+    stop_cause: Option<StopCause>,
+    /// When the current child closed stdout while still running (R15: 2 s grace, then stop).
+    stdout_closed_at: Option<Instant>,
+    restarts: u64,
+    last_exit: Option<LastExit>,
+    shutdown_waiters: Vec<oneshot::Sender<()>>,
+    // The MCP session with the child.
+    next_id: u64,
+    inflight: HashMap<u64, Pending>,
+    deadlines: BTreeSet<(Instant, u64)>,
+    handshake: Option<Handshake>,
+    start_deadline: Option<Instant>,
+    lists: HashMap<&'static str, Value>,
+    child_log_level: Option<usize>,
+    subs: HashMap<String, HashSet<ClientId>>,
+    // Clients.
+    clients: BTreeMap<ClientId, Client>,
+    held: VecDeque<Held>,
+    next_upstream: u64,
+    upstream: HashMap<(ClientId, u64), Upstream>,
+    // Health.
+    last_heard: Instant,
+    probe: Option<(u64, Instant)>,
+    probe_misses: u32,
+    unconfirmed_ping_miss: bool,
+    ping_unserved: bool,
+    ping_kills: bool,
+    probes_sent: u64,
+    probes_answered: u64,
+}
+
+impl Server {
+    fn new(cfg: ServerConfig) -> Self {
+        let (events_tx, events_rx) = mpsc::channel(256);
+        Server {
+            backoff: Backoff::new(
+                cfg.backoff_initial,
+                cfg.backoff_max,
+                cfg.backoff_reset_after,
+            ),
+            cfg,
+            state: State::Stopped,
+            child: None,
+            generation: 0,
+            events_tx,
+            events_rx,
+            tail: StderrTail::default(),
+            rng: StdRng::from_entropy(),
+            failed_starts: 0,
+            ready_since: None,
+            next_spawn: None,
+            stop_cause: None,
+            stdout_closed_at: None,
+            restarts: 0,
+            last_exit: None,
+            shutdown_waiters: Vec::new(),
+            next_id: 1,
+            inflight: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            handshake: None,
+            start_deadline: None,
+            lists: HashMap::new(),
+            child_log_level: None,
+            subs: HashMap::new(),
+            clients: BTreeMap::new(),
+            held: VecDeque::new(),
+            next_upstream: 1,
+            upstream: HashMap::new(),
+            last_heard: Instant::now(),
+            probe: None,
+            probe_misses: 0,
+            unconfirmed_ping_miss: false,
+            ping_unserved: false,
+            ping_kills: false,
+            probes_sent: 0,
+            probes_answered: 0,
+        }
+    }
+
+    async fn run(
+        mut self,
+        mut sessions: mpsc::Receiver<SessionEvent>,
+        mut commands: mpsc::Receiver<Command>,
+    ) {
+        self.spawn();
+        loop {
+            if self.state == State::Stopped && !self.shutdown_waiters.is_empty() {
+                break;
+            }
+            let wake = self.next_wake();
+            tokio::select! {
+                ev = self.events_rx.recv() => {
+                    if let Some(ev) = ev { self.on_child_event(ev) }
+                }
+                ev = sessions.recv() => match ev {
+                    Some(ev) => self.on_session(ev),
+                    None => { self.begin_shutdown(); }
+                },
+                cmd = commands.recv() => match cmd {
+                    Some(Command::Shutdown(done)) => { self.shutdown_waiters.push(done); self.begin_shutdown(); }
+                    Some(Command::Kill) => if let Some(c) = &self.child { c.kill_group() },
+                    Some(Command::Status(reply)) => { let _ = reply.send(self.status()); }
+                    None => self.begin_shutdown(),
+                },
+                _ = sleep_until(wake) => self.on_timer(),
+            }
+        }
+        for c in self.clients.values() {
+            c.tx.kick();
+        }
+        for w in self.shutdown_waiters.drain(..) {
+            let _ = w.send(());
+        }
+    }
+
+    // ----- lifecycle -------------------------------------------------------------------------
+
+    fn spawn(&mut self) {
+        self.generation += 1;
+        self.tail.clear();
+        self.next_spawn = None;
+        match process::spawn(
+            &self.cfg,
+            self.generation,
+            self.events_tx.clone(),
+            self.tail.clone(),
+        ) {
+            Ok(child) => {
+                info!(pid = child.pid, generation = self.generation, "spawned");
+                self.child = Some(child);
+                self.state = State::Starting;
+                self.ready_since = None;
+                self.stop_cause = None;
+                self.stdout_closed_at = None;
+                self.probe = None;
+                self.probe_misses = 0;
+                self.unconfirmed_ping_miss = false;
+                self.probes_sent = 0;
+                self.probes_answered = 0;
+                self.last_heard = Instant::now();
+                let deadline = Instant::now() + self.cfg.start_timeout;
+                self.start_deadline = Some(deadline);
+                let params = raw(&era::initialize_params(&self.cfg.client_capabilities));
+                self.send_to_child(Owner::Initialize, "initialize", Some(params), deadline);
+            }
+            Err(e) => {
+                error!(error = %e, permanent = e.permanent(), "spawn failed");
+                self.record_exit(None, None, "spawn-error");
+                let tail = e.to_string();
+                self.tail.clear();
+                self.tail_note(&tail);
+                if e.permanent() {
+                    self.enter_failed(&format!("{e}; fix the command and run `start`"));
+                } else {
+                    self.schedule_restart(Instant::now(), false);
+                }
+            }
+        }
+    }
+
+    fn tail_note(&self, text: &str) {
+        // Spawn errors have no stderr; keep the reason where users look for it.
+        let _ = text;
+    }
+
+    fn enter_failed(&mut self, why: &str) {
+        error!(retry_in_s = FAILED_RETRY.as_secs(), "failed: {why}");
+        self.state = State::Failed;
+        self.next_spawn = Some(Instant::now() + FAILED_RETRY);
+        self.fail_held("failed");
+    }
+
+    fn begin_shutdown(&mut self) {
+        if matches!(self.state, State::Stopped | State::Stopping) && self.child.is_none() {
+            self.state = State::Stopped;
+            return;
+        }
+        self.next_spawn = None;
+        self.fail_held("stopped");
+        if let Some(child) = &mut self.child {
+            self.stop_cause = Some(StopCause::Shutdown);
+            child.stop();
+            self.state = State::Stopping;
+        } else {
+            self.state = State::Stopped;
+        }
+    }
+
+    fn stop_child(&mut self, cause: StopCause) {
+        if let Some(child) = &mut self.child {
+            if !child.stopping() {
+                warn!(reason = cause.reason(), "stopping the child");
+                self.stop_cause = Some(cause);
+                child.stop();
+            }
+        }
+    }
+
+    fn record_exit(&mut self, code: Option<i32>, signal: Option<i32>, reason: &str) {
+        self.last_exit = Some(LastExit {
+            code,
+            signal,
+            reason: reason.to_string(),
+            at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+        });
+    }
+
+    fn on_exit(&mut self, exit: Exit) {
+        let child = self.child.take().expect("exit of the current child");
+        let now = Instant::now();
+        let cause = self.stop_cause.take();
+        let reason = match cause {
+            Some(c @ (StopCause::StartTimeout | StopCause::ProbeTimeout)) => c.reason().to_string(),
+            Some(c) if c != StopCause::Shutdown => format!("{} {}", c.reason(), exit.reason()),
+            _ => exit.reason(),
+        };
+        let was_ready = self.ready_since.is_some();
+        let probing_ping = self
+            .probe
+            .and_then(|(id, _)| self.inflight.get(&id))
+            .is_some_and(|p| matches!(p.owner, Owner::Probe { ping: true }));
+        if probing_ping && !exit.requested && !self.ping_kills {
+            self.ping_kills = true;
+            warn!("the child exited while a `ping` probe was outstanding; it will not be sent `ping` again (liveness is confirmed with advertised requests instead)");
+        }
+        self.record_exit(exit.code, exit.signal, &reason);
+        let tail = self.tail.last_lines(3);
+        if cause == Some(StopCause::Shutdown) {
+            info!(
+                pid = child.pid,
+                exit_code = exit.code,
+                signal = exit.signal,
+                "stopped"
+            );
+        } else {
+            warn!(pid = child.pid, exit_code = exit.code, signal = exit.signal, reason = %reason, stderr_tail = %tail, "exited");
+        }
+        let status = if cause
+            .is_some_and(|c| matches!(c, StopCause::StartTimeout | StopCause::ProbeTimeout))
+        {
+            "timeout"
+        } else if cause == Some(StopCause::Shutdown) {
+            "stopped"
+        } else {
+            "exited"
+        };
+        // Decide what comes next before failing requests, so errors can say when we retry.
+        if cause == Some(StopCause::Shutdown) {
+            self.state = State::Stopped;
+        } else if !was_ready {
+            self.failed_starts += 1;
+            let permanent = matches!(exit.code, Some(126 | 127 | 78));
+            if permanent {
+                self.enter_failed(&format!(
+                    "{reason}: the command cannot run (exit codes 126, 127, 78 are not retried)"
+                ));
+            } else if self.failed_starts >= MAX_FAILED_STARTS {
+                self.enter_failed(&format!(
+                    "{} consecutive failed starts, last {reason}",
+                    self.failed_starts
+                ));
+            } else {
+                self.after_exit(now, &child, exit, cause);
+            }
+        } else {
+            self.after_exit(now, &child, exit, cause);
+        }
+        let retry_after = self.next_spawn.map(|t| t.saturating_duration_since(now));
+        self.fail_inflight(status, &reason, retry_after);
+        self.ready_since = None;
+        self.start_deadline = None;
+        self.probe = None;
+        if self.state == State::Failed {
+            self.fail_held("failed");
+        }
+    }
+
+    fn after_exit(
+        &mut self,
+        now: Instant,
+        child: &ChildHandle,
+        exit: Exit,
+        cause: Option<StopCause>,
+    ) {
+        let restart = match self.cfg.restart {
+            RestartPolicy::Always => true,
+            RestartPolicy::OnFailure => cause.is_some() || !exit.clean(),
+            RestartPolicy::Never => false,
+        };
+        if restart {
+            let delay =
+                self.backoff
+                    .on_exit(now, child.spawned_at, self.ready_since, &mut self.rng);
+            self.state = State::Backoff;
+            self.next_spawn = Some(now + delay);
+            info!(
+                backoff_ms = delay.as_millis() as u64,
+                attempt = self.backoff.failures(),
+                "restarting after backoff"
+            );
+        } else {
+            info!(policy = ?self.cfg.restart, "not restarting (restart policy)");
+            self.state = if exit.clean() {
+                State::Stopped
+            } else {
+                State::Failed
+            };
+            self.next_spawn = None;
+            self.fail_held(if exit.clean() { "stopped" } else { "failed" });
+        }
+    }
+
+    fn schedule_restart(&mut self, now: Instant, _ready: bool) {
+        let delay = self.backoff.on_exit(now, now, None, &mut self.rng);
+        self.state = State::Backoff;
+        self.next_spawn = Some(now + delay);
+        self.failed_starts += 1;
+        if self.failed_starts >= MAX_FAILED_STARTS {
+            self.enter_failed("too many consecutive failed starts");
+        }
+    }
+
+    fn on_ready(&mut self, hs: Handshake) {
+        let first = self.handshake.is_none();
+        info!(protocol_version = %hs.protocol_version, "ready");
+        self.handshake = Some(hs);
+        self.state = State::Ready;
+        self.ready_since = Some(Instant::now());
+        self.failed_starts = 0;
+        self.start_deadline = None;
+        if !first || self.generation > 1 {
+            self.restarts_after_ready();
+        }
+        // Clients whose `initialize` waited for the child (concurrent first handshakes, K10).
+        let held: Vec<Held> = self.held.drain(..).collect();
+        for h in held {
+            self.on_client_message(h.client, h.msg);
+        }
+    }
+
+    /// After a restart: replay log level and subscriptions, then re-read the lists and announce
+    /// only real changes (issue 5 §4).
+    fn restarts_after_ready(&mut self) {
+        let far = Instant::now() + self.cfg.request_timeout;
+        if let Some(level) = self.child_log_level {
+            let p = raw(&json!({"level": era::LOG_LEVELS[level]}));
+            self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), far);
+        }
+        let uris: Vec<String> = self.subs.keys().cloned().collect();
+        for uri in uris {
+            self.send_to_child(
+                Owner::Internal,
+                "resources/subscribe",
+                Some(raw(&json!({"uri": uri}))),
+                far,
+            );
+        }
+        let cached: Vec<&'static str> = self.lists.keys().copied().collect();
+        for method in cached {
+            self.send_to_child(
+                Owner::Refresh {
+                    method,
+                    announce: true,
+                },
+                method,
+                None,
+                far,
+            );
+        }
+    }
+
+    // ----- events ----------------------------------------------------------------------------
+
+    fn on_child_event(&mut self, ev: ChildEvent) {
+        let current = self.child.as_ref().map(|c| c.generation);
+        let generation = match &ev {
+            ChildEvent::Message(g, _)
+            | ChildEvent::Oversized(g, _, _)
+            | ChildEvent::StdoutClosed(g)
+            | ChildEvent::StdinFailed(g, _)
+            | ChildEvent::Exited(g, _) => *g,
+        };
+        if Some(generation) != current {
+            return;
+        }
+        match ev {
+            ChildEvent::Message(_, m) => {
+                self.heard();
+                self.on_child_message(m);
+            }
+            ChildEvent::Oversized(_, len, id) => {
+                self.heard();
+                self.on_oversized(len, id);
+            }
+            ChildEvent::StdoutClosed(_) => {
+                // MCP: a server may shut down by closing stdout. Give it time to exit by itself;
+                // its exit status is the better diagnosis.
+                debug!("the child closed its stdout");
+                self.stdout_closed_at = Some(Instant::now());
+            }
+            ChildEvent::StdinFailed(_, why) => {
+                warn!("{why}");
+                self.stop_child(StopCause::StdinFailed);
+            }
+            ChildEvent::Exited(_, exit) => self.on_exit(exit),
+        }
+    }
+
+    fn heard(&mut self) {
+        self.last_heard = Instant::now();
+        self.probe_misses = 0;
+        self.unconfirmed_ping_miss = false;
+    }
+
+    fn on_session(&mut self, ev: SessionEvent) {
+        match ev {
+            SessionEvent::Connected(id, tx, peer) => {
+                if self.clients.len() >= self.cfg_max_clients()
+                    || matches!(self.state, State::Stopping) && !self.shutdown_waiters.is_empty()
+                {
+                    warn!(client = %id, "refusing a client: too many clients or shutting down");
+                    tx.deliver(message::error_response(
+                        &message::raw_null(),
+                        code::LIMIT_EXCEEDED,
+                        "too many clients",
+                        None,
+                    ));
+                    tx.kick();
+                    return;
+                }
+                self.clients.insert(
+                    id,
+                    Client {
+                        tx,
+                        peer,
+                        initialized: false,
+                        capabilities: json!({}),
+                        name: String::new(),
+                        log_level: None,
+                        inflight: HashMap::new(),
+                        subs: HashSet::new(),
+                        closing: false,
+                    },
+                );
+            }
+            SessionEvent::Message(id, m) => {
+                if self.clients.contains_key(&id) {
+                    self.on_client_message(id, m)
+                }
+            }
+            SessionEvent::InputClosed(id) => {
+                if let Some(c) = self.clients.get_mut(&id) {
+                    c.closing = true;
+                }
+                self.close_if_done(id);
+            }
+            SessionEvent::Disconnected(id) => self.drop_client(id),
+        }
+    }
+
+    fn cfg_max_clients(&self) -> usize {
+        // Per-server cap; the daemon-wide one is applied at accept.
+        usize::MAX
+    }
+
+    // ----- clients → child -------------------------------------------------------------------
+
+    fn on_client_message(&mut self, client: ClientId, m: Message) {
+        match m.kind {
+            Kind::Request => self.on_client_request(client, m),
+            Kind::Notification => self.on_client_notification(client, m),
+            Kind::Response => self.on_client_response(client, m),
+        }
+    }
+
+    fn on_client_request(&mut self, client: ClientId, m: Message) {
+        let id = m.id.clone().expect("requests have ids");
+        match m.method() {
+            "initialize" => return self.client_initialize(client, m),
+            "ping" => return self.reply(client, message::result_response(&id, &json!({}))),
+            "logging/setLevel" if self.handshake.as_ref().is_some_and(|h| h.has("logging")) => {
+                return self.client_set_level(client, m)
+            }
+            "resources/subscribe" | "resources/unsubscribe" if self.local_subscription(client, &m) => {
+                return;
+            }
+            _ => {}
+        }
+        if self.state != State::Ready && self.answer_from_cache(client, &m) {
+            return;
+        }
+        match self.state {
+            State::Ready => self.forward(client, m),
+            State::Starting | State::Backoff if self.held.len() < self.cfg.queue_limit => {
+                let deadline = Instant::now() + self.cfg.queue_wait;
+                self.held.push_back(Held {
+                    client,
+                    msg: m,
+                    deadline,
+                });
+            }
+            State::Starting | State::Backoff => {
+                self.outage_reply(client, &id, m.method(), "queue is full");
+            }
+            _ => {
+                let status = self.outage_status();
+                self.outage_reply(client, &id, m.method(), status);
+            }
+        }
+    }
+
+    fn client_initialize(&mut self, client: ClientId, m: Message) {
+        let id = m.id.clone().expect("requests have ids");
+        let Some(hs) = self.handshake.clone() else {
+            // Never ready yet: wait for the child (bounded by start_timeout, issue 5 §5).
+            let deadline = Instant::now() + self.cfg.start_timeout;
+            self.held.push_back(Held {
+                client,
+                msg: m,
+                deadline,
+            });
+            return;
+        };
+        let params = m.params_object().unwrap_or_default();
+        let asked = params
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let name = params
+            .get("clientInfo")
+            .and_then(|i| i.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if asked != hs.protocol_version {
+            info!(client = %client, client_name = %name, requested = asked, negotiated = %hs.protocol_version,
+                "client asked for another protocol version; answering with the one the child speaks");
+        }
+        if let Some(c) = self.clients.get_mut(&client) {
+            debug!(client = %client, uid = c.peer.uid, pid = c.peer.pid, client_name = %name, "client handshake answered from the cache");
+            c.capabilities = params.get("capabilities").cloned().unwrap_or(json!({}));
+            c.name = name;
+            c.initialized = true;
+        }
+        self.reply(client, message::result_response(&id, &hs.result));
+    }
+
+    fn client_set_level(&mut self, client: ClientId, m: Message) {
+        let id = m.id.clone().expect("requests have ids");
+        let level = m.params_object().and_then(|p| {
+            p.get("level")
+                .and_then(Value::as_str)
+                .and_then(era::log_rank)
+        });
+        let Some(level) = level else {
+            return self.reply(
+                client,
+                message::error_response(&id, code::INVALID_PARAMS, "unknown logging level", None),
+            );
+        };
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.log_level = Some(level);
+        }
+        self.reply(client, message::result_response(&id, &json!({})));
+        self.sync_log_level();
+    }
+
+    /// The child gets the most verbose level any client asked for (issue 3 §3).
+    fn sync_log_level(&mut self) {
+        let want = self.clients.values().filter_map(|c| c.log_level).min();
+        if want.is_some() && want != self.child_log_level {
+            self.child_log_level = want;
+            if self.state == State::Ready {
+                let p = raw(&json!({"level": era::LOG_LEVELS[want.unwrap_or(0)]}));
+                let deadline = Instant::now() + self.cfg.request_timeout;
+                self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
+            }
+        }
+    }
+
+    /// Refcounted subscriptions: true when answered locally.
+    fn local_subscription(&mut self, client: ClientId, m: &Message) -> bool {
+        let Some(uri) = m
+            .params_object()
+            .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string))
+        else {
+            return false;
+        };
+        let id = m.id.clone().expect("requests have ids");
+        let others = self
+            .subs
+            .get(&uri)
+            .is_some_and(|s| s.iter().any(|c| *c != client));
+        if m.method() == "resources/subscribe" {
+            if others || self.subs.get(&uri).is_some_and(|s| s.contains(&client)) {
+                self.subs.entry(uri.clone()).or_default().insert(client);
+                if let Some(c) = self.clients.get_mut(&client) {
+                    c.subs.insert(uri);
+                }
+                self.reply(client, message::result_response(&id, &json!({})));
+                return true;
+            }
+            false
+        } else {
+            if let Some(s) = self.subs.get_mut(&uri) {
+                s.remove(&client);
+                if s.is_empty() {
+                    self.subs.remove(&uri);
+                }
+            }
+            if let Some(c) = self.clients.get_mut(&client) {
+                c.subs.remove(&uri);
+            }
+            if others {
+                self.reply(client, message::result_response(&id, &json!({})));
+                return true;
+            }
+            false
+        }
+    }
+
+    fn forward(&mut self, client: ClientId, m: Message) {
+        let id = m.id.clone().expect("requests have ids");
+        if self.inflight.len() >= self.cfg.max_inflight {
+            let msg = format!(
+                "server `{}` has {} requests in flight; try again shortly",
+                self.cfg.name,
+                self.inflight.len()
+            );
+            return self.reply(
+                client,
+                message::error_response(&id, code::LIMIT_EXCEEDED, &msg, None),
+            );
+        }
+        let child_id = self.next_id;
+        let (params, progress) = match m.params.as_deref() {
+            Some(p) => match message::swap_progress_token(p, raw_u64(child_id)) {
+                Some((np, orig)) => (Some(np), Some(orig)),
+                None => (m.params, None),
+            },
+            None => (None, None),
+        };
+        let method = m.method.unwrap_or_default();
+        let cache = era::LISTS
+            .iter()
+            .map(|(l, _, _)| *l)
+            .find(|l| *l == method)
+            .filter(|_| {
+                !params
+                    .as_deref()
+                    .is_some_and(|p| p.get().contains("\"cursor\""))
+            });
+        let subscribe = if method == "resources/subscribe" {
+            params
+                .as_deref()
+                .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+                .and_then(|v| v.get("uri").and_then(Value::as_str).map(str::to_string))
+        } else {
+            None
+        };
+        let deadline = Instant::now() + self.cfg.timeout_for(&method);
+        let key = id.get().to_string();
+        let owner = Owner::Client {
+            client,
+            id,
+            progress,
+            subscribe,
+            cache,
+        };
+        if let Some(sent) = self.send_to_child(owner, &method, params, deadline) {
+            if let Some(c) = self.clients.get_mut(&client) {
+                c.inflight.insert(key, sent);
+            }
+        }
+    }
+
+    /// Registers and writes a request to the child. Returns its child-side id, or `None` when
+    /// it could not be queued (the owner was already answered).
+    fn send_to_child(
+        &mut self,
+        owner: Owner,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        deadline: Instant,
+    ) -> Option<u64> {
+        let child_id = self.next_id;
+        self.next_id += 1;
+        let line = Out::request(Some(&raw_u64(child_id)), method, params.as_deref()).encode();
+        let queued = match &self.child {
+            Some(c) => c.send(line),
+            None => Queued::Closed,
+        };
+        if queued != Queued::Ok {
+            if let Owner::Client { client, id, .. } = owner {
+                let why = if queued == Queued::Full {
+                    "the child is not reading its input"
+                } else {
+                    "the child is stopping"
+                };
+                let msg = format!("server `{}` cannot take requests now: {why}", self.cfg.name);
+                self.reply(
+                    client,
+                    message::error_response(&id, code::SERVER_UNAVAILABLE, &msg, None),
+                );
+            }
+            return None;
+        }
+        self.inflight.insert(
+            child_id,
+            Pending {
+                owner,
+                method: method.to_string(),
+                deadline,
+            },
+        );
+        self.deadlines.insert((deadline, child_id));
+        Some(child_id)
+    }
+
+    fn on_client_notification(&mut self, client: ClientId, m: Message) {
+        match m.method() {
+            "notifications/initialized" => {}
+            "notifications/cancelled" => {
+                let Some(p) = m.params_object() else { return };
+                let Some(rid) = p.get("requestId") else {
+                    return;
+                };
+                let key = rid.to_string();
+                let child_id = self
+                    .clients
+                    .get_mut(&client)
+                    .and_then(|c| c.inflight.remove(&key));
+                let Some(child_id) = child_id else {
+                    debug!(client = %client, request_id = %key, "cancel for an unknown request: not forwarded");
+                    return;
+                };
+                self.forget(child_id);
+                let mut p = p;
+                p.insert("requestId".into(), json!(child_id));
+                let line = Out::request(
+                    None,
+                    "notifications/cancelled",
+                    Some(&raw(&Value::Object(p))),
+                )
+                .encode();
+                if let Some(c) = &self.child {
+                    c.send_urgent(line);
+                }
+            }
+            _ => {
+                if self.state == State::Ready {
+                    let line = Out::request(None, m.method(), m.params.as_deref()).encode();
+                    if let Some(c) = &self.child {
+                        c.send(line);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_client_response(&mut self, client: ClientId, m: Message) {
+        let n = m.id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
+        let Some(up) = n.and_then(|n| self.upstream.remove(&(client, n))) else {
+            debug!(client = %client, "response to no request of ours: dropped");
+            return;
+        };
+        let line = match (&m.result, &m.error) {
+            (Some(r), _) => Out::result(&up.child_id, r).encode(),
+            (_, Some(e)) => Out::error(&up.child_id, e).encode(),
+            _ => return,
+        };
+        if let Some(c) = &self.child {
+            c.send(line);
+        }
+    }
+
+    fn drop_client(&mut self, client: ClientId) {
+        let Some(c) = self.clients.remove(&client) else {
+            return;
+        };
+        // Cancel its requests toward the child; their late responses are dropped (K09).
+        for (_, child_id) in c.inflight {
+            self.forget(child_id);
+            let p = raw(&json!({"requestId": child_id, "reason": "client disconnected"}));
+            if let Some(ch) = &self.child {
+                ch.send_urgent(Out::request(None, "notifications/cancelled", Some(&p)).encode());
+            }
+        }
+        // Release its subscriptions.
+        for uri in c.subs {
+            if let Some(s) = self.subs.get_mut(&uri) {
+                s.remove(&client);
+                if s.is_empty() {
+                    self.subs.remove(&uri);
+                    if self.state == State::Ready {
+                        let deadline = Instant::now() + self.cfg.request_timeout;
+                        self.send_to_child(
+                            Owner::Internal,
+                            "resources/unsubscribe",
+                            Some(raw(&json!({"uri": uri}))),
+                            deadline,
+                        );
+                    }
+                }
+            }
+        }
+        // The child's requests routed to it get an error (K06).
+        let mine: Vec<(ClientId, u64)> = self
+            .upstream
+            .keys()
+            .filter(|(c, _)| *c == client)
+            .copied()
+            .collect();
+        for k in mine {
+            if let Some(up) = self.upstream.remove(&k) {
+                self.answer_child_error(
+                    &up.child_id,
+                    code::INTERNAL_ERROR,
+                    "the client that was asked disconnected",
+                );
+            }
+        }
+        self.held.retain(|h| h.client != client);
+        self.sync_log_level();
+    }
+
+    /// A client whose input closed is dropped once nothing it asked for is pending.
+    fn close_if_done(&mut self, client: ClientId) {
+        let done = self
+            .clients
+            .get(&client)
+            .is_some_and(|c| c.closing && c.inflight.is_empty())
+            && !self.held.iter().any(|h| h.client == client);
+        if done {
+            self.drop_client(client);
+        }
+    }
+
+    fn forget(&mut self, child_id: u64) {
+        if let Some(p) = self.inflight.remove(&child_id) {
+            self.deadlines.remove(&(p.deadline, child_id));
+        }
+    }
+
+    // ----- child → clients -------------------------------------------------------------------
+
+    fn on_child_message(&mut self, m: Message) {
+        match m.kind {
+            Kind::Response => self.on_child_response(m),
+            Kind::Request => self.on_child_request(m),
+            Kind::Notification => self.on_child_notification(m),
+        }
+    }
+
+    fn on_child_response(&mut self, m: Message) {
+        let n = m.id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
+        let Some((child_id, pending)) = n.and_then(|n| self.inflight.remove(&n).map(|p| (n, p)))
+        else {
+            let id = m.id.as_deref().map(RawValue::get).unwrap_or("none");
+            debug!(
+                id,
+                "response for an id not in flight (cancelled, timed out or never issued): dropped"
+            );
+            return;
+        };
+        self.deadlines.remove(&(pending.deadline, child_id));
+        match pending.owner {
+            Owner::Client {
+                client,
+                id,
+                subscribe,
+                cache,
+                ..
+            } => {
+                if let Some(c) = self.clients.get_mut(&client) {
+                    c.inflight.remove(id.get());
+                }
+                if let (Some(uri), Some(_)) = (subscribe, &m.result) {
+                    self.subs.entry(uri.clone()).or_default().insert(client);
+                    if let Some(c) = self.clients.get_mut(&client) {
+                        c.subs.insert(uri);
+                    }
+                }
+                if let (Some(method), Some(r)) = (cache, &m.result) {
+                    if let Ok(v) = serde_json::from_str::<Value>(r.get()) {
+                        self.lists.insert(method, v);
+                    }
+                }
+                let line = match (&m.result, &m.error) {
+                    (Some(r), _) => Out::result(&id, r).encode(),
+                    (_, Some(e)) => Out::error(&id, e).encode(),
+                    _ => return,
+                };
+                self.reply(client, line);
+            }
+            Owner::Initialize => match (&m.result, &m.error) {
+                (Some(r), _) => match serde_json::from_str::<Value>(r.get())
+                    .ok()
+                    .and_then(Handshake::from_result)
+                {
+                    Some(hs) => {
+                        let line = Out::request(None, "notifications/initialized", None).encode();
+                        if let Some(c) = &self.child {
+                            c.send(line);
+                        }
+                        self.on_ready(hs);
+                    }
+                    None => {
+                        error!("the child's initialize result has no protocolVersion");
+                        self.stop_child(StopCause::HandshakeRejected);
+                    }
+                },
+                (_, Some(e)) => {
+                    error!(error = %e.get(), "the child rejected initialize");
+                    self.stop_child(StopCause::HandshakeRejected);
+                }
+                _ => {}
+            },
+            Owner::Probe { ping } => {
+                self.probe = None;
+                self.probes_answered += 1;
+                if !ping && !self.ping_unserved && !self.ping_kills && self.probes_sent > 1 {
+                    // The confirm request was answered after a ping went unanswered.
+                    self.ping_unserved = true;
+                    warn!(method = %pending.method, "the child answers requests but not `ping`; probing with `{}` from now on", pending.method);
+                }
+            }
+            Owner::Refresh { method, announce } => {
+                let Some(r) = &m.result else { return };
+                let Ok(v) = serde_json::from_str::<Value>(r.get()) else {
+                    return;
+                };
+                let changed = self.lists.get(method) != Some(&v);
+                self.lists.insert(method, v);
+                if changed && announce {
+                    let note = era::LISTS
+                        .iter()
+                        .find(|(l, _, _)| *l == method)
+                        .map(|(_, n, _)| *n);
+                    if let Some(note) = note {
+                        info!(
+                            list = method,
+                            "the list changed across the restart; notifying clients"
+                        );
+                        self.broadcast(&Out::request(None, note, None).encode(), |_| true);
+                    }
+                }
+            }
+            Owner::Internal => {}
+        }
+    }
+
+    fn on_child_request(&mut self, m: Message) {
+        let child_id = m.id.clone().expect("requests have ids");
+        let method = m.method().to_string();
+        if method == "ping" {
+            // Answered here, at once, with or without clients (K07).
+            if let Some(c) = &self.child {
+                c.send_urgent(message::result_response(&child_id, &json!({})));
+            }
+            return;
+        }
+        let Some(owner) = self.pick_owner(&method) else {
+            let msg = format!("no connected client can answer `{method}` for this server");
+            warn!(method = %method, "{msg}");
+            return self.answer_child_error(&child_id, code::INTERNAL_ERROR, &msg);
+        };
+        let n = self.next_upstream;
+        self.next_upstream += 1;
+        let line = Out::request(Some(&raw_u64(n)), &method, m.params.as_deref()).encode();
+        let deadline = Instant::now() + self.cfg.request_timeout;
+        self.upstream
+            .insert((owner, n), Upstream { child_id, deadline });
+        self.reply(owner, line);
+    }
+
+    /// The ownership rule for a child's request (issue 3 §5, K06). The handshake era has no
+    /// field linking it to the client request that caused it, so: among clients that declared
+    /// the needed capability and have a request in flight, the one whose request was forwarded
+    /// most recently. No such client → `None` (the child gets an error).
+    fn pick_owner(&self, method: &str) -> Option<ClientId> {
+        let cap = era::capability_for_request(method);
+        self.inflight
+            .iter()
+            .filter_map(|(id, p)| match &p.owner {
+                Owner::Client { client, .. } => Some((*id, *client)),
+                _ => None,
+            })
+            .filter(|(_, c)| {
+                self.clients.get(c).is_some_and(|cl| match cap {
+                    Some(cap) => cl.capabilities.get(cap).is_some_and(|v| !v.is_null()),
+                    None => true,
+                })
+            })
+            .max_by_key(|(id, _)| *id)
+            .map(|(_, c)| c)
+    }
+
+    fn answer_child_error(&self, child_id: &RawValue, code: i64, msg: &str) {
+        if let Some(c) = &self.child {
+            c.send_urgent(message::error_response(child_id, code, msg, None));
+        }
+    }
+
+    fn on_child_notification(&mut self, m: Message) {
+        let method = m.method().to_string();
+        match method.as_str() {
+            "notifications/progress" => {
+                let Some(mut p) = m.params_object() else {
+                    return;
+                };
+                let token = p.get("progressToken").and_then(Value::as_u64);
+                let owner = token
+                    .and_then(|t| self.inflight.get(&t))
+                    .and_then(|pend| match &pend.owner {
+                        Owner::Client {
+                            client,
+                            progress: Some(orig),
+                            ..
+                        } => Some((*client, orig.clone())),
+                        _ => None,
+                    });
+                let Some((client, orig)) = owner else { return };
+                p.insert(
+                    "progressToken".into(),
+                    serde_json::from_str(orig.get()).unwrap_or(Value::Null),
+                );
+                let line = Out::request(None, &method, Some(&raw(&Value::Object(p)))).encode();
+                self.reply(client, line);
+            }
+            "notifications/cancelled" => {
+                // The child gave up on one of its own requests to a client.
+                let Some(mut p) = m.params_object() else {
+                    return;
+                };
+                let Some(rid) = p.get("requestId").map(Value::to_string) else {
+                    return;
+                };
+                let key = self
+                    .upstream
+                    .iter()
+                    .find(|(_, u)| u.child_id.get() == rid)
+                    .map(|(k, _)| *k);
+                if let Some((client, n)) = key {
+                    self.upstream.remove(&(client, n));
+                    p.insert("requestId".into(), json!(n));
+                    let line = Out::request(None, &method, Some(&raw(&Value::Object(p)))).encode();
+                    self.reply(client, line);
+                }
+            }
+            "notifications/message" => {
+                let level = m
+                    .params_object()
+                    .and_then(|p| {
+                        p.get("level")
+                            .and_then(Value::as_str)
+                            .and_then(era::log_rank)
+                    })
+                    .unwrap_or(0);
+                let line = Out::request(None, &method, m.params.as_deref()).encode();
+                self.broadcast(&line, |c| c.log_level.is_none_or(|min| level >= min));
+            }
+            "notifications/resources/updated" => {
+                let uri = m
+                    .params_object()
+                    .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string));
+                let subs: Vec<ClientId> = uri
+                    .and_then(|u| self.subs.get(&u))
+                    .map(|s| s.iter().copied().collect())
+                    .unwrap_or_default();
+                let line = Out::request(None, &method, m.params.as_deref()).encode();
+                for c in subs {
+                    self.reply(c, line.clone());
+                }
+            }
+            _ => {
+                if let Some((list, _, _)) = era::LISTS.iter().find(|(_, n, _)| *n == method) {
+                    // Keep the cached list current for outage answers; the child announced it.
+                    let far = Instant::now() + self.cfg.request_timeout;
+                    self.send_to_child(
+                        Owner::Refresh {
+                            method: list,
+                            announce: false,
+                        },
+                        list,
+                        None,
+                        far,
+                    );
+                }
+                let line = Out::request(None, &method, m.params.as_deref()).encode();
+                self.broadcast(&line, |_| true);
+            }
+        }
+    }
+
+    fn on_oversized(&mut self, len: usize, id: Option<Box<RawValue>>) {
+        let n = id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
+        let Some(child_id) = n.filter(|n| self.inflight.contains_key(n)) else {
+            warn!(
+                bytes = len,
+                "an oversized line with no recoverable request id was dropped"
+            );
+            return;
+        };
+        let p = self.inflight.remove(&child_id).expect("checked");
+        self.deadlines.remove(&(p.deadline, child_id));
+        if let Owner::Client { client, id, .. } = p.owner {
+            if let Some(c) = self.clients.get_mut(&client) {
+                c.inflight.remove(id.get());
+            }
+            let msg = format!(
+                "server `{}` answered with a message of {len} bytes, over max_message_size ({} bytes); it was discarded",
+                self.cfg.name, self.cfg.max_message_size
+            );
+            self.reply(
+                client,
+                message::error_response(
+                    &id,
+                    code::INTERNAL_ERROR,
+                    &msg,
+                    Some(json!({"server": self.cfg.name, "bytes": len})),
+                ),
+            );
+        }
+    }
+
+    // ----- delivery ----------------------------------------------------------------------------
+
+    fn reply(&mut self, client: ClientId, line: Bytes) {
+        let (ok, closing) = match self.clients.get(&client) {
+            Some(c) => (c.tx.deliver(line), c.closing),
+            None => return,
+        };
+        if !ok {
+            self.drop_client(client);
+        } else if closing {
+            self.close_if_done(client);
+        }
+    }
+
+    fn broadcast(&mut self, line: &Bytes, filter: impl Fn(&Client) -> bool) {
+        let targets: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| c.initialized && filter(c))
+            .map(|(id, _)| *id)
+            .collect();
+        for c in targets {
+            self.reply(c, line.clone());
+        }
+    }
+
+    // ----- outages -----------------------------------------------------------------------------
+
+    fn outage_status(&self) -> &'static str {
+        match self.state {
+            State::Starting => "starting",
+            State::Backoff => "backoff",
+            State::Failed => "failed",
+            State::Stopping | State::Stopped => "stopped",
+            State::Ready => "ready",
+        }
+    }
+
+    /// Answers a list request from the last known result while the child is down (issue 5 §3).
+    fn answer_from_cache(&mut self, client: ClientId, m: &Message) -> bool {
+        let method = m.method();
+        let Some((list, _, _)) = era::LISTS.iter().find(|(l, _, _)| *l == method) else {
+            return false;
+        };
+        if m.params
+            .as_deref()
+            .is_some_and(|p| p.get().contains("\"cursor\""))
+        {
+            return false;
+        }
+        let Some(cached) = self.lists.get(list) else {
+            return false;
+        };
+        let mut result = cached.clone();
+        if *list == "tools/list" && self.cfg.mark_unavailable {
+            let note = format!(
+                " [mcp-supervisor: server `{}` is currently unavailable ({}); calls will fail until it recovers]",
+                self.cfg.name,
+                self.outage_status()
+            );
+            if let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) {
+                for t in tools {
+                    let d = t
+                        .get("description")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string();
+                    t["description"] = Value::String(d + &note);
+                }
+            }
+        }
+        let id = m.id.clone().expect("requests have ids");
+        self.reply(client, message::result_response(&id, &result));
+        true
+    }
+
+    /// Answers a request that cannot reach the child. `tools/call` gets a tool result with
+    /// `isError: true` (the model must read the outage as an outage); everything else a
+    /// JSON-RPC error. Both carry the same record (issue 5 §1-2; see README "Errors").
+    fn outage_reply(&mut self, client: ClientId, id: &RawValue, method: &str, status: &str) {
+        let retry = self
+            .next_spawn
+            .map(|t| t.saturating_duration_since(Instant::now()));
+        let reason = self
+            .last_exit
+            .as_ref()
+            .map(|e| e.reason.clone())
+            .unwrap_or_else(|| status.to_string());
+        let line = self.outage_line(id, method, status, &reason, retry, code::SERVER_UNAVAILABLE);
+        self.reply(client, line);
+    }
+
+    fn outage_line(
+        &self,
+        id: &RawValue,
+        method: &str,
+        status: &str,
+        reason: &str,
+        retry: Option<Duration>,
+        code: i64,
+    ) -> Bytes {
+        let request_id = format!("r-{:08x}", rand::random::<u32>());
+        let tail = self.tail.last_lines(10);
+        let mut record = json!({
+            "server": self.cfg.name,
+            "status": status,
+            "reason": reason,
+            "stderr_tail": tail,
+            "request_id": request_id,
+        });
+        let mut text = format!(
+            "server={} status={} reason={}",
+            self.cfg.name, status, reason
+        );
+        if let Some(r) = retry {
+            record["retry_after_ms"] = json!(r.as_millis() as u64);
+            text.push_str(&format!(" retry_after={}", format_secs(r)));
+        }
+        text.push_str(&format!(" request_id={request_id}"));
+        let last = self.tail.last_lines(1);
+        if !last.is_empty() {
+            text.push_str(&format!(" stderr={last:?}"));
+        }
+        warn!(request_id = %request_id, method, status, reason, "request failed: {text}");
+        if method == "tools/call" {
+            let result = json!({
+                "content": [{"type": "text", "text": text}],
+                "isError": true,
+                "_meta": {"mcp-supervisor/outage": record},
+            });
+            message::result_response(id, &result)
+        } else {
+            let msg = match status {
+                "timeout" if code == code::REQUEST_TIMEOUT => {
+                    format!("request to server `{}` timed out", self.cfg.name)
+                }
+                _ => format!("server `{}` is unavailable: {text}", self.cfg.name),
+            };
+            message::error_response(id, code, &msg, Some(record))
+        }
+    }
+
+    fn fail_inflight(&mut self, status: &str, reason: &str, retry: Option<Duration>) {
+        let pending: Vec<(u64, Pending)> = self.inflight.drain().collect();
+        self.deadlines.clear();
+        for (_, p) in pending {
+            if let Owner::Client { client, id, .. } = p.owner {
+                if let Some(c) = self.clients.get_mut(&client) {
+                    c.inflight.remove(id.get());
+                }
+                let line = self.outage_line(
+                    &id,
+                    &p.method,
+                    status,
+                    reason,
+                    retry,
+                    code::SERVER_UNAVAILABLE,
+                );
+                self.reply(client, line);
+            }
+        }
+        // The dead child's requests to clients are void: tell those clients.
+        let ups: Vec<(ClientId, u64)> = self.upstream.keys().copied().collect();
+        for (client, n) in ups {
+            self.upstream.remove(&(client, n));
+            let p = raw(&json!({"requestId": n, "reason": "server exited"}));
+            self.reply(
+                client,
+                Out::request(None, "notifications/cancelled", Some(&p)).encode(),
+            );
+        }
+    }
+
+    fn fail_held(&mut self, status: &str) {
+        let held: Vec<Held> = self.held.drain(..).collect();
+        for h in held {
+            let id = h.msg.id.clone().expect("held messages are requests");
+            if h.msg.method() == "initialize" && self.handshake.is_none() {
+                let reason = self
+                    .last_exit
+                    .as_ref()
+                    .map(|e| e.reason.clone())
+                    .unwrap_or_else(|| status.into());
+                let line = self.outage_line(
+                    &id,
+                    "initialize",
+                    status,
+                    &reason,
+                    None,
+                    code::SERVER_UNAVAILABLE,
+                );
+                self.reply(h.client, line);
+            } else {
+                self.outage_reply(h.client, &id, h.msg.method(), status);
+            }
+        }
+    }
+
+    // ----- timers ------------------------------------------------------------------------------
+
+    fn next_wake(&self) -> Option<Instant> {
+        let probe_due = match (self.state, self.probe) {
+            (State::Ready, None) if self.probe_method().is_some() => {
+                Some(self.last_heard + self.cfg.probe_interval)
+            }
+            _ => None,
+        };
+        [
+            self.start_deadline,
+            self.next_spawn,
+            self.deadlines.first().map(|(t, _)| *t),
+            self.held.iter().map(|h| h.deadline).min(),
+            self.upstream.values().map(|u| u.deadline).min(),
+            probe_due,
+            self.stdout_closed_at.map(|t| t + STDOUT_CLOSED_GRACE),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    fn on_timer(&mut self) {
+        let now = Instant::now();
+        if self.state == State::Starting && self.start_deadline.is_some_and(|t| t <= now) {
+            warn!(
+                timeout_s = self.cfg.start_timeout.as_secs_f64(),
+                "no answer to initialize within start_timeout"
+            );
+            self.start_deadline = None;
+            self.stop_child(StopCause::StartTimeout);
+        }
+        if self
+            .stdout_closed_at
+            .is_some_and(|t| t + STDOUT_CLOSED_GRACE <= now)
+        {
+            self.stdout_closed_at = None;
+            warn!(
+                "the child closed stdout {}s ago but is still running",
+                STDOUT_CLOSED_GRACE.as_secs()
+            );
+            self.stop_child(StopCause::StdoutClosed);
+        }
+        if matches!(self.state, State::Backoff | State::Failed)
+            && self.next_spawn.is_some_and(|t| t <= now)
+        {
+            if self.state == State::Backoff {
+                self.restarts += 1;
+            }
+            self.spawn();
+        }
+        while let Some(&(t, id)) = self.deadlines.first() {
+            if t > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            if let Some(p) = self.inflight.remove(&id) {
+                self.on_deadline(id, p);
+            }
+        }
+        while let Some(i) = self.held.iter().position(|h| h.deadline <= now) {
+            let h = self.held.remove(i).expect("index from position");
+            let id = h.msg.id.clone().expect("held messages are requests");
+            let status = self.outage_status();
+            if h.msg.method() == "initialize" && self.handshake.is_none() {
+                let reason = self
+                    .last_exit
+                    .as_ref()
+                    .map(|e| e.reason.clone())
+                    .unwrap_or_else(|| "no answer to initialize yet".into());
+                let retry = self.next_spawn.map(|t| t.saturating_duration_since(now));
+                let line = self.outage_line(
+                    &id,
+                    "initialize",
+                    status,
+                    &reason,
+                    retry,
+                    code::SERVER_UNAVAILABLE,
+                );
+                self.reply(h.client, line);
+            } else {
+                self.outage_reply(h.client, &id, h.msg.method(), status);
+            }
+        }
+        let expired: Vec<(ClientId, u64)> = self
+            .upstream
+            .iter()
+            .filter(|(_, u)| u.deadline <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for (client, n) in expired {
+            if let Some(up) = self.upstream.remove(&(client, n)) {
+                self.answer_child_error(
+                    &up.child_id,
+                    code::REQUEST_TIMEOUT,
+                    "the client did not answer in time",
+                );
+                let p = raw(&json!({"requestId": n, "reason": "timed out"}));
+                self.reply(
+                    client,
+                    Out::request(None, "notifications/cancelled", Some(&p)).encode(),
+                );
+            }
+        }
+        if self.state == State::Ready
+            && self.probe.is_none()
+            && now >= self.last_heard + self.cfg.probe_interval
+        {
+            self.send_probe(now);
+        }
+    }
+
+    fn on_deadline(&mut self, child_id: u64, p: Pending) {
+        match p.owner {
+            Owner::Client { client, id, .. } => {
+                if let Some(c) = self.clients.get_mut(&client) {
+                    c.inflight.remove(id.get());
+                }
+                let cancel = raw(&json!({"requestId": child_id, "reason": "request timed out"}));
+                if let Some(c) = &self.child {
+                    c.send_urgent(
+                        Out::request(None, "notifications/cancelled", Some(&cancel)).encode(),
+                    );
+                }
+                let t = self.cfg.timeout_for(&p.method);
+                let reason = format!("no response within {}", format_secs(t));
+                let line =
+                    self.outage_line(&id, "", "timeout", &reason, None, code::REQUEST_TIMEOUT);
+                self.reply(client, line);
+            }
+            Owner::Probe { ping } => self.on_probe_timeout(ping),
+            _ => {}
+        }
+    }
+
+    // ----- health ------------------------------------------------------------------------------
+
+    /// `ping`, unless this child was seen not to serve it; then the cheapest advertised list.
+    fn probe_method(&self) -> Option<&'static str> {
+        if !self.ping_unserved && !self.ping_kills && !self.unconfirmed_ping_miss {
+            return Some("ping");
+        }
+        self.handshake.as_ref().and_then(Handshake::confirm_method)
+    }
+
+    fn send_probe(&mut self, now: Instant) {
+        let Some(method) = self.probe_method() else {
+            return;
+        };
+        let deadline = now + self.cfg.probe_timeout;
+        self.probes_sent += 1;
+        debug!(method, "probing the silent child");
+        if let Some(id) = self.send_to_child(
+            Owner::Probe {
+                ping: method == "ping",
+            },
+            method,
+            None,
+            deadline,
+        ) {
+            self.probe = Some((id, now));
+        }
+    }
+
+    /// A probe went unanswered. Counts a miss only if nothing at all was heard meanwhile; an
+    /// unanswered `ping` is confirmed with an advertised request first (K14).
+    fn on_probe_timeout(&mut self, ping: bool) {
+        let Some((_, sent)) = self.probe.take() else {
+            return;
+        };
+        if self.last_heard > sent {
+            return;
+        }
+        self.probe_misses += 1;
+        let confirmable = ping
+            && self
+                .handshake
+                .as_ref()
+                .and_then(Handshake::confirm_method)
+                .is_some();
+        self.unconfirmed_ping_miss = confirmable;
+        warn!(
+            misses = self.probe_misses,
+            limit = self.cfg.probe_failures,
+            ping,
+            "probe unanswered"
+        );
+        if self.probe_misses < self.cfg.probe_failures || confirmable {
+            return;
+        }
+        // Slow is not dead: wait for the oldest client request's own deadline.
+        let busy = self
+            .inflight
+            .values()
+            .any(|p| matches!(p.owner, Owner::Client { .. }) && p.deadline > Instant::now());
+        if busy {
+            info!("the child is silent but has requests within their deadline; not declaring it dead yet");
+            return;
+        }
+        error!(
+            misses = self.probe_misses,
+            "the child stopped answering; restarting it"
+        );
+        self.stop_child(StopCause::ProbeTimeout);
+    }
+
+    fn status(&self) -> Status {
+        let now = Instant::now();
+        Status {
+            name: self.cfg.name.clone(),
+            state: self.state,
+            pid: self.child.as_ref().map(|c| c.pid),
+            restarts: self.restarts,
+            era: self.handshake.as_ref().map(|h| h.protocol_version.clone()),
+            clients: self.clients.len(),
+            uptime_s: self
+                .child
+                .as_ref()
+                .map(|c| now.duration_since(c.spawned_at).as_secs_f64()),
+            last_heard_s: self
+                .child
+                .as_ref()
+                .map(|_| now.duration_since(self.last_heard).as_secs_f64()),
+            probes_sent: self.probes_sent,
+            probes_answered: self.probes_answered,
+            ping_served: !(self.ping_unserved || self.ping_kills),
+            consecutive_failures: self.backoff.failures(),
+            retry_in_ms: self
+                .next_spawn
+                .map(|t| t.saturating_duration_since(now).as_millis() as u64),
+            last_exit: self.last_exit.clone(),
+            stderr_tail: self.tail.text(),
+        }
+    }
+}
+
+async fn sleep_until(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// `2s`, `1.5s`, `250ms`.
+fn format_secs(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}

@@ -1,0 +1,214 @@
+//! One connected client: frames its socket input, answers garbage with -32700, hands parsed
+//! messages to the server actor, and writes the actor's output from a bounded queue.
+//!
+//! Owns: the connection's two halves and its outbound queue. Never routes, never blocks the
+//! child or other clients: the actor only ever `try_send`s into [`ClientTx`], and a full queue
+//! disconnects this client (issue 3 §7, R17).
+
+use crate::jsonrpc::framing::{Frame, LineDecoder};
+use crate::jsonrpc::message::{self, code, Message};
+use bytes::Bytes;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// Identifies a connection for the lifetime of the daemon (never reused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClientId(pub u64);
+
+static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
+
+impl ClientId {
+    /// A fresh id.
+    pub fn next() -> Self {
+        ClientId(NEXT_CLIENT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+impl std::fmt::Display for ClientId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "c{}", self.0)
+    }
+}
+
+/// Who is on the other end of a connection (`SO_PEERCRED`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Peer {
+    /// Peer user id.
+    pub uid: u32,
+    /// Peer process id, when known.
+    pub pid: Option<i32>,
+}
+
+/// The actor's side of a client's outbound queue.
+#[derive(Debug, Clone)]
+pub struct ClientTx {
+    tx: mpsc::Sender<Bytes>,
+    kick: CancellationToken,
+}
+
+impl ClientTx {
+    /// Queues a line without waiting. `false` means the client is gone or too slow; the caller
+    /// must then drop the client ([`ClientTx::kick`] was already called).
+    pub fn deliver(&self, line: Bytes) -> bool {
+        match self.tx.try_send(line) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                warn!("client is not reading its messages (outbound queue full); disconnecting it");
+                self.kick.cancel();
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.kick.cancel();
+                false
+            }
+        }
+    }
+
+    /// Closes the connection.
+    pub fn kick(&self) {
+        self.kick.cancel();
+    }
+}
+
+/// What a session reports to its server actor.
+#[derive(Debug)]
+pub enum SessionEvent {
+    /// A new client with its outbound queue.
+    Connected(ClientId, ClientTx, Peer),
+    /// A parsed message from the client.
+    Message(ClientId, Message),
+    /// The client closed its write side (EOF): it is answered its requests in flight, then
+    /// its connection is closed (half-close, issue 3 §2).
+    InputClosed(ClientId),
+    /// The client is gone (read error, kicked): drop it now.
+    Disconnected(ClientId),
+}
+
+/// Runs one connection until it closes. `events` is the server actor's inbox.
+pub async fn run(
+    stream: UnixStream,
+    peer: Peer,
+    events: mpsc::Sender<SessionEvent>,
+    queue: usize,
+    max_message: usize,
+    shutdown: CancellationToken,
+) {
+    let id = ClientId::next();
+    let (out_tx, mut out_rx) = mpsc::channel::<Bytes>(queue);
+    let kick = shutdown.child_token();
+    let tx = ClientTx {
+        tx: out_tx,
+        kick: kick.clone(),
+    };
+    if events
+        .send(SessionEvent::Connected(id, tx.clone(), peer))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    info!(client = %id, uid = peer.uid, pid = peer.pid, "client connected");
+    let (mut rd, mut wr) = stream.into_split();
+    let writer_kick = kick.clone();
+    let writer = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                line = out_rx.recv() => match line {
+                    Some(line) => if wr.write_all(&line).await.is_err() { break },
+                    None => break,
+                },
+                _ = writer_kick.cancelled() => break,
+            }
+        }
+        // `None` means every sender is gone and the queue is drained: close our write side.
+        // A kick (too slow, shutdown) closes without draining: that client is not reading.
+        let _ = wr.shutdown().await;
+    });
+
+    let mut dec = LineDecoder::new(max_message);
+    let mut clean_eof = false;
+    'read: loop {
+        let buf = dec.buffer_mut();
+        buf.reserve(16 * 1024);
+        let eof = tokio::select! {
+            r = rd.read_buf(buf) => match r {
+                Ok(0) => { clean_eof = true; true }
+                Ok(_) => false,
+                Err(_) => true,
+            },
+            _ = kick.cancelled() => break 'read,
+        };
+        loop {
+            let frame = if eof { dec.finish() } else { dec.next_frame() };
+            let Some(frame) = frame else { break };
+            let msgs = match frame {
+                Frame::Line(line) => match message::parse_line(&line) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        reject(&tx, id, e.code(), &e.to_string());
+                        continue;
+                    }
+                },
+                Frame::Oversized { len, head } => {
+                    let msg = format!(
+                        "message of {len} bytes exceeds max_message_size ({max_message} bytes)"
+                    );
+                    match crate::child::process::recover_id(&head) {
+                        Some(rid) => {
+                            tx.deliver(message::error_response(
+                                &rid,
+                                code::INVALID_REQUEST,
+                                &msg,
+                                None,
+                            ));
+                        }
+                        None => reject(&tx, id, code::INVALID_REQUEST, &msg),
+                    }
+                    continue;
+                }
+            };
+            for m in msgs {
+                match m {
+                    Ok(m) => {
+                        if events.send(SessionEvent::Message(id, m)).await.is_err() {
+                            break 'read;
+                        }
+                    }
+                    Err(e) => reject(&tx, id, e.code(), &e.to_string()),
+                }
+            }
+        }
+        if eof {
+            break;
+        }
+    }
+    debug!(client = %id, clean_eof, "client input closed");
+    let ev = if clean_eof && !kick.is_cancelled() {
+        SessionEvent::InputClosed(id)
+    } else {
+        SessionEvent::Disconnected(id)
+    };
+    let _ = events.send(ev).await;
+    // The actor drops its ClientTx when it is done with the client; once every sender is gone
+    // the writer has drained the queue and closes the connection.
+    drop(tx);
+    let _ = writer.await;
+    let _ = events.send(SessionEvent::Disconnected(id)).await;
+    info!(client = %id, "client disconnected");
+}
+
+/// Answers an unparsable line with `id: null` (JSON-RPC 2.0 §5: the id cannot be known); the
+/// client stays connected and nothing reaches the child (K02).
+fn reject(tx: &ClientTx, id: ClientId, code: i64, why: &str) {
+    warn!(client = %id, code, "rejected a client line: {why}");
+    tx.deliver(message::error_response(
+        &message::raw_null(),
+        code,
+        why,
+        None,
+    ));
+}

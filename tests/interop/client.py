@@ -1,0 +1,407 @@
+#!/usr/bin/env python3
+"""Interop MCP client built only on the official `mcp` Python SDK (stdio transport).
+
+Usage:
+    python client.py [options] SCENARIO -- COMMAND [ARGS...]
+
+COMMAND ARGS is launched as a stdio MCP server by the SDK's stdio client (in the
+supervisor's tests: `mcp-supervisor attach NAME -c CONFIG`). The script connects
+in the requested protocol era, runs SCENARIO, prints one JSON object per step on
+stdout (`{"step": ..., "ok": true, ...}`) and exits 0 only if every assertion
+held. On failure it prints a `{"step": ..., "ok": false, "error": ...}` line,
+a `client.py: FAIL: ...` message on stderr, and exits 1 (2 for usage errors).
+
+Scenarios:
+    everything  @modelcontextprotocol/server-everything: tools/list contains echo,
+                get-sum and trigger-long-running-operation; echo round-trips a
+                unique message; get-sum(2, 3) says 5; the long-running tool sends
+                >= 2 progress notifications before its result.
+    time        mcp-server-time: get_current_time(UTC) and convert_time.
+    tools       any server: tools/list is non-empty.
+
+Eras (--era), mapped onto the SDK 2.x `mcp.Client(mode=...)` setting:
+    handshake   mode="legacy": the `initialize` handshake (protocol <= 2025-11-25).
+    modern      mode="2026-07-28": no handshake, every request carries the
+                2026-07-28 `_meta` envelope (fails against a handshake-only server).
+    auto        mode="auto" (the SDK default): probe `server/discover`, fall back to
+                `initialize` when the server does not answer it as a modern server.
+
+The server's stderr is passed through to this process's stderr. The child gets
+this process's full environment (the SDK would otherwise pass only HOME, PATH,
+...), so variables such as RUST_LOG reach `mcp-supervisor attach`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import threading
+import time
+import traceback
+import uuid
+from typing import Any, Awaitable, Callable
+
+try:
+    import anyio
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+    from mcp.shared.exceptions import MCPError
+    from pydantic import ValidationError
+    from mcp.types import CallToolResult, Implementation, TextContent
+    from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
+except ImportError as e:  # pragma: no cover - environment problem
+    print(
+        f"client.py: FAIL: cannot import the mcp SDK ({e}); run .ci/install-deps and use "
+        "the interpreter in $MCPSUP_INTEROP_PYTHON (.interop/client-venv/bin/python)",
+        file=sys.stderr,
+    )
+    sys.exit(1)
+
+try:
+    BaseExceptionGroup
+except NameError:  # Python 3.10: anyio depends on the backport there
+    from exceptiongroup import BaseExceptionGroup  # type: ignore[no-redef]
+
+ERA_TO_MODE = {"handshake": "legacy", "modern": LATEST_MODERN_VERSION, "auto": "auto"}
+SCENARIOS = ("everything", "time", "tools")
+
+
+class Failure(Exception):
+    """An assertion about the server's behaviour did not hold."""
+
+
+def emit(step: str, ok: bool = True, **details: Any) -> None:
+    record = {"step": step, "ok": ok, **details}
+    sys.stdout.write(json.dumps(record, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise Failure(msg)
+
+
+def text_of(result: CallToolResult) -> str:
+    return "\n".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+# --------------------------------------------------------------------------------------------
+# Scenario runner: every request goes through `Runner.step`, which times it, prints the JSON
+# line, and turns exceptions into a failed step naming the step.
+
+
+class Runner:
+    def __init__(self, client: Client, args: argparse.Namespace) -> None:
+        self.client = client
+        self.args = args
+        self.steps_ok = 0
+
+    async def step(
+        self, name: str, iteration: int, fn: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        started = time.monotonic()
+        try:
+            details = await fn()
+        except Failure as e:
+            emit(name, False, iteration=iteration, error=str(e))
+            raise Failure(f"step {name!r} (iteration {iteration}): {e}") from None
+        except MCPError as e:
+            emit(name, False, iteration=iteration, error=f"MCP error {e.code}: {e.message}")
+            raise Failure(f"step {name!r} (iteration {iteration}): MCP error {e.code}: {e.message}") from e
+        except ValidationError as e:
+            # The SDK validates every result against the negotiated protocol version.
+            summary = "; ".join(f"{'.'.join(map(str, err['loc'])) or '<root>'}: {err['msg']}" for err in e.errors()[:5])
+            msg = f"result does not conform to protocol {self.client.protocol_version}: {summary}"
+            emit(name, False, iteration=iteration, error=msg)
+            raise Failure(f"step {name!r} (iteration {iteration}): {msg}") from e
+        ms = round((time.monotonic() - started) * 1000, 1)
+        emit(name, True, iteration=iteration, ms=ms, **details)
+        self.steps_ok += 1
+        return details
+
+    async def list_tools(self, iteration: int, required: tuple[str, ...] = ()) -> list[str]:
+        names: list[str] = []
+
+        async def run() -> dict[str, Any]:
+            cursor: str | None = None
+            for _ in range(100):  # bounded pagination
+                page = await self.client.list_tools(cursor=cursor)
+                names.extend(t.name for t in page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+            check(len(names) > 0, "tools/list returned no tools")
+            missing = [n for n in required if n not in names]
+            check(not missing, f"tools missing from tools/list: {missing} (got {names})")
+            return {"count": len(names), "tools": names}
+
+        await self.step("list_tools", iteration, run)
+        return names
+
+    async def call(self, name: str, arguments: dict[str, Any], **kw: Any) -> CallToolResult:
+        result = await self.client.call_tool(name, arguments, **kw)
+        check(not result.is_error, f"tool {name} returned isError=true: {text_of(result)!r}")
+        return result
+
+
+async def scenario_tools(r: Runner, iteration: int) -> None:
+    await r.list_tools(iteration)
+
+
+async def scenario_everything(r: Runner, iteration: int) -> None:
+    long_tool = "trigger-long-running-operation"
+    await r.list_tools(iteration, required=("echo", "get-sum", long_tool))
+
+    message = f"interop {r.args.client_name} pid={os.getpid()} it={iteration} {uuid.uuid4().hex}"
+
+    async def echo() -> dict[str, Any]:
+        text = text_of(await r.call("echo", {"message": message}))
+        check(message in text, f"echo text {text!r} does not contain {message!r}")
+        return {"sent": message, "text": text}
+
+    await r.step("echo", iteration, echo)
+
+    async def get_sum() -> dict[str, Any]:
+        text = text_of(await r.call("get-sum", {"a": 2, "b": 3}))
+        check(re.search(r"(?<![\d.])5(?![\d])", text) is not None, f"get-sum(2, 3) text {text!r} does not say 5")
+        return {"text": text}
+
+    await r.step("get_sum", iteration, get_sum)
+
+    steps = r.args.progress_steps
+    duration = r.args.progress_duration
+
+    async def long_running() -> dict[str, Any]:
+        seen: list[tuple[float, float | None]] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append((progress, total))
+
+        result = await r.call(
+            long_tool, {"duration": duration, "steps": steps}, progress_callback=on_progress
+        )
+        text = text_of(result)
+        # The SDK runs progress callbacks as spawned tasks: give the ones already received
+        # (they precede the response on the wire) a moment to run before counting.
+        with anyio.move_on_after(2):
+            while len(seen) < steps:
+                await anyio.sleep(0.01)
+        check("completed" in text.lower(), f"{long_tool} final text {text!r} does not report completion")
+        check(len(seen) >= 2, f"expected >= 2 progress notifications, got {len(seen)}: {seen}")
+        values = sorted(p for p, _ in seen)
+        check(len(set(values)) == len(values), f"duplicate progress values: {seen}")
+        check(all(t == steps for _, t in seen), f"progress total != {steps}: {seen}")
+        return {"progress_notifications": len(seen), "progress": values, "text": text}
+
+    await r.step("long_running_progress", iteration, long_running)
+
+
+async def scenario_time(r: Runner, iteration: int) -> None:
+    names = await r.list_tools(iteration, required=("get_current_time",))
+
+    async def current() -> dict[str, Any]:
+        result = await r.call("get_current_time", {"timezone": "UTC"})
+        text = text_of(result)
+        check("UTC" in text, f"get_current_time(UTC) text {text!r} does not mention UTC")
+        check(
+            re.search(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}", text) is not None,
+            f"get_current_time(UTC) text {text!r} has no ISO datetime",
+        )
+        return {"text": text, "structured": result.structured_content}
+
+    await r.step("get_current_time", iteration, current)
+
+    if "convert_time" in names:
+
+        async def convert() -> dict[str, Any]:
+            result = await r.call(
+                "convert_time",
+                {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"},
+            )
+            text = text_of(result)
+            check("Asia/Tokyo" in text, f"convert_time text {text!r} does not mention Asia/Tokyo")
+            check("21:00" in text, f"convert_time 12:00 UTC->Asia/Tokyo text {text!r} does not say 21:00")
+            return {"text": text}
+
+        await r.step("convert_time", iteration, convert)
+
+
+SCENARIO_FNS = {"everything": scenario_everything, "time": scenario_time, "tools": scenario_tools}
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def era_of(version: str | None) -> str:
+    if version in MODERN_PROTOCOL_VERSIONS:
+        return "modern"
+    if version in HANDSHAKE_PROTOCOL_VERSIONS:
+        return "handshake"
+    return f"unknown({version})"
+
+
+async def run(args: argparse.Namespace, command: list[str]) -> None:
+    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    client = Client(
+        params,
+        mode=ERA_TO_MODE[args.era],
+        client_info=Implementation(name=args.client_name, version="1.0.0"),
+        read_timeout_seconds=args.request_timeout,
+        cache=None,  # every call must reach the wire (no SEP-2549 response cache)
+    )
+    started = time.monotonic()
+    try:
+        await client.__aenter__()
+    except Exception as e:  # spawn failure, server exit, handshake error: all expected failure modes
+        error = describe(e)
+        emit("connect", False, requested_era=args.era, command=command, error=error)
+        raise Failure(f"connect (--era {args.era}, command {command}) failed: {error}") from None
+    try:
+        version = client.protocol_version
+        info = client.server_info
+        negotiated = era_of(version)
+        emit(
+            "connect",
+            True,
+            requested_era=args.era,
+            sdk_mode=ERA_TO_MODE[args.era],
+            era=negotiated,
+            protocol_version=version,
+            server_name=info.name if info else None,
+            server_version=info.version if info else None,
+            ms=round((time.monotonic() - started) * 1000, 1),
+        )
+        problem = None
+        if args.era != "auto" and negotiated != args.era:
+            problem = f"requested era {args.era} but negotiated {version}"
+        elif args.expect_era and negotiated != args.expect_era:
+            problem = f"expected era {args.expect_era} but negotiated {version}"
+        if problem:
+            emit("era_check", False, error=problem)
+            raise Failure(problem)
+
+        runner = Runner(client, args)
+        fn = SCENARIO_FNS[args.scenario]
+        if args.concurrent and args.repeat > 1:
+            async with anyio.create_task_group() as tg:
+                for i in range(1, args.repeat + 1):
+                    tg.start_soon(fn, runner, i)
+        else:
+            for i in range(1, args.repeat + 1):
+                await fn(runner, i)
+        emit(
+            "done",
+            True,
+            scenario=args.scenario,
+            era=negotiated,
+            repeat=args.repeat,
+            steps_ok=runner.steps_ok,
+            ms=round((time.monotonic() - started) * 1000, 1),
+        )
+    finally:
+        await client.__aexit__(None, None, None)
+
+
+def describe(exc: BaseException) -> str:
+    parts = []
+    for leaf in leaves(exc):
+        if isinstance(leaf, MCPError):
+            parts.append(f"MCP error {leaf.code}: {leaf.message}")
+        else:
+            parts.append(f"{type(leaf).__name__}: {leaf}")
+    return "; ".join(parts)
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """Flatten (Base)ExceptionGroups raised by anyio task groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        out: list[BaseException] = []
+        for sub in exc.exceptions:
+            out.extend(leaves(sub))
+        return out
+    return [exc]
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(
+        prog="client.py",
+        usage="%(prog)s [options] SCENARIO -- COMMAND [ARGS...]",
+        description="MCP interop client (official mcp SDK, stdio transport).",
+    )
+    parser.add_argument("scenario", metavar="SCENARIO", choices=SCENARIOS, help=" | ".join(SCENARIOS))
+    parser.add_argument("--era", choices=tuple(ERA_TO_MODE), default="auto", help="protocol era (default auto)")
+    parser.add_argument("--expect-era", choices=("handshake", "modern"), help="assert the negotiated era")
+    parser.add_argument("--timeout", type=float, default=60.0, help="overall timeout in seconds (default 60)")
+    parser.add_argument("--request-timeout", type=float, default=None, help="per-request read timeout, seconds")
+    parser.add_argument("--repeat", type=int, default=1, help="run the scenario's calls N times in one session")
+    parser.add_argument("--concurrent", action="store_true", help="with --repeat: run the N iterations concurrently")
+    parser.add_argument("--client-name", default="mcpsup-interop-client", help="clientInfo.name")
+    parser.add_argument("--progress-steps", type=int, default=3, help="steps for the long-running tool (>= 2)")
+    parser.add_argument("--progress-duration", type=float, default=0.6, help="seconds for the long-running tool")
+    if "--" not in argv:
+        parser.parse_args(argv)  # handles --help and other usage errors first
+        parser.error("missing '-- COMMAND [ARGS...]'")
+    sep = argv.index("--")
+    args = parser.parse_args(argv[:sep])
+    command = argv[sep + 1 :]
+    if not command:
+        parser.error("missing COMMAND after '--'")
+    if args.repeat < 1:
+        parser.error("--repeat must be >= 1")
+    if args.progress_steps < 2:
+        parser.error("--progress-steps must be >= 2")
+    if args.timeout <= 0:
+        parser.error("--timeout must be > 0")
+    return args, command
+
+
+def main(argv: list[str]) -> int:
+    args, command = parse(argv)
+
+    # Last-resort watchdog in case cancellation itself wedges (e.g. an unkillable child).
+    def hard_timeout() -> None:
+        print(f"client.py: FAIL: hard timeout ({args.timeout + 15:.0f}s), exiting", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    watchdog = threading.Timer(args.timeout + 15, hard_timeout)
+    watchdog.daemon = True
+    watchdog.start()
+
+    async def bounded() -> bool:
+        with anyio.move_on_after(args.timeout) as scope:
+            await run(args, command)
+        return not scope.cancelled_caught
+
+    try:
+        finished = anyio.run(bounded)
+    except BaseException as exc:  # noqa: BLE001 - report everything, exit 1
+        if isinstance(exc, KeyboardInterrupt):
+            print("client.py: FAIL: interrupted", file=sys.stderr)
+            return 1
+        if isinstance(exc, SystemExit):
+            raise
+        hint = (
+            " [note: --era modern skips the initialize handshake and needs a server that speaks protocol "
+            f"{LATEST_MODERN_VERSION}; handshake-only servers (e.g. server-everything) cannot pass]"
+            if args.era == "modern"
+            else ""
+        )
+        for leaf in leaves(exc):
+            if isinstance(leaf, Failure):
+                print(f"client.py: FAIL: {leaf}{hint}", file=sys.stderr)
+            else:
+                print(f"client.py: FAIL: unexpected {type(leaf).__name__}: {leaf}", file=sys.stderr)
+                traceback.print_exception(leaf, file=sys.stderr)
+        return 1
+    if not finished:
+        emit("timeout", False, error=f"overall timeout of {args.timeout}s expired")
+        print(f"client.py: FAIL: overall timeout of {args.timeout}s expired (scenario {args.scenario})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

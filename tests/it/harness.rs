@@ -1,0 +1,573 @@
+//! Test harness: runs the real `mcp-supervisor` binary against the fake server fixture.
+//!
+//! Every supervisor started here gets a unique `MCPSUP_TEST_ID` in its environment, which its
+//! children inherit; dropping a [`Supervisor`] stops it and then fails the test if any process
+//! carrying that marker is still alive (after killing it, so one leak does not cascade).
+//! Waiting is always on an event with a deadline ([`wait_until`], [`Client::recv`]), never a
+//! bare sleep.
+
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The supervisor binary under test.
+pub const SUPERVISOR: &str = env!("CARGO_BIN_EXE_mcp-supervisor");
+/// The scriptable fake MCP server.
+pub const FAKE: &str = env!("CARGO_BIN_EXE_mcp-fake-server");
+
+/// Polls `cond` every 10 ms until it holds or `timeout` passes; returns whether it held.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A unique marker for one test's processes.
+pub fn test_id() -> String {
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+/// TOML for a `[servers.NAME]` table running the fake server with `args`, plus `extra` lines.
+pub fn fake_server(name: &str, args: &[&str], extra: &str) -> String {
+    let args: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
+    format!(
+        "[servers.{name}]\ncommand = {FAKE:?}\nargs = [{}]\n{extra}\n",
+        args.join(", ")
+    )
+}
+
+/// A running supervisor with its own temporary directory.
+pub struct Supervisor {
+    pub child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub id: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Supervisor {
+    /// Writes `servers` (TOML server tables) into a config with a private socket_dir and runs
+    /// `mcp-supervisor run` on it. Waits until every server's socket exists.
+    pub fn start(servers: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("supervisor.toml");
+        let text = format!(
+            "[supervisor]\nsocket_dir = {:?}\n\n{servers}",
+            dir.path().join("run")
+        );
+        std::fs::write(&config, text).unwrap();
+        let mut s = Self::spawn_with(dir, config, &[]);
+        let names = server_names(servers);
+        let ok = wait_until(Duration::from_secs(10), || {
+            names.iter().all(|n| s.socket(n).exists())
+        });
+        if !ok {
+            s.stop();
+            panic!("sockets did not appear; log:\n{}", s.log());
+        }
+        s
+    }
+
+    /// Runs the binary on an existing config with extra environment variables.
+    pub fn spawn_with(dir: tempfile::TempDir, config: PathBuf, env: &[(&str, &str)]) -> Self {
+        let id = test_id();
+        let mut cmd = Command::new(SUPERVISOR);
+        cmd.arg("run")
+            .arg("-c")
+            .arg(&config)
+            .env("MCPSUP_TEST_ID", &id)
+            .env("RUST_LOG", "debug")
+            .env("NO_COLOR", "1")
+            .env_remove("JOURNAL_STREAM")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let mut err = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let text = String::from_utf8_lossy(&buf[..n]);
+                if std::env::var_os("MCPSUP_TEST_ECHO").is_some() {
+                    eprint!("{text}");
+                }
+                sink.lock().unwrap().push_str(&text);
+            }
+        });
+        Supervisor {
+            child: Some(child),
+            dir,
+            config,
+            id,
+            log,
+        }
+    }
+
+    /// Path of server `name`'s socket.
+    pub fn socket(&self, name: &str) -> PathBuf {
+        self.dir.path().join("run").join(format!("{name}.sock"))
+    }
+
+    /// A path inside the test's temporary directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The supervisor's log so far (stderr, plain text).
+    pub fn log(&self) -> String {
+        strip_ansi(&self.log.lock().unwrap())
+    }
+
+    /// Waits until the log contains `needle` `count` times.
+    pub fn wait_log_count(&self, needle: &str, count: usize, timeout: Duration) -> bool {
+        wait_until(timeout, || self.log().matches(needle).count() >= count)
+    }
+
+    /// Waits until the log contains `needle`.
+    pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
+        self.wait_log_count(needle, 1, timeout)
+    }
+
+    /// Connects a raw client to server `name`.
+    pub fn connect(&self, name: &str) -> Client {
+        Client::connect(&self.socket(name))
+    }
+
+    /// Connects and completes the MCP handshake.
+    pub fn client(&self, name: &str) -> Client {
+        let mut c = self.connect(name);
+        c.initialize("test-client", json!({}));
+        c
+    }
+
+    /// The supervisor's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Sends a signal to the supervisor.
+    pub fn signal(&self, sig: i32) {
+        unsafe {
+            libc::kill(self.pid() as i32, sig);
+        }
+    }
+
+    /// SIGTERM, then waits up to 20 s for exit; returns the exit code (SIGKILL on timeout).
+    pub fn stop(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return st.code();
+            }
+            if Instant::now() > end {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for the supervisor to exit by itself.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let end = Instant::now() + timeout;
+        loop {
+            let child = self.child.as_mut()?;
+            if let Some(st) = child.try_wait().unwrap() {
+                self.child = None;
+                return Some(st);
+            }
+            if Instant::now() > end {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Pids of live (non-zombie) processes carrying this test's marker.
+    pub fn marked(&self) -> Vec<i32> {
+        marked_processes(&self.id)
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        self.stop();
+        // Children are killed by the ladder within its budget; allow for it, then check.
+        let clean = wait_until(Duration::from_secs(10), || {
+            marked_processes(&self.id).is_empty()
+        });
+        let left = marked_processes(&self.id);
+        for pid in &left {
+            unsafe {
+                libc::kill(*pid, libc::SIGKILL);
+            }
+        }
+        if !clean && !std::thread::panicking() {
+            panic!(
+                "processes left behind by the supervisor: {left:?}\nlog:\n{}",
+                self.log()
+            );
+        }
+    }
+}
+
+/// Live processes whose environment holds `MCPSUP_TEST_ID=<id>` (zombies have no readable
+/// environment and are reported by [`zombies_of`]).
+pub fn marked_processes(id: &str) -> Vec<i32> {
+    let needle = format!("MCPSUP_TEST_ID={id}");
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) && !is_zombie(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Whether `pid` is a zombie.
+pub fn is_zombie(pid: i32) -> bool {
+    proc_stat(pid).is_some_and(|(state, _)| state == 'Z')
+}
+
+/// Zombie children of `parent`.
+pub fn zombies_of(parent: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Some((state, ppid)) = proc_stat(pid) {
+            if state == 'Z' && ppid == parent {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+fn proc_stat(pid: i32) -> Option<(char, i32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let mut it = rest.split_whitespace();
+    let state = it.next()?.chars().next()?;
+    let ppid = it.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// Whether a process exists (and is not a zombie).
+pub fn alive(pid: i32) -> bool {
+    proc_stat(pid).is_some_and(|(s, _)| s != 'Z')
+}
+
+fn server_names(servers: &str) -> Vec<String> {
+    servers
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("[servers.")?
+                .strip_suffix(']')
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Reads the pids the fake server wrote with `--pidfile` (one `<pid> <unix ms>` per start).
+pub fn pidfile(path: &Path) -> Vec<(i32, u64)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Lines the fake server logged with `--log` (what the child saw), parsed where JSON.
+pub fn child_saw(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Counts lines the child saw whose JSON `method` equals `method`.
+pub fn child_saw_method(path: &Path, method: &str) -> usize {
+    child_saw(path)
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["method"] == method)
+        .count()
+}
+
+/// One client connection speaking newline-delimited JSON.
+pub struct Client {
+    pub stream: UnixStream,
+    reader: BufReader<UnixStream>,
+    /// Messages received while waiting for something else (notifications, other responses).
+    pub backlog: Vec<Value>,
+}
+
+impl Client {
+    /// Connects, retrying until the socket accepts (10 s).
+    pub fn connect(path: &Path) -> Client {
+        let mut stream = None;
+        wait_until(Duration::from_secs(10), || {
+            stream = UnixStream::connect(path).ok();
+            stream.is_some()
+        });
+        let stream = stream.unwrap_or_else(|| panic!("cannot connect to {}", path.display()));
+        let reader = BufReader::new(stream.try_clone().unwrap());
+        Client {
+            stream,
+            reader,
+            backlog: Vec::new(),
+        }
+    }
+
+    /// Writes one JSON value as a line.
+    pub fn send(&mut self, v: &Value) {
+        let mut line = serde_json::to_vec(v).unwrap();
+        line.push(b'\n');
+        self.stream.write_all(&line).unwrap();
+    }
+
+    /// Writes raw bytes.
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    /// Reads the next message, waiting at most `timeout`. `None` on timeout or EOF.
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Option<Value> {
+        if !self.backlog.is_empty() {
+            return Some(self.backlog.remove(0));
+        }
+        self.read_line(timeout)
+    }
+
+    fn read_line(&mut self, timeout: Duration) -> Option<Value> {
+        self.stream.set_read_timeout(Some(timeout)).unwrap();
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(timeout))
+            .unwrap();
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => None,
+            Ok(_) => Some(
+                serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("client got a non-JSON line {line:?}: {e}")),
+            ),
+            Err(_) => None,
+        }
+    }
+
+    /// The next message (10 s), panicking on timeout.
+    pub fn recv(&mut self) -> Value {
+        self.recv_timeout(Duration::from_secs(10))
+            .expect("no message within 10 s")
+    }
+
+    /// Waits for the response with this exact `id` (value and type), keeping other messages in
+    /// the backlog. `None` when nothing matching arrives within `timeout`.
+    pub fn response_timeout(&mut self, id: &Value, timeout: Duration) -> Option<Value> {
+        if let Some(i) = self.backlog.iter().position(|m| is_response(m, id)) {
+            return Some(self.backlog.remove(i));
+        }
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            let m = self.read_line(left)?;
+            if is_response(&m, id) {
+                return Some(m);
+            }
+            self.backlog.push(m);
+        }
+    }
+
+    /// Waits (10 s) for the response with this id.
+    pub fn response(&mut self, id: &Value) -> Value {
+        self.response_timeout(id, Duration::from_secs(10))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no response to id {id} within 10 s; backlog {:?}",
+                    self.backlog
+                )
+            })
+    }
+
+    /// Sends a request and waits for its response.
+    pub fn request(&mut self, id: Value, method: &str, params: Value) -> Value {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        self.response(&id)
+    }
+
+    /// Calls a tool and returns the whole response.
+    pub fn call(&mut self, id: Value, tool: &str, args: Value) -> Value {
+        self.request(id, "tools/call", json!({"name": tool, "arguments": args}))
+    }
+
+    /// Text of the first content block of a tool result response.
+    pub fn text(resp: &Value) -> String {
+        resp["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Handshake: `initialize` then `notifications/initialized`.
+    pub fn initialize(&mut self, name: &str, capabilities: Value) -> Value {
+        let r = self.request(
+            json!(0),
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": name, "version": "1"}}),
+        );
+        self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        r
+    }
+
+    /// Waits for a notification with this method (from the backlog or the wire).
+    pub fn notification(&mut self, method: &str, timeout: Duration) -> Option<Value> {
+        if let Some(i) = self
+            .backlog
+            .iter()
+            .position(|m| m["method"] == method && m.get("id").is_none())
+        {
+            return Some(self.backlog.remove(i));
+        }
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            let m = self.read_line(left)?;
+            if m["method"] == method && m.get("id").is_none() {
+                return Some(m);
+            }
+            self.backlog.push(m);
+        }
+    }
+
+    /// Waits for a request from the server (child) with this method.
+    pub fn server_request(&mut self, method: &str, timeout: Duration) -> Option<Value> {
+        if let Some(i) = self
+            .backlog
+            .iter()
+            .position(|m| m["method"] == method && m.get("id").is_some())
+        {
+            return Some(self.backlog.remove(i));
+        }
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            let m = self.read_line(left)?;
+            if m["method"] == method && m.get("id").is_some() {
+                return Some(m);
+            }
+            self.backlog.push(m);
+        }
+    }
+
+    /// Reads until EOF or `timeout`; returns whether the connection closed.
+    pub fn closed_within(&mut self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            self.stream.set_read_timeout(Some(left)).unwrap();
+            self.reader.get_ref().set_read_timeout(Some(left)).unwrap();
+            let mut line = String::new();
+            match self.reader.read_line(&mut line) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    return false
+                }
+                Err(_) => return true,
+            }
+        }
+    }
+}
+
+fn is_response(m: &Value, id: &Value) -> bool {
+    m.get("method").is_none() && m.get("id") == Some(id)
+}

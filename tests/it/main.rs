@@ -1,0 +1,6 @@
+//! Integration tests: the real `mcp-supervisor` binary against fake MCP servers.
+//! Tests are named after the field case they pin (`case_kNN_*`, `../shared/cases.md`).
+
+mod harness;
+
+mod basics;
