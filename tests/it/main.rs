@@ -4,3 +4,4 @@
 mod harness;
 
 mod basics;
+mod interop;

@@ -1,0 +1,108 @@
+//! Interop with real, unmodified MCP software installed by `.ci/install-deps`: the official
+//! Python SDK client (`mcp` on PyPI) connected through `mcp-supervisor attach`, against the
+//! real servers `@modelcontextprotocol/server-everything` (npm, `stdio` mode) and
+//! `mcp-server-time` (PyPI). Versions are pinned in `.ci/install-deps`.
+//!
+//! These tests fail (they do not skip) when the software is missing: run `.ci/install-deps`.
+
+use crate::harness::*;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+struct Interop {
+    vars: HashMap<String, String>,
+}
+
+impl Interop {
+    fn load() -> Interop {
+        let env = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".interop/env.sh");
+        let text = std::fs::read_to_string(&env).unwrap_or_else(|e| {
+            panic!("{}: {e}; the interop tests need real MCP software: run .ci/install-deps first", env.display())
+        });
+        let vars = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("export "))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.trim_matches('"').to_string()))
+            .collect();
+        Interop { vars }
+    }
+
+    fn var(&self, k: &str) -> &str {
+        self.vars.get(k).unwrap_or_else(|| panic!("{k} missing from .interop/env.sh"))
+    }
+
+    /// `[servers.everything]` and `[servers.time]` tables.
+    fn servers(&self) -> String {
+        let args: Vec<String> = self
+            .var("MCPSUP_EVERYTHING_ARGS")
+            .split_whitespace()
+            .map(|a| format!("{a:?}"))
+            .collect();
+        format!(
+            "[servers.everything]\ncommand = {:?}\nargs = [{}]\nstart_timeout = \"60s\"\n\n[servers.time]\ncommand = {:?}\nstart_timeout = \"60s\"\n",
+            self.var("MCPSUP_EVERYTHING_SERVER"),
+            args.join(", "),
+            self.var("MCPSUP_TIME_SERVER"),
+        )
+    }
+
+    /// Starts the official SDK client script on `scenario` through `attach NAME`.
+    fn client(&self, sup: &Supervisor, name: &str, scenario: &str, extra: &[&str]) -> std::process::Child {
+        Command::new(self.var("MCPSUP_INTEROP_PYTHON"))
+            .arg(self.var("MCPSUP_INTEROP_CLIENT"))
+            .args(extra)
+            .args(["--timeout", "90", scenario, "--", SUPERVISOR, "attach", name, "-c"])
+            .arg(&sup.config)
+            .env("MCPSUP_TEST_ID", &sup.id)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot run the interop client")
+    }
+}
+
+fn check(out: Output, what: &str, sup: &Supervisor) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout:\n{stdout}\nstderr:\n{}\nsupervisor log:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        sup.log()
+    );
+    stdout
+}
+
+#[test]
+fn interop_python_sdk_client_with_server_everything_through_attach() {
+    let io = Interop::load();
+    let sup = Supervisor::start(&io.servers());
+    let out = io.client(&sup, "everything", "everything", &["--era", "handshake"]).wait_with_output().unwrap();
+    let stdout = check(out, "the SDK client (everything)", &sup);
+    for step in ["echo", "get-sum", "progress"] {
+        assert!(stdout.contains(step), "step {step} missing from:\n{stdout}");
+    }
+}
+
+#[test]
+fn interop_python_sdk_client_with_mcp_server_time_through_attach() {
+    let io = Interop::load();
+    let sup = Supervisor::start(&io.servers());
+    let out = io.client(&sup, "time", "time", &["--era", "handshake"]).wait_with_output().unwrap();
+    let stdout = check(out, "the SDK client (time)", &sup);
+    assert!(stdout.contains("get_current_time"), "{stdout}");
+}
+
+#[test]
+fn interop_two_sdk_clients_share_one_child_concurrently() {
+    let io = Interop::load();
+    let sup = Supervisor::start(&io.servers());
+    let a = io.client(&sup, "everything", "everything", &["--era", "handshake", "--repeat", "3", "--client-name", "a"]);
+    let b = io.client(&sup, "everything", "everything", &["--era", "auto", "--repeat", "3", "--concurrent", "--client-name", "b"]);
+    check(a.wait_with_output().unwrap(), "client a", &sup);
+    check(b.wait_with_output().unwrap(), "client b", &sup);
+    // One child served both: exactly one spawn of the everything server.
+    assert_eq!(sup.log().matches("spawned").count(), 2, "one spawn per server:\n{}", sup.log());
+}
