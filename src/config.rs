@@ -80,7 +80,8 @@ pub enum RestartPolicy {
 pub struct ServerConfig {
     /// The server's name (`[a-z0-9_-]+`); socket `<socket_dir>/<name>.sock`.
     pub name: String,
-    /// Program to execute directly (never through a shell); looked up in `PATH` if bare.
+    /// Program to execute directly (never through a shell); looked up in `PATH` if bare, and
+    /// relative to the config file's directory if it is a relative path with a `/`.
     pub command: String,
     /// Arguments. Default empty.
     pub args: Vec<String>,
@@ -408,7 +409,21 @@ impl Validator<'_> {
         let s = s.get_ref();
         let k = |field: &str| format!("servers.{name}.{field}");
         let command = match &s.command {
-            Some(c) if !c.get_ref().trim().is_empty() => c.get_ref().clone(),
+            Some(c) if !c.get_ref().trim().is_empty() => {
+                // `dir/prog` is relative to the config file, like socket_dir; a bare name is
+                // looked up in PATH.
+                let c = c.get_ref();
+                if c.contains('/') && Path::new(c).is_relative() {
+                    self.path
+                        .parent()
+                        .unwrap_or(Path::new("."))
+                        .join(c)
+                        .to_string_lossy()
+                        .into_owned()
+                } else {
+                    c.clone()
+                }
+            }
             Some(c) => return Err(self.err(c.span(), &k("command"), "must not be empty")),
             None => {
                 return Err(self.err(span, &k("command"), "missing: every server needs a command"))

@@ -3,5 +3,6 @@
 //! [`era`] (everything that depends on the protocol revision).
 
 pub mod era;
+pub mod ids;
 pub mod server;
 pub mod session;

@@ -31,6 +31,7 @@ use crate::child::process::{self, ChildEvent, ChildHandle, Exit, Queued, StderrT
 use crate::config::{RestartPolicy, ServerConfig};
 use crate::jsonrpc::message::{self, code, raw, raw_u64, Kind, Message, Out};
 use crate::mux::era::{self, Handshake};
+use crate::mux::ids::Inflight;
 use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent};
 use bytes::Bytes;
 use rand::rngs::StdRng;
@@ -38,7 +39,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn, Instrument};
@@ -198,7 +199,6 @@ enum Owner {
 struct Pending {
     owner: Owner,
     method: String,
-    deadline: Instant,
 }
 
 /// A client request held while the child is not ready.
@@ -224,8 +224,6 @@ struct Client {
     capabilities: Value,
     name: String,
     log_level: Option<usize>,
-    /// Client request id (compact JSON text) → child-side id.
-    inflight: HashMap<String, u64>,
     subs: HashSet<String>,
     /// Input closed: drop the client once its last request is answered.
     closing: bool,
@@ -251,9 +249,7 @@ struct Server {
     last_exit: Option<LastExit>,
     shutdown_waiters: Vec<oneshot::Sender<()>>,
     // The MCP session with the child.
-    next_id: u64,
-    inflight: HashMap<u64, Pending>,
-    deadlines: BTreeSet<(Instant, u64)>,
+    inflight: Inflight<Pending>,
     handshake: Option<Handshake>,
     start_deadline: Option<Instant>,
     lists: HashMap<&'static str, Value>,
@@ -300,9 +296,7 @@ impl Server {
             restarts: 0,
             last_exit: None,
             shutdown_waiters: Vec::new(),
-            next_id: 1,
-            inflight: HashMap::new(),
-            deadlines: BTreeSet::new(),
+            inflight: Inflight::default(),
             handshake: None,
             start_deadline: None,
             lists: HashMap::new(),
@@ -463,7 +457,7 @@ impl Server {
         let was_ready = self.ready_since.is_some();
         let probing_ping = self
             .probe
-            .and_then(|(id, _)| self.inflight.get(&id))
+            .and_then(|(id, _)| self.inflight.get(id))
             .is_some_and(|p| matches!(p.owner, Owner::Probe { ping: true }));
         if probing_ping && !exit.requested && !self.ping_kills {
             self.ping_kills = true;
@@ -683,7 +677,6 @@ impl Server {
                         capabilities: json!({}),
                         name: String::new(),
                         log_level: None,
-                        inflight: HashMap::new(),
                         subs: HashSet::new(),
                         closing: false,
                     },
@@ -727,7 +720,9 @@ impl Server {
             "logging/setLevel" if self.handshake.as_ref().is_some_and(|h| h.has("logging")) => {
                 return self.client_set_level(client, m)
             }
-            "resources/subscribe" | "resources/unsubscribe" if self.local_subscription(client, &m) => {
+            "resources/subscribe" | "resources/unsubscribe"
+                if self.local_subscription(client, &m) =>
+            {
                 return;
             }
             _ => {}
@@ -878,7 +873,7 @@ impl Server {
                 message::error_response(&id, code::LIMIT_EXCEEDED, &msg, None),
             );
         }
-        let child_id = self.next_id;
+        let child_id = self.inflight.allocate();
         let (params, progress) = match m.params.as_deref() {
             Some(p) => match message::swap_progress_token(p, raw_u64(child_id)) {
                 Some((np, orig)) => (Some(np), Some(orig)),
@@ -905,7 +900,7 @@ impl Server {
             None
         };
         let deadline = Instant::now() + self.cfg.timeout_for(&method);
-        let key = id.get().to_string();
+        let key = id_key(&id);
         let owner = Owner::Client {
             client,
             id,
@@ -913,11 +908,7 @@ impl Server {
             subscribe,
             cache,
         };
-        if let Some(sent) = self.send_to_child(owner, &method, params, deadline) {
-            if let Some(c) = self.clients.get_mut(&client) {
-                c.inflight.insert(key, sent);
-            }
-        }
+        self.send_with_id(child_id, Some(key), owner, &method, params, deadline);
     }
 
     /// Registers and writes a request to the child. Returns its child-side id, or `None` when
@@ -929,8 +920,21 @@ impl Server {
         params: Option<Box<RawValue>>,
         deadline: Instant,
     ) -> Option<u64> {
-        let child_id = self.next_id;
-        self.next_id += 1;
+        let child_id = self.inflight.allocate();
+        self.send_with_id(child_id, None, owner, method, params, deadline)
+    }
+
+    /// [`Server::send_to_child`] with an id already allocated; `key` is the owning client's
+    /// request id text.
+    fn send_with_id(
+        &mut self,
+        child_id: u64,
+        key: Option<String>,
+        owner: Owner,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        deadline: Instant,
+    ) -> Option<u64> {
         let line = Out::request(Some(&raw_u64(child_id)), method, params.as_deref()).encode();
         let queued = match &self.child {
             Some(c) => c.send(line),
@@ -951,15 +955,15 @@ impl Server {
             }
             return None;
         }
-        self.inflight.insert(
-            child_id,
-            Pending {
-                owner,
-                method: method.to_string(),
-                deadline,
-            },
-        );
-        self.deadlines.insert((deadline, child_id));
+        let client = match (&owner, key) {
+            (Owner::Client { client, .. }, Some(key)) => Some((*client, key)),
+            _ => None,
+        };
+        let pending = Pending {
+            owner,
+            method: method.to_string(),
+        };
+        self.inflight.insert(child_id, client, deadline, pending);
         Some(child_id)
     }
 
@@ -972,15 +976,11 @@ impl Server {
                     return;
                 };
                 let key = rid.to_string();
-                let child_id = self
-                    .clients
-                    .get_mut(&client)
-                    .and_then(|c| c.inflight.remove(&key));
-                let Some(child_id) = child_id else {
+                let Some(child_id) = self.inflight.lookup(client, &key) else {
                     debug!(client = %client, request_id = %key, "cancel for an unknown request: not forwarded");
                     return;
                 };
-                self.forget(child_id);
+                self.inflight.remove(child_id);
                 let mut p = p;
                 p.insert("requestId".into(), json!(child_id));
                 let line = Out::request(
@@ -1025,9 +1025,8 @@ impl Server {
             return;
         };
         // Cancel its requests toward the child; their late responses are dropped (K09).
-        for (_, child_id) in c.inflight {
-            self.forget(child_id);
-            let p = raw(&json!({"requestId": child_id, "reason": "client disconnected"}));
+        for r in self.inflight.remove_client(client) {
+            let p = raw(&json!({"requestId": r.id, "reason": "client disconnected"}));
             if let Some(ch) = &self.child {
                 ch.send_urgent(Out::request(None, "notifications/cancelled", Some(&p)).encode());
             }
@@ -1075,16 +1074,10 @@ impl Server {
         let done = self
             .clients
             .get(&client)
-            .is_some_and(|c| c.closing && c.inflight.is_empty())
+            .is_some_and(|c| c.closing && self.inflight.count_for(client) == 0)
             && !self.held.iter().any(|h| h.client == client);
         if done {
             self.drop_client(client);
-        }
-    }
-
-    fn forget(&mut self, child_id: u64) {
-        if let Some(p) = self.inflight.remove(&child_id) {
-            self.deadlines.remove(&(p.deadline, child_id));
         }
     }
 
@@ -1100,8 +1093,7 @@ impl Server {
 
     fn on_child_response(&mut self, m: Message) {
         let n = m.id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
-        let Some((child_id, pending)) = n.and_then(|n| self.inflight.remove(&n).map(|p| (n, p)))
-        else {
+        let Some(removed) = n.and_then(|n| self.inflight.remove(n)) else {
             let id = m.id.as_deref().map(RawValue::get).unwrap_or("none");
             debug!(
                 id,
@@ -1109,7 +1101,7 @@ impl Server {
             );
             return;
         };
-        self.deadlines.remove(&(pending.deadline, child_id));
+        let pending = removed.value;
         match pending.owner {
             Owner::Client {
                 client,
@@ -1118,9 +1110,6 @@ impl Server {
                 cache,
                 ..
             } => {
-                if let Some(c) = self.clients.get_mut(&client) {
-                    c.inflight.remove(id.get());
-                }
                 if let (Some(uri), Some(_)) = (subscribe, &m.result) {
                     self.subs.entry(uri.clone()).or_default().insert(client);
                     if let Some(c) = self.clients.get_mut(&client) {
@@ -1228,10 +1217,7 @@ impl Server {
         let cap = era::capability_for_request(method);
         self.inflight
             .iter()
-            .filter_map(|(id, p)| match &p.owner {
-                Owner::Client { client, .. } => Some((*id, *client)),
-                _ => None,
-            })
+            .filter_map(|(id, client, _, _)| Some((id, client?)))
             .filter(|(_, c)| {
                 self.clients.get(c).is_some_and(|cl| match cap {
                     Some(cap) => cl.capabilities.get(cap).is_some_and(|v| !v.is_null()),
@@ -1256,16 +1242,17 @@ impl Server {
                     return;
                 };
                 let token = p.get("progressToken").and_then(Value::as_u64);
-                let owner = token
-                    .and_then(|t| self.inflight.get(&t))
-                    .and_then(|pend| match &pend.owner {
-                        Owner::Client {
-                            client,
-                            progress: Some(orig),
-                            ..
-                        } => Some((*client, orig.clone())),
-                        _ => None,
-                    });
+                let owner =
+                    token
+                        .and_then(|t| self.inflight.get(t))
+                        .and_then(|pend| match &pend.owner {
+                            Owner::Client {
+                                client,
+                                progress: Some(orig),
+                                ..
+                            } => Some((*client, orig.clone())),
+                            _ => None,
+                        });
                 let Some((client, orig)) = owner else { return };
                 p.insert(
                     "progressToken".into(),
@@ -1341,19 +1328,15 @@ impl Server {
 
     fn on_oversized(&mut self, len: usize, id: Option<Box<RawValue>>) {
         let n = id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
-        let Some(child_id) = n.filter(|n| self.inflight.contains_key(n)) else {
+        let Some(child_id) = n.filter(|n| self.inflight.contains(*n)) else {
             warn!(
                 bytes = len,
                 "an oversized line with no recoverable request id was dropped"
             );
             return;
         };
-        let p = self.inflight.remove(&child_id).expect("checked");
-        self.deadlines.remove(&(p.deadline, child_id));
+        let p = self.inflight.remove(child_id).expect("checked").value;
         if let Owner::Client { client, id, .. } = p.owner {
-            if let Some(c) = self.clients.get_mut(&client) {
-                c.inflight.remove(id.get());
-            }
             let msg = format!(
                 "server `{}` answered with a message of {len} bytes, over max_message_size ({} bytes); it was discarded",
                 self.cfg.name, self.cfg.max_message_size
@@ -1513,13 +1496,9 @@ impl Server {
     }
 
     fn fail_inflight(&mut self, status: &str, reason: &str, retry: Option<Duration>) {
-        let pending: Vec<(u64, Pending)> = self.inflight.drain().collect();
-        self.deadlines.clear();
-        for (_, p) in pending {
+        for r in self.inflight.drain() {
+            let p = r.value;
             if let Owner::Client { client, id, .. } = p.owner {
-                if let Some(c) = self.clients.get_mut(&client) {
-                    c.inflight.remove(id.get());
-                }
                 let line = self.outage_line(
                     &id,
                     &p.method,
@@ -1580,7 +1559,7 @@ impl Server {
         [
             self.start_deadline,
             self.next_spawn,
-            self.deadlines.first().map(|(t, _)| *t),
+            self.inflight.next_deadline(),
             self.held.iter().map(|h| h.deadline).min(),
             self.upstream.values().map(|u| u.deadline).min(),
             probe_due,
@@ -1620,14 +1599,8 @@ impl Server {
             }
             self.spawn();
         }
-        while let Some(&(t, id)) = self.deadlines.first() {
-            if t > now {
-                break;
-            }
-            self.deadlines.pop_first();
-            if let Some(p) = self.inflight.remove(&id) {
-                self.on_deadline(id, p);
-            }
+        while let Some(r) = self.inflight.pop_expired(now) {
+            self.on_deadline(r.id, r.value);
         }
         while let Some(i) = self.held.iter().position(|h| h.deadline <= now) {
             let h = self.held.remove(i).expect("index from position");
@@ -1684,9 +1657,6 @@ impl Server {
     fn on_deadline(&mut self, child_id: u64, p: Pending) {
         match p.owner {
             Owner::Client { client, id, .. } => {
-                if let Some(c) = self.clients.get_mut(&client) {
-                    c.inflight.remove(id.get());
-                }
                 let cancel = raw(&json!({"requestId": child_id, "reason": "request timed out"}));
                 if let Some(c) = &self.child {
                     c.send_urgent(
@@ -1760,10 +1730,11 @@ impl Server {
             return;
         }
         // Slow is not dead: wait for the oldest client request's own deadline.
+        let now = Instant::now();
         let busy = self
             .inflight
-            .values()
-            .any(|p| matches!(p.owner, Owner::Client { .. }) && p.deadline > Instant::now());
+            .iter()
+            .any(|(_, client, deadline, _)| client.is_some() && deadline > now);
         if busy {
             info!("the child is silent but has requests within their deadline; not declaring it dead yet");
             return;
@@ -1821,4 +1792,12 @@ fn format_secs(d: Duration) -> String {
     } else {
         format!("{:.1}s", d.as_secs_f64())
     }
+}
+
+/// The canonical text of a client's request id, as the in-flight table keys it (so a cancel's
+/// `requestId` matches however the client spelled the number or string).
+fn id_key(id: &RawValue) -> String {
+    serde_json::from_str::<Value>(id.get())
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| id.get().to_string())
 }

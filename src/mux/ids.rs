@@ -1,0 +1,302 @@
+//! The in-flight table of one child session, sans-IO: child-side ids, the client that owns
+//! each one (with its own id), and deadlines.
+//!
+//! Owns: id allocation (a counter that never repeats while the table lives, design decision 3)
+//! and the three indexes that must agree (by child id, by client and client id, by deadline).
+//! Knows nothing about bytes, sockets or processes, so it is tested as a model
+//! (`tests` below: random interleavings never route to a non-owner and never leak).
+
+use super::session::ClientId;
+use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
+
+/// One request in flight toward the child.
+#[derive(Debug)]
+struct Slot<T> {
+    /// The owning client and its id for the request (compact JSON text), if a client owns it.
+    client: Option<(ClientId, String)>,
+    deadline: Instant,
+    value: T,
+}
+
+/// Requests in flight, keyed by the child-side id.
+#[derive(Debug)]
+pub struct Inflight<T> {
+    next: u64,
+    slots: HashMap<u64, Slot<T>>,
+    by_client: HashMap<ClientId, HashMap<String, u64>>,
+    deadlines: BTreeSet<(Instant, u64)>,
+}
+
+impl<T> Default for Inflight<T> {
+    fn default() -> Self {
+        Inflight {
+            next: 1,
+            slots: HashMap::new(),
+            by_client: HashMap::new(),
+            deadlines: BTreeSet::new(),
+        }
+    }
+}
+
+/// A removed entry: its child-side id, owner and payload.
+#[derive(Debug)]
+pub struct Removed<T> {
+    /// Child-side id.
+    pub id: u64,
+    /// The owning client and its request id text, if any.
+    pub client: Option<(ClientId, String)>,
+    /// The payload.
+    pub value: T,
+}
+
+impl<T> Inflight<T> {
+    /// Allocates the next child-side id (never reused by this table).
+    pub fn allocate(&mut self) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        id
+    }
+
+    /// Records request `id` (from [`Inflight::allocate`]). `client` is the owner and its own id
+    /// text; a client that reuses an id still in flight gets the newer entry for cancels.
+    pub fn insert(
+        &mut self,
+        id: u64,
+        client: Option<(ClientId, String)>,
+        deadline: Instant,
+        value: T,
+    ) {
+        if let Some((c, key)) = &client {
+            self.by_client
+                .entry(*c)
+                .or_default()
+                .insert(key.clone(), id);
+        }
+        self.deadlines.insert((deadline, id));
+        self.slots.insert(
+            id,
+            Slot {
+                client,
+                deadline,
+                value,
+            },
+        );
+    }
+
+    /// The payload of request `id`.
+    pub fn get(&self, id: u64) -> Option<&T> {
+        self.slots.get(&id).map(|s| &s.value)
+    }
+
+    /// Whether `id` is in flight.
+    pub fn contains(&self, id: u64) -> bool {
+        self.slots.contains_key(&id)
+    }
+
+    /// Removes `id` from every index (a response, a timeout, a cancel).
+    pub fn remove(&mut self, id: u64) -> Option<Removed<T>> {
+        let slot = self.slots.remove(&id)?;
+        self.deadlines.remove(&(slot.deadline, id));
+        if let Some((c, key)) = &slot.client {
+            if let Some(m) = self.by_client.get_mut(c) {
+                if m.get(key) == Some(&id) {
+                    m.remove(key);
+                }
+                if m.is_empty() {
+                    self.by_client.remove(c);
+                }
+            }
+        }
+        Some(Removed {
+            id,
+            client: slot.client,
+            value: slot.value,
+        })
+    }
+
+    /// The child-side id of `client`'s request with id text `key`.
+    pub fn lookup(&self, client: ClientId, key: &str) -> Option<u64> {
+        self.by_client.get(&client)?.get(key).copied()
+    }
+
+    /// Removes and returns every request `client` owns (it disconnected).
+    pub fn remove_client(&mut self, client: ClientId) -> Vec<Removed<T>> {
+        let ids: Vec<u64> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.client.as_ref().is_some_and(|(c, _)| *c == client))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter().filter_map(|id| self.remove(id)).collect()
+    }
+
+    /// Requests `client` has in flight.
+    pub fn count_for(&self, client: ClientId) -> usize {
+        self.slots
+            .values()
+            .filter(|s| s.client.as_ref().is_some_and(|(c, _)| *c == client))
+            .count()
+    }
+
+    /// The earliest deadline.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.first().map(|(t, _)| *t)
+    }
+
+    /// Removes and returns one request whose deadline is at or before `now`.
+    pub fn pop_expired(&mut self, now: Instant) -> Option<Removed<T>> {
+        let &(t, id) = self.deadlines.first()?;
+        if t > now {
+            return None;
+        }
+        self.remove(id)
+    }
+
+    /// Removes everything (the child died).
+    pub fn drain(&mut self) -> Vec<Removed<T>> {
+        let ids: Vec<u64> = self.slots.keys().copied().collect();
+        ids.into_iter().filter_map(|id| self.remove(id)).collect()
+    }
+
+    /// Every entry: child-side id, owner, deadline, payload.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, Option<ClientId>, Instant, &T)> {
+        self.slots.iter().map(|(id, s)| {
+            (
+                *id,
+                s.client.as_ref().map(|(c, _)| *c),
+                s.deadline,
+                &s.value,
+            )
+        })
+    }
+
+    /// Requests in flight.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether nothing is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    #[cfg(test)]
+    fn check_invariants(&self) {
+        assert_eq!(
+            self.deadlines.len(),
+            self.slots.len(),
+            "deadline index out of step"
+        );
+        for (d, id) in &self.deadlines {
+            assert_eq!(self.slots.get(id).map(|s| s.deadline), Some(*d));
+        }
+        for (c, m) in &self.by_client {
+            assert!(!m.is_empty(), "empty client index kept");
+            for (key, id) in m {
+                let s = self
+                    .slots
+                    .get(id)
+                    .expect("client index points at a live slot");
+                assert_eq!(s.client.as_ref(), Some(&(*c, key.clone())));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Request { client: u64, id: u8 },
+        Respond { pick: usize },
+        Cancel { client: u64, id: u8 },
+        Disconnect { client: u64 },
+        Expire { at_ms: u64 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..3u64, 0..4u8).prop_map(|(client, id)| Op::Request { client, id }),
+            3 => any::<usize>().prop_map(|pick| Op::Respond { pick }),
+            1 => (0..3u64, 0..4u8).prop_map(|(client, id)| Op::Cancel { client, id }),
+            1 => (0..3u64).prop_map(|client| Op::Disconnect { client }),
+            1 => (0..2000u64).prop_map(|at_ms| Op::Expire { at_ms }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Random interleavings of requests (with colliding client ids), responses, cancels,
+        /// disconnects and deadlines from three clients: a response is only ever routed to the
+        /// client that issued that child-side id, every id is fresh, and nothing leaks.
+        #[test]
+        fn id_map_routes_only_to_owners_and_never_leaks(ops in proptest::collection::vec(op(), 1..200)) {
+            let t0 = Instant::now();
+            let mut table: Inflight<u64> = Inflight::default();
+            // Model: child-side id -> (client, client id).
+            let mut model: HashMap<u64, (u64, u8)> = HashMap::new();
+            let mut issued = std::collections::HashSet::new();
+            for (step, op) in ops.into_iter().enumerate() {
+                match op {
+                    Op::Request { client, id } => {
+                        let cid = table.allocate();
+                        prop_assert!(issued.insert(cid), "child-side id reused");
+                        let deadline = t0 + Duration::from_millis(100 + (step as u64 * 37) % 1500);
+                        table.insert(cid, Some((ClientId(client), id.to_string())), deadline, client);
+                        model.insert(cid, (client, id));
+                    }
+                    Op::Respond { pick } => {
+                        // The child answers some in-flight id, or an id never issued.
+                        let mut live: Vec<u64> = model.keys().copied().collect();
+                        live.sort();
+                        let target = if live.is_empty() || pick % 5 == 0 { 1_000_000 + pick as u64 % 7 } else { live[pick % live.len()] };
+                        match table.remove(target) {
+                            Some(r) => {
+                                let (owner, id) = model.remove(&target).expect("table had an id the model did not");
+                                prop_assert_eq!(r.client, Some((ClientId(owner), id.to_string())));
+                                prop_assert_eq!(r.value, owner);
+                            }
+                            None => prop_assert!(!model.contains_key(&target)),
+                        }
+                    }
+                    Op::Cancel { client, id } => {
+                        if let Some(cid) = table.lookup(ClientId(client), &id.to_string()) {
+                            prop_assert_eq!(model.get(&cid).map(|m| m.0), Some(client));
+                            table.remove(cid);
+                            model.remove(&cid);
+                        }
+                    }
+                    Op::Disconnect { client } => {
+                        for r in table.remove_client(ClientId(client)) {
+                            prop_assert_eq!(model.remove(&r.id).map(|m| m.0), Some(client));
+                        }
+                        prop_assert_eq!(table.count_for(ClientId(client)), 0);
+                        prop_assert!(model.values().all(|(c, _)| *c != client));
+                    }
+                    Op::Expire { at_ms } => {
+                        let now = t0 + Duration::from_millis(at_ms);
+                        while let Some(r) = table.pop_expired(now) {
+                            prop_assert!(model.remove(&r.id).is_some());
+                        }
+                        prop_assert!(table.next_deadline().is_none_or(|d| d > now));
+                    }
+                }
+                table.check_invariants();
+                prop_assert_eq!(table.len(), model.len());
+            }
+            for r in table.drain() {
+                prop_assert!(model.remove(&r.id).is_some());
+            }
+            prop_assert!(model.is_empty());
+            table.check_invariants();
+            prop_assert!(table.by_client.is_empty() && table.deadlines.is_empty());
+        }
+    }
+}
