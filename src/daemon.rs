@@ -131,7 +131,7 @@ pub async fn run(config: Config) -> Result<()> {
     if forced {
         warn!("second signal: killing every child process group now");
         for (_, h, _) in &servers {
-            let _ = h.commands.try_send(Command::Kill);
+            h.kill_now();
         }
     }
     connections.cancel();

@@ -106,6 +106,11 @@ impl StderrTail {
         t.drain(..excess);
     }
 
+    /// Adds a line of the supervisor's own (a spawn error, which has no stderr).
+    pub fn note(&self, line: &str) {
+        self.push(format!("{line}\n").as_bytes());
+    }
+
     /// The tail as text (invalid UTF-8 replaced).
     pub fn text(&self) -> String {
         let t = self.0.lock().unwrap_or_else(|p| p.into_inner());

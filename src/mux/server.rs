@@ -40,6 +40,8 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn, Instrument};
@@ -131,6 +133,22 @@ pub struct ServerHandle {
     pub sessions: mpsc::Sender<SessionEvent>,
     /// Inbox for commands.
     pub commands: mpsc::Sender<Command>,
+    /// Pid (= process group id) of the running child, 0 when none: lets the daemon SIGKILL
+    /// every group at once on a second signal without waiting for the actor (F25).
+    pub pid: Arc<AtomicU32>,
+}
+
+impl ServerHandle {
+    /// SIGKILLs the current child's process group, if any, right now.
+    pub fn kill_now(&self) {
+        let pid = self.pid.load(Ordering::SeqCst);
+        if pid != 0 {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
 }
 
 /// Starts the actor for `cfg`; it spawns the child at once.
@@ -139,11 +157,13 @@ pub fn start(cfg: ServerConfig) -> (ServerHandle, tokio::task::JoinHandle<()>) {
     let (ctx, crx) = mpsc::channel(16);
     let span = tracing::info_span!("server", server = %cfg.name);
     let server = Server::new(cfg);
+    let pid = server.pid.clone();
     let task = tokio::spawn(server.run(srx, crx).instrument(span));
     (
         ServerHandle {
             sessions: stx,
             commands: ctx,
+            pid,
         },
         task,
     )
@@ -185,8 +205,10 @@ enum Owner {
         cache: Option<&'static str>,
     },
     Initialize,
+    /// A liveness probe; `after_ping_miss` when it confirms an unanswered `ping` (K14).
     Probe {
         ping: bool,
+        after_ping_miss: bool,
     },
     Refresh {
         method: &'static str,
@@ -231,6 +253,7 @@ struct Client {
 
 struct Server {
     cfg: ServerConfig,
+    pid: Arc<AtomicU32>,
     state: State,
     child: Option<ChildHandle>,
     generation: u64,
@@ -264,7 +287,10 @@ struct Server {
     last_heard: Instant,
     probe: Option<(u64, Instant)>,
     probe_misses: u32,
-    unconfirmed_ping_miss: bool,
+    /// In the current silence: a `ping` probe went unanswered (next probes confirm with an
+    /// advertised request), and a confirming probe went unanswered too.
+    ping_missed: bool,
+    confirm_missed: bool,
     ping_unserved: bool,
     ping_kills: bool,
     probes_sent: u64,
@@ -275,6 +301,7 @@ impl Server {
     fn new(cfg: ServerConfig) -> Self {
         let (events_tx, events_rx) = mpsc::channel(256);
         Server {
+            pid: Arc::new(AtomicU32::new(0)),
             backoff: Backoff::new(
                 cfg.backoff_initial,
                 cfg.backoff_max,
@@ -309,7 +336,8 @@ impl Server {
             last_heard: Instant::now(),
             probe: None,
             probe_misses: 0,
-            unconfirmed_ping_miss: false,
+            ping_missed: false,
+            confirm_missed: false,
             ping_unserved: false,
             ping_kills: false,
             probes_sent: 0,
@@ -323,8 +351,10 @@ impl Server {
         mut commands: mpsc::Receiver<Command>,
     ) {
         self.spawn();
+        let (mut sessions_open, mut commands_open) = (true, true);
         loop {
-            if self.state == State::Stopped && !self.shutdown_waiters.is_empty() {
+            if self.state == State::Stopped && (!self.shutdown_waiters.is_empty() || !commands_open)
+            {
                 break;
             }
             let wake = self.next_wake();
@@ -332,15 +362,15 @@ impl Server {
                 ev = self.events_rx.recv() => {
                     if let Some(ev) = ev { self.on_child_event(ev) }
                 }
-                ev = sessions.recv() => match ev {
+                ev = sessions.recv(), if sessions_open => match ev {
                     Some(ev) => self.on_session(ev),
-                    None => { self.begin_shutdown(); }
+                    None => { sessions_open = false; self.begin_shutdown(); }
                 },
-                cmd = commands.recv() => match cmd {
+                cmd = commands.recv(), if commands_open => match cmd {
                     Some(Command::Shutdown(done)) => { self.shutdown_waiters.push(done); self.begin_shutdown(); }
                     Some(Command::Kill) => if let Some(c) = &self.child { c.kill_group() },
                     Some(Command::Status(reply)) => { let _ = reply.send(self.status()); }
-                    None => self.begin_shutdown(),
+                    None => { commands_open = false; self.begin_shutdown(); }
                 },
                 _ = sleep_until(wake) => self.on_timer(),
             }
@@ -367,6 +397,7 @@ impl Server {
         ) {
             Ok(child) => {
                 info!(pid = child.pid, generation = self.generation, "spawned");
+                self.pid.store(child.pid, Ordering::SeqCst);
                 self.child = Some(child);
                 self.state = State::Starting;
                 self.ready_since = None;
@@ -374,7 +405,8 @@ impl Server {
                 self.stdout_closed_at = None;
                 self.probe = None;
                 self.probe_misses = 0;
-                self.unconfirmed_ping_miss = false;
+                self.ping_missed = false;
+                self.confirm_missed = false;
                 self.probes_sent = 0;
                 self.probes_answered = 0;
                 self.last_heard = Instant::now();
@@ -386,9 +418,9 @@ impl Server {
             Err(e) => {
                 error!(error = %e, permanent = e.permanent(), "spawn failed");
                 self.record_exit(None, None, "spawn-error");
-                let tail = e.to_string();
+                // Spawn errors have no stderr; keep the reason where users look for it.
                 self.tail.clear();
-                self.tail_note(&tail);
+                self.tail.note(&e.to_string());
                 if e.permanent() {
                     self.enter_failed(&format!("{e}; fix the command and run `start`"));
                 } else {
@@ -396,11 +428,6 @@ impl Server {
                 }
             }
         }
-    }
-
-    fn tail_note(&self, text: &str) {
-        // Spawn errors have no stderr; keep the reason where users look for it.
-        let _ = text;
     }
 
     fn enter_failed(&mut self, why: &str) {
@@ -447,6 +474,7 @@ impl Server {
 
     fn on_exit(&mut self, exit: Exit) {
         let child = self.child.take().expect("exit of the current child");
+        self.pid.store(0, Ordering::SeqCst);
         let now = Instant::now();
         let cause = self.stop_cause.take();
         let reason = match cause {
@@ -458,7 +486,7 @@ impl Server {
         let probing_ping = self
             .probe
             .and_then(|(id, _)| self.inflight.get(id))
-            .is_some_and(|p| matches!(p.owner, Owner::Probe { ping: true }));
+            .is_some_and(|p| matches!(p.owner, Owner::Probe { ping: true, .. }));
         if probing_ping && !exit.requested && !self.ping_kills {
             self.ping_kills = true;
             warn!("the child exited while a `ping` probe was outstanding; it will not be sent `ping` again (liveness is confirmed with advertised requests instead)");
@@ -510,8 +538,14 @@ impl Server {
         self.ready_since = None;
         self.start_deadline = None;
         self.probe = None;
-        if self.state == State::Failed {
-            self.fail_held("failed");
+        if self.state == State::Failed || self.handshake.is_none() {
+            // Requests held for a child that never became ready learn why at once (K18).
+            let status = if self.state == State::Failed {
+                "failed"
+            } else {
+                status
+            };
+            self.fail_held(status);
         }
     }
 
@@ -649,20 +683,19 @@ impl Server {
     fn heard(&mut self) {
         self.last_heard = Instant::now();
         self.probe_misses = 0;
-        self.unconfirmed_ping_miss = false;
+        self.ping_missed = false;
+        self.confirm_missed = false;
     }
 
     fn on_session(&mut self, ev: SessionEvent) {
         match ev {
             SessionEvent::Connected(id, tx, peer) => {
-                if self.clients.len() >= self.cfg_max_clients()
-                    || matches!(self.state, State::Stopping) && !self.shutdown_waiters.is_empty()
-                {
-                    warn!(client = %id, "refusing a client: too many clients or shutting down");
+                if !self.shutdown_waiters.is_empty() {
+                    warn!(client = %id, "refusing a client: shutting down");
                     tx.deliver(message::error_response(
                         &message::raw_null(),
-                        code::LIMIT_EXCEEDED,
-                        "too many clients",
+                        code::SERVER_UNAVAILABLE,
+                        "mcp-supervisor is shutting down",
                         None,
                     ));
                     tx.kick();
@@ -697,11 +730,6 @@ impl Server {
         }
     }
 
-    fn cfg_max_clients(&self) -> usize {
-        // Per-server cap; the daemon-wide one is applied at accept.
-        usize::MAX
-    }
-
     // ----- clients → child -------------------------------------------------------------------
 
     fn on_client_message(&mut self, client: ClientId, m: Message) {
@@ -732,6 +760,11 @@ impl Server {
         }
         match self.state {
             State::Ready => self.forward(client, m),
+            // A server that was never ready and is backing off gets a fast, explicit error
+            // (K19); one that was ready is likely back soon, so its requests wait.
+            State::Backoff if self.handshake.is_none() => {
+                self.outage_reply(client, &id, m.method(), "backoff");
+            }
             State::Starting | State::Backoff if self.held.len() < self.cfg.queue_limit => {
                 let deadline = Instant::now() + self.cfg.queue_wait;
                 self.held.push_back(Held {
@@ -753,6 +786,11 @@ impl Server {
     fn client_initialize(&mut self, client: ClientId, m: Message) {
         let id = m.id.clone().expect("requests have ids");
         let Some(hs) = self.handshake.clone() else {
+            if self.state != State::Starting {
+                // Never ready, and not even trying right now: say why at once (K18, K19).
+                let status = self.outage_status();
+                return self.outage_reply(client, &id, "initialize", status);
+            }
             // Never ready yet: wait for the child (bounded by start_timeout, issue 5 §5).
             let deadline = Instant::now() + self.cfg.start_timeout;
             self.held.push_back(Held {
@@ -1151,11 +1189,14 @@ impl Server {
                 }
                 _ => {}
             },
-            Owner::Probe { ping } => {
+            Owner::Probe {
+                ping,
+                after_ping_miss,
+            } => {
                 self.probe = None;
                 self.probes_answered += 1;
-                if !ping && !self.ping_unserved && !self.ping_kills && self.probes_sent > 1 {
-                    // The confirm request was answered after a ping went unanswered.
+                if !ping && after_ping_miss && !self.ping_unserved && !self.ping_kills {
+                    // The confirming request was answered after a ping went unanswered.
                     self.ping_unserved = true;
                     warn!(method = %pending.method, "the child answers requests but not `ping`; probing with `{}` from now on", pending.method);
                 }
@@ -1669,7 +1710,7 @@ impl Server {
                     self.outage_line(&id, "", "timeout", &reason, None, code::REQUEST_TIMEOUT);
                 self.reply(client, line);
             }
-            Owner::Probe { ping } => self.on_probe_timeout(ping),
+            Owner::Probe { ping, .. } => self.on_probe_timeout(ping),
             _ => {}
         }
     }
@@ -1678,10 +1719,13 @@ impl Server {
 
     /// `ping`, unless this child was seen not to serve it; then the cheapest advertised list.
     fn probe_method(&self) -> Option<&'static str> {
-        if !self.ping_unserved && !self.ping_kills && !self.unconfirmed_ping_miss {
-            return Some("ping");
+        let confirm = self.handshake.as_ref().and_then(Handshake::confirm_method);
+        if self.ping_unserved || self.ping_kills || self.ping_missed {
+            // Without an advertised list there is nothing else to ask; a child that dies on
+            // ping is then watched through its process status alone.
+            return confirm.or(Some("ping").filter(|_| !self.ping_kills));
         }
-        self.handshake.as_ref().and_then(Handshake::confirm_method)
+        Some("ping")
     }
 
     fn send_probe(&mut self, now: Instant) {
@@ -1694,6 +1738,7 @@ impl Server {
         if let Some(id) = self.send_to_child(
             Owner::Probe {
                 ping: method == "ping",
+                after_ping_miss: self.ping_missed && method != "ping",
             },
             method,
             None,
@@ -1713,20 +1758,24 @@ impl Server {
             return;
         }
         self.probe_misses += 1;
-        let confirmable = ping
-            && self
-                .handshake
-                .as_ref()
-                .and_then(Handshake::confirm_method)
-                .is_some();
-        self.unconfirmed_ping_miss = confirmable;
+        if ping {
+            self.ping_missed = true;
+        } else {
+            self.confirm_missed = true;
+        }
         warn!(
             misses = self.probe_misses,
             limit = self.cfg.probe_failures,
             ping,
             "probe unanswered"
         );
-        if self.probe_misses < self.cfg.probe_failures || confirmable {
+        // An unanswered ping alone is not death while a confirming request is still untried.
+        let confirmable = self
+            .handshake
+            .as_ref()
+            .and_then(Handshake::confirm_method)
+            .is_some();
+        if self.probe_misses < self.cfg.probe_failures || (confirmable && !self.confirm_missed) {
             return;
         }
         // Slow is not dead: wait for the oldest client request's own deadline.
