@@ -115,11 +115,21 @@ pub struct Status {
     pub stderr_tail: String,
 }
 
-/// Commands from the daemon (and later the control socket).
+/// Commands from the daemon and the control socket (systemctl-like verbs).
 #[derive(Debug)]
 pub enum Command {
     /// Stop the child through the ladder and end the actor; replies when done.
     Shutdown(oneshot::Sender<()>),
+    /// Stop the child and keep it stopped (clients stay connected and get `stopped` errors);
+    /// replies once it has exited.
+    Stop(oneshot::Sender<()>),
+    /// Start the child now if it is not running, clearing `failed` and the backoff (like
+    /// `systemctl reset-failed` + `start`).
+    Start(oneshot::Sender<()>),
+    /// Stop the child (if running) and start it again at once, clearing the backoff.
+    Restart(oneshot::Sender<()>),
+    /// Use a new configuration; the child is restarted when it changed.
+    Reconfigure(Box<ServerConfig>, oneshot::Sender<()>),
     /// SIGKILL the child's group now (second shutdown signal).
     Kill,
     /// Reply with a status snapshot.
@@ -178,6 +188,8 @@ enum StopCause {
     StdoutClosed,
     HandshakeRejected,
     Shutdown,
+    Stop,
+    Restart,
 }
 
 impl StopCause {
@@ -188,7 +200,8 @@ impl StopCause {
             StopCause::StdinFailed => "stdin-failed",
             StopCause::StdoutClosed => "stdout-closed",
             StopCause::HandshakeRejected => "handshake-rejected",
-            StopCause::Shutdown => "stopped",
+            StopCause::Shutdown | StopCause::Stop => "stopped",
+            StopCause::Restart => "restart-requested",
         }
     }
 }
@@ -271,6 +284,10 @@ struct Server {
     restarts: u64,
     last_exit: Option<LastExit>,
     shutdown_waiters: Vec<oneshot::Sender<()>>,
+    /// Replied to once the child has exited (operator `stop`).
+    stop_waiters: Vec<oneshot::Sender<()>>,
+    /// Shutdown requested: end the actor once stopped.
+    exiting: bool,
     // The MCP session with the child.
     inflight: Inflight<Pending>,
     handshake: Option<Handshake>,
@@ -323,6 +340,8 @@ impl Server {
             restarts: 0,
             last_exit: None,
             shutdown_waiters: Vec::new(),
+            stop_waiters: Vec::new(),
+            exiting: false,
             inflight: Inflight::default(),
             handshake: None,
             start_deadline: None,
@@ -353,9 +372,13 @@ impl Server {
         self.spawn();
         let (mut sessions_open, mut commands_open) = (true, true);
         loop {
-            if self.state == State::Stopped && (!self.shutdown_waiters.is_empty() || !commands_open)
-            {
-                break;
+            if self.state == State::Stopped {
+                for w in self.stop_waiters.drain(..) {
+                    let _ = w.send(());
+                }
+                if self.exiting {
+                    break;
+                }
             }
             let wake = self.next_wake();
             tokio::select! {
@@ -364,13 +387,17 @@ impl Server {
                 }
                 ev = sessions.recv(), if sessions_open => match ev {
                     Some(ev) => self.on_session(ev),
-                    None => { sessions_open = false; self.begin_shutdown(); }
+                    None => { sessions_open = false; self.exiting = true; self.begin_shutdown(); }
                 },
                 cmd = commands.recv(), if commands_open => match cmd {
-                    Some(Command::Shutdown(done)) => { self.shutdown_waiters.push(done); self.begin_shutdown(); }
+                    Some(Command::Shutdown(done)) => { self.shutdown_waiters.push(done); self.exiting = true; self.begin_shutdown(); }
+                    Some(Command::Stop(done)) => { self.stop_waiters.push(done); self.operator_stop(); }
+                    Some(Command::Start(done)) => { self.operator_start(); let _ = done.send(()); }
+                    Some(Command::Restart(done)) => { self.operator_restart(); let _ = done.send(()); }
+                    Some(Command::Reconfigure(cfg, done)) => { self.reconfigure(*cfg); let _ = done.send(()); }
                     Some(Command::Kill) => if let Some(c) = &self.child { c.kill_group() },
                     Some(Command::Status(reply)) => { let _ = reply.send(self.status()); }
-                    None => { commands_open = false; self.begin_shutdown(); }
+                    None => { commands_open = false; self.exiting = true; self.begin_shutdown(); }
                 },
                 _ = sleep_until(wake) => self.on_timer(),
             }
@@ -453,6 +480,57 @@ impl Server {
         }
     }
 
+    fn operator_stop(&mut self) {
+        info!("stop requested");
+        self.next_spawn = None;
+        self.fail_held("stopped");
+        if self.child.is_some() {
+            self.stop_child(StopCause::Stop);
+            self.state = State::Stopping;
+        } else {
+            self.state = State::Stopped;
+        }
+    }
+
+    fn operator_start(&mut self) {
+        self.backoff.reset();
+        self.failed_starts = 0;
+        if self.child.is_none() {
+            info!("start requested");
+            self.spawn();
+        }
+    }
+
+    fn operator_restart(&mut self) {
+        info!("restart requested");
+        self.backoff.reset();
+        self.failed_starts = 0;
+        if self.child.is_some() {
+            self.stop_child(StopCause::Restart);
+        } else {
+            self.restarts += 1;
+            self.spawn();
+        }
+    }
+
+    fn reconfigure(&mut self, cfg: ServerConfig) {
+        if cfg == self.cfg {
+            return;
+        }
+        info!("configuration changed; restarting the child with it");
+        self.backoff = Backoff::new(
+            cfg.backoff_initial,
+            cfg.backoff_max,
+            cfg.backoff_reset_after,
+        );
+        self.cfg = cfg;
+        // A changed command may serve a different protocol or tool set: forget the handshake's
+        // ping verdicts, keep the cached lists (compared and announced after the restart).
+        self.ping_unserved = false;
+        self.ping_kills = false;
+        self.operator_restart();
+    }
+
     fn stop_child(&mut self, cause: StopCause) {
         if let Some(child) = &mut self.child {
             if !child.stopping() {
@@ -479,7 +557,10 @@ impl Server {
         let cause = self.stop_cause.take();
         let reason = match cause {
             Some(c @ (StopCause::StartTimeout | StopCause::ProbeTimeout)) => c.reason().to_string(),
-            Some(c) if c != StopCause::Shutdown => format!("{} {}", c.reason(), exit.reason()),
+            Some(c @ (StopCause::Shutdown | StopCause::Stop | StopCause::Restart)) => {
+                format!("{} {}", c.reason(), exit.reason())
+            }
+            Some(c) => format!("{} {}", c.reason(), exit.reason()),
             _ => exit.reason(),
         };
         let was_ready = self.ready_since.is_some();
@@ -493,7 +574,11 @@ impl Server {
         }
         self.record_exit(exit.code, exit.signal, &reason);
         let tail = self.tail.last_lines(3);
-        if cause == Some(StopCause::Shutdown) {
+        let operator = matches!(
+            cause,
+            Some(StopCause::Shutdown | StopCause::Stop | StopCause::Restart)
+        );
+        if operator {
             info!(
                 pid = child.pid,
                 exit_code = exit.code,
@@ -507,14 +592,17 @@ impl Server {
             .is_some_and(|c| matches!(c, StopCause::StartTimeout | StopCause::ProbeTimeout))
         {
             "timeout"
-        } else if cause == Some(StopCause::Shutdown) {
+        } else if operator {
             "stopped"
         } else {
             "exited"
         };
         // Decide what comes next before failing requests, so errors can say when we retry.
-        if cause == Some(StopCause::Shutdown) {
+        if matches!(cause, Some(StopCause::Shutdown | StopCause::Stop)) {
             self.state = State::Stopped;
+        } else if cause == Some(StopCause::Restart) {
+            self.state = State::Backoff;
+            self.next_spawn = Some(now);
         } else if !was_ready {
             self.failed_starts += 1;
             let permanent = matches!(exit.code, Some(126 | 127 | 78));
