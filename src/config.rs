@@ -62,6 +62,16 @@ pub struct SupervisorConfig {
     pub socket_dir: PathBuf,
     /// Connected clients per server beyond which new connections are refused (R24). Default 256.
     pub max_clients: usize,
+    /// Mode of every socket the supervisor binds (server sockets and `control.sock`). Default
+    /// 0600 (issue 7 §4); `socket_mode = "0660"` with `socket_group` shares them with a group.
+    pub socket_mode: u32,
+    /// Group given to every socket the supervisor binds (and to `socket_dir` when the supervisor
+    /// creates it). Default: none (the supervisor's own group).
+    pub socket_group: Option<u32>,
+    /// Peer uids allowed to connect besides the supervisor's own uid and root (`SO_PEERCRED`).
+    pub allowed_uids: Vec<u32>,
+    /// Peer primary gids allowed to connect (`SO_PEERCRED` reports the primary gid only).
+    pub allowed_gids: Vec<u32>,
 }
 
 /// What to do when a child exits without being asked to (R8).
@@ -134,6 +144,12 @@ pub struct ServerConfig {
     /// Append an "unavailable" note to cached tool descriptions served during an outage.
     /// Default true (issue 5 §3).
     pub mark_unavailable: bool,
+    /// Run the child as this user (name or numeric uid); only when the supervisor runs as root.
+    /// HOME, USER and LOGNAME are set for that user unless `env` sets them. Default: none.
+    pub user: Option<String>,
+    /// Run the child with this group (name or numeric gid). Default: the primary group of
+    /// `user`, else unchanged.
+    pub group: Option<String>,
 }
 
 impl ServerConfig {
@@ -193,6 +209,10 @@ struct RawFile {
 struct RawSupervisor {
     socket_dir: Option<String>,
     max_clients: Option<usize>,
+    socket_mode: Option<Spanned<String>>,
+    socket_group: Option<Spanned<String>>,
+    allowed_uids: Option<Vec<u32>>,
+    allowed_gids: Option<Vec<u32>>,
 }
 
 type Dur = Option<Spanned<String>>;
@@ -225,6 +245,8 @@ struct RawServer {
     client_queue: Option<Spanned<usize>>,
     client_capabilities: Option<toml::Table>,
     mark_unavailable: Option<bool>,
+    user: Option<Spanned<String>>,
+    group: Option<Spanned<String>>,
 }
 
 /// Reads and validates a file.
@@ -242,7 +264,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
     let v = Validator { path, text };
     let raw: RawFile = toml::from_str(text).map_err(|e| v.toml_error(&e))?;
-    let supervisor = v.supervisor(&raw.supervisor);
+    let supervisor = v.supervisor(&raw.supervisor)?;
     let defaults = match &raw.defaults {
         Some(d) => {
             if let Some(c) = &d.get_ref().command {
@@ -368,7 +390,7 @@ impl Validator<'_> {
         }
     }
 
-    fn supervisor(&self, raw: &RawSupervisor) -> SupervisorConfig {
+    fn supervisor(&self, raw: &RawSupervisor) -> Result<SupervisorConfig, ConfigError> {
         let socket_dir = match &raw.socket_dir {
             Some(d) => {
                 let p = PathBuf::from(d);
@@ -380,10 +402,26 @@ impl Validator<'_> {
             }
             None => default_socket_dir(),
         };
-        SupervisorConfig {
+        let socket_mode = match &raw.socket_mode {
+            Some(m) => parse_mode(m.get_ref())
+                .map_err(|msg| self.err(m.span(), "supervisor.socket_mode", &msg))?,
+            None => 0o600,
+        };
+        let socket_group = match &raw.socket_group {
+            Some(g) => Some(
+                resolve_group(g.get_ref())
+                    .map_err(|msg| self.err(g.span(), "supervisor.socket_group", &msg))?,
+            ),
+            None => None,
+        };
+        Ok(SupervisorConfig {
             socket_dir,
             max_clients: raw.max_clients.unwrap_or(256),
-        }
+            socket_mode,
+            socket_group,
+            allowed_uids: raw.allowed_uids.clone().unwrap_or_default(),
+            allowed_gids: raw.allowed_gids.clone().unwrap_or_default(),
+        })
     }
 
     fn duration(
@@ -542,6 +580,20 @@ impl Validator<'_> {
             client_queue: positive("client_queue", &s.client_queue, &d.client_queue, 1024)?,
             client_capabilities: caps,
             mark_unavailable: s.mark_unavailable.or(d.mark_unavailable).unwrap_or(true),
+            user: match s.user.as_ref().or(d.user.as_ref()) {
+                Some(u) => {
+                    resolve_user(u.get_ref()).map_err(|m| self.err(u.span(), &k("user"), &m))?;
+                    Some(u.get_ref().clone())
+                }
+                None => None,
+            },
+            group: match s.group.as_ref().or(d.group.as_ref()) {
+                Some(g) => {
+                    resolve_group(g.get_ref()).map_err(|m| self.err(g.span(), &k("group"), &m))?;
+                    Some(g.get_ref().clone())
+                }
+                None => None,
+            },
         };
         if cfg.backoff_max < cfg.backoff_initial {
             let at = s
@@ -572,6 +624,74 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(t).map_err(|e| {
         format!("`{s}` is not a duration ({e}); write e.g. \"500ms\", \"30s\", \"2m\"")
     })
+}
+
+/// Parses an octal file mode such as `"0660"` or `"660"`. The owner must keep read and write
+/// (the supervisor's own `status` and `attach` connect as the owner).
+pub fn parse_mode(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let digits = t.strip_prefix("0o").unwrap_or(t);
+    let mode = u32::from_str_radix(digits, 8)
+        .ok()
+        .filter(|m| *m <= 0o777 && !digits.is_empty())
+        .ok_or_else(|| format!("`{s}` is not an octal file mode like \"0600\" or \"0660\""))?;
+    if mode & 0o600 != 0o600 {
+        return Err(format!(
+            "`{s}` must let the owner read and write the socket (at least 0600)"
+        ));
+    }
+    Ok(mode)
+}
+
+/// A user given by name or numeric uid: its uid, primary gid, name and home directory. A
+/// numeric uid without a passwd entry has no name or home.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserInfo {
+    /// Numeric uid.
+    pub uid: u32,
+    /// Primary gid (from the passwd entry; the uid's value when there is no entry).
+    pub gid: u32,
+    /// Login name, when known.
+    pub name: Option<String>,
+    /// Home directory, when known.
+    pub home: Option<PathBuf>,
+}
+
+/// Looks up a user by name or numeric uid.
+pub fn resolve_user(spec: &str) -> Result<UserInfo, String> {
+    use nix::unistd::{Uid, User};
+    let found = match spec.parse::<u32>() {
+        Ok(n) => User::from_uid(Uid::from_raw(n)),
+        Err(_) => User::from_name(spec),
+    }
+    .map_err(|e| format!("cannot look up user `{spec}`: {e}"))?;
+    match (found, spec.parse::<u32>()) {
+        (Some(u), _) => Ok(UserInfo {
+            uid: u.uid.as_raw(),
+            gid: u.gid.as_raw(),
+            name: Some(u.name),
+            home: Some(u.dir),
+        }),
+        (None, Ok(n)) => Ok(UserInfo {
+            uid: n,
+            gid: n,
+            name: None,
+            home: None,
+        }),
+        (None, Err(_)) => Err(format!("no such user `{spec}`")),
+    }
+}
+
+/// Looks up a group by name or numeric gid.
+pub fn resolve_group(spec: &str) -> Result<u32, String> {
+    if let Ok(n) = spec.parse::<u32>() {
+        return Ok(n);
+    }
+    match nix::unistd::Group::from_name(spec) {
+        Ok(Some(g)) => Ok(g.gid.as_raw()),
+        Ok(None) => Err(format!("no such group `{spec}`")),
+        Err(e) => Err(format!("cannot look up group `{spec}`: {e}")),
+    }
 }
 
 /// `$XDG_RUNTIME_DIR/mcp-supervisor` for a non-root user with a runtime dir, else
@@ -669,6 +789,46 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.supervisor.socket_dir, PathBuf::from("/etc/mcp/run"));
+    }
+
+    #[test]
+    fn socket_access_keys() {
+        let c = parse(Path::new("s.toml"), "[servers.a]\ncommand = \"x\"\n").unwrap();
+        assert_eq!(c.supervisor.socket_mode, 0o600);
+        assert_eq!(c.supervisor.socket_group, None);
+        assert!(c.supervisor.allowed_uids.is_empty());
+        let c = parse(
+            Path::new("s.toml"),
+            "[supervisor]\nsocket_mode = \"0660\"\nsocket_group = \"0\"\nallowed_uids = [1000, 1001]\nallowed_gids = [50]\n",
+        )
+        .unwrap();
+        assert_eq!(c.supervisor.socket_mode, 0o660);
+        assert_eq!(c.supervisor.socket_group, Some(0));
+        assert_eq!(c.supervisor.allowed_uids, vec![1000, 1001]);
+        assert_eq!(c.supervisor.allowed_gids, vec![50]);
+        let e = bad("[supervisor]\n\nsocket_mode = \"999\"\n");
+        assert_eq!((e.line, e.key.as_str()), (3, "supervisor.socket_mode"));
+        let e = bad("[supervisor]\nsocket_mode = \"0066\"\n");
+        assert_eq!(e.key, "supervisor.socket_mode");
+        let e = bad("[supervisor]\nsocket_group = \"no-such-group-xyz\"\n");
+        assert_eq!((e.line, e.key.as_str()), (2, "supervisor.socket_group"));
+        let e = bad("[supervisor]\nallowed_uids = [\"x\"]\n");
+        assert_eq!(e.line, 2);
+    }
+
+    #[test]
+    fn user_and_group_are_resolved() {
+        let c = parse(
+            Path::new("s.toml"),
+            "[servers.a]\ncommand = \"x\"\nuser = \"0\"\ngroup = \"0\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.servers["a"].user.as_deref(), Some("0"));
+        assert_eq!(resolve_user("0").unwrap().uid, 0);
+        let e = bad("[servers.a]\ncommand = \"x\"\nuser = \"no-such-user-xyz\"\n");
+        assert_eq!((e.line, e.key.as_str()), (3, "servers.a.user"));
+        let e = bad("[defaults]\ngroup = \"no-such-group-xyz\"\n[servers.a]\ncommand = \"x\"\n");
+        assert_eq!((e.line, e.key.as_str()), (2, "servers.a.group"));
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub const STDERR_TAIL: usize = 64 * 1024;
 pub const STDERR_LINE_MAX: usize = 16 * 1024;
 /// A write to the child's stdin blocked this long means the child is hung (R17).
 pub const STDIN_STALL: Duration = Duration::from_secs(10);
+/// How long an exit waits for stderr to reach EOF before it is reported.
+pub const STDERR_SETTLE: Duration = Duration::from_millis(250);
 /// Messages queued toward the child's stdin (R17).
 pub const STDIN_QUEUE: usize = 1024;
 
@@ -296,8 +298,12 @@ pub fn spawn(
         read_stdout(stdout, cfg.max_message_size, generation, events.clone()),
         span.clone(),
     ));
+    let (stderr_done_tx, stderr_done) = oneshot::channel();
     tokio::spawn(tracing::Instrument::instrument(
-        drain_stderr(stderr, tail),
+        async move {
+            drain_stderr(stderr, tail).await;
+            let _ = stderr_done_tx.send(());
+        },
         span.clone(),
     ));
     let ladder = Ladder {
@@ -307,6 +313,10 @@ pub fn spawn(
     tokio::spawn(tracing::Instrument::instrument(
         async move {
             let exit = watch(&mut child, pid, stop_rx, close_tx, ladder).await;
+            // The group is gone, so stderr reaches EOF promptly: let the last lines (often the
+            // reason for the exit, K18) reach the tail before the exit is reported. Bounded, in
+            // case a process that left the group still holds the pipe.
+            let _ = tokio::time::timeout(STDERR_SETTLE, stderr_done).await;
             let _ = events.send(ChildEvent::Exited(generation, exit)).await;
         },
         span,

@@ -556,6 +556,8 @@ impl Server {
         let now = Instant::now();
         let cause = self.stop_cause.take();
         let reason = match cause {
+            // The child ended by itself before our stop took effect: its status is the truth.
+            _ if !exit.requested => exit.reason(),
             Some(c @ (StopCause::StartTimeout | StopCause::ProbeTimeout)) => c.reason().to_string(),
             Some(c @ (StopCause::Shutdown | StopCause::Stop | StopCause::Restart)) => {
                 format!("{} {}", c.reason(), exit.reason())
@@ -862,7 +864,20 @@ impl Server {
                 });
             }
             State::Starting | State::Backoff => {
-                self.outage_reply(client, &id, m.method(), "queue is full");
+                let status = self.outage_status();
+                let reason = format!("{} requests already waiting (queue_limit)", self.held.len());
+                let retry = self
+                    .next_spawn
+                    .map(|t| t.saturating_duration_since(Instant::now()));
+                let line = self.outage_line(
+                    &id,
+                    m.method(),
+                    status,
+                    &reason,
+                    retry,
+                    code::SERVER_UNAVAILABLE,
+                );
+                self.reply(client, line);
             }
             _ => {
                 let status = self.outage_status();

@@ -4,4 +4,5 @@
 mod harness;
 
 mod basics;
+mod health;
 mod interop;
