@@ -32,8 +32,10 @@ pub const STDERR_TAIL: usize = 64 * 1024;
 pub const STDERR_LINE_MAX: usize = 16 * 1024;
 /// A write to the child's stdin blocked this long means the child is hung (R17).
 pub const STDIN_STALL: Duration = Duration::from_secs(10);
-/// How long an exit waits for stderr to reach EOF before it is reported.
-pub const STDERR_SETTLE: Duration = Duration::from_millis(250);
+/// How long an exit waits for stdout and stderr to reach EOF before it is reported: the last
+/// response (K05) and the last stderr lines (K18) belong before the exit. Bounded, because a
+/// process that left the group may hold the pipes open (F10).
+pub const PIPES_SETTLE: Duration = Duration::from_millis(500);
 /// Messages queued toward the child's stdin (R17).
 pub const STDIN_QUEUE: usize = 1024;
 
@@ -294,8 +296,14 @@ pub fn spawn(
         ),
         span.clone(),
     ));
+    let (stdout_done_tx, stdout_done) = oneshot::channel();
+    let out_events = events.clone();
+    let max = cfg.max_message_size;
     tokio::spawn(tracing::Instrument::instrument(
-        read_stdout(stdout, cfg.max_message_size, generation, events.clone()),
+        async move {
+            read_stdout(stdout, max, generation, out_events).await;
+            let _ = stdout_done_tx.send(());
+        },
         span.clone(),
     ));
     let (stderr_done_tx, stderr_done) = oneshot::channel();
@@ -313,10 +321,13 @@ pub fn spawn(
     tokio::spawn(tracing::Instrument::instrument(
         async move {
             let exit = watch(&mut child, pid, stop_rx, close_tx, ladder).await;
-            // The group is gone, so stderr reaches EOF promptly: let the last lines (often the
-            // reason for the exit, K18) reach the tail before the exit is reported. Bounded, in
-            // case a process that left the group still holds the pipe.
-            let _ = tokio::time::timeout(STDERR_SETTLE, stderr_done).await;
+            // The group is gone, so both pipes reach EOF promptly; the reader's events are queued
+            // before this one, so the final response is routed before the exit is handled.
+            let settle = async {
+                let _ = stdout_done.await;
+                let _ = stderr_done.await;
+            };
+            let _ = tokio::time::timeout(PIPES_SETTLE, settle).await;
             let _ = events.send(ChildEvent::Exited(generation, exit)).await;
         },
         span,

@@ -70,7 +70,7 @@ pub enum ParseError {
     Json(#[from] serde_json::Error),
     /// JSON, but not shaped like a request, notification or response.
     #[error("not a JSON-RPC message: {0}")]
-    Shape(&'static str),
+    Shape(String),
 }
 
 impl ParseError {
@@ -106,7 +106,7 @@ pub fn parse_line(line: &[u8]) -> Result<Vec<Result<Message, ParseError>>, Parse
     if first == Some(&b'[') {
         let items: Vec<Box<RawValue>> = serde_json::from_slice(line)?;
         if items.is_empty() {
-            return Err(ParseError::Shape("empty batch"));
+            return Err(ParseError::Shape("empty batch".into()));
         }
         return Ok(items
             .iter()
@@ -118,21 +118,27 @@ pub fn parse_line(line: &[u8]) -> Result<Vec<Result<Message, ParseError>>, Parse
 
 /// Parses one line that must hold a single message.
 pub fn parse_one(line: &[u8]) -> Result<Message, ParseError> {
-    let env: Envelope = serde_json::from_slice(line)?;
+    let env: Envelope = serde_json::from_slice(line).map_err(|e| match e.classify() {
+        // Well-formed JSON of the wrong type (`42`, `"method": 1`): JSON-RPC's -32600.
+        serde_json::error::Category::Data => ParseError::Shape(e.to_string()),
+        _ => ParseError::Json(e),
+    })?;
     if env.jsonrpc.as_deref().map(RawValue::get) != Some("\"2.0\"") {
-        return Err(ParseError::Shape("jsonrpc must be \"2.0\""));
+        return Err(ParseError::Shape("jsonrpc must be \"2.0\"".into()));
     }
     let kind = match (&env.method, &env.result, &env.error) {
         (Some(_), None, None) if env.id.is_some() => Kind::Request,
         (Some(_), None, None) => Kind::Notification,
         (None, Some(_), None) | (None, None, Some(_)) => Kind::Response,
-        _ => return Err(ParseError::Shape("needs method, result or error")),
+        _ => return Err(ParseError::Shape("needs method, result or error".into())),
     };
     if kind == Kind::Request {
         let id = env.id.as_deref().map(RawValue::get).unwrap_or("null");
         let ok = id.starts_with('"') || id.starts_with('-') || id.as_bytes()[0].is_ascii_digit();
         if !ok {
-            return Err(ParseError::Shape("request id must be a string or a number"));
+            return Err(ParseError::Shape(
+                "request id must be a string or a number".into(),
+            ));
         }
     }
     Ok(Message {
@@ -166,6 +172,53 @@ impl Message {
         let raw = self.error.as_deref()?;
         serde_json::from_str::<E>(raw.get()).ok().map(|e| e.code)
     }
+}
+
+/// `raw` without whitespace outside strings, borrowing when it already is compact. Peers may
+/// put spaces, tabs and even `\r` between tokens (valid JSON whitespace); what we write is one
+/// compact line (K03). One pass over the bytes, no parsing.
+pub fn compact(raw: &RawValue) -> std::borrow::Cow<'_, RawValue> {
+    let text = raw.get().as_bytes();
+    let (mut in_str, mut escaped) = (false, false);
+    let mut first_ws = None;
+    for (i, &b) in text.iter().enumerate() {
+        if in_str {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+        } else if b == b'"' {
+            in_str = true;
+        } else if matches!(b, b' ' | b'\t' | b'\r' | b'\n') {
+            first_ws = Some(i);
+            break;
+        }
+    }
+    let Some(start) = first_ws else {
+        return std::borrow::Cow::Borrowed(raw);
+    };
+    let mut out = Vec::with_capacity(text.len());
+    out.extend_from_slice(&text[..start]);
+    for &b in &text[start..] {
+        if in_str {
+            out.push(b);
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+        } else if !matches!(b, b' ' | b'\t' | b'\r' | b'\n') {
+            if b == b'"' {
+                in_str = true;
+            }
+            out.push(b);
+        }
+    }
+    let s = String::from_utf8(out).expect("removing ASCII whitespace keeps UTF-8 valid");
+    std::borrow::Cow::Owned(RawValue::from_string(s).expect("compacted JSON stays valid"))
 }
 
 /// A compact single-line message to write; `\n` is appended by [`Out::encode`].
@@ -223,7 +276,21 @@ impl<'a> Out<'a> {
     /// The message as one line of compact JSON plus `\n`.
     pub fn encode(&self) -> Bytes {
         let mut v = Vec::with_capacity(64 + self.payload_len());
-        serde_json::to_writer(&mut v, self).expect("serializing raw JSON cannot fail");
+        let (params, result, error) = (
+            self.params.map(compact),
+            self.result.map(compact),
+            self.error.map(compact),
+        );
+        let id = self.id.map(compact);
+        let out = Out {
+            jsonrpc: self.jsonrpc,
+            id: id.as_deref(),
+            method: self.method,
+            params: params.as_deref(),
+            result: result.as_deref(),
+            error: error.as_deref(),
+        };
+        serde_json::to_writer(&mut v, &out).expect("serializing raw JSON cannot fail");
         v.push(b'\n');
         Bytes::from(v)
     }
@@ -370,6 +437,14 @@ mod tests {
     }
 
     #[test]
+    fn valid_json_of_the_wrong_shape_is_invalid_request_not_parse_error() {
+        for bad in [&b"42"[..], br#"{"jsonrpc":"2.0","method":1}"#, br#"{"foo":"bar"}"#] {
+            assert_eq!(parse_one(bad).unwrap_err().code(), code::INVALID_REQUEST);
+        }
+        assert_eq!(parse_one(b"not json").unwrap_err().code(), code::PARSE_ERROR);
+    }
+
+    #[test]
     fn rejects_wrong_shapes() {
         for bad in [
             &br#"{"id":1,"method":"x"}"#[..],
@@ -409,8 +484,16 @@ mod tests {
         let b = Out::request(Some(&raw_u64(7)), "tools/call", Some(&params)).encode();
         assert_eq!(
             &b[..],
-            &b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"a\": [1, 2]}}\n"[..]
+            &b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"a\":[1,2]}}\n"[..]
         );
+    }
+
+    #[test]
+    fn compact_strips_whitespace_outside_strings_only_case_k03() {
+        let r = RawValue::from_string("{ \"a b\" :\r[1,\t\"x\\\" y\" ] }".into()).unwrap();
+        assert_eq!(compact(&r).get(), "{\"a b\":[1,\"x\\\" y\"]}");
+        let c = RawValue::from_string("{\"k\":\"v w\"}".into()).unwrap();
+        assert!(matches!(compact(&c), std::borrow::Cow::Borrowed(_)));
     }
 
     #[test]

@@ -814,6 +814,8 @@ impl Server {
                 if let Some(c) = self.clients.get_mut(&id) {
                     c.closing = true;
                 }
+                // It can no longer answer the child's requests.
+                self.fail_upstream_of(id, "the client that was asked closed its input");
                 self.close_if_done(id);
             }
             SessionEvent::Disconnected(id) => self.drop_client(id),
@@ -1191,6 +1193,13 @@ impl Server {
             }
         }
         // The child's requests routed to it get an error (K06).
+        self.fail_upstream_of(client, "the client that was asked disconnected");
+        self.held.retain(|h| h.client != client);
+        self.sync_log_level();
+    }
+
+    /// Answers the child's requests routed to `client` with an error.
+    fn fail_upstream_of(&mut self, client: ClientId, why: &str) {
         let mine: Vec<(ClientId, u64)> = self
             .upstream
             .keys()
@@ -1199,15 +1208,9 @@ impl Server {
             .collect();
         for k in mine {
             if let Some(up) = self.upstream.remove(&k) {
-                self.answer_child_error(
-                    &up.child_id,
-                    code::INTERNAL_ERROR,
-                    "the client that was asked disconnected",
-                );
+                self.answer_child_error(&up.child_id, code::INTERNAL_ERROR, why);
             }
         }
-        self.held.retain(|h| h.client != client);
-        self.sync_log_level();
     }
 
     /// A client whose input closed is dropped once nothing it asked for is pending.
@@ -1363,7 +1366,7 @@ impl Server {
             .iter()
             .filter_map(|(id, client, _, _)| Some((id, client?)))
             .filter(|(_, c)| {
-                self.clients.get(c).is_some_and(|cl| match cap {
+                self.clients.get(c).is_some_and(|cl| !cl.closing && match cap {
                     Some(cap) => cl.capabilities.get(cap).is_some_and(|v| !v.is_null()),
                     None => true,
                 })

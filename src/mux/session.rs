@@ -8,7 +8,9 @@
 use crate::jsonrpc::framing::{Frame, LineDecoder};
 use crate::jsonrpc::message::{self, code, Message};
 use bytes::Bytes;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
@@ -43,10 +45,16 @@ pub struct Peer {
     pub pid: Option<i32>,
 }
 
-/// The actor's side of a client's outbound queue.
+/// Bytes queued toward one client beyond which it is disconnected as too slow (R17), unless
+/// the queue is empty (one message larger than this still goes through).
+pub const CLIENT_QUEUE_BYTES: usize = 64 * 1024 * 1024;
+
+/// The actor's side of a client's outbound queue: bounded in messages (`client_queue`) and in
+/// bytes ([`CLIENT_QUEUE_BYTES`]).
 #[derive(Debug, Clone)]
 pub struct ClientTx {
     tx: mpsc::Sender<Bytes>,
+    queued: Arc<AtomicUsize>,
     kick: CancellationToken,
 }
 
@@ -54,14 +62,24 @@ impl ClientTx {
     /// Queues a line without waiting. `false` means the client is gone or too slow; the caller
     /// must then drop the client ([`ClientTx::kick`] was already called).
     pub fn deliver(&self, line: Bytes) -> bool {
+        let len = line.len();
+        let before = self.queued.fetch_add(len, Ordering::Relaxed);
+        if before > 0 && before + len > CLIENT_QUEUE_BYTES {
+            self.queued.fetch_sub(len, Ordering::Relaxed);
+            warn!(queued_bytes = before, "client is not reading its messages (over {} MiB queued); disconnecting it", CLIENT_QUEUE_BYTES >> 20);
+            self.kick.cancel();
+            return false;
+        }
         match self.tx.try_send(line) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
+                self.queued.fetch_sub(len, Ordering::Relaxed);
                 warn!("client is not reading its messages (outbound queue full); disconnecting it");
                 self.kick.cancel();
                 false
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.queued.fetch_sub(len, Ordering::Relaxed);
                 self.kick.cancel();
                 false
             }
@@ -100,8 +118,10 @@ pub async fn run(
     let id = ClientId::next();
     let (out_tx, mut out_rx) = mpsc::channel::<Bytes>(queue);
     let kick = shutdown.child_token();
+    let queued = Arc::new(AtomicUsize::new(0));
     let tx = ClientTx {
         tx: out_tx,
+        queued: queued.clone(),
         kick: kick.clone(),
     };
     if events
@@ -118,7 +138,11 @@ pub async fn run(
         loop {
             tokio::select! {
                 line = out_rx.recv() => match line {
-                    Some(line) => if wr.write_all(&line).await.is_err() { break },
+                    Some(line) => {
+                        let ok = wr.write_all(&line).await.is_ok();
+                        queued.fetch_sub(line.len(), Ordering::Relaxed);
+                        if !ok { writer_kick.cancel(); break }
+                    }
                     None => break,
                 },
                 _ = writer_kick.cancelled() => break,
@@ -186,8 +210,11 @@ pub async fn run(
             break;
         }
     }
-    debug!(client = %id, clean_eof, "client input closed");
-    let ev = if clean_eof && !kick.is_cancelled() {
+    // EOF after `shutdown(SHUT_WR)` is a half-close: the client still reads its answers. EOF
+    // after `close()` also hangs up our write side (POLLHUP): nobody is left to answer.
+    let hung_up = clean_eof && peer_hung_up(rd.as_ref().as_raw_fd());
+    debug!(client = %id, clean_eof, hung_up, "client input closed");
+    let ev = if clean_eof && !hung_up && !kick.is_cancelled() {
         SessionEvent::InputClosed(id)
     } else {
         SessionEvent::Disconnected(id)
@@ -199,6 +226,18 @@ pub async fn run(
     let _ = writer.await;
     let _ = events.send(SessionEvent::Disconnected(id)).await;
     info!(client = %id, "client disconnected");
+}
+
+/// Whether the peer closed both directions (POLLHUP), as opposed to only its write side.
+fn peer_hung_up(fd: std::os::fd::RawFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout; `fd` is open for the duration of the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0
 }
 
 /// Answers an unparsable line with `id: null` (JSON-RPC 2.0 §5: the id cannot be known); the

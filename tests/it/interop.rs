@@ -18,7 +18,10 @@ impl Interop {
     fn load() -> Interop {
         let env = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".interop/env.sh");
         let text = std::fs::read_to_string(&env).unwrap_or_else(|e| {
-            panic!("{}: {e}; the interop tests need real MCP software: run .ci/install-deps first", env.display())
+            panic!(
+                "{}: {e}; the interop tests need real MCP software: run .ci/install-deps first",
+                env.display()
+            )
         });
         let vars = text
             .lines()
@@ -30,7 +33,9 @@ impl Interop {
     }
 
     fn var(&self, k: &str) -> &str {
-        self.vars.get(k).unwrap_or_else(|| panic!("{k} missing from .interop/env.sh"))
+        self.vars
+            .get(k)
+            .unwrap_or_else(|| panic!("{k} missing from .interop/env.sh"))
     }
 
     /// `[servers.everything]` and `[servers.time]` tables.
@@ -49,11 +54,26 @@ impl Interop {
     }
 
     /// Starts the official SDK client script on `scenario` through `attach NAME`.
-    fn client(&self, sup: &Supervisor, name: &str, scenario: &str, extra: &[&str]) -> std::process::Child {
+    fn client(
+        &self,
+        sup: &Supervisor,
+        name: &str,
+        scenario: &str,
+        extra: &[&str],
+    ) -> std::process::Child {
         Command::new(self.var("MCPSUP_INTEROP_PYTHON"))
             .arg(self.var("MCPSUP_INTEROP_CLIENT"))
             .args(extra)
-            .args(["--timeout", "90", scenario, "--", SUPERVISOR, "attach", name, "-c"])
+            .args([
+                "--timeout",
+                "90",
+                scenario,
+                "--",
+                SUPERVISOR,
+                "attach",
+                name,
+                "-c",
+            ])
             .arg(&sup.config)
             .env("MCPSUP_TEST_ID", &sup.id)
             .stdout(Stdio::piped())
@@ -79,7 +99,10 @@ fn check(out: Output, what: &str, sup: &Supervisor) -> String {
 fn interop_python_sdk_client_with_server_everything_through_attach() {
     let io = Interop::load();
     let sup = Supervisor::start(&io.servers());
-    let out = io.client(&sup, "everything", "everything", &["--era", "handshake"]).wait_with_output().unwrap();
+    let out = io
+        .client(&sup, "everything", "everything", &["--era", "handshake"])
+        .wait_with_output()
+        .unwrap();
     let stdout = check(out, "the SDK client (everything)", &sup);
     for step in ["echo", "get-sum", "progress"] {
         assert!(stdout.contains(step), "step {step} missing from:\n{stdout}");
@@ -90,7 +113,10 @@ fn interop_python_sdk_client_with_server_everything_through_attach() {
 fn interop_python_sdk_client_with_mcp_server_time_through_attach() {
     let io = Interop::load();
     let sup = Supervisor::start(&io.servers());
-    let out = io.client(&sup, "time", "time", &["--era", "handshake"]).wait_with_output().unwrap();
+    let out = io
+        .client(&sup, "time", "time", &["--era", "handshake"])
+        .wait_with_output()
+        .unwrap();
     let stdout = check(out, "the SDK client (time)", &sup);
     assert!(stdout.contains("get_current_time"), "{stdout}");
 }
@@ -99,10 +125,33 @@ fn interop_python_sdk_client_with_mcp_server_time_through_attach() {
 fn interop_two_sdk_clients_share_one_child_concurrently() {
     let io = Interop::load();
     let sup = Supervisor::start(&io.servers());
-    let a = io.client(&sup, "everything", "everything", &["--era", "handshake", "--repeat", "3", "--client-name", "a"]);
-    let b = io.client(&sup, "everything", "everything", &["--era", "auto", "--repeat", "3", "--concurrent", "--client-name", "b"]);
+    let a = io.client(
+        &sup,
+        "everything",
+        "everything",
+        &["--era", "handshake", "--repeat", "3", "--client-name", "a"],
+    );
+    let b = io.client(
+        &sup,
+        "everything",
+        "everything",
+        &[
+            "--era",
+            "auto",
+            "--repeat",
+            "3",
+            "--concurrent",
+            "--client-name",
+            "b",
+        ],
+    );
     check(a.wait_with_output().unwrap(), "client a", &sup);
     check(b.wait_with_output().unwrap(), "client b", &sup);
     // One child served both: exactly one spawn of the everything server.
-    assert_eq!(sup.log().matches("spawned").count(), 2, "one spawn per server:\n{}", sup.log());
+    assert_eq!(
+        sup.log().matches("spawned").count(),
+        2,
+        "one spawn per server:\n{}",
+        sup.log()
+    );
 }

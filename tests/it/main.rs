@@ -6,3 +6,5 @@ mod harness;
 mod basics;
 mod health;
 mod interop;
+mod lifecycle;
+mod mux;
