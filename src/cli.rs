@@ -1,13 +1,28 @@
-//! Command line: `run`, `attach`, `check-config`. Parses argv with clap and maps each verb to
-//! its module. Exit codes: 0 success, 1 runtime failure, 2 bad configuration or usage.
+//! Command line: `run`, `attach`, `check-config`, and the operator verbs that talk to a running
+//! daemon over its control socket (`status`, `start`, `stop`, `restart`, `reload`, `logs`).
+//! Parses argv with clap and maps each verb to its module.
+//!
+//! Exit codes (a contract, README "Operating it"): 0 success; 1 runtime failure (the operation
+//! did not succeed); 2 bad configuration or usage (also `reload` of an invalid file); 3 the
+//! supervisor is not running (control socket unreachable); 4 no server by that name; 100 `run`
+//! found another supervisor on the same `socket_dir`.
 
 use crate::config;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
+/// Exit code for a runtime failure: the operation ran and did not succeed.
+pub const EXIT_FAILED: i32 = 1;
 /// Exit code for a bad configuration file or bad usage.
 pub const EXIT_CONFIG: i32 = 2;
+/// Exit code of the operator verbs when the supervisor is not running.
+pub const EXIT_NOT_RUNNING: i32 = 3;
+/// Exit code of the operator verbs for a server name the supervisor does not know.
+pub const EXIT_UNKNOWN_SERVER: i32 = 4;
+/// Exit code of `run` when another supervisor already runs on the same `socket_dir` (the s6
+/// convention for "already running").
+pub const EXIT_ALREADY_RUNNING: i32 = 100;
 
 /// mcp-supervisor: run stdio MCP servers once, share them with many clients over Unix sockets.
 #[derive(Debug, Parser)]
@@ -45,6 +60,60 @@ pub enum Verb {
         /// The file to check.
         path: PathBuf,
     },
+    /// Show every server (or NAME): era, state, pid, uptime, restarts, clients, last exit.
+    Status {
+        /// One server only.
+        name: Option<String>,
+        /// Print JSON (`{"servers": [...]}`, a stable contract) instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Start server NAME now, clearing `failed` and the backoff (like `systemctl
+    /// reset-failed` + `start`); waits until it is ready or gave up.
+    Start {
+        /// The server name.
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Stop server NAME and keep it stopped (its clients stay connected and get errors);
+    /// waits until the child has exited.
+    Stop {
+        /// The server name.
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Restart server NAME (clients stay connected); waits until it is ready again.
+    Restart {
+        /// The server name.
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Re-read the configuration file the supervisor was started with (like SIGHUP) and print
+    /// what changed; exits 2 with the error when the new file is invalid.
+    Reload {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Print the last 64 KiB of server NAME's stderr.
+    Logs {
+        /// The server name.
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// How the operator verbs find the daemon: its configuration (for `socket_dir`), as `run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Target {
+    /// Configuration file the supervisor runs with, to find socket_dir (same default as `run`).
+    #[arg(short, long)]
+    pub config: Option<PathBuf>,
 }
 
 /// The configuration file used when `-c` is not given.
@@ -60,6 +129,20 @@ pub fn default_config_path() -> PathBuf {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
         .unwrap_or_else(|| PathBuf::from("."));
     base.join("mcp-supervisor/supervisor.toml")
+}
+
+/// The control socket of the daemon that runs with this configuration (an otherwise invalid
+/// file still names its `socket_dir`), printing the error and returning the exit code when the
+/// file cannot be read.
+pub fn control_socket(path: Option<PathBuf>) -> Result<PathBuf, i32> {
+    let path = path.unwrap_or_else(default_config_path);
+    match config::socket_dir_of(&path) {
+        Ok(dir) => Ok(crate::control::socket_path(&dir)),
+        Err(e) => {
+            eprintln!("mcp-supervisor: {e}");
+            Err(EXIT_CONFIG)
+        }
+    }
 }
 
 /// Loads a configuration, printing the error and returning the exit code on failure.

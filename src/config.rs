@@ -260,6 +260,55 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     parse(path, &text)
 }
 
+/// The `socket_dir` a file names, found even when the file is otherwise invalid (so the
+/// operator verbs can reach a daemon whose file was broken after it started, and `reload` can
+/// report the error from the daemon's side). Falls back to a line scan of `[supervisor]` when
+/// the TOML does not parse, then to the default. Errors only when the file cannot be read.
+pub fn socket_dir_of(path: &Path) -> Result<PathBuf, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        path: path.to_path_buf(),
+        line: 0,
+        key: String::new(),
+        message: format!("cannot read: {e}"),
+    })?;
+    if let Ok(c) = parse(path, &text) {
+        return Ok(c.supervisor.socket_dir);
+    }
+    let named = match toml::from_str::<toml::Table>(&text) {
+        Ok(t) => t
+            .get("supervisor")
+            .and_then(|s| s.get("socket_dir"))
+            .and_then(|d| d.as_str())
+            .map(str::to_string),
+        Err(_) => {
+            let mut in_supervisor = false;
+            let mut found = None;
+            for line in text.lines().map(str::trim) {
+                if line.starts_with('[') {
+                    in_supervisor =
+                        line.trim_matches(|c| c == '[' || c == ']').trim() == "supervisor";
+                } else if in_supervisor {
+                    if let Some((k, v)) = line.split_once('=') {
+                        if k.trim() == "socket_dir" {
+                            found = toml::from_str::<toml::Table>(&format!("v = {}", v.trim()))
+                                .ok()
+                                .and_then(|t| {
+                                    t.get("v").and_then(|v| v.as_str()).map(str::to_string)
+                                });
+                        }
+                    }
+                }
+            }
+            found
+        }
+    };
+    Ok(match named {
+        Some(d) if Path::new(&d).is_relative() => path.parent().unwrap_or(Path::new(".")).join(d),
+        Some(d) => PathBuf::from(d),
+        None => default_socket_dir(),
+    })
+}
+
 /// Validates TOML text; `path` names the file in errors and anchors a relative `socket_dir`.
 pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
     let v = Validator { path, text };
@@ -829,6 +878,25 @@ mod tests {
         assert_eq!((e.line, e.key.as_str()), (3, "servers.a.user"));
         let e = bad("[defaults]\ngroup = \"no-such-group-xyz\"\n[servers.a]\ncommand = \"x\"\n");
         assert_eq!((e.line, e.key.as_str()), (2, "servers.a.group"));
+    }
+
+    #[test]
+    fn socket_dir_is_found_in_a_broken_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.toml");
+        std::fs::write(
+            &p,
+            "[supervisor]\nsocket_dir = \"run\"\n[servers.a]\ncommand = \"x\"\nbogus = 1\n",
+        )
+        .unwrap();
+        assert_eq!(socket_dir_of(&p).unwrap(), dir.path().join("run"));
+        std::fs::write(
+            &p,
+            "[supervisor]\nsocket_dir = \"/x/run\"\n[servers.a]\nthis is not toml\n",
+        )
+        .unwrap();
+        assert_eq!(socket_dir_of(&p).unwrap(), PathBuf::from("/x/run"));
+        assert!(socket_dir_of(&dir.path().join("missing.toml")).is_err());
     }
 
     #[test]

@@ -1,10 +1,38 @@
 //! Logging setup: journald when our stderr is the journal (`JOURNAL_STREAM` matches stderr's
 //! `dev:ino`, R22), otherwise human-readable text on stderr. Level from `RUST_LOG`, default
 //! `info`.
+//!
+//! Journal fields (issue 7 §6, R22): event and span fields are written under their own names,
+//! upper-cased, with no `F_` prefix (`with_field_prefix(None)`), so the actor span's `server`
+//! becomes `SERVER=cua` on every line about that server and an event's `message_id`,
+//! `child_pid`, `restart_n`, `exit_code`, `signal`, `reason` become `MESSAGE_ID=`, `CHILD_PID=`,
+//! `RESTART_N=`, `EXIT_CODE=`, `SIGNAL=`, `REASON=`. Lifecycle events carry one of the fixed
+//! `MSG_*` ids below, so `journalctl MESSAGE_ID=<id>` finds every such event.
 
 use std::os::unix::fs::MetadataExt;
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::EnvFilter;
+
+/// `MESSAGE_ID` of "spawned": a child process was started (`CHILD_PID`, `RESTART_N`).
+pub const MSG_SPAWNED: &str = "1cde23195b07479bbeaa39bf488f9760";
+/// `MESSAGE_ID` of "ready": the child answered `initialize` (`CHILD_PID`, `RESTART_N`).
+pub const MSG_READY: &str = "cb9d1f7de4d747b58c4ab0a65b3b5a16";
+/// `MESSAGE_ID` of "exited": the child exited or was stopped (`CHILD_PID`, `EXIT_CODE` or
+/// `SIGNAL`, `REASON`).
+pub const MSG_EXITED: &str = "9d860d0b097142219d35be0657ee8ffd";
+/// `MESSAGE_ID` of "backoff": a restart was scheduled (`RESTART_N`, `BACKOFF_MS`, `REASON`).
+pub const MSG_BACKOFF: &str = "cced81de0e06417ab30ffa5d61fa0554";
+/// `MESSAGE_ID` of "failed": the server gave up (permanent error or too many failed starts).
+pub const MSG_FAILED: &str = "612df29be566403f833f2b9b2a3be3e3";
+/// `MESSAGE_ID` of "reloaded": a configuration reload was applied (`ADDED`, `REMOVED`,
+/// `CHANGED`, `UNCHANGED`).
+pub const MSG_RELOADED: &str = "198a274c96074d7988d464413cb175cc";
+/// `MESSAGE_ID` of "reload failed": the new configuration was invalid or could not be applied;
+/// the old one keeps running (`REASON`).
+pub const MSG_RELOAD_FAILED: &str = "4bb2b258ea7f4148a0879468b0984cc9";
+/// `MESSAGE_ID` of "refused": a connection was refused by the peer-credential check
+/// (`PEER_UID`, `PEER_GID`, `PEER_PID`, `SOCKET`).
+pub const MSG_REFUSED: &str = "418f7cfa28484ca2a319770447b1e2db";
 
 /// Whether stderr is connected to the journal.
 pub fn stderr_is_journal() -> bool {
@@ -27,7 +55,11 @@ pub fn init() {
         if let Ok(layer) = tracing_journald::layer() {
             tracing_subscriber::registry()
                 .with(filter)
-                .with(layer.with_syslog_identifier("mcp-supervisor".into()))
+                .with(
+                    layer
+                        .with_syslog_identifier("mcp-supervisor".into())
+                        .with_field_prefix(None),
+                )
                 .init();
             return;
         }

@@ -1,19 +1,10 @@
-//! argv → cli; logging; run; errors → exit codes. Nothing else.
+//! argv → cli; systemd plumbing capture; logging; run; errors → exit codes. Nothing else.
 
 use clap::Parser;
-use mcp_supervisor::cli::{self, Cli, Verb};
+use mcp_supervisor::cli::{self, Cli, Target, Verb};
+use mcp_supervisor::control::{self, Op};
+use mcp_supervisor::systemd::Plumbing;
 use mcp_supervisor::{attach, config, daemon, logging};
-
-/// The supervisor's own systemd plumbing, removed from our environment while single-threaded
-/// (R18; `std::env::remove_var` is not thread-safe). Children never see it either.
-const PLUMBING: &[&str] = &[
-    "NOTIFY_SOCKET",
-    "LISTEN_PID",
-    "LISTEN_FDS",
-    "LISTEN_FDNAMES",
-    "WATCHDOG_USEC",
-    "WATCHDOG_PID",
-];
 
 fn main() {
     let cli = Cli::parse();
@@ -29,19 +20,24 @@ fn main() {
             }
         },
         Verb::Run { config } => {
-            for k in PLUMBING {
-                std::env::remove_var(k);
-            }
+            // systemd's plumbing (NOTIFY_SOCKET, LISTEN_*, WATCHDOG_*) is read and removed from
+            // our environment while single-threaded (R18; `std::env::remove_var` is not
+            // thread-safe); the values go to the daemon, children never see them.
+            let plumbing = Plumbing::take_from_env();
             match cli::load_config(config) {
                 Err(code) => code,
                 Ok(cfg) => {
                     logging::init();
-                    match runtime().block_on(daemon::run(cfg)) {
+                    match runtime().block_on(daemon::run(cfg, plumbing)) {
                         Ok(()) => 0,
                         Err(e) => {
                             tracing::error!("{e:#}");
                             eprintln!("mcp-supervisor: {e:#}");
-                            1
+                            if e.downcast_ref::<daemon::AlreadyRunning>().is_some() {
+                                cli::EXIT_ALREADY_RUNNING
+                            } else {
+                                cli::EXIT_FAILED
+                            }
                         }
                     }
                 }
@@ -70,8 +66,22 @@ fn main() {
                 }
             }
         }
+        Verb::Status { name, json, target } => operate(target, Op::Status { name }, json),
+        Verb::Start { name, target } => operate(target, Op::Start { name }, false),
+        Verb::Stop { name, target } => operate(target, Op::Stop { name }, false),
+        Verb::Restart { name, target } => operate(target, Op::Restart { name }, false),
+        Verb::Reload { target } => operate(target, Op::Reload, false),
+        Verb::Logs { name, target } => operate(target, Op::Logs { name }, false),
     };
     std::process::exit(code);
+}
+
+/// An operator verb: find the daemon's control socket through the configuration, ask it.
+fn operate(target: Target, op: Op, json: bool) -> i32 {
+    match cli::control_socket(target.config) {
+        Ok(socket) => control::client::run(&socket, op, json),
+        Err(code) => code,
+    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -438,10 +438,17 @@ mod tests {
 
     #[test]
     fn valid_json_of_the_wrong_shape_is_invalid_request_not_parse_error() {
-        for bad in [&b"42"[..], br#"{"jsonrpc":"2.0","method":1}"#, br#"{"foo":"bar"}"#] {
+        for bad in [
+            &b"42"[..],
+            br#"{"jsonrpc":"2.0","method":1}"#,
+            br#"{"foo":"bar"}"#,
+        ] {
             assert_eq!(parse_one(bad).unwrap_err().code(), code::INVALID_REQUEST);
         }
-        assert_eq!(parse_one(b"not json").unwrap_err().code(), code::PARSE_ERROR);
+        assert_eq!(
+            parse_one(b"not json").unwrap_err().code(),
+            code::PARSE_ERROR
+        );
     }
 
     #[test]
@@ -484,7 +491,8 @@ mod tests {
         let b = Out::request(Some(&raw_u64(7)), "tools/call", Some(&params)).encode();
         assert_eq!(
             &b[..],
-            &b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"a\":[1,2]}}\n"[..]
+            &b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"a\":[1,2]}}\n"
+                [..]
         );
     }
 

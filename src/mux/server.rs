@@ -30,9 +30,11 @@ use crate::child::backoff::{Backoff, FAILED_RETRY, MAX_FAILED_STARTS};
 use crate::child::process::{self, ChildEvent, ChildHandle, Exit, Queued, StderrTail};
 use crate::config::{RestartPolicy, ServerConfig};
 use crate::jsonrpc::message::{self, code, raw, raw_u64, Kind, Message, Out};
+use crate::logging::{MSG_BACKOFF, MSG_EXITED, MSG_FAILED, MSG_READY, MSG_SPAWNED};
 use crate::mux::era::{self, Handshake};
 use crate::mux::ids::Inflight;
 use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent};
+use crate::observe::{metrics, Outcome};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -236,6 +238,20 @@ struct Pending {
     method: String,
 }
 
+/// What the request log needs about a client request, from arrival to its one outcome
+/// (issue 8). Keyed by client and request id in [`Server::ledger`].
+#[derive(Debug)]
+struct Tracked {
+    /// The id shown to the client in errors and in the log (`r-...`).
+    rid: String,
+    method: String,
+    tool: Option<String>,
+    /// Keys of `tools/call` arguments (never their values).
+    arg_keys: Vec<String>,
+    started: Instant,
+    generation: u64,
+}
+
 /// A client request held while the child is not ready.
 #[derive(Debug)]
 struct Held {
@@ -298,6 +314,8 @@ struct Server {
     // Clients.
     clients: BTreeMap<ClientId, Client>,
     held: VecDeque<Held>,
+    /// Every client request not finished yet (issue 8: exactly one outcome each).
+    ledger: HashMap<(ClientId, String), Tracked>,
     next_upstream: u64,
     upstream: HashMap<(ClientId, u64), Upstream>,
     // Health.
@@ -350,6 +368,7 @@ impl Server {
             subs: HashMap::new(),
             clients: BTreeMap::new(),
             held: VecDeque::new(),
+            ledger: HashMap::new(),
             next_upstream: 1,
             upstream: HashMap::new(),
             last_heard: Instant::now(),
@@ -371,7 +390,12 @@ impl Server {
     ) {
         self.spawn();
         let (mut sessions_open, mut commands_open) = (true, true);
+        let mut exported_state = None;
         loop {
+            if exported_state != Some(self.state) {
+                exported_state = Some(self.state);
+                metrics().set_state(&self.cfg.name, self.outage_status_of(self.state));
+            }
             if self.state == State::Stopped {
                 for w in self.stop_waiters.drain(..) {
                     let _ = w.send(());
@@ -423,7 +447,13 @@ impl Server {
             self.tail.clone(),
         ) {
             Ok(child) => {
-                info!(pid = child.pid, generation = self.generation, "spawned");
+                info!(
+                    message_id = MSG_SPAWNED,
+                    child_pid = child.pid,
+                    restart_n = self.restarts,
+                    generation = self.generation,
+                    "spawned"
+                );
                 self.pid.store(child.pid, Ordering::SeqCst);
                 self.child = Some(child);
                 self.state = State::Starting;
@@ -458,7 +488,8 @@ impl Server {
     }
 
     fn enter_failed(&mut self, why: &str) {
-        error!(retry_in_s = FAILED_RETRY.as_secs(), "failed: {why}");
+        error!(message_id = MSG_FAILED, reason = %why, restart_n = self.restarts,
+            retry_in_s = FAILED_RETRY.as_secs(), "failed: {why}");
         self.state = State::Failed;
         self.next_spawn = Some(Instant::now() + FAILED_RETRY);
         self.fail_held("failed");
@@ -580,15 +611,14 @@ impl Server {
             cause,
             Some(StopCause::Shutdown | StopCause::Stop | StopCause::Restart)
         );
+        let signal = exit.signal.map(process::signal_name);
         if operator {
-            info!(
-                pid = child.pid,
-                exit_code = exit.code,
-                signal = exit.signal,
-                "stopped"
-            );
+            info!(message_id = MSG_EXITED, child_pid = child.pid, exit_code = exit.code,
+                signal = signal.as_deref(), reason = %reason, restart_n = self.restarts, "stopped");
         } else {
-            warn!(pid = child.pid, exit_code = exit.code, signal = exit.signal, reason = %reason, stderr_tail = %tail, "exited");
+            warn!(message_id = MSG_EXITED, child_pid = child.pid, exit_code = exit.code,
+                signal = signal.as_deref(), reason = %reason, restart_n = self.restarts,
+                stderr_tail = %tail, "exited");
         }
         let status = if cause
             .is_some_and(|c| matches!(c, StopCause::StartTimeout | StopCause::ProbeTimeout))
@@ -622,6 +652,13 @@ impl Server {
             }
         } else {
             self.after_exit(now, &child, exit, cause);
+        }
+        if self.state == State::Backoff && cause != Some(StopCause::Restart) {
+            let class = match (status, exit.signal) {
+                ("exited", Some(_)) => "signal",
+                (s, _) => s,
+            };
+            metrics().restart(&self.cfg.name, class);
         }
         let retry_after = self.next_spawn.map(|t| t.saturating_duration_since(now));
         self.fail_inflight(status, &reason, retry_after);
@@ -657,13 +694,16 @@ impl Server {
                     .on_exit(now, child.spawned_at, self.ready_since, &mut self.rng);
             self.state = State::Backoff;
             self.next_spawn = Some(now + delay);
-            info!(
-                backoff_ms = delay.as_millis() as u64,
-                attempt = self.backoff.failures(),
-                "restarting after backoff"
-            );
+            info!(message_id = MSG_BACKOFF, restart_n = self.restarts + 1,
+                backoff_ms = delay.as_millis() as u64, attempt = self.backoff.failures(),
+                reason = %exit.reason(), "restarting after backoff");
         } else {
-            info!(policy = ?self.cfg.restart, "not restarting (restart policy)");
+            if exit.clean() {
+                info!(policy = ?self.cfg.restart, "not restarting (restart policy)");
+            } else {
+                error!(message_id = MSG_FAILED, reason = %exit.reason(), restart_n = self.restarts,
+                    policy = ?self.cfg.restart, "failed: not restarting (restart policy)");
+            }
             self.state = if exit.clean() {
                 State::Stopped
             } else {
@@ -678,6 +718,14 @@ impl Server {
         let delay = self.backoff.on_exit(now, now, None, &mut self.rng);
         self.state = State::Backoff;
         self.next_spawn = Some(now + delay);
+        info!(
+            message_id = MSG_BACKOFF,
+            restart_n = self.restarts + 1,
+            backoff_ms = delay.as_millis() as u64,
+            attempt = self.backoff.failures(),
+            reason = "spawn-error",
+            "restarting after backoff"
+        );
         self.failed_starts += 1;
         if self.failed_starts >= MAX_FAILED_STARTS {
             self.enter_failed("too many consecutive failed starts");
@@ -686,7 +734,8 @@ impl Server {
 
     fn on_ready(&mut self, hs: Handshake) {
         let first = self.handshake.is_none();
-        info!(protocol_version = %hs.protocol_version, "ready");
+        info!(message_id = MSG_READY, child_pid = self.child.as_ref().map(|c| c.pid),
+            restart_n = self.restarts, protocol_version = %hs.protocol_version, "ready");
         self.handshake = Some(hs);
         self.state = State::Ready;
         self.ready_since = Some(Instant::now());
@@ -804,11 +853,22 @@ impl Server {
                         closing: false,
                     },
                 );
+                metrics().set_clients(&self.cfg.name, self.clients.len());
             }
             SessionEvent::Message(id, m) => {
                 if self.clients.contains_key(&id) {
                     self.on_client_message(id, m)
                 }
+            }
+            SessionEvent::Rejected(id, code) => {
+                let (uid, pid) = self
+                    .clients
+                    .get(&id)
+                    .map(|c| (Some(c.peer.uid), c.peer.pid))
+                    .unwrap_or((None, None));
+                info!(target: "mcp_supervisor::requests", client = %id, peer_uid = uid, peer_pid = pid,
+                    outcome = Outcome::Invalid.as_str(), error_code = code, "request finished");
+                metrics().request(&self.cfg.name, "", Outcome::Invalid, Some(code), 0.0);
             }
             SessionEvent::InputClosed(id) => {
                 if let Some(c) = self.clients.get_mut(&id) {
@@ -834,9 +894,13 @@ impl Server {
 
     fn on_client_request(&mut self, client: ClientId, m: Message) {
         let id = m.id.clone().expect("requests have ids");
+        self.track(client, &m);
         match m.method() {
             "initialize" => return self.client_initialize(client, m),
-            "ping" => return self.reply(client, message::result_response(&id, &json!({}))),
+            "ping" => {
+                let line = message::result_response(&id, &json!({}));
+                return self.respond(client, &id, line, Outcome::Ok, None);
+            }
             "logging/setLevel" if self.handshake.as_ref().is_some_and(|h| h.has("logging")) => {
                 return self.client_set_level(client, m)
             }
@@ -871,15 +935,17 @@ impl Server {
                 let retry = self
                     .next_spawn
                     .map(|t| t.saturating_duration_since(Instant::now()));
-                let line = self.outage_line(
+                let method = m.method().to_string();
+                self.outage_respond(
+                    client,
                     &id,
-                    m.method(),
+                    &method,
                     status,
                     &reason,
                     retry,
-                    code::SERVER_UNAVAILABLE,
+                    code::LIMIT_EXCEEDED,
+                    Outcome::Denied,
                 );
-                self.reply(client, line);
             }
             _ => {
                 let status = self.outage_status();
@@ -926,7 +992,8 @@ impl Server {
             c.name = name;
             c.initialized = true;
         }
-        self.reply(client, message::result_response(&id, &hs.result));
+        let line = message::result_response(&id, &hs.result);
+        self.respond(client, &id, line, Outcome::Ok, None);
     }
 
     fn client_set_level(&mut self, client: ClientId, m: Message) {
@@ -937,15 +1004,21 @@ impl Server {
                 .and_then(era::log_rank)
         });
         let Some(level) = level else {
-            return self.reply(
+            let line =
+                message::error_response(&id, code::INVALID_PARAMS, "unknown logging level", None);
+            return self.respond(
                 client,
-                message::error_response(&id, code::INVALID_PARAMS, "unknown logging level", None),
+                &id,
+                line,
+                Outcome::Invalid,
+                Some(code::INVALID_PARAMS),
             );
         };
         if let Some(c) = self.clients.get_mut(&client) {
             c.log_level = Some(level);
         }
-        self.reply(client, message::result_response(&id, &json!({})));
+        let line = message::result_response(&id, &json!({}));
+        self.respond(client, &id, line, Outcome::Ok, None);
         self.sync_log_level();
     }
 
@@ -981,7 +1054,8 @@ impl Server {
                 if let Some(c) = self.clients.get_mut(&client) {
                     c.subs.insert(uri);
                 }
-                self.reply(client, message::result_response(&id, &json!({})));
+                let line = message::result_response(&id, &json!({}));
+                self.respond(client, &id, line, Outcome::Ok, None);
                 return true;
             }
             false
@@ -996,7 +1070,8 @@ impl Server {
                 c.subs.remove(&uri);
             }
             if others {
-                self.reply(client, message::result_response(&id, &json!({})));
+                let line = message::result_response(&id, &json!({}));
+                self.respond(client, &id, line, Outcome::Ok, None);
                 return true;
             }
             false
@@ -1011,9 +1086,13 @@ impl Server {
                 self.cfg.name,
                 self.inflight.len()
             );
-            return self.reply(
+            let line = message::error_response(&id, code::LIMIT_EXCEEDED, &msg, None);
+            return self.respond(
                 client,
-                message::error_response(&id, code::LIMIT_EXCEEDED, &msg, None),
+                &id,
+                line,
+                Outcome::Denied,
+                Some(code::LIMIT_EXCEEDED),
             );
         }
         let child_id = self.inflight.allocate();
@@ -1091,10 +1170,13 @@ impl Server {
                     "the child is stopping"
                 };
                 let msg = format!("server `{}` cannot take requests now: {why}", self.cfg.name);
-                self.reply(
-                    client,
-                    message::error_response(&id, code::SERVER_UNAVAILABLE, &msg, None),
-                );
+                let (outcome, code) = if queued == Queued::Full {
+                    (Outcome::Denied, code::LIMIT_EXCEEDED)
+                } else {
+                    (Outcome::Unreachable, code::SERVER_UNAVAILABLE)
+                };
+                let line = message::error_response(&id, code, &msg, None);
+                self.respond(client, &id, line, outcome, Some(code));
             }
             return None;
         }
@@ -1107,6 +1189,7 @@ impl Server {
             method: method.to_string(),
         };
         self.inflight.insert(child_id, client, deadline, pending);
+        metrics().set_in_flight(&self.cfg.name, self.inflight.len());
         Some(child_id)
     }
 
@@ -1124,6 +1207,7 @@ impl Server {
                     return;
                 };
                 self.inflight.remove(child_id);
+                self.finish(client, &key, Outcome::Cancelled, None);
                 let mut p = p;
                 p.insert("requestId".into(), json!(child_id));
                 let line = Out::request(
@@ -1168,6 +1252,16 @@ impl Server {
             return;
         };
         // Cancel its requests toward the child; their late responses are dropped (K09).
+        let open: Vec<String> = self
+            .ledger
+            .keys()
+            .filter(|(c, _)| *c == client)
+            .map(|(_, k)| k.clone())
+            .collect();
+        for key in open {
+            self.finish(client, &key, Outcome::Cancelled, None);
+        }
+        metrics().set_clients(&self.cfg.name, self.clients.len());
         for r in self.inflight.remove_client(client) {
             let p = raw(&json!({"requestId": r.id, "reason": "client disconnected"}));
             if let Some(ch) = &self.child {
@@ -1265,12 +1359,23 @@ impl Server {
                         self.lists.insert(method, v);
                     }
                 }
-                let line = match (&m.result, &m.error) {
-                    (Some(r), _) => Out::result(&id, r).encode(),
-                    (_, Some(e)) => Out::error(&id, e).encode(),
+                let (line, outcome, code) = match (&m.result, &m.error) {
+                    (Some(r), _) => {
+                        let outcome = if pending.method == "tools/call" && is_tool_error(r) {
+                            Outcome::ToolError
+                        } else {
+                            Outcome::Ok
+                        };
+                        (Out::result(&id, r).encode(), outcome, None)
+                    }
+                    (_, Some(e)) => (
+                        Out::error(&id, e).encode(),
+                        Outcome::ProtocolError,
+                        m.error_code(),
+                    ),
                     _ => return,
                 };
-                self.reply(client, line);
+                self.respond(client, &id, line, outcome, code);
             }
             Owner::Initialize => match (&m.result, &m.error) {
                 (Some(r), _) => match serde_json::from_str::<Value>(r.get())
@@ -1301,6 +1406,7 @@ impl Server {
             } => {
                 self.probe = None;
                 self.probes_answered += 1;
+                metrics().probe(&self.cfg.name, "answered");
                 if !ping && after_ping_miss && !self.ping_unserved && !self.ping_kills {
                     // The confirming request was answered after a ping went unanswered.
                     self.ping_unserved = true;
@@ -1366,9 +1472,12 @@ impl Server {
             .iter()
             .filter_map(|(id, client, _, _)| Some((id, client?)))
             .filter(|(_, c)| {
-                self.clients.get(c).is_some_and(|cl| !cl.closing && match cap {
-                    Some(cap) => cl.capabilities.get(cap).is_some_and(|v| !v.is_null()),
-                    None => true,
+                self.clients.get(c).is_some_and(|cl| {
+                    !cl.closing
+                        && match cap {
+                            Some(cap) => cl.capabilities.get(cap).is_some_and(|v| !v.is_null()),
+                            None => true,
+                        }
                 })
             })
             .max_by_key(|(id, _)| *id)
@@ -1488,21 +1597,92 @@ impl Server {
                 "server `{}` answered with a message of {len} bytes, over max_message_size ({} bytes); it was discarded",
                 self.cfg.name, self.cfg.max_message_size
             );
-            self.reply(
+            let data = json!({"server": self.cfg.name, "bytes": len});
+            let line = message::error_response(&id, code::INTERNAL_ERROR, &msg, Some(data));
+            self.respond(
                 client,
-                message::error_response(
-                    &id,
-                    code::INTERNAL_ERROR,
-                    &msg,
-                    Some(json!({"server": self.cfg.name, "bytes": len})),
-                ),
+                &id,
+                line,
+                Outcome::ProtocolError,
+                Some(code::INTERNAL_ERROR),
             );
         }
     }
 
     // ----- delivery ----------------------------------------------------------------------------
 
+    /// Opens the request-log entry of a client request (issue 8).
+    fn track(&mut self, client: ClientId, m: &Message) {
+        let method = m.method().to_string();
+        let (tool, arg_keys) = if method == "tools/call" {
+            tool_shape(m.params.as_deref())
+        } else {
+            (None, Vec::new())
+        };
+        let key = id_key(m.id.as_deref().expect("requests have ids"));
+        let t = Tracked {
+            rid: new_request_id(),
+            method,
+            tool,
+            arg_keys,
+            started: Instant::now(),
+            generation: self.generation,
+        };
+        self.ledger.insert((client, key), t);
+    }
+
+    /// Ends a client request with its one outcome: the request log line and the metrics.
+    fn finish(&mut self, client: ClientId, key: &str, outcome: Outcome, code: Option<i64>) {
+        let Some(t) = self.ledger.remove(&(client, key.to_string())) else {
+            return;
+        };
+        let elapsed = t.started.elapsed();
+        let (uid, pid, name) = self
+            .clients
+            .get(&client)
+            .map(|c| (Some(c.peer.uid), c.peer.pid, c.name.clone()))
+            .unwrap_or((None, None, String::new()));
+        info!(
+            target: "mcp_supervisor::requests",
+            request_id = %t.rid,
+            client = %client,
+            peer_uid = uid,
+            peer_pid = pid,
+            client_name = %name,
+            method = %t.method,
+            tool = t.tool.as_deref().unwrap_or(""),
+            arg_keys = %t.arg_keys.join(","),
+            duration_ms = elapsed.as_secs_f64() * 1000.0,
+            outcome = outcome.as_str(),
+            error_code = code,
+            restarted = self.generation != t.generation,
+            "request finished"
+        );
+        metrics().request(
+            &self.cfg.name,
+            &t.method,
+            outcome,
+            code,
+            elapsed.as_secs_f64(),
+        );
+        metrics().set_in_flight(&self.cfg.name, self.inflight.len());
+    }
+
+    /// Answers a client request and finishes it.
+    fn respond(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        line: Bytes,
+        outcome: Outcome,
+        code: Option<i64>,
+    ) {
+        self.finish(client, &id_key(id), outcome, code);
+        self.reply(client, line);
+    }
+
     fn reply(&mut self, client: ClientId, line: Bytes) {
+        metrics().bytes(&self.cfg.name, "to_client", line.len());
         let (ok, closing) = match self.clients.get(&client) {
             Some(c) => (c.tx.deliver(line), c.closing),
             None => return,
@@ -1529,7 +1709,12 @@ impl Server {
     // ----- outages -----------------------------------------------------------------------------
 
     fn outage_status(&self) -> &'static str {
-        match self.state {
+        self.outage_status_of(self.state)
+    }
+
+    /// The state's name in status and metrics; also the outage `status` for a waiting state.
+    fn outage_status_of(&self, state: State) -> &'static str {
+        match state {
             State::Starting => "starting",
             State::Backoff => "backoff",
             State::Failed => "failed",
@@ -1572,7 +1757,8 @@ impl Server {
             }
         }
         let id = m.id.clone().expect("requests have ids");
-        self.reply(client, message::result_response(&id, &result));
+        let line = message::result_response(&id, &result);
+        self.respond(client, &id, line, Outcome::Ok, None);
         true
     }
 
@@ -1588,12 +1774,41 @@ impl Server {
             .as_ref()
             .map(|e| e.reason.clone())
             .unwrap_or_else(|| status.to_string());
-        let line = self.outage_line(id, method, status, &reason, retry, code::SERVER_UNAVAILABLE);
-        self.reply(client, line);
+        self.outage_respond(
+            client,
+            id,
+            method,
+            status,
+            &reason,
+            retry,
+            code::SERVER_UNAVAILABLE,
+            Outcome::Unreachable,
+        );
     }
 
+    /// Answers a client request that failed for an outage, a limit or a deadline with the
+    /// documented record, and finishes it in the request log.
+    #[allow(clippy::too_many_arguments)]
+    fn outage_respond(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        method: &str,
+        status: &str,
+        reason: &str,
+        retry: Option<Duration>,
+        code: i64,
+        outcome: Outcome,
+    ) {
+        let line = self.outage_line(client, id, method, status, reason, retry, code);
+        let code = (method != "tools/call").then_some(code);
+        self.respond(client, id, line, outcome, code);
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn outage_line(
         &self,
+        client: ClientId,
         id: &RawValue,
         method: &str,
         status: &str,
@@ -1601,7 +1816,11 @@ impl Server {
         retry: Option<Duration>,
         code: i64,
     ) -> Bytes {
-        let request_id = format!("r-{:08x}", rand::random::<u32>());
+        let request_id = self
+            .ledger
+            .get(&(client, id_key(id)))
+            .map(|t| t.rid.clone())
+            .unwrap_or_else(new_request_id);
         let tail = self.tail.last_lines(10);
         let mut record = json!({
             "server": self.cfg.name,
@@ -1646,15 +1865,16 @@ impl Server {
         for r in self.inflight.drain() {
             let p = r.value;
             if let Owner::Client { client, id, .. } = p.owner {
-                let line = self.outage_line(
+                self.outage_respond(
+                    client,
                     &id,
                     &p.method,
                     status,
                     reason,
                     retry,
                     code::SERVER_UNAVAILABLE,
+                    Outcome::Unreachable,
                 );
-                self.reply(client, line);
             }
         }
         // The dead child's requests to clients are void: tell those clients.
@@ -1679,15 +1899,16 @@ impl Server {
                     .as_ref()
                     .map(|e| e.reason.clone())
                     .unwrap_or_else(|| status.into());
-                let line = self.outage_line(
+                self.outage_respond(
+                    h.client,
                     &id,
                     "initialize",
                     status,
                     &reason,
                     None,
                     code::SERVER_UNAVAILABLE,
+                    Outcome::Unreachable,
                 );
-                self.reply(h.client, line);
             } else {
                 self.outage_reply(h.client, &id, h.msg.method(), status);
             }
@@ -1760,15 +1981,16 @@ impl Server {
                     .map(|e| e.reason.clone())
                     .unwrap_or_else(|| "no answer to initialize yet".into());
                 let retry = self.next_spawn.map(|t| t.saturating_duration_since(now));
-                let line = self.outage_line(
+                self.outage_respond(
+                    h.client,
                     &id,
                     "initialize",
                     status,
                     &reason,
                     retry,
                     code::SERVER_UNAVAILABLE,
+                    Outcome::Unreachable,
                 );
-                self.reply(h.client, line);
             } else {
                 self.outage_reply(h.client, &id, h.msg.method(), status);
             }
@@ -1812,9 +2034,16 @@ impl Server {
                 }
                 let t = self.cfg.timeout_for(&p.method);
                 let reason = format!("no response within {}", format_secs(t));
-                let line =
-                    self.outage_line(&id, "", "timeout", &reason, None, code::REQUEST_TIMEOUT);
-                self.reply(client, line);
+                self.outage_respond(
+                    client,
+                    &id,
+                    "",
+                    "timeout",
+                    &reason,
+                    None,
+                    code::REQUEST_TIMEOUT,
+                    Outcome::Timeout,
+                );
             }
             Owner::Probe { ping, .. } => self.on_probe_timeout(ping),
             _ => {}
@@ -1840,6 +2069,7 @@ impl Server {
         };
         let deadline = now + self.cfg.probe_timeout;
         self.probes_sent += 1;
+        metrics().probe(&self.cfg.name, "sent");
         debug!(method, "probing the silent child");
         if let Some(id) = self.send_to_child(
             Owner::Probe {
@@ -1864,6 +2094,7 @@ impl Server {
             return;
         }
         self.probe_misses += 1;
+        metrics().probe(&self.cfg.name, "timeout");
         if ping {
             self.ping_missed = true;
         } else {
@@ -1955,4 +2186,39 @@ fn id_key(id: &RawValue) -> String {
     serde_json::from_str::<Value>(id.get())
         .map(|v| v.to_string())
         .unwrap_or_else(|_| id.get().to_string())
+}
+
+/// A fresh request id for the log and for errors (`r-` and 12 hex digits).
+fn new_request_id() -> String {
+    format!("r-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff)
+}
+
+/// Whether a `tools/call` result says `isError: true`, without decoding the content (which may
+/// be a multi-megabyte screenshot).
+fn is_tool_error(result: &RawValue) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        #[serde(rename = "isError", default)]
+        is_error: Option<bool>,
+    }
+    serde_json::from_str::<Probe>(result.get())
+        .ok()
+        .and_then(|p| p.is_error)
+        .unwrap_or(false)
+}
+
+/// The tool name and the argument keys of `tools/call` params (values are never looked at).
+fn tool_shape(params: Option<&RawValue>) -> (Option<String>, Vec<String>) {
+    let Some(obj) = params.and_then(message::RawObject::parse) else {
+        return (None, Vec::new());
+    };
+    let tool = obj
+        .get("name")
+        .and_then(|n| serde_json::from_str::<String>(n.get()).ok());
+    let keys = obj
+        .get("arguments")
+        .and_then(message::RawObject::parse)
+        .map(|a| a.0.into_iter().map(|(k, _)| k).collect())
+        .unwrap_or_default();
+    (tool, keys)
 }

@@ -66,7 +66,11 @@ impl ClientTx {
         let before = self.queued.fetch_add(len, Ordering::Relaxed);
         if before > 0 && before + len > CLIENT_QUEUE_BYTES {
             self.queued.fetch_sub(len, Ordering::Relaxed);
-            warn!(queued_bytes = before, "client is not reading its messages (over {} MiB queued); disconnecting it", CLIENT_QUEUE_BYTES >> 20);
+            warn!(
+                queued_bytes = before,
+                "client is not reading its messages (over {} MiB queued); disconnecting it",
+                CLIENT_QUEUE_BYTES >> 20
+            );
             self.kick.cancel();
             return false;
         }
@@ -99,6 +103,9 @@ pub enum SessionEvent {
     Connected(ClientId, ClientTx, Peer),
     /// A parsed message from the client.
     Message(ClientId, Message),
+    /// A line was rejected as malformed with this JSON-RPC code (already answered); reported
+    /// for the request log and metrics (outcome `invalid`).
+    Rejected(ClientId, i64),
     /// The client closed its write side (EOF): it is answered its requests in flight, then
     /// its connection is closed (half-close, issue 3 §2).
     InputClosed(ClientId),
@@ -174,6 +181,7 @@ pub async fn run(
                     Ok(m) => m,
                     Err(e) => {
                         reject(&tx, id, e.code(), &e.to_string());
+                        let _ = events.send(SessionEvent::Rejected(id, e.code())).await;
                         continue;
                     }
                 },
@@ -202,7 +210,10 @@ pub async fn run(
                             break 'read;
                         }
                     }
-                    Err(e) => reject(&tx, id, e.code(), &e.to_string()),
+                    Err(e) => {
+                        reject(&tx, id, e.code(), &e.to_string());
+                        let _ = events.send(SessionEvent::Rejected(id, e.code())).await;
+                    }
                 }
             }
         }

@@ -918,7 +918,10 @@ fn kill_during_call(change: bool) {
         "stderr tail: {r}"
     );
     let rid = record["request_id"].as_str().unwrap();
-    assert!(fx.sup.log().contains(rid), "request id {rid} in the log");
+    assert!(
+        fx.sup.wait_log(rid, Duration::from_secs(5)),
+        "request id {rid} in the log"
+    );
     // Both clients stay connected; their next calls succeed after the restart.
     echo_until_ok(&mut a, "a after", Duration::from_secs(10));
     echo_until_ok(&mut b, "b after", Duration::from_secs(10));
@@ -1011,7 +1014,10 @@ fn in_flight_request_fails_at_once_on_exit_with_structured_error() {
         "{r}"
     );
     let rid = record["request_id"].as_str().unwrap();
-    assert!(fx.sup.log().contains(rid), "request id {rid} in the log");
+    assert!(
+        fx.sup.wait_log(rid, Duration::from_secs(5)),
+        "request id {rid} in the log"
+    );
     // Not replayed; the next request works on the replacement.
     let r = a.request(next_id(), "resources/read", json!({"uri": "fake://one"}));
     assert_eq!(

@@ -8,3 +8,4 @@ mod health;
 mod interop;
 mod lifecycle;
 mod mux;
+mod ops;

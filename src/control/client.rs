@@ -1,0 +1,286 @@
+//! The CLI's side of the control socket: connect, send one request, print the answer, turn it
+//! into an exit code (the codes are in `cli.rs` and README "Operating it").
+//!
+//! Synchronous on purpose: one request, one answer, no runtime needed.
+
+use super::{ErrorKind, Op, Request, Response, MAX_LINE};
+use crate::cli::{EXIT_CONFIG, EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_UNKNOWN_SERVER};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+/// How long the CLI waits for an answer. `start`/`restart` wait for the server inside the
+/// daemon (up to its start budget), so this is generous.
+pub const TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Why a request got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing accepts connections on the control socket.
+    #[error("the supervisor is not running (cannot connect to {path}: {source})")]
+    NotRunning {
+        /// The control socket.
+        path: String,
+        /// Why connecting failed.
+        source: std::io::Error,
+    },
+    /// The connection broke or timed out, or the answer was not a response.
+    #[error("{0}")]
+    Broken(String),
+}
+
+/// Sends `req` to the daemon listening on `socket` and returns its answer.
+pub fn request(socket: &Path, req: &Request) -> Result<Response, ClientError> {
+    let mut stream = UnixStream::connect(socket).map_err(|source| ClientError::NotRunning {
+        path: socket.display().to_string(),
+        source,
+    })?;
+    stream
+        .set_read_timeout(Some(TIMEOUT))
+        .and_then(|_| stream.set_write_timeout(Some(TIMEOUT)))
+        .map_err(|e| ClientError::Broken(e.to_string()))?;
+    let refused = || {
+        ClientError::Broken(format!(
+            "the supervisor closed the connection without answering (is this user allowed to use {}? see `allowed_uids` in the configuration)",
+            socket.display()
+        ))
+    };
+    let mut line = serde_json::to_vec(req).expect("requests serialise");
+    line.push(b'\n');
+    if let Err(e) = stream.write_all(&line) {
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+        ) {
+            return Err(refused());
+        }
+        return Err(ClientError::Broken(format!(
+            "cannot send the request to {}: {e}",
+            socket.display()
+        )));
+    }
+    let mut reader = BufReader::new(stream.take(MAX_LINE as u64 + 1));
+    let mut answer = Vec::new();
+    match reader.read_until(b'\n', &mut answer) {
+        Ok(0) => Err(refused()),
+        // A peer refused by SO_PEERCRED is closed with our request unread: a reset.
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Err(refused()),
+        Ok(_) => serde_json::from_slice(&answer).map_err(|e| {
+            ClientError::Broken(format!("unreadable answer from the supervisor: {e}"))
+        }),
+        Err(e) => Err(ClientError::Broken(format!(
+            "no answer from the supervisor: {e}"
+        ))),
+    }
+}
+
+/// Runs one CLI verb against the daemon whose control socket is `socket`: prints the result on
+/// stdout (errors on stderr) and returns the exit code.
+pub fn run(socket: &Path, op: Op, json: bool) -> i32 {
+    let resp = match request(socket, &Request::new(op.clone())) {
+        Ok(r) => r,
+        Err(e @ ClientError::NotRunning { .. }) => {
+            eprintln!("mcp-supervisor: {e}");
+            return EXIT_NOT_RUNNING;
+        }
+        Err(e) => {
+            eprintln!("mcp-supervisor: {e}");
+            return EXIT_FAILED;
+        }
+    };
+    if !resp.ok {
+        let (kind, message) = match &resp.error {
+            Some(e) => (Some(e.kind), e.message.clone()),
+            None => (None, "the supervisor refused the request".to_string()),
+        };
+        match kind {
+            Some(ErrorKind::InvalidConfig) => {
+                eprintln!("mcp-supervisor: reload failed, the old configuration keeps running: invalid configuration: {message}");
+                return EXIT_CONFIG;
+            }
+            Some(ErrorKind::UnknownServer) => {
+                eprintln!("mcp-supervisor: {message}");
+                return EXIT_UNKNOWN_SERVER;
+            }
+            _ => {
+                eprintln!("mcp-supervisor: {message}");
+                return EXIT_FAILED;
+            }
+        }
+    }
+    let servers = resp.servers.clone().unwrap_or_default();
+    match op {
+        Op::Status { .. } if json => {
+            let out = serde_json::json!({ "servers": servers });
+            println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        }
+        Op::Status { .. } => print!("{}", table(&servers, SystemTime::now())),
+        Op::Logs { .. } => {
+            let tail = resp.stderr_tail.unwrap_or_default();
+            print!("{tail}");
+            if !tail.is_empty() && !tail.ends_with('\n') {
+                println!();
+            }
+        }
+        Op::Reload => {
+            let r = resp.reload.unwrap_or_default();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            } else {
+                let list = |v: &[String]| {
+                    if v.is_empty() {
+                        "-".to_string()
+                    } else {
+                        v.join(", ")
+                    }
+                };
+                println!(
+                    "reloaded: added {}; removed {}; changed {}; unchanged {}",
+                    list(&r.added),
+                    list(&r.removed),
+                    list(&r.changed),
+                    list(&r.unchanged)
+                );
+            }
+        }
+        Op::Start { .. } | Op::Stop { .. } | Op::Restart { .. } => {
+            for s in &servers {
+                if json {
+                    println!("{}", serde_json::to_string_pretty(s).unwrap_or_default());
+                } else {
+                    let pid = s["pid"]
+                        .as_u64()
+                        .map(|p| format!(" (pid {p})"))
+                        .unwrap_or_default();
+                    println!(
+                        "{}: {}{pid}",
+                        s["name"].as_str().unwrap_or("?"),
+                        s["state"].as_str().unwrap_or("?")
+                    );
+                }
+            }
+        }
+    }
+    0
+}
+
+/// The `status` table: name, era, state, pid, uptime, restarts, clients, last exit.
+pub fn table(servers: &[Value], now: SystemTime) -> String {
+    let header = [
+        "NAME",
+        "ERA",
+        "STATE",
+        "PID",
+        "UPTIME",
+        "RESTARTS",
+        "CLIENTS",
+        "LAST EXIT",
+    ];
+    let dash = || "-".to_string();
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+    for s in servers {
+        let last_exit = match s.get("last_exit") {
+            Some(e) if e.is_object() => {
+                let reason = e["reason"].as_str().unwrap_or("?").to_string();
+                let ago = e["at"]
+                    .as_str()
+                    .and_then(|t| humantime::parse_rfc3339(t).ok())
+                    .and_then(|t| now.duration_since(t).ok())
+                    .map(|d| format!(", {} ago", compact(d.as_secs_f64())))
+                    .unwrap_or_default();
+                format!("{reason}{ago}")
+            }
+            _ => dash(),
+        };
+        rows.push(vec![
+            s["name"].as_str().unwrap_or("?").to_string(),
+            s["era"].as_str().map(str::to_string).unwrap_or_else(dash),
+            s["state"].as_str().unwrap_or("?").to_string(),
+            s["pid"]
+                .as_u64()
+                .map(|p| p.to_string())
+                .unwrap_or_else(dash),
+            s["uptime_s"].as_f64().map(compact).unwrap_or_else(dash),
+            s["restarts"].as_u64().unwrap_or(0).to_string(),
+            s["clients"].as_u64().unwrap_or(0).to_string(),
+            last_exit,
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in &rows {
+        let mut line = String::new();
+        for (i, cell) in r.iter().enumerate() {
+            if i + 1 == r.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `45s`, `5m11s`, `2h03m`, `3d04h`.
+pub fn compact(secs: f64) -> String {
+    let s = secs.max(0.0) as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..=86399 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn compact_durations() {
+        assert_eq!(compact(0.4), "0s");
+        assert_eq!(compact(59.9), "59s");
+        assert_eq!(compact(311.5), "5m11s");
+        assert_eq!(compact(7380.0), "2h03m");
+        assert_eq!(compact(3.0 * 86400.0 + 4.0 * 3600.0), "3d04h");
+    }
+
+    #[test]
+    fn table_has_every_column() {
+        let now = humantime::parse_rfc3339("2025-11-29T10:05:00Z").unwrap();
+        let t = table(
+            &[
+                json!({"name": "cua", "state": "ready", "pid": 4242, "restarts": 1, "era": "2025-11-25",
+                       "clients": 2, "uptime_s": 311.5,
+                       "last_exit": {"code": 1, "signal": null, "reason": "exited(1)", "at": "2025-11-29T10:00:00Z"}}),
+                json!({"name": "web", "state": "stopped", "pid": null, "restarts": 0, "era": null,
+                       "clients": 0, "uptime_s": null, "last_exit": null}),
+            ],
+            now,
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(
+            lines[0].starts_with(
+                "NAME  ERA         STATE    PID   UPTIME  RESTARTS  CLIENTS  LAST EXIT"
+            ),
+            "{t}"
+        );
+        assert!(
+            lines[1].contains(
+                "cua   2025-11-25  ready    4242  5m11s   1         2        exited(1), 5m00s ago"
+            ),
+            "{t}"
+        );
+        assert!(
+            lines[2].starts_with("web   -           stopped  -     -       0         0        -"),
+            "{t}"
+        );
+    }
+}

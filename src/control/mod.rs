@@ -1,0 +1,222 @@
+//! The control socket `<socket_dir>/control.sock` (issue 7 §1): a small versioned
+//! request/response protocol between the daemon and the CLI verbs (`status`, `start`, `stop`,
+//! `restart`, `reload`, `logs`).
+//!
+//! Wire format: newline-delimited JSON, one request line answered by one response line, any
+//! number of them per connection, in order. Every message carries `"v"`, the protocol version
+//! ([`VERSION`]). The daemon answers a request of a newer version with an error of kind
+//! `version` (and its own `v`), so an old daemon and a new CLI fail with a clear message.
+//!
+//! ```text
+//! > {"v":1,"verb":"status","name":"cua"}
+//! < {"v":1,"ok":true,"servers":[{"name":"cua","state":"ready","pid":4242,...}]}
+//! > {"v":1,"verb":"restart","name":"nope"}
+//! < {"v":1,"ok":false,"error":{"kind":"unknown-server","message":"no server named `nope`"}}
+//! ```
+//!
+//! The `servers` entries are the server actor's `Status` snapshots, serialised as they are: the
+//! contract keys of `status --json` (`name`, `state`, `pid`, `restarts`, `era`, `clients`,
+//! `uptime_s`, `last_exit`, `stderr_tail`) come from there. New fields may be added; none of
+//! these is removed or renamed without bumping [`VERSION`].
+//!
+//! Owns: the message types. `server.rs` answers requests inside the daemon, `client.rs` is the
+//! CLI side. Access control is the daemon's accept loop (`SO_PEERCRED`), as for every socket.
+
+pub mod client;
+pub mod server;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Protocol version spoken by this build.
+pub const VERSION: u32 = 1;
+
+/// Largest request or response line accepted, in bytes (responses carry stderr tails of up to
+/// 64 KiB per server, so this is generous).
+pub const MAX_LINE: usize = 16 << 20;
+
+/// The control socket's name under `socket_dir`, also its `LISTEN_FDNAMES` name.
+pub const SOCKET_NAME: &str = "control";
+
+/// `<socket_dir>/control.sock`.
+pub fn socket_path(dir: &Path) -> PathBuf {
+    dir.join(format!("{SOCKET_NAME}.sock"))
+}
+
+/// One request line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// Protocol version of the sender.
+    pub v: u32,
+    /// What to do.
+    #[serde(flatten)]
+    pub op: Op,
+}
+
+/// The operations, tagged by `"verb"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "verb", rename_all = "kebab-case")]
+pub enum Op {
+    /// Status of every server, or of `name`.
+    Status {
+        /// One server only.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
+    /// Start a stopped/failed/backing-off server now, clearing `failed` and the backoff; waits
+    /// until it is ready or gave up.
+    Start {
+        /// The server.
+        name: String,
+    },
+    /// Stop a server and keep it stopped; waits until its child has exited.
+    Stop {
+        /// The server.
+        name: String,
+    },
+    /// Stop and start again (clients stay connected); waits until the new child is ready or
+    /// gave up.
+    Restart {
+        /// The server.
+        name: String,
+    },
+    /// Re-read the configuration file the daemon was started with and apply the difference.
+    Reload,
+    /// The stderr tail of a server.
+    Logs {
+        /// The server.
+        name: String,
+    },
+}
+
+impl Request {
+    /// A request of this build's version.
+    pub fn new(op: Op) -> Request {
+        Request { v: VERSION, op }
+    }
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorKind {
+    /// The line was not a request this daemon understands.
+    BadRequest,
+    /// The request's version is newer than the daemon's.
+    Version,
+    /// No server has that name.
+    UnknownServer,
+    /// `reload`: the new configuration file is invalid; the old one keeps running.
+    InvalidConfig,
+    /// The operation ran but did not succeed (a server did not become ready, a reload could
+    /// not bind a socket, ...).
+    Failed,
+    /// The daemon is shutting down.
+    ShuttingDown,
+}
+
+/// An error answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Machine-readable kind.
+    pub kind: ErrorKind,
+    /// One line for humans (for `invalid-config`: `file:line: key ...: message`).
+    pub message: String,
+}
+
+/// What a reload changed, by server name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadReport {
+    /// Started (socket bound).
+    pub added: Vec<String>,
+    /// Stopped (socket removed unless socket-activated).
+    pub removed: Vec<String>,
+    /// Restarted with the new settings (clients stay connected).
+    pub changed: Vec<String>,
+    /// Untouched: same pid, same clients.
+    pub unchanged: Vec<String>,
+}
+
+/// One response line. Fields not relevant to the operation are absent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    /// Protocol version of the daemon.
+    pub v: u32,
+    /// Whether the operation succeeded.
+    pub ok: bool,
+    /// Why not, when `ok` is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+    /// Status snapshots (`status`; `start`/`stop`/`restart`: the server afterwards).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub servers: Option<Vec<Value>>,
+    /// `logs`: the stderr tail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_tail: Option<String>,
+    /// `reload`: what changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reload: Option<ReloadReport>,
+}
+
+impl Response {
+    /// A success with nothing attached.
+    pub fn ok() -> Response {
+        Response {
+            v: VERSION,
+            ok: true,
+            ..Response::default()
+        }
+    }
+
+    /// A failure.
+    pub fn error(kind: ErrorKind, message: impl Into<String>) -> Response {
+        Response {
+            v: VERSION,
+            ok: false,
+            error: Some(ErrorBody {
+                kind,
+                message: message.into(),
+            }),
+            ..Response::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn requests_have_a_stable_wire_form() {
+        let r = Request::new(Op::Status { name: None });
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({"v": 1, "verb": "status"})
+        );
+        let r = Request::new(Op::Restart { name: "cua".into() });
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({"v": 1, "verb": "restart", "name": "cua"})
+        );
+        let back: Request =
+            serde_json::from_str(r#"{"v":1,"verb":"logs","name":"x","extra":true}"#).unwrap();
+        assert_eq!(back.op, Op::Logs { name: "x".into() });
+        let back: Request = serde_json::from_str(r#"{"v":1,"verb":"reload"}"#).unwrap();
+        assert_eq!(back.op, Op::Reload);
+        assert!(serde_json::from_str::<Request>(r#"{"v":1,"verb":"explode"}"#).is_err());
+    }
+
+    #[test]
+    fn responses_omit_what_does_not_apply() {
+        assert_eq!(
+            serde_json::to_value(Response::ok()).unwrap(),
+            json!({"v": 1, "ok": true})
+        );
+        assert_eq!(
+            serde_json::to_value(Response::error(ErrorKind::UnknownServer, "no")).unwrap(),
+            json!({"v": 1, "ok": false, "error": {"kind": "unknown-server", "message": "no"}})
+        );
+    }
+}

@@ -1,0 +1,334 @@
+//! The daemon's side of the control socket: one task per accepted connection reads request
+//! lines and answers each from the server actors (`Command::Status`, `Start`, `Stop`,
+//! `Restart`) or, for `reload`, from the daemon's main loop, which owns the set of servers.
+//!
+//! Owns: the [`Registry`] read side and the answers. Never changes the set of servers itself
+//! and never blocks the main loop: the waits (a stop ladder, a start until ready) run here.
+
+use super::{ErrorBody, ErrorKind, Op, ReloadReport, Request, Response, MAX_LINE, VERSION};
+use crate::config::ServerConfig;
+use crate::mux::server::{Command, ServerHandle, State, Status};
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+/// How long an actor may take to answer a status query before it is reported as unreachable.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a `start`/`restart` polls the actor while waiting for the outcome.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A running server as the control socket sees it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The actor.
+    pub handle: ServerHandle,
+    /// Its current configuration (for the wait budgets).
+    pub cfg: Arc<ServerConfig>,
+}
+
+/// The servers currently configured, by name. Written by the daemon's main loop (start-up,
+/// reload), read by control connections and the `STATUS=` task.
+#[derive(Debug, Clone, Default)]
+pub struct Registry(Arc<RwLock<BTreeMap<String, Entry>>>);
+
+impl Registry {
+    /// Adds or replaces a server.
+    pub fn insert(&self, name: &str, entry: Entry) {
+        self.0
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), entry);
+    }
+
+    /// Removes a server.
+    pub fn remove(&self, name: &str) -> Option<Entry> {
+        self.0
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name)
+    }
+
+    /// One server.
+    pub fn get(&self, name: &str) -> Option<Entry> {
+        self.0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Every server, in name order.
+    pub fn all(&self) -> Vec<(String, Entry)> {
+        self.0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// The result of a reload as the main loop reports it.
+pub type ReloadOutcome = Result<ReloadReport, ErrorBody>;
+
+/// What a control connection needs from the daemon.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// The servers.
+    pub registry: Registry,
+    /// Reload requests to the main loop (coalesced there with SIGHUP).
+    pub reloads: mpsc::Sender<oneshot::Sender<ReloadOutcome>>,
+}
+
+/// Serves one connection until the peer closes it or `stop` fires.
+pub async fn serve(stream: UnixStream, ctx: Ctx, stop: CancellationToken) {
+    let (rd, mut wr) = stream.into_split();
+    let mut rd = BufReader::new(rd);
+    loop {
+        let mut line = Vec::new();
+        let mut limited = (&mut rd).take(MAX_LINE as u64 + 1);
+        let read = tokio::select! {
+            r = limited.read_until(b'\n', &mut line) => r,
+            _ = stop.cancelled() => return,
+        };
+        match read {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let too_long = line.len() > MAX_LINE;
+        let resp = if too_long {
+            Response::error(ErrorKind::BadRequest, "request line too long")
+        } else if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        } else {
+            tokio::select! {
+                r = answer(&line, &ctx) => r,
+                _ = stop.cancelled() => Response::error(ErrorKind::ShuttingDown, "the supervisor is shutting down"),
+            }
+        };
+        let mut out = serde_json::to_vec(&resp).unwrap_or_default();
+        out.push(b'\n');
+        if wr.write_all(&out).await.is_err() || too_long {
+            return;
+        }
+    }
+}
+
+/// Answers one request line.
+pub async fn answer(line: &[u8], ctx: &Ctx) -> Response {
+    let value: serde_json::Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) => return Response::error(ErrorKind::BadRequest, format!("not JSON: {e}")),
+    };
+    if let Some(v) = value.get("v").and_then(|v| v.as_u64()) {
+        if v > VERSION as u64 {
+            return Response::error(
+                ErrorKind::Version,
+                format!("protocol version {v} is not supported (this supervisor speaks {VERSION}); use a matching mcp-supervisor binary"),
+            );
+        }
+    }
+    let req: Request = match serde_json::from_value(value) {
+        Ok(r) => r,
+        Err(e) => return Response::error(ErrorKind::BadRequest, format!("bad request: {e}")),
+    };
+    debug!(request = ?req.op, "control request");
+    match req.op {
+        Op::Status { name } => status(ctx, name.as_deref()).await,
+        Op::Logs { name } => match lookup(ctx, &name) {
+            Err(r) => *r,
+            Ok(e) => match query(&e.handle).await {
+                Some(s) => Response {
+                    stderr_tail: Some(s.stderr_tail),
+                    ..Response::ok()
+                },
+                None => unreachable_server(&name),
+            },
+        },
+        Op::Stop { name } => stop(ctx, &name).await,
+        Op::Start { name } => start(ctx, &name, false).await,
+        Op::Restart { name } => start(ctx, &name, true).await,
+        Op::Reload => {
+            let (tx, rx) = oneshot::channel();
+            if ctx.reloads.send(tx).await.is_err() {
+                return Response::error(ErrorKind::ShuttingDown, "the supervisor is shutting down");
+            }
+            match rx.await {
+                Ok(Ok(report)) => Response {
+                    reload: Some(report),
+                    ..Response::ok()
+                },
+                Ok(Err(e)) => Response::error(e.kind, e.message),
+                Err(_) => {
+                    Response::error(ErrorKind::ShuttingDown, "the supervisor is shutting down")
+                }
+            }
+        }
+    }
+}
+
+fn lookup(ctx: &Ctx, name: &str) -> Result<Entry, Box<Response>> {
+    ctx.registry.get(name).ok_or_else(|| {
+        let known: Vec<String> = ctx.registry.all().into_iter().map(|(n, _)| n).collect();
+        Box::new(Response::error(
+            ErrorKind::UnknownServer,
+            format!(
+                "no server named `{name}` (configured: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        ))
+    })
+}
+
+fn unreachable_server(name: &str) -> Response {
+    Response::error(
+        ErrorKind::Failed,
+        format!("server `{name}` did not answer (it may be shutting down)"),
+    )
+}
+
+/// Asks an actor for its status.
+pub async fn query(handle: &ServerHandle) -> Option<Status> {
+    let (tx, rx) = oneshot::channel();
+    handle.commands.send(Command::Status(tx)).await.ok()?;
+    tokio::time::timeout(STATUS_TIMEOUT, rx).await.ok()?.ok()
+}
+
+fn to_values(statuses: &[Status]) -> Vec<serde_json::Value> {
+    statuses
+        .iter()
+        .filter_map(|s| serde_json::to_value(s).ok())
+        .collect()
+}
+
+async fn status(ctx: &Ctx, name: Option<&str>) -> Response {
+    let entries = match name {
+        Some(n) => match lookup(ctx, n) {
+            Ok(e) => vec![(n.to_string(), e)],
+            Err(r) => return *r,
+        },
+        None => ctx.registry.all(),
+    };
+    let mut out = Vec::new();
+    for (n, e) in &entries {
+        match query(&e.handle).await {
+            Some(s) => out.push(s),
+            // Removed by a reload while we asked: not a server any more.
+            None if name.is_none() => {}
+            None => return unreachable_server(n),
+        }
+    }
+    Response {
+        servers: Some(to_values(&out)),
+        ..Response::ok()
+    }
+}
+
+async fn stop(ctx: &Ctx, name: &str) -> Response {
+    let e = match lookup(ctx, name) {
+        Ok(e) => e,
+        Err(r) => return *r,
+    };
+    info!(server = %name, "control: stop");
+    let (tx, rx) = oneshot::channel();
+    if e.handle.commands.send(Command::Stop(tx)).await.is_err() {
+        return unreachable_server(name);
+    }
+    let budget = e.cfg.stop_grace + e.cfg.kill_timeout + Duration::from_secs(5);
+    let _ = tokio::time::timeout(budget, rx).await;
+    match query(&e.handle).await {
+        Some(s) if s.state == State::Stopped => Response {
+            servers: Some(to_values(&[s])),
+            ..Response::ok()
+        },
+        Some(s) => Response {
+            servers: Some(to_values(std::slice::from_ref(&s))),
+            ..Response::error(
+                ErrorKind::Failed,
+                format!("server `{name}` is {} after stop", state_name(s.state)),
+            )
+        },
+        None => unreachable_server(name),
+    }
+}
+
+/// `start` (or `restart`): sends the command, then waits until the server is ready or gave
+/// up (backoff, failed, stopped), within its start budget.
+async fn start(ctx: &Ctx, name: &str, restart: bool) -> Response {
+    let e = match lookup(ctx, name) {
+        Ok(e) => e,
+        Err(r) => return *r,
+    };
+    let Some(before) = query(&e.handle).await else {
+        return unreachable_server(name);
+    };
+    info!(server = %name, "control: {}", if restart { "restart" } else { "start" });
+    let (tx, rx) = oneshot::channel();
+    let cmd = if restart {
+        Command::Restart(tx)
+    } else {
+        Command::Start(tx)
+    };
+    if e.handle.commands.send(cmd).await.is_err() || rx.await.is_err() {
+        return unreachable_server(name);
+    }
+    let budget = e.cfg.start_timeout
+        + e.cfg.stop_grace
+        + e.cfg.kill_timeout
+        + e.cfg.backoff_initial
+        + Duration::from_secs(2);
+    let end = Instant::now() + budget;
+    let last = loop {
+        let Some(s) = query(&e.handle).await else {
+            return unreachable_server(name);
+        };
+        let settled = !matches!(s.state, State::Starting | State::Stopping)
+            && (!restart || s.restarts > before.restarts);
+        if settled || Instant::now() >= end {
+            break s;
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    if last.state == State::Ready {
+        return Response {
+            servers: Some(to_values(&[last])),
+            ..Response::ok()
+        };
+    }
+    let mut why = format!(
+        "server `{name}` did not become ready: it is {}",
+        state_name(last.state)
+    );
+    if let Some(x) = &last.last_exit {
+        why.push_str(&format!(", last exit {}", x.reason));
+    }
+    if let Some(l) = last
+        .stderr_tail
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+    {
+        why.push_str(&format!(", stderr: {}", l.trim()));
+    }
+    Response {
+        servers: Some(to_values(&[last])),
+        ..Response::error(ErrorKind::Failed, why)
+    }
+}
+
+/// `ready`, `backoff`, ...: the status vocabulary.
+pub fn state_name(s: State) -> String {
+    serde_json::to_value(s)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
