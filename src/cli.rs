@@ -99,6 +99,11 @@ pub enum Verb {
         #[command(flatten)]
         target: Target,
     },
+    /// Print every metric in the Prometheus/OpenMetrics text format.
+    Metrics {
+        #[command(flatten)]
+        target: Target,
+    },
     /// Print the last 64 KiB of server NAME's stderr.
     Logs {
         /// The server name.

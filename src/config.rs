@@ -72,6 +72,10 @@ pub struct SupervisorConfig {
     pub allowed_uids: Vec<u32>,
     /// Peer primary gids allowed to connect (`SO_PEERCRED` reports the primary gid only).
     pub allowed_gids: Vec<u32>,
+    /// `host:port` of an HTTP endpoint serving `GET /metrics` for Prometheus (issue 8).
+    /// Default: none (metrics only through `mcp-supervisor metrics`). It has no authentication:
+    /// keep it on loopback unless the network is trusted.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// What to do when a child exits without being asked to (R8).
@@ -213,6 +217,7 @@ struct RawSupervisor {
     socket_group: Option<Spanned<String>>,
     allowed_uids: Option<Vec<u32>>,
     allowed_gids: Option<Vec<u32>>,
+    metrics_listen: Option<Spanned<String>>,
 }
 
 type Dur = Option<Spanned<String>>;
@@ -463,7 +468,21 @@ impl Validator<'_> {
             ),
             None => None,
         };
+        let metrics_listen = match &raw.metrics_listen {
+            Some(a) => Some(a.get_ref().parse().map_err(|e| {
+                self.err(
+                    a.span(),
+                    "supervisor.metrics_listen",
+                    &format!(
+                        "`{}` is not host:port ({e}); write e.g. \"127.0.0.1:9464\"",
+                        a.get_ref()
+                    ),
+                )
+            })?),
+            None => None,
+        };
         Ok(SupervisorConfig {
+            metrics_listen,
             socket_dir,
             max_clients: raw.max_clients.unwrap_or(256),
             socket_mode,

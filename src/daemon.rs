@@ -733,6 +733,15 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
         }
     }
     drop(reload_tx);
+    if let Some(addr) = daemon.config.supervisor.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+        info!(%addr, "serving GET /metrics");
+        daemon
+            .tracker
+            .spawn(crate::observe::serve_http(listener, accepting.clone()));
+    }
     // A status round trip proves each actor has spawned its child (it spawns before it reads
     // its inbox), so READY=1 means "sockets bound, children spawned" (R1).
     let status_line = summary(&daemon.registry).await;

@@ -72,6 +72,7 @@ fn main() {
         Verb::Restart { name, target } => operate(target, Op::Restart { name }, false),
         Verb::Reload { target } => operate(target, Op::Reload, false),
         Verb::Logs { name, target } => operate(target, Op::Logs { name }, false),
+        Verb::Metrics { target } => operate(target, Op::Metrics, false),
     };
     std::process::exit(code);
 }

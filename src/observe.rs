@@ -327,6 +327,61 @@ impl Metrics {
     }
 }
 
+/// Serves `GET /metrics` (OpenMetrics text) on `listener` until `stop` is cancelled. A minimal
+/// HTTP/1.x responder: one request per connection, anything else gets 404.
+pub async fn serve_http(
+    listener: tokio::net::TcpListener,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let (mut conn, _) = tokio::select! {
+            r = listener.accept() => match r { Ok(c) => c, Err(_) => continue },
+            _ = stop.cancelled() => return,
+        };
+        tokio::spawn(async move {
+            let mut head = Vec::with_capacity(1024);
+            let mut buf = [0u8; 1024];
+            let read = async {
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return false,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                true
+            };
+            if !matches!(
+                tokio::time::timeout(std::time::Duration::from_secs(10), read).await,
+                Ok(true)
+            ) {
+                return;
+            }
+            let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+            let wanted = line.starts_with(b"GET /metrics ") || line.starts_with(b"GET /metrics?");
+            let (status, ctype, body) = if wanted {
+                (
+                    "200 OK",
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    metrics().render(),
+                )
+            } else {
+                (
+                    "404 Not Found",
+                    "text/plain; charset=utf-8",
+                    "only GET /metrics is served here\n".to_string(),
+                )
+            };
+            let reply = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(reply.as_bytes()).await;
+            let _ = conn.shutdown().await;
+        });
+    }
+}
+
 /// The process-wide metrics.
 pub fn metrics() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();

@@ -117,6 +117,7 @@ pub fn run(socket: &Path, op: Op, json: bool) -> i32 {
             println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         }
         Op::Status { .. } => print!("{}", table(&servers, SystemTime::now())),
+        Op::Metrics => print!("{}", resp.metrics.unwrap_or_default()),
         Op::Logs { .. } => {
             let tail = resp.stderr_tail.unwrap_or_default();
             print!("{tail}");

@@ -1,6 +1,6 @@
 //! The control socket `<socket_dir>/control.sock` (issue 7 §1): a small versioned
 //! request/response protocol between the daemon and the CLI verbs (`status`, `start`, `stop`,
-//! `restart`, `reload`, `logs`).
+//! `restart`, `reload`, `logs`, `metrics`).
 //!
 //! Wire format: newline-delimited JSON, one request line answered by one response line, any
 //! number of them per connection, in order. Every message carries `"v"`, the protocol version
@@ -88,6 +88,8 @@ pub enum Op {
         /// The server.
         name: String,
     },
+    /// The Prometheus/OpenMetrics text exposition of every metric (issue 8).
+    Metrics,
 }
 
 impl Request {
@@ -154,6 +156,9 @@ pub struct Response {
     /// `logs`: the stderr tail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_tail: Option<String>,
+    /// `metrics`: the OpenMetrics text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
     /// `reload`: what changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reload: Option<ReloadReport>,

@@ -150,6 +150,10 @@ pub async fn answer(line: &[u8], ctx: &Ctx) -> Response {
                 None => unreachable_server(&name),
             },
         },
+        Op::Metrics => Response {
+            metrics: Some(crate::observe::metrics().render()),
+            ..Response::ok()
+        },
         Op::Stop { name } => stop(ctx, &name).await,
         Op::Start { name } => start(ctx, &name, false).await,
         Op::Restart { name } => start(ctx, &name, true).await,

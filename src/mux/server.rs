@@ -249,7 +249,8 @@ struct Tracked {
     /// Keys of `tools/call` arguments (never their values).
     arg_keys: Vec<String>,
     started: Instant,
-    generation: u64,
+    /// The child instance running when the request arrived, if any.
+    generation: Option<u64>,
 }
 
 /// A client request held while the child is not ready.
@@ -1626,7 +1627,7 @@ impl Server {
             tool,
             arg_keys,
             started: Instant::now(),
-            generation: self.generation,
+            generation: self.child.as_ref().map(|c| c.generation),
         };
         self.ledger.insert((client, key), t);
     }
@@ -1655,7 +1656,8 @@ impl Server {
             duration_ms = elapsed.as_secs_f64() * 1000.0,
             outcome = outcome.as_str(),
             error_code = code,
-            restarted = self.generation != t.generation,
+            // The instance that was running at arrival exited or was replaced meanwhile.
+            restarted = t.generation.is_some() && t.generation != self.child.as_ref().map(|c| c.generation),
             "request finished"
         );
         metrics().request(

@@ -8,4 +8,5 @@ mod health;
 mod interop;
 mod lifecycle;
 mod mux;
+mod observe;
 mod ops;

@@ -1,0 +1,266 @@
+//! Observability (issue 8): one outcome per request, the request log, the metrics exposition
+//! (control socket and HTTP), and no secrets in logs.
+
+use crate::harness::*;
+use serde_json::json;
+use std::io::{Read, Write};
+use std::process::Command;
+use std::time::Duration;
+
+/// `mcp-supervisor metrics -c CONFIG` output.
+fn metrics(sup: &Supervisor) -> String {
+    let out = Command::new(SUPERVISOR)
+        .args(["metrics", "-c"])
+        .arg(&sup.config)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "metrics failed: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The value of the sample whose line starts with `series` (exact labels), or 0.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or(0.0)
+}
+
+fn requests(text: &str, method: &str, outcome: &str) -> f64 {
+    sample(
+        text,
+        &format!("mcp_supervisor_requests_total{{server=\"fake\",method=\"{method}\",outcome=\"{outcome}\"}}"),
+    )
+}
+
+#[test]
+fn every_outcome_class_is_counted_end_to_end() {
+    let sup = Supervisor::start(&fake_server(
+        "fake",
+        &[],
+        "request_timeout = \"1s\"\nbackoff_initial = \"100ms\"",
+    ));
+    let mut a = sup.client("fake");
+    // ok
+    assert_eq!(
+        Client::text(&a.call(json!(1), "echo", json!({"text": "x"}))),
+        "x"
+    );
+    // tool_error: a result with isError from the child
+    assert_eq!(
+        a.call(json!(2), "fail", json!({}))["result"]["isError"],
+        true
+    );
+    // protocol_error: the child's own -32601
+    assert_eq!(
+        a.request(json!(3), "no/such", json!({}))["error"]["code"],
+        -32601
+    );
+    // timeout: the deadline passes
+    assert_eq!(
+        a.call(json!(4), "slow", json!({"ms": 5000}))["error"]["code"],
+        -32001
+    );
+    // cancelled: the client cancels
+    a.send(&json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow","arguments":{"ms":5000}}}));
+    a.send(&json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}));
+    // invalid: garbage
+    a.send_raw(b"not json\n");
+    assert_eq!(a.recv()["error"]["code"], -32700);
+    // unreachable: the child is killed mid-call
+    let r = a.call(json!(6), "crash", json!({}));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let text = metrics(&sup);
+    assert_eq!(requests(&text, "tools/call", "ok"), 1.0, "{text}");
+    assert_eq!(requests(&text, "tools/call", "tool_error"), 1.0, "{text}");
+    assert_eq!(requests(&text, "other", "protocol_error"), 1.0, "{text}");
+    assert_eq!(requests(&text, "tools/call", "timeout"), 1.0, "{text}");
+    assert_eq!(requests(&text, "tools/call", "cancelled"), 1.0, "{text}");
+    assert_eq!(requests(&text, "other", "invalid"), 1.0, "{text}");
+    assert_eq!(requests(&text, "tools/call", "unreachable"), 1.0, "{text}");
+    assert_eq!(requests(&text, "initialize", "ok"), 1.0, "{text}");
+    assert_eq!(
+        sample(
+            &text,
+            "mcp_supervisor_jsonrpc_errors_total{server=\"fake\",code=\"-32601\"}"
+        ),
+        1.0,
+        "{text}"
+    );
+    // The request log has one line per request, with the id the client was given.
+    let rid = r["result"]["_meta"]["mcp-supervisor/outage"]["request_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        sup.wait_log(
+            &format!("request finished request_id={rid}"),
+            Duration::from_secs(5)
+        ),
+        "{}",
+        sup.log()
+    );
+    let log = sup.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains(&rid) && l.contains("request finished"))
+        .unwrap();
+    for field in [
+        "method=tools/call",
+        "tool=\"crash\"",
+        "outcome=\"unreachable\"",
+        "peer_uid=",
+        "client_name=test-client",
+        "restarted=true",
+    ] {
+        assert!(line.contains(field), "{field} missing from {line}");
+    }
+    // Counters move as traffic continues (after the restart).
+    let mut ok = false;
+    for i in 0..50 {
+        let r = a.call(json!(100 + i), "echo", json!({"text": "again"}));
+        if Client::text(&r) == "again" {
+            ok = true;
+            break;
+        }
+        wait_until(Duration::from_millis(100), || false);
+    }
+    assert!(ok, "the child came back");
+    let text = metrics(&sup);
+    assert_eq!(requests(&text, "tools/call", "ok"), 2.0, "{text}");
+    assert!(
+        sample(
+            &text,
+            "mcp_supervisor_child_restarts_total{server=\"fake\",reason=\"signal\"}"
+        ) >= 1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "mcp_supervisor_child_state{server=\"fake\",state=\"ready\"}"
+        ),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "mcp_supervisor_clients{server=\"fake\"}"),
+        1.0,
+        "{text}"
+    );
+}
+
+#[test]
+fn metrics_parse_as_prometheus_text_and_are_served_over_http() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("supervisor.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[supervisor]\nsocket_dir = {:?}\nmetrics_listen = \"127.0.0.1:{port}\"\n\n{}",
+            dir.path().join("run"),
+            fake_server("fake", &[], "probe_interval = \"100ms\"")
+        ),
+    )
+    .unwrap();
+    let sup = Supervisor::spawn_with(dir, config, &[]);
+    let mut a = Client::connect(&sup.socket("fake"));
+    a.initialize("m", json!({}));
+    a.call(json!(1), "echo", json!({"text": "x"}));
+    assert!(sup.wait_log("probing the silent child", Duration::from_secs(5)));
+    // HTTP endpoint.
+    let mut body = String::new();
+    assert!(wait_until(Duration::from_secs(5), || {
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            return false;
+        };
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        body.clear();
+        s.read_to_string(&mut body).is_ok()
+    }));
+    assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+    assert!(body.contains("application/openmetrics-text"), "{body}");
+    let exposition = body.split("\r\n\r\n").nth(1).unwrap().to_string();
+    assert!(
+        exposition.contains("mcp_supervisor_probes_total{server=\"fake\",result=\"sent\"}"),
+        "{exposition}"
+    );
+    assert!(exposition.trim_end().ends_with("# EOF"));
+    // promtool parses it; the only findings allowed are lints about HELP naming, which differs
+    // between OpenMetrics (HELP on the family) and the classic text format (HELP on `_total`).
+    let mut p = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus) is installed by .ci/install-deps");
+    p.stdin
+        .take()
+        .unwrap()
+        .write_all(exposition.as_bytes())
+        .unwrap();
+    let out = p.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        matches!(out.status.code(), Some(0) | Some(3)),
+        "promtool failed: {report}"
+    );
+    for line in report.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(
+            line.ends_with("no help text"),
+            "unexpected promtool finding: {line}"
+        );
+    }
+    // Anything else is 404.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    assert!(r.starts_with("HTTP/1.1 404"), "{r}");
+}
+
+#[test]
+fn no_argument_value_result_or_environment_value_reaches_the_log() {
+    let sup = Supervisor::start(&fake_server(
+        "fake",
+        &[],
+        "env = { EXAMPLE_API_TOKEN = \"envsecret-7731\" }",
+    ));
+    let mut a = sup.client("fake");
+    let r = a.call(
+        json!(1),
+        "echo",
+        json!({"text": "argsecret-4242", "token": "argsecret-9999"}),
+    );
+    assert_eq!(Client::text(&r), "argsecret-4242");
+    let r = a.call(json!(2), "env", json!({"name": "EXAMPLE_API_TOKEN"}));
+    assert_eq!(Client::text(&r), "envsecret-7731");
+    a.send(&json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"slow","arguments":{"ms":9000,"password":"argsecret-1111"}}}));
+    a.send(&json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}));
+    assert!(
+        sup.wait_log_count("request finished", 4, Duration::from_secs(5)),
+        "{}",
+        sup.log()
+    );
+    let log = sup.log();
+    assert!(
+        log.contains("arg_keys=text,token"),
+        "argument keys are logged: {log}"
+    );
+    for secret in ["argsecret", "envsecret"] {
+        assert!(
+            !log.contains(secret),
+            "{secret} leaked into the log:\n{log}"
+        );
+    }
+}
