@@ -256,13 +256,16 @@ struct RawServer {
 
 /// Reads and validates a file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+    parse(path, &read(path)?)
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError {
         path: path.to_path_buf(),
         line: 0,
         key: String::new(),
         message: format!("cannot read: {e}"),
-    })?;
-    parse(path, &text)
+    })
 }
 
 /// The `socket_dir` a file names, found even when the file is otherwise invalid (so the
@@ -270,12 +273,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 /// report the error from the daemon's side). Falls back to a line scan of `[supervisor]` when
 /// the TOML does not parse, then to the default. Errors only when the file cannot be read.
 pub fn socket_dir_of(path: &Path) -> Result<PathBuf, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        path: path.to_path_buf(),
-        line: 0,
-        key: String::new(),
-        message: format!("cannot read: {e}"),
-    })?;
+    let text = read(path)?;
     if let Ok(c) = parse(path, &text) {
         return Ok(c.supervisor.socket_dir);
     }

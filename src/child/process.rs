@@ -220,11 +220,6 @@ impl ChildHandle {
     pub fn stopping(&self) -> bool {
         self.stop.is_none()
     }
-
-    /// SIGKILLs the whole group now (second shutdown signal, F25).
-    pub fn kill_group(&self) {
-        let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
-    }
 }
 
 /// Stop ladder timings (R14).

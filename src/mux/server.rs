@@ -132,8 +132,6 @@ pub enum Command {
     Restart(oneshot::Sender<()>),
     /// Use a new configuration; the child is restarted when it changed.
     Reconfigure(Box<ServerConfig>, oneshot::Sender<()>),
-    /// SIGKILL the child's group now (second shutdown signal).
-    Kill,
     /// Reply with a status snapshot.
     Status(oneshot::Sender<Status>),
 }
@@ -420,7 +418,6 @@ impl Server {
                     Some(Command::Start(done)) => { self.operator_start(); let _ = done.send(()); }
                     Some(Command::Restart(done)) => { self.operator_restart(); let _ = done.send(()); }
                     Some(Command::Reconfigure(cfg, done)) => { self.reconfigure(*cfg); let _ = done.send(()); }
-                    Some(Command::Kill) => if let Some(c) = &self.child { c.kill_group() },
                     Some(Command::Status(reply)) => { let _ = reply.send(self.status()); }
                     None => { commands_open = false; self.exiting = true; self.begin_shutdown(); }
                 },
@@ -1802,22 +1799,6 @@ impl Server {
         code: i64,
         outcome: Outcome,
     ) {
-        let line = self.outage_line(client, id, method, status, reason, retry, code);
-        let code = (method != "tools/call").then_some(code);
-        self.respond(client, id, line, outcome, code);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn outage_line(
-        &self,
-        client: ClientId,
-        id: &RawValue,
-        method: &str,
-        status: &str,
-        reason: &str,
-        retry: Option<Duration>,
-        code: i64,
-    ) -> Bytes {
         let request_id = self
             .ledger
             .get(&(client, id_key(id)))
@@ -1845,13 +1826,13 @@ impl Server {
             text.push_str(&format!(" stderr={last:?}"));
         }
         warn!(request_id = %request_id, method, status, reason, "request failed: {text}");
-        if method == "tools/call" {
+        let (line, code) = if method == "tools/call" {
             let result = json!({
                 "content": [{"type": "text", "text": text}],
                 "isError": true,
                 "_meta": {"mcp-supervisor/outage": record},
             });
-            message::result_response(id, &result)
+            (message::result_response(id, &result), None)
         } else {
             let msg = match status {
                 "timeout" if code == code::REQUEST_TIMEOUT => {
@@ -1859,8 +1840,12 @@ impl Server {
                 }
                 _ => format!("server `{}` is unavailable: {text}", self.cfg.name),
             };
-            message::error_response(id, code, &msg, Some(record))
-        }
+            (
+                message::error_response(id, code, &msg, Some(record)),
+                Some(code),
+            )
+        };
+        self.respond(client, id, line, outcome, code);
     }
 
     fn fail_inflight(&mut self, status: &str, reason: &str, retry: Option<Duration>) {
