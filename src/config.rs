@@ -148,6 +148,14 @@ pub struct ServerConfig {
     /// Append an "unavailable" note to cached tool descriptions served during an outage.
     /// Default true (issue 5 §3).
     pub mark_unavailable: bool,
+    /// Which protocol era to drive the child in: `"auto"` (default: probe with
+    /// `server/discover` first and remember the verdict), a handshake revision
+    /// (`"2024-11-05"` .. `"2025-11-25"`), or `"2026-07-28"` (issue 6 §1).
+    pub protocol: crate::mux::era::ChildProtocol,
+    /// How long `auto` waits for an answer to its `server/discover` probe before it decides the
+    /// child is of the handshake era. Default 10 s (a slow-starting `uvx`/Python server must
+    /// have time to answer; a legacy server that ignores unknown requests costs this once).
+    pub era_probe_timeout: Duration,
     /// Run the child as this user (name or numeric uid); only when the supervisor runs as root.
     /// HOME, USER and LOGNAME are set for that user unless `env` sets them. Default: none.
     pub user: Option<String>,
@@ -250,6 +258,8 @@ struct RawServer {
     client_queue: Option<Spanned<usize>>,
     client_capabilities: Option<toml::Table>,
     mark_unavailable: Option<bool>,
+    protocol: Option<Spanned<String>>,
+    era_probe_timeout: Dur,
     user: Option<Spanned<String>>,
     group: Option<Spanned<String>>,
 }
@@ -646,6 +656,26 @@ impl Validator<'_> {
             client_queue: positive("client_queue", &s.client_queue, &d.client_queue, 1024)?,
             client_capabilities: caps,
             mark_unavailable: s.mark_unavailable.or(d.mark_unavailable).unwrap_or(true),
+            protocol: match s.protocol.as_ref().or(d.protocol.as_ref()) {
+                None => crate::mux::era::ChildProtocol::Auto,
+                Some(p) => crate::mux::era::ChildProtocol::parse(p.get_ref()).ok_or_else(|| {
+                    self.err(
+                        p.span(),
+                        &k("protocol"),
+                        &format!(
+                            "`{}` is not auto, 2026-07-28 or a handshake revision ({})",
+                            p.get_ref(),
+                            crate::mux::era::HANDSHAKE_VERSIONS.join(", ")
+                        ),
+                    )
+                })?,
+            },
+            era_probe_timeout: dur(
+                "era_probe_timeout",
+                &s.era_probe_timeout,
+                &d.era_probe_timeout,
+                10_000,
+            )?,
             user: match s.user.as_ref().or(d.user.as_ref()) {
                 Some(u) => {
                     resolve_user(u.get_ref()).map_err(|m| self.err(u.span(), &k("user"), &m))?;

@@ -31,7 +31,7 @@ use crate::child::process::{self, ChildEvent, ChildHandle, Exit, Queued, StderrT
 use crate::config::{RestartPolicy, ServerConfig};
 use crate::jsonrpc::message::{self, code, raw, raw_u64, Kind, Message, Out};
 use crate::logging::{MSG_BACKOFF, MSG_EXITED, MSG_FAILED, MSG_READY, MSG_SPAWNED};
-use crate::mux::era::{self, Handshake};
+use crate::mux::era::{self, ChildProtocol, Era, Handshake};
 use crate::mux::ids::Inflight;
 use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent};
 use crate::observe::{metrics, Outcome};
@@ -41,7 +41,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -216,8 +216,20 @@ enum Owner {
         subscribe: Option<String>,
         /// The list method to cache the result of (no cursor in the request).
         cache: Option<&'static str>,
+        /// A modern client's request on a handshake child: add `resultType` to the result.
+        add_result_type: bool,
+        /// The log level this request asked for (modern `_meta` logLevel, or a handshake
+        /// client's level toward a modern child): who may receive `notifications/message`.
+        log_level: Option<usize>,
     },
     Initialize,
+    /// `server/discover` opening a fresh child: the era probe of `auto` (`probe`), or the
+    /// readiness check of a child configured for 2026-07-28.
+    Discover {
+        probe: bool,
+    },
+    /// The supervisor's own `subscriptions/listen` stream.
+    Listen,
     /// A liveness probe; `after_ping_miss` when it confirms an unanswered `ping` (K14).
     Probe {
         ping: bool,
@@ -251,6 +263,47 @@ struct Tracked {
     generation: Option<u64>,
 }
 
+/// A modern client's `subscriptions/listen` stream, served by the supervisor from a handshake
+/// child's session-wide notifications (issue 6 §3).
+#[derive(Debug)]
+struct Listener {
+    client: ClientId,
+    /// The listen request's id: the stream's subscription id.
+    id: Box<RawValue>,
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+    uris: Vec<String>,
+}
+
+impl Listener {
+    /// Whether this stream asked for the notification `method` (about `uri`).
+    fn wants(&self, method: &str, uri: Option<&str>) -> bool {
+        match method {
+            "notifications/tools/list_changed" => self.tools,
+            "notifications/prompts/list_changed" => self.prompts,
+            "notifications/resources/list_changed" => self.resources,
+            "notifications/resources/updated" => {
+                uri.is_some_and(|u| self.uris.iter().any(|x| x == u))
+            }
+            _ => false,
+        }
+    }
+
+    /// `method` on this stream: its params with `_meta.subscriptionId` set to the stream's id.
+    fn notification(&self, method: &str, params: Option<&RawValue>) -> Bytes {
+        let mut p = params
+            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+            .unwrap_or(json!({}));
+        if !p.is_object() {
+            p = json!({});
+        }
+        let id: Value = serde_json::from_str(self.id.get()).unwrap_or(Value::Null);
+        p["_meta"] = json!({ era::META_SUBSCRIPTION_ID: id });
+        Out::request(None, method, Some(&raw(&p))).encode()
+    }
+}
+
 /// A client request held while the child is not ready.
 #[derive(Debug)]
 struct Held {
@@ -270,9 +323,13 @@ struct Upstream {
 struct Client {
     tx: ClientTx,
     peer: Peer,
+    /// The client's era, decided by its first request (issue 6 §3: as the SDKs do).
+    era: Option<Era>,
     initialized: bool,
     capabilities: Value,
     name: String,
+    /// `clientInfo` from its `initialize` (for envelopes toward a modern child).
+    info: Value,
     log_level: Option<usize>,
     subs: HashSet<String>,
     /// Input closed: drop the client once its last request is answered.
@@ -306,6 +363,13 @@ struct Server {
     // The MCP session with the child.
     inflight: Inflight<Pending>,
     handshake: Option<Handshake>,
+    /// `protocol = "auto"`: the era the child was found to speak (kept across restarts).
+    verdict: Option<Era>,
+    /// The supervisor's own `subscriptions/listen` stream on a modern child (child-side id),
+    /// feeding handshake clients their list-changed and resource-updated notifications.
+    listen: Option<u64>,
+    /// Listen streams of modern clients served by the supervisor on a handshake child.
+    listeners: Vec<Listener>,
     start_deadline: Option<Instant>,
     lists: HashMap<&'static str, Value>,
     child_log_level: Option<usize>,
@@ -361,6 +425,9 @@ impl Server {
             exiting: false,
             inflight: Inflight::default(),
             handshake: None,
+            verdict: None,
+            listen: None,
+            listeners: Vec::new(),
             start_deadline: None,
             lists: HashMap::new(),
             child_log_level: None,
@@ -467,8 +534,24 @@ impl Server {
                 self.last_heard = Instant::now();
                 let deadline = Instant::now() + self.cfg.start_timeout;
                 self.start_deadline = Some(deadline);
-                let params = raw(&era::initialize_params(&self.cfg.client_capabilities));
-                self.send_to_child(Owner::Initialize, "initialize", Some(params), deadline);
+                // The first message pins a dual-era child and kills an old strict one: decide
+                // the era before anything else is sent (protocol.md Implications 4).
+                match (&self.cfg.protocol, self.verdict) {
+                    (ChildProtocol::Handshake(v), _) => {
+                        let v = v.clone();
+                        self.send_initialize(&v);
+                    }
+                    (ChildProtocol::Modern, _) | (ChildProtocol::Auto, Some(Era::Modern)) => {
+                        self.send_discover(false, deadline)
+                    }
+                    (ChildProtocol::Auto, Some(Era::Handshake)) => {
+                        self.send_initialize(era::HANDSHAKE_VERSION)
+                    }
+                    (ChildProtocol::Auto, None) => {
+                        let probe_deadline = Instant::now() + self.cfg.era_probe_timeout;
+                        self.send_discover(true, probe_deadline.min(deadline));
+                    }
+                }
             }
             Err(e) => {
                 error!(error = %e, permanent = e.permanent(), "spawn failed");
@@ -483,6 +566,39 @@ impl Server {
                 }
             }
         }
+    }
+
+    fn send_initialize(&mut self, version: &str) {
+        let deadline = self
+            .start_deadline
+            .unwrap_or_else(|| Instant::now() + self.cfg.start_timeout);
+        let params = raw(&era::initialize_params(
+            version,
+            &self.cfg.client_capabilities,
+        ));
+        self.send_to_child(Owner::Initialize, "initialize", Some(params), deadline);
+    }
+
+    fn send_discover(&mut self, probe: bool, deadline: Instant) {
+        let params = era::add_envelope(None, &era::supervisor_envelope());
+        self.send_to_child(
+            Owner::Discover { probe },
+            "server/discover",
+            Some(params),
+            deadline,
+        );
+    }
+
+    /// The child's era is now known (issue 6 §1): say it once, keep it for the next spawns.
+    fn set_verdict(&mut self, era: Era, why: &str) {
+        if self.cfg.protocol == ChildProtocol::Auto && self.verdict != Some(era) {
+            let name = match era {
+                Era::Modern => era::MODERN_VERSION,
+                Era::Handshake => "handshake (2024-11-05 .. 2025-11-25)",
+            };
+            info!(era = name, "protocol era: {why}");
+        }
+        self.verdict = Some(era);
     }
 
     fn enter_failed(&mut self, why: &str) {
@@ -595,6 +711,10 @@ impl Server {
             _ => exit.reason(),
         };
         let was_ready = self.ready_since.is_some();
+        let probing_era = self
+            .inflight
+            .iter()
+            .any(|(_, _, _, p)| matches!(p.owner, Owner::Discover { probe: true }));
         let probing_ping = self
             .probe
             .and_then(|(id, _)| self.inflight.get(id))
@@ -630,6 +750,16 @@ impl Server {
         // Decide what comes next before failing requests, so errors can say when we retry.
         if matches!(cause, Some(StopCause::Shutdown | StopCause::Stop)) {
             self.state = State::Stopped;
+        } else if probing_era && !exit.requested && !matches!(exit.code, Some(126 | 127 | 78)) {
+            // Old strict servers exit when their first message is not `initialize`: that is a
+            // verdict, not a failed start. Respawn at once in the handshake era (issue 6 §1).
+            self.set_verdict(
+                Era::Handshake,
+                "the child exited on the server/discover probe",
+            );
+            self.state = State::Backoff;
+            // Still never two spawns closer than backoff_initial (R9).
+            self.next_spawn = Some((child.spawned_at + self.cfg.backoff_initial).max(now));
         } else if cause == Some(StopCause::Restart) {
             self.state = State::Backoff;
             self.next_spawn = Some(now);
@@ -739,6 +869,8 @@ impl Server {
         self.ready_since = Some(Instant::now());
         self.failed_starts = 0;
         self.start_deadline = None;
+        self.listen = None;
+        self.open_listen();
         if !first || self.generation > 1 {
             self.restarts_after_ready();
         }
@@ -753,11 +885,16 @@ impl Server {
     /// only real changes (issue 5 §4).
     fn restarts_after_ready(&mut self) {
         let far = Instant::now() + self.cfg.request_timeout;
-        if let Some(level) = self.child_log_level {
+        let handshake_child = self.child_era() == Era::Handshake;
+        if let Some(level) = self.child_log_level.filter(|_| handshake_child) {
             let p = raw(&json!({"level": era::LOG_LEVELS[level]}));
             self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), far);
         }
-        let uris: Vec<String> = self.subs.keys().cloned().collect();
+        let uris: Vec<String> = if handshake_child {
+            self.subs.keys().cloned().collect()
+        } else {
+            Vec::new()
+        };
         for uri in uris {
             self.send_to_child(
                 Owner::Internal,
@@ -843,9 +980,11 @@ impl Server {
                     Client {
                         tx,
                         peer,
+                        era: None,
                         initialized: false,
                         capabilities: json!({}),
                         name: String::new(),
+                        info: Value::Null,
                         log_level: None,
                         subs: HashSet::new(),
                         closing: false,
@@ -893,14 +1032,72 @@ impl Server {
     fn on_client_request(&mut self, client: ClientId, m: Message) {
         let id = m.id.clone().expect("requests have ids");
         self.track(client, &m);
+        let requested = era::envelope_version(m.params.as_deref());
+        let client_era = match self.clients.get_mut(&client) {
+            Some(c) => *c.era.get_or_insert(
+                // As the SDKs do: the first request decides. An envelope or `server/discover`
+                // means 2026-07-28; `initialize` or anything else, the handshake era.
+                if m.method() != "initialize"
+                    && (requested.is_some() || m.method() == "server/discover")
+                {
+                    Era::Modern
+                } else {
+                    Era::Handshake
+                },
+            ),
+            None => return,
+        };
+        if client_era == Era::Modern {
+            if let Some(v) = requested.as_deref().filter(|v| *v != era::MODERN_VERSION) {
+                // A modern version this supervisor cannot serve.
+                let data = json!({"supported": [era::MODERN_VERSION], "requested": v});
+                info!(client = %client, requested = v, "unsupported protocol version requested");
+                let line = message::error_response(
+                    &id,
+                    era::UNSUPPORTED_VERSION,
+                    "Unsupported protocol version",
+                    Some(data),
+                );
+                return self.respond(
+                    client,
+                    &id,
+                    line,
+                    Outcome::Invalid,
+                    Some(era::UNSUPPORTED_VERSION),
+                );
+            }
+            if m.method() == "server/discover" && self.child_era() == Era::Handshake {
+                if let Some(hs) = &self.handshake {
+                    let line = message::result_response(&id, &hs.discover_result());
+                    return self.respond(client, &id, line, Outcome::Ok, None);
+                }
+            }
+        }
         match m.method() {
             "initialize" => return self.client_initialize(client, m),
             "ping" => {
                 let line = message::result_response(&id, &json!({}));
                 return self.respond(client, &id, line, Outcome::Ok, None);
             }
-            "logging/setLevel" if self.handshake.as_ref().is_some_and(|h| h.has("logging")) => {
+            "logging/setLevel"
+                if self
+                    .handshake
+                    .as_ref()
+                    .is_some_and(|h| h.has("logging") || h.era == Era::Modern) =>
+            {
                 return self.client_set_level(client, m)
+            }
+            "subscriptions/listen"
+                if client_era == Era::Modern
+                    && self.child_era() == Era::Handshake
+                    && self.handshake.is_some() =>
+            {
+                return self.serve_listen(client, m)
+            }
+            // 2026-07-28 has no subscribe: a handshake client's subscriptions to a modern child
+            // are kept here (and served from the supervisor's own listen stream).
+            "resources/subscribe" | "resources/unsubscribe" if self.child_era() == Era::Modern => {
+                return self.client_subscription_on_modern(client, m)
             }
             "resources/subscribe" | "resources/unsubscribe"
                 if self.local_subscription(client, &m) =>
@@ -980,17 +1177,19 @@ impl Server {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        if asked != hs.protocol_version {
+        let result = hs.initialize_result(asked);
+        if hs.era == Era::Handshake && asked != hs.protocol_version {
             info!(client = %client, client_name = %name, requested = asked, negotiated = %hs.protocol_version,
                 "client asked for another protocol version; answering with the one the child speaks");
         }
         if let Some(c) = self.clients.get_mut(&client) {
             debug!(client = %client, uid = c.peer.uid, pid = c.peer.pid, client_name = %name, "client handshake answered from the cache");
             c.capabilities = params.get("capabilities").cloned().unwrap_or(json!({}));
+            c.info = params.get("clientInfo").cloned().unwrap_or(Value::Null);
             c.name = name;
             c.initialized = true;
         }
-        let line = message::result_response(&id, &hs.result);
+        let line = message::result_response(&id, &result);
         self.respond(client, &id, line, Outcome::Ok, None);
     }
 
@@ -1023,13 +1222,186 @@ impl Server {
     /// The child gets the most verbose level any client asked for (issue 3 §3).
     fn sync_log_level(&mut self) {
         let want = self.clients.values().filter_map(|c| c.log_level).min();
-        if want.is_some() && want != self.child_log_level {
+        if want.is_some() && want != self.child_log_level && self.child_era() == Era::Handshake {
             self.child_log_level = want;
             if self.state == State::Ready {
                 let p = raw(&json!({"level": era::LOG_LEVELS[want.unwrap_or(0)]}));
                 let deadline = Instant::now() + self.cfg.request_timeout;
                 self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
             }
+        }
+    }
+
+    /// Opens (or re-opens, with the current resource subscriptions) the supervisor's own listen
+    /// stream on a modern child, so handshake clients keep receiving list-changed and
+    /// resource-updated notifications (issue 6 §4).
+    fn open_listen(&mut self) {
+        if self.child_era() != Era::Modern || self.state != State::Ready {
+            return;
+        }
+        if let Some(old) = self.listen.take() {
+            self.inflight.remove(old);
+            let p = raw(&json!({"requestId": old, "reason": "subscriptions changed"}));
+            if let Some(c) = &self.child {
+                c.send_urgent(Out::request(None, "notifications/cancelled", Some(&p)).encode());
+            }
+        }
+        let uris: Vec<&String> = self.subs.keys().collect();
+        let p = raw(&json!({"notifications": {
+            "toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true,
+            "resourceSubscriptions": uris,
+        }}));
+        let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        self.listen = self.send_to_child(Owner::Listen, "subscriptions/listen", Some(p), far);
+    }
+
+    /// A modern client's `subscriptions/listen` on a handshake child: acknowledged at once and
+    /// fed from the child's session-wide notifications; resource subscriptions are made toward
+    /// the child as needed. The request stays open until the client cancels it.
+    fn serve_listen(&mut self, client: ClientId, m: Message) {
+        let id = m.id.clone().expect("requests have ids");
+        let filter = m
+            .params_object()
+            .and_then(|p| p.get("notifications").cloned())
+            .unwrap_or(json!({}));
+        let flag = |k: &str| filter.get(k).and_then(Value::as_bool).unwrap_or(false);
+        let uris: Vec<String> = filter
+            .get("resourceSubscriptions")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|u| u.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let can_subscribe = self
+            .handshake
+            .as_ref()
+            .is_some_and(|h| h.capabilities.pointer("/resources/subscribe") == Some(&json!(true)));
+        let honoured_uris: Vec<String> = if can_subscribe { uris } else { Vec::new() };
+        for uri in &honoured_uris {
+            let new = !self.subs.contains_key(uri);
+            self.subs.entry(uri.clone()).or_default().insert(client);
+            if new && self.state == State::Ready {
+                let far = Instant::now() + self.cfg.request_timeout;
+                self.send_to_child(
+                    Owner::Internal,
+                    "resources/subscribe",
+                    Some(raw(&json!({"uri": uri}))),
+                    far,
+                );
+            }
+        }
+        let l = Listener {
+            client,
+            id,
+            tools: flag("toolsListChanged"),
+            prompts: flag("promptsListChanged"),
+            resources: flag("resourcesListChanged"),
+            uris: honoured_uris,
+        };
+        let mut honoured = json!({});
+        for (k, v) in [
+            ("toolsListChanged", l.tools),
+            ("promptsListChanged", l.prompts),
+            ("resourcesListChanged", l.resources),
+        ] {
+            if v {
+                honoured[k] = json!(true);
+            }
+        }
+        if !l.uris.is_empty() {
+            honoured["resourceSubscriptions"] = json!(l.uris);
+        }
+        let ack = l.notification(
+            "notifications/subscriptions/acknowledged",
+            Some(&raw(&json!({"notifications": honoured}))),
+        );
+        self.listeners.push(l);
+        self.reply(client, ack);
+    }
+
+    /// Ends a client's served listen stream (its cancel or its departure).
+    fn end_listener(&mut self, client: ClientId, key: &str) -> bool {
+        let Some(i) = self
+            .listeners
+            .iter()
+            .position(|l| l.client == client && id_key(&l.id) == key)
+        else {
+            return false;
+        };
+        let l = self.listeners.remove(i);
+        for uri in l.uris {
+            let still = self
+                .listeners
+                .iter()
+                .any(|o| o.client == client && o.uris.contains(&uri))
+                || self
+                    .clients
+                    .get(&client)
+                    .is_some_and(|c| c.subs.contains(&uri));
+            if still {
+                continue;
+            }
+            if let Some(s) = self.subs.get_mut(&uri) {
+                s.remove(&client);
+                if s.is_empty() {
+                    self.subs.remove(&uri);
+                    if self.state == State::Ready && self.child_era() == Era::Handshake {
+                        let far = Instant::now() + self.cfg.request_timeout;
+                        self.send_to_child(
+                            Owner::Internal,
+                            "resources/unsubscribe",
+                            Some(raw(&json!({"uri": uri}))),
+                            far,
+                        );
+                    }
+                }
+            }
+        }
+        self.finish(client, key, Outcome::Cancelled, None);
+        true
+    }
+
+    /// `resources/subscribe`/`unsubscribe` from a handshake client of a modern child: kept here;
+    /// updates reach subscribers from the supervisor's listen stream.
+    fn client_subscription_on_modern(&mut self, client: ClientId, m: Message) {
+        let id = m.id.clone().expect("requests have ids");
+        let Some(uri) = m
+            .params_object()
+            .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string))
+        else {
+            let line = message::error_response(&id, code::INVALID_PARAMS, "missing uri", None);
+            return self.respond(
+                client,
+                &id,
+                line,
+                Outcome::Invalid,
+                Some(code::INVALID_PARAMS),
+            );
+        };
+        let before: BTreeSet<String> = self.subs.keys().cloned().collect();
+        if m.method() == "resources/subscribe" {
+            self.subs.entry(uri.clone()).or_default().insert(client);
+            if let Some(c) = self.clients.get_mut(&client) {
+                c.subs.insert(uri);
+            }
+        } else {
+            if let Some(s) = self.subs.get_mut(&uri) {
+                s.remove(&client);
+                if s.is_empty() {
+                    self.subs.remove(&uri);
+                }
+            }
+            if let Some(c) = self.clients.get_mut(&client) {
+                c.subs.remove(&uri);
+            }
+        }
+        let line = message::result_response(&id, &json!({}));
+        self.respond(client, &id, line, Outcome::Ok, None);
+        let after: BTreeSet<String> = self.subs.keys().cloned().collect();
+        if before != after {
+            self.open_listen();
         }
     }
 
@@ -1119,7 +1491,45 @@ impl Server {
         } else {
             None
         };
-        let deadline = Instant::now() + self.cfg.timeout_for(&method);
+        // Translate between the client's era and the child's (issue 6 §3, §4).
+        let client_era = self.client_era(client);
+        let child_era = self.child_era();
+        let mut log_level = None;
+        let mut add_result_type = false;
+        let params = match (client_era, child_era) {
+            (Era::Modern, Era::Handshake) => {
+                add_result_type = true;
+                log_level = era::envelope_field(params.as_deref(), era::META_LOG_LEVEL)
+                    .and_then(|l| l.as_str().and_then(era::log_rank));
+                if let Some(level) = log_level {
+                    self.want_child_log_level(level);
+                }
+                params.map(|p| era::strip_envelope(&p).into_owned())
+            }
+            (Era::Handshake, Era::Modern) => {
+                let c = self.clients.get(&client);
+                log_level = c.and_then(|c| c.log_level);
+                let env = era::envelope(
+                    &c.map(|c| c.capabilities.clone()).unwrap_or(json!({})),
+                    &c.map(|c| c.info.clone()).unwrap_or(Value::Null),
+                    log_level.map(|l| era::LOG_LEVELS[l]),
+                );
+                Some(era::add_envelope(params.as_deref(), &env))
+            }
+            (Era::Modern, Era::Modern) => {
+                log_level = era::envelope_field(params.as_deref(), era::META_LOG_LEVEL)
+                    .and_then(|l| l.as_str().and_then(era::log_rank));
+                params
+            }
+            (Era::Handshake, Era::Handshake) => params,
+        };
+        // A listen stream lives until it is cancelled: no deadline.
+        let timeout = if method == "subscriptions/listen" {
+            Duration::from_secs(365 * 24 * 3600)
+        } else {
+            self.cfg.timeout_for(&method)
+        };
+        let deadline = Instant::now() + timeout;
         let key = id_key(&id);
         let owner = Owner::Client {
             client,
@@ -1127,8 +1537,39 @@ impl Server {
             progress,
             subscribe,
             cache,
+            add_result_type,
+            log_level,
         };
         self.send_with_id(child_id, Some(key), owner, &method, params, deadline);
+    }
+
+    /// A client's era (handshake until its first request says otherwise).
+    fn client_era(&self, client: ClientId) -> Era {
+        self.clients
+            .get(&client)
+            .and_then(|c| c.era)
+            .unwrap_or(Era::Handshake)
+    }
+
+    /// The era the current child is driven in (handshake until known).
+    fn child_era(&self) -> Era {
+        self.handshake
+            .as_ref()
+            .map(|h| h.era)
+            .unwrap_or(Era::Handshake)
+    }
+
+    /// A modern client asked a handshake child for logs at `level`: the child's session-wide
+    /// level must be at least that verbose (never lowered by a modern request).
+    fn want_child_log_level(&mut self, level: usize) {
+        if self.child_log_level.is_none_or(|l| level < l)
+            && self.handshake.as_ref().is_some_and(|h| h.has("logging"))
+        {
+            self.child_log_level = Some(level);
+            let p = raw(&json!({"level": era::LOG_LEVELS[level]}));
+            let deadline = Instant::now() + self.cfg.request_timeout;
+            self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
+        }
     }
 
     /// Registers and writes a request to the child. Returns its child-side id, or `None` when
@@ -1155,6 +1596,17 @@ impl Server {
         params: Option<Box<RawValue>>,
         deadline: Instant,
     ) -> Option<u64> {
+        let params = if self.child_era() == Era::Modern
+            && !matches!(owner, Owner::Client { .. })
+            && era::envelope_version(params.as_deref()).is_none()
+        {
+            Some(era::add_envelope(
+                params.as_deref(),
+                &era::supervisor_envelope(),
+            ))
+        } else {
+            params
+        };
         let line = Out::request(Some(&raw_u64(child_id)), method, params.as_deref()).encode();
         let queued = match &self.child {
             Some(c) => c.send(line),
@@ -1200,6 +1652,9 @@ impl Server {
                     return;
                 };
                 let key = rid.to_string();
+                if self.end_listener(client, &key) {
+                    return;
+                }
                 let Some(child_id) = self.inflight.lookup(client, &key) else {
                     debug!(client = %client, request_id = %key, "cancel for an unknown request: not forwarded");
                     return;
@@ -1250,6 +1705,15 @@ impl Server {
             return;
         };
         // Cancel its requests toward the child; their late responses are dropped (K09).
+        let mine: Vec<String> = self
+            .listeners
+            .iter()
+            .filter(|l| l.client == client)
+            .map(|l| id_key(&l.id))
+            .collect();
+        for key in mine {
+            self.end_listener(client, &key);
+        }
         let open: Vec<String> = self
             .ledger
             .keys()
@@ -1344,6 +1808,7 @@ impl Server {
                 id,
                 subscribe,
                 cache,
+                add_result_type,
                 ..
             } => {
                 if let (Some(uri), Some(_)) = (subscribe, &m.result) {
@@ -1364,7 +1829,21 @@ impl Server {
                         } else {
                             Outcome::Ok
                         };
-                        (Out::result(&id, r).encode(), outcome, None)
+                        let r = if add_result_type {
+                            era::modernize_result(r, &pending.method)
+                        } else if pending.method == "subscriptions/listen" {
+                            // The close result names the stream: the client's id, not ours.
+                            let mut v: Value = serde_json::from_str(r.get()).unwrap_or(json!({}));
+                            if let Some(meta) = v.get_mut("_meta").and_then(Value::as_object_mut) {
+                                let original: Value =
+                                    serde_json::from_str(id.get()).unwrap_or(Value::Null);
+                                meta.insert(era::META_SUBSCRIPTION_ID.into(), original);
+                            }
+                            std::borrow::Cow::Owned(raw(&v))
+                        } else {
+                            std::borrow::Cow::Borrowed(&**r)
+                        };
+                        (Out::result(&id, &r).encode(), outcome, None)
                     }
                     (_, Some(e)) => (
                         Out::error(&id, e).encode(),
@@ -1374,6 +1853,13 @@ impl Server {
                     _ => return,
                 };
                 self.respond(client, &id, line, outcome, code);
+            }
+            Owner::Discover { probe } => self.on_discover_answer(&m, probe),
+            Owner::Listen => {
+                debug!("the child closed the supervisor's listen stream");
+                if self.listen == Some(removed.id) {
+                    self.listen = None;
+                }
             }
             Owner::Initialize => match (&m.result, &m.error) {
                 (Some(r), _) => match serde_json::from_str::<Value>(r.get())
@@ -1393,8 +1879,23 @@ impl Server {
                     }
                 },
                 (_, Some(e)) => {
-                    error!(error = %e.get(), "the child rejected initialize");
-                    self.stop_child(StopCause::HandshakeRejected);
+                    let modern = m.error_code() == Some(era::UNSUPPORTED_VERSION)
+                        && e.get().contains(era::MODERN_VERSION);
+                    if modern && self.cfg.protocol == ChildProtocol::Auto {
+                        // The verdict stopped working (a server upgraded to 2026-only, or one a
+                        // late era probe already pinned): speak 2026-07-28 to it right away.
+                        self.set_verdict(
+                            Era::Modern,
+                            "initialize was refused in favour of 2026-07-28",
+                        );
+                        let deadline = self
+                            .start_deadline
+                            .unwrap_or_else(|| Instant::now() + self.cfg.start_timeout);
+                        self.send_discover(false, deadline);
+                    } else {
+                        error!(error = %e.get(), "the child rejected initialize");
+                        self.stop_child(StopCause::HandshakeRejected);
+                    }
                 }
                 _ => {}
             },
@@ -1433,6 +1934,37 @@ impl Server {
                 }
             }
             Owner::Internal => {}
+        }
+    }
+
+    /// The answer to the opening `server/discover` (issue 6 §1): a result or -32022 means the
+    /// 2026-07-28 era; any other error means the handshake era (then `initialize`).
+    fn on_discover_answer(&mut self, m: &Message, probe: bool) {
+        let code = m.error_code();
+        if let Some(r) = &m.result {
+            let v = serde_json::from_str::<Value>(r.get()).unwrap_or(json!({}));
+            self.set_verdict(Era::Modern, "the child answered server/discover");
+            self.on_ready(Handshake::from_discover(v));
+        } else if code == Some(era::UNSUPPORTED_VERSION) {
+            // Modern, but not our version: we cannot speak to it; keep it out of rotation.
+            self.set_verdict(
+                Era::Modern,
+                "the child answered server/discover with -32022",
+            );
+            error!(error = ?m.error.as_deref().map(RawValue::get), "the child speaks no protocol version this supervisor supports");
+            self.stop_child(StopCause::HandshakeRejected);
+        } else if probe {
+            self.set_verdict(
+                Era::Handshake,
+                &format!(
+                    "server/discover was answered with error {}",
+                    code.unwrap_or(0)
+                ),
+            );
+            self.send_initialize(era::HANDSHAKE_VERSION);
+        } else {
+            error!(error = ?m.error.as_deref().map(RawValue::get), "the child rejected server/discover (protocol = 2026-07-28)");
+            self.stop_child(StopCause::HandshakeRejected);
         }
     }
 
@@ -1490,6 +2022,9 @@ impl Server {
 
     fn on_child_notification(&mut self, m: Message) {
         let method = m.method().to_string();
+        if self.route_listen_traffic(&method, &m) {
+            return;
+        }
         match method.as_str() {
             "notifications/progress" => {
                 let Some(mut p) = m.params_object() else {
@@ -1544,21 +2079,24 @@ impl Server {
                             .and_then(era::log_rank)
                     })
                     .unwrap_or(0);
-                let line = Out::request(None, &method, m.params.as_deref()).encode();
-                self.broadcast(&line, |c| c.log_level.is_none_or(|min| level >= min));
+                self.route_log_message(level, &m);
             }
             "notifications/resources/updated" => {
                 let uri = m
                     .params_object()
                     .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string));
                 let subs: Vec<ClientId> = uri
-                    .and_then(|u| self.subs.get(&u))
+                    .as_ref()
+                    .and_then(|u| self.subs.get(u))
                     .map(|s| s.iter().copied().collect())
                     .unwrap_or_default();
                 let line = Out::request(None, &method, m.params.as_deref()).encode();
                 for c in subs {
-                    self.reply(c, line.clone());
+                    if self.client_era(c) == Era::Handshake {
+                        self.reply(c, line.clone());
+                    }
                 }
+                self.feed_listeners(&method, uri.as_deref(), m.params.as_deref());
             }
             _ => {
                 if let Some((list, _, _)) = era::LISTS.iter().find(|(_, n, _)| *n == method) {
@@ -1576,8 +2114,143 @@ impl Server {
                 }
                 let line = Out::request(None, &method, m.params.as_deref()).encode();
                 self.broadcast(&line, |_| true);
+                self.feed_listeners(&method, None, m.params.as_deref());
             }
         }
+    }
+
+    /// Served listen streams of modern clients get a handshake child's notification when they
+    /// asked for it, tagged with their subscription id.
+    fn feed_listeners(&mut self, method: &str, uri: Option<&str>, params: Option<&RawValue>) {
+        let lines: Vec<(ClientId, Bytes)> = self
+            .listeners
+            .iter()
+            .filter(|l| l.wants(method, uri))
+            .map(|l| (l.client, l.notification(method, params)))
+            .collect();
+        for (c, line) in lines {
+            self.reply(c, line);
+        }
+    }
+
+    /// `notifications/message` routing (issue 6 §6). A handshake child's messages are
+    /// session-wide: handshake clients get those at or above their `logging/setLevel` (all, if
+    /// they never set one). A 2026 message carries no correlation key on a shared stdio
+    /// channel, so it goes to every client with a request in flight that asked for logging
+    /// (`_meta` logLevel, or a handshake client's level toward a modern child) at or below the
+    /// message's level; never to a client that did not ask for logging.
+    fn route_log_message(&mut self, level: usize, m: &Message) {
+        let asking: HashSet<ClientId> = self
+            .inflight
+            .iter()
+            .filter_map(|(_, _, _, p)| match &p.owner {
+                Owner::Client {
+                    client,
+                    log_level: Some(l),
+                    ..
+                } if level >= *l => Some(*client),
+                _ => None,
+            })
+            .collect();
+        let child_era = self.child_era();
+        let line = Out::request(None, "notifications/message", m.params.as_deref()).encode();
+        let targets: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(
+                |(id, c)| match (child_era, c.era.unwrap_or(Era::Handshake)) {
+                    (Era::Handshake, Era::Handshake) => {
+                        c.initialized && c.log_level.is_none_or(|min| level >= min)
+                    }
+                    _ => asking.contains(id),
+                },
+            )
+            .map(|(id, _)| *id)
+            .collect();
+        for c in targets {
+            self.reply(c, line.clone());
+        }
+    }
+
+    /// Traffic of 2026 listen streams on a modern child (`_meta.subscriptionId` = the listen
+    /// request's child-side id): a client's stream goes to that client with its own id; the
+    /// supervisor's stream is fanned out to handshake clients as session-wide notifications.
+    /// Returns whether the notification was listen traffic.
+    fn route_listen_traffic(&mut self, method: &str, m: &Message) -> bool {
+        let Some(raw_params) = m.params.as_deref() else {
+            return false;
+        };
+        if !raw_params.get().contains(era::META_SUBSCRIPTION_ID)
+            && method != "notifications/cancelled"
+        {
+            return false;
+        }
+        let Some(mut params) = m.params_object() else {
+            return false;
+        };
+        let sub = if method == "notifications/cancelled" {
+            params.get("requestId").and_then(Value::as_u64)
+        } else {
+            params
+                .get("_meta")
+                .and_then(|x| x.get(era::META_SUBSCRIPTION_ID))
+                .and_then(Value::as_u64)
+        };
+        let Some(sub) = sub else { return false };
+        if Some(sub) == self.listen {
+            if method == "notifications/cancelled" {
+                self.listen = None;
+                return true;
+            }
+            if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+                meta.remove(era::META_SUBSCRIPTION_ID);
+                if meta.is_empty() {
+                    params.remove("_meta");
+                }
+            }
+            let line =
+                Out::request(None, method, Some(&raw(&Value::Object(params.clone())))).encode();
+            match method {
+                "notifications/resources/updated" => {
+                    let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
+                    let subs: Vec<ClientId> = self
+                        .subs
+                        .get(uri)
+                        .map(|s| s.iter().copied().collect())
+                        .unwrap_or_default();
+                    for c in subs {
+                        self.reply(c, line.clone());
+                    }
+                }
+                "notifications/subscriptions/acknowledged" => {}
+                _ => self.broadcast(&line, |c| c.era != Some(Era::Modern)),
+            }
+            return true;
+        }
+        let owner = self.inflight.get(sub).and_then(|p| match &p.owner {
+            Owner::Client { client, id, .. } if p.method == "subscriptions/listen" => {
+                Some((*client, id.clone()))
+            }
+            _ => None,
+        });
+        let Some((client, id)) = owner else {
+            return false;
+        };
+        let original: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
+        if method == "notifications/cancelled" {
+            // The child ended the client's stream.
+            params.insert("requestId".into(), original);
+            if let Some(r) = self.inflight.remove(sub) {
+                if let Some((c, key)) = r.client {
+                    self.finish(c, &key, Outcome::Cancelled, None);
+                }
+            }
+        } else if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+            meta.insert(era::META_SUBSCRIPTION_ID.into(), original);
+        }
+        let line = Out::request(None, method, Some(&raw(&Value::Object(params)))).encode();
+        self.reply(client, line);
+        true
     }
 
     fn on_oversized(&mut self, len: usize, id: Option<Box<RawValue>>) {
@@ -2033,6 +2706,13 @@ impl Server {
                 );
             }
             Owner::Probe { ping, .. } => self.on_probe_timeout(ping),
+            Owner::Discover { probe: true } if self.state == State::Starting => {
+                self.set_verdict(
+                    Era::Handshake,
+                    "no answer to server/discover within era_probe_timeout",
+                );
+                self.send_initialize(era::HANDSHAKE_VERSION);
+            }
             _ => {}
         }
     }
@@ -2041,6 +2721,10 @@ impl Server {
 
     /// `ping`, unless this child was seen not to serve it; then the cheapest advertised list.
     fn probe_method(&self) -> Option<&'static str> {
+        if self.child_era() == Era::Modern {
+            // 2026-07-28 has no ping; discover is side-effect free and must be served.
+            return Some("server/discover");
+        }
         let confirm = self.handshake.as_ref().and_then(Handshake::confirm_method);
         if self.ping_unserved || self.ping_kills || self.ping_missed {
             // Without an advertised list there is nothing else to ask; a child that dies on
