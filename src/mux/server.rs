@@ -370,6 +370,8 @@ struct Server {
     listen: Option<u64>,
     /// Listen streams of modern clients served by the supervisor on a handshake child.
     listeners: Vec<Listener>,
+    /// The pending spawn replaces a child that exited on the era probe: not an outage.
+    probe_respawn: bool,
     start_deadline: Option<Instant>,
     lists: HashMap<&'static str, Value>,
     child_log_level: Option<usize>,
@@ -428,6 +430,7 @@ impl Server {
             verdict: None,
             listen: None,
             listeners: Vec::new(),
+            probe_respawn: false,
             start_deadline: None,
             lists: HashMap::new(),
             child_log_level: None,
@@ -503,6 +506,7 @@ impl Server {
 
     fn spawn(&mut self) {
         self.generation += 1;
+        self.probe_respawn = false;
         self.tail.clear();
         self.next_spawn = None;
         match process::spawn(
@@ -758,6 +762,7 @@ impl Server {
                 "the child exited on the server/discover probe",
             );
             self.state = State::Backoff;
+            self.probe_respawn = true;
             // Still never two spawns closer than backoff_initial (R9).
             self.next_spawn = Some((child.spawned_at + self.cfg.backoff_initial).max(now));
         } else if cause == Some(StopCause::Restart) {
@@ -793,7 +798,7 @@ impl Server {
         self.ready_since = None;
         self.start_deadline = None;
         self.probe = None;
-        if self.state == State::Failed || self.handshake.is_none() {
+        if self.state == State::Failed || (self.handshake.is_none() && !self.probe_respawn) {
             // Requests held for a child that never became ready learn why at once (K18).
             let status = if self.state == State::Failed {
                 "failed"
@@ -1113,7 +1118,7 @@ impl Server {
             State::Ready => self.forward(client, m),
             // A server that was never ready and is backing off gets a fast, explicit error
             // (K19); one that was ready is likely back soon, so its requests wait.
-            State::Backoff if self.handshake.is_none() => {
+            State::Backoff if self.handshake.is_none() && !self.probe_respawn => {
                 self.outage_reply(client, &id, m.method(), "backoff");
             }
             State::Starting | State::Backoff if self.held.len() < self.cfg.queue_limit => {
@@ -1152,7 +1157,7 @@ impl Server {
     fn client_initialize(&mut self, client: ClientId, m: Message) {
         let id = m.id.clone().expect("requests have ids");
         let Some(hs) = self.handshake.clone() else {
-            if self.state != State::Starting {
+            if self.state != State::Starting && !self.probe_respawn {
                 // Never ready, and not even trying right now: say why at once (K18, K19).
                 let status = self.outage_status();
                 return self.outage_reply(client, &id, "initialize", status);

@@ -155,3 +155,49 @@ fn interop_two_sdk_clients_share_one_child_concurrently() {
         sup.log()
     );
 }
+
+/// Issue 6: the official Python SDK as a 2026-07-28 client and as a handshake client,
+/// concurrently, against a dual-era Python SDK server (`mcp-server-time`, pinned to 2026 by the
+/// supervisor's era probe) and a handshake-only server (`server-everything`): all four
+/// combinations list and call tools at once.
+#[test]
+fn interop_both_eras_of_clients_on_both_eras_of_children_at_once() {
+    let io = Interop::load();
+    let sup = Supervisor::start(&io.servers());
+    let runs = [
+        ("time", "time", "modern"),
+        ("time", "time", "handshake"),
+        ("everything", "everything", "modern"),
+        ("everything", "everything", "handshake"),
+    ];
+    let children: Vec<_> = runs
+        .iter()
+        .map(|(server, scenario, era)| {
+            let name = format!("{server}-{era}");
+            (
+                name.clone(),
+                io.client(
+                    &sup,
+                    server,
+                    scenario,
+                    &["--era", era, "--repeat", "2", "--client-name", &name],
+                ),
+            )
+        })
+        .collect();
+    for (name, child) in children {
+        let out = check(child.wait_with_output().unwrap(), &name, &sup);
+        assert!(out.contains("\"ok\": true"), "{name}: {out}");
+    }
+    let log = sup.log();
+    let verdict = |server: &str, era: &str| {
+        log.lines().any(|l| {
+            l.contains(&format!("server={server}")) && l.contains("protocol era") && l.contains(era)
+        })
+    };
+    assert!(verdict("time", "2026-07-28"), "time pinned to 2026:\n{log}");
+    assert!(
+        verdict("everything", "handshake"),
+        "everything in the handshake era:\n{log}"
+    );
+}
