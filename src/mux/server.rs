@@ -40,7 +40,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::Serialize;
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -221,6 +221,9 @@ enum Owner {
         /// The log level this request asked for (modern `_meta` logLevel, or a handshake
         /// client's level toward a modern child): who may receive `notifications/message`.
         log_level: Option<usize>,
+        /// A handshake client's request to a modern child that may come back
+        /// `input_required`: the params sent, to retry with (MRTR, issue 6 §4).
+        retry_params: Option<Box<RawValue>>,
     },
     Initialize,
     /// `server/discover` opening a fresh child: the era probe of `auto` (`probe`), or the
@@ -315,8 +318,35 @@ struct Held {
 /// A child's request forwarded to a client.
 #[derive(Debug)]
 struct Upstream {
-    child_id: Box<RawValue>,
+    asker: Asker,
     deadline: Instant,
+}
+
+/// Who is waiting for a client's answer to a request the supervisor sent it.
+#[derive(Debug)]
+enum Asker {
+    /// The child's own request (handshake era), under the child's id.
+    Child(Box<RawValue>),
+    /// An input request of a 2026 `input_required` result, answered for the client (MRTR).
+    Mrtr { round: u64, key: String },
+}
+
+/// An `input_required` result being turned into handshake-era requests to the client that
+/// made the original request (issue 6 §4); once every answer is in, the original request is
+/// retried with `inputResponses` and the opaque `requestState`.
+#[derive(Debug)]
+struct Round {
+    client: ClientId,
+    /// The client's id for the original request.
+    id: Box<RawValue>,
+    method: String,
+    /// The params the child saw (envelope included), to retry with.
+    params: Value,
+    state: Value,
+    answers: Map<String, Value>,
+    waiting: usize,
+    progress: Option<Box<RawValue>>,
+    log_level: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -383,6 +413,9 @@ struct Server {
     ledger: HashMap<(ClientId, String), Tracked>,
     next_upstream: u64,
     upstream: HashMap<(ClientId, u64), Upstream>,
+    /// MRTR rounds in progress, by round number.
+    rounds: HashMap<u64, Round>,
+    next_round: u64,
     // Health.
     last_heard: Instant,
     probe: Option<(u64, Instant)>,
@@ -439,6 +472,8 @@ impl Server {
             held: VecDeque::new(),
             ledger: HashMap::new(),
             next_upstream: 1,
+            rounds: HashMap::new(),
+            next_round: 1,
             upstream: HashMap::new(),
             last_heard: Instant::now(),
             probe: None,
@@ -1535,6 +1570,14 @@ impl Server {
             self.cfg.timeout_for(&method)
         };
         let deadline = Instant::now() + timeout;
+        let retry_params = (client_era == Era::Handshake
+            && child_era == Era::Modern
+            && matches!(
+                method.as_str(),
+                "tools/call" | "prompts/get" | "resources/read"
+            ))
+        .then(|| params.clone())
+        .flatten();
         let key = id_key(&id);
         let owner = Owner::Client {
             client,
@@ -1544,8 +1587,154 @@ impl Server {
             cache,
             add_result_type,
             log_level,
+            retry_params,
         };
         self.send_with_id(child_id, Some(key), owner, &method, params, deadline);
+    }
+
+    /// An `input_required` result for a handshake client: ask the client each input request
+    /// as an ordinary handshake-era request (`elicitation/create`, `sampling/createMessage`,
+    /// `roots/list`), collect the answers, then retry. Returns false when the result is not
+    /// `input_required` (it is then answered as it is).
+    #[allow(clippy::too_many_arguments)]
+    fn start_round(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        method: &str,
+        sent: &RawValue,
+        result: &RawValue,
+        progress: Option<Box<RawValue>>,
+        log_level: Option<usize>,
+    ) -> bool {
+        if !result.get().contains("input_required") {
+            return false;
+        }
+        let Ok(r) = serde_json::from_str::<Value>(result.get()) else {
+            return false;
+        };
+        if r.get("resultType").and_then(Value::as_str) != Some("input_required") {
+            return false;
+        }
+        let requests = r
+            .get("inputRequests")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let caps = self
+            .clients
+            .get(&client)
+            .map(|c| c.capabilities.clone())
+            .unwrap_or(json!({}));
+        if let Some((_, missing)) = requests.iter().find_map(|(k, q)| {
+            let m = q.get("method").and_then(Value::as_str).unwrap_or("");
+            let cap = era::capability_for_request(m)?;
+            caps.get(cap)
+                .is_none()
+                .then_some((k.clone(), m.to_string()))
+        }) {
+            let msg = format!("the server needs `{missing}` from the client, which did not declare that capability");
+            let line = message::error_response(id, code::INTERNAL_ERROR, &msg, None);
+            self.respond(
+                client,
+                id,
+                line,
+                Outcome::ProtocolError,
+                Some(code::INTERNAL_ERROR),
+            );
+            return true;
+        }
+        let round = self.next_round;
+        self.next_round += 1;
+        let deadline = Instant::now() + self.cfg.request_timeout;
+        self.rounds.insert(
+            round,
+            Round {
+                client,
+                id: id.to_owned(),
+                method: method.to_string(),
+                params: serde_json::from_str(sent.get()).unwrap_or(json!({})),
+                state: r.get("requestState").cloned().unwrap_or(Value::Null),
+                answers: Map::new(),
+                waiting: requests.len(),
+                progress,
+                log_level,
+            },
+        );
+        debug!(client = %client, round, inputs = requests.len(), "input_required: asking the client");
+        for (key, q) in requests {
+            let m = q
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let p = q.get("params").cloned().unwrap_or(json!({}));
+            let n = self.next_upstream;
+            self.next_upstream += 1;
+            self.upstream.insert(
+                (client, n),
+                Upstream {
+                    asker: Asker::Mrtr { round, key },
+                    deadline,
+                },
+            );
+            self.reply(
+                client,
+                Out::request(Some(&raw_u64(n)), &m, Some(&raw(&p))).encode(),
+            );
+        }
+        if self.rounds.get(&round).is_some_and(|r| r.waiting == 0) {
+            self.retry_round(round);
+        }
+        true
+    }
+
+    /// Every input of `round` is answered: retry the original request with them.
+    fn retry_round(&mut self, round: u64) {
+        let Some(r) = self.rounds.remove(&round) else {
+            return;
+        };
+        let mut params = r.params;
+        params["inputResponses"] = Value::Object(r.answers);
+        params["requestState"] = r.state;
+        let child_id = self.inflight.allocate();
+        let params = raw(&params);
+        // The retry is a new request: its progress token is its own child-side id.
+        let params = match message::swap_progress_token(&params, raw_u64(child_id)) {
+            Some((p, _)) => p,
+            None => params,
+        };
+        let deadline = Instant::now() + self.cfg.timeout_for(&r.method);
+        let owner = Owner::Client {
+            client: r.client,
+            id: r.id.clone(),
+            progress: r.progress,
+            subscribe: None,
+            cache: None,
+            add_result_type: false,
+            log_level: r.log_level,
+            retry_params: Some(params.clone()),
+        };
+        self.send_with_id(
+            child_id,
+            Some(id_key(&r.id)),
+            owner,
+            &r.method,
+            Some(params),
+            deadline,
+        );
+    }
+
+    /// A round can no longer finish (its client errored, left or did not answer): fail the
+    /// original request with `line` and forget the round's other questions.
+    fn abandon_round(&mut self, round: u64, outcome: Outcome, code: i64, msg: &str) {
+        self.upstream
+            .retain(|_, u| !matches!(&u.asker, Asker::Mrtr { round: r, .. } if *r == round));
+        if let Some(r) = self.rounds.remove(&round) {
+            let line =
+                message::error_response(&r.id, code, msg, Some(json!({"server": self.cfg.name})));
+            self.respond(r.client, &r.id, line, outcome, Some(code));
+        }
     }
 
     /// A client's era (handshake until its first request says otherwise).
@@ -1695,9 +1884,39 @@ impl Server {
             debug!(client = %client, "response to no request of ours: dropped");
             return;
         };
+        let child_id = match up.asker {
+            Asker::Child(id) => id,
+            Asker::Mrtr { round, key } => {
+                match (&m.result, &m.error) {
+                    (Some(r), _) => {
+                        let done = self.rounds.get_mut(&round).map(|rd| {
+                            rd.answers
+                                .insert(key, serde_json::from_str(r.get()).unwrap_or(Value::Null));
+                            rd.waiting = rd.waiting.saturating_sub(1);
+                            rd.waiting == 0
+                        });
+                        if done == Some(true) {
+                            self.retry_round(round);
+                        }
+                    }
+                    (_, Some(e)) => {
+                        let msg =
+                            format!("the client refused an input the server needs: {}", e.get());
+                        self.abandon_round(
+                            round,
+                            Outcome::ProtocolError,
+                            code::INTERNAL_ERROR,
+                            &msg,
+                        );
+                    }
+                    _ => {}
+                }
+                return;
+            }
+        };
         let line = match (&m.result, &m.error) {
-            (Some(r), _) => Out::result(&up.child_id, r).encode(),
-            (_, Some(e)) => Out::error(&up.child_id, e).encode(),
+            (Some(r), _) => Out::result(&child_id, r).encode(),
+            (_, Some(e)) => Out::error(&child_id, e).encode(),
             _ => return,
         };
         if let Some(c) = &self.child {
@@ -1769,7 +1988,12 @@ impl Server {
             .collect();
         for k in mine {
             if let Some(up) = self.upstream.remove(&k) {
-                self.answer_child_error(&up.child_id, code::INTERNAL_ERROR, why);
+                match up.asker {
+                    Asker::Child(id) => self.answer_child_error(&id, code::INTERNAL_ERROR, why),
+                    Asker::Mrtr { round, .. } => {
+                        self.abandon_round(round, Outcome::Cancelled, code::INTERNAL_ERROR, why)
+                    }
+                }
             }
         }
     }
@@ -1814,8 +2038,16 @@ impl Server {
                 subscribe,
                 cache,
                 add_result_type,
-                ..
+                retry_params,
+                progress,
+                log_level,
             } => {
+                if let (Some(sent), Some(r)) = (&retry_params, &m.result) {
+                    if self.start_round(client, &id, &pending.method, sent, r, progress, log_level)
+                    {
+                        return;
+                    }
+                }
                 if let (Some(uri), Some(_)) = (subscribe, &m.result) {
                     self.subs.entry(uri.clone()).or_default().insert(client);
                     if let Some(c) = self.clients.get_mut(&client) {
@@ -1992,8 +2224,13 @@ impl Server {
         self.next_upstream += 1;
         let line = Out::request(Some(&raw_u64(n)), &method, m.params.as_deref()).encode();
         let deadline = Instant::now() + self.cfg.request_timeout;
-        self.upstream
-            .insert((owner, n), Upstream { child_id, deadline });
+        self.upstream.insert(
+            (owner, n),
+            Upstream {
+                asker: Asker::Child(child_id),
+                deadline,
+            },
+        );
         self.reply(owner, line);
     }
 
@@ -2066,7 +2303,7 @@ impl Server {
                 let key = self
                     .upstream
                     .iter()
-                    .find(|(_, u)| u.child_id.get() == rid)
+                    .find(|(_, u)| matches!(&u.asker, Asker::Child(c) if c.get() == rid))
                     .map(|(k, _)| *k);
                 if let Some((client, n)) = key {
                     self.upstream.remove(&(client, n));
@@ -2543,7 +2780,12 @@ impl Server {
             }
         }
         // The dead child's requests to clients are void: tell those clients.
-        let ups: Vec<(ClientId, u64)> = self.upstream.keys().copied().collect();
+        let ups: Vec<(ClientId, u64)> = self
+            .upstream
+            .iter()
+            .filter(|(_, u)| matches!(u.asker, Asker::Child(_)))
+            .map(|(k, _)| *k)
+            .collect();
         for (client, n) in ups {
             self.upstream.remove(&(client, n));
             let p = raw(&json!({"requestId": n, "reason": "server exited"}));
@@ -2668,11 +2910,19 @@ impl Server {
             .collect();
         for (client, n) in expired {
             if let Some(up) = self.upstream.remove(&(client, n)) {
-                self.answer_child_error(
-                    &up.child_id,
-                    code::REQUEST_TIMEOUT,
-                    "the client did not answer in time",
-                );
+                match up.asker {
+                    Asker::Child(id) => self.answer_child_error(
+                        &id,
+                        code::REQUEST_TIMEOUT,
+                        "the client did not answer in time",
+                    ),
+                    Asker::Mrtr { round, .. } => self.abandon_round(
+                        round,
+                        Outcome::Timeout,
+                        code::REQUEST_TIMEOUT,
+                        "the client did not answer the server's input request in time",
+                    ),
+                }
                 let p = raw(&json!({"requestId": n, "reason": "timed out"}));
                 self.reply(
                     client,

@@ -267,7 +267,7 @@ fn eras_modern_client_on_a_handshake_child_is_translated() {
     assert!(plain["params"].get("_meta").is_none(), "{plain}");
     // After a cancel, nothing more on that stream.
     c.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "L"}}));
-    old.call(json!(10), "list_changed", json!({}));
+    // A round trip on the same connection first: the cancel is handled before the change.
     let r = modern(
         &mut c,
         json!(3),
@@ -276,6 +276,17 @@ fn eras_modern_client_on_a_handshake_child_is_translated() {
         "new",
     );
     assert_eq!(Client::text(&r), "sync");
+    old.call(json!(10), "list_changed", json!({}));
+    old.notification("notifications/tools/list_changed", Duration::from_secs(5))
+        .expect("legacy broadcast");
+    let r = modern(
+        &mut c,
+        json!(4),
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "sync2"}}),
+        "new",
+    );
+    assert_eq!(Client::text(&r), "sync2");
     assert!(
         c.backlog
             .iter()
@@ -424,5 +435,48 @@ fn case_k12_version_echo_clients_are_told_what_the_child_speaks() {
             Duration::from_secs(5)
         ),
         "each mismatch is logged"
+    );
+}
+
+#[test]
+fn eras_input_required_becomes_ordinary_requests_for_a_handshake_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("child.log");
+    let sup = Supervisor::start(&server(&["--era", "modern"], &log, ""));
+    let mut a = sup.connect("fake");
+    a.initialize("asker", json!({"elicitation": {}}));
+    a.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "confirm", "arguments": {"question": "deploy?"}}}));
+    let q = a
+        .server_request("elicitation/create", Duration::from_secs(5))
+        .expect("the input request reaches the client");
+    assert_eq!(q["params"]["message"], "deploy?", "{q}");
+    a.send(&json!({"jsonrpc": "2.0", "id": q["id"], "result": {"action": "accept", "content": {"ok": true}}}));
+    let r = a.response(&json!(7));
+    assert_eq!(
+        Client::text(&r),
+        r#"confirmed:{"action":"accept","content":{"ok":true}}"#,
+        "one ordinary response: {r}"
+    );
+    // The retry carried the answers and the opaque state.
+    let retry = lines(&log)
+        .into_iter()
+        .filter(|m| m["method"] == "tools/call")
+        .last()
+        .unwrap();
+    assert!(retry["params"]["requestState"].is_string(), "{retry}");
+    assert_eq!(
+        retry["params"]["inputResponses"]["confirm"]["action"],
+        "accept"
+    );
+    // A client that did not declare elicitation gets an explicit error, not a hang.
+    let mut b = sup.client("fake");
+    let r = b.call(json!(1), "confirm", json!({}));
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("elicitation"),
+        "{r}"
     );
 }
