@@ -2055,7 +2055,10 @@ impl Server {
                     }
                 }
                 if let (Some(method), Some(r)) = (cache, &m.result) {
-                    if let Ok(v) = serde_json::from_str::<Value>(r.get()) {
+                    if let Some(v) = serde_json::from_str::<Value>(r.get())
+                        .ok()
+                        .filter(shareable)
+                    {
                         self.lists.insert(method, v);
                     }
                 }
@@ -2151,7 +2154,10 @@ impl Server {
             }
             Owner::Refresh { method, announce } => {
                 let Some(r) = &m.result else { return };
-                let Ok(v) = serde_json::from_str::<Value>(r.get()) else {
+                let Some(v) = serde_json::from_str::<Value>(r.get())
+                    .ok()
+                    .filter(shareable)
+                else {
                     return;
                 };
                 let changed = self.lists.get(method) != Some(&v);
@@ -3109,7 +3115,22 @@ fn format_secs(d: Duration) -> String {
 /// The canonical text of a client's request id, as the in-flight table keys it (so a cancel's
 /// `requestId` matches however the client spelled the number or string).
 fn id_key(id: &RawValue) -> String {
-    serde_json::from_str::<Value>(id.get())
+    let text = id.get();
+    // Fast path: plain integers and strings without escapes are already canonical.
+    let plain_int = !text.is_empty()
+        && text
+            .bytes()
+            .enumerate()
+            .all(|(i, b)| b.is_ascii_digit() || (i == 0 && b == b'-'))
+        && !(text.len() > 1 && text.trim_start_matches('-').starts_with('0'));
+    let plain_str = text.len() >= 2
+        && text.starts_with('"')
+        && text.ends_with('"')
+        && !text[1..text.len() - 1].contains(['\\', '"']);
+    if (plain_int && text.len() < 16) || plain_str {
+        return text.to_string();
+    }
+    serde_json::from_str::<Value>(text)
         .map(|v| v.to_string())
         .unwrap_or_else(|_| id.get().to_string())
 }
@@ -3122,6 +3143,10 @@ fn new_request_id() -> String {
 /// Whether a `tools/call` result says `isError: true`, without decoding the content (which may
 /// be a multi-megabyte screenshot).
 fn is_tool_error(result: &RawValue) -> bool {
+    // Most results never mention it: skip the parse of a (possibly huge) payload.
+    if !result.get().contains("\"isError\"") {
+        return false;
+    }
     #[derive(serde::Deserialize)]
     struct Probe {
         #[serde(rename = "isError", default)]
@@ -3133,18 +3158,36 @@ fn is_tool_error(result: &RawValue) -> bool {
         .unwrap_or(false)
 }
 
-/// The tool name and the argument keys of `tools/call` params (values are never looked at).
+/// The tool name and the argument keys of `tools/call` params (values are skipped, never
+/// copied or logged).
 fn tool_shape(params: Option<&RawValue>) -> (Option<String>, Vec<String>) {
-    let Some(obj) = params.and_then(message::RawObject::parse) else {
+    #[derive(serde::Deserialize)]
+    struct Name {
+        name: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Args {
+        arguments: BTreeMap<String, serde::de::IgnoredAny>,
+    }
+    let Some(p) = params else {
         return (None, Vec::new());
     };
-    let tool = obj
-        .get("name")
-        .and_then(|n| serde_json::from_str::<String>(n.get()).ok());
-    let keys = obj
-        .get("arguments")
-        .and_then(message::RawObject::parse)
-        .map(|a| a.0.into_iter().map(|(k, _)| k).collect())
+    let name = serde_json::from_str::<Name>(p.get())
+        .ok()
+        .and_then(|n| n.name);
+    let keys = serde_json::from_str::<Args>(p.get())
+        .map(|a| a.arguments.into_keys().collect())
         .unwrap_or_default();
-    (tool, keys)
+    (name, keys)
+}
+
+/// Whether a list result may be kept and served to every client of the child (issue 6 §2): a
+/// 2026 result only with `cacheScope: "public"`; a handshake-era result (no hint) always, since
+/// every client shares the child's one session. Entries are only served while the child is
+/// down, where the 2026 caching rules allow stale entries ("a re-fetch errors").
+fn shareable(v: &Value) -> bool {
+    match v.get("cacheScope").and_then(Value::as_str) {
+        None => v.get("resultType").is_none(),
+        Some(scope) => scope == "public",
+    }
 }
