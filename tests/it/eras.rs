@@ -461,8 +461,7 @@ fn eras_input_required_becomes_ordinary_requests_for_a_handshake_client() {
     // The retry carried the answers and the opaque state.
     let retry = lines(&log)
         .into_iter()
-        .filter(|m| m["method"] == "tools/call")
-        .last()
+        .rfind(|m| m["method"] == "tools/call")
         .unwrap();
     assert!(retry["params"]["requestState"].is_string(), "{retry}");
     assert_eq!(
