@@ -228,7 +228,27 @@ struct RawSupervisor {
     metrics_listen: Option<Spanned<String>>,
 }
 
-type Dur = Option<Spanned<String>>;
+type Dur = Option<Spanned<DurText>>;
+
+/// A duration as written: a string, or a bare number that is then refused with a message
+/// saying how to write it (`probe_timeout = 10` is the likely mistake).
+#[derive(Deserialize, Clone, Debug)]
+#[serde(untagged)]
+enum DurText {
+    Text(String),
+    Int(i64),
+    Float(f64),
+}
+
+impl DurText {
+    fn text(&self) -> String {
+        match self {
+            DurText::Text(s) => s.clone(),
+            DurText::Int(i) => i.to_string(),
+            DurText::Float(f) => f.to_string(),
+        }
+    }
+}
 
 #[derive(Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields)]
@@ -242,7 +262,7 @@ struct RawServer {
     restart: Option<Spanned<String>>,
     start_timeout: Dur,
     request_timeout: Dur,
-    method_timeouts: Option<BTreeMap<String, Spanned<String>>>,
+    method_timeouts: Option<BTreeMap<String, Spanned<DurText>>>,
     probe_interval: Dur,
     probe_timeout: Dur,
     probe_failures: Option<Spanned<u32>>,
@@ -508,7 +528,7 @@ impl Validator<'_> {
         fallback: Duration,
     ) -> Result<Duration, ConfigError> {
         match own.as_ref().or(default.as_ref()) {
-            Some(s) => parse_duration(s.get_ref()).map_err(|m| self.err(s.span(), key, &m)),
+            Some(s) => parse_duration(&s.get_ref().text()).map_err(|m| self.err(s.span(), key, &m)),
             None => Ok(fallback),
         }
     }
@@ -569,7 +589,7 @@ impl Validator<'_> {
             .flatten()
         {
             for (method, value) in table {
-                let d = parse_duration(value.get_ref()).map_err(|m| {
+                let d = parse_duration(&value.get_ref().text()).map_err(|m| {
                     self.err(value.span(), &k(&format!("method_timeouts.{method}")), &m)
                 })?;
                 method_timeouts.insert(method.clone(), d);
@@ -944,6 +964,13 @@ mod tests {
         .unwrap();
         assert_eq!(socket_dir_of(&p).unwrap(), PathBuf::from("/x/run"));
         assert!(socket_dir_of(&dir.path().join("missing.toml")).is_err());
+    }
+
+    #[test]
+    fn a_bare_number_duration_says_how_to_write_it() {
+        let e = bad("[servers.a]\ncommand = \"x\"\nprobe_timeout = 10\n");
+        assert_eq!((e.line, e.key.as_str()), (3, "servers.a.probe_timeout"));
+        assert!(e.message.contains("with a unit"), "{e}");
     }
 
     #[test]

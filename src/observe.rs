@@ -209,7 +209,7 @@ impl Metrics {
         let bytes = Family::<DirectionLabels, Counter>::default();
         registry.register(
             "relayed_bytes",
-            "Bytes relayed, by direction (to_child, from_child)",
+            "Bytes written, by direction (to_child, to_client)",
             bytes.clone(),
         );
         Metrics {

@@ -721,6 +721,9 @@ impl Server {
                 warn!(reason = cause.reason(), "stopping the child");
                 self.stop_cause = Some(cause);
                 child.stop();
+                // No probes, no forwarding while the ladder runs; the exit decides what next.
+                self.state = State::Stopping;
+                self.probe = None;
             }
         }
     }
@@ -736,6 +739,7 @@ impl Server {
 
     fn on_exit(&mut self, exit: Exit) {
         let child = self.child.take().expect("exit of the current child");
+        self.stdout_closed_at = None;
         self.pid.store(0, Ordering::SeqCst);
         let now = Instant::now();
         let cause = self.stop_cause.take();
@@ -914,6 +918,7 @@ impl Server {
         if !first || self.generation > 1 {
             self.restarts_after_ready();
         }
+        self.prefetch_lists();
         // Clients whose `initialize` waited for the child (concurrent first handshakes, K10).
         let held: Vec<Held> = self.held.drain(..).collect();
         for h in held {
@@ -949,6 +954,29 @@ impl Server {
                 Owner::Refresh {
                     method,
                     announce: true,
+                },
+                method,
+                None,
+                far,
+            );
+        }
+    }
+
+    /// Reads the lists the child advertises and nobody asked for yet, so an outage can be
+    /// answered with the last real list from the start (issue 5 §3).
+    fn prefetch_lists(&mut self) {
+        let Some(hs) = &self.handshake else { return };
+        let missing: Vec<&'static str> = era::LISTS
+            .iter()
+            .filter(|(m, _, cap)| hs.has(cap) && !self.lists.contains_key(m))
+            .map(|(m, _, _)| *m)
+            .collect();
+        let far = Instant::now() + self.cfg.request_timeout;
+        for method in missing {
+            self.send_to_child(
+                Owner::Refresh {
+                    method,
+                    announce: false,
                 },
                 method,
                 None,
@@ -1155,6 +1183,14 @@ impl Server {
             // (K19); one that was ready is likely back soon, so its requests wait.
             State::Backoff if self.handshake.is_none() && !self.probe_respawn => {
                 self.outage_reply(client, &id, m.method(), "backoff");
+            }
+            State::Stopping if self.restarting() && self.held.len() < self.cfg.queue_limit => {
+                let deadline = Instant::now() + self.cfg.queue_wait;
+                self.held.push_back(Held {
+                    client,
+                    msg: m,
+                    deadline,
+                });
             }
             State::Starting | State::Backoff if self.held.len() < self.cfg.queue_limit => {
                 let deadline = Instant::now() + self.cfg.queue_wait;
@@ -1737,6 +1773,11 @@ impl Server {
         }
     }
 
+    /// The child is being stopped to be replaced (health, timeouts, restart), not for good.
+    fn restarting(&self) -> bool {
+        !matches!(self.stop_cause, Some(StopCause::Stop | StopCause::Shutdown))
+    }
+
     /// A client's era (handshake until its first request says otherwise).
     fn client_era(&self, client: ClientId) -> Era {
         self.clients
@@ -1803,7 +1844,10 @@ impl Server {
         };
         let line = Out::request(Some(&raw_u64(child_id)), method, params.as_deref()).encode();
         let queued = match &self.child {
-            Some(c) => c.send(line),
+            Some(c) => {
+                metrics().bytes(&self.cfg.name, "to_child", line.len());
+                c.send(line)
+            }
             None => Queued::Closed,
         };
         if queued != Queued::Ok {
@@ -2571,7 +2615,7 @@ impl Server {
             method = %t.method,
             tool = t.tool.as_deref().unwrap_or(""),
             arg_keys = %t.arg_keys.join(","),
-            duration_ms = elapsed.as_secs_f64() * 1000.0,
+            duration_ms = (elapsed.as_secs_f64() * 1e6).round() / 1e3,
             outcome = outcome.as_str(),
             error_code = code,
             // The instance that was running at arrival exited or was replaced meanwhile.
@@ -2996,6 +3040,9 @@ impl Server {
     }
 
     fn send_probe(&mut self, now: Instant) {
+        if self.child.as_ref().is_none_or(|c| c.stopping()) {
+            return;
+        }
         let Some(method) = self.probe_method() else {
             return;
         };
