@@ -1342,3 +1342,37 @@ fn case_k19_crash_loop_gives_fast_explicit_errors_with_retry_after_and_stderr() 
     );
     assert!(fx.instances() >= 3, "a crash loop happened");
 }
+
+/// Regression (found in a new-user trial): while a child declared dead is stopped through the
+/// ladder, the supervisor neither probes it nor spins; `status` says `stopping`.
+#[test]
+fn a_child_being_stopped_for_silence_is_not_probed_and_status_says_stopping() {
+    let sup = Supervisor::start(&fake_server(
+        "fake",
+        &["--wedge-after-init"],
+        "probe_interval = \"200ms\"\nprobe_timeout = \"200ms\"\nprobe_failures = 1\nstop_grace = \"3s\"",
+    ));
+    let status = || -> serde_json::Value {
+        let out = std::process::Command::new(SUPERVISOR)
+            .args(["status", "--json", "-c"])
+            .arg(&sup.config)
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["servers"][0].clone()
+    };
+    assert!(
+        sup.wait_log("the child stopped answering", Duration::from_secs(10)),
+        "{}",
+        sup.log()
+    );
+    let first = status();
+    assert_eq!(first["state"], "stopping", "{first}");
+    // Still within stop_grace: the probe count does not move.
+    std::thread::sleep(Duration::from_millis(1000));
+    let later = status();
+    assert_eq!(later["state"], "stopping", "{later}");
+    assert_eq!(
+        later["probes_sent"], first["probes_sent"],
+        "probes while stopping: {later}"
+    );
+}
