@@ -712,6 +712,7 @@ impl Server {
         // ping verdicts, keep the cached lists (compared and announced after the restart).
         self.ping_unserved = false;
         self.ping_kills = false;
+        self.verdict = None;
         self.operator_restart();
     }
 
@@ -2240,7 +2241,9 @@ impl Server {
             );
             error!(error = ?m.error.as_deref().map(RawValue::get), "the child speaks no protocol version this supervisor supports");
             self.stop_child(StopCause::HandshakeRejected);
-        } else if probe {
+        } else if probe || self.cfg.protocol == ChildProtocol::Auto {
+            // The probe's answer, or a remembered 2026 verdict that stopped working (the
+            // server was replaced by a handshake-era one): the handshake, on this same child.
             self.set_verdict(
                 Era::Handshake,
                 &format!(
