@@ -1,6 +1,6 @@
 //! Logging setup: journald when our stderr is the journal (`JOURNAL_STREAM` matches stderr's
-//! `dev:ino`, R22), otherwise human-readable text on stderr. Level from `RUST_LOG`, default
-//! `info`.
+//! `dev:ino`, R22), otherwise human-readable text on stderr, with ANSI colours only when stderr
+//! is a terminal (`NO_COLOR` turns them off there too). Level from `RUST_LOG`, default `info`.
 //!
 //! Journal fields (issue 7 §6, R22): event and span fields are written under their own names,
 //! upper-cased, with no `F_` prefix (`with_field_prefix(None)`), so the actor span's `server`
@@ -9,6 +9,7 @@
 //! `RESTART_N=`, `EXIT_CODE=`, `SIGNAL=`, `REASON=`. Lifecycle events carry one of the fixed
 //! `MSG_*` ids below, so `journalctl MESSAGE_ID=<id>` finds every such event.
 
+use std::io::IsTerminal;
 use std::os::unix::fs::MetadataExt;
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::EnvFilter;
@@ -48,6 +49,12 @@ pub fn stderr_is_journal() -> bool {
     dev.parse::<u64>().ok() == Some(meta.dev()) && ino.parse::<u64>().ok() == Some(meta.ino())
 }
 
+/// ANSI colours on stderr: only on a terminal (a log file or pipe gets plain text, which is
+/// also shorter) and never with a non-empty `NO_COLOR` (https://no-color.org/).
+fn stderr_wants_colour() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 /// Installs the global subscriber.
 pub fn init() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
@@ -69,6 +76,7 @@ pub fn init() {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
+                .with_ansi(stderr_wants_colour())
                 .with_target(false),
         )
         .init();

@@ -55,7 +55,7 @@ fn main() {
                     Err(code) => std::process::exit(code),
                 },
             };
-            match runtime().block_on(attach::run(&path)) {
+            match attach::run(&path) {
                 Ok(()) => 0,
                 Err(e) => {
                     eprintln!(

@@ -11,7 +11,7 @@
 //! bounded queue, a write blocked 10 s means hung), R18 (environment), field cases K17, K20.
 
 use crate::config::{env_matches, ServerConfig, ENV_NEVER};
-use crate::jsonrpc::framing::{Frame, LineDecoder};
+use crate::jsonrpc::framing::{Frame, LineBatch, LineDecoder, BATCH_SLICES};
 use crate::jsonrpc::message::{self, Message};
 use bytes::Bytes;
 use nix::sys::signal::{killpg, Signal};
@@ -21,7 +21,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
@@ -38,6 +38,14 @@ pub const STDIN_STALL: Duration = Duration::from_secs(10);
 pub const PIPES_SETTLE: Duration = Duration::from_millis(500);
 /// Messages queued toward the child's stdin (R17).
 pub const STDIN_QUEUE: usize = 1024;
+/// Most lines the stdin writer hands to one vectored write.
+const STDIN_BATCH_LINES: usize = BATCH_SLICES;
+/// The stdin writer stops adding queued lines to a write once it holds this many bytes (the
+/// last one added may be large: lines are never copied or split).
+const STDIN_BATCH_BYTES: usize = 64 * 1024;
+/// A stdout read buffer idle with more capacity than this is replaced by a small one, so the
+/// memory of a huge line is returned once the line is gone.
+const STDOUT_BUFFER_KEEP: usize = 1024 * 1024;
 
 /// Something that happened to a child instance.
 #[derive(Debug)]
@@ -509,8 +517,10 @@ async fn watch(
     reap(status, true)
 }
 
-/// The single writer to the child's stdin: urgent lines first, then queued ones, each line in
-/// one `write_all`. Returning drops stdin, which the child sees as EOF.
+/// The single writer to the child's stdin: urgent lines first, then queued ones. After taking
+/// one line it also takes what else is already waiting (urgent first, up to [`STDIN_BATCH_LINES`]
+/// lines or [`STDIN_BATCH_BYTES`]) and writes them with one vectored write; each batch must be
+/// written within [`STDIN_STALL`]. Returning drops stdin, which the child sees as EOF.
 async fn write_stdin(
     mut stdin: ChildStdin,
     mut normal: mpsc::Receiver<Bytes>,
@@ -519,6 +529,7 @@ async fn write_stdin(
     generation: u64,
     events: mpsc::Sender<ChildEvent>,
 ) {
+    let mut batch = LineBatch::new();
     loop {
         let line = tokio::select! {
             biased;
@@ -526,7 +537,24 @@ async fn write_stdin(
             Some(l) = urgent.recv() => l,
             l = normal.recv() => match l { Some(l) => l, None => return },
         };
-        let failure = match tokio::time::timeout(STDIN_STALL, stdin.write_all(&line)).await {
+        batch.push(line);
+        // Lines that arrived meanwhile: urgent ones (cancels, ping answers) ahead of the rest.
+        while batch.len() < STDIN_BATCH_LINES && batch.bytes() < STDIN_BATCH_BYTES {
+            match urgent.try_recv() {
+                Ok(l) => batch.push(l),
+                Err(_) => break,
+            }
+        }
+        while batch.len() < STDIN_BATCH_LINES && batch.bytes() < STDIN_BATCH_BYTES {
+            match normal.try_recv() {
+                Ok(l) => batch.push(l),
+                Err(_) => break,
+            }
+        }
+        let written = tokio::time::timeout(STDIN_STALL, batch.write_all(&mut stdin)).await;
+        // Drop the lines now, not when the next one arrives (one may be a huge argument).
+        batch.clear();
+        let failure = match written {
             Ok(Ok(())) => continue,
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
                 "stdin closed by the child (EPIPE)".to_string()
@@ -610,6 +638,7 @@ async fn read_stdout(
             let _ = events.send(ChildEvent::StdoutClosed(generation)).await;
             return;
         }
+        dec.shrink_if_idle(STDOUT_BUFFER_KEEP);
     }
 }
 

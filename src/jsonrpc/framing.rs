@@ -12,6 +12,9 @@
 //! - a line longer than `max_len` bytes is discarded up to the next `\n` while holding at most
 //!   `max_len` bytes, and reported once as [`Frame::Oversized`] with its full length (K04);
 //! - at end of input, a final complete line without `\n` is delivered (K05).
+//!
+//! The other direction, [`LineBatch`], collects whole outgoing lines so a writer can hand
+//! several to one vectored write without copying them.
 
 use bytes::{Bytes, BytesMut};
 
@@ -65,10 +68,21 @@ impl LineDecoder {
         &mut self.buf
     }
 
+    /// Gives a grown buffer back once it holds nothing: after a huge line the buffer keeps the
+    /// capacity it grew to (and, once the line is dropped, the whole allocation), so an idle
+    /// decoder whose capacity exceeds `limit` bytes gets a fresh, empty one. Call it after
+    /// draining frames; it never drops input.
+    pub fn shrink_if_idle(&mut self, limit: usize) {
+        if self.buf.is_empty() && self.buf.capacity() > limit {
+            self.buf = BytesMut::new();
+            self.scanned = 0;
+        }
+    }
+
     /// The next complete frame, or `None` when more input is needed.
     pub fn next_frame(&mut self) -> Option<Frame> {
         loop {
-            match memchr(b'\n', &self.buf[self.scanned..]) {
+            match memchr::memchr(b'\n', &self.buf[self.scanned..]) {
                 Some(pos) => {
                     let end = self.scanned + pos;
                     let line = self.buf.split_to(end + 1).freeze();
@@ -143,12 +157,123 @@ impl LineDecoder {
     }
 }
 
-fn trim_cr_len(line: &[u8]) -> usize {
-    line.len() - usize::from(line.last() == Some(&b'\r'))
+/// Whole lines collected for one vectored write, with the position reached so far; the lines
+/// are written as they are (never copied). Sans-IO: [`LineBatch::io_slices`] gives what is left
+/// to write, [`LineBatch::advance`] records what a write took.
+#[derive(Debug, Default)]
+pub struct LineBatch {
+    lines: Vec<Bytes>,
+    /// Index of the first line not completely written.
+    next: usize,
+    /// Bytes of `lines[next]` already written.
+    offset: usize,
+    /// Total bytes of every line pushed since the last [`LineBatch::clear`].
+    bytes: usize,
 }
 
-fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
-    hay.iter().position(|&b| b == needle)
+/// Most lines handed to one vectored write (well under `IOV_MAX`, 1024 on Linux).
+pub const BATCH_SLICES: usize = 64;
+
+impl LineBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a line (behind the ones already pushed).
+    pub fn push(&mut self, line: Bytes) {
+        self.bytes += line.len();
+        self.lines.push(line);
+    }
+
+    /// Lines pushed since the last clear.
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Bytes pushed since the last clear (written or not).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether everything pushed has been written (true for an empty batch).
+    pub fn is_done(&self) -> bool {
+        self.next == self.lines.len()
+    }
+
+    /// Whether nothing was pushed since the last clear.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// Forgets every line (keeping the allocation for the next batch).
+    pub fn clear(&mut self) {
+        self.lines.clear();
+        self.next = 0;
+        self.offset = 0;
+        self.bytes = 0;
+    }
+
+    /// Fills `out` with what is left to write, in order; returns how many slices it used.
+    pub fn io_slices<'a>(&'a self, out: &mut [std::io::IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        for (i, line) in self.lines[self.next..].iter().enumerate() {
+            if n == out.len() {
+                break;
+            }
+            let skip = if i == 0 { self.offset } else { 0 };
+            if line.len() > skip {
+                out[n] = std::io::IoSlice::new(&line[skip..]);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Records that a write took `n` more bytes.
+    pub fn advance(&mut self, mut n: usize) {
+        while n > 0 && self.next < self.lines.len() {
+            let left = self.lines[self.next].len() - self.offset;
+            if n < left {
+                self.offset += n;
+                return;
+            }
+            n -= left;
+            self.next += 1;
+            self.offset = 0;
+        }
+        // Skip empty lines so `is_done` is exact.
+        while self.next < self.lines.len() && self.lines[self.next].len() == self.offset {
+            self.next += 1;
+            self.offset = 0;
+        }
+    }
+
+    /// Writes what is left with vectored writes until all of it is written. Cancel safe in
+    /// the sense that a dropped future leaves the batch at the position reached.
+    pub async fn write_all<W>(&mut self, w: &mut W) -> std::io::Result<()>
+    where
+        W: tokio::io::AsyncWrite + Unpin + ?Sized,
+    {
+        use tokio::io::AsyncWriteExt;
+        self.advance(0);
+        while !self.is_done() {
+            let n = {
+                let mut slices = [std::io::IoSlice::new(&[]); BATCH_SLICES];
+                let k = self.io_slices(&mut slices);
+                w.write_vectored(&slices[..k]).await?
+            };
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            self.advance(n);
+        }
+        Ok(())
+    }
+}
+
+fn trim_cr_len(line: &[u8]) -> usize {
+    line.len() - usize::from(line.last() == Some(&b'\r'))
 }
 
 #[cfg(test)]
@@ -244,6 +369,79 @@ mod tests {
         let mut d = LineDecoder::new(3);
         assert_eq!(all(&mut d, b"abcdefgh"), vec![]);
         assert!(matches!(d.finish(), Some(Frame::Oversized { len: 8, .. })));
+    }
+
+    #[test]
+    fn idle_buffer_is_given_back_after_a_huge_line() {
+        let mut d = LineDecoder::new(16 * 1024 * 1024);
+        let big = vec![b'A'; 4 * 1024 * 1024];
+        assert!(all(&mut d, &big).is_empty());
+        // Not idle while a line is incomplete: nothing is dropped.
+        d.shrink_if_idle(1024 * 1024);
+        assert_eq!(d.buf.len(), big.len());
+        let out = all(&mut d, b"\nnext");
+        assert!(matches!(&out[..], [Frame::Line(b)] if b.len() == big.len()));
+        // A partial line is still held: no shrink yet.
+        d.shrink_if_idle(1024 * 1024);
+        assert_eq!(&d.buf[..], b"next");
+        assert_eq!(all(&mut d, b"\n"), vec![line("next")]);
+        assert!(d.buf.capacity() > 1024 * 1024);
+        d.shrink_if_idle(1024 * 1024);
+        assert!(d.buf.capacity() <= 1024 * 1024);
+        assert_eq!(all(&mut d, b"a\nb\n"), vec![line("a"), line("b")]);
+        // A small buffer is left alone.
+        d.extend(b"x");
+        d.buf.clear();
+        let cap = d.buf.capacity();
+        d.shrink_if_idle(1024 * 1024);
+        assert_eq!(d.buf.capacity(), cap);
+    }
+
+    fn remaining(b: &LineBatch) -> Vec<u8> {
+        let mut slices = [std::io::IoSlice::new(&[]); BATCH_SLICES];
+        let k = b.io_slices(&mut slices);
+        slices[..k].iter().flat_map(|s| s.iter().copied()).collect()
+    }
+
+    #[test]
+    fn line_batch_tracks_partial_writes() {
+        let mut b = LineBatch::new();
+        assert!(b.is_done() && b.is_empty());
+        for l in ["ab\n", "", "cde\n", "f\n"] {
+            b.push(Bytes::copy_from_slice(l.as_bytes()));
+        }
+        assert_eq!((b.len(), b.bytes()), (4, 9));
+        assert_eq!(remaining(&b), b"ab\ncde\nf\n");
+        b.advance(1);
+        assert_eq!(remaining(&b), b"b\ncde\nf\n");
+        b.advance(2);
+        assert_eq!(remaining(&b), b"cde\nf\n");
+        b.advance(4);
+        assert_eq!(remaining(&b), b"f\n");
+        assert!(!b.is_done());
+        b.advance(2);
+        assert!(b.is_done());
+        assert_eq!(b.bytes(), 9);
+        b.clear();
+        assert!(b.is_empty() && b.bytes() == 0);
+    }
+
+    #[test]
+    fn line_batch_writes_more_lines_than_one_call_takes() {
+        let mut b = LineBatch::new();
+        let mut want = Vec::new();
+        for i in 0..200 {
+            let l = format!("{{\"n\":{i}}}\n");
+            want.extend_from_slice(l.as_bytes());
+            b.push(Bytes::from(l));
+        }
+        let mut out: Vec<u8> = Vec::new();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(b.write_all(&mut out)).unwrap();
+        assert!(b.is_done());
+        assert_eq!(out, want);
     }
 
     #[test]

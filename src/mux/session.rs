@@ -5,7 +5,7 @@
 //! child or other clients: the actor only ever `try_send`s into [`ClientTx`], and a full queue
 //! disconnects this client (issue 3 §7, R17).
 
-use crate::jsonrpc::framing::{Frame, LineDecoder};
+use crate::jsonrpc::framing::{Frame, LineBatch, LineDecoder, BATCH_SLICES};
 use crate::jsonrpc::message::{self, code, Message};
 use bytes::Bytes;
 use std::os::fd::AsRawFd;
@@ -48,6 +48,16 @@ pub struct Peer {
 /// Bytes queued toward one client beyond which it is disconnected as too slow (R17), unless
 /// the queue is empty (one message larger than this still goes through).
 pub const CLIENT_QUEUE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Most messages the writer takes from the queue for one vectored write.
+const BATCH_LINES: usize = BATCH_SLICES;
+/// The writer stops taking more queued messages for one write once it holds this many bytes
+/// (the last one taken may be large: lines are never copied or split).
+const BATCH_BYTES: usize = 64 * 1024;
+
+/// A read buffer idle with more capacity than this (after a huge line) is replaced by a small
+/// one.
+const READ_BUFFER_KEEP: usize = 1024 * 1024;
 
 /// The actor's side of a client's outbound queue: bounded in messages (`client_queue`) and in
 /// bytes ([`CLIENT_QUEUE_BYTES`]).
@@ -142,12 +152,22 @@ pub async fn run(
     let (mut rd, mut wr) = stream.into_split();
     let writer_kick = kick.clone();
     let writer = tokio::spawn(async move {
+        let mut batch = LineBatch::new();
         loop {
             tokio::select! {
                 line = out_rx.recv() => match line {
                     Some(line) => {
-                        let ok = wr.write_all(&line).await.is_ok();
-                        queued.fetch_sub(line.len(), Ordering::Relaxed);
+                        // Whatever else is already queued goes out in the same write.
+                        batch.push(line);
+                        while batch.len() < BATCH_LINES && batch.bytes() < BATCH_BYTES {
+                            match out_rx.try_recv() {
+                                Ok(line) => batch.push(line),
+                                Err(_) => break,
+                            }
+                        }
+                        let ok = batch.write_all(&mut wr).await.is_ok();
+                        queued.fetch_sub(batch.bytes(), Ordering::Relaxed);
+                        batch.clear();
                         if !ok { writer_kick.cancel(); break }
                     }
                     None => break,
@@ -220,6 +240,8 @@ pub async fn run(
         if eof {
             break;
         }
+        // Give back the memory of a huge line once it is parsed.
+        dec.shrink_if_idle(READ_BUFFER_KEEP);
     }
     // EOF after `shutdown(SHUT_WR)` is a half-close: the client still reads its answers. EOF
     // after `close()` also hangs up our write side (POLLHUP): nobody is left to answer.
