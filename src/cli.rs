@@ -46,8 +46,9 @@ pub enum Verb {
     },
     /// Bridge stdin/stdout to server NAME's socket; use it as the `command` of an MCP client.
     Attach {
-        /// The server name from the configuration.
-        name: String,
+        /// The server name from the configuration (not needed with `--socket`).
+        #[arg(required_unless_present = "socket")]
+        name: Option<String>,
         /// Configuration file, to find socket_dir (same default as `run`).
         #[arg(short, long, conflicts_with = "socket")]
         config: Option<PathBuf>,
@@ -57,8 +58,11 @@ pub enum Verb {
     },
     /// Validate a configuration file and exit (0 valid, 2 invalid with file, line and key).
     CheckConfig {
-        /// The file to check.
-        path: PathBuf,
+        /// The file to check (same default as `run`; `-c PATH` works too).
+        path: Option<PathBuf>,
+        /// The file to check, as the other verbs take it.
+        #[arg(short, long, conflicts_with = "path")]
+        config: Option<PathBuf>,
     },
     /// Show every server (or NAME): era, state, pid, uptime, restarts, clients, last exit.
     Status {

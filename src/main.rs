@@ -9,16 +9,19 @@ use mcp_supervisor::{attach, config, daemon, logging};
 fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
-        Verb::CheckConfig { path } => match config::load(&path) {
-            Ok(c) => {
-                println!("{}: ok ({} servers)", path.display(), c.servers.len());
-                0
+        Verb::CheckConfig { path, config } => {
+            let path = path.or(config).unwrap_or_else(cli::default_config_path);
+            match config::load(&path) {
+                Ok(c) => {
+                    println!("{}: ok ({} servers)", path.display(), c.servers.len());
+                    0
+                }
+                Err(e) => {
+                    eprintln!("mcp-supervisor: invalid configuration: {e}");
+                    cli::EXIT_CONFIG
+                }
             }
-            Err(e) => {
-                eprintln!("mcp-supervisor: invalid configuration: {e}");
-                cli::EXIT_CONFIG
-            }
-        },
+        }
         Verb::Run { config } => {
             // systemd's plumbing (NOTIFY_SOCKET, LISTEN_*, WATCHDOG_*) is read and removed from
             // our environment while single-threaded (R18; `std::env::remove_var` is not
@@ -51,7 +54,10 @@ fn main() {
             let path = match socket {
                 Some(p) => p,
                 None => match cli::load_config(config) {
-                    Ok(c) => daemon::socket_path(&c.supervisor.socket_dir, &name),
+                    Ok(c) => daemon::socket_path(
+                        &c.supervisor.socket_dir,
+                        name.as_deref().unwrap_or_default(),
+                    ),
                     Err(code) => std::process::exit(code),
                 },
             };
