@@ -1420,21 +1420,7 @@ impl Server {
             if still {
                 continue;
             }
-            if let Some(s) = self.subs.get_mut(&uri) {
-                s.remove(&client);
-                if s.is_empty() {
-                    self.subs.remove(&uri);
-                    if self.state == State::Ready && self.child_era() == Era::Handshake {
-                        let far = Instant::now() + self.cfg.request_timeout;
-                        self.send_to_child(
-                            Owner::Internal,
-                            "resources/unsubscribe",
-                            Some(raw(&json!({"uri": uri}))),
-                            far,
-                        );
-                    }
-                }
-            }
+            self.release_sub(client, &uri);
         }
         self.finish(client, key, Outcome::Cancelled, None);
         true
@@ -1459,20 +1445,9 @@ impl Server {
         };
         let before: BTreeSet<String> = self.subs.keys().cloned().collect();
         if m.method() == "resources/subscribe" {
-            self.subs.entry(uri.clone()).or_default().insert(client);
-            if let Some(c) = self.clients.get_mut(&client) {
-                c.subs.insert(uri);
-            }
+            self.add_sub(client, uri);
         } else {
-            if let Some(s) = self.subs.get_mut(&uri) {
-                s.remove(&client);
-                if s.is_empty() {
-                    self.subs.remove(&uri);
-                }
-            }
-            if let Some(c) = self.clients.get_mut(&client) {
-                c.subs.remove(&uri);
-            }
+            self.remove_sub(client, &uri);
         }
         let line = message::result_response(&id, &json!({}));
         self.respond(client, &id, line, Outcome::Ok, None);
@@ -1480,6 +1455,48 @@ impl Server {
         if before != after {
             self.open_listen();
         }
+    }
+
+    /// Records `client` as a subscriber of `uri` (both indexes).
+    fn add_sub(&mut self, client: ClientId, uri: String) {
+        self.subs.entry(uri.clone()).or_default().insert(client);
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.subs.insert(uri);
+        }
+    }
+
+    /// Forgets `client` as a subscriber of `uri` (both indexes); true when nobody is left.
+    fn remove_sub(&mut self, client: ClientId, uri: &str) -> bool {
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.subs.remove(uri);
+        }
+        let Some(s) = self.subs.get_mut(uri) else {
+            return false;
+        };
+        s.remove(&client);
+        if s.is_empty() {
+            self.subs.remove(uri);
+            return true;
+        }
+        false
+    }
+
+    /// Drops `client`'s subscription to `uri`; when it was the last one, a handshake child is
+    /// told (`resources/unsubscribe`). Returns whether nobody is subscribed any more.
+    fn release_sub(&mut self, client: ClientId, uri: &str) -> bool {
+        if !self.remove_sub(client, uri) {
+            return false;
+        }
+        if self.state == State::Ready && self.child_era() == Era::Handshake {
+            let far = Instant::now() + self.cfg.request_timeout;
+            self.send_to_child(
+                Owner::Internal,
+                "resources/unsubscribe",
+                Some(raw(&json!({"uri": uri}))),
+                far,
+            );
+        }
+        true
     }
 
     /// Refcounted subscriptions: true when answered locally.
@@ -1497,25 +1514,14 @@ impl Server {
             .is_some_and(|s| s.iter().any(|c| *c != client));
         if m.method() == "resources/subscribe" {
             if others || self.subs.get(&uri).is_some_and(|s| s.contains(&client)) {
-                self.subs.entry(uri.clone()).or_default().insert(client);
-                if let Some(c) = self.clients.get_mut(&client) {
-                    c.subs.insert(uri);
-                }
+                self.add_sub(client, uri);
                 let line = message::result_response(&id, &json!({}));
                 self.respond(client, &id, line, Outcome::Ok, None);
                 return true;
             }
             false
         } else {
-            if let Some(s) = self.subs.get_mut(&uri) {
-                s.remove(&client);
-                if s.is_empty() {
-                    self.subs.remove(&uri);
-                }
-            }
-            if let Some(c) = self.clients.get_mut(&client) {
-                c.subs.remove(&uri);
-            }
+            self.remove_sub(client, &uri);
             if others {
                 let line = message::result_response(&id, &json!({}));
                 self.respond(client, &id, line, Outcome::Ok, None);
@@ -2000,22 +2006,12 @@ impl Server {
             }
         }
         // Release its subscriptions.
+        let mut released = false;
         for uri in c.subs {
-            if let Some(s) = self.subs.get_mut(&uri) {
-                s.remove(&client);
-                if s.is_empty() {
-                    self.subs.remove(&uri);
-                    if self.state == State::Ready {
-                        let deadline = Instant::now() + self.cfg.request_timeout;
-                        self.send_to_child(
-                            Owner::Internal,
-                            "resources/unsubscribe",
-                            Some(raw(&json!({"uri": uri}))),
-                            deadline,
-                        );
-                    }
-                }
-            }
+            released |= self.release_sub(client, &uri);
+        }
+        if released && self.child_era() == Era::Modern {
+            self.open_listen();
         }
         // The child's requests routed to it get an error (K06).
         self.fail_upstream_of(client, "the client that was asked disconnected");
