@@ -1121,18 +1121,13 @@ impl Server {
                 // A modern version this supervisor cannot serve.
                 let data = json!({"supported": [era::MODERN_VERSION], "requested": v});
                 info!(client = %client, requested = v, "unsupported protocol version requested");
-                let line = message::error_response(
+                return self.respond_error(
+                    client,
                     &id,
                     era::UNSUPPORTED_VERSION,
                     "Unsupported protocol version",
                     Some(data),
-                );
-                return self.respond(
-                    client,
-                    &id,
-                    line,
                     Outcome::Invalid,
-                    Some(era::UNSUPPORTED_VERSION),
                 );
             }
             if m.method() == "server/discover" && self.child_era() == Era::Handshake {
@@ -1278,14 +1273,13 @@ impl Server {
                 .and_then(era::log_rank)
         });
         let Some(level) = level else {
-            let line =
-                message::error_response(&id, code::INVALID_PARAMS, "unknown logging level", None);
-            return self.respond(
+            return self.respond_error(
                 client,
                 &id,
-                line,
+                code::INVALID_PARAMS,
+                "unknown logging level",
+                None,
                 Outcome::Invalid,
-                Some(code::INVALID_PARAMS),
             );
         };
         if let Some(c) = self.clients.get_mut(&client) {
@@ -1434,13 +1428,13 @@ impl Server {
             .params_object()
             .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string))
         else {
-            let line = message::error_response(&id, code::INVALID_PARAMS, "missing uri", None);
-            return self.respond(
+            return self.respond_error(
                 client,
                 &id,
-                line,
+                code::INVALID_PARAMS,
+                "missing uri",
+                None,
                 Outcome::Invalid,
-                Some(code::INVALID_PARAMS),
             );
         };
         let before: BTreeSet<String> = self.subs.keys().cloned().collect();
@@ -1539,13 +1533,13 @@ impl Server {
                 self.cfg.name,
                 self.inflight.len()
             );
-            let line = message::error_response(&id, code::LIMIT_EXCEEDED, &msg, None);
-            return self.respond(
+            return self.respond_error(
                 client,
                 &id,
-                line,
+                code::LIMIT_EXCEEDED,
+                &msg,
+                None,
                 Outcome::Denied,
-                Some(code::LIMIT_EXCEEDED),
             );
         }
         let child_id = self.inflight.allocate();
@@ -1677,13 +1671,13 @@ impl Server {
                 .then_some((k.clone(), m.to_string()))
         }) {
             let msg = format!("the server needs `{missing}` from the client, which did not declare that capability");
-            let line = message::error_response(id, code::INTERNAL_ERROR, &msg, None);
-            self.respond(
+            self.respond_error(
                 client,
                 id,
-                line,
+                code::INTERNAL_ERROR,
+                &msg,
+                None,
                 Outcome::ProtocolError,
-                Some(code::INTERNAL_ERROR),
             );
             return true;
         }
@@ -2560,13 +2554,13 @@ impl Server {
                 self.cfg.name, self.cfg.max_message_size
             );
             let data = json!({"server": self.cfg.name, "bytes": len});
-            let line = message::error_response(&id, code::INTERNAL_ERROR, &msg, Some(data));
-            self.respond(
+            self.respond_error(
                 client,
                 &id,
-                line,
+                code::INTERNAL_ERROR,
+                &msg,
+                Some(data),
                 Outcome::ProtocolError,
-                Some(code::INTERNAL_ERROR),
             );
         }
     }
@@ -2629,6 +2623,20 @@ impl Server {
             elapsed.as_secs_f64(),
         );
         metrics().set_in_flight(&self.cfg.name, self.inflight.len());
+    }
+
+    /// Answers a client request with a JSON-RPC error and finishes it with `outcome`.
+    fn respond_error(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        code: i64,
+        msg: &str,
+        data: Option<Value>,
+        outcome: Outcome,
+    ) {
+        let line = message::error_response(id, code, msg, data);
+        self.respond(client, id, line, outcome, Some(code));
     }
 
     /// Answers a client request and finishes it.
