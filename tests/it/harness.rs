@@ -186,22 +186,7 @@ impl Supervisor {
 
     /// SIGTERM, then waits up to 20 s for exit; returns the exit code (SIGKILL on timeout).
     pub fn stop(&mut self) -> Option<i32> {
-        let mut child = self.child.take()?;
-        unsafe {
-            libc::kill(child.id() as i32, libc::SIGTERM);
-        }
-        let end = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                return st.code();
-            }
-            if Instant::now() > end {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        terminate(self.child.take()?)
     }
 
     /// Waits for the supervisor to exit by itself.
@@ -245,6 +230,26 @@ impl Drop for Supervisor {
                 self.log()
             );
         }
+    }
+}
+
+/// SIGTERM to `child`, then waits up to 20 s for it; returns its exit code (SIGKILL and `None`
+/// on timeout).
+pub fn terminate(mut child: Child) -> Option<i32> {
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st.code();
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

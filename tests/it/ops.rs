@@ -650,22 +650,7 @@ impl Activated {
     }
 
     fn stop(&mut self) -> Option<i32> {
-        let mut child = self.child.take()?;
-        unsafe {
-            libc::kill(child.id() as i32, libc::SIGTERM);
-        }
-        let end = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                return st.code();
-            }
-            if Instant::now() > end {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        terminate(self.child.take()?)
     }
 }
 
