@@ -3,6 +3,7 @@
 //! [`era`] (everything that depends on the protocol revision).
 
 pub mod era;
+pub mod health;
 pub mod ids;
 pub mod server;
 pub mod session;

@@ -29,9 +29,10 @@
 use crate::child::backoff::{Backoff, FAILED_RETRY, MAX_FAILED_STARTS};
 use crate::child::process::{self, ChildEvent, ChildHandle, Exit, Queued, StderrTail};
 use crate::config::{RestartPolicy, ServerConfig};
-use crate::jsonrpc::message::{self, code, raw, raw_u64, Kind, Message, Out};
+use crate::jsonrpc::message::{self, code, raw, raw_u64, Kind, Message, Out, RawObject};
 use crate::logging::{MSG_BACKOFF, MSG_EXITED, MSG_FAILED, MSG_READY, MSG_SPAWNED};
 use crate::mux::era::{self, ChildProtocol, Era, Handshake};
+use crate::mux::health::{Action, Health, HealthConfig, ProbeMethods};
 use crate::mux::ids::Inflight;
 use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent};
 use crate::observe::{metrics, Outcome};
@@ -233,11 +234,6 @@ enum Owner {
     },
     /// The supervisor's own `subscriptions/listen` stream.
     Listen,
-    /// A liveness probe; `after_ping_miss` when it confirms an unanswered `ping` (K14).
-    Probe {
-        ping: bool,
-        after_ping_miss: bool,
-    },
     Refresh {
         method: &'static str,
         announce: bool,
@@ -249,6 +245,8 @@ enum Owner {
 struct Pending {
     owner: Owner,
     method: String,
+    /// When it was written to the child (the health rule for overdue requests).
+    written: Instant,
 }
 
 /// What the request log needs about a client request, from arrival to its one outcome
@@ -302,7 +300,9 @@ impl Listener {
             p = json!({});
         }
         let id: Value = serde_json::from_str(self.id.get()).unwrap_or(Value::Null);
-        p["_meta"] = json!({ era::META_SUBSCRIPTION_ID: id });
+        if let Some(o) = p.as_object_mut() {
+            o.insert("_meta".into(), json!({ era::META_SUBSCRIPTION_ID: id }));
+        }
         Out::request(None, method, Some(&raw(&p))).encode()
     }
 }
@@ -342,7 +342,8 @@ struct Round {
     method: String,
     /// The params the child saw (envelope included), to retry with.
     params: Value,
-    state: Value,
+    /// The child's opaque `requestState`, byte-exact; `None` when it gave none (K25).
+    state: Option<Box<RawValue>>,
     answers: Map<String, Value>,
     waiting: usize,
     progress: Option<Box<RawValue>>,
@@ -417,22 +418,13 @@ struct Server {
     rounds: HashMap<u64, Round>,
     next_round: u64,
     // Health.
-    last_heard: Instant,
-    probe: Option<(u64, Instant)>,
-    probe_misses: u32,
-    /// In the current silence: a `ping` probe went unanswered (next probes confirm with an
-    /// advertised request), and a confirming probe went unanswered too.
-    ping_missed: bool,
-    confirm_missed: bool,
-    ping_unserved: bool,
-    ping_kills: bool,
-    probes_sent: u64,
-    probes_answered: u64,
+    health: Health,
 }
 
 impl Server {
     fn new(cfg: ServerConfig) -> Self {
         let (events_tx, events_rx) = mpsc::channel(256);
+        let health = Health::new(health_config(&cfg), Instant::now());
         Server {
             pid: Arc::new(AtomicU32::new(0)),
             backoff: Backoff::new(
@@ -475,15 +467,7 @@ impl Server {
             rounds: HashMap::new(),
             next_round: 1,
             upstream: HashMap::new(),
-            last_heard: Instant::now(),
-            probe: None,
-            probe_misses: 0,
-            ping_missed: false,
-            confirm_missed: false,
-            ping_unserved: false,
-            ping_kills: false,
-            probes_sent: 0,
-            probes_answered: 0,
+            health,
         }
     }
 
@@ -564,13 +548,7 @@ impl Server {
                 self.ready_since = None;
                 self.stop_cause = None;
                 self.stdout_closed_at = None;
-                self.probe = None;
-                self.probe_misses = 0;
-                self.ping_missed = false;
-                self.confirm_missed = false;
-                self.probes_sent = 0;
-                self.probes_answered = 0;
-                self.last_heard = Instant::now();
+                self.health.restart(Instant::now());
                 let deadline = Instant::now() + self.cfg.start_timeout;
                 self.start_deadline = Some(deadline);
                 // The first message pins a dual-era child and kills an old strict one: decide
@@ -707,11 +685,10 @@ impl Server {
             cfg.backoff_max,
             cfg.backoff_reset_after,
         );
-        self.cfg = cfg;
         // A changed command may serve a different protocol or tool set: forget the handshake's
         // ping verdicts, keep the cached lists (compared and announced after the restart).
-        self.ping_unserved = false;
-        self.ping_kills = false;
+        self.health.reconfigure(health_config(&cfg), Instant::now());
+        self.cfg = cfg;
         self.verdict = None;
         self.operator_restart();
     }
@@ -724,7 +701,6 @@ impl Server {
                 child.stop();
                 // No probes, no forwarding while the ladder runs; the exit decides what next.
                 self.state = State::Stopping;
-                self.probe = None;
             }
         }
     }
@@ -739,7 +715,11 @@ impl Server {
     }
 
     fn on_exit(&mut self, exit: Exit) {
-        let child = self.child.take().expect("exit of the current child");
+        let Some(child) = self.child.take() else {
+            // Exits are filtered by generation, so this is the current child; be safe anyway.
+            warn!("an exit with no child running was ignored");
+            return;
+        };
         self.stdout_closed_at = None;
         self.pid.store(0, Ordering::SeqCst);
         let now = Instant::now();
@@ -759,12 +739,7 @@ impl Server {
             .inflight
             .iter()
             .any(|(_, _, _, p)| matches!(p.owner, Owner::Discover { probe: true }));
-        let probing_ping = self
-            .probe
-            .and_then(|(id, _)| self.inflight.get(id))
-            .is_some_and(|p| matches!(p.owner, Owner::Probe { ping: true, .. }));
-        if probing_ping && !exit.requested && !self.ping_kills {
-            self.ping_kills = true;
+        if self.health.exited(exit.requested) {
             warn!("the child exited while a `ping` probe was outstanding; it will not be sent `ping` again (liveness is confirmed with advertised requests instead)");
         }
         self.record_exit(exit.code, exit.signal, &reason);
@@ -837,7 +812,6 @@ impl Server {
         self.fail_inflight(status, &reason, retry_after);
         self.ready_since = None;
         self.start_deadline = None;
-        self.probe = None;
         if self.state == State::Failed || (self.handshake.is_none() && !self.probe_respawn) {
             // Requests held for a child that never became ready learn why at once (K18).
             let status = if self.state == State::Failed {
@@ -933,7 +907,7 @@ impl Server {
         let far = Instant::now() + self.cfg.request_timeout;
         let handshake_child = self.child_era() == Era::Handshake;
         if let Some(level) = self.child_log_level.filter(|_| handshake_child) {
-            let p = raw(&json!({"level": era::LOG_LEVELS[level]}));
+            let p = raw(&json!({"level": level_name(level)}));
             self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), far);
         }
         let uris: Vec<String> = if handshake_child {
@@ -1024,10 +998,7 @@ impl Server {
     }
 
     fn heard(&mut self) {
-        self.last_heard = Instant::now();
-        self.probe_misses = 0;
-        self.ping_missed = false;
-        self.confirm_missed = false;
+        self.health.heard(Instant::now());
     }
 
     fn on_session(&mut self, ev: SessionEvent) {
@@ -1099,7 +1070,10 @@ impl Server {
     }
 
     fn on_client_request(&mut self, client: ClientId, m: Message) {
-        let id = m.id.clone().expect("requests have ids");
+        let Some(id) = m.id.clone() else { return };
+        if self.ledger.contains_key(&(client, id_key(&id))) {
+            return self.refuse_duplicate(client, &id, m.method());
+        }
         self.track(client, &m);
         let requested = era::envelope_version(m.params.as_deref());
         let client_era = match self.clients.get_mut(&client) {
@@ -1221,8 +1195,31 @@ impl Server {
         }
     }
 
+    /// A request whose id equals one of the same client's unfinished requests (K23): JSON-RPC
+    /// ids must be unique among a sender's requests in flight, and two responses under one id
+    /// would cross-wire the client (go-sdk#1004). Answered -32600 at once; the first request
+    /// and its ledger entry are untouched.
+    fn refuse_duplicate(&mut self, client: ClientId, id: &RawValue, method: &str) {
+        info!(target: "mcp_supervisor::requests", client = %client, method,
+            outcome = Outcome::Invalid.as_str(), error_code = code::INVALID_REQUEST,
+            "request finished: duplicate request id");
+        metrics().request(
+            &self.cfg.name,
+            method,
+            Outcome::Invalid,
+            Some(code::INVALID_REQUEST),
+            0.0,
+        );
+        let msg = format!(
+            "duplicate request id {}: a request with this id is still in flight",
+            id.get()
+        );
+        let line = message::error_response(id, code::INVALID_REQUEST, &msg, None);
+        self.reply(client, line);
+    }
+
     fn client_initialize(&mut self, client: ClientId, m: Message) {
-        let id = m.id.clone().expect("requests have ids");
+        let Some(id) = m.id.clone() else { return };
         let Some(hs) = self.handshake.clone() else {
             if self.state != State::Starting && !self.probe_respawn {
                 // Never ready, and not even trying right now: say why at once (K18, K19).
@@ -1266,7 +1263,7 @@ impl Server {
     }
 
     fn client_set_level(&mut self, client: ClientId, m: Message) {
-        let id = m.id.clone().expect("requests have ids");
+        let Some(id) = m.id.clone() else { return };
         let level = m.params_object().and_then(|p| {
             p.get("level")
                 .and_then(Value::as_str)
@@ -1296,7 +1293,7 @@ impl Server {
         if want.is_some() && want != self.child_log_level && self.child_era() == Era::Handshake {
             self.child_log_level = want;
             if self.state == State::Ready {
-                let p = raw(&json!({"level": era::LOG_LEVELS[want.unwrap_or(0)]}));
+                let p = raw(&json!({"level": level_name(want.unwrap_or(0))}));
                 let deadline = Instant::now() + self.cfg.request_timeout;
                 self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
             }
@@ -1330,7 +1327,7 @@ impl Server {
     /// fed from the child's session-wide notifications; resource subscriptions are made toward
     /// the child as needed. The request stays open until the client cancels it.
     fn serve_listen(&mut self, client: ClientId, m: Message) {
-        let id = m.id.clone().expect("requests have ids");
+        let Some(id) = m.id.clone() else { return };
         let filter = m
             .params_object()
             .and_then(|p| p.get("notifications").cloned())
@@ -1371,18 +1368,18 @@ impl Server {
             resources: flag("resourcesListChanged"),
             uris: honoured_uris,
         };
-        let mut honoured = json!({});
+        let mut honoured = Map::new();
         for (k, v) in [
             ("toolsListChanged", l.tools),
             ("promptsListChanged", l.prompts),
             ("resourcesListChanged", l.resources),
         ] {
             if v {
-                honoured[k] = json!(true);
+                honoured.insert(k.into(), json!(true));
             }
         }
         if !l.uris.is_empty() {
-            honoured["resourceSubscriptions"] = json!(l.uris);
+            honoured.insert("resourceSubscriptions".into(), json!(l.uris));
         }
         let ack = l.notification(
             "notifications/subscriptions/acknowledged",
@@ -1423,7 +1420,7 @@ impl Server {
     /// `resources/subscribe`/`unsubscribe` from a handshake client of a modern child: kept here;
     /// updates reach subscribers from the supervisor's listen stream.
     fn client_subscription_on_modern(&mut self, client: ClientId, m: Message) {
-        let id = m.id.clone().expect("requests have ids");
+        let Some(id) = m.id.clone() else { return };
         let Some(uri) = m
             .params_object()
             .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string))
@@ -1501,7 +1498,7 @@ impl Server {
         else {
             return false;
         };
-        let id = m.id.clone().expect("requests have ids");
+        let Some(id) = m.id.clone() else { return false };
         let others = self
             .subs
             .get(&uri)
@@ -1526,7 +1523,7 @@ impl Server {
     }
 
     fn forward(&mut self, client: ClientId, m: Message) {
-        let id = m.id.clone().expect("requests have ids");
+        let Some(id) = m.id.clone() else { return };
         if self.inflight.len() >= self.cfg.max_inflight {
             let msg = format!(
                 "server `{}` has {} requests in flight; try again shortly",
@@ -1589,7 +1586,7 @@ impl Server {
                 let env = era::envelope(
                     &c.map(|c| c.capabilities.clone()).unwrap_or(json!({})),
                     &c.map(|c| c.info.clone()).unwrap_or(Value::Null),
-                    log_level.map(|l| era::LOG_LEVELS[l]),
+                    log_level.map(level_name),
                 );
                 Some(era::add_envelope(params.as_deref(), &env))
             }
@@ -1691,7 +1688,7 @@ impl Server {
                 id: id.to_owned(),
                 method: method.to_string(),
                 params: serde_json::from_str(sent.get()).unwrap_or(json!({})),
-                state: r.get("requestState").cloned().unwrap_or(Value::Null),
+                state: request_state(result),
                 answers: Map::new(),
                 waiting: requests.len(),
                 progress,
@@ -1732,10 +1729,20 @@ impl Server {
             return;
         };
         let mut params = r.params;
-        params["inputResponses"] = Value::Object(r.answers);
-        params["requestState"] = r.state;
+        if let Some(p) = params.as_object_mut() {
+            p.insert("inputResponses".into(), Value::Object(r.answers));
+            p.remove("requestState");
+        }
+        let params = match &r.state {
+            // Spliced in as the child wrote it: re-encoding could change its bytes (K25).
+            Some(state) => {
+                let mut obj = RawObject::parse(&raw(&params)).unwrap_or_default();
+                obj.set("requestState", state.clone());
+                obj.to_raw()
+            }
+            None => raw(&params),
+        };
         let child_id = self.inflight.allocate();
-        let params = raw(&params);
         // The retry is a new request: its progress token is its own child-side id.
         let params = match message::swap_progress_token(&params, raw_u64(child_id)) {
             Some((p, _)) => p,
@@ -1802,7 +1809,7 @@ impl Server {
             && self.handshake.as_ref().is_some_and(|h| h.has("logging"))
         {
             self.child_log_level = Some(level);
-            let p = raw(&json!({"level": era::LOG_LEVELS[level]}));
+            let p = raw(&json!({"level": level_name(level)}));
             let deadline = Instant::now() + self.cfg.request_timeout;
             self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
         }
@@ -1876,6 +1883,7 @@ impl Server {
         let pending = Pending {
             owner,
             method: method.to_string(),
+            written: Instant::now(),
         };
         self.inflight.insert(child_id, client, deadline, pending);
         metrics().set_in_flight(&self.cfg.name, self.inflight.len());
@@ -2057,6 +2065,16 @@ impl Server {
 
     fn on_child_response(&mut self, m: Message) {
         let n = m.id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
+        if let Some(n) = n {
+            let served = self.health.status().ping_served;
+            if self.health.answered(n) {
+                metrics().probe(&self.cfg.name, "answered");
+                if served && !self.health.status().ping_served {
+                    warn!("the child answers requests but not `ping`; probing with an advertised list from now on");
+                }
+                return;
+            }
+        }
         let Some(removed) = n.and_then(|n| self.inflight.remove(n)) else {
             let id = m.id.as_deref().map(RawValue::get).unwrap_or("none");
             debug!(
@@ -2066,6 +2084,30 @@ impl Server {
             return;
         };
         let pending = removed.value;
+        if let Some(problem) = malformed(&m) {
+            // K21: a reply of the wrong shape fails that request only, naming the server; the
+            // child answered, so it is alive, and nothing else is affected.
+            warn!(method = %pending.method, problem, "the child sent a malformed response");
+            if let Owner::Client { client, id, .. } = pending.owner {
+                let msg = format!(
+                    "server `{}` sent a malformed response to `{}`: {problem}",
+                    self.cfg.name, pending.method
+                );
+                let data = json!({"server": self.cfg.name, "problem": problem});
+                self.respond_error(
+                    client,
+                    &id,
+                    code::INTERNAL_ERROR,
+                    &msg,
+                    Some(data),
+                    Outcome::ProtocolError,
+                );
+            } else if matches!(pending.owner, Owner::Initialize | Owner::Discover { .. }) {
+                error!(problem, "the child's handshake answer is malformed");
+                self.stop_child(StopCause::HandshakeRejected);
+            }
+            return;
+        }
         match pending.owner {
             Owner::Client {
                 client,
@@ -2174,19 +2216,6 @@ impl Server {
                 }
                 _ => {}
             },
-            Owner::Probe {
-                ping,
-                after_ping_miss,
-            } => {
-                self.probe = None;
-                self.probes_answered += 1;
-                metrics().probe(&self.cfg.name, "answered");
-                if !ping && after_ping_miss && !self.ping_unserved && !self.ping_kills {
-                    // The confirming request was answered after a ping went unanswered.
-                    self.ping_unserved = true;
-                    warn!(method = %pending.method, "the child answers requests but not `ping`; probing with `{}` from now on", pending.method);
-                }
-            }
             Owner::Refresh { method, announce } => {
                 let Some(r) = &m.result else { return };
                 let Some(v) = serde_json::from_str::<Value>(r.get())
@@ -2249,7 +2278,7 @@ impl Server {
     }
 
     fn on_child_request(&mut self, m: Message) {
-        let child_id = m.id.clone().expect("requests have ids");
+        let Some(child_id) = m.id.clone() else { return };
         let method = m.method().to_string();
         if method == "ping" {
             // Answered here, at once, with or without clients (K07).
@@ -2547,7 +2576,10 @@ impl Server {
             );
             return;
         };
-        let p = self.inflight.remove(child_id).expect("checked").value;
+        let Some(removed) = self.inflight.remove(child_id) else {
+            return;
+        };
+        let p = removed.value;
         if let Owner::Client { client, id, .. } = p.owner {
             let msg = format!(
                 "server `{}` answered with a message of {len} bytes, over max_message_size ({} bytes); it was discarded",
@@ -2575,7 +2607,8 @@ impl Server {
         } else {
             (None, Vec::new())
         };
-        let key = id_key(m.id.as_deref().expect("requests have ids"));
+        let Some(id) = m.id.as_deref() else { return };
+        let key = id_key(id);
         let t = Tracked {
             rid: new_request_id(),
             method,
@@ -2727,7 +2760,7 @@ impl Server {
                 }
             }
         }
-        let id = m.id.clone().expect("requests have ids");
+        let Some(id) = m.id.clone() else { return false };
         let line = message::result_response(&id, &result);
         self.respond(client, &id, line, Outcome::Ok, None);
         true
@@ -2789,7 +2822,9 @@ impl Server {
             self.cfg.name, status, reason
         );
         if let Some(r) = retry {
-            record["retry_after_ms"] = json!(r.as_millis() as u64);
+            if let Some(o) = record.as_object_mut() {
+                o.insert("retry_after_ms".into(), json!(r.as_millis() as u64));
+            }
             text.push_str(&format!(" retry_after={}", format_secs(r)));
         }
         text.push_str(&format!(" request_id={request_id}"));
@@ -2856,7 +2891,7 @@ impl Server {
     fn fail_held(&mut self, status: &str) {
         let held: Vec<Held> = self.held.drain(..).collect();
         for h in held {
-            let id = h.msg.id.clone().expect("held messages are requests");
+            let Some(id) = h.msg.id.clone() else { continue };
             if h.msg.method() == "initialize" && self.handshake.is_none() {
                 let reason = self
                     .last_exit
@@ -2882,10 +2917,8 @@ impl Server {
     // ----- timers ------------------------------------------------------------------------------
 
     fn next_wake(&self) -> Option<Instant> {
-        let probe_due = match (self.state, self.probe) {
-            (State::Ready, None) if self.probe_method().is_some() => {
-                Some(self.last_heard + self.cfg.probe_interval)
-            }
+        let probe_due = match self.state {
+            State::Ready => self.health.next_wake(self.probe_methods()),
             _ => None,
         };
         [
@@ -2935,8 +2968,8 @@ impl Server {
             self.on_deadline(r.id, r.value);
         }
         while let Some(i) = self.held.iter().position(|h| h.deadline <= now) {
-            let h = self.held.remove(i).expect("index from position");
-            let id = h.msg.id.clone().expect("held messages are requests");
+            let Some(h) = self.held.remove(i) else { break };
+            let Some(id) = h.msg.id.clone() else { continue };
             let status = self.outage_status();
             if h.msg.method() == "initialize" && self.handshake.is_none() {
                 let reason = self
@@ -2987,17 +3020,15 @@ impl Server {
                 );
             }
         }
-        if self.state == State::Ready
-            && self.probe.is_none()
-            && now >= self.last_heard + self.cfg.probe_interval
-        {
-            self.send_probe(now);
+        if self.state == State::Ready {
+            self.check_health(now);
         }
     }
 
     fn on_deadline(&mut self, child_id: u64, p: Pending) {
         match p.owner {
             Owner::Client { client, id, .. } => {
+                self.health.request_expired(p.written);
                 let cancel = raw(&json!({"requestId": child_id, "reason": "request timed out"}));
                 if let Some(c) = &self.child {
                     c.send_urgent(
@@ -3017,7 +3048,6 @@ impl Server {
                     Outcome::Timeout,
                 );
             }
-            Owner::Probe { ping, .. } => self.on_probe_timeout(ping),
             Owner::Discover { probe: true } if self.state == State::Starting => {
                 self.set_verdict(
                     Era::Handshake,
@@ -3031,95 +3061,64 @@ impl Server {
 
     // ----- health ------------------------------------------------------------------------------
 
-    /// `ping`, unless this child was seen not to serve it; then the cheapest advertised list.
-    fn probe_method(&self) -> Option<&'static str> {
-        if self.child_era() == Era::Modern {
-            // 2026-07-28 has no ping; discover is side-effect free and must be served.
-            return Some("server/discover");
+    /// What this child's era and handshake offer for probing.
+    fn probe_methods(&self) -> ProbeMethods {
+        ProbeMethods {
+            modern: self.child_era() == Era::Modern,
+            confirm: self.handshake.as_ref().and_then(Handshake::confirm_method),
         }
-        let confirm = self.handshake.as_ref().and_then(Handshake::confirm_method);
-        if self.ping_unserved || self.ping_kills || self.ping_missed {
-            // Without an advertised list there is nothing else to ask; a child that dies on
-            // ping is then watched through its process status alone.
-            return confirm.or(Some("ping").filter(|_| !self.ping_kills));
-        }
-        Some("ping")
     }
 
-    fn send_probe(&mut self, now: Instant) {
+    /// Applies the health rules (`mux/health.rs`) to the ready child at `now`.
+    fn check_health(&mut self, now: Instant) {
         if self.child.as_ref().is_none_or(|c| c.stopping()) {
             return;
         }
-        let Some(method) = self.probe_method() else {
-            return;
-        };
-        let deadline = now + self.cfg.probe_timeout;
-        self.probes_sent += 1;
-        metrics().probe(&self.cfg.name, "sent");
-        debug!(method, "probing the silent child");
-        if let Some(id) = self.send_to_child(
-            Owner::Probe {
-                ping: method == "ping",
-                after_ping_miss: self.ping_missed && method != "ping",
-            },
-            method,
-            None,
-            deadline,
-        ) {
-            self.probe = Some((id, now));
-        }
-    }
-
-    /// A probe went unanswered. Counts a miss only if nothing at all was heard meanwhile; an
-    /// unanswered `ping` is confirmed with an advertised request first (K14).
-    fn on_probe_timeout(&mut self, ping: bool) {
-        let Some((_, sent)) = self.probe.take() else {
-            return;
-        };
-        if self.last_heard > sent {
-            return;
-        }
-        self.probe_misses += 1;
-        metrics().probe(&self.cfg.name, "timeout");
-        if ping {
-            self.ping_missed = true;
-        } else {
-            self.confirm_missed = true;
-        }
-        warn!(
-            misses = self.probe_misses,
-            limit = self.cfg.probe_failures,
-            ping,
-            "probe unanswered"
-        );
-        // An unanswered ping alone is not death while a confirming request is still untried.
-        let confirmable = self
-            .handshake
-            .as_ref()
-            .and_then(Handshake::confirm_method)
-            .is_some();
-        if self.probe_misses < self.cfg.probe_failures || (confirmable && !self.confirm_missed) {
-            return;
-        }
-        // Slow is not dead: wait for the oldest client request's own deadline.
-        let now = Instant::now();
+        // Slow is not dead: a client request within its own deadline excuses silence.
         let busy = self
             .inflight
             .iter()
             .any(|(_, client, deadline, _)| client.is_some() && deadline > now);
-        if busy {
-            info!("the child is silent but has requests within their deadline; not declaring it dead yet");
-            return;
+        let before = self.health.misses();
+        let action = self.health.tick(now, busy, self.probe_methods());
+        if self.health.misses() > before {
+            metrics().probe(&self.cfg.name, "timeout");
+            warn!(
+                misses = self.health.misses(),
+                limit = self.cfg.probe_failures,
+                busy,
+                "probe unanswered"
+            );
         }
-        error!(
-            misses = self.probe_misses,
-            "the child stopped answering; restarting it"
-        );
-        self.stop_child(StopCause::ProbeTimeout);
+        match action {
+            Action::None => {}
+            Action::Probe(method) => self.send_probe(method, now),
+            Action::Dead { misses } => {
+                error!(misses, "the child stopped answering; restarting it");
+                self.stop_child(StopCause::ProbeTimeout);
+            }
+        }
+    }
+
+    /// Writes probe `method` with a fresh child-side id. A probe that cannot be queued counts
+    /// as sent: a child that does not read its input is as silent as one that does not answer.
+    fn send_probe(&mut self, method: &'static str, now: Instant) {
+        let id = self.inflight.allocate();
+        let params = (self.child_era() == Era::Modern)
+            .then(|| era::add_envelope(None, &era::supervisor_envelope()));
+        let line = Out::request(Some(&raw_u64(id)), method, params.as_deref()).encode();
+        metrics().probe(&self.cfg.name, "sent");
+        debug!(method, "probing the silent child");
+        if let Some(c) = &self.child {
+            metrics().bytes(&self.cfg.name, "to_child", line.len());
+            c.send(line);
+        }
+        self.health.sent(id, method, now);
     }
 
     fn status(&self) -> Status {
         let now = Instant::now();
+        let health = self.health.status();
         Status {
             name: self.cfg.name.clone(),
             state: self.state,
@@ -3131,13 +3130,13 @@ impl Server {
                 .child
                 .as_ref()
                 .map(|c| now.duration_since(c.spawned_at).as_secs_f64()),
-            last_heard_s: self
-                .child
-                .as_ref()
-                .map(|_| now.duration_since(self.last_heard).as_secs_f64()),
-            probes_sent: self.probes_sent,
-            probes_answered: self.probes_answered,
-            ping_served: !(self.ping_unserved || self.ping_kills),
+            last_heard_s: self.child.as_ref().map(|_| {
+                now.saturating_duration_since(self.health.last_heard())
+                    .as_secs_f64()
+            }),
+            probes_sent: health.probes_sent,
+            probes_answered: health.probes_answered,
+            ping_served: health.ping_served,
             consecutive_failures: self.backoff.failures(),
             retry_in_ms: self
                 .next_spawn
@@ -3145,6 +3144,56 @@ impl Server {
             last_exit: self.last_exit.clone(),
             stderr_tail: self.tail.text(),
         }
+    }
+}
+
+/// What is wrong with a child's response, if anything (K21). Every MCP result is a JSON
+/// object, and a JSON-RPC error is an object with an integer `code` and a string `message`
+/// (JSON-RPC 2.0 §5.1); a response with neither member, or with both, is malformed too.
+fn malformed(m: &Message) -> Option<&'static str> {
+    #[derive(serde::Deserialize)]
+    struct ErrorShape {
+        #[allow(dead_code)]
+        code: i64,
+        #[allow(dead_code)]
+        message: String,
+    }
+    match (&m.result, &m.error) {
+        (Some(_), Some(_)) => Some("it has both `result` and `error`"),
+        (Some(r), None) if !r.get().trim_start().starts_with('{') => {
+            Some("its `result` is not a JSON object")
+        }
+        (None, Some(e)) if serde_json::from_str::<ErrorShape>(e.get()).is_err() => {
+            Some("its `error` is not an object with an integer `code` and a string `message`")
+        }
+        (None, None) => Some("it has neither `result` nor `error`"),
+        _ => None,
+    }
+}
+
+/// The `requestState` member of an `input_required` result as the child wrote it, if any.
+fn request_state(result: &RawValue) -> Option<Box<RawValue>> {
+    #[derive(serde::Deserialize)]
+    struct State {
+        #[serde(rename = "requestState")]
+        state: Option<Box<RawValue>>,
+    }
+    serde_json::from_str::<State>(result.get())
+        .ok()
+        .and_then(|s| s.state)
+}
+
+/// The name of log level rank `level` (`era::LOG_LEVELS`), `debug` when out of range.
+fn level_name(level: usize) -> &'static str {
+    era::LOG_LEVELS.get(level).copied().unwrap_or("debug")
+}
+
+/// The health rules' settings from a server's configuration.
+fn health_config(cfg: &ServerConfig) -> HealthConfig {
+    HealthConfig {
+        probe_interval: cfg.probe_interval,
+        probe_timeout: cfg.probe_timeout,
+        probe_failures: cfg.probe_failures,
     }
 }
 
@@ -3240,6 +3289,9 @@ fn tool_shape(params: Option<&RawValue>) -> (Option<String>, Vec<String>) {
 /// every client shares the child's one session. Entries are only served while the child is
 /// down, where the 2026 caching rules allow stale entries ("a re-fetch errors").
 fn shareable(v: &Value) -> bool {
+    if !v.is_object() {
+        return false;
+    }
     match v.get("cacheScope").and_then(Value::as_str) {
         None => v.get("resultType").is_none(),
         Some(scope) => scope == "public",

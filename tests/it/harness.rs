@@ -135,6 +135,22 @@ impl Supervisor {
         }
     }
 
+    /// `mcp-supervisor status --json` on this supervisor's config, parsed.
+    pub fn status_json(&self) -> Value {
+        let out = Command::new(SUPERVISOR)
+            .args(["status", "--json", "-c"])
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "status --json printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+
     /// Path of server `name`'s socket.
     pub fn socket(&self, name: &str) -> PathBuf {
         self.dir.path().join("run").join(format!("{name}.sock"))
