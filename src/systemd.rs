@@ -298,6 +298,8 @@ mod tests {
                 at: String::new(),
             }),
             stderr_tail: String::new(),
+            actor_restarts: 0,
+            last_actor_panic: None,
         }
     }
 

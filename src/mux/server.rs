@@ -116,6 +116,10 @@ pub struct Status {
     pub last_exit: Option<LastExit>,
     /// Last lines of stderr.
     pub stderr_tail: String,
+    /// Times this server's actor ended unexpectedly (a panic) and was restarted.
+    pub actor_restarts: u64,
+    /// The last such panic's message, null if none.
+    pub last_actor_panic: Option<String>,
 }
 
 /// Commands from the daemon and the control socket (systemctl-like verbs).
@@ -162,14 +166,14 @@ impl ServerHandle {
     }
 }
 
-/// Starts the actor for `cfg`; it spawns the child at once.
+/// Starts the actor for `cfg`; it spawns the child at once. The returned task is the actor's
+/// supervisor ([`supervise`]): it ends only when the actor ends normally.
 pub fn start(cfg: ServerConfig) -> (ServerHandle, tokio::task::JoinHandle<()>) {
     let (stx, srx) = mpsc::channel(1024);
     let (ctx, crx) = mpsc::channel(16);
     let span = tracing::info_span!("server", server = %cfg.name);
-    let server = Server::new(cfg);
-    let pid = server.pid.clone();
-    let task = tokio::spawn(server.run(srx, crx).instrument(span));
+    let pid = Arc::new(AtomicU32::new(0));
+    let task = tokio::spawn(supervise(cfg, srx, crx, pid.clone()).instrument(span));
     (
         ServerHandle {
             sessions: stx,
@@ -367,8 +371,64 @@ struct Client {
     closing: bool,
 }
 
+/// What the actor's supervisor remembers across actor restarts (for `status`).
+#[derive(Debug, Default, Clone)]
+struct ActorHistory {
+    restarts: u64,
+    last_panic: Option<String>,
+}
+
+/// Runs the actor and restarts it if it panics (issue 12 §2): the inboxes outlive the actor,
+/// so the server's socket and handle stay valid. After a panic, the dead actor's clients are
+/// told why and disconnected (they may reconnect at once), its child is stopped through the
+/// ladder and waited for, and a fresh actor starts with the server's current configuration.
+async fn supervise(
+    cfg: ServerConfig,
+    mut sessions: mpsc::Receiver<SessionEvent>,
+    mut commands: mpsc::Receiver<Command>,
+    pid: Arc<AtomicU32>,
+) {
+    use futures_util::FutureExt;
+    let mut cfg = cfg;
+    let mut history = ActorHistory::default();
+    loop {
+        let mut server = Server::new(cfg, pid.clone(), history.clone());
+        let run = std::panic::AssertUnwindSafe(server.run(&mut sessions, &mut commands));
+        let Err(panic) = run.catch_unwind().await else {
+            return;
+        };
+        let why = panic_message(&*panic);
+        error!(panic = %why, "the server's actor panicked; restarting it");
+        metrics().restart(&server.cfg.name, "actor-panic");
+        history.restarts += 1;
+        history.last_panic = Some(why.clone());
+        server.after_panic(&why).await;
+        cfg = server.cfg.clone();
+    }
+}
+
+/// The text of a panic payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with no message".to_string())
+}
+
+/// A test hook (`MCP_SUPERVISOR_TEST_PANIC=<method>`, read at actor start): a client request
+/// for that method panics the actor, so tests can prove the actor is supervised. Unset in
+/// production; nothing else reads it.
+fn test_panic_method() -> Option<String> {
+    std::env::var("MCP_SUPERVISOR_TEST_PANIC")
+        .ok()
+        .filter(|m| !m.is_empty())
+}
+
 struct Server {
     cfg: ServerConfig,
+    history: ActorHistory,
+    test_panic: Option<String>,
     pid: Arc<AtomicU32>,
     state: State,
     child: Option<ChildHandle>,
@@ -422,11 +482,13 @@ struct Server {
 }
 
 impl Server {
-    fn new(cfg: ServerConfig) -> Self {
+    fn new(cfg: ServerConfig, pid: Arc<AtomicU32>, history: ActorHistory) -> Self {
         let (events_tx, events_rx) = mpsc::channel(256);
         let health = Health::new(health_config(&cfg), Instant::now());
         Server {
-            pid: Arc::new(AtomicU32::new(0)),
+            pid,
+            history,
+            test_panic: test_panic_method(),
             backoff: Backoff::new(
                 cfg.backoff_initial,
                 cfg.backoff_max,
@@ -471,10 +533,47 @@ impl Server {
         }
     }
 
+    /// After a panic of [`Server::run`]: the state may be half-updated, but it is memory-safe
+    /// and enough to tell the clients, stop the child through the ladder and wait for it.
+    async fn after_panic(&mut self, why: &str) {
+        let msg = format!(
+            "mcp-supervisor: the actor of server `{}` failed ({why}); it restarts now, reconnect",
+            self.cfg.name
+        );
+        for c in self.clients.values() {
+            c.tx.deliver(message::error_response(
+                &message::raw_null(),
+                code::INTERNAL_ERROR,
+                &msg,
+                Some(json!({"server": self.cfg.name, "status": "actor-restart"})),
+            ));
+            c.tx.close_after_drain();
+        }
+        self.clients.clear();
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        child.stop();
+        let generation = child.generation;
+        let budget = self.cfg.stop_grace + self.cfg.kill_timeout + Duration::from_secs(5);
+        let waited = tokio::time::timeout(budget, async {
+            while let Some(ev) = self.events_rx.recv().await {
+                if matches!(ev, ChildEvent::Exited(g, _) if g == generation) {
+                    return;
+                }
+            }
+        })
+        .await;
+        if waited.is_err() {
+            warn!("the child of the failed actor did not exit within the stop budget");
+        }
+        self.pid.store(0, Ordering::SeqCst);
+    }
+
     async fn run(
-        mut self,
-        mut sessions: mpsc::Receiver<SessionEvent>,
-        mut commands: mpsc::Receiver<Command>,
+        &mut self,
+        sessions: &mut mpsc::Receiver<SessionEvent>,
+        commands: &mut mpsc::Receiver<Command>,
     ) {
         self.spawn();
         let (mut sessions_open, mut commands_open) = (true, true);
@@ -1071,6 +1170,13 @@ impl Server {
 
     fn on_client_request(&mut self, client: ClientId, m: Message) {
         let Some(id) = m.id.clone() else { return };
+        if self.test_panic.as_deref() == Some(m.method()) {
+            // The test hook's whole purpose; off unless the env var is set.
+            std::panic::panic_any(format!(
+                "test hook: MCP_SUPERVISOR_TEST_PANIC={}",
+                m.method()
+            ));
+        }
         if self.ledger.contains_key(&(client, id_key(&id))) {
             return self.refuse_duplicate(client, &id, m.method());
         }
@@ -3143,6 +3249,8 @@ impl Server {
                 .map(|t| t.saturating_duration_since(now).as_millis() as u64),
             last_exit: self.last_exit.clone(),
             stderr_tail: self.tail.text(),
+            actor_restarts: self.history.restarts,
+            last_actor_panic: self.history.last_panic.clone(),
         }
     }
 }

@@ -104,6 +104,14 @@ impl ClientTx {
     pub fn kick(&self) {
         self.kick.cancel();
     }
+
+    /// Closes the connection once every line queued before this call is written (an empty
+    /// line is the marker: real lines are never empty). Used to say why before hanging up.
+    pub fn close_after_drain(&self) {
+        if self.tx.try_send(Bytes::new()).is_err() {
+            self.kick.cancel();
+        }
+    }
 }
 
 /// What a session reports to its server actor.
@@ -158,9 +166,13 @@ pub async fn run(
                 line = out_rx.recv() => match line {
                     Some(line) => {
                         // Whatever else is already queued goes out in the same write.
-                        batch.push(line);
-                        while batch.len() < BATCH_LINES && batch.bytes() < BATCH_BYTES {
+                        let mut close = line.is_empty();
+                        if !close {
+                            batch.push(line);
+                        }
+                        while !close && batch.len() < BATCH_LINES && batch.bytes() < BATCH_BYTES {
                             match out_rx.try_recv() {
+                                Ok(line) if line.is_empty() => close = true,
                                 Ok(line) => batch.push(line),
                                 Err(_) => break,
                             }
@@ -168,7 +180,7 @@ pub async fn run(
                         let ok = batch.write_all(&mut wr).await.is_ok();
                         queued.fetch_sub(batch.bytes(), Ordering::Relaxed);
                         batch.clear();
-                        if !ok { writer_kick.cancel(); break }
+                        if !ok || close { writer_kick.cancel(); break }
                     }
                     None => break,
                 },
