@@ -996,7 +996,8 @@ impl Server {
         // Clients whose `initialize` waited for the child (concurrent first handshakes, K10).
         let held: Vec<Held> = self.held.drain(..).collect();
         for h in held {
-            self.on_client_message(h.client, h.msg);
+            // Already in the ledger since arrival: its duration includes the wait.
+            self.dispatch_request(h.client, h.msg);
         }
     }
 
@@ -1181,6 +1182,13 @@ impl Server {
             return self.refuse_duplicate(client, &id, m.method());
         }
         self.track(client, &m);
+        self.dispatch_request(client, m);
+    }
+
+    /// Decides what happens to a client request already in the ledger: answered here,
+    /// forwarded, held while the child starts, or failed with the outage record.
+    fn dispatch_request(&mut self, client: ClientId, m: Message) {
+        let Some(id) = m.id.clone() else { return };
         let requested = era::envelope_version(m.params.as_deref());
         let client_era = match self.clients.get_mut(&client) {
             Some(c) => *c.era.get_or_insert(
