@@ -64,7 +64,12 @@ fn pump(from: &mut impl Read, to: &mut impl Write) -> std::io::Result<()> {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        to.write_all(&buf[..n])?;
+        // `read` never reports more than it was given; a reader that did is an error, not a
+        // panic.
+        let chunk = buf
+            .get(..n)
+            .ok_or_else(|| std::io::Error::other("read reported more bytes than its buffer"))?;
+        to.write_all(chunk)?;
     }
 }
 

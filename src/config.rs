@@ -398,8 +398,11 @@ struct Validator<'a> {
 
 impl Validator<'_> {
     fn line_of(&self, offset: usize) -> usize {
-        self.text[..offset.min(self.text.len())]
-            .matches('\n')
+        // Bytes, not a `str` slice: an offset inside a character must not panic.
+        self.text
+            .bytes()
+            .take(offset)
+            .filter(|b| *b == b'\n')
             .count()
             + 1
     }
@@ -453,8 +456,9 @@ impl Validator<'_> {
                 None => table,
             };
         }
-        let table = lines[..line.saturating_sub(1).min(lines.len())]
+        let table = lines
             .iter()
+            .take(line.saturating_sub(1))
             .rev()
             .map(|l| l.trim())
             .find(|l| l.starts_with('['))

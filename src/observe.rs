@@ -133,9 +133,10 @@ struct DirectionLabels {
     direction: String,
 }
 
-/// The supervisor's metric families (one registry per process).
-pub struct Metrics {
-    registry: Registry,
+/// The metric families, each a cheap handle on shared series (prometheus-client's `Family` is
+/// an `Arc`), so a [`ServerMetrics`] can hold its own clone.
+#[derive(Clone)]
+struct Families {
     requests: Family<RequestLabels, Counter>,
     errors: Family<CodeLabels, Counter>,
     duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
@@ -147,6 +148,12 @@ pub struct Metrics {
     bytes: Family<DirectionLabels, Counter>,
 }
 
+/// The supervisor's metric families (one registry per process).
+pub struct Metrics {
+    registry: Registry,
+    families: Families,
+}
+
 fn duration_histogram() -> Histogram {
     // 1 ms .. ~65 s
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
@@ -156,6 +163,58 @@ fn duration_histogram() -> Histogram {
 pub const STATES: &[&str] = &[
     "starting", "ready", "backoff", "stopping", "stopped", "failed",
 ];
+
+/// Probe events, the `result` label of `mcp_supervisor_probes_total`.
+pub const PROBE_RESULTS: &[&str] = &["sent", "answered", "timeout"];
+
+/// Relay directions, the `direction` label of `mcp_supervisor_relayed_bytes_total`.
+pub const DIRECTIONS: &[&str] = &["to_child", "to_client"];
+
+/// Restart reasons the server actor reports (its exit status class), the `reason` label of
+/// `mcp_supervisor_child_restarts_total`. Others are counted too, through the family.
+pub const RESTART_REASONS: &[&str] = &["exited", "signal", "timeout", "stopped"];
+
+/// JSON-RPC error codes a [`ServerMetrics`] keeps a resolved counter for: JSON-RPC 2.0 §5.1,
+/// the supervisor's own (`jsonrpc::message::code`), and the 2026-07-28 additions. Others are
+/// counted too, through the family (a lock and a label string each time).
+const CACHED_CODES: &[i64] = &[
+    -32700, -32600, -32601, -32602, -32603, -32000, -32001, -32002, -32020, -32021, -32022, -32042,
+];
+
+impl Outcome {
+    /// Every outcome, in the order of [`Outcome::index`].
+    const ALL: [Outcome; 8] = [
+        Outcome::Ok,
+        Outcome::ToolError,
+        Outcome::ProtocolError,
+        Outcome::Unreachable,
+        Outcome::Timeout,
+        Outcome::Cancelled,
+        Outcome::Denied,
+        Outcome::Invalid,
+    ];
+
+    /// Position in [`Outcome::ALL`].
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Method label slots: each known method, then `other`.
+const METHOD_SLOTS: usize = KNOWN_METHODS.len() + 1;
+
+/// The slot of `method`'s label (`other` last).
+fn method_index(method: &str) -> usize {
+    KNOWN_METHODS
+        .iter()
+        .position(|m| *m == method)
+        .unwrap_or(KNOWN_METHODS.len())
+}
+
+/// The label value of a method slot.
+fn method_of(slot: usize) -> &'static str {
+    KNOWN_METHODS.get(slot).copied().unwrap_or("other")
+}
 
 impl Metrics {
     fn new() -> Self {
@@ -214,26 +273,39 @@ impl Metrics {
         );
         Metrics {
             registry,
-            requests,
-            errors,
-            duration,
-            in_flight,
-            clients,
-            restarts,
-            probes,
-            state,
-            bytes,
+            families: Families {
+                requests,
+                errors,
+                duration,
+                in_flight,
+                clients,
+                restarts,
+                probes,
+                state,
+                bytes,
+            },
         }
     }
 
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        // Writing to a `String` cannot fail; if the encoder ever did, a scrape gets what was
+        // written (Prometheus rejects it without `# EOF`) rather than the daemon a panic.
+        if let Err(e) = encode(&mut out, &self.registry) {
+            tracing::error!(error = %e, "cannot encode the metrics");
+        }
         out
     }
 
-    /// A finished request.
+    /// A handle on the series of server `server`, resolved once and updated without the
+    /// families' lock (see [`ServerMetrics`]).
+    pub fn server(&self, server: &str) -> ServerMetrics {
+        ServerMetrics::with(self.families.clone(), server)
+    }
+
+    /// A finished request. `seconds` is its duration; `code` the JSON-RPC error code it was
+    /// answered with, if any. Takes the families' lock; [`ServerMetrics::request`] does not.
     pub fn request(
         &self,
         server: &str,
@@ -242,22 +314,23 @@ impl Metrics {
         code: Option<i64>,
         seconds: f64,
     ) {
+        let f = &self.families;
         let method = method_label(method).to_string();
-        self.requests
+        f.requests
             .get_or_create(&RequestLabels {
                 server: server.into(),
                 method: method.clone(),
                 outcome: outcome.as_str().into(),
             })
             .inc();
-        self.duration
+        f.duration
             .get_or_create(&MethodLabels {
                 server: server.into(),
                 method,
             })
             .observe(seconds);
         if let Some(code) = code {
-            self.errors
+            f.errors
                 .get_or_create(&CodeLabels {
                     server: server.into(),
                     code: code.to_string(),
@@ -268,25 +341,28 @@ impl Metrics {
 
     /// Requests in flight to the child right now.
     pub fn set_in_flight(&self, server: &str, n: usize) {
-        self.in_flight
+        self.families
+            .in_flight
             .get_or_create(&ServerLabels {
                 server: server.into(),
             })
-            .set(n as i64);
+            .set(gauge_value(n));
     }
 
     /// Attached clients right now.
     pub fn set_clients(&self, server: &str, n: usize) {
-        self.clients
+        self.families
+            .clients
             .get_or_create(&ServerLabels {
                 server: server.into(),
             })
-            .set(n as i64);
+            .set(gauge_value(n));
     }
 
     /// A restart scheduled after an exit with this reason (`exited`, `signal`, `timeout`, ...).
     pub fn restart(&self, server: &str, reason: &str) {
-        self.restarts
+        self.families
+            .restarts
             .get_or_create(&ReasonLabels {
                 server: server.into(),
                 reason: reason.into(),
@@ -296,7 +372,8 @@ impl Metrics {
 
     /// A probe event: `sent`, `answered` or `timeout`.
     pub fn probe(&self, server: &str, result: &str) {
-        self.probes
+        self.families
+            .probes
             .get_or_create(&ProbeLabels {
                 server: server.into(),
                 result: result.into(),
@@ -307,7 +384,8 @@ impl Metrics {
     /// The child's state (one of [`STATES`]).
     pub fn set_state(&self, server: &str, state: &str) {
         for s in STATES {
-            self.state
+            self.families
+                .state
                 .get_or_create(&StateLabels {
                     server: server.into(),
                     state: (*s).into(),
@@ -316,9 +394,10 @@ impl Metrics {
         }
     }
 
-    /// Bytes relayed in one direction (`to_child` or `from_child`).
+    /// Bytes relayed in one direction (`to_child` or `to_client`).
     pub fn bytes(&self, server: &str, direction: &str, n: usize) {
-        self.bytes
+        self.families
+            .bytes
             .get_or_create(&DirectionLabels {
                 server: server.into(),
                 direction: direction.into(),
@@ -327,59 +406,403 @@ impl Metrics {
     }
 }
 
+/// A count as a gauge value (saturating: a count never exceeds `i64::MAX` in practice).
+fn gauge_value(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// One server's series, resolved once: what the server actor keeps so that a reply costs a
+/// few atomic operations instead of the families' lock and a label `String` per label.
+///
+/// Every series is resolved on its first use (a `OnceLock` per label combination, so the
+/// output of [`Metrics::render`] is the same as with the [`Metrics`] methods: a series
+/// appears once it was first updated) and then updated with no lock and no allocation. The
+/// bounded label values have a slot each: methods ([`method_label`]) × outcomes, [`STATES`],
+/// [`PROBE_RESULTS`], [`DIRECTIONS`], [`RESTART_REASONS`] and the common error codes; any other
+/// value goes through the family, exactly as [`Metrics`] does. The duration histogram keeps
+/// its own (per-series) lock, which prometheus-client's `Histogram` needs.
+///
+/// Cheap to clone (an `Arc`); clones share the slots. The series stay registered after the
+/// handle is dropped, as with [`Metrics`].
+#[derive(Clone)]
+pub struct ServerMetrics(std::sync::Arc<Slots>);
+
+struct Slots {
+    server: String,
+    families: Families,
+    requests: [[OnceLock<Counter>; Outcome::ALL.len()]; METHOD_SLOTS],
+    duration: [OnceLock<Histogram>; METHOD_SLOTS],
+    errors: [OnceLock<Counter>; CACHED_CODES.len()],
+    in_flight: OnceLock<Gauge>,
+    clients: OnceLock<Gauge>,
+    restarts: [OnceLock<Counter>; RESTART_REASONS.len()],
+    probes: [OnceLock<Counter>; PROBE_RESULTS.len()],
+    bytes: [OnceLock<Counter>; DIRECTIONS.len()],
+    state: OnceLock<[Gauge; STATES.len()]>,
+}
+
+impl std::fmt::Debug for ServerMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerMetrics")
+            .field("server", &self.0.server)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerMetrics {
+    /// The handle of server `server` in the process-wide metrics ([`metrics`]).
+    pub fn new(server: &str) -> ServerMetrics {
+        metrics().server(server)
+    }
+
+    fn with(families: Families, server: &str) -> ServerMetrics {
+        ServerMetrics(std::sync::Arc::new(Slots {
+            server: server.to_string(),
+            families,
+            requests: std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())),
+            duration: std::array::from_fn(|_| OnceLock::new()),
+            errors: std::array::from_fn(|_| OnceLock::new()),
+            in_flight: OnceLock::new(),
+            clients: OnceLock::new(),
+            restarts: std::array::from_fn(|_| OnceLock::new()),
+            probes: std::array::from_fn(|_| OnceLock::new()),
+            bytes: std::array::from_fn(|_| OnceLock::new()),
+            state: OnceLock::new(),
+        }))
+    }
+
+    /// The server's name (the `server` label).
+    pub fn server(&self) -> &str {
+        &self.0.server
+    }
+
+    /// A finished request: as [`Metrics::request`].
+    pub fn request(&self, method: &str, outcome: Outcome, code: Option<i64>, seconds: f64) {
+        let s = &*self.0;
+        let m = method_index(method);
+        let counter = s
+            .requests
+            .get(m)
+            .and_then(|row| row.get(outcome.index()))
+            .map(|slot| {
+                slot.get_or_init(|| {
+                    s.families.requests.get_or_create_owned(&RequestLabels {
+                        server: s.server.clone(),
+                        method: method_of(m).into(),
+                        outcome: outcome.as_str().into(),
+                    })
+                })
+            });
+        let histogram = s.duration.get(m).map(|slot| {
+            slot.get_or_init(|| {
+                s.families.duration.get_or_create_owned(&MethodLabels {
+                    server: s.server.clone(),
+                    method: method_of(m).into(),
+                })
+            })
+        });
+        match (counter, histogram) {
+            (Some(c), Some(h)) => {
+                c.inc();
+                h.observe(seconds);
+            }
+            // Every method has a slot (`other` included); never taken.
+            _ => metrics_fallback(s, method, outcome, seconds),
+        }
+        if let Some(code) = code {
+            match CACHED_CODES.iter().position(|c| *c == code) {
+                Some(i) => {
+                    if let Some(slot) = s.errors.get(i) {
+                        slot.get_or_init(|| self.error_counter(code)).inc();
+                    }
+                }
+                None => {
+                    self.error_counter(code).inc();
+                }
+            }
+        }
+    }
+
+    fn error_counter(&self, code: i64) -> Counter {
+        self.0.families.errors.get_or_create_owned(&CodeLabels {
+            server: self.0.server.clone(),
+            code: code.to_string(),
+        })
+    }
+
+    /// Requests in flight to the child right now.
+    pub fn set_in_flight(&self, n: usize) {
+        let s = &*self.0;
+        s.in_flight
+            .get_or_init(|| {
+                s.families.in_flight.get_or_create_owned(&ServerLabels {
+                    server: s.server.clone(),
+                })
+            })
+            .set(gauge_value(n));
+    }
+
+    /// Attached clients right now.
+    pub fn set_clients(&self, n: usize) {
+        let s = &*self.0;
+        s.clients
+            .get_or_init(|| {
+                s.families.clients.get_or_create_owned(&ServerLabels {
+                    server: s.server.clone(),
+                })
+            })
+            .set(gauge_value(n));
+    }
+
+    /// A restart scheduled after an exit with this reason (one of [`RESTART_REASONS`], or any
+    /// other, counted through the family).
+    pub fn restart(&self, reason: &str) {
+        let s = &*self.0;
+        let resolve = || {
+            s.families.restarts.get_or_create_owned(&ReasonLabels {
+                server: s.server.clone(),
+                reason: reason.into(),
+            })
+        };
+        match slot_of(RESTART_REASONS, &s.restarts, reason) {
+            Some(slot) => slot.get_or_init(resolve).inc(),
+            None => resolve().inc(),
+        };
+    }
+
+    /// A probe event (one of [`PROBE_RESULTS`]).
+    pub fn probe(&self, result: &str) {
+        let s = &*self.0;
+        let resolve = || {
+            s.families.probes.get_or_create_owned(&ProbeLabels {
+                server: s.server.clone(),
+                result: result.into(),
+            })
+        };
+        match slot_of(PROBE_RESULTS, &s.probes, result) {
+            Some(slot) => slot.get_or_init(resolve).inc(),
+            None => resolve().inc(),
+        };
+    }
+
+    /// Bytes relayed in one direction (one of [`DIRECTIONS`]).
+    pub fn bytes(&self, direction: &str, n: usize) {
+        let s = &*self.0;
+        let resolve = || {
+            s.families.bytes.get_or_create_owned(&DirectionLabels {
+                server: s.server.clone(),
+                direction: direction.into(),
+            })
+        };
+        match slot_of(DIRECTIONS, &s.bytes, direction) {
+            Some(slot) => slot.get_or_init(resolve).inc_by(n as u64),
+            None => resolve().inc_by(n as u64),
+        };
+    }
+
+    /// The child's state (one of [`STATES`]; anything else sets every state to 0).
+    pub fn set_state(&self, state: &str) {
+        let s = &*self.0;
+        let gauges = s.state.get_or_init(|| {
+            std::array::from_fn(|i| {
+                s.families.state.get_or_create_owned(&StateLabels {
+                    server: s.server.clone(),
+                    state: STATES.get(i).copied().unwrap_or_default().into(),
+                })
+            })
+        });
+        for (g, name) in gauges.iter().zip(STATES) {
+            g.set(i64::from(*name == state));
+        }
+    }
+}
+
+/// The slot of `value` among `names` (same order as `slots`).
+fn slot_of<'a, T>(
+    names: &[&str],
+    slots: &'a [OnceLock<T>],
+    value: &str,
+) -> Option<&'a OnceLock<T>> {
+    names
+        .iter()
+        .position(|n| *n == value)
+        .and_then(|i| slots.get(i))
+}
+
+/// A request counted through the families (the path [`ServerMetrics`] avoids).
+fn metrics_fallback(s: &Slots, method: &str, outcome: Outcome, seconds: f64) {
+    let method = method_label(method);
+    s.families
+        .requests
+        .get_or_create(&RequestLabels {
+            server: s.server.clone(),
+            method: method.into(),
+            outcome: outcome.as_str().into(),
+        })
+        .inc();
+    s.families
+        .duration
+        .get_or_create(&MethodLabels {
+            server: s.server.clone(),
+            method: method.into(),
+        })
+        .observe(seconds);
+}
+
+/// Limits of the `GET /metrics` listener.
+#[derive(Debug, Clone, Copy)]
+struct HttpLimits {
+    /// Connections served at once; more are answered `503` and closed at once.
+    max_connections: usize,
+    /// How long a client may take to send its request head, and again to take the answer.
+    timeout: std::time::Duration,
+    /// The first pause after a failed `accept`, doubled while failures go on.
+    backoff_min: std::time::Duration,
+    /// The longest pause after a failed `accept`.
+    backoff_max: std::time::Duration,
+    /// At most one log line per this long about failing `accept`s.
+    log_every: std::time::Duration,
+}
+
+const HTTP_LIMITS: HttpLimits = HttpLimits {
+    max_connections: 32,
+    timeout: std::time::Duration::from_secs(5),
+    backoff_min: std::time::Duration::from_millis(10),
+    backoff_max: std::time::Duration::from_secs(1),
+    log_every: std::time::Duration::from_secs(10),
+};
+
+/// Largest request head read, in bytes.
+const HTTP_HEAD_MAX: usize = 16 * 1024;
+
+/// The answer to a connection over the cap.
+const HTTP_BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\nConnection: close\r\n\r\n";
+
 /// Serves `GET /metrics` (OpenMetrics text) on `listener` until `stop` is cancelled. A minimal
 /// HTTP/1.x responder: one request per connection, anything else gets 404.
+///
+/// Bounded: at most 32 connections at once (more get `503` and are closed at once, never
+/// queued), 5 s to send the request head and 5 s to take the answer, a head of at most 16 KiB.
+/// A failing `accept` (`EMFILE`, `ENOBUFS`, ...) is retried after a pause of 10 ms doubling to
+/// 1 s (reset by the next success) and logged at most once per 10 s, instead of spinning.
+/// Connection tasks are tracked: when `stop` fires they end, and this returns once they have.
 pub async fn serve_http(
     listener: tokio::net::TcpListener,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    serve_http_with(listener, stop, HTTP_LIMITS).await;
+}
+
+async fn serve_http_with(
+    listener: tokio::net::TcpListener,
+    stop: tokio_util::sync::CancellationToken,
+    limits: HttpLimits,
+) {
+    let tracker = tokio_util::task::TaskTracker::new();
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let mut pause = limits.backoff_min;
+    let mut last_log: Option<tokio::time::Instant> = None;
+    let mut unlogged = 0u64;
     loop {
-        let (mut conn, _) = tokio::select! {
-            r = listener.accept() => match r { Ok(c) => c, Err(_) => continue },
-            _ = stop.cancelled() => return,
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = stop.cancelled() => break,
         };
-        tokio::spawn(async move {
-            let mut head = Vec::with_capacity(1024);
-            let mut buf = [0u8; 1024];
-            let read = async {
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return false,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                true
-            };
-            if !matches!(
-                tokio::time::timeout(std::time::Duration::from_secs(10), read).await,
-                Ok(true)
-            ) {
-                return;
+        let conn = match accepted {
+            Ok((conn, _)) => {
+                pause = limits.backoff_min;
+                conn
             }
-            let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
-            let wanted = line.starts_with(b"GET /metrics ") || line.starts_with(b"GET /metrics?");
-            let (status, ctype, body) = if wanted {
-                (
-                    "200 OK",
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    metrics().render(),
-                )
-            } else {
-                (
-                    "404 Not Found",
-                    "text/plain; charset=utf-8",
-                    "only GET /metrics is served here\n".to_string(),
-                )
-            };
-            let reply = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = conn.write_all(reply.as_bytes()).await;
-            let _ = conn.shutdown().await;
+            Err(e) => {
+                // Out of descriptors or memory: retrying at once would spin on the same error.
+                if last_log.is_none_or(|t| t.elapsed() >= limits.log_every) {
+                    tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64,
+                        failures_not_logged = unlogged, "cannot accept a metrics connection");
+                    last_log = Some(tokio::time::Instant::now());
+                    unlogged = 0;
+                } else {
+                    unlogged += 1;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = stop.cancelled() => break,
+                }
+                pause = (pause * 2).min(limits.backoff_max);
+                continue;
+            }
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            // Over the cap: refuse at once rather than queue (a scraper retries; a flood must
+            // not hold descriptors). A fresh socket's send buffer is empty, so this never waits.
+            let _ = conn.try_write(HTTP_BUSY);
+            continue;
+        };
+        let stop = stop.clone();
+        tracker.spawn(async move {
+            let _permit = permit;
+            tokio::select! {
+                _ = answer_http(conn, limits.timeout) => {}
+                _ = stop.cancelled() => {}
+            }
         });
     }
+    tracker.close();
+    // Every task ends on `stop`, which has fired, so this is prompt.
+    tracker.wait().await;
+}
+
+/// Reads one request head (within `timeout`) and answers it (within `timeout` again).
+async fn answer_http(mut conn: tokio::net::TcpStream, timeout: std::time::Duration) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    let read = async {
+        loop {
+            // Only the new bytes (and the 3 before them) can complete the blank line.
+            let from = head.len().saturating_sub(3);
+            let n = match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => n,
+            };
+            head.extend_from_slice(buf.get(..n).unwrap_or_default());
+            if head
+                .get(from..)
+                .is_some_and(|t| t.windows(4).any(|w| w == b"\r\n\r\n"))
+            {
+                return true;
+            }
+            if head.len() >= HTTP_HEAD_MAX {
+                return true;
+            }
+        }
+    };
+    if !matches!(tokio::time::timeout(timeout, read).await, Ok(true)) {
+        return;
+    }
+    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+    let wanted = line.starts_with(b"GET /metrics ") || line.starts_with(b"GET /metrics?");
+    let (status, ctype, body) = if wanted {
+        (
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics().render(),
+        )
+    } else {
+        (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "only GET /metrics is served here\n".to_string(),
+        )
+    };
+    let reply = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let write = async {
+        let _ = conn.write_all(reply.as_bytes()).await;
+        let _ = conn.shutdown().await;
+    };
+    let _ = tokio::time::timeout(timeout, write).await;
 }
 
 /// The process-wide metrics.
@@ -421,5 +844,202 @@ mod tests {
             "{text}"
         );
         assert!(text.trim_end().ends_with("# EOF"));
+    }
+
+    #[test]
+    fn outcome_slots_follow_all() {
+        for (i, o) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(o.index(), i);
+        }
+        assert_eq!(method_of(method_index("tools/list")), "tools/list");
+        assert_eq!(method_of(method_index("x/evil")), "other");
+    }
+
+    /// The series lines of `text` for server `server` (the order of series in a family is not
+    /// fixed, so they are compared as a sorted set).
+    fn series(text: &str, server: &str) -> Vec<String> {
+        let mut v: Vec<String> = text
+            .lines()
+            .filter(|l| l.contains(&format!("server=\"{server}\"")))
+            .map(|l| l.replace(&format!("server=\"{server}\""), "server=\"_\""))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn the_handle_and_the_methods_update_the_same_series() {
+        let m = Metrics::new();
+        let h = m.server("a");
+        assert_eq!(h.server(), "a");
+        // Resolving a handle creates no series: the output only changes with updates.
+        assert!(series(&m.render(), "a").is_empty());
+        let by_handle = |h: &ServerMetrics| {
+            h.request("tools/call", Outcome::ProtocolError, Some(-32601), 0.5);
+            h.request("x/custom", Outcome::Ok, None, 0.002);
+            h.request("ping", Outcome::Invalid, Some(-32099), 0.0);
+            h.set_in_flight(3);
+            h.set_clients(2);
+            h.restart("signal");
+            h.restart("odd");
+            h.probe("sent");
+            h.probe("answered");
+            h.set_state("ready");
+            h.bytes("to_child", 10);
+            h.bytes("to_client", 7);
+            h.bytes("sideways", 1);
+        };
+        let by_methods = |m: &Metrics, s: &str| {
+            m.request(s, "tools/call", Outcome::ProtocolError, Some(-32601), 0.5);
+            m.request(s, "x/custom", Outcome::Ok, None, 0.002);
+            m.request(s, "ping", Outcome::Invalid, Some(-32099), 0.0);
+            m.set_in_flight(s, 3);
+            m.set_clients(s, 2);
+            m.restart(s, "signal");
+            m.restart(s, "odd");
+            m.probe(s, "sent");
+            m.probe(s, "answered");
+            m.set_state(s, "ready");
+            m.bytes(s, "to_child", 10);
+            m.bytes(s, "to_client", 7);
+            m.bytes(s, "sideways", 1);
+        };
+        // The same updates through either path render the same series ...
+        by_handle(&h);
+        by_methods(&m, "b");
+        let text = m.render();
+        assert_eq!(series(&text, "a"), series(&text, "b"));
+        assert!(
+            text.contains(
+                "mcp_supervisor_requests_total{server=\"a\",method=\"other\",outcome=\"ok\"} 1"
+            ),
+            "{text}"
+        );
+        // ... and both paths update one series: the handle's counters are the family's.
+        by_methods(&m, "a");
+        by_handle(&h.clone());
+        by_handle(&m.server("a"));
+        let text = m.render();
+        for line in [
+            "mcp_supervisor_requests_total{server=\"a\",method=\"tools/call\",outcome=\"protocol_error\"} 4",
+            "mcp_supervisor_jsonrpc_errors_total{server=\"a\",code=\"-32601\"} 4",
+            "mcp_supervisor_jsonrpc_errors_total{server=\"a\",code=\"-32099\"} 4",
+            "mcp_supervisor_request_duration_seconds_count{server=\"a\",method=\"tools/call\"} 4",
+            "mcp_supervisor_child_restarts_total{server=\"a\",reason=\"signal\"} 4",
+            "mcp_supervisor_child_restarts_total{server=\"a\",reason=\"odd\"} 4",
+            "mcp_supervisor_probes_total{server=\"a\",result=\"sent\"} 4",
+            "mcp_supervisor_relayed_bytes_total{server=\"a\",direction=\"to_child\"} 40",
+            "mcp_supervisor_relayed_bytes_total{server=\"a\",direction=\"sideways\"} 4",
+            "mcp_supervisor_child_state{server=\"a\",state=\"ready\"} 1",
+            "mcp_supervisor_child_state{server=\"a\",state=\"failed\"} 0",
+            "mcp_supervisor_requests_in_flight{server=\"a\"} 3",
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
+        m.set_state("a", "failed");
+        h.set_in_flight(0);
+        let text = m.render();
+        assert!(text.contains("mcp_supervisor_child_state{server=\"a\",state=\"ready\"} 0"));
+        assert!(text.contains("mcp_supervisor_child_state{server=\"a\",state=\"failed\"} 1"));
+        assert!(text.contains("mcp_supervisor_requests_in_flight{server=\"a\"} 0"));
+    }
+
+    mod http {
+        use super::super::*;
+        use std::time::{Duration, Instant};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::net::TcpStream;
+        use tokio_util::sync::CancellationToken;
+
+        const LIMITS: HttpLimits = HttpLimits {
+            max_connections: 2,
+            timeout: Duration::from_millis(300),
+            backoff_min: Duration::from_millis(10),
+            backoff_max: Duration::from_secs(1),
+            log_every: Duration::from_secs(10),
+        };
+
+        async fn start() -> (
+            std::net::SocketAddr,
+            CancellationToken,
+            tokio::task::JoinHandle<()>,
+        ) {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            let stop = CancellationToken::new();
+            let task = tokio::spawn(serve_http_with(l, stop.clone(), LIMITS));
+            (addr, stop, task)
+        }
+
+        async fn read_all(c: &mut TcpStream) -> String {
+            let mut out = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut out))
+                .await
+                .expect("the server closes the connection");
+            String::from_utf8_lossy(&out).into_owned()
+        }
+
+        async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            read_all(&mut c).await
+        }
+
+        #[tokio::test]
+        async fn serves_metrics_and_404() {
+            let (addr, stop, task) = start().await;
+            assert!(get(addr, "/metrics")
+                .await
+                .starts_with("HTTP/1.1 200 OK\r\n"));
+            assert!(get(addr, "/other").await.starts_with("HTTP/1.1 404"));
+            stop.cancel();
+            task.await.unwrap();
+        }
+
+        #[tokio::test]
+        async fn connections_over_the_cap_are_refused_and_slow_ones_time_out() {
+            let (addr, stop, task) = start().await;
+            // Two silent clients take both slots (accepted in connection order) ...
+            let mut idle = Vec::new();
+            for _ in 0..LIMITS.max_connections {
+                idle.push(TcpStream::connect(addr).await.unwrap());
+            }
+            let t = Instant::now();
+            // ... so a third is answered 503 at once.
+            let mut third = TcpStream::connect(addr).await.unwrap();
+            let busy = read_all(&mut third).await;
+            assert!(busy.starts_with("HTTP/1.1 503"), "{busy}");
+            assert!(t.elapsed() < LIMITS.timeout, "{:?}", t.elapsed());
+            // The silent ones are closed after the read timeout, unanswered.
+            for mut c in idle {
+                assert_eq!(read_all(&mut c).await, "");
+            }
+            assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+            // Their slots are free again.
+            assert!(get(addr, "/metrics")
+                .await
+                .starts_with("HTTP/1.1 200 OK\r\n"));
+            stop.cancel();
+            task.await.unwrap();
+        }
+
+        #[tokio::test]
+        async fn stop_ends_open_connections() {
+            let (addr, stop, task) = start().await;
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"GET /metr").await.unwrap();
+            // Let the server accept it and start reading.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let t = Instant::now();
+            stop.cancel();
+            tokio::time::timeout(Duration::from_secs(2), task)
+                .await
+                .expect("serve_http returns once its connections ended")
+                .unwrap();
+            assert!(t.elapsed() < LIMITS.timeout, "{:?}", t.elapsed());
+            assert_eq!(read_all(&mut c).await, "");
+        }
     }
 }

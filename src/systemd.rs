@@ -112,6 +112,7 @@ impl Plumbing {
     /// Takes the socket-activated descriptor named `name`, if systemd passed one.
     pub fn take_listener(&mut self, name: &str) -> Option<OwnedFd> {
         let i = self.listeners.iter().position(|(n, _)| n == name)?;
+        // `remove` panics only out of bounds, and `position` just found `i` in bounds.
         Some(self.listeners.remove(i).1)
     }
 }

@@ -47,7 +47,8 @@ pub fn request(socket: &Path, req: &Request) -> Result<Response, ClientError> {
             socket.display()
         ))
     };
-    let mut line = serde_json::to_vec(req).expect("requests serialise");
+    let mut line = serde_json::to_vec(req)
+        .map_err(|e| ClientError::Broken(format!("cannot encode the request: {e}")))?;
     line.push(b'\n');
     if let Err(e) = stream.write_all(&line) {
         if matches!(
@@ -209,17 +210,20 @@ pub fn table(servers: &[Value], now: SystemTime) -> String {
             last_exit,
         ]);
     }
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
+    let mut widths = vec![0; header.len()];
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
     let mut out = String::new();
     for r in &rows {
         let mut line = String::new();
-        for (i, cell) in r.iter().enumerate() {
+        for (i, (cell, w)) in r.iter().zip(&widths).enumerate() {
             if i + 1 == r.len() {
                 line.push_str(cell);
             } else {
-                line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+                line.push_str(&format!("{cell:<w$}  ", w = *w));
             }
         }
         out.push_str(line.trim_end());
