@@ -35,7 +35,7 @@ use crate::mux::era::{self, ChildProtocol, Era, Handshake};
 use crate::mux::health::{Action, Health, HealthConfig, ProbeMethods};
 use crate::mux::ids::Inflight;
 use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent};
-use crate::observe::{metrics, Outcome};
+use crate::observe::{metrics, Outcome, ServerMetrics};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -427,6 +427,8 @@ fn test_panic_method() -> Option<String> {
 
 struct Server {
     cfg: ServerConfig,
+    /// This server's metric series, resolved once (no lock or label allocation per message).
+    metrics: ServerMetrics,
     history: ActorHistory,
     test_panic: Option<String>,
     pid: Arc<AtomicU32>,
@@ -486,6 +488,7 @@ impl Server {
         let (events_tx, events_rx) = mpsc::channel(256);
         let health = Health::new(health_config(&cfg), Instant::now());
         Server {
+            metrics: metrics().server(&cfg.name),
             pid,
             history,
             test_panic: test_panic_method(),
@@ -581,7 +584,7 @@ impl Server {
         loop {
             if exported_state != Some(self.state) {
                 exported_state = Some(self.state);
-                metrics().set_state(&self.cfg.name, self.outage_status_of(self.state));
+                self.metrics.set_state(self.outage_status_of(self.state));
             }
             if self.state == State::Stopped {
                 for w in self.stop_waiters.drain(..) {
@@ -905,7 +908,7 @@ impl Server {
                 ("exited", Some(_)) => "signal",
                 (s, _) => s,
             };
-            metrics().restart(&self.cfg.name, class);
+            self.metrics.restart(class);
         }
         let retry_after = self.next_spawn.map(|t| t.saturating_duration_since(now));
         self.fail_inflight(status, &reason, retry_after);
@@ -1130,7 +1133,7 @@ impl Server {
                         closing: false,
                     },
                 );
-                metrics().set_clients(&self.cfg.name, self.clients.len());
+                self.metrics.set_clients(self.clients.len());
             }
             SessionEvent::Message(id, m) => {
                 if self.clients.contains_key(&id) {
@@ -1145,7 +1148,7 @@ impl Server {
                     .unwrap_or((None, None));
                 info!(target: "mcp_supervisor::requests", client = %id, peer_uid = uid, peer_pid = pid,
                     outcome = Outcome::Invalid.as_str(), error_code = code, "request finished");
-                metrics().request(&self.cfg.name, "", Outcome::Invalid, Some(code), 0.0);
+                self.metrics.request("", Outcome::Invalid, Some(code), 0.0);
             }
             SessionEvent::InputClosed(id) => {
                 if let Some(c) = self.clients.get_mut(&id) {
@@ -1317,13 +1320,8 @@ impl Server {
         info!(target: "mcp_supervisor::requests", client = %client, method,
             outcome = Outcome::Invalid.as_str(), error_code = code::INVALID_REQUEST,
             "request finished: duplicate request id");
-        metrics().request(
-            &self.cfg.name,
-            method,
-            Outcome::Invalid,
-            Some(code::INVALID_REQUEST),
-            0.0,
-        );
+        self.metrics
+            .request(method, Outcome::Invalid, Some(code::INVALID_REQUEST), 0.0);
         let msg = format!(
             "duplicate request id {}: a request with this id is still in flight",
             id.get()
@@ -1967,7 +1965,7 @@ impl Server {
         let line = Out::request(Some(&raw_u64(child_id)), method, params.as_deref()).encode();
         let queued = match &self.child {
             Some(c) => {
-                metrics().bytes(&self.cfg.name, "to_child", line.len());
+                self.metrics.bytes("to_child", line.len());
                 c.send(line)
             }
             None => Queued::Closed,
@@ -2000,7 +1998,7 @@ impl Server {
             written: Instant::now(),
         };
         self.inflight.insert(child_id, client, deadline, pending);
-        metrics().set_in_flight(&self.cfg.name, self.inflight.len());
+        self.metrics.set_in_flight(self.inflight.len());
         Some(child_id)
     }
 
@@ -2114,7 +2112,7 @@ impl Server {
         for key in open {
             self.finish(client, &key, Outcome::Cancelled, None);
         }
-        metrics().set_clients(&self.cfg.name, self.clients.len());
+        self.metrics.set_clients(self.clients.len());
         for r in self.inflight.remove_client(client) {
             let p = raw(&json!({"requestId": r.id, "reason": "client disconnected"}));
             if let Some(ch) = &self.child {
@@ -2182,7 +2180,7 @@ impl Server {
         if let Some(n) = n {
             let served = self.health.status().ping_served;
             if self.health.answered(n) {
-                metrics().probe(&self.cfg.name, "answered");
+                self.metrics.probe("answered");
                 if served && !self.health.status().ping_served {
                     warn!("the child answers requests but not `ping`; probing with an advertised list from now on");
                 }
@@ -2198,28 +2196,30 @@ impl Server {
             return;
         };
         let pending = removed.value;
-        if let Some(problem) = malformed(&m) {
+        let problem = match &pending.owner {
+            Owner::Client { .. } => malformed(&m, &pending.method),
+            // The supervisor's own requests read what they need with defaults; the handshake
+            // has its own checks (a malformed answer there is a rejection or an era verdict).
+            _ => None,
+        };
+        if let (Some(problem), Owner::Client { client, id, .. }) = (problem, &pending.owner) {
             // K21: a reply of the wrong shape fails that request only, naming the server; the
             // child answered, so it is alive, and nothing else is affected.
-            warn!(method = %pending.method, problem, "the child sent a malformed response");
-            if let Owner::Client { client, id, .. } = pending.owner {
-                let msg = format!(
-                    "server `{}` sent a malformed response to `{}`: {problem}",
-                    self.cfg.name, pending.method
-                );
-                let data = json!({"server": self.cfg.name, "problem": problem});
-                self.respond_error(
-                    client,
-                    &id,
-                    code::INTERNAL_ERROR,
-                    &msg,
-                    Some(data),
-                    Outcome::ProtocolError,
-                );
-            } else if matches!(pending.owner, Owner::Initialize | Owner::Discover { .. }) {
-                error!(problem, "the child's handshake answer is malformed");
-                self.stop_child(StopCause::HandshakeRejected);
-            }
+            warn!(method = %pending.method, %problem, "the child sent a malformed response");
+            let msg = format!(
+                "server `{}` sent a malformed response to `{}`: {problem}",
+                self.cfg.name, pending.method
+            );
+            let data = json!({"server": self.cfg.name, "problem": problem});
+            let (client, id) = (*client, id.clone());
+            self.respond_error(
+                client,
+                &id,
+                code::INTERNAL_ERROR,
+                &msg,
+                Some(data),
+                Outcome::ProtocolError,
+            );
             return;
         }
         match pending.owner {
@@ -2762,14 +2762,9 @@ impl Server {
             restarted = t.generation.is_some() && t.generation != self.child.as_ref().map(|c| c.generation),
             "request finished"
         );
-        metrics().request(
-            &self.cfg.name,
-            &t.method,
-            outcome,
-            code,
-            elapsed.as_secs_f64(),
-        );
-        metrics().set_in_flight(&self.cfg.name, self.inflight.len());
+        self.metrics
+            .request(&t.method, outcome, code, elapsed.as_secs_f64());
+        self.metrics.set_in_flight(self.inflight.len());
     }
 
     /// Answers a client request with a JSON-RPC error and finishes it with `outcome`.
@@ -2800,7 +2795,7 @@ impl Server {
     }
 
     fn reply(&mut self, client: ClientId, line: Bytes) {
-        metrics().bytes(&self.cfg.name, "to_client", line.len());
+        self.metrics.bytes("to_client", line.len());
         let (ok, closing) = match self.clients.get(&client) {
             Some(c) => (c.tx.deliver(line), c.closing),
             None => return,
@@ -3196,7 +3191,7 @@ impl Server {
         let before = self.health.misses();
         let action = self.health.tick(now, busy, self.probe_methods());
         if self.health.misses() > before {
-            metrics().probe(&self.cfg.name, "timeout");
+            self.metrics.probe("timeout");
             warn!(
                 misses = self.health.misses(),
                 limit = self.cfg.probe_failures,
@@ -3221,10 +3216,10 @@ impl Server {
         let params = (self.child_era() == Era::Modern)
             .then(|| era::add_envelope(None, &era::supervisor_envelope()));
         let line = Out::request(Some(&raw_u64(id)), method, params.as_deref()).encode();
-        metrics().probe(&self.cfg.name, "sent");
+        self.metrics.probe("sent");
         debug!(method, "probing the silent child");
         if let Some(c) = &self.child {
-            metrics().bytes(&self.cfg.name, "to_child", line.len());
+            self.metrics.bytes("to_child", line.len());
             c.send(line);
         }
         self.health.sent(id, method, now);
@@ -3263,27 +3258,17 @@ impl Server {
     }
 }
 
-/// What is wrong with a child's response, if anything (K21). Every MCP result is a JSON
-/// object, and a JSON-RPC error is an object with an integer `code` and a string `message`
-/// (JSON-RPC 2.0 §5.1); a response with neither member, or with both, is malformed too.
-fn malformed(m: &Message) -> Option<&'static str> {
-    #[derive(serde::Deserialize)]
-    struct ErrorShape {
-        #[allow(dead_code)]
-        code: i64,
-        #[allow(dead_code)]
-        message: String,
-    }
+/// What is wrong with a child's response to `method`, if anything (K21): a result must have
+/// the shape MCP gives that method's result (`era::check_result_shape`), an error must be an
+/// object with an integer `code` and a string `message` (JSON-RPC 2.0 §5.1).
+fn malformed(m: &Message, method: &str) -> Option<String> {
     match (&m.result, &m.error) {
-        (Some(_), Some(_)) => Some("it has both `result` and `error`"),
-        (Some(r), None) if !r.get().trim_start().starts_with('{') => {
-            Some("its `result` is not a JSON object")
-        }
-        (None, Some(e)) if serde_json::from_str::<ErrorShape>(e.get()).is_err() => {
-            Some("its `error` is not an object with an integer `code` and a string `message`")
-        }
-        (None, None) => Some("it has neither `result` nor `error`"),
-        _ => None,
+        (Some(_), Some(_)) => Some("it has both `result` and `error`".into()),
+        (Some(r), None) => era::check_result_shape(method, r)
+            .err()
+            .map(|e| e.to_string()),
+        (None, Some(e)) => era::check_error_shape(e).err().map(|e| e.to_string()),
+        (None, None) => Some("it has neither `result` nor `error`".into()),
     }
 }
 
