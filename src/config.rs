@@ -135,6 +135,9 @@ pub struct ServerConfig {
     pub max_message_size: usize,
     /// Requests held while the child starts or backs off. Default 64.
     pub queue_limit: usize,
+    /// Resource subscriptions plus served `subscriptions/listen` streams one client may hold
+    /// at once (issue 12 §6: every table input can grow has a limit). Default 256.
+    pub max_subscriptions: usize,
     /// How long a held request may wait for the child. Default 5 s.
     pub queue_wait: Duration,
     /// Requests in flight to the child at once (R24). Default 256.
@@ -273,6 +276,7 @@ struct RawServer {
     kill_timeout: Dur,
     max_message_size: Option<Spanned<usize>>,
     queue_limit: Option<usize>,
+    max_subscriptions: Option<Spanned<usize>>,
     queue_wait: Dur,
     max_inflight: Option<Spanned<usize>>,
     client_queue: Option<Spanned<usize>>,
@@ -675,6 +679,12 @@ impl Validator<'_> {
                 64 << 20,
             )?,
             queue_limit: s.queue_limit.or(d.queue_limit).unwrap_or(64),
+            max_subscriptions: positive(
+                "max_subscriptions",
+                &s.max_subscriptions,
+                &d.max_subscriptions,
+                256,
+            )?,
             queue_wait: dur("queue_wait", &s.queue_wait, &d.queue_wait, 5_000)?,
             max_inflight: positive("max_inflight", &s.max_inflight, &d.max_inflight, 256)?,
             client_queue: positive("client_queue", &s.client_queue, &d.client_queue, 1024)?,

@@ -1185,7 +1185,37 @@ impl Server {
             return self.refuse_duplicate(client, &id, m.method());
         }
         self.track(client, &m);
+        if matches!(m.method(), "resources/subscribe" | "subscriptions/listen")
+            && self.subscriptions_of(client) >= self.cfg.max_subscriptions
+        {
+            let msg = format!(
+                "client holds {} subscriptions and listen streams on server `{}` (max_subscriptions)",
+                self.subscriptions_of(client),
+                self.cfg.name
+            );
+            return self.respond_error(
+                client,
+                &id,
+                code::LIMIT_EXCEEDED,
+                &msg,
+                None,
+                Outcome::Denied,
+            );
+        }
         self.dispatch_request(client, m);
+    }
+
+    /// Resource subscriptions and listen streams `client` holds (served here or routed to a
+    /// modern child), the table `max_subscriptions` bounds.
+    fn subscriptions_of(&self, client: ClientId) -> usize {
+        let subs = self.clients.get(&client).map_or(0, |c| c.subs.len());
+        let served = self.listeners.iter().filter(|l| l.client == client).count();
+        let routed = self
+            .inflight
+            .iter()
+            .filter(|(_, c, _, p)| *c == Some(client) && p.method == "subscriptions/listen")
+            .count();
+        subs + served + routed
     }
 
     /// Decides what happens to a client request already in the ledger: answered here,
