@@ -425,6 +425,13 @@ fn test_panic_method() -> Option<String> {
         .filter(|m| !m.is_empty())
 }
 
+/// Panics: the test hook's whole purpose (see [`test_panic_method`]); never reached unless
+/// the environment variable is set.
+#[allow(clippy::panic)]
+fn test_panic(method: &str) -> ! {
+    panic!("test hook: MCP_SUPERVISOR_TEST_PANIC={method}")
+}
+
 struct Server {
     cfg: ServerConfig,
     /// This server's metric series, resolved once (no lock or label allocation per message).
@@ -1175,11 +1182,7 @@ impl Server {
     fn on_client_request(&mut self, client: ClientId, m: Message) {
         let Some(id) = m.id.clone() else { return };
         if self.test_panic.as_deref() == Some(m.method()) {
-            // The test hook's whole purpose; off unless the env var is set.
-            std::panic::panic_any(format!(
-                "test hook: MCP_SUPERVISOR_TEST_PANIC={}",
-                m.method()
-            ));
+            test_panic(m.method());
         }
         if self.ledger.contains_key(&(client, id_key(&id))) {
             return self.refuse_duplicate(client, &id, m.method());
