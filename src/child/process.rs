@@ -621,13 +621,27 @@ async fn read_stdout(
                         continue;
                     }
                 },
-                Frame::Oversized { len, head } => {
+                Frame::Oversized {
+                    len,
+                    id,
+                    has_method,
+                } => {
+                    // Only a response answers one of our requests. An oversized request or
+                    // notification from the child carries an id from the child's own
+                    // namespace, which must not fail our request that happens to share it.
+                    let id = if has_method {
+                        None
+                    } else {
+                        id.as_deref().and_then(message::raw_from_slice)
+                    };
                     warn!(
                         bytes = len,
                         limit = max,
+                        request = has_method,
+                        id = id.as_deref().map(|i| i.get()),
                         "discarded a stdout line over max_message_size"
                     );
-                    ChildEvent::Oversized(generation, len, recover_id(&head))
+                    ChildEvent::Oversized(generation, len, id)
                 }
             };
             if events.send(event).await.is_err() {
@@ -651,20 +665,6 @@ fn log_noise(limit: &mut RateLimit, line: &[u8], why: &str) {
             "skipped a stdout line that is not a JSON-RPC message: {preview:?}"
         );
     }
-}
-
-/// Extracts `"id": <number or string>` from the start of a discarded line (K04).
-pub fn recover_id(head: &[u8]) -> Option<Box<serde_json::value::RawValue>> {
-    let text = String::from_utf8_lossy(head);
-    let at = text.find("\"id\"")?;
-    let rest = text[at + 4..].trim_start().strip_prefix(':')?.trim_start();
-    let end = if let Some(s) = rest.strip_prefix('"') {
-        s.find('"')? + 2
-    } else {
-        rest.find(|c: char| !(c.is_ascii_digit() || c == '-'))
-            .unwrap_or(rest.len())
-    };
-    serde_json::value::RawValue::from_string(rest[..end].to_string()).ok()
 }
 
 /// Reads stderr forever (never applying backpressure), logs it line by line at info with the
@@ -751,21 +751,6 @@ impl RateLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn recovers_ids_from_heads() {
-        assert_eq!(
-            recover_id(br#"{"jsonrpc":"2.0","id":17,"result":{"x"#)
-                .unwrap()
-                .get(),
-            "17"
-        );
-        assert_eq!(
-            recover_id(br#"{"id" : "a-1","result":"#).unwrap().get(),
-            "\"a-1\""
-        );
-        assert!(recover_id(br#"{"jsonrpc":"2.0","result":{"#).is_none());
-    }
 
     #[test]
     fn exit_reasons() {

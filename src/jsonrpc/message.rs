@@ -314,6 +314,13 @@ pub fn raw(value: &Value) -> Box<RawValue> {
     RawValue::from_string(value.to_string()).expect("a Value always serializes to valid JSON")
 }
 
+/// Raw JSON text given as bytes (e.g. an id recovered by [`super::toplevel::TopLevelId`]);
+/// `None` when it is not UTF-8 or not one JSON value.
+pub fn raw_from_slice(text: &[u8]) -> Option<Box<RawValue>> {
+    let text = std::str::from_utf8(text).ok()?;
+    RawValue::from_string(text.to_owned()).ok()
+}
+
 /// Raw JSON for an unsigned integer id.
 pub fn raw_u64(n: u64) -> Box<RawValue> {
     RawValue::from_string(n.to_string()).expect("an integer is valid JSON")

@@ -205,12 +205,24 @@ pub async fn run(
                         continue;
                     }
                 },
-                Frame::Oversized { len, head } => {
+                Frame::Oversized {
+                    len,
+                    id: rid,
+                    has_method,
+                } => {
                     let msg = format!(
                         "message of {len} bytes exceeds max_message_size ({max_message} bytes)"
                     );
-                    match crate::child::process::recover_id(&head) {
+                    // A request gets the error under its own top-level id (K04, K22); anything
+                    // else (a response to the child, a notification, no id) under `null`.
+                    let rid = rid
+                        .filter(|_| has_method)
+                        .as_deref()
+                        .and_then(message::raw_from_slice)
+                        .filter(|r| r.get() != "null");
+                    match rid {
                         Some(rid) => {
+                            warn!(client = %id, code = code::INVALID_REQUEST, "rejected a client request: {msg}");
                             tx.deliver(message::error_response(
                                 &rid,
                                 code::INVALID_REQUEST,
@@ -220,6 +232,10 @@ pub async fn run(
                         }
                         None => reject(&tx, id, code::INVALID_REQUEST, &msg),
                     }
+                    // Reported like any rejected line, so it gets an outcome in the request log.
+                    let _ = events
+                        .send(SessionEvent::Rejected(id, code::INVALID_REQUEST))
+                        .await;
                     continue;
                 }
             };
