@@ -10,6 +10,17 @@
 //! R16 (stderr always drained, lines capped, rate-limited, logged at info), R17 (one writer,
 //! bounded queue, a write blocked 10 s means hung), R18 (environment), field cases K17, K20.
 
+// Input must never panic the daemon (K21): checked here until the crate-wide switch exists.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
 use crate::config::{env_matches, ServerConfig, ENV_NEVER};
 use crate::jsonrpc::framing::{Frame, LineBatch, LineDecoder, BATCH_SLICES};
 use crate::jsonrpc::message::{self, Message};
@@ -137,7 +148,8 @@ impl StderrTail {
     pub fn last_lines(&self, n: usize) -> String {
         let text = self.text();
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
+        let from = lines.len().saturating_sub(n);
+        lines.get(from..).unwrap_or_default().join("\n")
     }
 
     /// Forgets everything (a new instance starts with a fresh tail).
@@ -296,10 +308,20 @@ pub fn spawn(
         command: cfg.command.clone(),
         source,
     })?;
-    let pid = child.id().expect("a just-spawned child has a pid");
-    let stdin = child.stdin.take().expect("stdin is piped");
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
+    // All three pipes were requested and the child was not waited for yet, so these are
+    // always present; if not, the instance is killed and reported as a failed spawn.
+    let (Some(pid), Some(stdin), Some(stdout), Some(stderr)) = (
+        child.id(),
+        child.stdin.take(),
+        child.stdout.take(),
+        child.stderr.take(),
+    ) else {
+        let _ = child.start_kill();
+        return Err(SpawnError {
+            command: cfg.command.clone(),
+            source: std::io::Error::other("the spawned child has no pid or no pipes"),
+        });
+    };
 
     let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
     let (urgent_tx, urgent_rx) = mpsc::unbounded_channel();
@@ -658,7 +680,7 @@ async fn read_stdout(
 
 fn log_noise(limit: &mut RateLimit, line: &[u8], why: &str) {
     if let Some(suppressed) = limit.allow() {
-        let preview = String::from_utf8_lossy(&line[..line.len().min(256)]);
+        let preview = String::from_utf8_lossy(line.get(..256).unwrap_or(line));
         warn!(
             suppressed,
             reason = why,
@@ -679,8 +701,10 @@ async fn drain_stderr(mut stderr: ChildStderr, tail: StderrTail) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        tail.push(&buf[..n]);
-        for &b in &buf[..n] {
+        // `read` returns at most `buf.len()`.
+        let chunk = buf.get(..n).unwrap_or_default();
+        tail.push(chunk);
+        for &b in chunk {
             if b == b'\n' {
                 emit_stderr(&mut limit, &line, cut);
                 line.clear();

@@ -21,6 +21,17 @@
 //!   rejects may still yield one, which only decides which request fails);
 //! - nesting deeper than 128 levels ends the scan with no result.
 
+// Input must never panic the daemon (K21): checked here until the crate-wide switch exists.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
 use bytes::Bytes;
 
 /// Longest id kept, in bytes as written (quotes and escapes included). Longer ids are
@@ -633,5 +644,151 @@ mod tests {
             s.finish().and_then(|t| t.id),
             Some(Bytes::from_static(b"42"))
         );
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+        use serde_json::Value;
+
+        /// Nested values full of `id` keys (and strings that look like members).
+        fn nested() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(Value::from),
+                any::<f64>().prop_map(Value::from),
+                "[a-z\"\\\\{}:,\\[\\]]{0,12}".prop_map(Value::String),
+                Just(Value::String(r#"","id":99,"x":""#.into())),
+            ];
+            leaf.prop_recursive(5, 48, 6, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                    proptest::collection::vec(
+                        (
+                            prop_oneof![
+                                Just("id".to_string()),
+                                Just("method".to_string()),
+                                "[a-z]{1,4}"
+                            ],
+                            inner
+                        ),
+                        0..6
+                    )
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn top_id() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                any::<i64>().prop_map(Value::from),
+                any::<u64>().prop_map(Value::from),
+                any::<f64>().prop_map(Value::from),
+                "\\PC{0,20}".prop_map(Value::String),
+                Just(Value::Null),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn finds_exactly_the_top_level_id_in_any_order_and_split(
+                id in top_id(),
+                others in proptest::collection::vec(("[a-z]{1,6}", nested()), 0..6),
+                position in any::<proptest::sample::Index>(),
+                spaced in any::<bool>(),
+                cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..8),
+            ) {
+                let mut members: Vec<(String, Value)> = others
+                    .into_iter()
+                    .filter(|(k, _)| k != "id" && k != "method")
+                    .collect();
+                members.sort_by(|a, b| a.0.cmp(&b.0));
+                members.dedup_by(|a, b| a.0 == b.0);
+                members.insert(position.index(members.len() + 1), ("id".into(), id.clone()));
+                let sep = if spaced { " , " } else { "," };
+                let body: Vec<String> = members
+                    .iter()
+                    .map(|(k, v)| {
+                        let v = if spaced {
+                            serde_json::to_string_pretty(v).unwrap()
+                        } else {
+                            v.to_string()
+                        };
+                        format!("{}:{v}", Value::String(k.clone()))
+                    })
+                    .collect();
+                let text = format!("{{{}}}", body.join(sep));
+                let input = text.as_bytes();
+                let mut at: Vec<usize> = cuts.iter().map(|c| c.index(input.len() + 1)).collect();
+                at.sort_unstable();
+                let mut scan = TopLevelId::new();
+                let mut from = 0;
+                for to in at.into_iter().chain([input.len()]) {
+                    scan.feed(&input[from..to]);
+                    from = to;
+                }
+                let top = scan.finish();
+                prop_assert!(top.is_some(), "{}", text);
+                let got = top.and_then(|t| t.id);
+                let want_len = id.to_string().len();
+                if want_len > ID_MAX {
+                    prop_assert_eq!(got, None);
+                } else {
+                    // Exactly the text written for it (compared as text: serde_json does not
+                    // round-trip every float through a `Value`).
+                    let got = got.expect("an id");
+                    prop_assert_eq!(std::str::from_utf8(&got).unwrap(), id.to_string());
+                }
+            }
+
+            /// Against serde_json on arbitrary (mostly invalid) input: whenever serde_json
+            /// reads the line as an object, the scanner agrees on the id and on `method`.
+            #[test]
+            fn agrees_with_serde_json(
+                flips in proptest::collection::vec((any::<proptest::sample::Index>(), any::<u8>()), 0..3),
+                base in prop_oneof![
+                    Just(r#"{"result":{"content":[{"id":3,"text":"a\"b"}]},"id":7}"#),
+                    Just(r#"{"i\u0064":"x","method":"m","params":[{"id":1}]}"#),
+                    Just(r#"{ "id" : -1.5e3 , "error" : { "id" : null } }"#),
+                ],
+            ) {
+                let mut line = base.as_bytes().to_vec();
+                for (at, b) in flips {
+                    let i = at.index(line.len());
+                    line[i] = b;
+                }
+                let mut scan = TopLevelId::new();
+                scan.feed(&line);
+                let top = scan.finish();
+                if let Some(want) = serde_probe(&line) {
+                    prop_assert_eq!(top, Some(want));
+                }
+            }
+        }
+
+        /// What serde_json (as the envelope parser uses it) finds, for input it accepts.
+        fn serde_probe(line: &[u8]) -> Option<TopLevel> {
+            #[derive(serde::Deserialize)]
+            struct Probe {
+                #[serde(default, deserialize_with = "present")]
+                id: Option<Box<serde_json::value::RawValue>>,
+                method: Option<serde::de::IgnoredAny>,
+            }
+            fn present<'de, D: serde::Deserializer<'de>>(
+                d: D,
+            ) -> Result<Option<Box<serde_json::value::RawValue>>, D::Error> {
+                serde::Deserialize::deserialize(d).map(Some)
+            }
+            let p: Probe = serde_json::from_slice(line).ok()?;
+            let id = p.id.filter(|r| {
+                r.get().len() <= ID_MAX
+                    && matches!(r.get().as_bytes()[0], b'"' | b'-' | b'0'..=b'9' | b'n')
+            });
+            Some(TopLevel {
+                id: id.map(|r| Bytes::copy_from_slice(r.get().as_bytes())),
+                has_method: p.method.is_some(),
+            })
+        }
     }
 }
