@@ -10,6 +10,17 @@
 //! R16 (stderr always drained, lines capped, rate-limited, logged at info), R17 (one writer,
 //! bounded queue, a write blocked 10 s means hung), R18 (environment), field cases K17, K20.
 
+// Input must never panic the daemon (K21): checked here until the crate-wide switch exists.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
 use crate::config::{env_matches, ServerConfig, ENV_NEVER};
 use crate::jsonrpc::framing::{Frame, LineBatch, LineDecoder, BATCH_SLICES};
 use crate::jsonrpc::message::{self, Message};
@@ -137,7 +148,8 @@ impl StderrTail {
     pub fn last_lines(&self, n: usize) -> String {
         let text = self.text();
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
+        let from = lines.len().saturating_sub(n);
+        lines.get(from..).unwrap_or_default().join("\n")
     }
 
     /// Forgets everything (a new instance starts with a fresh tail).
@@ -296,10 +308,20 @@ pub fn spawn(
         command: cfg.command.clone(),
         source,
     })?;
-    let pid = child.id().expect("a just-spawned child has a pid");
-    let stdin = child.stdin.take().expect("stdin is piped");
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
+    // All three pipes were requested and the child was not waited for yet, so these are
+    // always present; if not, the instance is killed and reported as a failed spawn.
+    let (Some(pid), Some(stdin), Some(stdout), Some(stderr)) = (
+        child.id(),
+        child.stdin.take(),
+        child.stdout.take(),
+        child.stderr.take(),
+    ) else {
+        let _ = child.start_kill();
+        return Err(SpawnError {
+            command: cfg.command.clone(),
+            source: std::io::Error::other("the spawned child has no pid or no pipes"),
+        });
+    };
 
     let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
     let (urgent_tx, urgent_rx) = mpsc::unbounded_channel();
@@ -621,13 +643,27 @@ async fn read_stdout(
                         continue;
                     }
                 },
-                Frame::Oversized { len, head } => {
+                Frame::Oversized {
+                    len,
+                    id,
+                    has_method,
+                } => {
+                    // Only a response answers one of our requests. An oversized request or
+                    // notification from the child carries an id from the child's own
+                    // namespace, which must not fail our request that happens to share it.
+                    let id = if has_method {
+                        None
+                    } else {
+                        id.as_deref().and_then(message::raw_from_slice)
+                    };
                     warn!(
                         bytes = len,
                         limit = max,
+                        request = has_method,
+                        id = id.as_deref().map(|i| i.get()),
                         "discarded a stdout line over max_message_size"
                     );
-                    ChildEvent::Oversized(generation, len, recover_id(&head))
+                    ChildEvent::Oversized(generation, len, id)
                 }
             };
             if events.send(event).await.is_err() {
@@ -644,27 +680,13 @@ async fn read_stdout(
 
 fn log_noise(limit: &mut RateLimit, line: &[u8], why: &str) {
     if let Some(suppressed) = limit.allow() {
-        let preview = String::from_utf8_lossy(&line[..line.len().min(256)]);
+        let preview = String::from_utf8_lossy(line.get(..256).unwrap_or(line));
         warn!(
             suppressed,
             reason = why,
             "skipped a stdout line that is not a JSON-RPC message: {preview:?}"
         );
     }
-}
-
-/// Extracts `"id": <number or string>` from the start of a discarded line (K04).
-pub fn recover_id(head: &[u8]) -> Option<Box<serde_json::value::RawValue>> {
-    let text = String::from_utf8_lossy(head);
-    let at = text.find("\"id\"")?;
-    let rest = text[at + 4..].trim_start().strip_prefix(':')?.trim_start();
-    let end = if let Some(s) = rest.strip_prefix('"') {
-        s.find('"')? + 2
-    } else {
-        rest.find(|c: char| !(c.is_ascii_digit() || c == '-'))
-            .unwrap_or(rest.len())
-    };
-    serde_json::value::RawValue::from_string(rest[..end].to_string()).ok()
 }
 
 /// Reads stderr forever (never applying backpressure), logs it line by line at info with the
@@ -679,8 +701,10 @@ async fn drain_stderr(mut stderr: ChildStderr, tail: StderrTail) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        tail.push(&buf[..n]);
-        for &b in &buf[..n] {
+        // `read` returns at most `buf.len()`.
+        let chunk = buf.get(..n).unwrap_or_default();
+        tail.push(chunk);
+        for &b in chunk {
             if b == b'\n' {
                 emit_stderr(&mut limit, &line, cut);
                 line.clear();
@@ -751,21 +775,6 @@ impl RateLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn recovers_ids_from_heads() {
-        assert_eq!(
-            recover_id(br#"{"jsonrpc":"2.0","id":17,"result":{"x"#)
-                .unwrap()
-                .get(),
-            "17"
-        );
-        assert_eq!(
-            recover_id(br#"{"id" : "a-1","result":"#).unwrap().get(),
-            "\"a-1\""
-        );
-        assert!(recover_id(br#"{"jsonrpc":"2.0","result":{"#).is_none());
-    }
 
     #[test]
     fn exit_reasons() {

@@ -5,17 +5,33 @@
 //! never as an error that would end the stream (the `FramedRead` trap described in
 //! `reference/supervision.md` §4.8 and R15).
 //!
-//! Rules (MCP stdio transport, every revision; field cases K01-K05):
+//! Rules (MCP stdio transport, every revision; field cases K01-K05, K22):
 //! - a frame ends at `\n`; one trailing `\r` is removed (CRLF tolerated, K03);
 //! - a UTF-8 byte-order mark at the start of a line is removed (K02);
-//! - lines that are empty or only ASCII whitespace are skipped silently (K01);
-//! - a line longer than `max_len` bytes is discarded up to the next `\n` while holding at most
-//!   `max_len` bytes, and reported once as [`Frame::Oversized`] with its full length (K04);
-//! - at end of input, a final complete line without `\n` is delivered (K05).
+//! - lines that are empty or only ASCII whitespace are skipped silently (K01), whatever
+//!   their length;
+//! - a line whose content (without BOM, `\r` and `\n`) is longer than `max_len` bytes is
+//!   discarded up to the next `\n` while holding at most `max_len` + 4 bytes, and reported
+//!   once as [`Frame::Oversized`] with its content length and the top-level `id` recovered
+//!   from every byte of it by [`TopLevelId`] (K04, K22);
+//! - at end of input, a final complete line without `\n` is delivered (K05);
+//! - the frames do not depend on how the input was split into chunks (property-tested).
 //!
 //! The other direction, [`LineBatch`], collects whole outgoing lines so a writer can hand
 //! several to one vectored write without copying them.
 
+// Input must never panic the daemon (K21): checked here until the crate-wide switch exists.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
+use super::toplevel::TopLevelId;
 use bytes::{Bytes, BytesMut};
 
 /// One unit produced by [`LineDecoder`].
@@ -23,32 +39,88 @@ use bytes::{Bytes, BytesMut};
 pub enum Frame {
     /// A line without its terminator, `\r` or leading BOM; never empty or blank.
     Line(Bytes),
-    /// A line longer than the limit was discarded; `len` is its length in bytes (without `\n`)
-    /// and `head` its first [`HEAD_LEN`] bytes, kept to recover the message's `id`.
-    Oversized { len: usize, head: Bytes },
+    /// A line longer than the limit was discarded (K04).
+    Oversized {
+        /// Its length in bytes, without BOM, `\r` and `\n` (the length a [`Frame::Line`]
+        /// would have had).
+        len: usize,
+        /// The raw JSON text of its top-level `id` (see [`super::toplevel`]): `None` when the
+        /// line is not one complete JSON object, has no such member, or it is not a string,
+        /// number or null of at most [`super::toplevel::ID_MAX`] bytes.
+        id: Option<Bytes>,
+        /// Whether the line is an object with a top-level `method` member (a request or a
+        /// notification rather than a response); `false` when it is not an object.
+        has_method: bool,
+    },
 }
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
-/// Bytes kept from the start of an oversized line (enough for the envelope's `id`).
-pub const HEAD_LEN: usize = 1024;
+/// Bytes a line may hold beyond `max_len` before it is known to be too long: a leading BOM
+/// (3) and a trailing `\r` (1) are not part of the content, so deciding earlier would make
+/// the outcome depend on where the input was split.
+const SLACK: usize = BOM.len() + 1;
+
+/// An oversized line being discarded.
+#[derive(Debug)]
+struct Discard {
+    /// Content bytes dropped so far (the BOM excluded, a trailing `\r` still included).
+    len: usize,
+    /// Whether the last byte dropped is `\r` (removed from the length if the line ends there).
+    last_cr: bool,
+    /// Whether every byte dropped so far is ASCII whitespace (a blank line is skipped).
+    blank: bool,
+    scan: TopLevelId,
+}
+
+impl Discard {
+    fn new() -> Self {
+        Discard {
+            len: 0,
+            last_cr: false,
+            blank: true,
+            scan: TopLevelId::new(),
+        }
+    }
+
+    fn feed(&mut self, data: &[u8]) {
+        let Some(&last) = data.last() else { return };
+        self.len += data.len();
+        self.last_cr = last == b'\r';
+        self.blank = self.blank && data.iter().all(u8::is_ascii_whitespace);
+        self.scan.feed(data);
+    }
+
+    /// The line ended (at `\n` or end of input): its frame, or `None` when it was blank.
+    fn finish(self) -> Option<Frame> {
+        if self.blank {
+            return None;
+        }
+        let top = self.scan.finish();
+        Some(Frame::Oversized {
+            len: self.len - usize::from(self.last_cr),
+            id: top.as_ref().and_then(|t| t.id.clone()),
+            has_method: top.is_some_and(|t| t.has_method),
+        })
+    }
+}
 
 /// Bounded line splitter. Feed bytes with [`LineDecoder::extend`], drain frames with
 /// [`LineDecoder::next_frame`], and call [`LineDecoder::finish`] at end of input.
 ///
-/// Memory held is at most `max_len` plus one read's worth of bytes, whatever the input.
+/// Memory held is at most `max_len` + 4 plus one read's worth of bytes, whatever the input.
 #[derive(Debug)]
 pub struct LineDecoder {
     buf: BytesMut,
     max_len: usize,
-    /// Bytes of the current line already discarded because it exceeded `max_len`, and its head.
-    discarding: Option<(usize, Bytes)>,
+    /// The current line exceeded `max_len`: its bytes go through here instead of `buf`.
+    discarding: Option<Discard>,
     /// Where to resume the search for `\n` in `buf` (bytes before it hold no `\n`).
     scanned: usize,
 }
 
 impl LineDecoder {
-    /// A decoder that accepts lines of up to `max_len` bytes (excluding the `\n`).
+    /// A decoder that accepts lines of up to `max_len` bytes (excluding BOM, `\r` and `\n`).
     pub fn new(max_len: usize) -> Self {
         LineDecoder {
             buf: BytesMut::new(),
@@ -82,36 +154,44 @@ impl LineDecoder {
     /// The next complete frame, or `None` when more input is needed.
     pub fn next_frame(&mut self) -> Option<Frame> {
         loop {
-            match memchr::memchr(b'\n', &self.buf[self.scanned..]) {
+            let unscanned = self.buf.get(self.scanned..).unwrap_or_default();
+            match memchr::memchr(b'\n', unscanned) {
                 Some(pos) => {
                     let end = self.scanned + pos;
-                    let line = self.buf.split_to(end + 1).freeze();
+                    let mut line = self.buf.split_to(end + 1).freeze();
+                    line.truncate(end);
                     self.scanned = 0;
-                    if let Some((dropped, head)) = self.discarding.take() {
-                        return Some(Frame::Oversized {
-                            len: dropped + trim_cr_len(&line[..end]),
-                            head,
-                        });
-                    }
-                    let line = line.slice(..end);
-                    if let Some(frame) = self.finish_line(line) {
-                        return Some(frame);
+                    let frame = match self.discarding.take() {
+                        Some(mut d) => {
+                            d.feed(&line);
+                            d.finish()
+                        }
+                        None => self.finish_line(line),
+                    };
+                    if frame.is_some() {
+                        return frame;
                     }
                 }
                 None => {
-                    if self.buf.len() > self.max_len {
-                        // Keep memory bounded: forget what we have, remember how much.
-                        let n = self.buf.len();
-                        let head = &self.buf[..n.min(HEAD_LEN)];
-                        let entry = self
-                            .discarding
-                            .get_or_insert_with(|| (0, Bytes::copy_from_slice(head)));
-                        entry.0 += n;
+                    if self.discarding.is_none()
+                        && self.buf.len() > self.max_len.saturating_add(SLACK)
+                    {
+                        // Too long whatever follows: keep memory bounded by scanning what
+                        // we have and forgetting it.
+                        let mut d = Discard::new();
+                        let bom = if self.buf.starts_with(BOM) {
+                            BOM.len()
+                        } else {
+                            0
+                        };
+                        d.feed(self.buf.get(bom..).unwrap_or_default());
+                        self.discarding = Some(d);
                         self.buf.clear();
-                        self.scanned = 0;
-                    } else {
-                        self.scanned = self.buf.len();
+                    } else if let Some(d) = &mut self.discarding {
+                        d.feed(&self.buf);
+                        self.buf.clear();
                     }
+                    self.scanned = self.buf.len();
                     return None;
                 }
             }
@@ -124,21 +204,19 @@ impl LineDecoder {
             return Some(frame);
         }
         self.scanned = 0;
-        if let Some((dropped, head)) = self.discarding.take() {
-            let rest = self.buf.len();
-            self.buf.clear();
-            return Some(Frame::Oversized {
-                len: dropped + rest,
-                head,
-            });
-        }
         let line = self.buf.split().freeze();
-        self.finish_line(line)
+        match self.discarding.take() {
+            Some(mut d) => {
+                d.feed(&line);
+                d.finish()
+            }
+            None => self.finish_line(line),
+        }
     }
 
     fn finish_line(&self, mut line: Bytes) -> Option<Frame> {
         if line.last() == Some(&b'\r') {
-            line.truncate(line.len() - 1);
+            line.truncate(line.len().saturating_sub(1));
         }
         if line.starts_with(BOM) {
             line = line.slice(BOM.len()..);
@@ -147,10 +225,13 @@ impl LineDecoder {
             return None;
         }
         if line.len() > self.max_len {
-            let head = line.slice(..line.len().min(HEAD_LEN));
+            let mut scan = TopLevelId::new();
+            scan.feed(&line);
+            let top = scan.finish();
             return Some(Frame::Oversized {
                 len: line.len(),
-                head,
+                id: top.as_ref().and_then(|t| t.id.clone()),
+                has_method: top.is_some_and(|t| t.has_method),
             });
         }
         Some(Frame::Line(line))
@@ -216,34 +297,34 @@ impl LineBatch {
 
     /// Fills `out` with what is left to write, in order; returns how many slices it used.
     pub fn io_slices<'a>(&'a self, out: &mut [std::io::IoSlice<'a>]) -> usize {
-        let mut n = 0;
-        for (i, line) in self.lines[self.next..].iter().enumerate() {
-            if n == out.len() {
-                break;
-            }
+        let pending = self.lines.iter().skip(self.next).enumerate();
+        let mut used = 0;
+        let mut slots = out.iter_mut();
+        for (i, line) in pending {
             let skip = if i == 0 { self.offset } else { 0 };
-            if line.len() > skip {
-                out[n] = std::io::IoSlice::new(&line[skip..]);
-                n += 1;
+            // `offset` is always below the current line's length (see `advance`); an empty
+            // rest is skipped either way.
+            let rest = line.get(skip..).unwrap_or_default();
+            if rest.is_empty() {
+                continue;
             }
+            let Some(slot) = slots.next() else { break };
+            *slot = std::io::IoSlice::new(rest);
+            used += 1;
         }
-        n
+        used
     }
 
     /// Records that a write took `n` more bytes.
     pub fn advance(&mut self, mut n: usize) {
-        while n > 0 && self.next < self.lines.len() {
-            let left = self.lines[self.next].len() - self.offset;
+        while let Some(line) = self.lines.get(self.next) {
+            let left = line.len().saturating_sub(self.offset);
             if n < left {
                 self.offset += n;
                 return;
             }
+            // Also skips empty lines (n == 0), so `is_done` is exact.
             n -= left;
-            self.next += 1;
-            self.offset = 0;
-        }
-        // Skip empty lines so `is_done` is exact.
-        while self.next < self.lines.len() && self.lines[self.next].len() == self.offset {
             self.next += 1;
             self.offset = 0;
         }
@@ -261,7 +342,8 @@ impl LineBatch {
             let n = {
                 let mut slices = [std::io::IoSlice::new(&[]); BATCH_SLICES];
                 let k = self.io_slices(&mut slices);
-                w.write_vectored(&slices[..k]).await?
+                w.write_vectored(slices.get(..k).unwrap_or_default())
+                    .await?
             };
             if n == 0 {
                 return Err(std::io::ErrorKind::WriteZero.into());
@@ -270,10 +352,6 @@ impl LineBatch {
         }
         Ok(())
     }
-}
-
-fn trim_cr_len(line: &[u8]) -> usize {
-    line.len() - usize::from(line.last() == Some(&b'\r'))
 }
 
 #[cfg(test)]
@@ -335,9 +413,17 @@ mod tests {
             assert!(d.buf.capacity() < 64 * 1024, "memory must stay bounded");
         }
         out.extend(all(&mut d, b"\nok\n"));
-        assert_eq!(out.len(), 2);
-        assert!(matches!(&out[0], Frame::Oversized { len: 8000, head } if head.len() == 16));
-        assert_eq!(out[1], line("ok"));
+        assert_eq!(
+            out,
+            vec![
+                Frame::Oversized {
+                    len: 8000,
+                    id: None,
+                    has_method: false
+                },
+                line("ok")
+            ]
+        );
     }
 
     #[test]
@@ -349,7 +435,8 @@ mod tests {
                 line("abcd"),
                 Frame::Oversized {
                     len: 5,
-                    head: Bytes::from_static(b"abcde")
+                    id: None,
+                    has_method: false
                 },
                 line("z")
             ]
@@ -395,6 +482,153 @@ mod tests {
         let cap = d.buf.capacity();
         d.shrink_if_idle(1024 * 1024);
         assert_eq!(d.buf.capacity(), cap);
+    }
+
+    fn oversized(len: usize, id: Option<&'static str>, has_method: bool) -> Frame {
+        Frame::Oversized {
+            len,
+            id: id.map(|i| Bytes::from_static(i.as_bytes())),
+            has_method,
+        }
+    }
+
+    /// Every frame of `input` fed in chunks of `chunk` bytes, then `finish`.
+    fn chunked(max: usize, input: &[u8], chunk: usize) -> Vec<Frame> {
+        let mut d = LineDecoder::new(max);
+        let mut out = Vec::new();
+        for c in input.chunks(chunk.max(1)) {
+            out.extend(all(&mut d, c));
+        }
+        out.extend(d.finish());
+        out
+    }
+
+    #[test]
+    fn oversized_line_reports_the_top_level_id_only_case_k22() {
+        let text = "x".repeat(5000);
+        let l = format!(
+            r#"{{"jsonrpc":"2.0","result":{{"content":[{{"id":3,"type":"text","text":"{text}"}}]}},"id":7}}"#
+        );
+        let r = format!(r#"{{"id":8,"method":"m","params":"{text}"}}"#);
+        let input = format!("{l}\r\n{r}\nok\n");
+        let want = vec![
+            oversized(l.len(), Some("7"), false),
+            oversized(r.len(), Some("8"), true),
+            line("ok"),
+        ];
+        for chunk in [1, 7, 1000, 4096, input.len()] {
+            assert_eq!(chunked(100, input.as_bytes(), chunk), want, "chunk {chunk}");
+        }
+    }
+
+    #[test]
+    fn bom_and_crlf_do_not_count_toward_the_limit_whatever_the_split() {
+        // Content of exactly `max` bytes with BOM and CRLF around it is a line.
+        let input = b"\xEF\xBB\xBF{\"a\":1}\r\n";
+        for chunk in 1..=input.len() {
+            assert_eq!(chunked(7, input, chunk), vec![line("{\"a\":1}")], "{chunk}");
+            assert_eq!(
+                chunked(6, input, chunk),
+                vec![oversized(7, None, false)],
+                "{chunk}"
+            );
+        }
+    }
+
+    #[test]
+    fn long_blank_lines_are_skipped_whatever_the_split() {
+        let mut input = vec![b' '; 100];
+        input.extend_from_slice(b"\r\nz\n");
+        input.extend(vec![b'\t'; 50]);
+        for chunk in [1, 3, 60, input.len()] {
+            assert_eq!(chunked(10, &input, chunk), vec![line("z")], "{chunk}");
+        }
+    }
+
+    #[test]
+    fn oversized_final_line_at_eof_carries_its_id() {
+        let l = br#"{"result":"0123456789","id":"r-1"}"#;
+        for chunk in [1, 5, l.len()] {
+            assert_eq!(
+                chunked(10, l, chunk),
+                vec![oversized(l.len(), Some("\"r-1\""), false)]
+            );
+        }
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// The rules of the module header applied to the whole input at once: the model the
+        /// streaming decoder must match for every split.
+        fn model(max: usize, input: &[u8]) -> Vec<Frame> {
+            let mut out = Vec::new();
+            for mut l in input.split(|b| *b == b'\n') {
+                if let Some(rest) = l.strip_suffix(b"\r") {
+                    l = rest;
+                }
+                if let Some(rest) = l.strip_prefix(BOM) {
+                    l = rest;
+                }
+                if l.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                if l.len() > max {
+                    let mut scan = TopLevelId::new();
+                    scan.feed(l);
+                    let top = scan.finish();
+                    out.push(Frame::Oversized {
+                        len: l.len(),
+                        id: top.as_ref().and_then(|t| t.id.clone()),
+                        has_method: top.is_some_and(|t| t.has_method),
+                    });
+                } else {
+                    out.push(Frame::Line(Bytes::copy_from_slice(l)));
+                }
+            }
+            out
+        }
+
+        fn piece() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                Just(b"\n".to_vec()),
+                Just(b"\r\n".to_vec()),
+                Just(b"\r".to_vec()),
+                Just(BOM.to_vec()),
+                Just(b"   \t".to_vec()),
+                Just(br#"{"jsonrpc":"2.0","id":1,"result":{"id":2}}"#.to_vec()),
+                Just(br#"{"result":{"content":[{"id":3}]},"id":7}"#.to_vec()),
+                Just(br#"{"id":"a\"b","method":"m"}"#.to_vec()),
+                "[a-z{}\\[\\]\":,]{0,40}".prop_map(String::into_bytes),
+                proptest::collection::vec(any::<u8>(), 0..20),
+                (1usize..300).prop_map(|n| vec![b'x'; n]),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn any_split_gives_the_same_frames(
+                pieces in proptest::collection::vec(piece(), 0..12),
+                max in 0usize..64,
+                cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..16),
+            ) {
+                let input: Vec<u8> = pieces.concat();
+                let want = model(max, &input);
+                let mut at: Vec<usize> = cuts.iter().map(|c| c.index(input.len() + 1)).collect();
+                at.sort_unstable();
+                let mut d = LineDecoder::new(max);
+                let mut got = Vec::new();
+                let mut from = 0;
+                for to in at.into_iter().chain([input.len()]) {
+                    got.extend(all(&mut d, &input[from..to]));
+                    prop_assert!(d.buf.len() <= max + SLACK + (to - from));
+                    from = to;
+                }
+                got.extend(d.finish());
+                prop_assert_eq!(got, want);
+            }
+        }
     }
 
     fn remaining(b: &LineBatch) -> Vec<u8> {

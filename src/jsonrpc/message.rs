@@ -5,6 +5,17 @@
 //! Owns: classifying a line as request, notification or response, and writing compact
 //! single-line messages. Knows nothing about clients, children or routing.
 
+// Input must never panic the daemon (K21): checked here until the crate-wide switch exists.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
 use bytes::Bytes;
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
@@ -134,7 +145,7 @@ pub fn parse_one(line: &[u8]) -> Result<Message, ParseError> {
     };
     if kind == Kind::Request {
         let id = env.id.as_deref().map(RawValue::get).unwrap_or("null");
-        let ok = id.starts_with('"') || id.starts_with('-') || id.as_bytes()[0].is_ascii_digit();
+        let ok = matches!(id.as_bytes().first(), Some(b'"' | b'-' | b'0'..=b'9'));
         if !ok {
             return Err(ParseError::Shape(
                 "request id must be a string or a number".into(),
@@ -204,9 +215,10 @@ pub fn compact(raw: &RawValue) -> std::borrow::Cow<'_, RawValue> {
     let Some(start) = first_ws else {
         return std::borrow::Cow::Borrowed(raw);
     };
+    let (done, rest) = text.split_at_checked(start).unwrap_or((&[], text));
     let mut out = Vec::with_capacity(text.len());
-    out.extend_from_slice(&text[..start]);
-    for &b in &text[start..] {
+    out.extend_from_slice(done);
+    for &b in rest {
         if in_str {
             out.push(b);
             match (escaped, b) {
@@ -222,8 +234,18 @@ pub fn compact(raw: &RawValue) -> std::borrow::Cow<'_, RawValue> {
             out.push(b);
         }
     }
-    let s = String::from_utf8(out).expect("removing ASCII whitespace keeps UTF-8 valid");
-    std::borrow::Cow::Owned(RawValue::from_string(s).expect("compacted JSON stays valid"))
+    // Removing ASCII whitespace outside strings from valid JSON keeps it valid UTF-8 and valid
+    // JSON, so the fallback is never taken; it exists so that a bug here cannot panic, and it
+    // still yields compact JSON (re-encoded through a tree).
+    let compacted = String::from_utf8(out)
+        .ok()
+        .and_then(|s| RawValue::from_string(s).ok());
+    std::borrow::Cow::Owned(compacted.unwrap_or_else(|| {
+        tracing::error!("compacting JSON failed; re-encoding it");
+        serde_json::from_str::<Value>(raw.get())
+            .map(|v| self::raw(&v))
+            .unwrap_or_else(|_| RawValue::NULL.to_owned())
+    }))
 }
 
 /// A compact single-line message to write; `\n` is appended by [`Out::encode`].
@@ -287,16 +309,27 @@ impl<'a> Out<'a> {
             self.error.map(compact),
         );
         let id = self.id.map(compact);
-        let out = Out {
-            jsonrpc: self.jsonrpc,
-            id: id.as_deref(),
-            method: self.method,
-            params: params.as_deref(),
-            result: result.as_deref(),
-            error: error.as_deref(),
-        };
-        serde_json::to_writer(&mut v, &out).expect("serializing raw JSON cannot fail");
-        v.push(b'\n');
+        // Written by hand (same bytes as serde_json would write): every piece is already
+        // compact, valid JSON, so nothing here can fail.
+        v.extend_from_slice(b"{\"jsonrpc\":");
+        push_json_str(&mut v, self.jsonrpc);
+        if let Some(id) = id.as_deref() {
+            push_member(&mut v, b"id", id.get());
+        }
+        if let Some(method) = self.method {
+            v.extend_from_slice(b",\"method\":");
+            push_json_str(&mut v, method);
+        }
+        for (key, value) in [
+            (&b"params"[..], params.as_deref()),
+            (b"result", result.as_deref()),
+            (b"error", error.as_deref()),
+        ] {
+            if let Some(value) = value {
+                push_member(&mut v, key, value.get());
+            }
+        }
+        v.extend_from_slice(b"}\n");
         Bytes::from(v)
     }
 
@@ -309,28 +342,86 @@ impl<'a> Out<'a> {
     }
 }
 
-/// Raw JSON text for a value that is known to be valid.
+/// `,"key":` then `raw` (a member whose key needs no escaping).
+fn push_member(v: &mut Vec<u8>, key: &[u8], raw: &str) {
+    v.extend_from_slice(b",\"");
+    v.extend_from_slice(key);
+    v.extend_from_slice(b"\":");
+    v.extend_from_slice(raw.as_bytes());
+}
+
+/// `s` as a JSON string, escaped exactly as serde_json escapes it (`\"`, `\\`, the short
+/// forms `\b \t \n \f \r`, and `\u00XX` for other control characters).
+fn push_json_str(v: &mut Vec<u8>, s: &str) {
+    let hex = |n: u8| if n < 10 { b'0' + n } else { b'a' + n - 10 };
+    v.push(b'"');
+    let mut from = 0;
+    for (i, &b) in s.as_bytes().iter().enumerate() {
+        let short: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            b'\t' => b"\\t",
+            b'\n' => b"\\n",
+            0x0c => b"\\f",
+            b'\r' => b"\\r",
+            0..=0x1f => b"",
+            _ => continue,
+        };
+        v.extend_from_slice(s.as_bytes().get(from..i).unwrap_or_default());
+        from = i + 1;
+        if short.is_empty() {
+            v.extend_from_slice(b"\\u00");
+            v.push(hex(b >> 4));
+            v.push(hex(b & 0xf));
+        } else {
+            v.extend_from_slice(short);
+        }
+    }
+    v.extend_from_slice(s.as_bytes().get(from..).unwrap_or_default());
+    v.push(b'"');
+}
+
+/// Raw JSON text from text known to be valid JSON. The fallback (`null`, logged as an error)
+/// is never taken; it exists so that a bug cannot panic the daemon.
+fn known_valid(text: String) -> Box<RawValue> {
+    RawValue::from_string(text).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "produced invalid JSON; sending null instead");
+        RawValue::NULL.to_owned()
+    })
+}
+
+/// Raw JSON text for a value (a `Value` always serializes to valid JSON).
 pub fn raw(value: &Value) -> Box<RawValue> {
-    RawValue::from_string(value.to_string()).expect("a Value always serializes to valid JSON")
+    known_valid(value.to_string())
+}
+
+/// Raw JSON text given as bytes (e.g. an id recovered by [`super::toplevel::TopLevelId`]);
+/// `None` when it is not UTF-8 or not one JSON value.
+pub fn raw_from_slice(text: &[u8]) -> Option<Box<RawValue>> {
+    let text = std::str::from_utf8(text).ok()?;
+    RawValue::from_string(text.to_owned()).ok()
 }
 
 /// Raw JSON for an unsigned integer id.
 pub fn raw_u64(n: u64) -> Box<RawValue> {
-    RawValue::from_string(n.to_string()).expect("an integer is valid JSON")
+    known_valid(n.to_string())
 }
 
 /// The JSON `null` (used as the id of a -32700 answer).
 pub fn raw_null() -> Box<RawValue> {
-    RawValue::from_string("null".into()).expect("null is valid JSON")
+    RawValue::NULL.to_owned()
 }
 
 /// Encodes an error response `{code, message, data?}` to `id`.
 pub fn error_response(id: &RawValue, code: i64, message: &str, data: Option<Value>) -> Bytes {
-    let mut err = serde_json::json!({ "code": code, "message": message });
+    let mut err = Map::new();
+    err.insert("code".into(), code.into());
+    err.insert("message".into(), message.into());
     if let Some(data) = data {
-        err["data"] = data;
+        err.insert("data".into(), data);
     }
-    Out::error(id, &raw(&err)).encode()
+    Out::error(id, &raw(&Value::Object(err))).encode()
 }
 
 /// Encodes a successful response with a `Value` result.
@@ -364,8 +455,29 @@ impl RawObject {
 
     /// Back to raw JSON text.
     pub fn to_raw(&self) -> Box<RawValue> {
-        RawValue::from_string(serde_json::to_string(self).expect("raw members serialize"))
-            .expect("a serialized object is valid JSON")
+        // Written by hand: keys are escaped here and values are valid raw JSON, so the text is
+        // valid (serde_json's serializer returns a `Result` for the same work).
+        let mut v = Vec::with_capacity(
+            2 + self
+                .0
+                .iter()
+                .map(|(k, r)| k.len() + r.get().len() + 4)
+                .sum::<usize>(),
+        );
+        v.push(b'{');
+        for (i, (k, r)) in self.0.iter().enumerate() {
+            if i > 0 {
+                v.push(b',');
+            }
+            push_json_str(&mut v, k);
+            v.push(b':');
+            v.extend_from_slice(r.get().as_bytes());
+        }
+        v.push(b'}');
+        // Only `&str` pieces were written: always UTF-8.
+        let text = String::from_utf8(v)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        known_valid(text)
     }
 }
 
@@ -531,5 +643,59 @@ mod tests {
         );
         let none = RawValue::from_string(r#"{"name":"t"}"#.into()).unwrap();
         assert!(swap_progress_token(&none, raw_u64(1)).is_none());
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn parsing_arbitrary_bytes_never_panics(line in proptest::collection::vec(any::<u8>(), 0..200)) {
+                let _ = parse_line(&line);
+                let _ = parse_one(&line);
+            }
+
+            #[test]
+            fn parsing_mutated_messages_never_panics(
+                flips in proptest::collection::vec((any::<proptest::sample::Index>(), any::<u8>()), 0..4),
+                base in prop_oneof![
+                    Just(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"progressToken":"t"}}}"#),
+                    Just(r#"[{"jsonrpc":"2.0","id":"a","result":{}},{"jsonrpc":"2.0","method":"n"}]"#),
+                    Just(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#),
+                ],
+            ) {
+                let mut line = base.as_bytes().to_vec();
+                for (at, b) in flips {
+                    let i = at.index(line.len());
+                    line[i] = b;
+                }
+                if let Ok(msgs) = parse_line(&line) {
+                    for m in msgs.into_iter().flatten() {
+                        let _ = (m.error_code(), m.params_object());
+                        if let Some(p) = &m.params {
+                            let _ = swap_progress_token(p, raw_u64(1));
+                        }
+                        // Whatever was parsed re-encodes to one line that parses again (a
+                        // notification when the id is null: null is no request id).
+                        let id = m.id.as_deref().filter(|i| i.get() != "null");
+                        let out = Out::request(id, m.method(), m.params.as_deref()).encode();
+                        prop_assert_eq!(out.iter().filter(|b| **b == b'\n').count(), 1);
+                        prop_assert!(parse_one(&out[..out.len() - 1]).is_ok(), "{:?}", out);
+                    }
+                }
+            }
+
+            #[test]
+            fn hand_written_encoding_matches_serde_json(s in "\\PC*|[\\x00-\\x20\"\\\\\u{7f}\u{2028}é]{0,20}", k in "[a-z\"\\\\\\n]{0,8}") {
+                let mut v = Vec::new();
+                push_json_str(&mut v, &s);
+                prop_assert_eq!(String::from_utf8(v).unwrap(), serde_json::to_string(&s).unwrap());
+                let obj = RawObject(vec![(k, raw(&Value::String(s))), ("n".into(), raw_u64(3))]);
+                // The serde `Serialize` impl is what `to_raw` used before it was hand-written.
+                let raw_text = obj.to_raw();
+                prop_assert_eq!(raw_text.get(), serde_json::to_string(&obj).unwrap());
+            }
+        }
     }
 }

@@ -5,6 +5,17 @@
 //! child or other clients: the actor only ever `try_send`s into [`ClientTx`], and a full queue
 //! disconnects this client (issue 3 §7, R17).
 
+// Input must never panic the daemon (K21): checked here until the crate-wide switch exists.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
 use crate::jsonrpc::framing::{Frame, LineBatch, LineDecoder, BATCH_SLICES};
 use crate::jsonrpc::message::{self, code, Message};
 use bytes::Bytes;
@@ -217,12 +228,24 @@ pub async fn run(
                         continue;
                     }
                 },
-                Frame::Oversized { len, head } => {
+                Frame::Oversized {
+                    len,
+                    id: rid,
+                    has_method,
+                } => {
                     let msg = format!(
                         "message of {len} bytes exceeds max_message_size ({max_message} bytes)"
                     );
-                    match crate::child::process::recover_id(&head) {
+                    // A request gets the error under its own top-level id (K04, K22); anything
+                    // else (a response to the child, a notification, no id) under `null`.
+                    let rid = rid
+                        .filter(|_| has_method)
+                        .as_deref()
+                        .and_then(message::raw_from_slice)
+                        .filter(|r| r.get() != "null");
+                    match rid {
                         Some(rid) => {
+                            warn!(client = %id, code = code::INVALID_REQUEST, "rejected a client request: {msg}");
                             tx.deliver(message::error_response(
                                 &rid,
                                 code::INVALID_REQUEST,
@@ -232,6 +255,10 @@ pub async fn run(
                         }
                         None => reject(&tx, id, code::INVALID_REQUEST, &msg),
                     }
+                    // Reported like any rejected line, so it gets an outcome in the request log.
+                    let _ = events
+                        .send(SessionEvent::Rejected(id, code::INVALID_REQUEST))
+                        .await;
                     continue;
                 }
             };
