@@ -1,6 +1,14 @@
 //! mcp-supervisor: runs stdio MCP servers as supervised children and lets many MCP clients
 //! share each one over a Unix socket. See `docs/ARCHITECTURE.md` for the map.
 
+// Nothing a child, a client, a config file or the OS sends may panic the daemon (issue 12 §1):
+// library code outside tests may not unwrap, expect or panic. Where an invariant holds, a type
+// or a non-panicking form says so instead.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 pub mod attach;
 pub mod child;
 pub mod cli;

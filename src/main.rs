@@ -1,5 +1,7 @@
 //! argv → cli; systemd plumbing capture; logging; run; errors → exit codes. Nothing else.
 
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use clap::Parser;
 use mcp_supervisor::cli::{self, Cli, Target, Verb};
 use mcp_supervisor::control::{self, Op};
@@ -31,7 +33,8 @@ fn main() {
                 Err(code) => code,
                 Ok(cfg) => {
                     logging::init();
-                    match runtime().block_on(daemon::run(cfg, plumbing)) {
+                    let run = runtime().and_then(|rt| rt.block_on(daemon::run(cfg, plumbing)));
+                    match run {
                         Ok(()) => 0,
                         Err(e) => {
                             tracing::error!("{e:#}");
@@ -91,9 +94,11 @@ fn operate(target: Target, op: Op, json: bool) -> i32 {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+/// The daemon's runtime; failing to create it (no threads, no epoll) is an error, not a panic.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .expect("cannot start the tokio runtime")
+        .context("cannot start the tokio runtime")
 }

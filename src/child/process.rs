@@ -65,6 +65,10 @@ pub enum ChildEvent {
     Message(u64, Message),
     /// A line over the size limit was discarded; `id` is its recovered envelope id, if any.
     Oversized(u64, usize, Option<Box<serde_json::value::RawValue>>),
+    /// A JSON object with a top-level `id` and no `method` that is not a valid JSON-RPC
+    /// response (e.g. `"result": null` beside another member, or neither member): the reply
+    /// to request `id`, malformed (K21). Carries the id and what is wrong.
+    Malformed(u64, Box<serde_json::value::RawValue>, String),
     /// stdout reached end of file.
     StdoutClosed(u64),
     /// A write to stdin blocked for [`STDIN_STALL`] or failed.
@@ -633,14 +637,27 @@ async fn read_stdout(
                                         return;
                                     }
                                 }
-                                Err(e) => log_noise(&mut noise, &line, &e.to_string()),
+                                Err(e) => {
+                                    log_noise(&mut noise, &line, &e.to_string());
+                                    // A single refused reply still answers its request (K21).
+                                    if let Some(id) = malformed_reply_id(&line) {
+                                        let ev =
+                                            ChildEvent::Malformed(generation, id, e.to_string());
+                                        if events.send(ev).await.is_err() {
+                                            return;
+                                        }
+                                    }
+                                }
                             }
                         }
                         continue;
                     }
                     Err(e) => {
                         log_noise(&mut noise, &line, &e.to_string());
-                        continue;
+                        match malformed_reply_id(&line) {
+                            Some(id) => ChildEvent::Malformed(generation, id, e.to_string()),
+                            None => continue,
+                        }
                     }
                 },
                 Frame::Oversized {
@@ -676,6 +693,21 @@ async fn read_stdout(
         }
         dec.shrink_if_idle(STDOUT_BUFFER_KEEP);
     }
+}
+
+/// The top-level `id` of a line that is a JSON object with an `id` and no `method`: a reply
+/// the envelope parser refused, which must fail its request rather than leave it to time out.
+fn malformed_reply_id(line: &[u8]) -> Option<Box<serde_json::value::RawValue>> {
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        id: Option<Box<serde_json::value::RawValue>>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    let r: Reply = serde_json::from_slice(line).ok()?;
+    if r.method.is_some() {
+        return None;
+    }
+    r.id
 }
 
 fn log_noise(limit: &mut RateLimit, line: &[u8], why: &str) {

@@ -1077,6 +1077,7 @@ impl Server {
         let generation = match &ev {
             ChildEvent::Message(g, _)
             | ChildEvent::Oversized(g, _, _)
+            | ChildEvent::Malformed(g, _, _)
             | ChildEvent::StdoutClosed(g)
             | ChildEvent::StdinFailed(g, _)
             | ChildEvent::Exited(g, _) => *g,
@@ -1092,6 +1093,11 @@ impl Server {
             ChildEvent::Oversized(_, len, id) => {
                 self.heard();
                 self.on_oversized(len, id);
+            }
+            ChildEvent::Malformed(_, id, why) => {
+                // Any reply proves life, a malformed one too.
+                self.heard();
+                self.on_malformed(&id, &why);
             }
             ChildEvent::StdoutClosed(_) => {
                 // MCP: a server may shut down by closing stdout. Give it time to exit by itself;
@@ -2712,6 +2718,34 @@ impl Server {
         let line = Out::request(None, method, Some(&raw(&Value::Object(params)))).encode();
         self.reply(client, line);
         true
+    }
+
+    /// A reply the envelope parser refused (K21): fails its request only, naming the server.
+    fn on_malformed(&mut self, id: &RawValue, why: &str) {
+        let Some(n) = id.get().parse::<u64>().ok() else {
+            return;
+        };
+        if self.health.answered(n) {
+            return;
+        }
+        let Some(removed) = self.inflight.remove(n) else {
+            return;
+        };
+        if let Owner::Client { client, id, .. } = removed.value.owner {
+            let msg = format!(
+                "server `{}` sent a malformed response to `{}`: {why}",
+                self.cfg.name, removed.value.method
+            );
+            let data = json!({"server": self.cfg.name, "problem": why});
+            self.respond_error(
+                client,
+                &id,
+                code::INTERNAL_ERROR,
+                &msg,
+                Some(data),
+                Outcome::ProtocolError,
+            );
+        }
     }
 
     fn on_oversized(&mut self, len: usize, id: Option<Box<RawValue>>) {

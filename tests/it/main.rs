@@ -4,6 +4,7 @@
 mod harness;
 
 mod basics;
+mod core;
 mod eras;
 mod health;
 mod interop;
