@@ -194,7 +194,7 @@ pub struct ChildHandle {
     /// When it was spawned.
     pub spawned_at: Instant,
     stdin: Option<mpsc::Sender<Bytes>>,
-    urgent: Option<mpsc::UnboundedSender<Bytes>>,
+    urgent: Option<mpsc::Sender<Bytes>>,
     stop: Option<oneshot::Sender<()>>,
 }
 
@@ -226,8 +226,14 @@ impl ChildHandle {
     /// field case K09 wants cancels delivered at once, not behind queued requests.
     pub fn send_urgent(&self, line: Bytes) -> Queued {
         match &self.urgent {
-            Some(tx) if tx.send(line).is_ok() => Queued::Ok,
-            _ => Queued::Closed,
+            Some(tx) => match tx.try_send(line) {
+                Ok(()) => Queued::Ok,
+                // A child that leaves this many urgent lines unread is not reading its input;
+                // the stdin stall check stops it. Memory stays bounded meanwhile.
+                Err(mpsc::error::TrySendError::Full(_)) => Queued::Full,
+                Err(mpsc::error::TrySendError::Closed(_)) => Queued::Closed,
+            },
+            None => Queued::Closed,
         }
     }
 
@@ -328,7 +334,7 @@ pub fn spawn(
     };
 
     let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
-    let (urgent_tx, urgent_rx) = mpsc::unbounded_channel();
+    let (urgent_tx, urgent_rx) = mpsc::channel(STDIN_QUEUE);
     let (stop_tx, stop_rx) = oneshot::channel();
     let (close_tx, close_rx) = oneshot::channel();
     let server = cfg.name.clone();
@@ -550,7 +556,7 @@ async fn watch(
 async fn write_stdin(
     mut stdin: ChildStdin,
     mut normal: mpsc::Receiver<Bytes>,
-    mut urgent: mpsc::UnboundedReceiver<Bytes>,
+    mut urgent: mpsc::Receiver<Bytes>,
     mut close: oneshot::Receiver<()>,
     generation: u64,
     events: mpsc::Sender<ChildEvent>,
