@@ -323,3 +323,52 @@ fn reject(tx: &ClientTx, id: ClientId, code: i64, why: &str) {
         None,
     ));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    #[tokio::test]
+    async fn oversized_request_is_answered_under_its_top_level_id_case_k22() {
+        let (client, server) = UnixStream::pair().unwrap();
+        let (events, mut inbox) = mpsc::channel(16);
+        let shutdown = CancellationToken::new();
+        let session = tokio::spawn(run(
+            server,
+            Peer::default(),
+            events,
+            16,
+            64,
+            shutdown.clone(),
+        ));
+        assert!(matches!(
+            inbox.recv().await,
+            Some(SessionEvent::Connected(..))
+        ));
+        let (rd, mut wr) = client.into_split();
+        let pad = "x".repeat(100);
+        let request = format!(
+            r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"arguments":{{"id":3,"t":"{pad}"}}}},"id":7}}"#
+        );
+        // A response to the child (no `method`) is not a request: answered under null.
+        let response = format!(r#"{{"jsonrpc":"2.0","result":{{"t":"{pad}"}},"id":"s-1"}}"#);
+        wr.write_all(format!("{request}\n{response}\n").as_bytes())
+            .await
+            .unwrap();
+        let mut lines = BufReader::new(rd).lines();
+        for want_id in [serde_json::json!(7), serde_json::Value::Null] {
+            let line = lines.next_line().await.unwrap().unwrap();
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(v["id"], want_id, "{line}");
+            assert_eq!(v["error"]["code"], code::INVALID_REQUEST, "{line}");
+            assert!(matches!(
+                inbox.recv().await,
+                Some(SessionEvent::Rejected(_, code::INVALID_REQUEST))
+            ));
+        }
+        shutdown.cancel();
+        drop(inbox);
+        session.await.unwrap();
+    }
+}
