@@ -136,9 +136,11 @@ pub struct TopLevelId {
     pending: Name,
     slot: Slot,
     has_method: bool,
-    /// The top-level key being read (with its opening quote), or the id's raw value.
+    /// The top-level key being read, quotes included (at most [`KEY_MAX`] + 2 bytes).
     key: Vec<u8>,
+    /// The key being read is longer than [`KEY_MAX`]: it names neither `id` nor `method`.
     key_overflow: bool,
+    /// The raw text of the top-level id's value (at most [`ID_MAX`] bytes).
     id: Vec<u8>,
     /// The input cannot be one JSON object: nothing is reported and the rest is ignored.
     failed: bool,
