@@ -835,8 +835,9 @@ fn case_k16_outage_gap_serves_last_known_tools_and_explicit_call_failures() {
     let r = echo(&mut a, "in the gap");
     let record = outage_result(&r, &["starting", "backoff"]);
     let rid = record["request_id"].as_str().unwrap();
+    // The log is read from the supervisor's stderr by another thread: wait for the line.
     assert!(
-        fx.sup.log().contains(rid),
+        fx.sup.wait_log(rid, Duration::from_secs(5)),
         "the request id {rid} is in the supervisor log"
     );
     // A client connecting during the outage gets initialize from the cache, while the
