@@ -2245,21 +2245,8 @@ impl Server {
             // K21: a reply of the wrong shape fails that request only, naming the server; the
             // child answered, so it is alive, and nothing else is affected.
             warn!(method = %pending.method, %problem, "the child sent a malformed response");
-            let msg = format!(
-                "server `{}` sent a malformed response to `{}`: {problem}",
-                self.cfg.name, pending.method
-            );
-            let data = json!({"server": self.cfg.name, "problem": problem});
             let (client, id) = (*client, id.clone());
-            self.respond_error(
-                client,
-                &id,
-                code::INTERNAL_ERROR,
-                &msg,
-                Some(data),
-                Outcome::ProtocolError,
-            );
-            return;
+            return self.fail_malformed(client, &id, &pending.method, &problem);
         }
         match pending.owner {
             Owner::Client {
@@ -2732,20 +2719,26 @@ impl Server {
             return;
         };
         if let Owner::Client { client, id, .. } = removed.value.owner {
-            let msg = format!(
-                "server `{}` sent a malformed response to `{}`: {why}",
-                self.cfg.name, removed.value.method
-            );
-            let data = json!({"server": self.cfg.name, "problem": why});
-            self.respond_error(
-                client,
-                &id,
-                code::INTERNAL_ERROR,
-                &msg,
-                Some(data),
-                Outcome::ProtocolError,
-            );
+            self.fail_malformed(client, &id, &removed.value.method, why);
         }
+    }
+
+    /// Fails a client request whose reply from the child was malformed (K21): -32603 naming
+    /// the server, the method and what is wrong.
+    fn fail_malformed(&mut self, client: ClientId, id: &RawValue, method: &str, problem: &str) {
+        let msg = format!(
+            "server `{}` sent a malformed response to `{method}`: {problem}",
+            self.cfg.name
+        );
+        let data = json!({"server": self.cfg.name, "problem": problem});
+        self.respond_error(
+            client,
+            id,
+            code::INTERNAL_ERROR,
+            &msg,
+            Some(data),
+            Outcome::ProtocolError,
+        );
     }
 
     fn on_oversized(&mut self, len: usize, id: Option<Box<RawValue>>) {
