@@ -2009,6 +2009,14 @@ impl Server {
             }
             None => Queued::Closed,
         };
+        if queued == Queued::Closed {
+            if let Owner::Client { client, id, .. } = owner {
+                // The child's input closed: it is exiting and the exit is not handled yet.
+                // Answer with the outage record like any request that cannot reach the child.
+                self.outage_reply(client, &id, method, "exited");
+            }
+            return None;
+        }
         if queued != Queued::Ok {
             if let Owner::Client { client, id, .. } = owner {
                 let why = if queued == Queued::Full {
