@@ -354,7 +354,11 @@ impl ReloadGate {
         if self.recent.len() < RELOAD_BURST {
             return now;
         }
-        (self.recent[self.recent.len() - RELOAD_BURST] + RELOAD_WINDOW).max(now)
+        // The reload RELOAD_BURST ago opens the window; `recent` holds at most that many.
+        match self.recent.iter().rev().nth(RELOAD_BURST - 1) {
+            Some(t) => (*t + RELOAD_WINDOW).max(now),
+            None => now,
+        }
     }
 
     /// Records a reload that ran at `now`.
@@ -573,8 +577,8 @@ impl Daemon {
             self.retire(name).await;
         }
         for name in &report.changed {
-            let cfg = new.servers[name].clone();
-            let Some(r) = self.servers.get(name) else {
+            let (Some(cfg), Some(r)) = (new.servers.get(name).cloned(), self.servers.get(name))
+            else {
                 continue;
             };
             let _ = r.params.send((cfg.client_queue, cfg.max_message_size));
@@ -600,8 +604,9 @@ impl Daemon {
             }
         }
         for (name, listener, activated) in bound {
-            let cfg = new.servers[&name].clone();
-            self.start_server(cfg, listener, activated);
+            if let Some(cfg) = new.servers.get(&name).cloned() {
+                self.start_server(cfg, listener, activated);
+            }
         }
         // Keep the socket directory the daemon runs with.
         let mut new = new;
@@ -728,8 +733,9 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
                 daemon.tracker.clone(),
             ));
         } else {
-            let cfg = daemon.config.servers[&name].clone();
-            daemon.start_server(cfg, listener, act);
+            if let Some(cfg) = daemon.config.servers.get(&name).cloned() {
+                daemon.start_server(cfg, listener, act);
+            }
         }
     }
     drop(reload_tx);

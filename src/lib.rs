@@ -2,11 +2,16 @@
 //! share each one over a Unix socket. See `docs/ARCHITECTURE.md` for the map.
 
 // Nothing a child, a client, a config file or the OS sends may panic the daemon (issue 12 §1):
-// library code outside tests may not unwrap, expect or panic. Where an invariant holds, a type
-// or a non-panicking form says so instead.
+// library code outside tests may not unwrap, expect, panic or index unchecked. Where an
+// invariant holds, a type or a non-panicking form says so instead.
 #![cfg_attr(
     not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
 )]
 
 pub mod attach;

@@ -10,17 +10,6 @@
 //! R16 (stderr always drained, lines capped, rate-limited, logged at info), R17 (one writer,
 //! bounded queue, a write blocked 10 s means hung), R18 (environment), field cases K17, K20.
 
-// Input must never panic the daemon (K21): checked here until the crate-wide switch exists.
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
-
 use crate::config::{env_matches, ServerConfig, ENV_NEVER};
 use crate::jsonrpc::framing::{Frame, LineBatch, LineDecoder, BATCH_SLICES};
 use crate::jsonrpc::message::{self, Message};

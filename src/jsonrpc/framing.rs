@@ -20,17 +20,6 @@
 //! The other direction, [`LineBatch`], collects whole outgoing lines so a writer can hand
 //! several to one vectored write without copying them.
 
-// Input must never panic the daemon (K21): checked here until the crate-wide switch exists.
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
-
 use super::toplevel::TopLevelId;
 use bytes::{Bytes, BytesMut};
 

@@ -5,17 +5,6 @@
 //! Owns: classifying a line as request, notification or response, and writing compact
 //! single-line messages. Knows nothing about clients, children or routing.
 
-// Input must never panic the daemon (K21): checked here until the crate-wide switch exists.
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
-
 use bytes::Bytes;
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;

@@ -21,17 +21,6 @@
 //!   rejects may still yield one, which only decides which request fails);
 //! - nesting deeper than 128 levels ends the scan with no result.
 
-// Input must never panic the daemon (K21): checked here until the crate-wide switch exists.
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
-
 use bytes::Bytes;
 
 /// Longest id kept, in bytes as written (quotes and escapes included). Longer ids are

@@ -5,17 +5,6 @@
 //! child or other clients: the actor only ever `try_send`s into [`ClientTx`], and a full queue
 //! disconnects this client (issue 3 §7, R17).
 
-// Input must never panic the daemon (K21): checked here until the crate-wide switch exists.
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
-
 use crate::jsonrpc::framing::{Frame, LineBatch, LineDecoder, BATCH_SLICES};
 use crate::jsonrpc::message::{self, code, Message};
 use bytes::Bytes;
