@@ -1190,10 +1190,16 @@ impl Server {
         if self.test_panic.as_deref() == Some(m.method()) {
             test_panic(m.method());
         }
-        if self.ledger.contains_key(&(client, id_key(&id))) {
-            return self.refuse_duplicate(client, &id, m.method());
+        // One lookup: a duplicate finds the first request's entry, a new id opens its own.
+        match self.ledger.entry((client, id_key(&id))) {
+            std::collections::hash_map::Entry::Occupied(_) => {
+                return self.refuse_duplicate(client, &id, m.method());
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let generation = self.child.as_ref().map(|c| c.generation);
+                v.insert(tracked(&m, generation));
+            }
         }
-        self.track(client, &m);
         if matches!(m.method(), "resources/subscribe" | "subscriptions/listen")
             && self.subscriptions_of(client) >= self.cfg.max_subscriptions
         {
@@ -2781,27 +2787,6 @@ impl Server {
 
     // ----- delivery ----------------------------------------------------------------------------
 
-    /// Opens the request-log entry of a client request (issue 8).
-    fn track(&mut self, client: ClientId, m: &Message) {
-        let method = m.method().to_string();
-        let (tool, arg_keys) = if method == "tools/call" {
-            tool_shape(m.params.as_deref())
-        } else {
-            (None, Vec::new())
-        };
-        let Some(id) = m.id.as_deref() else { return };
-        let key = id_key(id);
-        let t = Tracked {
-            rid: new_request_id(),
-            method,
-            tool,
-            arg_keys,
-            started: Instant::now(),
-            generation: self.child.as_ref().map(|c| c.generation),
-        };
-        self.ledger.insert((client, key), t);
-    }
-
     /// Ends a client request with its one outcome: the request log line and the metrics.
     fn finish(&mut self, client: ClientId, key: &str, outcome: Outcome, code: Option<i64>) {
         let Some(t) = self.ledger.remove(&(client, key.to_string())) else {
@@ -3332,6 +3317,12 @@ impl Server {
 fn malformed(m: &Message, method: &str) -> Option<String> {
     match (&m.result, &m.error) {
         (Some(_), Some(_)) => Some("it has both `result` and `error`".into()),
+        // Results that carry payloads (a 13 MB screenshot) are only checked to be an object:
+        // the member check would scan the whole payload a second time on the relay path.
+        (Some(r), None) if matches!(method, "tools/call" | "resources/read" | "prompts/get") => {
+            (!r.get().trim_start().starts_with('{'))
+                .then(|| "its `result` is not a JSON object".to_string())
+        }
         (Some(r), None) => era::check_result_shape(method, r)
             .err()
             .map(|e| e.to_string()),
@@ -3355,6 +3346,25 @@ fn request_state(result: &RawValue) -> Option<Box<RawValue>> {
 /// The name of log level rank `level` (`era::LOG_LEVELS`), `debug` when out of range.
 fn level_name(level: usize) -> &'static str {
     era::LOG_LEVELS.get(level).copied().unwrap_or("debug")
+}
+
+/// The request-log entry of a client request arriving now (issue 8), while child instance
+/// `generation` runs.
+fn tracked(m: &Message, generation: Option<u64>) -> Tracked {
+    let method = m.method().to_string();
+    let (tool, arg_keys) = if method == "tools/call" {
+        tool_shape(m.params.as_deref())
+    } else {
+        (None, Vec::new())
+    };
+    Tracked {
+        rid: new_request_id(),
+        method,
+        tool,
+        arg_keys,
+        started: Instant::now(),
+        generation,
+    }
 }
 
 /// The health rules' settings from a server's configuration.
