@@ -1,0 +1,583 @@
+//! Messages from the child: responses routed to their owner (with the K21 shape check),
+//! the handshake and era verdicts, the child's own requests, notifications and listen
+//! traffic, malformed and oversized replies.
+
+use super::*;
+
+impl Server {
+    pub(super) fn on_child_message(&mut self, m: Message) {
+        match m.kind {
+            Kind::Response => self.on_child_response(m),
+            Kind::Request => self.on_child_request(m),
+            Kind::Notification => self.on_child_notification(m),
+        }
+    }
+
+    pub(super) fn on_child_response(&mut self, m: Message) {
+        let n = m.id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
+        if let Some(n) = n {
+            let served = self.health.status().ping_served;
+            if self.health.answered(n) {
+                self.metrics.probe("answered");
+                if served && !self.health.status().ping_served {
+                    warn!("the child answers requests but not `ping`; probing with an advertised list from now on");
+                }
+                return;
+            }
+        }
+        let Some(removed) = n.and_then(|n| self.inflight.remove(n)) else {
+            let id = m.id.as_deref().map(RawValue::get).unwrap_or("none");
+            debug!(
+                id,
+                "response for an id not in flight (cancelled, timed out or never issued): dropped"
+            );
+            return;
+        };
+        let pending = removed.value;
+        let problem = match &pending.owner {
+            Owner::Client { .. } => malformed(&m, &pending.method),
+            // The supervisor's own requests read what they need with defaults; the handshake
+            // has its own checks (a malformed answer there is a rejection or an era verdict).
+            _ => None,
+        };
+        if let (Some(problem), Owner::Client { client, id, .. }) = (problem, &pending.owner) {
+            // K21: a reply of the wrong shape fails that request only, naming the server; the
+            // child answered, so it is alive, and nothing else is affected.
+            warn!(method = %pending.method, %problem, "the child sent a malformed response");
+            let (client, id) = (*client, id.clone());
+            return self.fail_malformed(client, &id, &pending.method, &problem);
+        }
+        match pending.owner {
+            Owner::Client {
+                client,
+                id,
+                subscribe,
+                cache,
+                add_result_type,
+                retry_params,
+                progress,
+                log_level,
+            } => {
+                if let (Some(sent), Some(r)) = (&retry_params, &m.result) {
+                    if self.start_round(client, &id, &pending.method, sent, r, progress, log_level)
+                    {
+                        return;
+                    }
+                }
+                if let (Some(uri), Some(_)) = (subscribe, &m.result) {
+                    self.subs.entry(uri.clone()).or_default().insert(client);
+                    if let Some(c) = self.clients.get_mut(&client) {
+                        c.subs.insert(uri);
+                    }
+                }
+                if let (Some(method), Some(r)) = (cache, &m.result) {
+                    if let Some(v) = serde_json::from_str::<Value>(r.get())
+                        .ok()
+                        .filter(shareable)
+                    {
+                        self.lists.insert(method, v);
+                    }
+                }
+                let (line, outcome, code) = match (&m.result, &m.error) {
+                    (Some(r), _) => {
+                        let outcome = if pending.method == "tools/call" && is_tool_error(r) {
+                            Outcome::ToolError
+                        } else {
+                            Outcome::Ok
+                        };
+                        let r = if add_result_type {
+                            era::modernize_result(r, &pending.method)
+                        } else if pending.method == "subscriptions/listen" {
+                            // The close result names the stream: the client's id, not ours.
+                            let mut v: Value = serde_json::from_str(r.get()).unwrap_or(json!({}));
+                            if let Some(meta) = v.get_mut("_meta").and_then(Value::as_object_mut) {
+                                let original: Value =
+                                    serde_json::from_str(id.get()).unwrap_or(Value::Null);
+                                meta.insert(era::META_SUBSCRIPTION_ID.into(), original);
+                            }
+                            std::borrow::Cow::Owned(raw(&v))
+                        } else {
+                            std::borrow::Cow::Borrowed(&**r)
+                        };
+                        (Out::result(&id, &r).encode(), outcome, None)
+                    }
+                    (_, Some(e)) => (
+                        Out::error(&id, e).encode(),
+                        Outcome::ProtocolError,
+                        m.error_code(),
+                    ),
+                    _ => return,
+                };
+                self.respond(client, &id, line, outcome, code);
+            }
+            Owner::Discover { probe } => self.on_discover_answer(&m, probe),
+            Owner::Listen => {
+                debug!("the child closed the supervisor's listen stream");
+                if self.listen == Some(removed.id) {
+                    self.listen = None;
+                }
+            }
+            Owner::Initialize => match (&m.result, &m.error) {
+                (Some(r), _) => match serde_json::from_str::<Value>(r.get())
+                    .ok()
+                    .and_then(Handshake::from_result)
+                {
+                    Some(hs) => {
+                        let line = Out::request(None, "notifications/initialized", None).encode();
+                        if let Some(c) = &self.child {
+                            c.send(line);
+                        }
+                        self.on_ready(hs);
+                    }
+                    None => {
+                        error!("the child's initialize result has no protocolVersion");
+                        self.stop_child(StopCause::HandshakeRejected);
+                    }
+                },
+                (_, Some(e)) => {
+                    let modern = m.error_code() == Some(era::UNSUPPORTED_VERSION)
+                        && e.get().contains(era::MODERN_VERSION);
+                    if modern && self.cfg.protocol == ChildProtocol::Auto {
+                        // The verdict stopped working (a server upgraded to 2026-only, or one a
+                        // late era probe already pinned): speak 2026-07-28 to it right away.
+                        self.set_verdict(
+                            Era::Modern,
+                            "initialize was refused in favour of 2026-07-28",
+                        );
+                        let deadline = self
+                            .start_deadline
+                            .unwrap_or_else(|| Instant::now() + self.cfg.start_timeout);
+                        self.send_discover(false, deadline);
+                    } else {
+                        error!(error = %e.get(), "the child rejected initialize");
+                        self.stop_child(StopCause::HandshakeRejected);
+                    }
+                }
+                _ => {}
+            },
+            Owner::Refresh { method, announce } => {
+                let Some(r) = &m.result else { return };
+                let Some(v) = serde_json::from_str::<Value>(r.get())
+                    .ok()
+                    .filter(shareable)
+                else {
+                    return;
+                };
+                let changed = self.lists.get(method) != Some(&v);
+                self.lists.insert(method, v);
+                if changed && announce {
+                    let note = era::LISTS
+                        .iter()
+                        .find(|(l, _, _)| *l == method)
+                        .map(|(_, n, _)| *n);
+                    if let Some(note) = note {
+                        info!(
+                            list = method,
+                            "the list changed across the restart; notifying clients"
+                        );
+                        self.broadcast(&Out::request(None, note, None).encode(), |_| true);
+                    }
+                }
+            }
+            Owner::Internal => {}
+        }
+    }
+
+    /// The answer to the opening `server/discover` (issue 6 §1): a result or -32022 means the
+    /// 2026-07-28 era; any other error means the handshake era (then `initialize`).
+    pub(super) fn on_discover_answer(&mut self, m: &Message, probe: bool) {
+        let code = m.error_code();
+        if let Some(r) = &m.result {
+            let v = serde_json::from_str::<Value>(r.get()).unwrap_or(json!({}));
+            self.set_verdict(Era::Modern, "the child answered server/discover");
+            self.on_ready(Handshake::from_discover(v));
+        } else if code == Some(era::UNSUPPORTED_VERSION) {
+            // Modern, but not our version: we cannot speak to it; keep it out of rotation.
+            self.set_verdict(
+                Era::Modern,
+                "the child answered server/discover with -32022",
+            );
+            error!(error = ?m.error.as_deref().map(RawValue::get), "the child speaks no protocol version this supervisor supports");
+            self.stop_child(StopCause::HandshakeRejected);
+        } else if probe || self.cfg.protocol == ChildProtocol::Auto {
+            // The probe's answer, or a remembered 2026 verdict that stopped working (the
+            // server was replaced by a handshake-era one): the handshake, on this same child.
+            self.set_verdict(
+                Era::Handshake,
+                &format!(
+                    "server/discover was answered with error {}",
+                    code.unwrap_or(0)
+                ),
+            );
+            self.send_initialize(era::HANDSHAKE_VERSION);
+        } else {
+            error!(error = ?m.error.as_deref().map(RawValue::get), "the child rejected server/discover (protocol = 2026-07-28)");
+            self.stop_child(StopCause::HandshakeRejected);
+        }
+    }
+
+    pub(super) fn on_child_request(&mut self, m: Message) {
+        let Some(child_id) = m.id.clone() else { return };
+        let method = m.method().to_string();
+        if method == "ping" {
+            // Answered here, at once, with or without clients (K07).
+            if let Some(c) = &self.child {
+                c.send_urgent(message::result_response(&child_id, &json!({})));
+            }
+            return;
+        }
+        let Some(owner) = self.pick_owner(&method) else {
+            let msg = format!("no connected client can answer `{method}` for this server");
+            warn!(method = %method, "{msg}");
+            return self.answer_child_error(&child_id, code::INTERNAL_ERROR, &msg);
+        };
+        let n = self.next_upstream;
+        self.next_upstream += 1;
+        let line = Out::request(Some(&raw_u64(n)), &method, m.params.as_deref()).encode();
+        let deadline = Instant::now() + self.cfg.request_timeout;
+        self.upstream.insert(
+            (owner, n),
+            Upstream {
+                asker: Asker::Child(child_id),
+                deadline,
+            },
+        );
+        self.reply(owner, line);
+    }
+
+    /// The ownership rule for a child's request (issue 3 §5, K06). The handshake era has no
+    /// field linking it to the client request that caused it, so: among clients that declared
+    /// the needed capability and have a request in flight, the one whose request was forwarded
+    /// most recently. No such client → `None` (the child gets an error).
+    pub(super) fn pick_owner(&self, method: &str) -> Option<ClientId> {
+        let cap = era::capability_for_request(method);
+        self.inflight
+            .iter()
+            .filter_map(|(id, client, _, _)| Some((id, client?)))
+            .filter(|(_, c)| {
+                self.clients.get(c).is_some_and(|cl| {
+                    !cl.closing
+                        && match cap {
+                            Some(cap) => cl.capabilities.get(cap).is_some_and(|v| !v.is_null()),
+                            None => true,
+                        }
+                })
+            })
+            .max_by_key(|(id, _)| *id)
+            .map(|(_, c)| c)
+    }
+
+    pub(super) fn answer_child_error(&self, child_id: &RawValue, code: i64, msg: &str) {
+        if let Some(c) = &self.child {
+            c.send_urgent(message::error_response(child_id, code, msg, None));
+        }
+    }
+
+    pub(super) fn on_child_notification(&mut self, m: Message) {
+        let method = m.method().to_string();
+        if self.route_listen_traffic(&method, &m) {
+            return;
+        }
+        match method.as_str() {
+            "notifications/progress" => {
+                let Some(mut p) = m.params_object() else {
+                    return;
+                };
+                let token = p.get("progressToken").and_then(Value::as_u64);
+                let owner =
+                    token
+                        .and_then(|t| self.inflight.get(t))
+                        .and_then(|pend| match &pend.owner {
+                            Owner::Client {
+                                client,
+                                progress: Some(orig),
+                                ..
+                            } => Some((*client, orig.clone())),
+                            _ => None,
+                        });
+                let Some((client, orig)) = owner else { return };
+                p.insert(
+                    "progressToken".into(),
+                    serde_json::from_str(orig.get()).unwrap_or(Value::Null),
+                );
+                let line = Out::request(None, &method, Some(&raw(&Value::Object(p)))).encode();
+                self.reply(client, line);
+            }
+            "notifications/cancelled" => {
+                // The child gave up on one of its own requests to a client.
+                let Some(mut p) = m.params_object() else {
+                    return;
+                };
+                let Some(rid) = p.get("requestId").map(Value::to_string) else {
+                    return;
+                };
+                let key = self
+                    .upstream
+                    .iter()
+                    .find(|(_, u)| matches!(&u.asker, Asker::Child(c) if c.get() == rid))
+                    .map(|(k, _)| *k);
+                if let Some((client, n)) = key {
+                    self.upstream.remove(&(client, n));
+                    p.insert("requestId".into(), json!(n));
+                    let line = Out::request(None, &method, Some(&raw(&Value::Object(p)))).encode();
+                    self.reply(client, line);
+                }
+            }
+            "notifications/message" => {
+                let level = m
+                    .params_object()
+                    .and_then(|p| {
+                        p.get("level")
+                            .and_then(Value::as_str)
+                            .and_then(era::log_rank)
+                    })
+                    .unwrap_or(0);
+                self.route_log_message(level, &m);
+            }
+            "notifications/resources/updated" => {
+                let uri = m
+                    .params_object()
+                    .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string));
+                let subs: Vec<ClientId> = uri
+                    .as_ref()
+                    .and_then(|u| self.subs.get(u))
+                    .map(|s| s.iter().copied().collect())
+                    .unwrap_or_default();
+                let line = Out::request(None, &method, m.params.as_deref()).encode();
+                for c in subs {
+                    if self.client_era(c) == Era::Handshake {
+                        self.reply(c, line.clone());
+                    }
+                }
+                self.feed_listeners(&method, uri.as_deref(), m.params.as_deref());
+            }
+            _ => {
+                if let Some((list, _, _)) = era::LISTS.iter().find(|(_, n, _)| *n == method) {
+                    // Keep the cached list current for outage answers; the child announced it.
+                    let far = Instant::now() + self.cfg.request_timeout;
+                    self.send_to_child(
+                        Owner::Refresh {
+                            method: list,
+                            announce: false,
+                        },
+                        list,
+                        None,
+                        far,
+                    );
+                }
+                let line = Out::request(None, &method, m.params.as_deref()).encode();
+                self.broadcast(&line, |_| true);
+                self.feed_listeners(&method, None, m.params.as_deref());
+            }
+        }
+    }
+
+    /// Served listen streams of modern clients get a handshake child's notification when they
+    /// asked for it, tagged with their subscription id.
+    pub(super) fn feed_listeners(
+        &mut self,
+        method: &str,
+        uri: Option<&str>,
+        params: Option<&RawValue>,
+    ) {
+        let lines: Vec<(ClientId, Bytes)> = self
+            .listeners
+            .iter()
+            .filter(|l| l.wants(method, uri))
+            .map(|l| (l.client, l.notification(method, params)))
+            .collect();
+        for (c, line) in lines {
+            self.reply(c, line);
+        }
+    }
+
+    /// `notifications/message` routing (issue 6 §6). A handshake child's messages are
+    /// session-wide: handshake clients get those at or above their `logging/setLevel` (all, if
+    /// they never set one). A 2026 message carries no correlation key on a shared stdio
+    /// channel, so it goes to every client with a request in flight that asked for logging
+    /// (`_meta` logLevel, or a handshake client's level toward a modern child) at or below the
+    /// message's level; never to a client that did not ask for logging.
+    pub(super) fn route_log_message(&mut self, level: usize, m: &Message) {
+        let asking: HashSet<ClientId> = self
+            .inflight
+            .iter()
+            .filter_map(|(_, _, _, p)| match &p.owner {
+                Owner::Client {
+                    client,
+                    log_level: Some(l),
+                    ..
+                } if level >= *l => Some(*client),
+                _ => None,
+            })
+            .collect();
+        let child_era = self.child_era();
+        let line = Out::request(None, "notifications/message", m.params.as_deref()).encode();
+        let targets: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(
+                |(id, c)| match (child_era, c.era.unwrap_or(Era::Handshake)) {
+                    (Era::Handshake, Era::Handshake) => {
+                        c.initialized && c.log_level.is_none_or(|min| level >= min)
+                    }
+                    _ => asking.contains(id),
+                },
+            )
+            .map(|(id, _)| *id)
+            .collect();
+        for c in targets {
+            self.reply(c, line.clone());
+        }
+    }
+
+    /// Traffic of 2026 listen streams on a modern child (`_meta.subscriptionId` = the listen
+    /// request's child-side id): a client's stream goes to that client with its own id; the
+    /// supervisor's stream is fanned out to handshake clients as session-wide notifications.
+    /// Returns whether the notification was listen traffic.
+    pub(super) fn route_listen_traffic(&mut self, method: &str, m: &Message) -> bool {
+        let Some(raw_params) = m.params.as_deref() else {
+            return false;
+        };
+        if !raw_params.get().contains(era::META_SUBSCRIPTION_ID)
+            && method != "notifications/cancelled"
+        {
+            return false;
+        }
+        let Some(mut params) = m.params_object() else {
+            return false;
+        };
+        let sub = if method == "notifications/cancelled" {
+            params.get("requestId").and_then(Value::as_u64)
+        } else {
+            params
+                .get("_meta")
+                .and_then(|x| x.get(era::META_SUBSCRIPTION_ID))
+                .and_then(Value::as_u64)
+        };
+        let Some(sub) = sub else { return false };
+        if Some(sub) == self.listen {
+            if method == "notifications/cancelled" {
+                self.listen = None;
+                return true;
+            }
+            if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+                meta.remove(era::META_SUBSCRIPTION_ID);
+                if meta.is_empty() {
+                    params.remove("_meta");
+                }
+            }
+            let line =
+                Out::request(None, method, Some(&raw(&Value::Object(params.clone())))).encode();
+            match method {
+                "notifications/resources/updated" => {
+                    let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
+                    let subs: Vec<ClientId> = self
+                        .subs
+                        .get(uri)
+                        .map(|s| s.iter().copied().collect())
+                        .unwrap_or_default();
+                    for c in subs {
+                        self.reply(c, line.clone());
+                    }
+                }
+                "notifications/subscriptions/acknowledged" => {}
+                _ => self.broadcast(&line, |c| c.era != Some(Era::Modern)),
+            }
+            return true;
+        }
+        let owner = self.inflight.get(sub).and_then(|p| match &p.owner {
+            Owner::Client { client, id, .. } if p.method == "subscriptions/listen" => {
+                Some((*client, id.clone()))
+            }
+            _ => None,
+        });
+        let Some((client, id)) = owner else {
+            return false;
+        };
+        let original: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
+        if method == "notifications/cancelled" {
+            // The child ended the client's stream.
+            params.insert("requestId".into(), original);
+            if let Some(r) = self.inflight.remove(sub) {
+                if let Some((c, key)) = r.client {
+                    self.finish(c, &key, Outcome::Cancelled, None);
+                }
+            }
+        } else if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+            meta.insert(era::META_SUBSCRIPTION_ID.into(), original);
+        }
+        let line = Out::request(None, method, Some(&raw(&Value::Object(params)))).encode();
+        self.reply(client, line);
+        true
+    }
+
+    /// A reply the envelope parser refused (K21): fails its request only, naming the server.
+    pub(super) fn on_malformed(&mut self, id: &RawValue, why: &str) {
+        let Some(n) = id.get().parse::<u64>().ok() else {
+            return;
+        };
+        if self.health.answered(n) {
+            return;
+        }
+        let Some(removed) = self.inflight.remove(n) else {
+            return;
+        };
+        if let Owner::Client { client, id, .. } = removed.value.owner {
+            self.fail_malformed(client, &id, &removed.value.method, why);
+        }
+    }
+
+    /// Fails a client request whose reply from the child was malformed (K21): -32603 naming
+    /// the server, the method and what is wrong.
+    pub(super) fn fail_malformed(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        method: &str,
+        problem: &str,
+    ) {
+        let msg = format!(
+            "server `{}` sent a malformed response to `{method}`: {problem}",
+            self.cfg.name
+        );
+        let data = json!({"server": self.cfg.name, "problem": problem});
+        self.respond_error(
+            client,
+            id,
+            code::INTERNAL_ERROR,
+            &msg,
+            Some(data),
+            Outcome::ProtocolError,
+        );
+    }
+
+    pub(super) fn on_oversized(&mut self, len: usize, id: Option<Box<RawValue>>) {
+        let n = id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
+        let Some(child_id) = n.filter(|n| self.inflight.contains(*n)) else {
+            warn!(
+                bytes = len,
+                "an oversized line with no recoverable request id was dropped"
+            );
+            return;
+        };
+        let Some(removed) = self.inflight.remove(child_id) else {
+            return;
+        };
+        let p = removed.value;
+        if let Owner::Client { client, id, .. } = p.owner {
+            let msg = format!(
+                "server `{}` answered with a message of {len} bytes, over max_message_size ({} bytes); it was discarded",
+                self.cfg.name, self.cfg.max_message_size
+            );
+            let data = json!({"server": self.cfg.name, "bytes": len});
+            self.respond_error(
+                client,
+                &id,
+                code::INTERNAL_ERROR,
+                &msg,
+                Some(data),
+                Outcome::ProtocolError,
+            );
+        }
+    }
+}

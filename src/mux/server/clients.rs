@@ -1,0 +1,450 @@
+//! Client messages: requests (local answers, duplicate ids, the limits, where a request
+//! goes), `initialize` and `logging/setLevel` answered here, notifications, responses to the
+//! child's requests, and a client's departure.
+
+use super::*;
+
+impl Server {
+    pub(super) fn on_client_message(&mut self, client: ClientId, m: Message) {
+        match m.kind {
+            Kind::Request => self.on_client_request(client, m),
+            Kind::Notification => self.on_client_notification(client, m),
+            Kind::Response => self.on_client_response(client, m),
+        }
+    }
+
+    pub(super) fn on_client_request(&mut self, client: ClientId, m: Message) {
+        let Some(id) = m.id.clone() else { return };
+        if self.test_panic.as_deref() == Some(m.method()) {
+            test_panic(m.method());
+        }
+        // One lookup: a duplicate finds the first request's entry, a new id opens its own.
+        match self.ledger.entry((client, id_key(&id))) {
+            std::collections::hash_map::Entry::Occupied(_) => {
+                return self.refuse_duplicate(client, &id, m.method());
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let generation = self.child.as_ref().map(|c| c.generation);
+                v.insert(tracked(&m, generation));
+            }
+        }
+        if matches!(m.method(), "resources/subscribe" | "subscriptions/listen")
+            && self.subscriptions_of(client) >= self.cfg.max_subscriptions
+        {
+            let msg = format!(
+                "client holds {} subscriptions and listen streams on server `{}` (max_subscriptions)",
+                self.subscriptions_of(client),
+                self.cfg.name
+            );
+            return self.respond_error(
+                client,
+                &id,
+                code::LIMIT_EXCEEDED,
+                &msg,
+                None,
+                Outcome::Denied,
+            );
+        }
+        self.dispatch_request(client, m);
+    }
+
+    /// Resource subscriptions and listen streams `client` holds (served here or routed to a
+    /// modern child), the table `max_subscriptions` bounds.
+    pub(super) fn subscriptions_of(&self, client: ClientId) -> usize {
+        let subs = self.clients.get(&client).map_or(0, |c| c.subs.len());
+        let served = self.listeners.iter().filter(|l| l.client == client).count();
+        let routed = self
+            .inflight
+            .iter()
+            .filter(|(_, c, _, p)| *c == Some(client) && p.method == "subscriptions/listen")
+            .count();
+        subs + served + routed
+    }
+
+    /// Decides what happens to a client request already in the ledger: answered here,
+    /// forwarded, held while the child starts, or failed with the outage record.
+    pub(super) fn dispatch_request(&mut self, client: ClientId, m: Message) {
+        let Some(id) = m.id.clone() else { return };
+        let requested = era::envelope_version(m.params.as_deref());
+        let client_era = match self.clients.get_mut(&client) {
+            Some(c) => *c.era.get_or_insert(
+                // As the SDKs do: the first request decides. An envelope or `server/discover`
+                // means 2026-07-28; `initialize` or anything else, the handshake era.
+                if m.method() != "initialize"
+                    && (requested.is_some() || m.method() == "server/discover")
+                {
+                    Era::Modern
+                } else {
+                    Era::Handshake
+                },
+            ),
+            None => return,
+        };
+        if client_era == Era::Modern {
+            if let Some(v) = requested.as_deref().filter(|v| *v != era::MODERN_VERSION) {
+                // A modern version this supervisor cannot serve.
+                let data = json!({"supported": [era::MODERN_VERSION], "requested": v});
+                info!(client = %client, requested = v, "unsupported protocol version requested");
+                return self.respond_error(
+                    client,
+                    &id,
+                    era::UNSUPPORTED_VERSION,
+                    "Unsupported protocol version",
+                    Some(data),
+                    Outcome::Invalid,
+                );
+            }
+            if m.method() == "server/discover" && self.child_era() == Era::Handshake {
+                if let Some(hs) = &self.handshake {
+                    let line = message::result_response(&id, &hs.discover_result());
+                    return self.respond(client, &id, line, Outcome::Ok, None);
+                }
+            }
+        }
+        match m.method() {
+            "initialize" => return self.client_initialize(client, m),
+            "ping" => {
+                let line = message::result_response(&id, &json!({}));
+                return self.respond(client, &id, line, Outcome::Ok, None);
+            }
+            "logging/setLevel"
+                if self
+                    .handshake
+                    .as_ref()
+                    .is_some_and(|h| h.has("logging") || h.era == Era::Modern) =>
+            {
+                return self.client_set_level(client, m)
+            }
+            "subscriptions/listen"
+                if client_era == Era::Modern
+                    && self.child_era() == Era::Handshake
+                    && self.handshake.is_some() =>
+            {
+                return self.serve_listen(client, m)
+            }
+            // 2026-07-28 has no subscribe: a handshake client's subscriptions to a modern child
+            // are kept here (and served from the supervisor's own listen stream).
+            "resources/subscribe" | "resources/unsubscribe" if self.child_era() == Era::Modern => {
+                return self.client_subscription_on_modern(client, m)
+            }
+            "resources/subscribe" | "resources/unsubscribe"
+                if self.local_subscription(client, &m) =>
+            {
+                return;
+            }
+            _ => {}
+        }
+        if self.state != State::Ready && self.answer_from_cache(client, &m) {
+            return;
+        }
+        match self.state {
+            State::Ready => self.forward(client, m),
+            // A server that was never ready and is backing off gets a fast, explicit error
+            // (K19); one that was ready is likely back soon, so its requests wait.
+            State::Backoff if self.handshake.is_none() && !self.probe_respawn => {
+                self.outage_reply(client, &id, m.method(), "backoff");
+            }
+            State::Stopping if self.restarting() && self.held.len() < self.cfg.queue_limit => {
+                let deadline = Instant::now() + self.cfg.queue_wait;
+                self.held.push_back(Held {
+                    client,
+                    msg: m,
+                    deadline,
+                });
+            }
+            State::Starting | State::Backoff if self.held.len() < self.cfg.queue_limit => {
+                let deadline = Instant::now() + self.cfg.queue_wait;
+                self.held.push_back(Held {
+                    client,
+                    msg: m,
+                    deadline,
+                });
+            }
+            State::Starting | State::Backoff => {
+                let status = self.outage_status();
+                let reason = format!("{} requests already waiting (queue_limit)", self.held.len());
+                let retry = self
+                    .next_spawn
+                    .map(|t| t.saturating_duration_since(Instant::now()));
+                let method = m.method().to_string();
+                self.outage_respond(
+                    client,
+                    &id,
+                    &method,
+                    status,
+                    &reason,
+                    retry,
+                    code::LIMIT_EXCEEDED,
+                    Outcome::Denied,
+                );
+            }
+            _ => {
+                let status = self.outage_status();
+                self.outage_reply(client, &id, m.method(), status);
+            }
+        }
+    }
+
+    /// A request whose id equals one of the same client's unfinished requests (K23): JSON-RPC
+    /// ids must be unique among a sender's requests in flight, and two responses under one id
+    /// would cross-wire the client (go-sdk#1004). Answered -32600 at once; the first request
+    /// and its ledger entry are untouched.
+    pub(super) fn refuse_duplicate(&mut self, client: ClientId, id: &RawValue, method: &str) {
+        info!(target: "mcp_supervisor::requests", client = %client, method,
+            outcome = Outcome::Invalid.as_str(), error_code = code::INVALID_REQUEST,
+            "request finished: duplicate request id");
+        self.metrics
+            .request(method, Outcome::Invalid, Some(code::INVALID_REQUEST), 0.0);
+        let msg = format!(
+            "duplicate request id {}: a request with this id is still in flight",
+            id.get()
+        );
+        let line = message::error_response(id, code::INVALID_REQUEST, &msg, None);
+        self.reply(client, line);
+    }
+
+    pub(super) fn client_initialize(&mut self, client: ClientId, m: Message) {
+        let Some(id) = m.id.clone() else { return };
+        let Some(hs) = self.handshake.clone() else {
+            if self.state != State::Starting && !self.probe_respawn {
+                // Never ready, and not even trying right now: say why at once (K18, K19).
+                let status = self.outage_status();
+                return self.outage_reply(client, &id, "initialize", status);
+            }
+            // Never ready yet: wait for the child (bounded by start_timeout, issue 5 §5).
+            let deadline = Instant::now() + self.cfg.start_timeout;
+            self.held.push_back(Held {
+                client,
+                msg: m,
+                deadline,
+            });
+            return;
+        };
+        let params = m.params_object().unwrap_or_default();
+        let asked = params
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let name = params
+            .get("clientInfo")
+            .and_then(|i| i.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let result = hs.initialize_result(asked);
+        if hs.era == Era::Handshake && asked != hs.protocol_version {
+            info!(client = %client, client_name = %name, requested = asked, negotiated = %hs.protocol_version,
+                "client asked for another protocol version; answering with the one the child speaks");
+        }
+        if let Some(c) = self.clients.get_mut(&client) {
+            debug!(client = %client, uid = c.peer.uid, pid = c.peer.pid, client_name = %name, "client handshake answered from the cache");
+            c.capabilities = params.get("capabilities").cloned().unwrap_or(json!({}));
+            c.info = params.get("clientInfo").cloned().unwrap_or(Value::Null);
+            c.name = name;
+            c.initialized = true;
+        }
+        let line = message::result_response(&id, &result);
+        self.respond(client, &id, line, Outcome::Ok, None);
+    }
+
+    pub(super) fn client_set_level(&mut self, client: ClientId, m: Message) {
+        let Some(id) = m.id.clone() else { return };
+        let level = m.params_object().and_then(|p| {
+            p.get("level")
+                .and_then(Value::as_str)
+                .and_then(era::log_rank)
+        });
+        let Some(level) = level else {
+            return self.respond_error(
+                client,
+                &id,
+                code::INVALID_PARAMS,
+                "unknown logging level",
+                None,
+                Outcome::Invalid,
+            );
+        };
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.log_level = Some(level);
+        }
+        let line = message::result_response(&id, &json!({}));
+        self.respond(client, &id, line, Outcome::Ok, None);
+        self.sync_log_level();
+    }
+
+    /// The child gets the most verbose level any client asked for (issue 3 §3).
+    pub(super) fn sync_log_level(&mut self) {
+        let want = self.clients.values().filter_map(|c| c.log_level).min();
+        if want.is_some() && want != self.child_log_level && self.child_era() == Era::Handshake {
+            self.child_log_level = want;
+            if self.state == State::Ready {
+                let p = raw(&json!({"level": level_name(want.unwrap_or(0))}));
+                let deadline = Instant::now() + self.cfg.request_timeout;
+                self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
+            }
+        }
+    }
+
+    pub(super) fn on_client_notification(&mut self, client: ClientId, m: Message) {
+        match m.method() {
+            "notifications/initialized" => {}
+            "notifications/cancelled" => {
+                let Some(p) = m.params_object() else { return };
+                let Some(rid) = p.get("requestId") else {
+                    return;
+                };
+                let key = rid.to_string();
+                if self.end_listener(client, &key) {
+                    return;
+                }
+                let Some(child_id) = self.inflight.lookup(client, &key) else {
+                    debug!(client = %client, request_id = %key, "cancel for an unknown request: not forwarded");
+                    return;
+                };
+                self.inflight.remove(child_id);
+                self.finish(client, &key, Outcome::Cancelled, None);
+                let mut p = p;
+                p.insert("requestId".into(), json!(child_id));
+                let line = Out::request(
+                    None,
+                    "notifications/cancelled",
+                    Some(&raw(&Value::Object(p))),
+                )
+                .encode();
+                if let Some(c) = &self.child {
+                    c.send_urgent(line);
+                }
+            }
+            _ => {
+                if self.state == State::Ready {
+                    let line = Out::request(None, m.method(), m.params.as_deref()).encode();
+                    if let Some(c) = &self.child {
+                        c.send(line);
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_client_response(&mut self, client: ClientId, m: Message) {
+        let n = m.id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
+        let Some(up) = n.and_then(|n| self.upstream.remove(&(client, n))) else {
+            debug!(client = %client, "response to no request of ours: dropped");
+            return;
+        };
+        let child_id = match up.asker {
+            Asker::Child(id) => id,
+            Asker::Mrtr { round, key } => {
+                match (&m.result, &m.error) {
+                    (Some(r), _) => {
+                        let done = self.rounds.get_mut(&round).map(|rd| {
+                            rd.answers
+                                .insert(key, serde_json::from_str(r.get()).unwrap_or(Value::Null));
+                            rd.waiting = rd.waiting.saturating_sub(1);
+                            rd.waiting == 0
+                        });
+                        if done == Some(true) {
+                            self.retry_round(round);
+                        }
+                    }
+                    (_, Some(e)) => {
+                        let msg =
+                            format!("the client refused an input the server needs: {}", e.get());
+                        self.abandon_round(
+                            round,
+                            Outcome::ProtocolError,
+                            code::INTERNAL_ERROR,
+                            &msg,
+                        );
+                    }
+                    _ => {}
+                }
+                return;
+            }
+        };
+        let line = match (&m.result, &m.error) {
+            (Some(r), _) => Out::result(&child_id, r).encode(),
+            (_, Some(e)) => Out::error(&child_id, e).encode(),
+            _ => return,
+        };
+        if let Some(c) = &self.child {
+            c.send(line);
+        }
+    }
+
+    pub(super) fn drop_client(&mut self, client: ClientId) {
+        let Some(c) = self.clients.remove(&client) else {
+            return;
+        };
+        // Cancel its requests toward the child; their late responses are dropped (K09).
+        let mine: Vec<String> = self
+            .listeners
+            .iter()
+            .filter(|l| l.client == client)
+            .map(|l| id_key(&l.id))
+            .collect();
+        for key in mine {
+            self.end_listener(client, &key);
+        }
+        let open: Vec<String> = self
+            .ledger
+            .keys()
+            .filter(|(c, _)| *c == client)
+            .map(|(_, k)| k.clone())
+            .collect();
+        for key in open {
+            self.finish(client, &key, Outcome::Cancelled, None);
+        }
+        self.metrics.set_clients(self.clients.len());
+        for r in self.inflight.remove_client(client) {
+            let p = raw(&json!({"requestId": r.id, "reason": "client disconnected"}));
+            if let Some(ch) = &self.child {
+                ch.send_urgent(Out::request(None, "notifications/cancelled", Some(&p)).encode());
+            }
+        }
+        // Release its subscriptions.
+        let mut released = false;
+        for uri in c.subs {
+            released |= self.release_sub(client, &uri);
+        }
+        if released && self.child_era() == Era::Modern {
+            self.open_listen();
+        }
+        // The child's requests routed to it get an error (K06).
+        self.fail_upstream_of(client, "the client that was asked disconnected");
+        self.held.retain(|h| h.client != client);
+        self.sync_log_level();
+    }
+
+    /// Answers the child's requests routed to `client` with an error.
+    pub(super) fn fail_upstream_of(&mut self, client: ClientId, why: &str) {
+        let mine: Vec<(ClientId, u64)> = self
+            .upstream
+            .keys()
+            .filter(|(c, _)| *c == client)
+            .copied()
+            .collect();
+        for k in mine {
+            if let Some(up) = self.upstream.remove(&k) {
+                match up.asker {
+                    Asker::Child(id) => self.answer_child_error(&id, code::INTERNAL_ERROR, why),
+                    Asker::Mrtr { round, .. } => {
+                        self.abandon_round(round, Outcome::Cancelled, code::INTERNAL_ERROR, why)
+                    }
+                }
+            }
+        }
+    }
+
+    /// A client whose input closed is dropped once nothing it asked for is pending.
+    pub(super) fn close_if_done(&mut self, client: ClientId) {
+        let done = self
+            .clients
+            .get(&client)
+            .is_some_and(|c| c.closing && self.inflight.count_for(client) == 0)
+            && !self.held.iter().any(|h| h.client == client);
+        if done {
+            self.drop_client(client);
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! Forwarding a client request to the child: id rewriting, era translation, deadlines, and
+//! MRTR rounds (`input_required` turned into ordinary requests for handshake clients).
+
+use super::*;
+
+impl Server {
+    pub(super) fn forward(&mut self, client: ClientId, m: Message) {
+        let Some(id) = m.id.clone() else { return };
+        if self.inflight.len() >= self.cfg.max_inflight {
+            let msg = format!(
+                "server `{}` has {} requests in flight; try again shortly",
+                self.cfg.name,
+                self.inflight.len()
+            );
+            return self.respond_error(
+                client,
+                &id,
+                code::LIMIT_EXCEEDED,
+                &msg,
+                None,
+                Outcome::Denied,
+            );
+        }
+        let child_id = self.inflight.allocate();
+        let (params, progress) = match m.params.as_deref() {
+            Some(p) => match message::swap_progress_token(p, raw_u64(child_id)) {
+                Some((np, orig)) => (Some(np), Some(orig)),
+                None => (m.params, None),
+            },
+            None => (None, None),
+        };
+        let method = m.method.unwrap_or_default();
+        let cache = era::LISTS
+            .iter()
+            .map(|(l, _, _)| *l)
+            .find(|l| *l == method)
+            .filter(|_| {
+                !params
+                    .as_deref()
+                    .is_some_and(|p| p.get().contains("\"cursor\""))
+            });
+        let subscribe = if method == "resources/subscribe" {
+            params
+                .as_deref()
+                .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+                .and_then(|v| v.get("uri").and_then(Value::as_str).map(str::to_string))
+        } else {
+            None
+        };
+        // Translate between the client's era and the child's (issue 6 §3, §4).
+        let client_era = self.client_era(client);
+        let child_era = self.child_era();
+        let mut log_level = None;
+        let mut add_result_type = false;
+        let params = match (client_era, child_era) {
+            (Era::Modern, Era::Handshake) => {
+                add_result_type = true;
+                log_level = era::envelope_field(params.as_deref(), era::META_LOG_LEVEL)
+                    .and_then(|l| l.as_str().and_then(era::log_rank));
+                if let Some(level) = log_level {
+                    self.want_child_log_level(level);
+                }
+                params.map(|p| era::strip_envelope(&p).into_owned())
+            }
+            (Era::Handshake, Era::Modern) => {
+                let c = self.clients.get(&client);
+                log_level = c.and_then(|c| c.log_level);
+                let env = era::envelope(
+                    &c.map(|c| c.capabilities.clone()).unwrap_or(json!({})),
+                    &c.map(|c| c.info.clone()).unwrap_or(Value::Null),
+                    log_level.map(level_name),
+                );
+                Some(era::add_envelope(params.as_deref(), &env))
+            }
+            (Era::Modern, Era::Modern) => {
+                log_level = era::envelope_field(params.as_deref(), era::META_LOG_LEVEL)
+                    .and_then(|l| l.as_str().and_then(era::log_rank));
+                params
+            }
+            (Era::Handshake, Era::Handshake) => params,
+        };
+        // A listen stream lives until it is cancelled: no deadline.
+        let timeout = if method == "subscriptions/listen" {
+            Duration::from_secs(365 * 24 * 3600)
+        } else {
+            self.cfg.timeout_for(&method)
+        };
+        let deadline = Instant::now() + timeout;
+        let retry_params = (client_era == Era::Handshake
+            && child_era == Era::Modern
+            && matches!(
+                method.as_str(),
+                "tools/call" | "prompts/get" | "resources/read"
+            ))
+        .then(|| params.clone())
+        .flatten();
+        let key = id_key(&id);
+        let owner = Owner::Client {
+            client,
+            id,
+            progress,
+            subscribe,
+            cache,
+            add_result_type,
+            log_level,
+            retry_params,
+        };
+        self.send_with_id(child_id, Some(key), owner, &method, params, deadline);
+    }
+
+    /// An `input_required` result for a handshake client: ask the client each input request
+    /// as an ordinary handshake-era request (`elicitation/create`, `sampling/createMessage`,
+    /// `roots/list`), collect the answers, then retry. Returns false when the result is not
+    /// `input_required` (it is then answered as it is).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start_round(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        method: &str,
+        sent: &RawValue,
+        result: &RawValue,
+        progress: Option<Box<RawValue>>,
+        log_level: Option<usize>,
+    ) -> bool {
+        if !result.get().contains("input_required") {
+            return false;
+        }
+        let Ok(r) = serde_json::from_str::<Value>(result.get()) else {
+            return false;
+        };
+        if r.get("resultType").and_then(Value::as_str) != Some("input_required") {
+            return false;
+        }
+        let requests = r
+            .get("inputRequests")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let caps = self
+            .clients
+            .get(&client)
+            .map(|c| c.capabilities.clone())
+            .unwrap_or(json!({}));
+        if let Some((_, missing)) = requests.iter().find_map(|(k, q)| {
+            let m = q.get("method").and_then(Value::as_str).unwrap_or("");
+            let cap = era::capability_for_request(m)?;
+            caps.get(cap)
+                .is_none()
+                .then_some((k.clone(), m.to_string()))
+        }) {
+            let msg = format!("the server needs `{missing}` from the client, which did not declare that capability");
+            self.respond_error(
+                client,
+                id,
+                code::INTERNAL_ERROR,
+                &msg,
+                None,
+                Outcome::ProtocolError,
+            );
+            return true;
+        }
+        let round = self.next_round;
+        self.next_round += 1;
+        let deadline = Instant::now() + self.cfg.request_timeout;
+        self.rounds.insert(
+            round,
+            Round {
+                client,
+                id: id.to_owned(),
+                method: method.to_string(),
+                params: serde_json::from_str(sent.get()).unwrap_or(json!({})),
+                state: request_state(result),
+                answers: Map::new(),
+                waiting: requests.len(),
+                progress,
+                log_level,
+            },
+        );
+        debug!(client = %client, round, inputs = requests.len(), "input_required: asking the client");
+        for (key, q) in requests {
+            let m = q
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let p = q.get("params").cloned().unwrap_or(json!({}));
+            let n = self.next_upstream;
+            self.next_upstream += 1;
+            self.upstream.insert(
+                (client, n),
+                Upstream {
+                    asker: Asker::Mrtr { round, key },
+                    deadline,
+                },
+            );
+            self.reply(
+                client,
+                Out::request(Some(&raw_u64(n)), &m, Some(&raw(&p))).encode(),
+            );
+        }
+        if self.rounds.get(&round).is_some_and(|r| r.waiting == 0) {
+            self.retry_round(round);
+        }
+        true
+    }
+
+    /// Every input of `round` is answered: retry the original request with them.
+    pub(super) fn retry_round(&mut self, round: u64) {
+        let Some(r) = self.rounds.remove(&round) else {
+            return;
+        };
+        let mut params = r.params;
+        if let Some(p) = params.as_object_mut() {
+            p.insert("inputResponses".into(), Value::Object(r.answers));
+            p.remove("requestState");
+        }
+        let params = match &r.state {
+            // Spliced in as the child wrote it: re-encoding could change its bytes (K25).
+            Some(state) => {
+                let mut obj = RawObject::parse(&raw(&params)).unwrap_or_default();
+                obj.set("requestState", state.clone());
+                obj.to_raw()
+            }
+            None => raw(&params),
+        };
+        let child_id = self.inflight.allocate();
+        // The retry is a new request: its progress token is its own child-side id.
+        let params = match message::swap_progress_token(&params, raw_u64(child_id)) {
+            Some((p, _)) => p,
+            None => params,
+        };
+        let deadline = Instant::now() + self.cfg.timeout_for(&r.method);
+        let owner = Owner::Client {
+            client: r.client,
+            id: r.id.clone(),
+            progress: r.progress,
+            subscribe: None,
+            cache: None,
+            add_result_type: false,
+            log_level: r.log_level,
+            retry_params: Some(params.clone()),
+        };
+        self.send_with_id(
+            child_id,
+            Some(id_key(&r.id)),
+            owner,
+            &r.method,
+            Some(params),
+            deadline,
+        );
+    }
+
+    /// A round can no longer finish (its client errored, left or did not answer): fail the
+    /// original request with `line` and forget the round's other questions.
+    pub(super) fn abandon_round(&mut self, round: u64, outcome: Outcome, code: i64, msg: &str) {
+        self.upstream
+            .retain(|_, u| !matches!(&u.asker, Asker::Mrtr { round: r, .. } if *r == round));
+        if let Some(r) = self.rounds.remove(&round) {
+            let line =
+                message::error_response(&r.id, code, msg, Some(json!({"server": self.cfg.name})));
+            self.respond(r.client, &r.id, line, outcome, Some(code));
+        }
+    }
+
+    /// The child is being stopped to be replaced (health, timeouts, restart), not for good.
+    pub(super) fn restarting(&self) -> bool {
+        !matches!(self.stop_cause, Some(StopCause::Stop | StopCause::Shutdown))
+    }
+
+    /// A client's era (handshake until its first request says otherwise).
+    pub(super) fn client_era(&self, client: ClientId) -> Era {
+        self.clients
+            .get(&client)
+            .and_then(|c| c.era)
+            .unwrap_or(Era::Handshake)
+    }
+
+    /// The era the current child is driven in (handshake until known).
+    pub(super) fn child_era(&self) -> Era {
+        self.handshake
+            .as_ref()
+            .map(|h| h.era)
+            .unwrap_or(Era::Handshake)
+    }
+
+    /// A modern client asked a handshake child for logs at `level`: the child's session-wide
+    /// level must be at least that verbose (never lowered by a modern request).
+    pub(super) fn want_child_log_level(&mut self, level: usize) {
+        if self.child_log_level.is_none_or(|l| level < l)
+            && self.handshake.as_ref().is_some_and(|h| h.has("logging"))
+        {
+            self.child_log_level = Some(level);
+            let p = raw(&json!({"level": level_name(level)}));
+            let deadline = Instant::now() + self.cfg.request_timeout;
+            self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
+        }
+    }
+
+    /// Registers and writes a request to the child. Returns its child-side id, or `None` when
+    /// it could not be queued (the owner was already answered).
+    pub(super) fn send_to_child(
+        &mut self,
+        owner: Owner,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        deadline: Instant,
+    ) -> Option<u64> {
+        let child_id = self.inflight.allocate();
+        self.send_with_id(child_id, None, owner, method, params, deadline)
+    }
+
+    /// [`Server::send_to_child`] with an id already allocated; `key` is the owning client's
+    /// request id text.
+    pub(super) fn send_with_id(
+        &mut self,
+        child_id: u64,
+        key: Option<String>,
+        owner: Owner,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        deadline: Instant,
+    ) -> Option<u64> {
+        let params = if self.child_era() == Era::Modern
+            && !matches!(owner, Owner::Client { .. })
+            && era::envelope_version(params.as_deref()).is_none()
+        {
+            Some(era::add_envelope(
+                params.as_deref(),
+                &era::supervisor_envelope(),
+            ))
+        } else {
+            params
+        };
+        let line = Out::request(Some(&raw_u64(child_id)), method, params.as_deref()).encode();
+        let queued = match &self.child {
+            Some(c) => {
+                self.metrics.bytes("to_child", line.len());
+                c.send(line)
+            }
+            None => Queued::Closed,
+        };
+        if queued == Queued::Closed {
+            if let Owner::Client { client, id, .. } = owner {
+                // The child's input closed: it is exiting and the exit is not handled yet.
+                // Answer with the outage record like any request that cannot reach the child.
+                self.outage_reply(client, &id, method, "exited");
+            }
+            return None;
+        }
+        if queued != Queued::Ok {
+            if let Owner::Client { client, id, .. } = owner {
+                let why = if queued == Queued::Full {
+                    "the child is not reading its input"
+                } else {
+                    "the child is stopping"
+                };
+                let msg = format!("server `{}` cannot take requests now: {why}", self.cfg.name);
+                let (outcome, code) = if queued == Queued::Full {
+                    (Outcome::Denied, code::LIMIT_EXCEEDED)
+                } else {
+                    (Outcome::Unreachable, code::SERVER_UNAVAILABLE)
+                };
+                let line = message::error_response(&id, code, &msg, None);
+                self.respond(client, &id, line, outcome, Some(code));
+            }
+            return None;
+        }
+        let client = match (&owner, key) {
+            (Owner::Client { client, .. }, Some(key)) => Some((*client, key)),
+            _ => None,
+        };
+        let pending = Pending {
+            owner,
+            method: method.to_string(),
+            written: Instant::now(),
+        };
+        self.inflight.insert(child_id, client, deadline, pending);
+        self.metrics.set_in_flight(self.inflight.len());
+        Some(child_id)
+    }
+}

@@ -1,0 +1,547 @@
+//! The server's lifecycle: spawn, the era opener, operator verbs, exits and what follows
+//! them (backoff, failed), readiness; the events from the child and from client sessions.
+
+use super::*;
+
+impl Server {
+    pub(super) fn spawn(&mut self) {
+        self.generation += 1;
+        self.probe_respawn = false;
+        self.tail.clear();
+        self.next_spawn = None;
+        match process::spawn(
+            &self.cfg,
+            self.generation,
+            self.events_tx.clone(),
+            self.tail.clone(),
+        ) {
+            Ok(child) => {
+                info!(
+                    message_id = MSG_SPAWNED,
+                    child_pid = child.pid,
+                    restart_n = self.restarts,
+                    generation = self.generation,
+                    "spawned"
+                );
+                self.pid.store(child.pid, Ordering::SeqCst);
+                self.child = Some(child);
+                self.state = State::Starting;
+                self.ready_since = None;
+                self.stop_cause = None;
+                self.stdout_closed_at = None;
+                self.health.restart(Instant::now());
+                let deadline = Instant::now() + self.cfg.start_timeout;
+                self.start_deadline = Some(deadline);
+                // The first message pins a dual-era child and kills an old strict one: decide
+                // the era before anything else is sent (protocol.md Implications 4).
+                match (&self.cfg.protocol, self.verdict) {
+                    (ChildProtocol::Handshake(v), _) => {
+                        let v = v.clone();
+                        self.send_initialize(&v);
+                    }
+                    (ChildProtocol::Modern, _) | (ChildProtocol::Auto, Some(Era::Modern)) => {
+                        self.send_discover(false, deadline)
+                    }
+                    (ChildProtocol::Auto, Some(Era::Handshake)) => {
+                        self.send_initialize(era::HANDSHAKE_VERSION)
+                    }
+                    (ChildProtocol::Auto, None) => {
+                        let probe_deadline = Instant::now() + self.cfg.era_probe_timeout;
+                        self.send_discover(true, probe_deadline.min(deadline));
+                    }
+                }
+            }
+            Err(e) => {
+                error!(error = %e, permanent = e.permanent(), "spawn failed");
+                self.record_exit(None, None, "spawn-error");
+                // Spawn errors have no stderr; keep the reason where users look for it.
+                self.tail.clear();
+                self.tail.note(&e.to_string());
+                if e.permanent() {
+                    self.enter_failed(&format!("{e}; fix the command and run `start`"));
+                } else {
+                    self.schedule_restart(Instant::now(), false);
+                }
+            }
+        }
+    }
+
+    pub(super) fn send_initialize(&mut self, version: &str) {
+        let deadline = self
+            .start_deadline
+            .unwrap_or_else(|| Instant::now() + self.cfg.start_timeout);
+        let params = raw(&era::initialize_params(
+            version,
+            &self.cfg.client_capabilities,
+        ));
+        self.send_to_child(Owner::Initialize, "initialize", Some(params), deadline);
+    }
+
+    pub(super) fn send_discover(&mut self, probe: bool, deadline: Instant) {
+        let params = era::add_envelope(None, &era::supervisor_envelope());
+        self.send_to_child(
+            Owner::Discover { probe },
+            "server/discover",
+            Some(params),
+            deadline,
+        );
+    }
+
+    /// The child's era is now known (issue 6 §1): say it once, keep it for the next spawns.
+    pub(super) fn set_verdict(&mut self, era: Era, why: &str) {
+        if self.cfg.protocol == ChildProtocol::Auto && self.verdict != Some(era) {
+            let name = match era {
+                Era::Modern => era::MODERN_VERSION,
+                Era::Handshake => "handshake (2024-11-05 .. 2025-11-25)",
+            };
+            info!(era = name, "protocol era: {why}");
+        }
+        self.verdict = Some(era);
+    }
+
+    pub(super) fn enter_failed(&mut self, why: &str) {
+        error!(message_id = MSG_FAILED, reason = %why, restart_n = self.restarts,
+            retry_in_s = FAILED_RETRY.as_secs(), "failed: {why}");
+        self.state = State::Failed;
+        self.next_spawn = Some(Instant::now() + FAILED_RETRY);
+        self.fail_held("failed");
+    }
+
+    pub(super) fn begin_shutdown(&mut self) {
+        if matches!(self.state, State::Stopped | State::Stopping) && self.child.is_none() {
+            self.state = State::Stopped;
+            return;
+        }
+        self.next_spawn = None;
+        self.fail_held("stopped");
+        if let Some(child) = &mut self.child {
+            self.stop_cause = Some(StopCause::Shutdown);
+            child.stop();
+            self.state = State::Stopping;
+        } else {
+            self.state = State::Stopped;
+        }
+    }
+
+    pub(super) fn operator_stop(&mut self) {
+        info!("stop requested");
+        self.next_spawn = None;
+        self.fail_held("stopped");
+        if self.child.is_some() {
+            self.stop_child(StopCause::Stop);
+            self.state = State::Stopping;
+        } else {
+            self.state = State::Stopped;
+        }
+    }
+
+    pub(super) fn operator_start(&mut self) {
+        self.backoff.reset();
+        self.failed_starts = 0;
+        if self.child.is_none() {
+            info!("start requested");
+            self.spawn();
+        }
+    }
+
+    pub(super) fn operator_restart(&mut self) {
+        info!("restart requested");
+        self.backoff.reset();
+        self.failed_starts = 0;
+        if self.child.is_some() {
+            self.stop_child(StopCause::Restart);
+        } else {
+            self.restarts += 1;
+            self.spawn();
+        }
+    }
+
+    pub(super) fn reconfigure(&mut self, cfg: ServerConfig) {
+        if cfg == self.cfg {
+            return;
+        }
+        info!("configuration changed; restarting the child with it");
+        self.backoff = Backoff::new(
+            cfg.backoff_initial,
+            cfg.backoff_max,
+            cfg.backoff_reset_after,
+        );
+        // A changed command may serve a different protocol or tool set: forget the handshake's
+        // ping verdicts, keep the cached lists (compared and announced after the restart).
+        self.health.reconfigure(health_config(&cfg), Instant::now());
+        self.cfg = cfg;
+        self.verdict = None;
+        self.operator_restart();
+    }
+
+    pub(super) fn stop_child(&mut self, cause: StopCause) {
+        if let Some(child) = &mut self.child {
+            if !child.stopping() {
+                warn!(reason = cause.reason(), "stopping the child");
+                self.stop_cause = Some(cause);
+                child.stop();
+                // No probes, no forwarding while the ladder runs; the exit decides what next.
+                self.state = State::Stopping;
+            }
+        }
+    }
+
+    pub(super) fn record_exit(&mut self, code: Option<i32>, signal: Option<i32>, reason: &str) {
+        self.last_exit = Some(LastExit {
+            code,
+            signal,
+            reason: reason.to_string(),
+            at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+        });
+    }
+
+    pub(super) fn on_exit(&mut self, exit: Exit) {
+        let Some(child) = self.child.take() else {
+            // Exits are filtered by generation, so this is the current child; be safe anyway.
+            warn!("an exit with no child running was ignored");
+            return;
+        };
+        self.stdout_closed_at = None;
+        self.pid.store(0, Ordering::SeqCst);
+        let now = Instant::now();
+        let cause = self.stop_cause.take();
+        let reason = match cause {
+            // The child ended by itself before our stop took effect: its status is the truth.
+            _ if !exit.requested => exit.reason(),
+            Some(c @ (StopCause::StartTimeout | StopCause::ProbeTimeout)) => c.reason().to_string(),
+            Some(c @ (StopCause::Shutdown | StopCause::Stop | StopCause::Restart)) => {
+                format!("{} {}", c.reason(), exit.reason())
+            }
+            Some(c) => format!("{} {}", c.reason(), exit.reason()),
+            _ => exit.reason(),
+        };
+        let was_ready = self.ready_since.is_some();
+        let probing_era = self
+            .inflight
+            .iter()
+            .any(|(_, _, _, p)| matches!(p.owner, Owner::Discover { probe: true }));
+        if self.health.exited(exit.requested) {
+            warn!("the child exited while a `ping` probe was outstanding; it will not be sent `ping` again (liveness is confirmed with advertised requests instead)");
+        }
+        self.record_exit(exit.code, exit.signal, &reason);
+        let tail = self.tail.last_lines(3);
+        let operator = matches!(
+            cause,
+            Some(StopCause::Shutdown | StopCause::Stop | StopCause::Restart)
+        );
+        let signal = exit.signal.map(process::signal_name);
+        if operator {
+            info!(message_id = MSG_EXITED, child_pid = child.pid, exit_code = exit.code,
+                signal = signal.as_deref(), reason = %reason, restart_n = self.restarts, "stopped");
+        } else {
+            warn!(message_id = MSG_EXITED, child_pid = child.pid, exit_code = exit.code,
+                signal = signal.as_deref(), reason = %reason, restart_n = self.restarts,
+                stderr_tail = %tail, "exited");
+        }
+        let status = if cause
+            .is_some_and(|c| matches!(c, StopCause::StartTimeout | StopCause::ProbeTimeout))
+        {
+            "timeout"
+        } else if operator {
+            "stopped"
+        } else {
+            "exited"
+        };
+        // Decide what comes next before failing requests, so errors can say when we retry.
+        if matches!(cause, Some(StopCause::Shutdown | StopCause::Stop)) {
+            self.state = State::Stopped;
+        } else if probing_era && !exit.requested && !matches!(exit.code, Some(126 | 127 | 78)) {
+            // Old strict servers exit when their first message is not `initialize`: that is a
+            // verdict, not a failed start. Respawn at once in the handshake era (issue 6 §1).
+            self.set_verdict(
+                Era::Handshake,
+                "the child exited on the server/discover probe",
+            );
+            self.state = State::Backoff;
+            self.probe_respawn = true;
+            // Still never two spawns closer than backoff_initial (R9).
+            self.next_spawn = Some((child.spawned_at + self.cfg.backoff_initial).max(now));
+        } else if cause == Some(StopCause::Restart) {
+            self.state = State::Backoff;
+            self.next_spawn = Some(now);
+        } else if !was_ready {
+            self.failed_starts += 1;
+            let permanent = matches!(exit.code, Some(126 | 127 | 78));
+            if permanent {
+                self.enter_failed(&format!(
+                    "{reason}: the command cannot run (exit codes 126, 127, 78 are not retried)"
+                ));
+            } else if self.failed_starts >= MAX_FAILED_STARTS {
+                self.enter_failed(&format!(
+                    "{} consecutive failed starts, last {reason}",
+                    self.failed_starts
+                ));
+            } else {
+                self.after_exit(now, &child, exit, cause);
+            }
+        } else {
+            self.after_exit(now, &child, exit, cause);
+        }
+        if self.state == State::Backoff && cause != Some(StopCause::Restart) {
+            let class = match (status, exit.signal) {
+                ("exited", Some(_)) => "signal",
+                (s, _) => s,
+            };
+            self.metrics.restart(class);
+        }
+        let retry_after = self.next_spawn.map(|t| t.saturating_duration_since(now));
+        self.fail_inflight(status, &reason, retry_after);
+        self.ready_since = None;
+        self.start_deadline = None;
+        if self.state == State::Failed || (self.handshake.is_none() && !self.probe_respawn) {
+            // Requests held for a child that never became ready learn why at once (K18).
+            let status = if self.state == State::Failed {
+                "failed"
+            } else {
+                status
+            };
+            self.fail_held(status);
+        }
+    }
+
+    pub(super) fn after_exit(
+        &mut self,
+        now: Instant,
+        child: &ChildHandle,
+        exit: Exit,
+        cause: Option<StopCause>,
+    ) {
+        let restart = match self.cfg.restart {
+            RestartPolicy::Always => true,
+            RestartPolicy::OnFailure => cause.is_some() || !exit.clean(),
+            RestartPolicy::Never => false,
+        };
+        if restart {
+            let delay =
+                self.backoff
+                    .on_exit(now, child.spawned_at, self.ready_since, &mut self.rng);
+            self.state = State::Backoff;
+            self.next_spawn = Some(now + delay);
+            info!(message_id = MSG_BACKOFF, restart_n = self.restarts + 1,
+                backoff_ms = delay.as_millis() as u64, attempt = self.backoff.failures(),
+                reason = %exit.reason(), "restarting after backoff");
+        } else {
+            if exit.clean() {
+                info!(policy = ?self.cfg.restart, "not restarting (restart policy)");
+            } else {
+                error!(message_id = MSG_FAILED, reason = %exit.reason(), restart_n = self.restarts,
+                    policy = ?self.cfg.restart, "failed: not restarting (restart policy)");
+            }
+            self.state = if exit.clean() {
+                State::Stopped
+            } else {
+                State::Failed
+            };
+            self.next_spawn = None;
+            self.fail_held(if exit.clean() { "stopped" } else { "failed" });
+        }
+    }
+
+    pub(super) fn schedule_restart(&mut self, now: Instant, _ready: bool) {
+        let delay = self.backoff.on_exit(now, now, None, &mut self.rng);
+        self.state = State::Backoff;
+        self.next_spawn = Some(now + delay);
+        info!(
+            message_id = MSG_BACKOFF,
+            restart_n = self.restarts + 1,
+            backoff_ms = delay.as_millis() as u64,
+            attempt = self.backoff.failures(),
+            reason = "spawn-error",
+            "restarting after backoff"
+        );
+        self.failed_starts += 1;
+        if self.failed_starts >= MAX_FAILED_STARTS {
+            self.enter_failed("too many consecutive failed starts");
+        }
+    }
+
+    pub(super) fn on_ready(&mut self, hs: Handshake) {
+        let first = self.handshake.is_none();
+        info!(message_id = MSG_READY, child_pid = self.child.as_ref().map(|c| c.pid),
+            restart_n = self.restarts, protocol_version = %hs.protocol_version, "ready");
+        self.handshake = Some(hs);
+        self.state = State::Ready;
+        self.ready_since = Some(Instant::now());
+        self.failed_starts = 0;
+        self.start_deadline = None;
+        self.listen = None;
+        self.open_listen();
+        if !first || self.generation > 1 {
+            self.restarts_after_ready();
+        }
+        self.prefetch_lists();
+        // Clients whose `initialize` waited for the child (concurrent first handshakes, K10).
+        let held: Vec<Held> = self.held.drain(..).collect();
+        for h in held {
+            // Already in the ledger since arrival: its duration includes the wait.
+            self.dispatch_request(h.client, h.msg);
+        }
+    }
+
+    /// After a restart: replay log level and subscriptions, then re-read the lists and announce
+    /// only real changes (issue 5 §4).
+    pub(super) fn restarts_after_ready(&mut self) {
+        let far = Instant::now() + self.cfg.request_timeout;
+        let handshake_child = self.child_era() == Era::Handshake;
+        if let Some(level) = self.child_log_level.filter(|_| handshake_child) {
+            let p = raw(&json!({"level": level_name(level)}));
+            self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), far);
+        }
+        let uris: Vec<String> = if handshake_child {
+            self.subs.keys().cloned().collect()
+        } else {
+            Vec::new()
+        };
+        for uri in uris {
+            self.send_to_child(
+                Owner::Internal,
+                "resources/subscribe",
+                Some(raw(&json!({"uri": uri}))),
+                far,
+            );
+        }
+        let cached: Vec<&'static str> = self.lists.keys().copied().collect();
+        for method in cached {
+            self.send_to_child(
+                Owner::Refresh {
+                    method,
+                    announce: true,
+                },
+                method,
+                None,
+                far,
+            );
+        }
+    }
+
+    /// Reads the lists the child advertises and nobody asked for yet, so an outage can be
+    /// answered with the last real list from the start (issue 5 §3).
+    pub(super) fn prefetch_lists(&mut self) {
+        let Some(hs) = &self.handshake else { return };
+        let missing: Vec<&'static str> = era::LISTS
+            .iter()
+            .filter(|(m, _, cap)| hs.has(cap) && !self.lists.contains_key(m))
+            .map(|(m, _, _)| *m)
+            .collect();
+        let far = Instant::now() + self.cfg.request_timeout;
+        for method in missing {
+            self.send_to_child(
+                Owner::Refresh {
+                    method,
+                    announce: false,
+                },
+                method,
+                None,
+                far,
+            );
+        }
+    }
+
+    pub(super) fn on_child_event(&mut self, ev: ChildEvent) {
+        let current = self.child.as_ref().map(|c| c.generation);
+        let generation = match &ev {
+            ChildEvent::Message(g, _)
+            | ChildEvent::Oversized(g, _, _)
+            | ChildEvent::Malformed(g, _, _)
+            | ChildEvent::StdoutClosed(g)
+            | ChildEvent::StdinFailed(g, _)
+            | ChildEvent::Exited(g, _) => *g,
+        };
+        if Some(generation) != current {
+            return;
+        }
+        match ev {
+            ChildEvent::Message(_, m) => {
+                self.heard();
+                self.on_child_message(m);
+            }
+            ChildEvent::Oversized(_, len, id) => {
+                self.heard();
+                self.on_oversized(len, id);
+            }
+            ChildEvent::Malformed(_, id, why) => {
+                // Any reply proves life, a malformed one too.
+                self.heard();
+                self.on_malformed(&id, &why);
+            }
+            ChildEvent::StdoutClosed(_) => {
+                // MCP: a server may shut down by closing stdout. Give it time to exit by itself;
+                // its exit status is the better diagnosis.
+                debug!("the child closed its stdout");
+                self.stdout_closed_at = Some(Instant::now());
+            }
+            ChildEvent::StdinFailed(_, why) => {
+                warn!("{why}");
+                self.stop_child(StopCause::StdinFailed);
+            }
+            ChildEvent::Exited(_, exit) => self.on_exit(exit),
+        }
+    }
+
+    pub(super) fn heard(&mut self) {
+        self.health.heard(Instant::now());
+    }
+
+    pub(super) fn on_session(&mut self, ev: SessionEvent) {
+        match ev {
+            SessionEvent::Connected(id, tx, peer) => {
+                if !self.shutdown_waiters.is_empty() {
+                    warn!(client = %id, "refusing a client: shutting down");
+                    tx.deliver(message::error_response(
+                        &message::raw_null(),
+                        code::SERVER_UNAVAILABLE,
+                        "mcp-supervisor is shutting down",
+                        None,
+                    ));
+                    tx.kick();
+                    return;
+                }
+                self.clients.insert(
+                    id,
+                    Client {
+                        tx,
+                        peer,
+                        era: None,
+                        initialized: false,
+                        capabilities: json!({}),
+                        name: String::new(),
+                        info: Value::Null,
+                        log_level: None,
+                        subs: HashSet::new(),
+                        closing: false,
+                    },
+                );
+                self.metrics.set_clients(self.clients.len());
+            }
+            SessionEvent::Message(id, m) => {
+                if self.clients.contains_key(&id) {
+                    self.on_client_message(id, m)
+                }
+            }
+            SessionEvent::Rejected(id, code) => {
+                let (uid, pid) = self
+                    .clients
+                    .get(&id)
+                    .map(|c| (Some(c.peer.uid), c.peer.pid))
+                    .unwrap_or((None, None));
+                info!(target: "mcp_supervisor::requests", client = %id, peer_uid = uid, peer_pid = pid,
+                    outcome = Outcome::Invalid.as_str(), error_code = code, "request finished");
+                self.metrics.request("", Outcome::Invalid, Some(code), 0.0);
+            }
+            SessionEvent::InputClosed(id) => {
+                if let Some(c) = self.clients.get_mut(&id) {
+                    c.closing = true;
+                }
+                // It can no longer answer the child's requests.
+                self.fail_upstream_of(id, "the client that was asked closed its input");
+                self.close_if_done(id);
+            }
+            SessionEvent::Disconnected(id) => self.drop_client(id),
+        }
+    }
+}

@@ -1,0 +1,675 @@
+//! # Theory of operation
+//!
+//! One actor per configured server owns everything about it: the child instance (spawned with
+//! [`crate::child::process`]), the MCP session with the child, the id maps, the connected
+//! clients, health probing and the restart schedule. It is a single task with a `select!` over
+//! three inboxes (sessions, child events, commands) and one timer, so no state is shared and
+//! no lock is held anywhere on the message path.
+//!
+//! Routing rules (issue 3; design decisions 2-5):
+//! - every request forwarded to the child gets a fresh child-side id from a counter that never
+//!   repeats in the actor's lifetime; the response restores the client's exact id;
+//! - `_meta.progressToken` is replaced by the child-side id, so progress maps back to the
+//!   owner; `notifications/cancelled` ids are translated both ways;
+//! - `initialize`, `notifications/initialized` and `ping` from clients never reach the child;
+//!   the child's own `ping` is answered here at once;
+//! - a child's request (`sampling/createMessage`, `elicitation/create`, `roots/list`, ...) goes
+//!   to the owner rule in [`Server::pick_owner`];
+//! - session-wide notifications fan out; `resources/updated` only to subscribers; logging is
+//!   filtered per client.
+//!
+//! Health (issue 4): any message from the child is proof of life; a probe is sent only after
+//! `probe_interval` of silence; death is exit, or `probe_failures` consecutive unanswered
+//! probes with nothing heard, and never before the oldest in-flight request's deadline.
+//!
+//! Outages (issue 5): in-flight requests fail at once on exit with a structured record;
+//! requests during start-up or backoff wait (bounded) and are forwarded once ready; list
+//! requests are answered from the last known result while the child is down.
+
+use crate::child::backoff::{Backoff, FAILED_RETRY, MAX_FAILED_STARTS};
+use crate::child::process::{self, ChildEvent, ChildHandle, Exit, Queued, StderrTail};
+use crate::config::{RestartPolicy, ServerConfig};
+use crate::jsonrpc::message::{self, code, raw, raw_u64, Kind, Message, Out, RawObject};
+use crate::logging::{MSG_BACKOFF, MSG_EXITED, MSG_FAILED, MSG_READY, MSG_SPAWNED};
+use crate::mux::era::{self, ChildProtocol, Era, Handshake};
+use crate::mux::health::{Action, Health, HealthConfig, ProbeMethods};
+use crate::mux::ids::Inflight;
+use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent};
+use crate::observe::{metrics, Outcome, ServerMetrics};
+use bytes::Bytes;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, error, info, warn, Instrument};
+
+mod child;
+mod clients;
+mod forward;
+mod lifecycle;
+mod outage;
+mod subs;
+mod timers;
+mod util;
+
+use util::*;
+
+/// A child that closed stdout is stopped if still running after this (R15).
+const STDOUT_CLOSED_GRACE: Duration = Duration::from_secs(2);
+
+/// Lifecycle state of a server (issue 7's `status` vocabulary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Spawned, handshake not answered yet.
+    Starting,
+    /// Handshake answered; traffic flows.
+    Ready,
+    /// Waiting to respawn after an exit.
+    Backoff,
+    /// Stop ladder running.
+    Stopping,
+    /// Not running and not scheduled to run.
+    Stopped,
+    /// Gave up (permanent error or too many failed starts); retried every 10 minutes.
+    Failed,
+}
+
+/// The last exit, for status and errors.
+#[derive(Debug, Clone, Serialize)]
+pub struct LastExit {
+    /// Exit code, if it exited.
+    pub code: Option<i32>,
+    /// Signal number, if a signal ended it.
+    pub signal: Option<i32>,
+    /// `exited(1)`, `signal(SIGKILL)`, `start-timeout`, `probe-timeout`, `spawn-error`, ...
+    pub reason: String,
+    /// Wall-clock time of the exit, RFC 3339.
+    pub at: String,
+}
+
+/// A snapshot for `status` (issue 4 §6 and issue 7).
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// Server name.
+    pub name: String,
+    /// Lifecycle state.
+    pub state: State,
+    /// Child pid, null when no child runs.
+    pub pid: Option<u32>,
+    /// Restarts since the supervisor started.
+    pub restarts: u64,
+    /// Protocol era / negotiated version, when known.
+    pub era: Option<String>,
+    /// Connected clients.
+    pub clients: usize,
+    /// Seconds the current child has been running.
+    pub uptime_s: Option<f64>,
+    /// Seconds since anything was heard from the child.
+    pub last_heard_s: Option<f64>,
+    /// Probes sent to the current child.
+    pub probes_sent: u64,
+    /// Probes answered (any reply).
+    pub probes_answered: u64,
+    /// False once the child was seen not to answer (or to die on) `ping`.
+    pub ping_served: bool,
+    /// Consecutive failures counted by the backoff.
+    pub consecutive_failures: u32,
+    /// Milliseconds until the next spawn, in `backoff` or `failed`.
+    pub retry_in_ms: Option<u64>,
+    /// Last exit, null until the first one.
+    pub last_exit: Option<LastExit>,
+    /// Last lines of stderr.
+    pub stderr_tail: String,
+    /// Times this server's actor ended unexpectedly (a panic) and was restarted.
+    pub actor_restarts: u64,
+    /// The last such panic's message, null if none.
+    pub last_actor_panic: Option<String>,
+}
+
+/// Commands from the daemon and the control socket (systemctl-like verbs).
+#[derive(Debug)]
+pub enum Command {
+    /// Stop the child through the ladder and end the actor; replies when done.
+    Shutdown(oneshot::Sender<()>),
+    /// Stop the child and keep it stopped (clients stay connected and get `stopped` errors);
+    /// replies once it has exited.
+    Stop(oneshot::Sender<()>),
+    /// Start the child now if it is not running, clearing `failed` and the backoff (like
+    /// `systemctl reset-failed` + `start`).
+    Start(oneshot::Sender<()>),
+    /// Stop the child (if running) and start it again at once, clearing the backoff.
+    Restart(oneshot::Sender<()>),
+    /// Use a new configuration; the child is restarted when it changed.
+    Reconfigure(Box<ServerConfig>, oneshot::Sender<()>),
+    /// Reply with a status snapshot.
+    Status(oneshot::Sender<Status>),
+}
+
+/// A cheap handle to a running server actor.
+#[derive(Debug, Clone)]
+pub struct ServerHandle {
+    /// Inbox for client sessions.
+    pub sessions: mpsc::Sender<SessionEvent>,
+    /// Inbox for commands.
+    pub commands: mpsc::Sender<Command>,
+    /// Pid (= process group id) of the running child, 0 when none: lets the daemon SIGKILL
+    /// every group at once on a second signal without waiting for the actor (F25).
+    pub pid: Arc<AtomicU32>,
+}
+
+impl ServerHandle {
+    /// SIGKILLs the current child's process group, if any, right now.
+    pub fn kill_now(&self) {
+        let pid = self.pid.load(Ordering::SeqCst);
+        if pid != 0 {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// Starts the actor for `cfg`; it spawns the child at once. The returned task is the actor's
+/// supervisor ([`supervise`]): it ends only when the actor ends normally.
+pub fn start(cfg: ServerConfig) -> (ServerHandle, tokio::task::JoinHandle<()>) {
+    let (stx, srx) = mpsc::channel(1024);
+    let (ctx, crx) = mpsc::channel(16);
+    let span = tracing::info_span!("server", server = %cfg.name);
+    let pid = Arc::new(AtomicU32::new(0));
+    let task = tokio::spawn(supervise(cfg, srx, crx, pid.clone()).instrument(span));
+    (
+        ServerHandle {
+            sessions: stx,
+            commands: ctx,
+            pid,
+        },
+        task,
+    )
+}
+
+/// Why the supervisor itself stopped the child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopCause {
+    StartTimeout,
+    ProbeTimeout,
+    StdinFailed,
+    StdoutClosed,
+    HandshakeRejected,
+    Shutdown,
+    Stop,
+    Restart,
+}
+
+impl StopCause {
+    fn reason(self) -> &'static str {
+        match self {
+            StopCause::StartTimeout => "start-timeout",
+            StopCause::ProbeTimeout => "probe-timeout",
+            StopCause::StdinFailed => "stdin-failed",
+            StopCause::StdoutClosed => "stdout-closed",
+            StopCause::HandshakeRejected => "handshake-rejected",
+            StopCause::Shutdown | StopCause::Stop => "stopped",
+            StopCause::Restart => "restart-requested",
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Owner {
+    Client {
+        client: ClientId,
+        id: Box<RawValue>,
+        progress: Option<Box<RawValue>>,
+        /// `resources/subscribe` URI: recorded as subscribed when the child says yes.
+        subscribe: Option<String>,
+        /// The list method to cache the result of (no cursor in the request).
+        cache: Option<&'static str>,
+        /// A modern client's request on a handshake child: add `resultType` to the result.
+        add_result_type: bool,
+        /// The log level this request asked for (modern `_meta` logLevel, or a handshake
+        /// client's level toward a modern child): who may receive `notifications/message`.
+        log_level: Option<usize>,
+        /// A handshake client's request to a modern child that may come back
+        /// `input_required`: the params sent, to retry with (MRTR, issue 6 §4).
+        retry_params: Option<Box<RawValue>>,
+    },
+    Initialize,
+    /// `server/discover` opening a fresh child: the era probe of `auto` (`probe`), or the
+    /// readiness check of a child configured for 2026-07-28.
+    Discover {
+        probe: bool,
+    },
+    /// The supervisor's own `subscriptions/listen` stream.
+    Listen,
+    Refresh {
+        method: &'static str,
+        announce: bool,
+    },
+    Internal,
+}
+
+#[derive(Debug)]
+struct Pending {
+    owner: Owner,
+    method: String,
+    /// When it was written to the child (the health rule for overdue requests).
+    written: Instant,
+}
+
+/// What the request log needs about a client request, from arrival to its one outcome
+/// (issue 8). Keyed by client and request id in [`Server::ledger`].
+#[derive(Debug)]
+struct Tracked {
+    /// The id shown to the client in errors and in the log (`r-...`).
+    rid: String,
+    method: String,
+    tool: Option<String>,
+    /// Keys of `tools/call` arguments (never their values).
+    arg_keys: Vec<String>,
+    started: Instant,
+    /// The child instance running when the request arrived, if any.
+    generation: Option<u64>,
+}
+
+/// A modern client's `subscriptions/listen` stream, served by the supervisor from a handshake
+/// child's session-wide notifications (issue 6 §3).
+#[derive(Debug)]
+struct Listener {
+    client: ClientId,
+    /// The listen request's id: the stream's subscription id.
+    id: Box<RawValue>,
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+    uris: Vec<String>,
+}
+
+impl Listener {
+    /// Whether this stream asked for the notification `method` (about `uri`).
+    fn wants(&self, method: &str, uri: Option<&str>) -> bool {
+        match method {
+            "notifications/tools/list_changed" => self.tools,
+            "notifications/prompts/list_changed" => self.prompts,
+            "notifications/resources/list_changed" => self.resources,
+            "notifications/resources/updated" => {
+                uri.is_some_and(|u| self.uris.iter().any(|x| x == u))
+            }
+            _ => false,
+        }
+    }
+
+    /// `method` on this stream: its params with `_meta.subscriptionId` set to the stream's id.
+    fn notification(&self, method: &str, params: Option<&RawValue>) -> Bytes {
+        let mut p = params
+            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+            .unwrap_or(json!({}));
+        if !p.is_object() {
+            p = json!({});
+        }
+        let id: Value = serde_json::from_str(self.id.get()).unwrap_or(Value::Null);
+        if let Some(o) = p.as_object_mut() {
+            o.insert("_meta".into(), json!({ era::META_SUBSCRIPTION_ID: id }));
+        }
+        Out::request(None, method, Some(&raw(&p))).encode()
+    }
+}
+
+/// A client request held while the child is not ready.
+#[derive(Debug)]
+struct Held {
+    client: ClientId,
+    msg: Message,
+    deadline: Instant,
+}
+
+/// A child's request forwarded to a client.
+#[derive(Debug)]
+struct Upstream {
+    asker: Asker,
+    deadline: Instant,
+}
+
+/// Who is waiting for a client's answer to a request the supervisor sent it.
+#[derive(Debug)]
+enum Asker {
+    /// The child's own request (handshake era), under the child's id.
+    Child(Box<RawValue>),
+    /// An input request of a 2026 `input_required` result, answered for the client (MRTR).
+    Mrtr { round: u64, key: String },
+}
+
+/// An `input_required` result being turned into handshake-era requests to the client that
+/// made the original request (issue 6 §4); once every answer is in, the original request is
+/// retried with `inputResponses` and the opaque `requestState`.
+#[derive(Debug)]
+struct Round {
+    client: ClientId,
+    /// The client's id for the original request.
+    id: Box<RawValue>,
+    method: String,
+    /// The params the child saw (envelope included), to retry with.
+    params: Value,
+    /// The child's opaque `requestState`, byte-exact; `None` when it gave none (K25).
+    state: Option<Box<RawValue>>,
+    answers: Map<String, Value>,
+    waiting: usize,
+    progress: Option<Box<RawValue>>,
+    log_level: Option<usize>,
+}
+
+#[derive(Debug)]
+struct Client {
+    tx: ClientTx,
+    peer: Peer,
+    /// The client's era, decided by its first request (issue 6 §3: as the SDKs do).
+    era: Option<Era>,
+    initialized: bool,
+    capabilities: Value,
+    name: String,
+    /// `clientInfo` from its `initialize` (for envelopes toward a modern child).
+    info: Value,
+    log_level: Option<usize>,
+    subs: HashSet<String>,
+    /// Input closed: drop the client once its last request is answered.
+    closing: bool,
+}
+
+/// What the actor's supervisor remembers across actor restarts (for `status`).
+#[derive(Debug, Default, Clone)]
+struct ActorHistory {
+    restarts: u64,
+    last_panic: Option<String>,
+}
+
+/// Runs the actor and restarts it if it panics (issue 12 §2): the inboxes outlive the actor,
+/// so the server's socket and handle stay valid. After a panic, the dead actor's clients are
+/// told why and disconnected (they may reconnect at once), its child is stopped through the
+/// ladder and waited for, and a fresh actor starts with the server's current configuration.
+async fn supervise(
+    cfg: ServerConfig,
+    mut sessions: mpsc::Receiver<SessionEvent>,
+    mut commands: mpsc::Receiver<Command>,
+    pid: Arc<AtomicU32>,
+) {
+    use futures_util::FutureExt;
+    let mut cfg = cfg;
+    let mut history = ActorHistory::default();
+    loop {
+        let mut server = Server::new(cfg, pid.clone(), history.clone());
+        let run = std::panic::AssertUnwindSafe(server.run(&mut sessions, &mut commands));
+        let Err(panic) = run.catch_unwind().await else {
+            return;
+        };
+        let why = panic_message(&*panic);
+        error!(panic = %why, "the server's actor panicked; restarting it");
+        metrics().restart(&server.cfg.name, "actor-panic");
+        history.restarts += 1;
+        history.last_panic = Some(why.clone());
+        server.after_panic(&why).await;
+        cfg = server.cfg.clone();
+    }
+}
+
+/// The text of a panic payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with no message".to_string())
+}
+
+/// A test hook (`MCP_SUPERVISOR_TEST_PANIC=<method>`, read at actor start): a client request
+/// for that method panics the actor, so tests can prove the actor is supervised. Unset in
+/// production; nothing else reads it.
+fn test_panic_method() -> Option<String> {
+    std::env::var("MCP_SUPERVISOR_TEST_PANIC")
+        .ok()
+        .filter(|m| !m.is_empty())
+}
+
+/// Panics: the test hook's whole purpose (see [`test_panic_method`]); never reached unless
+/// the environment variable is set.
+#[allow(clippy::panic)]
+fn test_panic(method: &str) -> ! {
+    panic!("test hook: MCP_SUPERVISOR_TEST_PANIC={method}")
+}
+
+struct Server {
+    cfg: ServerConfig,
+    /// This server's metric series, resolved once (no lock or label allocation per message).
+    metrics: ServerMetrics,
+    history: ActorHistory,
+    test_panic: Option<String>,
+    pid: Arc<AtomicU32>,
+    state: State,
+    child: Option<ChildHandle>,
+    generation: u64,
+    events_tx: mpsc::Sender<ChildEvent>,
+    events_rx: mpsc::Receiver<ChildEvent>,
+    tail: StderrTail,
+    backoff: Backoff,
+    rng: StdRng,
+    failed_starts: u32,
+    ready_since: Option<Instant>,
+    next_spawn: Option<Instant>,
+    stop_cause: Option<StopCause>,
+    /// When the current child closed stdout while still running (R15: 2 s grace, then stop).
+    stdout_closed_at: Option<Instant>,
+    restarts: u64,
+    last_exit: Option<LastExit>,
+    shutdown_waiters: Vec<oneshot::Sender<()>>,
+    /// Replied to once the child has exited (operator `stop`).
+    stop_waiters: Vec<oneshot::Sender<()>>,
+    /// Shutdown requested: end the actor once stopped.
+    exiting: bool,
+    // The MCP session with the child.
+    inflight: Inflight<Pending>,
+    handshake: Option<Handshake>,
+    /// `protocol = "auto"`: the era the child was found to speak (kept across restarts).
+    verdict: Option<Era>,
+    /// The supervisor's own `subscriptions/listen` stream on a modern child (child-side id),
+    /// feeding handshake clients their list-changed and resource-updated notifications.
+    listen: Option<u64>,
+    /// Listen streams of modern clients served by the supervisor on a handshake child.
+    listeners: Vec<Listener>,
+    /// The pending spawn replaces a child that exited on the era probe: not an outage.
+    probe_respawn: bool,
+    start_deadline: Option<Instant>,
+    lists: HashMap<&'static str, Value>,
+    child_log_level: Option<usize>,
+    subs: HashMap<String, HashSet<ClientId>>,
+    // Clients.
+    clients: BTreeMap<ClientId, Client>,
+    held: VecDeque<Held>,
+    /// Every client request not finished yet (issue 8: exactly one outcome each).
+    ledger: HashMap<(ClientId, String), Tracked>,
+    next_upstream: u64,
+    upstream: HashMap<(ClientId, u64), Upstream>,
+    /// MRTR rounds in progress, by round number.
+    rounds: HashMap<u64, Round>,
+    next_round: u64,
+    // Health.
+    health: Health,
+}
+
+impl Server {
+    fn new(cfg: ServerConfig, pid: Arc<AtomicU32>, history: ActorHistory) -> Self {
+        let (events_tx, events_rx) = mpsc::channel(256);
+        let health = Health::new(health_config(&cfg), Instant::now());
+        Server {
+            metrics: metrics().server(&cfg.name),
+            pid,
+            history,
+            test_panic: test_panic_method(),
+            backoff: Backoff::new(
+                cfg.backoff_initial,
+                cfg.backoff_max,
+                cfg.backoff_reset_after,
+            ),
+            cfg,
+            state: State::Stopped,
+            child: None,
+            generation: 0,
+            events_tx,
+            events_rx,
+            tail: StderrTail::default(),
+            rng: StdRng::from_entropy(),
+            failed_starts: 0,
+            ready_since: None,
+            next_spawn: None,
+            stop_cause: None,
+            stdout_closed_at: None,
+            restarts: 0,
+            last_exit: None,
+            shutdown_waiters: Vec::new(),
+            stop_waiters: Vec::new(),
+            exiting: false,
+            inflight: Inflight::default(),
+            handshake: None,
+            verdict: None,
+            listen: None,
+            listeners: Vec::new(),
+            probe_respawn: false,
+            start_deadline: None,
+            lists: HashMap::new(),
+            child_log_level: None,
+            subs: HashMap::new(),
+            clients: BTreeMap::new(),
+            held: VecDeque::new(),
+            ledger: HashMap::new(),
+            next_upstream: 1,
+            rounds: HashMap::new(),
+            next_round: 1,
+            upstream: HashMap::new(),
+            health,
+        }
+    }
+
+    /// After a panic of [`Server::run`]: the state may be half-updated, but it is memory-safe
+    /// and enough to tell the clients, stop the child through the ladder and wait for it.
+    async fn after_panic(&mut self, why: &str) {
+        let msg = format!(
+            "mcp-supervisor: the actor of server `{}` failed ({why}); it restarts now, reconnect",
+            self.cfg.name
+        );
+        for c in self.clients.values() {
+            c.tx.deliver(message::error_response(
+                &message::raw_null(),
+                code::INTERNAL_ERROR,
+                &msg,
+                Some(json!({"server": self.cfg.name, "status": "actor-restart"})),
+            ));
+            c.tx.close_after_drain();
+        }
+        self.clients.clear();
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        child.stop();
+        let generation = child.generation;
+        let budget = self.cfg.stop_grace + self.cfg.kill_timeout + Duration::from_secs(5);
+        let waited = tokio::time::timeout(budget, async {
+            while let Some(ev) = self.events_rx.recv().await {
+                if matches!(ev, ChildEvent::Exited(g, _) if g == generation) {
+                    return;
+                }
+            }
+        })
+        .await;
+        if waited.is_err() {
+            warn!("the child of the failed actor did not exit within the stop budget");
+        }
+        self.pid.store(0, Ordering::SeqCst);
+    }
+
+    async fn run(
+        &mut self,
+        sessions: &mut mpsc::Receiver<SessionEvent>,
+        commands: &mut mpsc::Receiver<Command>,
+    ) {
+        self.spawn();
+        let (mut sessions_open, mut commands_open) = (true, true);
+        let mut exported_state = None;
+        loop {
+            if exported_state != Some(self.state) {
+                exported_state = Some(self.state);
+                self.metrics.set_state(self.outage_status_of(self.state));
+            }
+            if self.state == State::Stopped {
+                for w in self.stop_waiters.drain(..) {
+                    let _ = w.send(());
+                }
+                if self.exiting {
+                    break;
+                }
+            }
+            let wake = self.next_wake();
+            tokio::select! {
+                ev = self.events_rx.recv() => {
+                    if let Some(ev) = ev { self.on_child_event(ev) }
+                }
+                ev = sessions.recv(), if sessions_open => match ev {
+                    Some(ev) => self.on_session(ev),
+                    None => { sessions_open = false; self.exiting = true; self.begin_shutdown(); }
+                },
+                cmd = commands.recv(), if commands_open => match cmd {
+                    Some(Command::Shutdown(done)) => { self.shutdown_waiters.push(done); self.exiting = true; self.begin_shutdown(); }
+                    Some(Command::Stop(done)) => { self.stop_waiters.push(done); self.operator_stop(); }
+                    Some(Command::Start(done)) => { self.operator_start(); let _ = done.send(()); }
+                    Some(Command::Restart(done)) => { self.operator_restart(); let _ = done.send(()); }
+                    Some(Command::Reconfigure(cfg, done)) => { self.reconfigure(*cfg); let _ = done.send(()); }
+                    Some(Command::Status(reply)) => { let _ = reply.send(self.status()); }
+                    None => { commands_open = false; self.exiting = true; self.begin_shutdown(); }
+                },
+                _ = sleep_until(wake) => self.on_timer(),
+            }
+        }
+        for c in self.clients.values() {
+            c.tx.kick();
+        }
+        for w in self.shutdown_waiters.drain(..) {
+            let _ = w.send(());
+        }
+    }
+
+    fn status(&self) -> Status {
+        let now = Instant::now();
+        let health = self.health.status();
+        Status {
+            name: self.cfg.name.clone(),
+            state: self.state,
+            pid: self.child.as_ref().map(|c| c.pid),
+            restarts: self.restarts,
+            era: self.handshake.as_ref().map(|h| h.protocol_version.clone()),
+            clients: self.clients.len(),
+            uptime_s: self
+                .child
+                .as_ref()
+                .map(|c| now.duration_since(c.spawned_at).as_secs_f64()),
+            last_heard_s: self.child.as_ref().map(|_| {
+                now.saturating_duration_since(self.health.last_heard())
+                    .as_secs_f64()
+            }),
+            probes_sent: health.probes_sent,
+            probes_answered: health.probes_answered,
+            ping_served: health.ping_served,
+            consecutive_failures: self.backoff.failures(),
+            retry_in_ms: self
+                .next_spawn
+                .map(|t| t.saturating_duration_since(now).as_millis() as u64),
+            last_exit: self.last_exit.clone(),
+            stderr_tail: self.tail.text(),
+            actor_restarts: self.history.restarts,
+            last_actor_panic: self.history.last_panic.clone(),
+        }
+    }
+}

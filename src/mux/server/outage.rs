@@ -1,0 +1,305 @@
+//! Delivery to clients (one outcome per request) and outage answers: the list cache, the
+//! outage record, failing in-flight and held requests.
+
+use super::*;
+
+impl Server {
+    /// Ends a client request with its one outcome: the request log line and the metrics.
+    pub(super) fn finish(
+        &mut self,
+        client: ClientId,
+        key: &str,
+        outcome: Outcome,
+        code: Option<i64>,
+    ) {
+        let Some(t) = self.ledger.remove(&(client, key.to_string())) else {
+            return;
+        };
+        let elapsed = t.started.elapsed();
+        let (uid, pid, name) = self
+            .clients
+            .get(&client)
+            .map(|c| (Some(c.peer.uid), c.peer.pid, c.name.clone()))
+            .unwrap_or((None, None, String::new()));
+        info!(
+            target: "mcp_supervisor::requests",
+            request_id = %t.rid,
+            client = %client,
+            peer_uid = uid,
+            peer_pid = pid,
+            client_name = %name,
+            method = %t.method,
+            tool = t.tool.as_deref().unwrap_or(""),
+            arg_keys = %t.arg_keys.join(","),
+            duration_ms = (elapsed.as_secs_f64() * 1e6).round() / 1e3,
+            outcome = outcome.as_str(),
+            error_code = code,
+            // The instance that was running at arrival exited or was replaced meanwhile.
+            restarted = t.generation.is_some() && t.generation != self.child.as_ref().map(|c| c.generation),
+            "request finished"
+        );
+        self.metrics
+            .request(&t.method, outcome, code, elapsed.as_secs_f64());
+        self.metrics.set_in_flight(self.inflight.len());
+    }
+
+    /// Answers a client request with a JSON-RPC error and finishes it with `outcome`.
+    pub(super) fn respond_error(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        code: i64,
+        msg: &str,
+        data: Option<Value>,
+        outcome: Outcome,
+    ) {
+        let line = message::error_response(id, code, msg, data);
+        self.respond(client, id, line, outcome, Some(code));
+    }
+
+    /// Answers a client request and finishes it.
+    pub(super) fn respond(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        line: Bytes,
+        outcome: Outcome,
+        code: Option<i64>,
+    ) {
+        self.finish(client, &id_key(id), outcome, code);
+        self.reply(client, line);
+    }
+
+    pub(super) fn reply(&mut self, client: ClientId, line: Bytes) {
+        self.metrics.bytes("to_client", line.len());
+        let (ok, closing) = match self.clients.get(&client) {
+            Some(c) => (c.tx.deliver(line), c.closing),
+            None => return,
+        };
+        if !ok {
+            self.drop_client(client);
+        } else if closing {
+            self.close_if_done(client);
+        }
+    }
+
+    pub(super) fn broadcast(&mut self, line: &Bytes, filter: impl Fn(&Client) -> bool) {
+        let targets: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| c.initialized && filter(c))
+            .map(|(id, _)| *id)
+            .collect();
+        for c in targets {
+            self.reply(c, line.clone());
+        }
+    }
+
+    pub(super) fn outage_status(&self) -> &'static str {
+        self.outage_status_of(self.state)
+    }
+
+    /// The state's name in status and metrics; also the outage `status` for a waiting state.
+    pub(super) fn outage_status_of(&self, state: State) -> &'static str {
+        match state {
+            State::Starting => "starting",
+            State::Backoff => "backoff",
+            State::Failed => "failed",
+            State::Stopping | State::Stopped => "stopped",
+            State::Ready => "ready",
+        }
+    }
+
+    /// Answers a list request from the last known result while the child is down (issue 5 §3).
+    pub(super) fn answer_from_cache(&mut self, client: ClientId, m: &Message) -> bool {
+        let method = m.method();
+        let Some((list, _, _)) = era::LISTS.iter().find(|(l, _, _)| *l == method) else {
+            return false;
+        };
+        if m.params
+            .as_deref()
+            .is_some_and(|p| p.get().contains("\"cursor\""))
+        {
+            return false;
+        }
+        let Some(cached) = self.lists.get(list) else {
+            return false;
+        };
+        let mut result = cached.clone();
+        if *list == "tools/list" && self.cfg.mark_unavailable {
+            let note = format!(
+                " [mcp-supervisor: server `{}` is currently unavailable ({}); calls will fail until it recovers]",
+                self.cfg.name,
+                self.outage_status()
+            );
+            if let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) {
+                for t in tools {
+                    let d = t
+                        .get("description")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string();
+                    t["description"] = Value::String(d + &note);
+                }
+            }
+        }
+        let Some(id) = m.id.clone() else { return false };
+        let line = message::result_response(&id, &result);
+        self.respond(client, &id, line, Outcome::Ok, None);
+        true
+    }
+
+    /// Answers a request that cannot reach the child. `tools/call` gets a tool result with
+    /// `isError: true` (the model must read the outage as an outage); everything else a
+    /// JSON-RPC error. Both carry the same record (issue 5 §1-2; see README "Errors").
+    pub(super) fn outage_reply(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        method: &str,
+        status: &str,
+    ) {
+        let retry = self
+            .next_spawn
+            .map(|t| t.saturating_duration_since(Instant::now()));
+        let reason = self
+            .last_exit
+            .as_ref()
+            .map(|e| e.reason.clone())
+            .unwrap_or_else(|| status.to_string());
+        self.outage_respond(
+            client,
+            id,
+            method,
+            status,
+            &reason,
+            retry,
+            code::SERVER_UNAVAILABLE,
+            Outcome::Unreachable,
+        );
+    }
+
+    /// Answers a client request that failed for an outage, a limit or a deadline with the
+    /// documented record, and finishes it in the request log.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn outage_respond(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        method: &str,
+        status: &str,
+        reason: &str,
+        retry: Option<Duration>,
+        code: i64,
+        outcome: Outcome,
+    ) {
+        let request_id = self
+            .ledger
+            .get(&(client, id_key(id)))
+            .map(|t| t.rid.clone())
+            .unwrap_or_else(new_request_id);
+        let tail = self.tail.last_lines(10);
+        let mut record = json!({
+            "server": self.cfg.name,
+            "status": status,
+            "reason": reason,
+            "stderr_tail": tail,
+            "request_id": request_id,
+        });
+        let mut text = format!(
+            "server={} status={} reason={}",
+            self.cfg.name, status, reason
+        );
+        if let Some(r) = retry {
+            if let Some(o) = record.as_object_mut() {
+                o.insert("retry_after_ms".into(), json!(r.as_millis() as u64));
+            }
+            text.push_str(&format!(" retry_after={}", format_secs(r)));
+        }
+        text.push_str(&format!(" request_id={request_id}"));
+        let last = self.tail.last_lines(1);
+        if !last.is_empty() {
+            text.push_str(&format!(" stderr={last:?}"));
+        }
+        warn!(request_id = %request_id, method, status, reason, "request failed: {text}");
+        let (line, code) = if method == "tools/call" {
+            let result = json!({
+                "content": [{"type": "text", "text": text}],
+                "isError": true,
+                "_meta": {"mcp-supervisor/outage": record},
+            });
+            (message::result_response(id, &result), None)
+        } else {
+            let msg = match status {
+                "timeout" if code == code::REQUEST_TIMEOUT => {
+                    format!("request to server `{}` timed out", self.cfg.name)
+                }
+                _ => format!("server `{}` is unavailable: {text}", self.cfg.name),
+            };
+            (
+                message::error_response(id, code, &msg, Some(record)),
+                Some(code),
+            )
+        };
+        self.respond(client, id, line, outcome, code);
+    }
+
+    pub(super) fn fail_inflight(&mut self, status: &str, reason: &str, retry: Option<Duration>) {
+        for r in self.inflight.drain() {
+            let p = r.value;
+            if let Owner::Client { client, id, .. } = p.owner {
+                self.outage_respond(
+                    client,
+                    &id,
+                    &p.method,
+                    status,
+                    reason,
+                    retry,
+                    code::SERVER_UNAVAILABLE,
+                    Outcome::Unreachable,
+                );
+            }
+        }
+        // The dead child's requests to clients are void: tell those clients.
+        let ups: Vec<(ClientId, u64)> = self
+            .upstream
+            .iter()
+            .filter(|(_, u)| matches!(u.asker, Asker::Child(_)))
+            .map(|(k, _)| *k)
+            .collect();
+        for (client, n) in ups {
+            self.upstream.remove(&(client, n));
+            let p = raw(&json!({"requestId": n, "reason": "server exited"}));
+            self.reply(
+                client,
+                Out::request(None, "notifications/cancelled", Some(&p)).encode(),
+            );
+        }
+    }
+
+    pub(super) fn fail_held(&mut self, status: &str) {
+        let held: Vec<Held> = self.held.drain(..).collect();
+        for h in held {
+            let Some(id) = h.msg.id.clone() else { continue };
+            if h.msg.method() == "initialize" && self.handshake.is_none() {
+                let reason = self
+                    .last_exit
+                    .as_ref()
+                    .map(|e| e.reason.clone())
+                    .unwrap_or_else(|| status.into());
+                self.outage_respond(
+                    h.client,
+                    &id,
+                    "initialize",
+                    status,
+                    &reason,
+                    None,
+                    code::SERVER_UNAVAILABLE,
+                    Outcome::Unreachable,
+                );
+            } else {
+                self.outage_reply(h.client, &id, h.msg.method(), status);
+            }
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! Resource subscriptions (refcounted toward the child) and `subscriptions/listen` streams:
+//! the supervisor's own on a 2026 child, and served ones for 2026 clients of a handshake child.
+
+use super::*;
+
+impl Server {
+    /// Opens (or re-opens, with the current resource subscriptions) the supervisor's own listen
+    /// stream on a modern child, so handshake clients keep receiving list-changed and
+    /// resource-updated notifications (issue 6 §4).
+    pub(super) fn open_listen(&mut self) {
+        if self.child_era() != Era::Modern || self.state != State::Ready {
+            return;
+        }
+        if let Some(old) = self.listen.take() {
+            self.inflight.remove(old);
+            let p = raw(&json!({"requestId": old, "reason": "subscriptions changed"}));
+            if let Some(c) = &self.child {
+                c.send_urgent(Out::request(None, "notifications/cancelled", Some(&p)).encode());
+            }
+        }
+        let uris: Vec<&String> = self.subs.keys().collect();
+        let p = raw(&json!({"notifications": {
+            "toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true,
+            "resourceSubscriptions": uris,
+        }}));
+        let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        self.listen = self.send_to_child(Owner::Listen, "subscriptions/listen", Some(p), far);
+    }
+
+    /// A modern client's `subscriptions/listen` on a handshake child: acknowledged at once and
+    /// fed from the child's session-wide notifications; resource subscriptions are made toward
+    /// the child as needed. The request stays open until the client cancels it.
+    pub(super) fn serve_listen(&mut self, client: ClientId, m: Message) {
+        let Some(id) = m.id.clone() else { return };
+        let filter = m
+            .params_object()
+            .and_then(|p| p.get("notifications").cloned())
+            .unwrap_or(json!({}));
+        let flag = |k: &str| filter.get(k).and_then(Value::as_bool).unwrap_or(false);
+        let uris: Vec<String> = filter
+            .get("resourceSubscriptions")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|u| u.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let can_subscribe = self
+            .handshake
+            .as_ref()
+            .is_some_and(|h| h.capabilities.pointer("/resources/subscribe") == Some(&json!(true)));
+        let honoured_uris: Vec<String> = if can_subscribe { uris } else { Vec::new() };
+        for uri in &honoured_uris {
+            let new = !self.subs.contains_key(uri);
+            self.subs.entry(uri.clone()).or_default().insert(client);
+            if new && self.state == State::Ready {
+                let far = Instant::now() + self.cfg.request_timeout;
+                self.send_to_child(
+                    Owner::Internal,
+                    "resources/subscribe",
+                    Some(raw(&json!({"uri": uri}))),
+                    far,
+                );
+            }
+        }
+        let l = Listener {
+            client,
+            id,
+            tools: flag("toolsListChanged"),
+            prompts: flag("promptsListChanged"),
+            resources: flag("resourcesListChanged"),
+            uris: honoured_uris,
+        };
+        let mut honoured = Map::new();
+        for (k, v) in [
+            ("toolsListChanged", l.tools),
+            ("promptsListChanged", l.prompts),
+            ("resourcesListChanged", l.resources),
+        ] {
+            if v {
+                honoured.insert(k.into(), json!(true));
+            }
+        }
+        if !l.uris.is_empty() {
+            honoured.insert("resourceSubscriptions".into(), json!(l.uris));
+        }
+        let ack = l.notification(
+            "notifications/subscriptions/acknowledged",
+            Some(&raw(&json!({"notifications": honoured}))),
+        );
+        self.listeners.push(l);
+        self.reply(client, ack);
+    }
+
+    /// Ends a client's served listen stream (its cancel or its departure).
+    pub(super) fn end_listener(&mut self, client: ClientId, key: &str) -> bool {
+        let Some(i) = self
+            .listeners
+            .iter()
+            .position(|l| l.client == client && id_key(&l.id) == key)
+        else {
+            return false;
+        };
+        let l = self.listeners.remove(i);
+        for uri in l.uris {
+            let still = self
+                .listeners
+                .iter()
+                .any(|o| o.client == client && o.uris.contains(&uri))
+                || self
+                    .clients
+                    .get(&client)
+                    .is_some_and(|c| c.subs.contains(&uri));
+            if still {
+                continue;
+            }
+            self.release_sub(client, &uri);
+        }
+        self.finish(client, key, Outcome::Cancelled, None);
+        true
+    }
+
+    /// `resources/subscribe`/`unsubscribe` from a handshake client of a modern child: kept here;
+    /// updates reach subscribers from the supervisor's listen stream.
+    pub(super) fn client_subscription_on_modern(&mut self, client: ClientId, m: Message) {
+        let Some(id) = m.id.clone() else { return };
+        let Some(uri) = m
+            .params_object()
+            .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string))
+        else {
+            return self.respond_error(
+                client,
+                &id,
+                code::INVALID_PARAMS,
+                "missing uri",
+                None,
+                Outcome::Invalid,
+            );
+        };
+        let before: BTreeSet<String> = self.subs.keys().cloned().collect();
+        if m.method() == "resources/subscribe" {
+            self.add_sub(client, uri);
+        } else {
+            self.remove_sub(client, &uri);
+        }
+        let line = message::result_response(&id, &json!({}));
+        self.respond(client, &id, line, Outcome::Ok, None);
+        let after: BTreeSet<String> = self.subs.keys().cloned().collect();
+        if before != after {
+            self.open_listen();
+        }
+    }
+
+    /// Records `client` as a subscriber of `uri` (both indexes).
+    pub(super) fn add_sub(&mut self, client: ClientId, uri: String) {
+        self.subs.entry(uri.clone()).or_default().insert(client);
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.subs.insert(uri);
+        }
+    }
+
+    /// Forgets `client` as a subscriber of `uri` (both indexes); true when nobody is left.
+    pub(super) fn remove_sub(&mut self, client: ClientId, uri: &str) -> bool {
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.subs.remove(uri);
+        }
+        let Some(s) = self.subs.get_mut(uri) else {
+            return false;
+        };
+        s.remove(&client);
+        if s.is_empty() {
+            self.subs.remove(uri);
+            return true;
+        }
+        false
+    }
+
+    /// Drops `client`'s subscription to `uri`; when it was the last one, a handshake child is
+    /// told (`resources/unsubscribe`). Returns whether nobody is subscribed any more.
+    pub(super) fn release_sub(&mut self, client: ClientId, uri: &str) -> bool {
+        if !self.remove_sub(client, uri) {
+            return false;
+        }
+        if self.state == State::Ready && self.child_era() == Era::Handshake {
+            let far = Instant::now() + self.cfg.request_timeout;
+            self.send_to_child(
+                Owner::Internal,
+                "resources/unsubscribe",
+                Some(raw(&json!({"uri": uri}))),
+                far,
+            );
+        }
+        true
+    }
+
+    /// Refcounted subscriptions: true when answered locally.
+    pub(super) fn local_subscription(&mut self, client: ClientId, m: &Message) -> bool {
+        let Some(uri) = m
+            .params_object()
+            .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string))
+        else {
+            return false;
+        };
+        let Some(id) = m.id.clone() else { return false };
+        let others = self
+            .subs
+            .get(&uri)
+            .is_some_and(|s| s.iter().any(|c| *c != client));
+        if m.method() == "resources/subscribe" {
+            if others || self.subs.get(&uri).is_some_and(|s| s.contains(&client)) {
+                self.add_sub(client, uri);
+                let line = message::result_response(&id, &json!({}));
+                self.respond(client, &id, line, Outcome::Ok, None);
+                return true;
+            }
+            false
+        } else {
+            self.remove_sub(client, &uri);
+            if others {
+                let line = message::result_response(&id, &json!({}));
+                self.respond(client, &id, line, Outcome::Ok, None);
+                return true;
+            }
+            false
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Timers and health: the next wake-up, deadlines of starts, requests, held requests and
+//! the child's requests, and the health rules (`mux/health.rs`) applied to the ready child.
+
+use super::*;
+
+impl Server {
+    pub(super) fn next_wake(&self) -> Option<Instant> {
+        let probe_due = match self.state {
+            State::Ready => self.health.next_wake(self.probe_methods()),
+            _ => None,
+        };
+        [
+            self.start_deadline,
+            self.next_spawn,
+            self.inflight.next_deadline(),
+            self.held.iter().map(|h| h.deadline).min(),
+            self.upstream.values().map(|u| u.deadline).min(),
+            probe_due,
+            self.stdout_closed_at.map(|t| t + STDOUT_CLOSED_GRACE),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    pub(super) fn on_timer(&mut self) {
+        let now = Instant::now();
+        if self.state == State::Starting && self.start_deadline.is_some_and(|t| t <= now) {
+            warn!(
+                timeout_s = self.cfg.start_timeout.as_secs_f64(),
+                "no answer to initialize within start_timeout"
+            );
+            self.start_deadline = None;
+            self.stop_child(StopCause::StartTimeout);
+        }
+        if self
+            .stdout_closed_at
+            .is_some_and(|t| t + STDOUT_CLOSED_GRACE <= now)
+        {
+            self.stdout_closed_at = None;
+            warn!(
+                "the child closed stdout {}s ago but is still running",
+                STDOUT_CLOSED_GRACE.as_secs()
+            );
+            self.stop_child(StopCause::StdoutClosed);
+        }
+        if matches!(self.state, State::Backoff | State::Failed)
+            && self.next_spawn.is_some_and(|t| t <= now)
+        {
+            if self.state == State::Backoff {
+                self.restarts += 1;
+            }
+            self.spawn();
+        }
+        while let Some(r) = self.inflight.pop_expired(now) {
+            self.on_deadline(r.id, r.value);
+        }
+        while let Some(i) = self.held.iter().position(|h| h.deadline <= now) {
+            let Some(h) = self.held.remove(i) else { break };
+            let Some(id) = h.msg.id.clone() else { continue };
+            let status = self.outage_status();
+            if h.msg.method() == "initialize" && self.handshake.is_none() {
+                let reason = self
+                    .last_exit
+                    .as_ref()
+                    .map(|e| e.reason.clone())
+                    .unwrap_or_else(|| "no answer to initialize yet".into());
+                let retry = self.next_spawn.map(|t| t.saturating_duration_since(now));
+                self.outage_respond(
+                    h.client,
+                    &id,
+                    "initialize",
+                    status,
+                    &reason,
+                    retry,
+                    code::SERVER_UNAVAILABLE,
+                    Outcome::Unreachable,
+                );
+            } else {
+                self.outage_reply(h.client, &id, h.msg.method(), status);
+            }
+        }
+        let expired: Vec<(ClientId, u64)> = self
+            .upstream
+            .iter()
+            .filter(|(_, u)| u.deadline <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for (client, n) in expired {
+            if let Some(up) = self.upstream.remove(&(client, n)) {
+                match up.asker {
+                    Asker::Child(id) => self.answer_child_error(
+                        &id,
+                        code::REQUEST_TIMEOUT,
+                        "the client did not answer in time",
+                    ),
+                    Asker::Mrtr { round, .. } => self.abandon_round(
+                        round,
+                        Outcome::Timeout,
+                        code::REQUEST_TIMEOUT,
+                        "the client did not answer the server's input request in time",
+                    ),
+                }
+                let p = raw(&json!({"requestId": n, "reason": "timed out"}));
+                self.reply(
+                    client,
+                    Out::request(None, "notifications/cancelled", Some(&p)).encode(),
+                );
+            }
+        }
+        if self.state == State::Ready {
+            self.check_health(now);
+        }
+    }
+
+    pub(super) fn on_deadline(&mut self, child_id: u64, p: Pending) {
+        match p.owner {
+            Owner::Client { client, id, .. } => {
+                self.health.request_expired(p.written);
+                let cancel = raw(&json!({"requestId": child_id, "reason": "request timed out"}));
+                if let Some(c) = &self.child {
+                    c.send_urgent(
+                        Out::request(None, "notifications/cancelled", Some(&cancel)).encode(),
+                    );
+                }
+                let t = self.cfg.timeout_for(&p.method);
+                let reason = format!("no response within {}", format_secs(t));
+                self.outage_respond(
+                    client,
+                    &id,
+                    "",
+                    "timeout",
+                    &reason,
+                    None,
+                    code::REQUEST_TIMEOUT,
+                    Outcome::Timeout,
+                );
+            }
+            Owner::Discover { probe: true } if self.state == State::Starting => {
+                self.set_verdict(
+                    Era::Handshake,
+                    "no answer to server/discover within era_probe_timeout",
+                );
+                self.send_initialize(era::HANDSHAKE_VERSION);
+            }
+            _ => {}
+        }
+    }
+
+    /// What this child's era and handshake offer for probing.
+    pub(super) fn probe_methods(&self) -> ProbeMethods {
+        ProbeMethods {
+            modern: self.child_era() == Era::Modern,
+            confirm: self.handshake.as_ref().and_then(Handshake::confirm_method),
+        }
+    }
+
+    /// Applies the health rules (`mux/health.rs`) to the ready child at `now`.
+    pub(super) fn check_health(&mut self, now: Instant) {
+        if self.child.as_ref().is_none_or(|c| c.stopping()) {
+            return;
+        }
+        // Slow is not dead: a client request within its own deadline excuses silence.
+        let busy = self
+            .inflight
+            .iter()
+            .any(|(_, client, deadline, _)| client.is_some() && deadline > now);
+        let before = self.health.misses();
+        let action = self.health.tick(now, busy, self.probe_methods());
+        if self.health.misses() > before {
+            self.metrics.probe("timeout");
+            warn!(
+                misses = self.health.misses(),
+                limit = self.cfg.probe_failures,
+                busy,
+                "probe unanswered"
+            );
+        }
+        match action {
+            Action::None => {}
+            Action::Probe(method) => self.send_probe(method, now),
+            Action::Dead { misses } => {
+                error!(misses, "the child stopped answering; restarting it");
+                self.stop_child(StopCause::ProbeTimeout);
+            }
+        }
+    }
+
+    /// Writes probe `method` with a fresh child-side id. A probe that cannot be queued counts
+    /// as sent: a child that does not read its input is as silent as one that does not answer.
+    pub(super) fn send_probe(&mut self, method: &'static str, now: Instant) {
+        let id = self.inflight.allocate();
+        let params = (self.child_era() == Era::Modern)
+            .then(|| era::add_envelope(None, &era::supervisor_envelope()));
+        let line = Out::request(Some(&raw_u64(id)), method, params.as_deref()).encode();
+        self.metrics.probe("sent");
+        debug!(method, "probing the silent child");
+        if let Some(c) = &self.child {
+            self.metrics.bytes("to_child", line.len());
+            c.send(line);
+        }
+        self.health.sent(id, method, now);
+    }
+}

@@ -1,0 +1,169 @@
+//! Small pure helpers of the server actor: shape checks, id keys, request-log fields.
+
+use super::*;
+
+/// What is wrong with a child's response to `method`, if anything (K21): a result must have
+/// the shape MCP gives that method's result (`era::check_result_shape`), an error must be an
+/// object with an integer `code` and a string `message` (JSON-RPC 2.0 §5.1).
+pub(super) fn malformed(m: &Message, method: &str) -> Option<String> {
+    match (&m.result, &m.error) {
+        (Some(_), Some(_)) => Some("it has both `result` and `error`".into()),
+        // Results that carry payloads (a 13 MB screenshot) are only checked to be an object:
+        // the member check would scan the whole payload a second time on the relay path.
+        (Some(r), None) if matches!(method, "tools/call" | "resources/read" | "prompts/get") => {
+            (!r.get().trim_start().starts_with('{'))
+                .then(|| "its `result` is not a JSON object".to_string())
+        }
+        (Some(r), None) => era::check_result_shape(method, r)
+            .err()
+            .map(|e| e.to_string()),
+        (None, Some(e)) => era::check_error_shape(e).err().map(|e| e.to_string()),
+        (None, None) => Some("it has neither `result` nor `error`".into()),
+    }
+}
+
+/// The `requestState` member of an `input_required` result as the child wrote it, if any.
+pub(super) fn request_state(result: &RawValue) -> Option<Box<RawValue>> {
+    #[derive(serde::Deserialize)]
+    struct State {
+        #[serde(rename = "requestState")]
+        state: Option<Box<RawValue>>,
+    }
+    serde_json::from_str::<State>(result.get())
+        .ok()
+        .and_then(|s| s.state)
+}
+
+/// The name of log level rank `level` (`era::LOG_LEVELS`), `debug` when out of range.
+pub(super) fn level_name(level: usize) -> &'static str {
+    era::LOG_LEVELS.get(level).copied().unwrap_or("debug")
+}
+
+/// The request-log entry of a client request arriving now (issue 8), while child instance
+/// `generation` runs.
+pub(super) fn tracked(m: &Message, generation: Option<u64>) -> Tracked {
+    let method = m.method().to_string();
+    let (tool, arg_keys) = if method == "tools/call" {
+        tool_shape(m.params.as_deref())
+    } else {
+        (None, Vec::new())
+    };
+    Tracked {
+        rid: new_request_id(),
+        method,
+        tool,
+        arg_keys,
+        started: Instant::now(),
+        generation,
+    }
+}
+
+/// The health rules' settings from a server's configuration.
+pub(super) fn health_config(cfg: &ServerConfig) -> HealthConfig {
+    HealthConfig {
+        probe_interval: cfg.probe_interval,
+        probe_timeout: cfg.probe_timeout,
+        probe_failures: cfg.probe_failures,
+    }
+}
+
+pub(super) async fn sleep_until(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// `2s`, `1.5s`, `250ms`.
+pub(super) fn format_secs(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+/// The canonical text of a client's request id, as the in-flight table keys it (so a cancel's
+/// `requestId` matches however the client spelled the number or string).
+pub(super) fn id_key(id: &RawValue) -> String {
+    let text = id.get();
+    // Fast path: plain integers and strings without escapes are already canonical.
+    let plain_int = !text.is_empty()
+        && text
+            .bytes()
+            .enumerate()
+            .all(|(i, b)| b.is_ascii_digit() || (i == 0 && b == b'-'))
+        && !(text.len() > 1 && text.trim_start_matches('-').starts_with('0'));
+    let plain_str = text.len() >= 2
+        && text.starts_with('"')
+        && text.ends_with('"')
+        && !text[1..text.len() - 1].contains(['\\', '"']);
+    if (plain_int && text.len() < 16) || plain_str {
+        return text.to_string();
+    }
+    serde_json::from_str::<Value>(text)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| id.get().to_string())
+}
+
+/// A fresh request id for the log and for errors (`r-` and 12 hex digits).
+pub(super) fn new_request_id() -> String {
+    format!("r-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff)
+}
+
+/// Whether a `tools/call` result says `isError: true`, without decoding the content (which may
+/// be a multi-megabyte screenshot).
+pub(super) fn is_tool_error(result: &RawValue) -> bool {
+    // Most results never mention it: skip the parse of a (possibly huge) payload.
+    if !result.get().contains("\"isError\"") {
+        return false;
+    }
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        #[serde(rename = "isError", default)]
+        is_error: Option<bool>,
+    }
+    serde_json::from_str::<Probe>(result.get())
+        .ok()
+        .and_then(|p| p.is_error)
+        .unwrap_or(false)
+}
+
+/// The tool name and the argument keys of `tools/call` params (values are skipped, never
+/// copied or logged).
+pub(super) fn tool_shape(params: Option<&RawValue>) -> (Option<String>, Vec<String>) {
+    #[derive(serde::Deserialize)]
+    struct Name {
+        name: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Args {
+        arguments: BTreeMap<String, serde::de::IgnoredAny>,
+    }
+    let Some(p) = params else {
+        return (None, Vec::new());
+    };
+    let name = serde_json::from_str::<Name>(p.get())
+        .ok()
+        .and_then(|n| n.name);
+    let keys = serde_json::from_str::<Args>(p.get())
+        .map(|a| a.arguments.into_keys().collect())
+        .unwrap_or_default();
+    (name, keys)
+}
+
+/// Whether a list result may be kept and served to every client of the child (issue 6 §2): a
+/// 2026 result only with `cacheScope: "public"`; a handshake-era result (no hint) always, since
+/// every client shares the child's one session. Entries are only served while the child is
+/// down, where the 2026 caching rules allow stale entries ("a re-fetch errors").
+pub(super) fn shareable(v: &Value) -> bool {
+    if !v.is_object() {
+        return false;
+    }
+    match v.get("cacheScope").and_then(Value::as_str) {
+        None => v.get("resultType").is_none(),
+        Some(scope) => scope == "public",
+    }
+}
