@@ -146,7 +146,7 @@ impl Server {
                         );
                         let deadline = self
                             .start_deadline
-                            .unwrap_or_else(|| Instant::now() + self.cfg.start_timeout);
+                            .unwrap_or_else(|| self.now + self.cfg.start_timeout);
                         self.send_discover(false, deadline);
                     } else {
                         error!(error = %e.get(), "the child rejected initialize");
@@ -234,7 +234,7 @@ impl Server {
         let n = self.next_upstream;
         self.next_upstream += 1;
         let line = Out::request(Some(&raw_u64(n)), &method, m.params.as_deref()).encode();
-        let deadline = Instant::now() + self.cfg.request_timeout;
+        let deadline = self.now + self.cfg.request_timeout;
         self.upstream.insert(
             (owner, n),
             Upstream {
@@ -354,7 +354,7 @@ impl Server {
             _ => {
                 if let Some((list, _, _)) = era::LISTS.iter().find(|(_, n, _)| *n == method) {
                     // Keep the cached list current for outage answers; the child announced it.
-                    let far = Instant::now() + self.cfg.request_timeout;
+                    let far = self.now + self.cfg.request_timeout;
                     self.send_to_child(
                         Owner::Refresh {
                             method: list,

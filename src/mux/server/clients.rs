@@ -25,7 +25,7 @@ impl Server {
             }
             std::collections::hash_map::Entry::Vacant(v) => {
                 let generation = self.child.as_ref().map(|c| c.generation);
-                v.insert(tracked(&m, generation));
+                v.insert(tracked(&m, generation, self.now));
             }
         }
         if matches!(m.method(), "resources/subscribe" | "subscriptions/listen")
@@ -145,7 +145,7 @@ impl Server {
                 self.outage_reply(client, &id, m.method(), "backoff");
             }
             State::Stopping if self.restarting() && self.held.len() < self.cfg.queue_limit => {
-                let deadline = Instant::now() + self.cfg.queue_wait;
+                let deadline = self.now + self.cfg.queue_wait;
                 self.held.push_back(Held {
                     client,
                     msg: m,
@@ -153,7 +153,7 @@ impl Server {
                 });
             }
             State::Starting | State::Backoff if self.held.len() < self.cfg.queue_limit => {
-                let deadline = Instant::now() + self.cfg.queue_wait;
+                let deadline = self.now + self.cfg.queue_wait;
                 self.held.push_back(Held {
                     client,
                     msg: m,
@@ -165,7 +165,7 @@ impl Server {
                 let reason = format!("{} requests already waiting (queue_limit)", self.held.len());
                 let retry = self
                     .next_spawn
-                    .map(|t| t.saturating_duration_since(Instant::now()));
+                    .map(|t| t.saturating_duration_since(self.now));
                 let method = m.method().to_string();
                 self.outage_respond(
                     client,
@@ -212,7 +212,7 @@ impl Server {
                 return self.outage_reply(client, &id, "initialize", status);
             }
             // Never ready yet: wait for the child (bounded by start_timeout, issue 5 §5).
-            let deadline = Instant::now() + self.cfg.start_timeout;
+            let deadline = self.now + self.cfg.start_timeout;
             self.held.push_back(Held {
                 client,
                 msg: m,
@@ -279,7 +279,7 @@ impl Server {
             self.child_log_level = want;
             if self.state == State::Ready {
                 let p = raw(&json!({"level": level_name(want.unwrap_or(0))}));
-                let deadline = Instant::now() + self.cfg.request_timeout;
+                let deadline = self.now + self.cfg.request_timeout;
                 self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
             }
         }

@@ -85,7 +85,7 @@ impl Server {
         } else {
             self.cfg.timeout_for(&method)
         };
-        let deadline = Instant::now() + timeout;
+        let deadline = self.now + timeout;
         let retry_params = (client_era == Era::Handshake
             && child_era == Era::Modern
             && matches!(
@@ -162,7 +162,7 @@ impl Server {
         }
         let round = self.next_round;
         self.next_round += 1;
-        let deadline = Instant::now() + self.cfg.request_timeout;
+        let deadline = self.now + self.cfg.request_timeout;
         self.rounds.insert(
             round,
             Round {
@@ -230,7 +230,7 @@ impl Server {
             Some((p, _)) => p,
             None => params,
         };
-        let deadline = Instant::now() + self.cfg.timeout_for(&r.method);
+        let deadline = self.now + self.cfg.timeout_for(&r.method);
         let owner = Owner::Client {
             client: r.client,
             id: r.id.clone(),
@@ -292,7 +292,7 @@ impl Server {
         {
             self.child_log_level = Some(level);
             let p = raw(&json!({"level": level_name(level)}));
-            let deadline = Instant::now() + self.cfg.request_timeout;
+            let deadline = self.now + self.cfg.request_timeout;
             self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
         }
     }
@@ -373,7 +373,7 @@ impl Server {
         let pending = Pending {
             owner,
             method: method.to_string(),
-            written: Instant::now(),
+            written: self.now,
         };
         self.inflight.insert(child_id, client, deadline, pending);
         self.metrics.set_in_flight(self.inflight.len());

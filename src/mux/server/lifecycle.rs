@@ -29,8 +29,8 @@ impl Server {
                 self.ready_since = None;
                 self.stop_cause = None;
                 self.stdout_closed_at = None;
-                self.health.restart(Instant::now());
-                let deadline = Instant::now() + self.cfg.start_timeout;
+                self.health.restart(self.now);
+                let deadline = self.now + self.cfg.start_timeout;
                 self.start_deadline = Some(deadline);
                 // The first message pins a dual-era child and kills an old strict one: decide
                 // the era before anything else is sent (protocol.md Implications 4).
@@ -46,7 +46,7 @@ impl Server {
                         self.send_initialize(era::HANDSHAKE_VERSION)
                     }
                     (ChildProtocol::Auto, None) => {
-                        let probe_deadline = Instant::now() + self.cfg.era_probe_timeout;
+                        let probe_deadline = self.now + self.cfg.era_probe_timeout;
                         self.send_discover(true, probe_deadline.min(deadline));
                     }
                 }
@@ -60,7 +60,7 @@ impl Server {
                 if e.permanent() {
                     self.enter_failed(&format!("{e}; fix the command and run `start`"));
                 } else {
-                    self.schedule_restart(Instant::now(), false);
+                    self.schedule_restart(self.now, false);
                 }
             }
         }
@@ -69,7 +69,7 @@ impl Server {
     pub(super) fn send_initialize(&mut self, version: &str) {
         let deadline = self
             .start_deadline
-            .unwrap_or_else(|| Instant::now() + self.cfg.start_timeout);
+            .unwrap_or_else(|| self.now + self.cfg.start_timeout);
         let params = raw(&era::initialize_params(
             version,
             &self.cfg.client_capabilities,
@@ -103,7 +103,7 @@ impl Server {
         error!(message_id = MSG_FAILED, reason = %why, restart_n = self.restarts,
             retry_in_s = FAILED_RETRY.as_secs(), "failed: {why}");
         self.state = State::Failed;
-        self.next_spawn = Some(Instant::now() + FAILED_RETRY);
+        self.next_spawn = Some(self.now + FAILED_RETRY);
         self.fail_held("failed");
     }
 
@@ -168,7 +168,7 @@ impl Server {
         );
         // A changed command may serve a different protocol or tool set: forget the handshake's
         // ping verdicts, keep the cached lists (compared and announced after the restart).
-        self.health.reconfigure(health_config(&cfg), Instant::now());
+        self.health.reconfigure(health_config(&cfg), self.now);
         self.cfg = cfg;
         self.verdict = None;
         self.operator_restart();
@@ -191,7 +191,7 @@ impl Server {
             code,
             signal,
             reason: reason.to_string(),
-            at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            at: humantime::format_rfc3339_millis(self.wall).to_string(),
         });
     }
 
@@ -203,7 +203,7 @@ impl Server {
         };
         self.stdout_closed_at = None;
         self.pid.store(0, Ordering::SeqCst);
-        let now = Instant::now();
+        let now = self.now;
         let cause = self.stop_cause.take();
         let reason = match cause {
             // The child ended by itself before our stop took effect: its status is the truth.
@@ -366,7 +366,7 @@ impl Server {
             restart_n = self.restarts, protocol_version = %hs.protocol_version, "ready");
         self.handshake = Some(hs);
         self.state = State::Ready;
-        self.ready_since = Some(Instant::now());
+        self.ready_since = Some(self.now);
         self.failed_starts = 0;
         self.start_deadline = None;
         self.listen = None;
@@ -386,7 +386,7 @@ impl Server {
     /// After a restart: replay log level and subscriptions, then re-read the lists and announce
     /// only real changes (issue 5 §4).
     pub(super) fn restarts_after_ready(&mut self) {
-        let far = Instant::now() + self.cfg.request_timeout;
+        let far = self.now + self.cfg.request_timeout;
         let handshake_child = self.child_era() == Era::Handshake;
         if let Some(level) = self.child_log_level.filter(|_| handshake_child) {
             let p = raw(&json!({"level": level_name(level)}));
@@ -428,7 +428,7 @@ impl Server {
             .filter(|(m, _, cap)| hs.has(cap) && !self.lists.contains_key(m))
             .map(|(m, _, _)| *m)
             .collect();
-        let far = Instant::now() + self.cfg.request_timeout;
+        let far = self.now + self.cfg.request_timeout;
         for method in missing {
             self.send_to_child(
                 Owner::Refresh {
@@ -473,7 +473,7 @@ impl Server {
                 // MCP: a server may shut down by closing stdout. Give it time to exit by itself;
                 // its exit status is the better diagnosis.
                 debug!("the child closed its stdout");
-                self.stdout_closed_at = Some(Instant::now());
+                self.stdout_closed_at = Some(self.now);
             }
             ChildEvent::StdinFailed(_, why) => {
                 warn!("{why}");
@@ -484,7 +484,7 @@ impl Server {
     }
 
     pub(super) fn heard(&mut self) {
-        self.health.heard(Instant::now());
+        self.health.heard(self.now);
     }
 
     pub(super) fn on_session(&mut self, ev: SessionEvent) {

@@ -443,7 +443,22 @@ fn test_panic(method: &str) -> ! {
     panic!("test hook: MCP_SUPERVISOR_TEST_PANIC={method}")
 }
 
+/// One input to the actor, taken by the shell ([`Server::run`]) from its inboxes and timer.
+enum Input {
+    Child(ChildEvent),
+    Session(SessionEvent),
+    SessionsClosed,
+    Command(Command),
+    CommandsClosed,
+    Timer,
+}
+
 struct Server {
+    /// The moment the input being handled was taken: the only clock the actor's decisions
+    /// read (set by the shell in [`Server::run`]; issue 12 §3).
+    now: Instant,
+    /// The wall-clock time of the same moment, for the `at` shown in status.
+    wall: SystemTime,
     cfg: ServerConfig,
     /// This server's metric series, resolved once (no lock or label allocation per message).
     metrics: ServerMetrics,
@@ -506,6 +521,8 @@ impl Server {
         let (events_tx, events_rx) = mpsc::channel(256);
         let health = Health::new(health_config(&cfg), Instant::now());
         Server {
+            now: Instant::now(),
+            wall: SystemTime::now(),
             metrics: metrics().server(&cfg.name),
             pid,
             history,
@@ -596,6 +613,7 @@ impl Server {
         sessions: &mut mpsc::Receiver<SessionEvent>,
         commands: &mut mpsc::Receiver<Command>,
     ) {
+        self.tick_clock();
         self.spawn();
         let (mut sessions_open, mut commands_open) = (true, true);
         let mut exported_state = None;
@@ -613,25 +631,23 @@ impl Server {
                 }
             }
             let wake = self.next_wake();
-            tokio::select! {
-                ev = self.events_rx.recv() => {
-                    if let Some(ev) = ev { self.on_child_event(ev) }
-                }
+            let input = tokio::select! {
+                ev = self.events_rx.recv() => match ev {
+                    Some(ev) => Input::Child(ev),
+                    None => continue,
+                },
                 ev = sessions.recv(), if sessions_open => match ev {
-                    Some(ev) => self.on_session(ev),
-                    None => { sessions_open = false; self.exiting = true; self.begin_shutdown(); }
+                    Some(ev) => Input::Session(ev),
+                    None => { sessions_open = false; Input::SessionsClosed }
                 },
                 cmd = commands.recv(), if commands_open => match cmd {
-                    Some(Command::Shutdown(done)) => { self.shutdown_waiters.push(done); self.exiting = true; self.begin_shutdown(); }
-                    Some(Command::Stop(done)) => { self.stop_waiters.push(done); self.operator_stop(); }
-                    Some(Command::Start(done)) => { self.operator_start(); let _ = done.send(()); }
-                    Some(Command::Restart(done)) => { self.operator_restart(); let _ = done.send(()); }
-                    Some(Command::Reconfigure(cfg, done)) => { self.reconfigure(*cfg); let _ = done.send(()); }
-                    Some(Command::Status(reply)) => { let _ = reply.send(self.status()); }
-                    None => { commands_open = false; self.exiting = true; self.begin_shutdown(); }
+                    Some(cmd) => Input::Command(cmd),
+                    None => { commands_open = false; Input::CommandsClosed }
                 },
-                _ = sleep_until(wake) => self.on_timer(),
-            }
+                _ = sleep_until(wake) => Input::Timer,
+            };
+            self.tick_clock();
+            self.handle(input);
         }
         for c in self.clients.values() {
             c.tx.kick();
@@ -641,8 +657,53 @@ impl Server {
         }
     }
 
+    /// Reads the clock: once per input, here in the shell.
+    fn tick_clock(&mut self) {
+        self.now = Instant::now();
+        self.wall = SystemTime::now();
+    }
+
+    /// Everything the actor decides, for one input at `self.now`.
+    fn handle(&mut self, input: Input) {
+        match input {
+            Input::Child(ev) => self.on_child_event(ev),
+            Input::Session(ev) => self.on_session(ev),
+            Input::SessionsClosed | Input::CommandsClosed => {
+                self.exiting = true;
+                self.begin_shutdown();
+            }
+            Input::Timer => self.on_timer(),
+            Input::Command(cmd) => match cmd {
+                Command::Shutdown(done) => {
+                    self.shutdown_waiters.push(done);
+                    self.exiting = true;
+                    self.begin_shutdown();
+                }
+                Command::Stop(done) => {
+                    self.stop_waiters.push(done);
+                    self.operator_stop();
+                }
+                Command::Start(done) => {
+                    self.operator_start();
+                    let _ = done.send(());
+                }
+                Command::Restart(done) => {
+                    self.operator_restart();
+                    let _ = done.send(());
+                }
+                Command::Reconfigure(cfg, done) => {
+                    self.reconfigure(*cfg);
+                    let _ = done.send(());
+                }
+                Command::Status(reply) => {
+                    let _ = reply.send(self.status());
+                }
+            },
+        }
+    }
+
     fn status(&self) -> Status {
-        let now = Instant::now();
+        let now = self.now;
         let health = self.health.status();
         Status {
             name: self.cfg.name.clone(),

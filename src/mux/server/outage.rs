@@ -15,7 +15,7 @@ impl Server {
         let Some(t) = self.ledger.remove(&(client, key.to_string())) else {
             return;
         };
-        let elapsed = t.started.elapsed();
+        let elapsed = self.now.saturating_duration_since(t.started);
         let (uid, pid, name) = self
             .clients
             .get(&client)
@@ -161,7 +161,7 @@ impl Server {
     ) {
         let retry = self
             .next_spawn
-            .map(|t| t.saturating_duration_since(Instant::now()));
+            .map(|t| t.saturating_duration_since(self.now));
         let reason = self
             .last_exit
             .as_ref()

@@ -23,7 +23,7 @@ impl Server {
             "toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true,
             "resourceSubscriptions": uris,
         }}));
-        let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        let far = self.now + Duration::from_secs(365 * 24 * 3600);
         self.listen = self.send_to_child(Owner::Listen, "subscriptions/listen", Some(p), far);
     }
 
@@ -55,7 +55,7 @@ impl Server {
             let new = !self.subs.contains_key(uri);
             self.subs.entry(uri.clone()).or_default().insert(client);
             if new && self.state == State::Ready {
-                let far = Instant::now() + self.cfg.request_timeout;
+                let far = self.now + self.cfg.request_timeout;
                 self.send_to_child(
                     Owner::Internal,
                     "resources/subscribe",
@@ -183,7 +183,7 @@ impl Server {
             return false;
         }
         if self.state == State::Ready && self.child_era() == Era::Handshake {
-            let far = Instant::now() + self.cfg.request_timeout;
+            let far = self.now + self.cfg.request_timeout;
             self.send_to_child(
                 Owner::Internal,
                 "resources/unsubscribe",

@@ -24,7 +24,7 @@ impl Server {
     }
 
     pub(super) fn on_timer(&mut self) {
-        let now = Instant::now();
+        let now = self.now;
         if self.state == State::Starting && self.start_deadline.is_some_and(|t| t <= now) {
             warn!(
                 timeout_s = self.cfg.start_timeout.as_secs_f64(),

@@ -39,9 +39,9 @@ pub(super) fn level_name(level: usize) -> &'static str {
     era::LOG_LEVELS.get(level).copied().unwrap_or("debug")
 }
 
-/// The request-log entry of a client request arriving now (issue 8), while child instance
-/// `generation` runs.
-pub(super) fn tracked(m: &Message, generation: Option<u64>) -> Tracked {
+/// The request-log entry of a client request arriving at `now` (issue 8), while child
+/// instance `generation` runs.
+pub(super) fn tracked(m: &Message, generation: Option<u64>, now: Instant) -> Tracked {
     let method = m.method().to_string();
     let (tool, arg_keys) = if method == "tools/call" {
         tool_shape(m.params.as_deref())
@@ -53,7 +53,7 @@ pub(super) fn tracked(m: &Message, generation: Option<u64>) -> Tracked {
         method,
         tool,
         arg_keys,
-        started: Instant::now(),
+        started: now,
         generation,
     }
 }
