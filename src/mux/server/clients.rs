@@ -24,7 +24,7 @@ impl Server {
                 return self.refuse_duplicate(client, &id, m.method());
             }
             std::collections::hash_map::Entry::Vacant(v) => {
-                let generation = self.child.as_ref().map(|c| c.generation);
+                let generation = self.child.as_ref().map(|c| c.generation());
                 v.insert(tracked(&m, generation, self.now));
             }
         }

@@ -9,21 +9,19 @@ impl Server {
         self.probe_respawn = false;
         self.tail.clear();
         self.next_spawn = None;
-        match process::spawn(
-            &self.cfg,
-            self.generation,
-            self.events_tx.clone(),
-            self.tail.clone(),
-        ) {
+        match self
+            .spawner
+            .spawn(&self.cfg, self.generation, self.tail.clone())
+        {
             Ok(child) => {
                 info!(
                     message_id = MSG_SPAWNED,
-                    child_pid = child.pid,
+                    child_pid = child.pid(),
                     restart_n = self.restarts,
                     generation = self.generation,
                     "spawned"
                 );
-                self.pid.store(child.pid, Ordering::SeqCst);
+                self.pid.store(child.pid(), Ordering::SeqCst);
                 self.child = Some(child);
                 self.state = State::Starting;
                 self.ready_since = None;
@@ -231,10 +229,10 @@ impl Server {
         );
         let signal = exit.signal.map(process::signal_name);
         if operator {
-            info!(message_id = MSG_EXITED, child_pid = child.pid, exit_code = exit.code,
+            info!(message_id = MSG_EXITED, child_pid = child.pid(), exit_code = exit.code,
                 signal = signal.as_deref(), reason = %reason, restart_n = self.restarts, "stopped");
         } else {
-            warn!(message_id = MSG_EXITED, child_pid = child.pid, exit_code = exit.code,
+            warn!(message_id = MSG_EXITED, child_pid = child.pid(), exit_code = exit.code,
                 signal = signal.as_deref(), reason = %reason, restart_n = self.restarts,
                 stderr_tail = %tail, "exited");
         }
@@ -260,7 +258,7 @@ impl Server {
             self.state = State::Backoff;
             self.probe_respawn = true;
             // Still never two spawns closer than backoff_initial (R9).
-            self.next_spawn = Some((child.spawned_at + self.cfg.backoff_initial).max(now));
+            self.next_spawn = Some((child.spawned_at() + self.cfg.backoff_initial).max(now));
         } else if cause == Some(StopCause::Restart) {
             self.state = State::Backoff;
             self.next_spawn = Some(now);
@@ -277,10 +275,10 @@ impl Server {
                     self.failed_starts
                 ));
             } else {
-                self.after_exit(now, &child, exit, cause);
+                self.after_exit(now, child.as_ref(), exit, cause);
             }
         } else {
-            self.after_exit(now, &child, exit, cause);
+            self.after_exit(now, child.as_ref(), exit, cause);
         }
         if self.state == State::Backoff && cause != Some(StopCause::Restart) {
             let class = match (status, exit.signal) {
@@ -307,7 +305,7 @@ impl Server {
     pub(super) fn after_exit(
         &mut self,
         now: Instant,
-        child: &ChildHandle,
+        child: &dyn ChildIo,
         exit: Exit,
         cause: Option<StopCause>,
     ) {
@@ -319,7 +317,7 @@ impl Server {
         if restart {
             let delay =
                 self.backoff
-                    .on_exit(now, child.spawned_at, self.ready_since, &mut self.rng);
+                    .on_exit(now, child.spawned_at(), self.ready_since, &mut self.rng);
             self.state = State::Backoff;
             self.next_spawn = Some(now + delay);
             info!(message_id = MSG_BACKOFF, restart_n = self.restarts + 1,
@@ -362,7 +360,7 @@ impl Server {
 
     pub(super) fn on_ready(&mut self, hs: Handshake) {
         let first = self.handshake.is_none();
-        info!(message_id = MSG_READY, child_pid = self.child.as_ref().map(|c| c.pid),
+        info!(message_id = MSG_READY, child_pid = self.child.as_ref().map(|c| c.pid()),
             restart_n = self.restarts, protocol_version = %hs.protocol_version, "ready");
         self.handshake = Some(hs);
         self.state = State::Ready;
@@ -443,7 +441,7 @@ impl Server {
     }
 
     pub(super) fn on_child_event(&mut self, ev: ChildEvent) {
-        let current = self.child.as_ref().map(|c| c.generation);
+        let current = self.child.as_ref().map(|c| c.generation());
         let generation = match &ev {
             ChildEvent::Message(g, _)
             | ChildEvent::Oversized(g, _, _)

@@ -37,6 +37,7 @@ use crate::mux::ids::Inflight;
 use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent};
 use crate::observe::{metrics, Outcome, ServerMetrics};
 use bytes::Bytes;
+use io::{ChildIo, ProcessSpawner, Spawner};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::Serialize;
@@ -52,6 +53,7 @@ use tracing::{debug, error, info, warn, Instrument};
 mod child;
 mod clients;
 mod forward;
+mod io;
 mod lifecycle;
 mod outage;
 mod subs;
@@ -466,9 +468,11 @@ struct Server {
     test_panic: Option<String>,
     pid: Arc<AtomicU32>,
     state: State,
-    child: Option<ChildHandle>,
+    child: Option<Box<dyn ChildIo>>,
+    /// Starts child instances (real processes, or the simulation's fakes).
+    spawner: Box<dyn Spawner>,
     generation: u64,
-    events_tx: mpsc::Sender<ChildEvent>,
+    /// The child inbox (the shell's; the spawner holds its sender).
     events_rx: mpsc::Receiver<ChildEvent>,
     tail: StderrTail,
     backoff: Backoff,
@@ -517,8 +521,26 @@ struct Server {
 }
 
 impl Server {
+    /// An actor for `cfg` on real processes.
     fn new(cfg: ServerConfig, pid: Arc<AtomicU32>, history: ActorHistory) -> Self {
-        let (events_tx, events_rx) = mpsc::channel(256);
+        let (events, events_rx) = mpsc::channel(256);
+        Server::with_spawner(
+            cfg,
+            pid,
+            history,
+            Box::new(ProcessSpawner { events }),
+            events_rx,
+        )
+    }
+
+    /// An actor for `cfg` whose children come from `spawner` and report to `events_rx`.
+    fn with_spawner(
+        cfg: ServerConfig,
+        pid: Arc<AtomicU32>,
+        history: ActorHistory,
+        spawner: Box<dyn Spawner>,
+        events_rx: mpsc::Receiver<ChildEvent>,
+    ) -> Self {
         let health = Health::new(health_config(&cfg), Instant::now());
         Server {
             now: Instant::now(),
@@ -536,7 +558,7 @@ impl Server {
             state: State::Stopped,
             child: None,
             generation: 0,
-            events_tx,
+            spawner,
             events_rx,
             tail: StderrTail::default(),
             rng: StdRng::from_entropy(),
@@ -592,7 +614,7 @@ impl Server {
             return;
         };
         child.stop();
-        let generation = child.generation;
+        let generation = child.generation();
         let budget = self.cfg.stop_grace + self.cfg.kill_timeout + Duration::from_secs(5);
         let waited = tokio::time::timeout(budget, async {
             while let Some(ev) = self.events_rx.recv().await {
@@ -708,14 +730,14 @@ impl Server {
         Status {
             name: self.cfg.name.clone(),
             state: self.state,
-            pid: self.child.as_ref().map(|c| c.pid),
+            pid: self.child.as_ref().map(|c| c.pid()),
             restarts: self.restarts,
             era: self.handshake.as_ref().map(|h| h.protocol_version.clone()),
             clients: self.clients.len(),
             uptime_s: self
                 .child
                 .as_ref()
-                .map(|c| now.duration_since(c.spawned_at).as_secs_f64()),
+                .map(|c| now.saturating_duration_since(c.spawned_at()).as_secs_f64()),
             last_heard_s: self.child.as_ref().map(|_| {
                 now.saturating_duration_since(self.health.last_heard())
                     .as_secs_f64()

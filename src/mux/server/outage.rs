@@ -35,7 +35,7 @@ impl Server {
             outcome = outcome.as_str(),
             error_code = code,
             // The instance that was running at arrival exited or was replaced meanwhile.
-            restarted = t.generation.is_some() && t.generation != self.child.as_ref().map(|c| c.generation),
+            restarted = t.generation.is_some() && t.generation != self.child.as_ref().map(|c| c.generation()),
             "request finished"
         );
         self.metrics

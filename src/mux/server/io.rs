@@ -1,0 +1,76 @@
+//! The actor's only doors to the operating system's processes, as traits: the core decides,
+//! these carry out (issue 12 §3). The real implementations wrap `child::process`; the
+//! simulation (`sim.rs`) uses fakes, so the whole actor runs without processes or a runtime.
+
+use super::*;
+
+/// A running child instance, as the actor sees it.
+pub(crate) trait ChildIo: Send {
+    /// Generation of this instance (its events carry it).
+    fn generation(&self) -> u64;
+    /// Process id (= process group id).
+    fn pid(&self) -> u32;
+    /// When it was spawned.
+    fn spawned_at(&self) -> Instant;
+    /// Queues a line for its stdin (bounded; never blocks).
+    fn send(&self, line: Bytes) -> Queued;
+    /// Queues a line ahead of ordinary traffic (cancels, ping answers; bounded).
+    fn send_urgent(&self, line: Bytes) -> Queued;
+    /// Starts the stop ladder (idempotent); an `Exited` event with `requested` follows.
+    fn stop(&mut self);
+    /// Whether the stop ladder was started.
+    fn stopping(&self) -> bool;
+}
+
+/// Starts child instances.
+pub(crate) trait Spawner: Send {
+    /// Spawns instance `generation` of `cfg`; its events go to the actor's child inbox.
+    fn spawn(
+        &mut self,
+        cfg: &ServerConfig,
+        generation: u64,
+        tail: StderrTail,
+    ) -> Result<Box<dyn ChildIo>, process::SpawnError>;
+}
+
+impl ChildIo for ChildHandle {
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+    fn spawned_at(&self) -> Instant {
+        self.spawned_at
+    }
+    fn send(&self, line: Bytes) -> Queued {
+        ChildHandle::send(self, line)
+    }
+    fn send_urgent(&self, line: Bytes) -> Queued {
+        ChildHandle::send_urgent(self, line)
+    }
+    fn stop(&mut self) {
+        ChildHandle::stop(self)
+    }
+    fn stopping(&self) -> bool {
+        ChildHandle::stopping(self)
+    }
+}
+
+/// Real processes (`child::process::spawn`), reporting to the actor's child inbox.
+pub(crate) struct ProcessSpawner {
+    /// The actor's child inbox.
+    pub(crate) events: mpsc::Sender<ChildEvent>,
+}
+
+impl Spawner for ProcessSpawner {
+    fn spawn(
+        &mut self,
+        cfg: &ServerConfig,
+        generation: u64,
+        tail: StderrTail,
+    ) -> Result<Box<dyn ChildIo>, process::SpawnError> {
+        let child = process::spawn(cfg, generation, self.events.clone(), tail)?;
+        Ok(Box::new(child))
+    }
+}
