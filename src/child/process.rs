@@ -692,7 +692,7 @@ async fn read_stdout(
 
 /// The top-level `id` of a line that is a JSON object with an `id` and no `method`: a reply
 /// the envelope parser refused, which must fail its request rather than leave it to time out.
-fn malformed_reply_id(line: &[u8]) -> Option<Box<serde_json::value::RawValue>> {
+pub(crate) fn malformed_reply_id(line: &[u8]) -> Option<Box<serde_json::value::RawValue>> {
     #[derive(serde::Deserialize)]
     struct Reply {
         id: Option<Box<serde_json::value::RawValue>>,

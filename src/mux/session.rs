@@ -68,6 +68,21 @@ pub struct ClientTx {
     kick: CancellationToken,
 }
 
+#[cfg(test)]
+impl ClientTx {
+    /// A queue of `capacity` lines with no connection behind it: what the actor writes to a
+    /// client, for tests that drive the actor without sockets (the simulation).
+    pub(crate) fn detached(capacity: usize) -> (ClientTx, mpsc::Receiver<Bytes>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        let tx = ClientTx {
+            tx,
+            queued: Arc::new(AtomicUsize::new(0)),
+            kick: CancellationToken::new(),
+        };
+        (tx, rx)
+    }
+}
+
 impl ClientTx {
     /// Queues a line without waiting. `false` means the client is gone or too slow; the caller
     /// must then drop the client ([`ClientTx::kick`] was already called).

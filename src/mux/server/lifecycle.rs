@@ -510,7 +510,7 @@ impl Server {
                         name: String::new(),
                         info: Value::Null,
                         log_level: None,
-                        subs: HashSet::new(),
+                        subs: BTreeSet::new(),
                         closing: false,
                     },
                 );

@@ -56,6 +56,8 @@ mod forward;
 mod io;
 mod lifecycle;
 mod outage;
+#[cfg(test)]
+mod sim;
 mod subs;
 mod timers;
 mod util;
@@ -379,7 +381,7 @@ struct Client {
     /// `clientInfo` from its `initialize` (for envelopes toward a modern child).
     info: Value,
     log_level: Option<usize>,
-    subs: HashSet<String>,
+    subs: BTreeSet<String>,
     /// Input closed: drop the client once its last request is answered.
     closing: bool,
 }
@@ -503,18 +505,18 @@ struct Server {
     /// The pending spawn replaces a child that exited on the era probe: not an outage.
     probe_respawn: bool,
     start_deadline: Option<Instant>,
-    lists: HashMap<&'static str, Value>,
+    lists: BTreeMap<&'static str, Value>,
     child_log_level: Option<usize>,
-    subs: HashMap<String, HashSet<ClientId>>,
+    subs: BTreeMap<String, BTreeSet<ClientId>>,
     // Clients.
     clients: BTreeMap<ClientId, Client>,
     held: VecDeque<Held>,
     /// Every client request not finished yet (issue 8: exactly one outcome each).
     ledger: HashMap<(ClientId, String), Tracked>,
     next_upstream: u64,
-    upstream: HashMap<(ClientId, u64), Upstream>,
+    upstream: BTreeMap<(ClientId, u64), Upstream>,
     /// MRTR rounds in progress, by round number.
-    rounds: HashMap<u64, Round>,
+    rounds: BTreeMap<u64, Round>,
     next_round: u64,
     // Health.
     health: Health,
@@ -524,22 +526,20 @@ impl Server {
     /// An actor for `cfg` on real processes.
     fn new(cfg: ServerConfig, pid: Arc<AtomicU32>, history: ActorHistory) -> Self {
         let (events, events_rx) = mpsc::channel(256);
-        Server::with_spawner(
-            cfg,
-            pid,
-            history,
-            Box::new(ProcessSpawner { events }),
-            events_rx,
-        )
+        let spawner = Box::new(ProcessSpawner { events });
+        let rng = StdRng::from_entropy();
+        Server::with_spawner(cfg, pid, history, spawner, events_rx, rng)
     }
 
-    /// An actor for `cfg` whose children come from `spawner` and report to `events_rx`.
+    /// An actor for `cfg` whose children come from `spawner` and report to `events_rx`, with
+    /// `rng` for the backoff's jitter (seeded in the simulation, so a seed replays exactly).
     fn with_spawner(
         cfg: ServerConfig,
         pid: Arc<AtomicU32>,
         history: ActorHistory,
         spawner: Box<dyn Spawner>,
         events_rx: mpsc::Receiver<ChildEvent>,
+        rng: StdRng,
     ) -> Self {
         let health = Health::new(health_config(&cfg), Instant::now());
         Server {
@@ -561,7 +561,7 @@ impl Server {
             spawner,
             events_rx,
             tail: StderrTail::default(),
-            rng: StdRng::from_entropy(),
+            rng,
             failed_starts: 0,
             ready_since: None,
             next_spawn: None,
@@ -579,16 +579,16 @@ impl Server {
             listeners: Vec::new(),
             probe_respawn: false,
             start_deadline: None,
-            lists: HashMap::new(),
+            lists: BTreeMap::new(),
             child_log_level: None,
-            subs: HashMap::new(),
+            subs: BTreeMap::new(),
             clients: BTreeMap::new(),
             held: VecDeque::new(),
             ledger: HashMap::new(),
             next_upstream: 1,
-            rounds: HashMap::new(),
+            rounds: BTreeMap::new(),
             next_round: 1,
-            upstream: HashMap::new(),
+            upstream: BTreeMap::new(),
             health,
         }
     }

@@ -1,0 +1,709 @@
+//! Deterministic simulation of the whole server actor (issue 12 §7): the real `Server` driven
+//! through [`Server::handle`] on a virtual clock, with a fake child (`Spawner`/`ChildIo`) and
+//! detached client queues, so no process, socket or runtime is involved.
+//!
+//! Each seed draws a random sequence of events: clients connecting and leaving at any moment;
+//! requests with colliding ids of every JSON type (duplicates included); cancels; a child that
+//! answers in any order, late, twice, malformed or never, sends notifications and pings, exits
+//! or hangs; spawn failures; timers; operator stop/start/restart and reconfiguration. After
+//! every step it checks that:
+//! - every response a client reads answers a request of that client with that exact id text,
+//!   and a tool result carries that client's own text (no cross-client delivery);
+//! - no client gets more responses for an id than it sent requests with it;
+//! - at most one child instance is alive (checked at every spawn);
+//! - the actor's tables stay within the configured bounds;
+//! - nothing panics.
+//!
+//! At the end of a seed, the child answers everything and time runs on: every request of a
+//! client still connected must have had exactly one response.
+//!
+//! `MCPSUP_SIM_SEED=N` replays one seed; `MCPSUP_SIM_EVENTS=N` sets the total (default 10^6).
+
+use super::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::Mutex;
+
+const CONFIG: &str = r#"
+[servers.sim]
+command = "/nonexistent/sim-child"
+protocol = "2025-11-25"
+request_timeout = "2s"
+probe_interval = "700ms"
+probe_timeout = "300ms"
+probe_failures = 2
+queue_wait = "1s"
+queue_limit = 8
+max_inflight = 16
+max_subscriptions = 4
+backoff_initial = "100ms"
+backoff_max = "1s"
+start_timeout = "2s"
+stop_grace = "100ms"
+kill_timeout = "100ms"
+"#;
+
+/// Ids clients use: every JSON type a request id may have, with collisions across clients.
+const IDS: [&str; 9] = [
+    "1", "2", "0", "-3", "\"1\"", "\"a\"", "\"\"", "1.5", "\"é\"",
+];
+
+/// What the fake children share with the simulation.
+#[derive(Default)]
+struct World {
+    /// Generations spawned and not yet reported exited.
+    live: Vec<u64>,
+    /// Lines written to a child's stdin (urgent ones too), with its generation.
+    stdin: Vec<(u64, Bytes)>,
+    /// Generations whose stop ladder was started.
+    stops: Vec<u64>,
+    /// The next spawn fails (a transient OS error).
+    fail_next_spawn: bool,
+    spawns: u64,
+}
+
+struct FakeChild {
+    generation: u64,
+    spawned_at: Instant,
+    world: Arc<Mutex<World>>,
+    stopping: bool,
+}
+
+fn lock(w: &Mutex<World>) -> std::sync::MutexGuard<'_, World> {
+    w.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ChildIo for FakeChild {
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+    fn pid(&self) -> u32 {
+        10_000 + self.generation as u32
+    }
+    fn spawned_at(&self) -> Instant {
+        self.spawned_at
+    }
+    fn send(&self, line: Bytes) -> Queued {
+        if self.stopping {
+            return Queued::Closed;
+        }
+        lock(&self.world).stdin.push((self.generation, line));
+        Queued::Ok
+    }
+    fn send_urgent(&self, line: Bytes) -> Queued {
+        self.send(line)
+    }
+    fn stop(&mut self) {
+        if !self.stopping {
+            self.stopping = true;
+            lock(&self.world).stops.push(self.generation);
+        }
+    }
+    fn stopping(&self) -> bool {
+        self.stopping
+    }
+}
+
+struct FakeSpawner {
+    world: Arc<Mutex<World>>,
+    /// The simulation's clock, read at spawn time (the actor's `now` of that input).
+    now: Arc<Mutex<Instant>>,
+}
+
+impl Spawner for FakeSpawner {
+    fn spawn(
+        &mut self,
+        _cfg: &ServerConfig,
+        generation: u64,
+        _tail: StderrTail,
+    ) -> Result<Box<dyn ChildIo>, process::SpawnError> {
+        let mut w = lock(&self.world);
+        if std::mem::take(&mut w.fail_next_spawn) {
+            return Err(process::SpawnError {
+                command: "sim".into(),
+                source: std::io::Error::other("simulated spawn failure"),
+            });
+        }
+        assert!(
+            w.live.is_empty(),
+            "spawn of generation {generation} while {:?} still alive",
+            w.live
+        );
+        w.live.push(generation);
+        w.spawns += 1;
+        let spawned_at = *self.now.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(Box::new(FakeChild {
+            generation,
+            spawned_at,
+            world: self.world.clone(),
+            stopping: false,
+        }))
+    }
+}
+
+/// A request the fake child has read and not answered yet.
+struct Asked {
+    generation: u64,
+    id: u64,
+    method: String,
+    text: Option<String>,
+}
+
+/// A connected simulated client.
+struct SimClient {
+    rx: mpsc::Receiver<Bytes>,
+    /// Requests sent and not answered yet, by exact id text.
+    open: BTreeMap<String, u32>,
+    initialized: bool,
+    n: u64,
+}
+
+struct Sim {
+    rng: StdRng,
+    server: Server,
+    world: Arc<Mutex<World>>,
+    clock: Arc<Mutex<Instant>>,
+    now: Instant,
+    clients: BTreeMap<ClientId, SimClient>,
+    next_client: u64,
+    asked: Vec<Asked>,
+    /// Answers already given (to answer again: duplicates and late replies).
+    answered: Vec<(u64, u64)>,
+    child_pings: u64,
+    events: u64,
+    /// Kept so the actor's child inbox stays open.
+    _events_tx: mpsc::Sender<ChildEvent>,
+}
+
+impl Sim {
+    fn new(seed: u64) -> Sim {
+        let cfg = crate::config::parse(std::path::Path::new("sim.toml"), CONFIG)
+            .ok()
+            .and_then(|c| c.servers.get("sim").cloned())
+            .unwrap_or_else(|| panic!("the simulation's config parses"));
+        let world = Arc::new(Mutex::new(World::default()));
+        let start = Instant::now();
+        let clock = Arc::new(Mutex::new(start));
+        let (events_tx, events_rx) = mpsc::channel(1);
+        let spawner = FakeSpawner {
+            world: world.clone(),
+            now: clock.clone(),
+        };
+        let mut server = Server::with_spawner(
+            cfg,
+            Arc::new(AtomicU32::new(0)),
+            ActorHistory::default(),
+            Box::new(spawner),
+            events_rx,
+            StdRng::seed_from_u64(seed ^ 0x5eed),
+        );
+        server.now = start;
+        server.spawn();
+        Sim {
+            rng: StdRng::seed_from_u64(seed),
+            server,
+            world,
+            clock,
+            now: start,
+            clients: BTreeMap::new(),
+            next_client: 1,
+            asked: Vec::new(),
+            answered: Vec::new(),
+            child_pings: 0,
+            events: 0,
+            _events_tx: events_tx,
+        }
+    }
+
+    /// Feeds one input at the current virtual time, then checks what clients received.
+    fn input(&mut self, input: Input) {
+        self.events += 1;
+        self.server.now = self.now;
+        *self.clock.lock().unwrap_or_else(|p| p.into_inner()) = self.now;
+        self.server.handle(input);
+        self.read_child_stdin();
+        self.drain_clients();
+        self.check_bounds();
+    }
+
+    fn advance(&mut self, max_ms: u64) {
+        self.now += Duration::from_millis(self.rng.gen_range(1..=max_ms));
+        self.input(Input::Timer);
+    }
+
+    fn current_generation(&self) -> Option<u64> {
+        lock(&self.world).live.last().copied()
+    }
+
+    // ----- clients ---------------------------------------------------------------------------
+
+    fn connect(&mut self) {
+        let id = ClientId(1_000_000 + self.next_client);
+        self.next_client += 1;
+        let (tx, rx) = ClientTx::detached(4096);
+        self.clients.insert(
+            id,
+            SimClient {
+                rx,
+                open: BTreeMap::new(),
+                initialized: false,
+                n: 0,
+            },
+        );
+        self.input(Input::Session(SessionEvent::Connected(
+            id,
+            tx,
+            Peer { uid: 0, pid: None },
+        )));
+    }
+
+    fn random_client(&mut self) -> Option<ClientId> {
+        if self.clients.is_empty() {
+            return None;
+        }
+        let i = self.rng.gen_range(0..self.clients.len());
+        self.clients.keys().nth(i).copied()
+    }
+
+    fn send(&mut self, client: ClientId, line: &str) {
+        let Ok(m) = message::parse_one(line.as_bytes()) else {
+            panic!("the simulation wrote an invalid line: {line}");
+        };
+        if m.kind == Kind::Request {
+            if let (Some(c), Some(id)) = (self.clients.get_mut(&client), m.id.as_deref()) {
+                *c.open.entry(id.get().to_string()).or_default() += 1;
+            }
+        }
+        self.input(Input::Session(SessionEvent::Message(client, m)));
+    }
+
+    fn request(&mut self) {
+        let Some(client) = self.random_client() else {
+            return;
+        };
+        let id = IDS[self.rng.gen_range(0..IDS.len())];
+        let (initialized, n) = match self.clients.get_mut(&client) {
+            Some(c) => {
+                c.n += 1;
+                (c.initialized, c.n)
+            }
+            None => return,
+        };
+        let line = if !initialized || self.rng.gen_bool(0.05) {
+            if let Some(c) = self.clients.get_mut(&client) {
+                c.initialized = true;
+            }
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"sim","version":"1"}}}}}}"#
+            )
+        } else {
+            match self.rng.gen_range(0..10) {
+                0 => format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#),
+                1 => format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#),
+                2 => format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/subscribe","params":{{"uri":"file:///{n}"}}}}"#
+                ),
+                _ => format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{}-{n}"}},"_meta":{{"progressToken":{n}}}}}}}"#,
+                    client.0
+                ),
+            }
+        };
+        self.send(client, &line);
+    }
+
+    fn cancel(&mut self) {
+        let Some(client) = self.random_client() else {
+            return;
+        };
+        let Some(id) = self
+            .clients
+            .get(&client)
+            .and_then(|c| c.open.keys().next().cloned())
+        else {
+            return;
+        };
+        // A cancelled request that reached the child is never answered (MCP cancellation);
+        // one still held or answered locally is answered as usual.
+        let Ok(raw) = RawValue::from_string(id.clone()) else {
+            return;
+        };
+        if self.server.inflight.lookup(client, &id_key(&raw)).is_some() {
+            if let Some(c) = self.clients.get_mut(&client) {
+                if let Some(k) = c.open.get_mut(&id) {
+                    *k -= 1;
+                    if *k == 0 {
+                        c.open.remove(&id);
+                    }
+                }
+            }
+        }
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id}}}}}"#
+        );
+        self.send(client, &line);
+    }
+
+    fn disconnect(&mut self) {
+        let Some(client) = self.random_client() else {
+            return;
+        };
+        self.clients.remove(&client);
+        self.input(Input::Session(SessionEvent::Disconnected(client)));
+    }
+
+    /// Reads what every client received and checks it against what it asked.
+    fn drain_clients(&mut self) {
+        let mut gone = Vec::new();
+        for (id, c) in self.clients.iter_mut() {
+            while let Ok(line) = c.rx.try_recv() {
+                let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+                    panic!("client {id:?} got a line that is not JSON: {line:?}");
+                };
+                assert!(line.ends_with(b"\n") || !line.contains(&b'\n'), "one line");
+                let is_response = v.get("method").is_none();
+                if !is_response {
+                    continue;
+                }
+                let Some(rid) = v.get("id") else {
+                    panic!("client {id:?} got a response without id: {v}");
+                };
+                if rid.is_null() {
+                    // Only the actor-restart notice is addressed to no request.
+                    continue;
+                }
+                let text = id_text(&line);
+                let Some(k) = c.open.get_mut(&text) else {
+                    panic!("client {id:?} got a response for id {text} it has not open: {v}");
+                };
+                *k -= 1;
+                if *k == 0 {
+                    c.open.remove(&text);
+                }
+                if let Some(t) = v.pointer("/result/content/0/text").and_then(Value::as_str) {
+                    if !v.pointer("/result/isError").is_some_and(|e| e == true) {
+                        let mine = format!("{}-", id.0);
+                        assert!(
+                            t.starts_with(&mine),
+                            "client {id:?} got another client's result: {v}"
+                        );
+                    }
+                }
+            }
+            if c.rx.is_closed() {
+                gone.push(*id);
+            }
+        }
+        for id in gone {
+            self.clients.remove(&id);
+        }
+        // A client the actor dropped (too slow, or its queue closed) has no more answers due.
+        let dropped: Vec<ClientId> = self
+            .clients
+            .keys()
+            .filter(|c| !self.server.clients.contains_key(c))
+            .copied()
+            .collect();
+        for id in dropped {
+            self.clients.remove(&id);
+        }
+    }
+
+    // ----- the child -------------------------------------------------------------------------
+
+    fn read_child_stdin(&mut self) {
+        let lines: Vec<(u64, Bytes)> = std::mem::take(&mut lock(&self.world).stdin);
+        for (generation, line) in lines {
+            let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+                panic!("the supervisor wrote a line that is not JSON: {line:?}");
+            };
+            let (Some(method), Some(id)) = (
+                v.get("method").and_then(Value::as_str),
+                v.get("id").and_then(Value::as_u64),
+            ) else {
+                continue; // notifications, answers to the child's pings
+            };
+            let text = v
+                .pointer("/params/arguments/text")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            self.asked.push(Asked {
+                generation,
+                id,
+                method: method.to_string(),
+                text,
+            });
+        }
+    }
+
+    /// The child writes `line`: the events the stdout reader would produce for it.
+    fn child_writes(&mut self, generation: u64, line: String) {
+        let events = match message::parse_line(line.as_bytes()) {
+            Ok(msgs) => msgs
+                .into_iter()
+                .filter_map(|m| match m {
+                    Ok(m) => Some(ChildEvent::Message(generation, m)),
+                    Err(e) => process::malformed_reply_id(line.as_bytes())
+                        .map(|id| ChildEvent::Malformed(generation, id, e.to_string())),
+                })
+                .collect(),
+            Err(e) => process::malformed_reply_id(line.as_bytes())
+                .map(|id| ChildEvent::Malformed(generation, id, e.to_string()))
+                .into_iter()
+                .collect::<Vec<_>>(),
+        };
+        for ev in events {
+            self.input(Input::Child(ev));
+        }
+    }
+
+    fn answer(&mut self) {
+        if self.asked.is_empty() {
+            return;
+        }
+        let i = self.rng.gen_range(0..self.asked.len());
+        let a = self.asked.swap_remove(i);
+        let line = if self.rng.gen_bool(0.03) {
+            let bad = [r#""result":[]"#, r#""result":null"#, r#""error":"oops""#];
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{},{}}}"#,
+                a.id,
+                bad[self.rng.gen_range(0..bad.len())]
+            )
+        } else {
+            good_answer(&a)
+        };
+        self.answered.push((a.generation, a.id));
+        self.child_writes(a.generation, line);
+    }
+
+    fn answer_again(&mut self) {
+        if self.answered.is_empty() {
+            return;
+        }
+        let (generation, id) = self.answered[self.rng.gen_range(0..self.answered.len())];
+        let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#);
+        self.child_writes(generation, line);
+    }
+
+    fn child_speaks(&mut self) {
+        let Some(generation) = self.current_generation() else {
+            return;
+        };
+        let line = if self.rng.gen_bool(0.5) {
+            r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#.to_string()
+        } else {
+            self.child_pings += 1;
+            format!(
+                r#"{{"jsonrpc":"2.0","id":"k-{}","method":"ping"}}"#,
+                self.child_pings
+            )
+        };
+        self.child_writes(generation, line);
+    }
+
+    /// A stopped child exits (requested), or the live one dies by itself.
+    fn child_exits(&mut self, by_itself: bool) {
+        let (generation, requested) = {
+            let w = lock(&self.world);
+            let stopped = w.stops.iter().copied().find(|g| w.live.contains(g));
+            match (stopped, by_itself) {
+                (Some(g), _) => (g, true),
+                (None, true) => match w.live.last() {
+                    Some(g) => (*g, false),
+                    None => return,
+                },
+                (None, false) => return,
+            }
+        };
+        {
+            let mut w = lock(&self.world);
+            w.live.retain(|g| *g != generation);
+            w.stops.retain(|g| *g != generation);
+        }
+        self.asked.retain(|a| a.generation != generation);
+        let exit = process::Exit {
+            code: (!requested).then_some(1),
+            signal: requested.then_some(libc::SIGTERM),
+            requested,
+        };
+        self.input(Input::Child(ChildEvent::Exited(generation, exit)));
+    }
+
+    fn operator(&mut self) {
+        let (tx, _rx) = oneshot::channel();
+        let cmd = match self.rng.gen_range(0..5) {
+            0 => Command::Stop(tx),
+            1 => Command::Start(tx),
+            2 => Command::Restart(tx),
+            3 => {
+                let mut cfg = self.server.cfg.clone();
+                cfg.request_timeout = Duration::from_millis(self.rng.gen_range(500..3000));
+                Command::Reconfigure(Box::new(cfg), tx)
+            }
+            _ => {
+                let (s, _r) = oneshot::channel();
+                Command::Status(s)
+            }
+        };
+        self.input(Input::Command(cmd));
+    }
+
+    fn check_bounds(&self) {
+        let s = &self.server;
+        assert!(
+            s.held.len() <= s.cfg.queue_limit,
+            "held {} > queue_limit",
+            s.held.len()
+        );
+        // Client requests are capped by max_inflight; the supervisor's own (list refreshes,
+        // subscriptions, log level) by what it replays after a restart.
+        assert!(
+            s.inflight.len() <= s.cfg.max_inflight + 16,
+            "in flight {}",
+            s.inflight.len()
+        );
+        let bound =
+            s.cfg.max_inflight + s.cfg.queue_limit + s.clients.len() * s.cfg.max_subscriptions + 16;
+        assert!(
+            s.ledger.len() <= bound,
+            "ledger {} > {bound}",
+            s.ledger.len()
+        );
+        for c in s.clients.values() {
+            assert!(c.subs.len() <= s.cfg.max_subscriptions, "subscriptions");
+        }
+    }
+
+    /// One random step.
+    fn step(&mut self) {
+        match self.rng.gen_range(0..100) {
+            0..=3 => self.connect(),
+            4..=5 => self.disconnect(),
+            6..=40 => self.request(),
+            41..=43 => self.cancel(),
+            44..=70 => self.answer(),
+            71..=72 => self.answer_again(),
+            73..=76 => self.child_speaks(),
+            77..=79 => self.child_exits(false),
+            80 => self.child_exits(true),
+            81 => lock(&self.world).fail_next_spawn = true,
+            82 => self.operator(),
+            _ => self.advance(400),
+        }
+    }
+
+    /// Every request of a connected client ends with exactly one response.
+    fn settle(&mut self) {
+        let mut start = Some(());
+        for _ in 0..2_000 {
+            if start.take().is_some() && self.server.state == State::Stopped {
+                self.operator_start();
+            }
+            while !self.asked.is_empty() {
+                self.answer_all_good();
+            }
+            self.child_exits(false);
+            self.advance(300);
+            if self.clients.values().all(|c| c.open.is_empty()) {
+                return;
+            }
+        }
+        let open: Vec<_> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| !c.open.is_empty())
+            .map(|(id, c)| (id, c.open.clone()))
+            .collect();
+        panic!("requests never answered: {open:?}");
+    }
+
+    fn operator_start(&mut self) {
+        let (tx, _rx) = oneshot::channel();
+        self.input(Input::Command(Command::Start(tx)));
+    }
+
+    fn answer_all_good(&mut self) {
+        if let Some(a) = self.asked.pop() {
+            let line = good_answer(&a);
+            self.child_writes(a.generation, line);
+        }
+    }
+}
+
+/// The fake child's proper answer to `a` (a handshake-era server with one tool, `echo`).
+fn good_answer(a: &Asked) -> String {
+    let result = match a.method.as_str() {
+        "initialize" => json!({"protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {"listChanged": true}, "resources": {"subscribe": true}},
+            "serverInfo": {"name": "sim", "version": "1"}}),
+        "tools/list" => json!({"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}),
+        "tools/call" => {
+            json!({"content": [{"type": "text", "text": a.text.clone().unwrap_or_default()}]})
+        }
+        "ping" | "resources/subscribe" | "resources/unsubscribe" | "logging/setLevel" => json!({}),
+        _ => {
+            return format!(
+                r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":-32601,"message":"Method not found"}}}}"#,
+                a.id
+            )
+        }
+    };
+    json!({"jsonrpc": "2.0", "id": a.id, "result": result}).to_string()
+}
+
+/// The exact text of a response line's top-level `id` (as the client wrote it).
+fn id_text(line: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Id<'a> {
+        #[serde(borrow)]
+        id: &'a RawValue,
+    }
+    serde_json::from_slice::<Id>(line)
+        .map(|i| i.id.get().to_string())
+        .unwrap_or_default()
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn simulation_whole_actor_invariants_hold() {
+    let total = env_u64("MCPSUP_SIM_EVENTS").unwrap_or(1_000_000);
+    let seeds: Vec<u64> = match env_u64("MCPSUP_SIM_SEED") {
+        Some(s) => vec![s],
+        None => (0..u64::MAX).take(1_000_000).collect(),
+    };
+    let started = Instant::now();
+    let mut events = 0u64;
+    let mut runs = 0u64;
+    for seed in seeds {
+        if events >= total {
+            break;
+        }
+        let r = std::panic::catch_unwind(|| {
+            let mut sim = Sim::new(seed);
+            for _ in 0..2_000 {
+                sim.step();
+            }
+            sim.settle();
+            sim.events
+        });
+        match r {
+            Ok(n) => events += n,
+            Err(e) => {
+                eprintln!(
+                    "actor simulation failed at seed {seed} (replay: MCPSUP_SIM_SEED={seed})"
+                );
+                std::panic::resume_unwind(e);
+            }
+        }
+        runs += 1;
+    }
+    eprintln!(
+        "actor simulation: {events} events in {runs} seeds, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(events >= total.min(1_000_000) || runs > 0);
+}
