@@ -211,6 +211,21 @@ impl Server {
                 let status = self.outage_status();
                 return self.outage_reply(client, &id, "initialize", status);
             }
+            if self.held.len() >= self.cfg.queue_limit {
+                // The held queue is bounded for handshakes too (issue 12 §6).
+                let status = self.outage_status();
+                let reason = format!("{} requests already waiting (queue_limit)", self.held.len());
+                return self.outage_respond(
+                    client,
+                    &id,
+                    "initialize",
+                    status,
+                    &reason,
+                    None,
+                    code::LIMIT_EXCEEDED,
+                    Outcome::Denied,
+                );
+            }
             // Never ready yet: wait for the child (bounded by start_timeout, issue 5 §5).
             let deadline = self.now + self.cfg.start_timeout;
             self.held.push_back(Held {
