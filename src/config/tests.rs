@@ -1,0 +1,151 @@
+use super::*;
+
+fn bad(text: &str) -> ConfigError {
+    parse(Path::new("s.toml"), text).unwrap_err()
+}
+
+#[test]
+fn minimal_server_gets_documented_defaults() {
+    let c = parse(Path::new("/etc/s.toml"), "[servers.a]\ncommand = \"x\"\n").unwrap();
+    let a = &c.servers["a"];
+    assert_eq!(a.start_timeout, Duration::from_secs(60));
+    assert_eq!(a.request_timeout, Duration::from_secs(120));
+    assert_eq!(a.probe_interval, Duration::from_secs(30));
+    assert_eq!(a.probe_timeout, Duration::from_secs(10));
+    assert_eq!(a.probe_failures, 3);
+    assert_eq!(a.backoff_initial, Duration::from_secs(1));
+    assert_eq!(a.backoff_max, Duration::from_secs(60));
+    assert_eq!(a.stop_grace, Duration::from_secs(2));
+    assert_eq!(a.kill_timeout, Duration::from_secs(5));
+    assert_eq!(a.restart, RestartPolicy::Always);
+}
+
+#[test]
+fn defaults_table_applies_and_server_overrides() {
+    let c = parse(
+        Path::new("s.toml"),
+        "[defaults]\nprobe_interval = \"5s\"\nenv = { A = \"1\" }\n[servers.a]\ncommand = \"x\"\nenv = { B = \"2\" }\n[servers.b]\ncommand = \"y\"\nprobe_interval = \"7s\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.servers["a"].probe_interval, Duration::from_secs(5));
+    assert_eq!(c.servers["b"].probe_interval, Duration::from_secs(7));
+    assert_eq!(c.servers["a"].env.len(), 2);
+}
+
+#[test]
+fn unknown_key_names_line_and_key() {
+    let e = bad("[servers.a]\ncommand = \"x\"\nstart_timout = \"1s\"\n");
+    assert_eq!(e.line, 3);
+    assert!(e.to_string().contains("start_timout"), "{e}");
+}
+
+#[test]
+fn missing_command_names_the_key() {
+    let e = bad("[supervisor]\n\n[servers.a]\nargs = []\n");
+    assert_eq!(e.line, 3);
+    assert_eq!(e.key, "servers.a.command");
+}
+
+#[test]
+fn bad_duration_names_line_and_key() {
+    let e = bad("[servers.a]\ncommand = \"x\"\n\nprobe_timeout = \"10\"\n");
+    assert_eq!((e.line, e.key.as_str()), (4, "servers.a.probe_timeout"));
+    let e = bad("[servers.a]\ncommand = \"x\"\nstop_grace = \"2 parsecs\"\n");
+    assert_eq!(e.key, "servers.a.stop_grace");
+}
+
+#[test]
+fn bad_name_and_wrong_type() {
+    let e = bad("[servers.Bad]\ncommand = \"x\"\n");
+    assert_eq!((e.line, e.key.as_str()), (1, "servers.Bad"));
+    let e = bad("[servers.a]\ncommand = \"x\"\nprobe_failures = \"3\"\n");
+    assert_eq!((e.line, e.key.as_str()), (3, "servers.a.probe_failures"));
+    let e = bad("[servers.a]\ncommand = [\"x\"]\n");
+    assert_eq!(e.key, "servers.a.command");
+    let e = bad("[servers.a]\ncommand = \"x\"\nrestart = \"sometimes\"\n");
+    assert_eq!(e.key, "servers.a.restart");
+}
+
+#[test]
+fn relative_socket_dir_is_relative_to_the_file() {
+    let c = parse(
+        Path::new("/etc/mcp/s.toml"),
+        "[supervisor]\nsocket_dir = \"run\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.supervisor.socket_dir, PathBuf::from("/etc/mcp/run"));
+}
+
+#[test]
+fn socket_access_keys() {
+    let c = parse(Path::new("s.toml"), "[servers.a]\ncommand = \"x\"\n").unwrap();
+    assert_eq!(c.supervisor.socket_mode, 0o600);
+    assert_eq!(c.supervisor.socket_group, None);
+    assert!(c.supervisor.allowed_uids.is_empty());
+    let c = parse(
+        Path::new("s.toml"),
+        "[supervisor]\nsocket_mode = \"0660\"\nsocket_group = \"0\"\nallowed_uids = [1000, 1001]\nallowed_gids = [50]\n",
+    )
+    .unwrap();
+    assert_eq!(c.supervisor.socket_mode, 0o660);
+    assert_eq!(c.supervisor.socket_group, Some(0));
+    assert_eq!(c.supervisor.allowed_uids, vec![1000, 1001]);
+    assert_eq!(c.supervisor.allowed_gids, vec![50]);
+    let e = bad("[supervisor]\n\nsocket_mode = \"999\"\n");
+    assert_eq!((e.line, e.key.as_str()), (3, "supervisor.socket_mode"));
+    let e = bad("[supervisor]\nsocket_mode = \"0066\"\n");
+    assert_eq!(e.key, "supervisor.socket_mode");
+    let e = bad("[supervisor]\nsocket_group = \"no-such-group-xyz\"\n");
+    assert_eq!((e.line, e.key.as_str()), (2, "supervisor.socket_group"));
+    let e = bad("[supervisor]\nallowed_uids = [\"x\"]\n");
+    assert_eq!(e.line, 2);
+}
+
+#[test]
+fn user_and_group_are_resolved() {
+    let c = parse(
+        Path::new("s.toml"),
+        "[servers.a]\ncommand = \"x\"\nuser = \"0\"\ngroup = \"0\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.servers["a"].user.as_deref(), Some("0"));
+    assert_eq!(resolve_user("0").unwrap().uid, 0);
+    let e = bad("[servers.a]\ncommand = \"x\"\nuser = \"no-such-user-xyz\"\n");
+    assert_eq!((e.line, e.key.as_str()), (3, "servers.a.user"));
+    let e = bad("[defaults]\ngroup = \"no-such-group-xyz\"\n[servers.a]\ncommand = \"x\"\n");
+    assert_eq!((e.line, e.key.as_str()), (2, "servers.a.group"));
+}
+
+#[test]
+fn socket_dir_is_found_in_a_broken_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("s.toml");
+    std::fs::write(
+        &p,
+        "[supervisor]\nsocket_dir = \"run\"\n[servers.a]\ncommand = \"x\"\nbogus = 1\n",
+    )
+    .unwrap();
+    assert_eq!(socket_dir_of(&p).unwrap(), dir.path().join("run"));
+    std::fs::write(
+        &p,
+        "[supervisor]\nsocket_dir = \"/x/run\"\n[servers.a]\nthis is not toml\n",
+    )
+    .unwrap();
+    assert_eq!(socket_dir_of(&p).unwrap(), PathBuf::from("/x/run"));
+    assert!(socket_dir_of(&dir.path().join("missing.toml")).is_err());
+}
+
+#[test]
+fn a_bare_number_duration_says_how_to_write_it() {
+    let e = bad("[servers.a]\ncommand = \"x\"\nprobe_timeout = 10\n");
+    assert_eq!((e.line, e.key.as_str()), (3, "servers.a.probe_timeout"));
+    assert!(e.message.contains("with a unit"), "{e}");
+}
+
+#[test]
+fn durations_need_units() {
+    assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+    assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+    assert!(parse_duration("5").is_err());
+    assert!(parse_duration("").is_err());
+}
