@@ -48,68 +48,7 @@ impl Server {
             return self.fail_malformed(client, &id, &pending.method, &problem);
         }
         match pending.owner {
-            Owner::Client {
-                client,
-                id,
-                subscribe,
-                cache,
-                add_result_type,
-                retry_params,
-                progress,
-                log_level,
-            } => {
-                if let (Some(sent), Some(r)) = (&retry_params, &m.result) {
-                    if self.start_round(client, &id, &pending.method, sent, r, progress, log_level)
-                    {
-                        return;
-                    }
-                }
-                if let (Some(uri), Some(_)) = (subscribe, &m.result) {
-                    self.subs.entry(uri.clone()).or_default().insert(client);
-                    if let Some(c) = self.clients.get_mut(&client) {
-                        c.subs.insert(uri);
-                    }
-                }
-                if let (Some(method), Some(r)) = (cache, &m.result) {
-                    if let Some(v) = serde_json::from_str::<Value>(r.get())
-                        .ok()
-                        .filter(shareable)
-                    {
-                        self.lists.insert(method, v);
-                    }
-                }
-                let (line, outcome, code) = match (&m.result, &m.error) {
-                    (Some(r), _) => {
-                        let outcome = if pending.method == "tools/call" && is_tool_error(r) {
-                            Outcome::ToolError
-                        } else {
-                            Outcome::Ok
-                        };
-                        let r = if add_result_type {
-                            era::modernize_result(r, &pending.method)
-                        } else if pending.method == "subscriptions/listen" {
-                            // The close result names the stream: the client's id, not ours.
-                            let mut v: Value = serde_json::from_str(r.get()).unwrap_or(json!({}));
-                            if let Some(meta) = v.get_mut("_meta").and_then(Value::as_object_mut) {
-                                let original: Value =
-                                    serde_json::from_str(id.get()).unwrap_or(Value::Null);
-                                meta.insert(era::META_SUBSCRIPTION_ID.into(), original);
-                            }
-                            std::borrow::Cow::Owned(raw(&v))
-                        } else {
-                            std::borrow::Cow::Borrowed(&**r)
-                        };
-                        (Out::result(&id, &r).encode(), outcome, None)
-                    }
-                    (_, Some(e)) => (
-                        Out::error(&id, e).encode(),
-                        Outcome::ProtocolError,
-                        m.error_code(),
-                    ),
-                    _ => return,
-                };
-                self.respond(client, &id, line, outcome, code);
-            }
+            owner @ Owner::Client { .. } => self.answer_client(&pending.method, owner, &m),
             Owner::Discover { probe } => self.on_discover_answer(&m, probe),
             Owner::Listen => {
                 debug!("the child closed the supervisor's listen stream");
@@ -117,69 +56,140 @@ impl Server {
                     self.listen = None;
                 }
             }
-            Owner::Initialize => match (&m.result, &m.error) {
-                (Some(r), _) => match serde_json::from_str::<Value>(r.get())
-                    .ok()
-                    .and_then(Handshake::from_result)
-                {
-                    Some(hs) => {
-                        let line = Out::request(None, "notifications/initialized", None).encode();
-                        if let Some(c) = &self.child {
-                            c.send(line);
-                        }
-                        self.on_ready(hs);
-                    }
-                    None => {
-                        error!("the child's initialize result has no protocolVersion");
-                        self.stop_child(StopCause::HandshakeRejected);
-                    }
-                },
-                (_, Some(e)) => {
-                    let modern = m.error_code() == Some(era::UNSUPPORTED_VERSION)
-                        && e.get().contains(era::MODERN_VERSION);
-                    if modern && self.cfg.protocol == ChildProtocol::Auto {
-                        // The verdict stopped working (a server upgraded to 2026-only, or one a
-                        // late era probe already pinned): speak 2026-07-28 to it right away.
-                        self.set_verdict(
-                            Era::Modern,
-                            "initialize was refused in favour of 2026-07-28",
-                        );
-                        let deadline = self
-                            .start_deadline
-                            .unwrap_or_else(|| self.now + self.cfg.start_timeout);
-                        self.send_discover(false, deadline);
-                    } else {
-                        error!(error = %e.get(), "the child rejected initialize");
-                        self.stop_child(StopCause::HandshakeRejected);
-                    }
-                }
-                _ => {}
-            },
-            Owner::Refresh { method, announce } => {
-                let Some(r) = &m.result else { return };
-                let Some(v) = serde_json::from_str::<Value>(r.get())
-                    .ok()
-                    .filter(shareable)
-                else {
-                    return;
+            Owner::Initialize => self.on_initialize_answer(&m),
+            Owner::Refresh { method, announce } => self.on_refresh_answer(method, announce, &m),
+            Owner::Internal => {}
+        }
+    }
+
+    /// The child's answer `m` to a client's request (`method`, owned by `owner`): an MRTR
+    /// round, a subscription or a list to remember, then the response with the client's id.
+    fn answer_client(&mut self, method: &str, owner: Owner, m: &Message) {
+        let Owner::Client {
+            client,
+            id,
+            subscribe,
+            cache,
+            add_result_type,
+            retry_params,
+            progress,
+            log_level,
+        } = owner
+        else {
+            return;
+        };
+        if let (Some(sent), Some(r)) = (&retry_params, &m.result) {
+            if self.start_round(client, &id, method, sent, r, progress, log_level) {
+                return;
+            }
+        }
+        if let (Some(uri), Some(_)) = (subscribe, &m.result) {
+            self.subs.entry(uri.clone()).or_default().insert(client);
+            if let Some(c) = self.clients.get_mut(&client) {
+                c.subs.insert(uri);
+            }
+        }
+        if let (Some(list), Some(r)) = (cache, &m.result) {
+            if let Some(v) = serde_json::from_str::<Value>(r.get())
+                .ok()
+                .filter(shareable)
+            {
+                self.lists.insert(list, v);
+            }
+        }
+        let (line, outcome, code) = match (&m.result, &m.error) {
+            (Some(r), _) => {
+                let outcome = if method == "tools/call" && is_tool_error(r) {
+                    Outcome::ToolError
+                } else {
+                    Outcome::Ok
                 };
-                let changed = self.lists.get(method) != Some(&v);
-                self.lists.insert(method, v);
-                if changed && announce {
-                    let note = era::LISTS
-                        .iter()
-                        .find(|(l, _, _)| *l == method)
-                        .map(|(_, n, _)| *n);
-                    if let Some(note) = note {
-                        info!(
-                            list = method,
-                            "the list changed across the restart; notifying clients"
-                        );
-                        self.broadcast(&Out::request(None, note, None).encode(), |_| true);
+                let r = if add_result_type {
+                    era::modernize_result(r, method)
+                } else if method == "subscriptions/listen" {
+                    std::borrow::Cow::Owned(listen_close_result(r, &id))
+                } else {
+                    std::borrow::Cow::Borrowed(&**r)
+                };
+                (Out::result(&id, &r).encode(), outcome, None)
+            }
+            (_, Some(e)) => (
+                Out::error(&id, e).encode(),
+                Outcome::ProtocolError,
+                m.error_code(),
+            ),
+            _ => return,
+        };
+        self.respond(client, &id, line, outcome, code);
+    }
+
+    /// The child's answer to the supervisor's `initialize`: ready, an era switch, or a
+    /// rejection.
+    fn on_initialize_answer(&mut self, m: &Message) {
+        match (&m.result, &m.error) {
+            (Some(r), _) => match serde_json::from_str::<Value>(r.get())
+                .ok()
+                .and_then(Handshake::from_result)
+            {
+                Some(hs) => {
+                    let line = Out::request(None, "notifications/initialized", None).encode();
+                    if let Some(c) = &self.child {
+                        c.send(line);
                     }
+                    self.on_ready(hs);
+                }
+                None => {
+                    error!("the child's initialize result has no protocolVersion");
+                    self.stop_child(StopCause::HandshakeRejected);
+                }
+            },
+            (_, Some(e)) => {
+                let modern = m.error_code() == Some(era::UNSUPPORTED_VERSION)
+                    && e.get().contains(era::MODERN_VERSION);
+                if modern && self.cfg.protocol == ChildProtocol::Auto {
+                    // The verdict stopped working (a server upgraded to 2026-only, or one a
+                    // late era probe already pinned): speak 2026-07-28 to it right away.
+                    self.set_verdict(
+                        Era::Modern,
+                        "initialize was refused in favour of 2026-07-28",
+                    );
+                    let deadline = self
+                        .start_deadline
+                        .unwrap_or_else(|| self.now + self.cfg.start_timeout);
+                    self.send_discover(false, deadline);
+                } else {
+                    error!(error = %e.get(), "the child rejected initialize");
+                    self.stop_child(StopCause::HandshakeRejected);
                 }
             }
-            Owner::Internal => {}
+            _ => {}
+        }
+    }
+
+    /// A list the supervisor re-read: kept for outages, announced when it changed across a
+    /// restart (issue 5 §4).
+    fn on_refresh_answer(&mut self, method: &'static str, announce: bool, m: &Message) {
+        let Some(r) = &m.result else { return };
+        let Some(v) = serde_json::from_str::<Value>(r.get())
+            .ok()
+            .filter(shareable)
+        else {
+            return;
+        };
+        let changed = self.lists.get(method) != Some(&v);
+        self.lists.insert(method, v);
+        if changed && announce {
+            let note = era::LISTS
+                .iter()
+                .find(|(l, _, _)| *l == method)
+                .map(|(_, n, _)| *n);
+            if let Some(note) = note {
+                info!(
+                    list = method,
+                    "the list changed across the restart; notifying clients"
+                );
+                self.broadcast(&Out::request(None, note, None).encode(), |_| true);
+            }
         }
     }
 

@@ -66,46 +66,81 @@ impl Server {
     pub(super) fn dispatch_request(&mut self, client: ClientId, m: Message) {
         let Some(id) = m.id.clone() else { return };
         let requested = era::envelope_version(m.params.as_deref());
-        let client_era = match self.clients.get_mut(&client) {
-            Some(c) => *c.era.get_or_insert(
-                // As the SDKs do: the first request decides. An envelope or `server/discover`
-                // means 2026-07-28; `initialize` or anything else, the handshake era.
-                if m.method() != "initialize"
-                    && (requested.is_some() || m.method() == "server/discover")
-                {
-                    Era::Modern
-                } else {
-                    Era::Handshake
-                },
-            ),
-            None => return,
+        let Some(client_era) = self.settle_client_era(client, &m, requested.is_some()) else {
+            return;
         };
-        if client_era == Era::Modern {
-            if let Some(v) = requested.as_deref().filter(|v| *v != era::MODERN_VERSION) {
-                // A modern version this supervisor cannot serve.
-                let data = json!({"supported": [era::MODERN_VERSION], "requested": v});
-                info!(client = %client, requested = v, "unsupported protocol version requested");
-                return self.respond_error(
-                    client,
-                    &id,
-                    era::UNSUPPORTED_VERSION,
-                    "Unsupported protocol version",
-                    Some(data),
-                    Outcome::Invalid,
-                );
-            }
-            if m.method() == "server/discover" && self.child_era() == Era::Handshake {
-                if let Some(hs) = &self.handshake {
-                    let line = message::result_response(&id, &hs.discover_result());
-                    return self.respond(client, &id, line, Outcome::Ok, None);
-                }
+        if client_era == Era::Modern && self.answer_modern(client, &id, &m, requested.as_deref()) {
+            return;
+        }
+        let Some(m) = self.answer_locally(client, &id, m, client_era) else {
+            return;
+        };
+        if self.state != State::Ready && self.answer_from_cache(client, &m) {
+            return;
+        }
+        self.route_by_state(client, &id, m);
+    }
+
+    /// A client's era, decided by its first request as the SDKs do: an envelope or
+    /// `server/discover` means 2026-07-28; `initialize` or anything else, the handshake era.
+    /// `None` when the client is gone.
+    fn settle_client_era(&mut self, client: ClientId, m: &Message, envelope: bool) -> Option<Era> {
+        let c = self.clients.get_mut(&client)?;
+        let first = if m.method() != "initialize" && (envelope || m.method() == "server/discover") {
+            Era::Modern
+        } else {
+            Era::Handshake
+        };
+        Some(*c.era.get_or_insert(first))
+    }
+
+    /// What a 2026 client is answered here: an unsupported version, or `server/discover` on a
+    /// handshake child. Returns whether the request was answered.
+    fn answer_modern(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        m: &Message,
+        requested: Option<&str>,
+    ) -> bool {
+        if let Some(v) = requested.filter(|v| *v != era::MODERN_VERSION) {
+            // A modern version this supervisor cannot serve.
+            let data = json!({"supported": [era::MODERN_VERSION], "requested": v});
+            info!(client = %client, requested = v, "unsupported protocol version requested");
+            self.respond_error(
+                client,
+                id,
+                era::UNSUPPORTED_VERSION,
+                "Unsupported protocol version",
+                Some(data),
+                Outcome::Invalid,
+            );
+            return true;
+        }
+        if m.method() == "server/discover" && self.child_era() == Era::Handshake {
+            if let Some(hs) = &self.handshake {
+                let line = message::result_response(id, &hs.discover_result());
+                self.respond(client, id, line, Outcome::Ok, None);
+                return true;
             }
         }
+        false
+    }
+
+    /// Requests the supervisor answers itself (`initialize`, `ping`, `logging/setLevel`, served
+    /// listen streams, subscriptions it keeps). Gives the request back when it is not one.
+    fn answer_locally(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        m: Message,
+        client_era: Era,
+    ) -> Option<Message> {
         match m.method() {
-            "initialize" => return self.client_initialize(client, m),
+            "initialize" => self.client_initialize(client, m),
             "ping" => {
-                let line = message::result_response(&id, &json!({}));
-                return self.respond(client, &id, line, Outcome::Ok, None);
+                let line = message::result_response(id, &json!({}));
+                self.respond(client, id, line, Outcome::Ok, None);
             }
             "logging/setLevel"
                 if self
@@ -113,53 +148,41 @@ impl Server {
                     .as_ref()
                     .is_some_and(|h| h.has("logging") || h.era == Era::Modern) =>
             {
-                return self.client_set_level(client, m)
+                self.client_set_level(client, m)
             }
             "subscriptions/listen"
                 if client_era == Era::Modern
                     && self.child_era() == Era::Handshake
                     && self.handshake.is_some() =>
             {
-                return self.serve_listen(client, m)
+                self.serve_listen(client, m)
             }
             // 2026-07-28 has no subscribe: a handshake client's subscriptions to a modern child
             // are kept here (and served from the supervisor's own listen stream).
             "resources/subscribe" | "resources/unsubscribe" if self.child_era() == Era::Modern => {
-                return self.client_subscription_on_modern(client, m)
+                self.client_subscription_on_modern(client, m)
             }
             "resources/subscribe" | "resources/unsubscribe"
-                if self.local_subscription(client, &m) =>
-            {
-                return;
-            }
-            _ => {}
+                if self.local_subscription(client, &m) => {}
+            _ => return Some(m),
         }
-        if self.state != State::Ready && self.answer_from_cache(client, &m) {
-            return;
-        }
+        None
+    }
+
+    /// Where a request for the child goes in the current state: forwarded when ready, held
+    /// while a start or restart is under way (bounded by `queue_limit`), failed at once with
+    /// the outage record otherwise.
+    fn route_by_state(&mut self, client: ClientId, id: &RawValue, m: Message) {
+        let held_room = self.held.len() < self.cfg.queue_limit;
         match self.state {
             State::Ready => self.forward(client, m),
             // A server that was never ready and is backing off gets a fast, explicit error
             // (K19); one that was ready is likely back soon, so its requests wait.
             State::Backoff if self.handshake.is_none() && !self.probe_respawn => {
-                self.outage_reply(client, &id, m.method(), "backoff");
+                self.outage_reply(client, id, m.method(), "backoff");
             }
-            State::Stopping if self.restarting() && self.held.len() < self.cfg.queue_limit => {
-                let deadline = self.now + self.cfg.queue_wait;
-                self.held.push_back(Held {
-                    client,
-                    msg: m,
-                    deadline,
-                });
-            }
-            State::Starting | State::Backoff if self.held.len() < self.cfg.queue_limit => {
-                let deadline = self.now + self.cfg.queue_wait;
-                self.held.push_back(Held {
-                    client,
-                    msg: m,
-                    deadline,
-                });
-            }
+            State::Stopping if self.restarting() && held_room => self.hold(client, m),
+            State::Starting | State::Backoff if held_room => self.hold(client, m),
             State::Starting | State::Backoff => {
                 let status = self.outage_status();
                 let reason = format!("{} requests already waiting (queue_limit)", self.held.len());
@@ -169,7 +192,7 @@ impl Server {
                 let method = m.method().to_string();
                 self.outage_respond(
                     client,
-                    &id,
+                    id,
                     &method,
                     status,
                     &reason,
@@ -180,9 +203,19 @@ impl Server {
             }
             _ => {
                 let status = self.outage_status();
-                self.outage_reply(client, &id, m.method(), status);
+                self.outage_reply(client, id, m.method(), status);
             }
         }
+    }
+
+    /// Holds a request until the child is ready, for at most `queue_wait`.
+    fn hold(&mut self, client: ClientId, m: Message) {
+        let deadline = self.now + self.cfg.queue_wait;
+        self.held.push_back(Held {
+            client,
+            msg: m,
+            deadline,
+        });
     }
 
     /// A request whose id equals one of the same client's unfinished requests (K23): JSON-RPC

@@ -167,3 +167,14 @@ pub(super) fn shareable(v: &Value) -> bool {
         Some(scope) => scope == "public",
     }
 }
+
+/// A `subscriptions/listen` close result for the client: its `_meta` names the stream by the
+/// client's own id, not the child-side one.
+pub(super) fn listen_close_result(r: &RawValue, id: &RawValue) -> Box<RawValue> {
+    let mut v: Value = serde_json::from_str(r.get()).unwrap_or(json!({}));
+    if let Some(meta) = v.get_mut("_meta").and_then(Value::as_object_mut) {
+        let original: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
+        meta.insert(era::META_SUBSCRIPTION_ID.into(), original);
+    }
+    raw(&v)
+}
