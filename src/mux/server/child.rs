@@ -289,50 +289,8 @@ impl Server {
             return;
         }
         match method.as_str() {
-            "notifications/progress" => {
-                let Some(mut p) = m.params_object() else {
-                    return;
-                };
-                let token = p.get("progressToken").and_then(Value::as_u64);
-                let owner =
-                    token
-                        .and_then(|t| self.inflight.get(t))
-                        .and_then(|pend| match &pend.owner {
-                            Owner::Client {
-                                client,
-                                progress: Some(orig),
-                                ..
-                            } => Some((*client, orig.clone())),
-                            _ => None,
-                        });
-                let Some((client, orig)) = owner else { return };
-                p.insert(
-                    "progressToken".into(),
-                    serde_json::from_str(orig.get()).unwrap_or(Value::Null),
-                );
-                let line = Out::request(None, &method, Some(&raw(&Value::Object(p)))).encode();
-                self.reply(client, line);
-            }
-            "notifications/cancelled" => {
-                // The child gave up on one of its own requests to a client.
-                let Some(mut p) = m.params_object() else {
-                    return;
-                };
-                let Some(rid) = p.get("requestId").map(Value::to_string) else {
-                    return;
-                };
-                let key = self
-                    .upstream
-                    .iter()
-                    .find(|(_, u)| matches!(&u.asker, Asker::Child(c) if c.get() == rid))
-                    .map(|(k, _)| *k);
-                if let Some((client, n)) = key {
-                    self.upstream.remove(&(client, n));
-                    p.insert("requestId".into(), json!(n));
-                    let line = Out::request(None, &method, Some(&raw(&Value::Object(p)))).encode();
-                    self.reply(client, line);
-                }
-            }
+            "notifications/progress" => self.route_progress(&m),
+            "notifications/cancelled" => self.route_child_cancel(&m),
             "notifications/message" => {
                 let level = m
                     .params_object()
@@ -344,23 +302,7 @@ impl Server {
                     .unwrap_or(0);
                 self.route_log_message(level, &m);
             }
-            "notifications/resources/updated" => {
-                let uri = m
-                    .params_object()
-                    .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string));
-                let subs: Vec<ClientId> = uri
-                    .as_ref()
-                    .and_then(|u| self.subs.get(u))
-                    .map(|s| s.iter().copied().collect())
-                    .unwrap_or_default();
-                let line = Out::request(None, &method, m.params.as_deref()).encode();
-                for c in subs {
-                    if self.client_era(c) == Era::Handshake {
-                        self.reply(c, line.clone());
-                    }
-                }
-                self.feed_listeners(&method, uri.as_deref(), m.params.as_deref());
-            }
+            "notifications/resources/updated" => self.route_resource_updated(&m),
             _ => {
                 if let Some((list, _, _)) = era::LISTS.iter().find(|(_, n, _)| *n == method) {
                     // Keep the cached list current for outage answers; the child announced it.
@@ -380,6 +322,74 @@ impl Server {
                 self.feed_listeners(&method, None, m.params.as_deref());
             }
         }
+    }
+
+    /// `notifications/progress`: to the owner of the request whose child-side id is the token,
+    /// with the client's own token back.
+    fn route_progress(&mut self, m: &Message) {
+        let Some(mut p) = m.params_object() else {
+            return;
+        };
+        let token = p.get("progressToken").and_then(Value::as_u64);
+        let owner = token
+            .and_then(|t| self.inflight.get(t))
+            .and_then(|pend| match &pend.owner {
+                Owner::Client {
+                    client,
+                    progress: Some(orig),
+                    ..
+                } => Some((*client, orig.clone())),
+                _ => None,
+            });
+        let Some((client, orig)) = owner else { return };
+        p.insert(
+            "progressToken".into(),
+            serde_json::from_str(orig.get()).unwrap_or(Value::Null),
+        );
+        let line = Out::request(None, m.method(), Some(&raw(&Value::Object(p)))).encode();
+        self.reply(client, line);
+    }
+
+    /// The child gave up on one of its own requests to a client: that client is told, under
+    /// the id it was asked with.
+    fn route_child_cancel(&mut self, m: &Message) {
+        let Some(mut p) = m.params_object() else {
+            return;
+        };
+        let Some(rid) = p.get("requestId").map(Value::to_string) else {
+            return;
+        };
+        let key = self
+            .upstream
+            .iter()
+            .find(|(_, u)| matches!(&u.asker, Asker::Child(c) if c.get() == rid))
+            .map(|(k, _)| *k);
+        if let Some((client, n)) = key {
+            self.upstream.remove(&(client, n));
+            p.insert("requestId".into(), json!(n));
+            let line = Out::request(None, m.method(), Some(&raw(&Value::Object(p)))).encode();
+            self.reply(client, line);
+        }
+    }
+
+    /// `notifications/resources/updated`: to the handshake clients subscribed to the URI and
+    /// to the served listen streams that asked for it.
+    fn route_resource_updated(&mut self, m: &Message) {
+        let uri = m
+            .params_object()
+            .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string));
+        let subs: Vec<ClientId> = uri
+            .as_ref()
+            .and_then(|u| self.subs.get(u))
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default();
+        let line = Out::request(None, m.method(), m.params.as_deref()).encode();
+        for c in subs {
+            if self.client_era(c) == Era::Handshake {
+                self.reply(c, line.clone());
+            }
+        }
+        self.feed_listeners(m.method(), uri.as_deref(), m.params.as_deref());
     }
 
     /// Served listen streams of modern clients get a handshake child's notification when they

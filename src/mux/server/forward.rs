@@ -30,55 +30,11 @@ impl Server {
             None => (None, None),
         };
         let method = m.method.unwrap_or_default();
-        let cache = era::LISTS
-            .iter()
-            .map(|(l, _, _)| *l)
-            .find(|l| *l == method)
-            .filter(|_| {
-                !params
-                    .as_deref()
-                    .is_some_and(|p| p.get().contains("\"cursor\""))
-            });
-        let subscribe = if method == "resources/subscribe" {
-            params
-                .as_deref()
-                .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
-                .and_then(|v| v.get("uri").and_then(Value::as_str).map(str::to_string))
-        } else {
-            None
-        };
-        // Translate between the client's era and the child's (issue 6 §3, §4).
-        let client_era = self.client_era(client);
-        let child_era = self.child_era();
-        let mut log_level = None;
-        let mut add_result_type = false;
-        let params = match (client_era, child_era) {
-            (Era::Modern, Era::Handshake) => {
-                add_result_type = true;
-                log_level = era::envelope_field(params.as_deref(), era::META_LOG_LEVEL)
-                    .and_then(|l| l.as_str().and_then(era::log_rank));
-                if let Some(level) = log_level {
-                    self.want_child_log_level(level);
-                }
-                params.map(|p| era::strip_envelope(&p).into_owned())
-            }
-            (Era::Handshake, Era::Modern) => {
-                let c = self.clients.get(&client);
-                log_level = c.and_then(|c| c.log_level);
-                let env = era::envelope(
-                    &c.map(|c| c.capabilities.clone()).unwrap_or(json!({})),
-                    &c.map(|c| c.info.clone()).unwrap_or(Value::Null),
-                    log_level.map(level_name),
-                );
-                Some(era::add_envelope(params.as_deref(), &env))
-            }
-            (Era::Modern, Era::Modern) => {
-                log_level = era::envelope_field(params.as_deref(), era::META_LOG_LEVEL)
-                    .and_then(|l| l.as_str().and_then(era::log_rank));
-                params
-            }
-            (Era::Handshake, Era::Handshake) => params,
-        };
+        let cache = list_to_cache(&method, params.as_deref());
+        let subscribe = subscribe_uri(&method, params.as_deref());
+        let (client_era, child_era) = (self.client_era(client), self.child_era());
+        let (params, log_level) = self.translate_params(client, params);
+        let add_result_type = client_era == Era::Modern && child_era == Era::Handshake;
         // A listen stream lives until it is cancelled: no deadline.
         let timeout = if method == "subscriptions/listen" {
             Duration::from_secs(365 * 24 * 3600)
@@ -108,6 +64,46 @@ impl Server {
         self.send_with_id(child_id, Some(key), owner, &method, params, deadline);
     }
 
+    /// Translates a client request's params between the client's era and the child's (issue
+    /// 6 §3, §4). Returns them with the log level the request asks for, if any.
+    fn translate_params(
+        &mut self,
+        client: ClientId,
+        params: Option<Box<RawValue>>,
+    ) -> (Option<Box<RawValue>>, Option<usize>) {
+        let envelope_level = |p: Option<&RawValue>| {
+            era::envelope_field(p, era::META_LOG_LEVEL)
+                .and_then(|l| l.as_str().and_then(era::log_rank))
+        };
+        match (self.client_era(client), self.child_era()) {
+            (Era::Modern, Era::Handshake) => {
+                let log_level = envelope_level(params.as_deref());
+                if let Some(level) = log_level {
+                    self.want_child_log_level(level);
+                }
+                (
+                    params.map(|p| era::strip_envelope(&p).into_owned()),
+                    log_level,
+                )
+            }
+            (Era::Handshake, Era::Modern) => {
+                let c = self.clients.get(&client);
+                let log_level = c.and_then(|c| c.log_level);
+                let env = era::envelope(
+                    &c.map(|c| c.capabilities.clone()).unwrap_or(json!({})),
+                    &c.map(|c| c.info.clone()).unwrap_or(Value::Null),
+                    log_level.map(level_name),
+                );
+                (Some(era::add_envelope(params.as_deref(), &env)), log_level)
+            }
+            (Era::Modern, Era::Modern) => {
+                let log_level = envelope_level(params.as_deref());
+                (params, log_level)
+            }
+            (Era::Handshake, Era::Handshake) => (params, None),
+        }
+    }
+
     /// An `input_required` result for a handshake client: ask the client each input request
     /// as an ordinary handshake-era request (`elicitation/create`, `sampling/createMessage`,
     /// `roots/list`), collect the answers, then retry. Returns false when the result is not
@@ -123,32 +119,15 @@ impl Server {
         progress: Option<Box<RawValue>>,
         log_level: Option<usize>,
     ) -> bool {
-        if !result.get().contains("input_required") {
-            return false;
-        }
-        let Ok(r) = serde_json::from_str::<Value>(result.get()) else {
+        let Some(requests) = input_requests(result) else {
             return false;
         };
-        if r.get("resultType").and_then(Value::as_str) != Some("input_required") {
-            return false;
-        }
-        let requests = r
-            .get("inputRequests")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
         let caps = self
             .clients
             .get(&client)
             .map(|c| c.capabilities.clone())
             .unwrap_or(json!({}));
-        if let Some((_, missing)) = requests.iter().find_map(|(k, q)| {
-            let m = q.get("method").and_then(Value::as_str).unwrap_or("");
-            let cap = era::capability_for_request(m)?;
-            caps.get(cap)
-                .is_none()
-                .then_some((k.clone(), m.to_string()))
-        }) {
+        if let Some(missing) = missing_capability(&requests, &caps) {
             let msg = format!("the server needs `{missing}` from the client, which did not declare that capability");
             self.respond_error(
                 client,
@@ -178,6 +157,21 @@ impl Server {
             },
         );
         debug!(client = %client, round, inputs = requests.len(), "input_required: asking the client");
+        self.ask_inputs(client, round, requests, deadline);
+        if self.rounds.get(&round).is_some_and(|r| r.waiting == 0) {
+            self.retry_round(round);
+        }
+        true
+    }
+
+    /// Sends `client` each input request of `round` as an ordinary request with a fresh id.
+    fn ask_inputs(
+        &mut self,
+        client: ClientId,
+        round: u64,
+        requests: Map<String, Value>,
+        deadline: Instant,
+    ) {
         for (key, q) in requests {
             let m = q
                 .get("method")
@@ -199,10 +193,6 @@ impl Server {
                 Out::request(Some(&raw_u64(n)), &m, Some(&raw(&p))).encode(),
             );
         }
-        if self.rounds.get(&round).is_some_and(|r| r.waiting == 0) {
-            self.retry_round(round);
-        }
-        true
     }
 
     /// Every input of `round` is answered: retry the original request with them.

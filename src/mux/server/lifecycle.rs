@@ -203,16 +203,7 @@ impl Server {
         self.pid.store(0, Ordering::SeqCst);
         let now = self.now;
         let cause = self.stop_cause.take();
-        let reason = match cause {
-            // The child ended by itself before our stop took effect: its status is the truth.
-            _ if !exit.requested => exit.reason(),
-            Some(c @ (StopCause::StartTimeout | StopCause::ProbeTimeout)) => c.reason().to_string(),
-            Some(c @ (StopCause::Shutdown | StopCause::Stop | StopCause::Restart)) => {
-                format!("{} {}", c.reason(), exit.reason())
-            }
-            Some(c) => format!("{} {}", c.reason(), exit.reason()),
-            _ => exit.reason(),
-        };
+        let reason = exit_reason(cause, exit);
         let was_ready = self.ready_since.is_some();
         let probing_era = self
             .inflight
@@ -246,6 +237,41 @@ impl Server {
             "exited"
         };
         // Decide what comes next before failing requests, so errors can say when we retry.
+        self.decide_after_exit(child.as_ref(), exit, cause, &reason, was_ready, probing_era);
+        if self.state == State::Backoff && cause != Some(StopCause::Restart) {
+            let class = match (status, exit.signal) {
+                ("exited", Some(_)) => "signal",
+                (s, _) => s,
+            };
+            self.metrics.restart(class);
+        }
+        let retry_after = self.next_spawn.map(|t| t.saturating_duration_since(now));
+        self.fail_inflight(status, &reason, retry_after);
+        self.ready_since = None;
+        self.start_deadline = None;
+        if self.state == State::Failed || (self.handshake.is_none() && !self.probe_respawn) {
+            // Requests held for a child that never became ready learn why at once (K18).
+            let status = if self.state == State::Failed {
+                "failed"
+            } else {
+                status
+            };
+            self.fail_held(status);
+        }
+    }
+
+    /// What follows an exit: stopped for good, an immediate respawn (era verdict, operator
+    /// restart), `failed`, or the backoff of the restart policy.
+    fn decide_after_exit(
+        &mut self,
+        child: &dyn ChildIo,
+        exit: Exit,
+        cause: Option<StopCause>,
+        reason: &str,
+        was_ready: bool,
+        probing_era: bool,
+    ) {
+        let now = self.now;
         if matches!(cause, Some(StopCause::Shutdown | StopCause::Stop)) {
             self.state = State::Stopped;
         } else if probing_era && !exit.requested && !matches!(exit.code, Some(126 | 127 | 78)) {
@@ -275,30 +301,10 @@ impl Server {
                     self.failed_starts
                 ));
             } else {
-                self.after_exit(now, child.as_ref(), exit, cause);
+                self.after_exit(now, child, exit, cause);
             }
         } else {
-            self.after_exit(now, child.as_ref(), exit, cause);
-        }
-        if self.state == State::Backoff && cause != Some(StopCause::Restart) {
-            let class = match (status, exit.signal) {
-                ("exited", Some(_)) => "signal",
-                (s, _) => s,
-            };
-            self.metrics.restart(class);
-        }
-        let retry_after = self.next_spawn.map(|t| t.saturating_duration_since(now));
-        self.fail_inflight(status, &reason, retry_after);
-        self.ready_since = None;
-        self.start_deadline = None;
-        if self.state == State::Failed || (self.handshake.is_none() && !self.probe_respawn) {
-            // Requests held for a child that never became ready learn why at once (K18).
-            let status = if self.state == State::Failed {
-                "failed"
-            } else {
-                status
-            };
-            self.fail_held(status);
+            self.after_exit(now, child, exit, cause);
         }
     }
 

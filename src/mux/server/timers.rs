@@ -55,6 +55,17 @@ impl Server {
         while let Some(r) = self.inflight.pop_expired(now) {
             self.on_deadline(r.id, r.value);
         }
+        self.expire_held();
+        self.expire_upstream();
+        if self.state == State::Ready {
+            self.check_health(now);
+        }
+    }
+
+    /// Held requests past `queue_wait` (or `start_timeout` for `initialize`) fail with the
+    /// outage record.
+    fn expire_held(&mut self) {
+        let now = self.now;
         while let Some(i) = self.held.iter().position(|h| h.deadline <= now) {
             let Some(h) = self.held.remove(i) else { break };
             let Some(id) = h.msg.id.clone() else { continue };
@@ -80,6 +91,12 @@ impl Server {
                 self.outage_reply(h.client, &id, h.msg.method(), status);
             }
         }
+    }
+
+    /// The child's requests to clients (and MRTR input requests) that were not answered in
+    /// time: the asker gets an error, the client a cancel.
+    fn expire_upstream(&mut self) {
+        let now = self.now;
         let expired: Vec<(ClientId, u64)> = self
             .upstream
             .iter()
@@ -107,9 +124,6 @@ impl Server {
                     Out::request(None, "notifications/cancelled", Some(&p)).encode(),
                 );
             }
-        }
-        if self.state == State::Ready {
-            self.check_health(now);
         }
     }
 

@@ -178,3 +178,62 @@ pub(super) fn listen_close_result(r: &RawValue, id: &RawValue) -> Box<RawValue> 
     }
     raw(&v)
 }
+
+/// The reason an exit is shown with: the child's own status when it ended by itself before a
+/// stop took effect, else the supervisor's cause (and the status, for operator stops).
+pub(super) fn exit_reason(cause: Option<StopCause>, exit: Exit) -> String {
+    match cause {
+        _ if !exit.requested => exit.reason(),
+        Some(c @ (StopCause::StartTimeout | StopCause::ProbeTimeout)) => c.reason().to_string(),
+        Some(c) => format!("{} {}", c.reason(), exit.reason()),
+        None => exit.reason(),
+    }
+}
+
+/// The list method whose result a request for `method` refreshes in the cache: a list read
+/// from its start (no `cursor`).
+pub(super) fn list_to_cache(method: &str, params: Option<&RawValue>) -> Option<&'static str> {
+    era::LISTS
+        .iter()
+        .map(|(l, _, _)| *l)
+        .find(|l| *l == method)
+        .filter(|_| !params.is_some_and(|p| p.get().contains("\"cursor\"")))
+}
+
+/// The URI of a `resources/subscribe` request.
+pub(super) fn subscribe_uri(method: &str, params: Option<&RawValue>) -> Option<String> {
+    if method != "resources/subscribe" {
+        return None;
+    }
+    params
+        .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+        .and_then(|v| v.get("uri").and_then(Value::as_str).map(str::to_string))
+}
+
+/// The `inputRequests` of an `input_required` result (2026-07-28 MRTR), or `None` when the
+/// result is not one.
+pub(super) fn input_requests(result: &RawValue) -> Option<Map<String, Value>> {
+    if !result.get().contains("input_required") {
+        return None;
+    }
+    let r = serde_json::from_str::<Value>(result.get()).ok()?;
+    if r.get("resultType").and_then(Value::as_str) != Some("input_required") {
+        return None;
+    }
+    Some(
+        r.get("inputRequests")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default(),
+    )
+}
+
+/// The method of the first input request that needs a capability the client (`caps`) did not
+/// declare.
+pub(super) fn missing_capability(requests: &Map<String, Value>, caps: &Value) -> Option<String> {
+    requests.values().find_map(|q| {
+        let m = q.get("method").and_then(Value::as_str).unwrap_or("");
+        let cap = era::capability_for_request(m)?;
+        caps.get(cap).is_none().then(|| m.to_string())
+    })
+}
