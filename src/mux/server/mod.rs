@@ -756,3 +756,11 @@ impl Server {
         }
     }
 }
+
+/// Sleeps until `t`, or forever without one (the shell's timer).
+async fn sleep_until(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
+}

@@ -67,13 +67,6 @@ pub(super) fn health_config(cfg: &ServerConfig) -> HealthConfig {
     }
 }
 
-pub(super) async fn sleep_until(t: Option<Instant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(t.into()).await,
-        None => std::future::pending().await,
-    }
-}
-
 /// `2s`, `1.5s`, `250ms`.
 pub(super) fn format_secs(d: Duration) -> String {
     if d < Duration::from_secs(1) {
