@@ -19,14 +19,13 @@ impl Server {
             test_panic(m.method());
         }
         // One lookup: a duplicate finds the first request's entry, a new id opens its own.
-        match self.ledger.entry((client, id_key(&id))) {
-            std::collections::hash_map::Entry::Occupied(_) => {
-                return self.refuse_duplicate(client, &id, m.method());
-            }
-            std::collections::hash_map::Entry::Vacant(v) => {
-                let generation = self.child.as_ref().map(|c| c.generation());
-                v.insert(tracked(&m, generation, self.now));
-            }
+        let generation = self.child.as_ref().map(|c| c.generation());
+        let now = self.now;
+        let opened = self
+            .ledger
+            .open(client, id_key(&id), || tracked(&m, generation, now));
+        if opened.is_err() {
+            return self.refuse_duplicate(client, &id, m.method());
         }
         if matches!(m.method(), "resources/subscribe" | "subscriptions/listen")
             && self.subscriptions_of(client) >= self.cfg.max_subscriptions
@@ -434,13 +433,7 @@ impl Server {
         for key in mine {
             self.end_listener(client, &key);
         }
-        let open: Vec<String> = self
-            .ledger
-            .keys()
-            .filter(|(c, _)| *c == client)
-            .map(|(_, k)| k.clone())
-            .collect();
-        for key in open {
+        for key in self.ledger.keys_of(client) {
             self.finish(client, &key, Outcome::Cancelled, None);
         }
         self.metrics.set_clients(self.clients.len());

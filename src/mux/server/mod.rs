@@ -38,6 +38,7 @@ use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent};
 use crate::observe::{metrics, Outcome, ServerMetrics};
 use bytes::Bytes;
 use io::{ChildIo, ProcessSpawner, Spawner};
+use ledger::{Ledger, Tracked};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::Serialize;
@@ -54,6 +55,7 @@ mod child;
 mod clients;
 mod forward;
 mod io;
+mod ledger;
 mod lifecycle;
 mod outage;
 #[cfg(test)]
@@ -266,21 +268,6 @@ struct Pending {
     method: String,
     /// When it was written to the child (the health rule for overdue requests).
     written: Instant,
-}
-
-/// What the request log needs about a client request, from arrival to its one outcome
-/// (issue 8). Keyed by client and request id in [`Server::ledger`].
-#[derive(Debug)]
-struct Tracked {
-    /// The id shown to the client in errors and in the log (`r-...`).
-    rid: String,
-    method: String,
-    tool: Option<String>,
-    /// Keys of `tools/call` arguments (never their values).
-    arg_keys: Vec<String>,
-    started: Instant,
-    /// The child instance running when the request arrived, if any.
-    generation: Option<u64>,
 }
 
 /// A modern client's `subscriptions/listen` stream, served by the supervisor from a handshake
@@ -512,7 +499,7 @@ struct Server {
     clients: BTreeMap<ClientId, Client>,
     held: VecDeque<Held>,
     /// Every client request not finished yet (issue 8: exactly one outcome each).
-    ledger: HashMap<(ClientId, String), Tracked>,
+    ledger: Ledger,
     next_upstream: u64,
     upstream: BTreeMap<(ClientId, u64), Upstream>,
     /// MRTR rounds in progress, by round number.
@@ -584,7 +571,7 @@ impl Server {
             subs: BTreeMap::new(),
             clients: BTreeMap::new(),
             held: VecDeque::new(),
-            ledger: HashMap::new(),
+            ledger: Ledger::default(),
             next_upstream: 1,
             rounds: BTreeMap::new(),
             next_round: 1,

@@ -12,7 +12,7 @@ impl Server {
         outcome: Outcome,
         code: Option<i64>,
     ) {
-        let Some(t) = self.ledger.remove(&(client, key.to_string())) else {
+        let Some(t) = self.ledger.close(client, key) else {
             return;
         };
         let elapsed = self.now.saturating_duration_since(t.started);
@@ -195,8 +195,8 @@ impl Server {
     ) {
         let request_id = self
             .ledger
-            .get(&(client, id_key(id)))
-            .map(|t| t.rid.clone())
+            .rid(client, &id_key(id))
+            .map(str::to_string)
             .unwrap_or_else(new_request_id);
         let tail = self.tail.last_lines(10);
         let mut record = json!({
