@@ -59,6 +59,8 @@ mod ledger;
 mod lifecycle;
 mod outage;
 #[cfg(test)]
+mod scenarios;
+#[cfg(test)]
 mod sim;
 mod subs;
 mod timers;

@@ -50,7 +50,7 @@ const IDS: [&str; 9] = [
 
 /// What the fake children share with the simulation.
 #[derive(Default)]
-struct World {
+pub(super) struct World {
     /// Generations spawned and not yet reported exited.
     live: Vec<u64>,
     /// Lines written to a child's stdin (urgent ones too), with its generation.
@@ -59,7 +59,11 @@ struct World {
     stops: Vec<u64>,
     /// The next spawn fails (a transient OS error).
     fail_next_spawn: bool,
-    spawns: u64,
+    pub(super) spawns: u64,
+    /// When each instance was spawned (virtual time).
+    pub(super) spawned: Vec<Instant>,
+    /// Every line written to a child, kept for scenario tests: (generation, line).
+    pub(super) written: Vec<(u64, Bytes)>,
 }
 
 struct FakeChild {
@@ -87,7 +91,9 @@ impl ChildIo for FakeChild {
         if self.stopping {
             return Queued::Closed;
         }
-        lock(&self.world).stdin.push((self.generation, line));
+        let mut w = lock(&self.world);
+        w.written.push((self.generation, line.clone()));
+        w.stdin.push((self.generation, line));
         Queued::Ok
     }
     fn send_urgent(&self, line: Bytes) -> Queued {
@@ -131,6 +137,8 @@ impl Spawner for FakeSpawner {
         );
         w.live.push(generation);
         w.spawns += 1;
+        let at = *self.now.lock().unwrap_or_else(|p| p.into_inner());
+        w.spawned.push(at);
         let spawned_at = *self.now.lock().unwrap_or_else(|p| p.into_inner());
         Ok(Box::new(FakeChild {
             generation,
@@ -142,31 +150,33 @@ impl Spawner for FakeSpawner {
 }
 
 /// A request the fake child has read and not answered yet.
-struct Asked {
-    generation: u64,
-    id: u64,
-    method: String,
+pub(super) struct Asked {
+    pub(super) generation: u64,
+    pub(super) id: u64,
+    pub(super) method: String,
     text: Option<String>,
 }
 
 /// A connected simulated client.
-struct SimClient {
+pub(super) struct SimClient {
     rx: mpsc::Receiver<Bytes>,
     /// Requests sent and not answered yet, by exact id text.
     open: BTreeMap<String, u32>,
     initialized: bool,
     n: u64,
+    /// Every message received, for scenario tests.
+    pub(super) received: Vec<Value>,
 }
 
-struct Sim {
+pub(super) struct Sim {
     rng: StdRng,
-    server: Server,
-    world: Arc<Mutex<World>>,
+    pub(super) server: Server,
+    pub(super) world: Arc<Mutex<World>>,
     clock: Arc<Mutex<Instant>>,
-    now: Instant,
-    clients: BTreeMap<ClientId, SimClient>,
+    pub(super) now: Instant,
+    pub(super) clients: BTreeMap<ClientId, SimClient>,
     next_client: u64,
-    asked: Vec<Asked>,
+    pub(super) asked: Vec<Asked>,
     /// Answers already given (to answer again: duplicates and late replies).
     answered: Vec<(u64, u64)>,
     child_pings: u64,
@@ -177,7 +187,12 @@ struct Sim {
 
 impl Sim {
     fn new(seed: u64) -> Sim {
-        let cfg = crate::config::parse(std::path::Path::new("sim.toml"), CONFIG)
+        Sim::with_config(CONFIG, seed)
+    }
+
+    /// A simulation of the server `sim` configured by `toml`, started at virtual time zero.
+    pub(super) fn with_config(toml: &str, seed: u64) -> Sim {
+        let cfg = crate::config::parse(std::path::Path::new("sim.toml"), toml)
             .ok()
             .and_then(|c| c.servers.get("sim").cloned())
             .unwrap_or_else(|| panic!("the simulation's config parses"));
@@ -199,7 +214,7 @@ impl Sim {
         );
         server.now = start;
         server.spawn();
-        Sim {
+        let mut sim = Sim {
             rng: StdRng::seed_from_u64(seed),
             server,
             world,
@@ -212,11 +227,13 @@ impl Sim {
             child_pings: 0,
             events: 0,
             _events_tx: events_tx,
-        }
+        };
+        sim.read_child_stdin();
+        sim
     }
 
     /// Feeds one input at the current virtual time, then checks what clients received.
-    fn input(&mut self, input: Input) {
+    pub(super) fn input(&mut self, input: Input) {
         self.events += 1;
         self.server.now = self.now;
         *self.clock.lock().unwrap_or_else(|p| p.into_inner()) = self.now;
@@ -237,7 +254,7 @@ impl Sim {
 
     // ----- clients ---------------------------------------------------------------------------
 
-    fn connect(&mut self) {
+    pub(super) fn connect(&mut self) -> ClientId {
         let id = ClientId(1_000_000 + self.next_client);
         self.next_client += 1;
         let (tx, rx) = ClientTx::detached(4096);
@@ -248,6 +265,7 @@ impl Sim {
                 open: BTreeMap::new(),
                 initialized: false,
                 n: 0,
+                received: Vec::new(),
             },
         );
         self.input(Input::Session(SessionEvent::Connected(
@@ -255,6 +273,7 @@ impl Sim {
             tx,
             Peer { uid: 0, pid: None },
         )));
+        id
     }
 
     fn random_client(&mut self) -> Option<ClientId> {
@@ -265,7 +284,7 @@ impl Sim {
         self.clients.keys().nth(i).copied()
     }
 
-    fn send(&mut self, client: ClientId, line: &str) {
+    pub(super) fn send(&mut self, client: ClientId, line: &str) {
         let Ok(m) = message::parse_one(line.as_bytes()) else {
             panic!("the simulation wrote an invalid line: {line}");
         };
@@ -360,6 +379,7 @@ impl Sim {
                 let Ok(v) = serde_json::from_slice::<Value>(&line) else {
                     panic!("client {id:?} got a line that is not JSON: {line:?}");
                 };
+                c.received.push(v.clone());
                 assert!(line.ends_with(b"\n") || !line.contains(&b'\n'), "one line");
                 let is_response = v.get("method").is_none();
                 if !is_response {
@@ -437,7 +457,7 @@ impl Sim {
     }
 
     /// The child writes `line`: the events the stdout reader would produce for it.
-    fn child_writes(&mut self, generation: u64, line: String) {
+    pub(super) fn child_writes(&mut self, generation: u64, line: String) {
         let events = match message::parse_line(line.as_bytes()) {
             Ok(msgs) => msgs
                 .into_iter()
@@ -503,7 +523,7 @@ impl Sim {
     }
 
     /// A stopped child exits (requested), or the live one dies by itself.
-    fn child_exits(&mut self, by_itself: bool) {
+    pub(super) fn child_exits(&mut self, by_itself: bool) {
         let (generation, requested) = {
             let w = lock(&self.world);
             let stopped = w.stops.iter().copied().find(|g| w.live.contains(g));
@@ -578,7 +598,9 @@ impl Sim {
     /// One random step.
     fn step(&mut self) {
         match self.rng.gen_range(0..100) {
-            0..=3 => self.connect(),
+            0..=3 => {
+                self.connect();
+            }
             4..=5 => self.disconnect(),
             6..=40 => self.request(),
             41..=43 => self.cancel(),
@@ -623,7 +645,7 @@ impl Sim {
         self.input(Input::Command(Command::Start(tx)));
     }
 
-    fn answer_all_good(&mut self) {
+    pub(super) fn answer_all_good(&mut self) {
         if let Some(a) = self.asked.pop() {
             let line = good_answer(&a);
             self.child_writes(a.generation, line);
@@ -632,7 +654,7 @@ impl Sim {
 }
 
 /// The fake child's proper answer to `a` (a handshake-era server with one tool, `echo`).
-fn good_answer(a: &Asked) -> String {
+pub(super) fn good_answer(a: &Asked) -> String {
     let result = match a.method.as_str() {
         "initialize" => json!({"protocolVersion": "2025-11-25",
             "capabilities": {"tools": {"listChanged": true}, "resources": {"subscribe": true}},
@@ -706,4 +728,39 @@ fn simulation_whole_actor_invariants_hold() {
         started.elapsed().as_secs_f64()
     );
     assert!(events >= total.min(1_000_000) || runs > 0);
+}
+
+impl Sim {
+    /// Moves the virtual clock to `ms` after the start and fires the timer.
+    pub(super) fn at(&mut self, ms: u64) {
+        let start = self.world_start();
+        self.now = start + Duration::from_millis(ms);
+        self.input(Input::Timer);
+    }
+
+    /// The virtual time zero (the first spawn).
+    pub(super) fn world_start(&self) -> Instant {
+        lock(&self.world)
+            .spawned
+            .first()
+            .copied()
+            .unwrap_or(self.now)
+    }
+
+    /// Methods the supervisor wrote to the children so far, with their generation.
+    pub(super) fn written_methods(&self) -> Vec<(u64, String)> {
+        lock(&self.world)
+            .written
+            .iter()
+            .filter_map(|(g, l)| {
+                let v: Value = serde_json::from_slice(l).ok()?;
+                Some((*g, v.get("method")?.as_str()?.to_string()))
+            })
+            .collect()
+    }
+
+    /// Generations whose stop ladder the supervisor started.
+    pub(super) fn stops(&self) -> Vec<u64> {
+        lock(&self.world).stops.clone()
+    }
 }

@@ -1,0 +1,236 @@
+//! Decisions of the actor tested on a fake clock (issue 12 §8): the real `Server` driven by
+//! the simulation's harness (`sim.rs`: a fake child, detached client queues, virtual time), one
+//! scripted scenario per rule. What only real processes show (pipes, signals, process groups,
+//! sockets, real SDKs) stays in `tests/it/`.
+
+use super::sim::{good_answer, Sim};
+use super::*;
+
+/// A server whose child speaks the handshake era, with short, round settings.
+const BASE: &str = r#"
+[servers.sim]
+command = "/nonexistent/sim-child"
+protocol = "2025-11-25"
+request_timeout = "2s"
+probe_interval = "700ms"
+probe_timeout = "300ms"
+probe_failures = 2
+queue_wait = "1s"
+queue_limit = 2
+backoff_initial = "100ms"
+backoff_max = "1s"
+start_timeout = "5s"
+"#;
+
+/// Answers everything the child was asked (`initialize` first: it becomes ready).
+fn answer_all(sim: &mut Sim) {
+    while let Some(a) = sim.asked.pop() {
+        let line = good_answer(&a);
+        sim.child_writes(a.generation, line);
+    }
+}
+
+fn responses(sim: &Sim, client: ClientId) -> Vec<Value> {
+    sim.clients
+        .get(&client)
+        .map(|c| {
+            c.received
+                .iter()
+                .filter(|v| v.get("method").is_none())
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A `tools/call` of `echo` whose text names the client (the harness checks it comes back to
+/// that client only).
+fn call(client: ClientId, id: u64) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{}-x"}}}}}}"#,
+        client.0
+    )
+}
+
+#[test]
+fn failed_starts_back_off_exponentially_with_jitter_then_fail_after_five() {
+    let mut sim = Sim::with_config(BASE, 1);
+    let mut ms = 0;
+    // Every instance dies before it is ready; the next spawn is awaited in 10 ms steps.
+    while sim.server.state != State::Failed && ms < 60_000 {
+        if sim.server.child.is_some() {
+            sim.child_exits(true);
+        }
+        ms += 10;
+        sim.at(ms);
+    }
+    assert_eq!(sim.server.state, State::Failed, "failed after five starts");
+    let spawned = lock_world_spawned(&sim);
+    assert_eq!(spawned.len(), 5, "five starts, then failed");
+    let gaps: Vec<u64> = spawned
+        .windows(2)
+        .map(|w| w[1].saturating_duration_since(w[0]).as_millis() as u64)
+        .collect();
+    // backoff_initial 100 ms doubling, times a factor in [0.8, 1.2], never under 100 ms,
+    // observed on a 10 ms grid.
+    for (n, gap) in gaps.iter().enumerate() {
+        let nominal = 100u64 << n;
+        let low = (nominal * 8 / 10).max(100);
+        let high = nominal * 12 / 10 + 10;
+        assert!(
+            (low..=high).contains(gap),
+            "gap {n} is {gap} ms, expected {low}..={high}: {gaps:?}"
+        );
+    }
+}
+
+fn lock_world_spawned(sim: &Sim) -> Vec<Instant> {
+    sim.world
+        .lock()
+        .map(|w| w.spawned.clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_request_held_while_the_child_starts_fails_at_queue_wait_with_the_outage_record() {
+    let mut sim = Sim::with_config(BASE, 2);
+    let a = sim.connect();
+    sim.send(
+        a,
+        r#"{"jsonrpc":"2.0","id":0,"method":"tools/list","params":{}}"#,
+    );
+    // tools/list with no cached list: held (the child has not answered initialize).
+    sim.at(999);
+    assert!(responses(&sim, a).is_empty(), "still held at 999 ms");
+    sim.at(1000);
+    let r = responses(&sim, a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["error"]["code"], -32000, "{r:?}");
+    assert_eq!(r[0]["error"]["data"]["status"], "starting", "{r:?}");
+    assert_eq!(r[0]["error"]["data"]["server"], "sim", "{r:?}");
+}
+
+#[test]
+fn held_requests_beyond_queue_limit_fail_at_once_and_the_rest_are_forwarded_when_ready() {
+    let mut sim = Sim::with_config(BASE, 3);
+    let a = sim.connect();
+    for id in 1..=3 {
+        sim.send(a, &call(a, id));
+    }
+    let r = responses(&sim, a);
+    assert_eq!(r.len(), 1, "the third is over queue_limit = 2: {r:?}");
+    assert_eq!(r[0]["id"], 3);
+    assert_eq!(
+        r[0]["result"]["isError"], true,
+        "a tool call gets an isError result"
+    );
+    answer_all(&mut sim); // initialize: ready, the two held calls are forwarded
+    answer_all(&mut sim); // the calls (and the list prefetch)
+    let r = responses(&sim, a);
+    let ids: Vec<Value> = r.iter().map(|v| v["id"].clone()).collect();
+    assert_eq!(ids.len(), 3, "{r:?}");
+    assert_eq!(ids[0], 3, "refused at once");
+    assert!(ids.contains(&json!(1)) && ids.contains(&json!(2)), "{r:?}");
+    assert!(
+        r[1..].iter().all(|v| v["result"]["isError"].is_null()),
+        "the held calls succeed: {r:?}"
+    );
+    // Both held calls reached the child, once each.
+    let calls: Vec<u64> = sim
+        .world
+        .lock()
+        .map(|w| {
+            w.written
+                .iter()
+                .filter_map(|(_, l)| serde_json::from_slice::<Value>(l).ok())
+                .filter(|v| v["method"] == "tools/call")
+                .filter_map(|v| v["id"].as_u64())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+}
+
+#[test]
+fn a_silent_ready_child_gets_one_ping_then_its_confirmation_then_is_stopped() {
+    let mut sim = Sim::with_config(BASE, 4);
+    answer_all(&mut sim); // ready at 0 ms
+    answer_all(&mut sim); // the tools/list prefetch: last heard at 0 ms
+    let probes = |sim: &Sim| {
+        sim.written_methods()
+            .into_iter()
+            .filter(|(_, m)| m == "ping" || m == "tools/list")
+            .map(|(_, m)| m)
+            .collect::<Vec<_>>()
+    };
+    let before = probes(&sim).len(); // the prefetch
+    sim.at(699);
+    assert_eq!(probes(&sim).len(), before, "no probe before probe_interval");
+    sim.at(700);
+    assert_eq!(probes(&sim)[before..], ["ping"]);
+    sim.at(999);
+    assert_eq!(
+        probes(&sim).len(),
+        before + 1,
+        "one probe awaited at a time"
+    );
+    sim.at(1000);
+    assert_eq!(
+        probes(&sim)[before..],
+        ["ping", "tools/list"],
+        "ping confirmed"
+    );
+    sim.at(1299);
+    assert!(sim.stops().is_empty(), "not dead before the second miss");
+    sim.at(1300);
+    assert_eq!(sim.stops(), [1], "two misses: the child is stopped");
+}
+
+#[test]
+fn any_reply_even_an_error_to_ping_proves_life_case_k13() {
+    let mut sim = Sim::with_config(BASE, 5);
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    for round in 1..=20u64 {
+        sim.at(round * 700);
+        let id = sim
+            .asked
+            .iter()
+            .rfind(|a| a.method == "ping")
+            .map(|a| (a.generation, a.id));
+        if let Some((generation, id)) = id {
+            sim.asked.retain(|a| a.id != id);
+            sim.child_writes(
+                generation,
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"Unknown method: ping"}}}}"#),
+            );
+        }
+    }
+    assert!(sim.stops().is_empty(), "never stopped");
+    assert_eq!(sim.server.restarts, 0);
+    assert!(
+        sim.server.status().ping_served,
+        "an error answer is an answer"
+    );
+}
+
+#[test]
+fn a_request_past_its_deadline_gets_minus_32001_and_the_child_a_cancel() {
+    let mut sim = Sim::with_config(BASE, 6);
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    let a = sim.connect();
+    sim.send(a, &call(a, 9));
+    sim.at(1999);
+    assert!(responses(&sim, a).is_empty());
+    sim.at(2000);
+    let r = responses(&sim, a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["error"]["code"], -32001, "{r:?}");
+    let cancels = sim
+        .written_methods()
+        .into_iter()
+        .filter(|(_, m)| m == "notifications/cancelled")
+        .count();
+    assert_eq!(cancels, 1, "the child is told");
+}
