@@ -389,7 +389,6 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
         }
         activated.insert(name, fd);
     }
-    let accepting = CancellationToken::new();
     let mut daemon = Daemon {
         dir: dir.clone(),
         perms,
@@ -401,197 +400,247 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
         servers: BTreeMap::new(),
         retiring: Vec::new(),
         activated,
-        accepting: accepting.clone(),
+        accepting: CancellationToken::new(),
         connections: CancellationToken::new(),
         tracker: TaskTracker::new(),
         notifier: notifier.clone(),
         config,
     };
-
-    // Bind everything first: a live socket or a non-socket path aborts before any child runs
-    // (and removes what we bound).
-    let mut listeners = Vec::new();
-    let control_path = control::socket_path(&dir);
-    let mut bind_all = || -> Result<()> {
-        let c = daemon.listener_for(control::SOCKET_NAME, &control_path)?;
-        listeners.push((control::SOCKET_NAME.to_string(), c));
-        for name in daemon.config.servers.keys() {
-            let l = daemon.listener_for(name, &socket_path(&dir, name))?;
-            listeners.push((name.clone(), l));
-        }
-        Ok(())
-    };
-    if let Err(e) = bind_all() {
-        for (name, (l, act)) in listeners {
-            drop(l);
-            if !act {
-                let _ = std::fs::remove_file(dir.join(format!("{name}.sock")));
-            }
-        }
-        return Err(e);
-    }
+    let listeners = daemon.bind_all()?;
     // Signal handlers before READY=1 (a SIGHUP from systemd must never kill us).
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sighup = signal(SignalKind::hangup())?;
-
-    let (reload_tx, mut reload_rx) = mpsc::channel::<oneshot::Sender<ReloadOutcome>>(64);
-    let mut control_activated = false;
-    for (name, (listener, act)) in listeners {
-        if name == control::SOCKET_NAME {
-            control_activated = act;
-            info!(socket = %control_path.display(), activated = act, "control socket listening");
-            daemon.tracker.spawn(control_loop(
-                listener,
-                ctl::Ctx {
-                    registry: daemon.registry.clone(),
-                    reloads: reload_tx.clone(),
-                },
-                daemon.shared.clone(),
-                accepting.clone(),
-                daemon.connections.clone(),
-                daemon.tracker.clone(),
-            ));
-        } else {
-            if let Some(cfg) = daemon.config.servers.get(&name).cloned() {
-                daemon.start_server(cfg, listener, act);
-            }
-        }
-    }
-    drop(reload_tx);
-    if let Some(addr) = daemon.config.supervisor.metrics_listen {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen for metrics on {addr}"))?;
-        info!(%addr, "serving GET /metrics");
-        daemon
-            .tracker
-            .spawn(crate::observe::serve_http(listener, accepting.clone()));
-    }
-    // A status round trip proves each actor has spawned its child (it spawns before it reads
-    // its inbox), so READY=1 means "sockets bound, children spawned" (R1).
-    let status_line = summary(&daemon.registry).await;
-    notifier.ready_with_status(&status_line);
-    info!(servers = daemon.servers.len(), config = %daemon.config.path.display(), "mcp-supervisor running");
-    if notifier.enabled() {
-        daemon.tracker.spawn(status_loop(
-            daemon.registry.clone(),
-            notifier.clone(),
-            status_line,
-            accepting.clone(),
-        ));
-    }
-
-    let watchdog = plumbing
-        .watchdog
-        .map(|w| (w / 2).max(Duration::from_millis(1)));
-    let mut wd = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
-    wd.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    if let Some(p) = watchdog {
-        info!(
-            every_ms = p.as_millis() as u64,
-            "sending WATCHDOG=1 from the main loop"
-        );
-    }
-
-    let mut gate = ReloadGate::default();
-    let mut pending = false;
-    let mut waiters: Vec<oneshot::Sender<ReloadOutcome>> = Vec::new();
-    loop {
-        let at = gate.next_allowed(Instant::now());
-        tokio::select! {
-            _ = sigterm.recv() => { info!("SIGTERM: stopping"); break; }
-            _ = sigint.recv() => { info!("SIGINT: stopping"); break; }
-            _ = sighup.recv() => {
-                if !pending {
-                    info!("SIGHUP: reloading the configuration");
-                }
-                pending = true;
-            }
-            Some(w) = reload_rx.recv() => {
-                if !pending {
-                    info!("reload requested on the control socket");
-                }
-                pending = true;
-                waiters.push(w);
-            }
-            _ = tokio::time::sleep_until(at.into()), if pending => {
-                pending = false;
-                gate.record(Instant::now());
-                let outcome = daemon.reload().await;
-                for w in waiters.drain(..) {
-                    let _ = w.send(outcome.clone());
-                }
-            }
-            _ = wd.tick(), if watchdog.is_some() => notifier.watchdog(),
-        }
-    }
-
-    // ----- shutdown ------------------------------------------------------------------------
-    notifier.stopping();
-    reload_rx.close();
-    drop(waiters);
-    accepting.cancel();
-    let mut stops = Vec::new();
-    for r in daemon.servers.values() {
-        let (tx, rx) = oneshot::channel();
-        let _ = r.handle.commands.send(Command::Shutdown(tx)).await;
-        stops.push(rx);
-    }
-    let mut retiring = std::mem::take(&mut daemon.retiring);
-    let retiring_kill: Vec<_> = retiring
-        .iter()
-        .map(|(_, h, t)| (h.clone(), t.abort_handle()))
-        .collect();
-    let all_stopped = async {
-        for rx in stops {
-            let _ = rx.await;
-        }
-        for (_, _, t) in &mut retiring {
-            let _ = t.await;
-        }
+    let mut signals = Signals {
+        term: signal(SignalKind::terminate())?,
+        int: signal(SignalKind::interrupt())?,
+        hup: signal(SignalKind::hangup())?,
     };
-    tokio::pin!(all_stopped);
-    let forced = loop {
-        tokio::select! {
-            _ = &mut all_stopped => break false,
-            _ = sigterm.recv() => break true,
-            _ = sigint.recv() => break true,
-            // The stop ladder can take seconds; keep the watchdog fed meanwhile.
-            _ = wd.tick(), if watchdog.is_some() => notifier.watchdog(),
-        }
-    };
-    if forced {
-        warn!("second signal: killing every child process group now");
-        for r in daemon.servers.values() {
-            r.handle.kill_now();
-        }
-        for (h, t) in &retiring_kill {
-            h.kill_now();
-            t.abort();
-        }
-    }
-    daemon.connections.cancel();
-    let servers = std::mem::take(&mut daemon.servers);
-    for (name, r) in servers {
-        if forced {
-            r.task.abort();
-        } else if let Err(e) = r.task.await {
-            error!(server = %name, error = %e, "server task failed");
-        }
-        if !r.activated {
-            let _ = std::fs::remove_file(&r.path);
-        }
-    }
+    let (reload_tx, reload_rx) = mpsc::channel::<oneshot::Sender<ReloadOutcome>>(64);
+    let control_activated = daemon.start_all(listeners, reload_tx).await?;
+    let mut watchdog = Watchdog::new(plumbing.watchdog);
+    daemon
+        .main_loop(&mut signals, reload_rx, &mut watchdog)
+        .await;
+    daemon.shutdown(&mut signals, &mut watchdog).await;
     if !control_activated {
-        let _ = std::fs::remove_file(&control_path);
-    }
-    daemon.tracker.close();
-    if !forced {
-        daemon.tracker.wait().await;
+        let _ = std::fs::remove_file(control::socket_path(&dir));
     }
     info!("stopped");
     Ok(())
+}
+
+/// The signals the main loop and the shutdown listen to.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+/// `WATCHDOG=1` every half of systemd's `WatchdogSec`, from the main loop (R18).
+struct Watchdog {
+    every: Option<Duration>,
+    tick: tokio::time::Interval,
+}
+
+impl Watchdog {
+    fn new(watchdog: Option<Duration>) -> Self {
+        let every = watchdog.map(|w| (w / 2).max(Duration::from_millis(1)));
+        let mut tick = tokio::time::interval(every.unwrap_or(Duration::from_secs(3600)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        if let Some(p) = every {
+            info!(
+                every_ms = p.as_millis() as u64,
+                "sending WATCHDOG=1 from the main loop"
+            );
+        }
+        Watchdog { every, tick }
+    }
+}
+
+/// Listeners bound at start: name → (listener, socket-activated).
+type Bound = Vec<(String, (UnixListener, bool))>;
+
+impl Daemon {
+    /// Binds the control socket and every server's socket first: a live socket or a non-socket
+    /// path aborts before any child runs, and removes what was bound.
+    fn bind_all(&mut self) -> Result<Bound> {
+        let mut listeners = Vec::new();
+        let control_path = control::socket_path(&self.dir);
+        let bind = |listeners: &mut Bound| -> Result<()> {
+            let c = self.listener_for(control::SOCKET_NAME, &control_path)?;
+            listeners.push((control::SOCKET_NAME.to_string(), c));
+            for name in self.config.servers.keys() {
+                let l = self.listener_for(name, &socket_path(&self.dir, name))?;
+                listeners.push((name.clone(), l));
+            }
+            Ok(())
+        };
+        if let Err(e) = bind(&mut listeners) {
+            for (name, (l, act)) in listeners {
+                drop(l);
+                if !act {
+                    let _ = std::fs::remove_file(self.dir.join(format!("{name}.sock")));
+                }
+            }
+            return Err(e);
+        }
+        Ok(listeners)
+    }
+
+    /// Starts the control loop, every server and the metrics listener, then says READY=1.
+    /// Returns whether the control socket was socket-activated.
+    async fn start_all(
+        &mut self,
+        listeners: Bound,
+        reload_tx: mpsc::Sender<oneshot::Sender<ReloadOutcome>>,
+    ) -> Result<bool> {
+        let mut control_activated = false;
+        for (name, (listener, act)) in listeners {
+            if name == control::SOCKET_NAME {
+                control_activated = act;
+                let control_path = control::socket_path(&self.dir);
+                info!(socket = %control_path.display(), activated = act, "control socket listening");
+                self.tracker.spawn(control_loop(
+                    listener,
+                    ctl::Ctx {
+                        registry: self.registry.clone(),
+                        reloads: reload_tx.clone(),
+                    },
+                    self.shared.clone(),
+                    self.accepting.clone(),
+                    self.connections.clone(),
+                    self.tracker.clone(),
+                ));
+            } else if let Some(cfg) = self.config.servers.get(&name).cloned() {
+                self.start_server(cfg, listener, act);
+            }
+        }
+        if let Some(addr) = self.config.supervisor.metrics_listen {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+            info!(%addr, "serving GET /metrics");
+            self.tracker
+                .spawn(crate::observe::serve_http(listener, self.accepting.clone()));
+        }
+        // A status round trip proves each actor has spawned its child (it spawns before it
+        // reads its inbox), so READY=1 means "sockets bound, children spawned" (R1).
+        let status_line = summary(&self.registry).await;
+        self.notifier.ready_with_status(&status_line);
+        info!(servers = self.servers.len(), config = %self.config.path.display(), "mcp-supervisor running");
+        if self.notifier.enabled() {
+            self.tracker.spawn(status_loop(
+                self.registry.clone(),
+                self.notifier.clone(),
+                status_line,
+                self.accepting.clone(),
+            ));
+        }
+        Ok(control_activated)
+    }
+
+    /// The main loop: signals, coalesced reloads (at most [`RELOAD_BURST`] per
+    /// [`RELOAD_WINDOW`]), the watchdog. Returns on SIGTERM or SIGINT.
+    async fn main_loop(
+        &mut self,
+        signals: &mut Signals,
+        mut reload_rx: mpsc::Receiver<oneshot::Sender<ReloadOutcome>>,
+        watchdog: &mut Watchdog,
+    ) {
+        let mut gate = ReloadGate::default();
+        let mut pending = false;
+        let mut waiters: Vec<oneshot::Sender<ReloadOutcome>> = Vec::new();
+        loop {
+            let at = gate.next_allowed(Instant::now());
+            tokio::select! {
+                _ = signals.term.recv() => { info!("SIGTERM: stopping"); break; }
+                _ = signals.int.recv() => { info!("SIGINT: stopping"); break; }
+                _ = signals.hup.recv() => {
+                    if !pending {
+                        info!("SIGHUP: reloading the configuration");
+                    }
+                    pending = true;
+                }
+                Some(w) = reload_rx.recv() => {
+                    if !pending {
+                        info!("reload requested on the control socket");
+                    }
+                    pending = true;
+                    waiters.push(w);
+                }
+                _ = tokio::time::sleep_until(at.into()), if pending => {
+                    pending = false;
+                    gate.record(Instant::now());
+                    let outcome = self.reload().await;
+                    for w in waiters.drain(..) {
+                        let _ = w.send(outcome.clone());
+                    }
+                }
+                _ = watchdog.tick.tick(), if watchdog.every.is_some() => self.notifier.watchdog(),
+            }
+        }
+        self.notifier.stopping();
+        reload_rx.close();
+    }
+
+    /// Shutdown (F24-F25): stop accepting, stop every child in parallel through its ladder
+    /// (a second signal SIGKILLs every group at once), then close connections and sockets.
+    async fn shutdown(&mut self, signals: &mut Signals, watchdog: &mut Watchdog) {
+        self.accepting.cancel();
+        let mut stops = Vec::new();
+        for r in self.servers.values() {
+            let (tx, rx) = oneshot::channel();
+            let _ = r.handle.commands.send(Command::Shutdown(tx)).await;
+            stops.push(rx);
+        }
+        let mut retiring = std::mem::take(&mut self.retiring);
+        let retiring_kill: Vec<_> = retiring
+            .iter()
+            .map(|(_, h, t)| (h.clone(), t.abort_handle()))
+            .collect();
+        let all_stopped = async {
+            for rx in stops {
+                let _ = rx.await;
+            }
+            for (_, _, t) in &mut retiring {
+                let _ = t.await;
+            }
+        };
+        tokio::pin!(all_stopped);
+        let forced = loop {
+            tokio::select! {
+                _ = &mut all_stopped => break false,
+                _ = signals.term.recv() => break true,
+                _ = signals.int.recv() => break true,
+                // The stop ladder can take seconds; keep the watchdog fed meanwhile.
+                _ = watchdog.tick.tick(), if watchdog.every.is_some() => self.notifier.watchdog(),
+            }
+        };
+        if forced {
+            warn!("second signal: killing every child process group now");
+            for r in self.servers.values() {
+                r.handle.kill_now();
+            }
+            for (h, t) in &retiring_kill {
+                h.kill_now();
+                t.abort();
+            }
+        }
+        self.connections.cancel();
+        let servers = std::mem::take(&mut self.servers);
+        for (name, r) in servers {
+            if forced {
+                r.task.abort();
+            } else if let Err(e) = r.task.await {
+                error!(server = %name, error = %e, "server task failed");
+            }
+            if !r.activated {
+                let _ = std::fs::remove_file(&r.path);
+            }
+        }
+        self.tracker.close();
+        if !forced {
+            self.tracker.wait().await;
+        }
+    }
 }
 
 #[cfg(test)]
