@@ -156,7 +156,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let id = ClientId::next();
-    let (out_tx, mut out_rx) = mpsc::channel::<Bytes>(queue);
+    let (out_tx, out_rx) = mpsc::channel::<Bytes>(queue);
     let kick = shutdown.child_token();
     let queued = Arc::new(AtomicUsize::new(0));
     let tx = ClientTx {
@@ -172,40 +172,8 @@ pub async fn run(
         return;
     }
     info!(client = %id, uid = peer.uid, pid = peer.pid, "client connected");
-    let (mut rd, mut wr) = stream.into_split();
-    let writer_kick = kick.clone();
-    let writer = tokio::spawn(async move {
-        let mut batch = LineBatch::new();
-        loop {
-            tokio::select! {
-                line = out_rx.recv() => match line {
-                    Some(line) => {
-                        // Whatever else is already queued goes out in the same write.
-                        let mut close = line.is_empty();
-                        if !close {
-                            batch.push(line);
-                        }
-                        while !close && batch.len() < BATCH_LINES && batch.bytes() < BATCH_BYTES {
-                            match out_rx.try_recv() {
-                                Ok(line) if line.is_empty() => close = true,
-                                Ok(line) => batch.push(line),
-                                Err(_) => break,
-                            }
-                        }
-                        let ok = batch.write_all(&mut wr).await.is_ok();
-                        queued.fetch_sub(batch.bytes(), Ordering::Relaxed);
-                        batch.clear();
-                        if !ok || close { writer_kick.cancel(); break }
-                    }
-                    None => break,
-                },
-                _ = writer_kick.cancelled() => break,
-            }
-        }
-        // `None` means every sender is gone and the queue is drained: close our write side.
-        // A kick (too slow, shutdown) closes without draining: that client is not reading.
-        let _ = wr.shutdown().await;
-    });
+    let (mut rd, wr) = stream.into_split();
+    let writer = tokio::spawn(write_loop(out_rx, wr, queued, kick.clone()));
 
     let mut dec = LineDecoder::new(max_message);
     let mut clean_eof = false;
@@ -237,28 +205,8 @@ pub async fn run(
                     id: rid,
                     has_method,
                 } => {
-                    let msg = format!(
-                        "message of {len} bytes exceeds max_message_size ({max_message} bytes)"
-                    );
-                    // A request gets the error under its own top-level id (K04, K22); anything
-                    // else (a response to the child, a notification, no id) under `null`.
-                    let rid = rid
-                        .filter(|_| has_method)
-                        .as_deref()
-                        .and_then(message::raw_from_slice)
-                        .filter(|r| r.get() != "null");
-                    match rid {
-                        Some(rid) => {
-                            warn!(client = %id, code = code::INVALID_REQUEST, "rejected a client request: {msg}");
-                            tx.deliver(message::error_response(
-                                &rid,
-                                code::INVALID_REQUEST,
-                                &msg,
-                                None,
-                            ));
-                        }
-                        None => reject(&tx, id, code::INVALID_REQUEST, &msg),
-                    }
+                    let rid = rid.filter(|_| has_method);
+                    reject_oversized(&tx, id, len, rid.as_deref(), max_message);
                     // Reported like any rejected line, so it gets an outcome in the request log.
                     let _ = events
                         .send(SessionEvent::Rejected(id, code::INVALID_REQUEST))
@@ -302,6 +250,74 @@ pub async fn run(
     let _ = writer.await;
     let _ = events.send(SessionEvent::Disconnected(id)).await;
     info!(client = %id, "client disconnected");
+}
+
+/// The writer of one connection: drains the client's queue, several queued lines per write.
+/// An empty line (from [`ClientTx::close_after_drain`]) closes after what came before it.
+async fn write_loop(
+    mut out_rx: mpsc::Receiver<Bytes>,
+    mut wr: tokio::net::unix::OwnedWriteHalf,
+    queued: Arc<AtomicUsize>,
+    kick: CancellationToken,
+) {
+    let mut batch = LineBatch::new();
+    loop {
+        tokio::select! {
+            line = out_rx.recv() => match line {
+                Some(line) => {
+                    // Whatever else is already queued goes out in the same write.
+                    let mut close = line.is_empty();
+                    if !close {
+                        batch.push(line);
+                    }
+                    while !close && batch.len() < BATCH_LINES && batch.bytes() < BATCH_BYTES {
+                        match out_rx.try_recv() {
+                            Ok(line) if line.is_empty() => close = true,
+                            Ok(line) => batch.push(line),
+                            Err(_) => break,
+                        }
+                    }
+                    let ok = batch.write_all(&mut wr).await.is_ok();
+                    queued.fetch_sub(batch.bytes(), Ordering::Relaxed);
+                    batch.clear();
+                    if !ok || close { kick.cancel(); break }
+                }
+                None => break,
+            },
+            _ = kick.cancelled() => break,
+        }
+    }
+    // `None` means every sender is gone and the queue is drained: close our write side.
+    // A kick (too slow, shutdown) closes without draining: that client is not reading.
+    let _ = wr.shutdown().await;
+}
+
+/// A client line over `max_message_size`: a request gets the -32600 error under its own
+/// top-level id `rid` (K04, K22); anything else (a response to the child, a notification, no
+/// id) under `null`.
+fn reject_oversized(
+    tx: &ClientTx,
+    client: ClientId,
+    len: usize,
+    rid: Option<&[u8]>,
+    max_message: usize,
+) {
+    let msg = format!("message of {len} bytes exceeds max_message_size ({max_message} bytes)");
+    let rid = rid
+        .and_then(message::raw_from_slice)
+        .filter(|r| r.get() != "null");
+    match rid {
+        Some(rid) => {
+            warn!(client = %client, code = code::INVALID_REQUEST, "rejected a client request: {msg}");
+            tx.deliver(message::error_response(
+                &rid,
+                code::INVALID_REQUEST,
+                &msg,
+                None,
+            ));
+        }
+        None => reject(tx, client, code::INVALID_REQUEST, &msg),
+    }
 }
 
 /// Whether the peer closed both directions (POLLHUP), as opposed to only its write side.
