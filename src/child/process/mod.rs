@@ -257,6 +257,38 @@ pub fn spawn(
     events: mpsc::Sender<ChildEvent>,
     tail: StderrTail,
 ) -> Result<ChildHandle, SpawnError> {
+    let mut cmd = command(cfg)?;
+    let mut child = cmd.spawn().map_err(|source| SpawnError {
+        command: cfg.command.clone(),
+        source,
+    })?;
+    // All three pipes were requested and the child was not waited for yet, so these are
+    // always present; if not, the instance is killed and reported as a failed spawn.
+    let (Some(pid), Some(stdin), Some(stdout), Some(stderr)) = (
+        child.id(),
+        child.stdin.take(),
+        child.stdout.take(),
+        child.stderr.take(),
+    ) else {
+        let _ = child.start_kill();
+        return Err(SpawnError {
+            command: cfg.command.clone(),
+            source: std::io::Error::other("the spawned child has no pid or no pipes"),
+        });
+    };
+    Ok(start_tasks(
+        cfg,
+        generation,
+        events,
+        tail,
+        child,
+        (pid, stdin, stdout, stderr),
+    ))
+}
+
+/// The command for `cfg`: its own process group, pipes, the environment (`clean_env`,
+/// `env_allow`, never the plumbing variables), the working directory and the identity.
+fn command(cfg: &ServerConfig) -> Result<Command, SpawnError> {
     let mut cmd = Command::new(&cfg.command);
     cmd.args(&cfg.args)
         .stdin(Stdio::piped())
@@ -303,25 +335,27 @@ pub fn spawn(
             cmd.pre_exec(move || r.apply(cwd.as_deref()));
         }
     }
-    let mut child = cmd.spawn().map_err(|source| SpawnError {
-        command: cfg.command.clone(),
-        source,
-    })?;
-    // All three pipes were requested and the child was not waited for yet, so these are
-    // always present; if not, the instance is killed and reported as a failed spawn.
-    let (Some(pid), Some(stdin), Some(stdout), Some(stderr)) = (
-        child.id(),
-        child.stdin.take(),
-        child.stdout.take(),
-        child.stderr.take(),
-    ) else {
-        let _ = child.start_kill();
-        return Err(SpawnError {
-            command: cfg.command.clone(),
-            source: std::io::Error::other("the spawned child has no pid or no pipes"),
-        });
-    };
+    Ok(cmd)
+}
 
+/// The pid and the three pipes of a spawned child.
+type Pipes = (
+    u32,
+    tokio::process::ChildStdin,
+    tokio::process::ChildStdout,
+    tokio::process::ChildStderr,
+);
+
+/// Starts the four tasks of a spawned instance (stdin writer, stdout reader, stderr drain,
+/// watcher) and returns its handle.
+fn start_tasks(
+    cfg: &ServerConfig,
+    generation: u64,
+    events: mpsc::Sender<ChildEvent>,
+    tail: StderrTail,
+    mut child: tokio::process::Child,
+    (pid, stdin, stdout, stderr): Pipes,
+) -> ChildHandle {
     let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
     let (urgent_tx, urgent_rx) = mpsc::channel(STDIN_QUEUE);
     let (stop_tx, stop_rx) = oneshot::channel();
@@ -376,14 +410,14 @@ pub fn spawn(
         },
         span,
     ));
-    Ok(ChildHandle {
+    ChildHandle {
         generation,
         pid,
         spawned_at: Instant::now(),
         stdin: Some(stdin_tx),
         urgent: Some(urgent_tx),
         stop: Some(stop_tx),
-    })
+    }
 }
 
 /// The identity a child runs as when `user` or `group` is set (issue 7 §5): applied in the
