@@ -297,30 +297,8 @@ impl Daemon {
             self.retire(name).await;
         }
         for name in &report.changed {
-            let (Some(cfg), Some(r)) = (new.servers.get(name).cloned(), self.servers.get(name))
-            else {
-                continue;
-            };
-            let _ = r.params.send((cfg.client_queue, cfg.max_message_size));
-            self.registry.insert(
-                name,
-                Entry {
-                    handle: r.handle.clone(),
-                    cfg: Arc::new(cfg.clone()),
-                },
-            );
-            let (tx, rx) = oneshot::channel();
-            let sent = tokio::time::timeout(
-                COMMAND_TIMEOUT,
-                r.handle
-                    .commands
-                    .send(Command::Reconfigure(Box::new(cfg), tx)),
-            )
-            .await;
-            if matches!(sent, Ok(Ok(()))) {
-                let _ = tokio::time::timeout(COMMAND_TIMEOUT, rx).await;
-            } else {
-                warn!(server = %name, "the server did not take its new configuration in time");
+            if let Some(cfg) = new.servers.get(name).cloned() {
+                self.reconfigure(name, cfg).await;
             }
         }
         for (name, listener, activated) in bound {
@@ -333,6 +311,35 @@ impl Daemon {
         new.supervisor.socket_dir = self.dir.clone();
         self.config = new;
         Ok(report)
+    }
+
+    /// Gives a running server its changed configuration: session limits at once, the actor
+    /// through `Command::Reconfigure` (it restarts the child when the command changed).
+    async fn reconfigure(&mut self, name: &str, cfg: ServerConfig) {
+        let Some(r) = self.servers.get(name) else {
+            return;
+        };
+        let _ = r.params.send((cfg.client_queue, cfg.max_message_size));
+        self.registry.insert(
+            name,
+            Entry {
+                handle: r.handle.clone(),
+                cfg: Arc::new(cfg.clone()),
+            },
+        );
+        let (tx, rx) = oneshot::channel();
+        let sent = tokio::time::timeout(
+            COMMAND_TIMEOUT,
+            r.handle
+                .commands
+                .send(Command::Reconfigure(Box::new(cfg), tx)),
+        )
+        .await;
+        if matches!(sent, Ok(Ok(()))) {
+            let _ = tokio::time::timeout(COMMAND_TIMEOUT, rx).await;
+        } else {
+            warn!(server = %name, "the server did not take its new configuration in time");
+        }
     }
 }
 
