@@ -653,64 +653,17 @@ async fn read_stdout(
             let frame = if eof { dec.finish() } else { dec.next_frame() };
             let Some(frame) = frame else { break };
             let event = match frame {
-                Frame::Line(line) => match message::parse_line(&line) {
-                    Ok(msgs) => {
-                        for m in msgs {
-                            match m {
-                                Ok(m) => {
-                                    if events
-                                        .send(ChildEvent::Message(generation, m))
-                                        .await
-                                        .is_err()
-                                    {
-                                        return;
-                                    }
-                                }
-                                Err(e) => {
-                                    log_noise(&mut noise, &line, &e.to_string());
-                                    // A single refused reply still answers its request (K21).
-                                    if let Some(id) = malformed_reply_id(&line) {
-                                        let ev =
-                                            ChildEvent::Malformed(generation, id, e.to_string());
-                                        if events.send(ev).await.is_err() {
-                                            return;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        continue;
+                Frame::Line(line) => {
+                    if !send_line(&line, generation, &events, &mut noise).await {
+                        return;
                     }
-                    Err(e) => {
-                        log_noise(&mut noise, &line, &e.to_string());
-                        match malformed_reply_id(&line) {
-                            Some(id) => ChildEvent::Malformed(generation, id, e.to_string()),
-                            None => continue,
-                        }
-                    }
-                },
+                    continue;
+                }
                 Frame::Oversized {
                     len,
                     id,
                     has_method,
-                } => {
-                    // Only a response answers one of our requests. An oversized request or
-                    // notification from the child carries an id from the child's own
-                    // namespace, which must not fail our request that happens to share it.
-                    let id = if has_method {
-                        None
-                    } else {
-                        id.as_deref().and_then(message::raw_from_slice)
-                    };
-                    warn!(
-                        bytes = len,
-                        limit = max,
-                        request = has_method,
-                        id = id.as_deref().map(|i| i.get()),
-                        "discarded a stdout line over max_message_size"
-                    );
-                    ChildEvent::Oversized(generation, len, id)
-                }
+                } => oversized_event(generation, len, id.as_deref(), has_method, max),
             };
             if events.send(event).await.is_err() {
                 return;
@@ -722,6 +675,62 @@ async fn read_stdout(
         }
         dec.shrink_if_idle(STDOUT_BUFFER_KEEP);
     }
+}
+
+/// Sends the events of one stdout line: its messages, or for a refused reply with a top-level
+/// `id` a `Malformed` event that fails its request (K21); noise is logged, rate-limited.
+/// Returns false when the actor is gone.
+async fn send_line(
+    line: &[u8],
+    generation: u64,
+    events: &mpsc::Sender<ChildEvent>,
+    noise: &mut RateLimit,
+) -> bool {
+    let msgs = match message::parse_line(line) {
+        Ok(msgs) => msgs,
+        Err(e) => vec![Err(e)],
+    };
+    for m in msgs {
+        let ev = match m {
+            Ok(m) => ChildEvent::Message(generation, m),
+            Err(e) => {
+                log_noise(noise, line, &e.to_string());
+                match malformed_reply_id(line) {
+                    Some(id) => ChildEvent::Malformed(generation, id, e.to_string()),
+                    None => continue,
+                }
+            }
+        };
+        if events.send(ev).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// The event of a stdout line over `max` bytes, discarded. Only a response answers one of our
+/// requests: an oversized request or notification from the child carries an id from the
+/// child's own namespace, which must not fail our request that happens to share it (K22).
+fn oversized_event(
+    generation: u64,
+    len: usize,
+    id: Option<&[u8]>,
+    has_method: bool,
+    max: usize,
+) -> ChildEvent {
+    let id = if has_method {
+        None
+    } else {
+        id.and_then(message::raw_from_slice)
+    };
+    warn!(
+        bytes = len,
+        limit = max,
+        request = has_method,
+        id = id.as_deref().map(|i| i.get()),
+        "discarded a stdout line over max_message_size"
+    );
+    ChildEvent::Oversized(generation, len, id)
 }
 
 /// The top-level `id` of a line that is a JSON object with an `id` and no `method`: a reply
