@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
 
+mod fields;
 mod values;
 pub use values::{
     default_socket_dir, env_matches, parse_duration, parse_mode, resolve_group, resolve_user,
@@ -556,59 +557,14 @@ impl Validator<'_> {
         let span = s.span();
         let s = s.get_ref();
         let k = |field: &str| format!("servers.{name}.{field}");
-        let command = match &s.command {
-            Some(c) if !c.get_ref().trim().is_empty() => {
-                // `dir/prog` is relative to the config file, like socket_dir; a bare name is
-                // looked up in PATH.
-                let c = c.get_ref();
-                if c.contains('/') && Path::new(c).is_relative() {
-                    self.path
-                        .parent()
-                        .unwrap_or(Path::new("."))
-                        .join(c)
-                        .to_string_lossy()
-                        .into_owned()
-                } else {
-                    c.clone()
-                }
-            }
-            Some(c) => return Err(self.err(c.span(), &k("command"), "must not be empty")),
-            None => {
-                return Err(self.err(span, &k("command"), "missing: every server needs a command"))
-            }
-        };
-        let restart = match s.restart.as_ref().or(d.restart.as_ref()) {
-            None => RestartPolicy::Always,
-            Some(r) => match r.get_ref().as_str() {
-                "always" => RestartPolicy::Always,
-                "on-failure" => RestartPolicy::OnFailure,
-                "never" => RestartPolicy::Never,
-                other => {
-                    return Err(self.err(
-                        r.span(),
-                        &k("restart"),
-                        &format!("`{other}` is not one of always, on-failure, never"),
-                    ))
-                }
-            },
-        };
+        let command = self.command(name, s, span.clone())?;
+        let restart = self.restart(name, s, d)?;
         let dur = |field: &str, own: &Dur, def: &Dur, fallback: u64| {
             self.duration(&k(field), own, def, Duration::from_millis(fallback))
         };
         let mut env = d.env.clone().unwrap_or_default();
         env.extend(s.env.clone().unwrap_or_default());
-        let mut method_timeouts = BTreeMap::new();
-        for table in [&d.method_timeouts, &s.method_timeouts]
-            .into_iter()
-            .flatten()
-        {
-            for (method, value) in table {
-                let d = parse_duration(&value.get_ref().text()).map_err(|m| {
-                    self.err(value.span(), &k(&format!("method_timeouts.{method}")), &m)
-                })?;
-                method_timeouts.insert(method.clone(), d);
-            }
-        }
+        let method_timeouts = self.method_timeouts(name, s, d)?;
         let positive = |field: &str,
                         own: &Option<Spanned<usize>>,
                         def: &Option<Spanned<usize>>,
@@ -696,40 +652,19 @@ impl Validator<'_> {
             client_queue: positive("client_queue", &s.client_queue, &d.client_queue, 1024)?,
             client_capabilities: caps,
             mark_unavailable: s.mark_unavailable.or(d.mark_unavailable).unwrap_or(true),
-            protocol: match s.protocol.as_ref().or(d.protocol.as_ref()) {
-                None => crate::mux::era::ChildProtocol::Auto,
-                Some(p) => crate::mux::era::ChildProtocol::parse(p.get_ref()).ok_or_else(|| {
-                    self.err(
-                        p.span(),
-                        &k("protocol"),
-                        &format!(
-                            "`{}` is not auto, 2026-07-28 or a handshake revision ({})",
-                            p.get_ref(),
-                            crate::mux::era::HANDSHAKE_VERSIONS.join(", ")
-                        ),
-                    )
-                })?,
-            },
+            protocol: self.protocol(name, s, d)?,
             era_probe_timeout: dur(
                 "era_probe_timeout",
                 &s.era_probe_timeout,
                 &d.era_probe_timeout,
                 10_000,
             )?,
-            user: match s.user.as_ref().or(d.user.as_ref()) {
-                Some(u) => {
-                    resolve_user(u.get_ref()).map_err(|m| self.err(u.span(), &k("user"), &m))?;
-                    Some(u.get_ref().clone())
-                }
-                None => None,
-            },
-            group: match s.group.as_ref().or(d.group.as_ref()) {
-                Some(g) => {
-                    resolve_group(g.get_ref()).map_err(|m| self.err(g.span(), &k("group"), &m))?;
-                    Some(g.get_ref().clone())
-                }
-                None => None,
-            },
+            user: self.identity(name, "user", s.user.as_ref().or(d.user.as_ref()), |u| {
+                resolve_user(u).map(|_| ())
+            })?,
+            group: self.identity(name, "group", s.group.as_ref().or(d.group.as_ref()), |g| {
+                resolve_group(g).map(|_| ())
+            })?,
         };
         if cfg.backoff_max < cfg.backoff_initial {
             let at = s

@@ -1,0 +1,123 @@
+//! Keys of a server table that need more than a default: the command path, the restart
+//! policy, per-method timeouts, the protocol, the identity. Each error names file, line and key.
+
+use super::*;
+
+impl Validator<'_> {
+    /// `command`: required and not empty; `dir/prog` is relative to the config file, like
+    /// socket_dir; a bare name is looked up in PATH.
+    pub(super) fn command(
+        &self,
+        name: &str,
+        s: &RawServer,
+        span: std::ops::Range<usize>,
+    ) -> Result<String, ConfigError> {
+        let k = |field: &str| format!("servers.{name}.{field}");
+        Ok(match &s.command {
+            Some(c) if !c.get_ref().trim().is_empty() => {
+                let c = c.get_ref();
+                if c.contains('/') && Path::new(c).is_relative() {
+                    self.path
+                        .parent()
+                        .unwrap_or(Path::new("."))
+                        .join(c)
+                        .to_string_lossy()
+                        .into_owned()
+                } else {
+                    c.clone()
+                }
+            }
+            Some(c) => return Err(self.err(c.span(), &k("command"), "must not be empty")),
+            None => {
+                return Err(self.err(span, &k("command"), "missing: every server needs a command"))
+            }
+        })
+    }
+
+    /// `restart`: always (default), on-failure or never.
+    pub(super) fn restart(
+        &self,
+        name: &str,
+        s: &RawServer,
+        d: &RawServer,
+    ) -> Result<RestartPolicy, ConfigError> {
+        Ok(match s.restart.as_ref().or(d.restart.as_ref()) {
+            None => RestartPolicy::Always,
+            Some(r) => match r.get_ref().as_str() {
+                "always" => RestartPolicy::Always,
+                "on-failure" => RestartPolicy::OnFailure,
+                "never" => RestartPolicy::Never,
+                other => {
+                    return Err(self.err(
+                        r.span(),
+                        &format!("servers.{name}.restart"),
+                        &format!("`{other}` is not one of always, on-failure, never"),
+                    ))
+                }
+            },
+        })
+    }
+
+    /// `method_timeouts`: the defaults' table, then the server's (which wins).
+    pub(super) fn method_timeouts(
+        &self,
+        name: &str,
+        s: &RawServer,
+        d: &RawServer,
+    ) -> Result<BTreeMap<String, Duration>, ConfigError> {
+        let mut method_timeouts = BTreeMap::new();
+        for table in [&d.method_timeouts, &s.method_timeouts]
+            .into_iter()
+            .flatten()
+        {
+            for (method, value) in table {
+                let d = parse_duration(&value.get_ref().text()).map_err(|m| {
+                    self.err(
+                        value.span(),
+                        &format!("servers.{name}.method_timeouts.{method}"),
+                        &m,
+                    )
+                })?;
+                method_timeouts.insert(method.clone(), d);
+            }
+        }
+        Ok(method_timeouts)
+    }
+
+    /// `protocol`: auto (default), 2026-07-28 or a handshake revision.
+    pub(super) fn protocol(
+        &self,
+        name: &str,
+        s: &RawServer,
+        d: &RawServer,
+    ) -> Result<crate::mux::era::ChildProtocol, ConfigError> {
+        match s.protocol.as_ref().or(d.protocol.as_ref()) {
+            None => Ok(crate::mux::era::ChildProtocol::Auto),
+            Some(p) => crate::mux::era::ChildProtocol::parse(p.get_ref()).ok_or_else(|| {
+                self.err(
+                    p.span(),
+                    &format!("servers.{name}.protocol"),
+                    &format!(
+                        "`{}` is not auto, 2026-07-28 or a handshake revision ({})",
+                        p.get_ref(),
+                        crate::mux::era::HANDSHAKE_VERSIONS.join(", ")
+                    ),
+                )
+            }),
+        }
+    }
+
+    /// `user` or `group` (`field`): checked to exist now with `resolve`, kept as written.
+    pub(super) fn identity(
+        &self,
+        name: &str,
+        field: &str,
+        value: Option<&Spanned<String>>,
+        resolve: impl Fn(&str) -> Result<(), String>,
+    ) -> Result<Option<String>, ConfigError> {
+        let Some(v) = value else { return Ok(None) };
+        resolve(v.get_ref())
+            .map_err(|m| self.err(v.span(), &format!("servers.{name}.{field}"), &m))?;
+        Ok(Some(v.get_ref().clone()))
+    }
+}
