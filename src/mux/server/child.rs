@@ -133,7 +133,7 @@ impl Server {
             {
                 Some(hs) => {
                     let line = Out::request(None, "notifications/initialized", None).encode();
-                    if let Some(c) = &self.child {
+                    if let Some(c) = self.life.child() {
                         c.send(line);
                     }
                     self.on_ready(hs);
@@ -154,7 +154,8 @@ impl Server {
                         "initialize was refused in favour of 2026-07-28",
                     );
                     let deadline = self
-                        .start_deadline
+                        .life
+                        .start_deadline()
                         .unwrap_or_else(|| self.now + self.cfg.start_timeout);
                     self.send_discover(false, deadline);
                 } else {
@@ -231,7 +232,7 @@ impl Server {
         let method = m.method().to_string();
         if method == "ping" {
             // Answered here, at once, with or without clients (K07).
-            if let Some(c) = &self.child {
+            if let Some(c) = self.life.child() {
                 c.send_urgent(message::result_response(&child_id, &json!({})));
             }
             return;
@@ -278,7 +279,7 @@ impl Server {
     }
 
     pub(super) fn answer_child_error(&self, child_id: &RawValue, code: i64, msg: &str) {
-        if let Some(c) = &self.child {
+        if let Some(c) = self.life.child() {
             c.send_urgent(message::error_response(child_id, code, msg, None));
         }
     }

@@ -19,7 +19,7 @@ impl Server {
             test_panic(m.method());
         }
         // One lookup: a duplicate finds the first request's entry, a new id opens its own.
-        let generation = self.child.as_ref().map(|c| c.generation());
+        let generation = self.life.child().map(|c| c.generation());
         let now = self.now;
         let opened = self
             .ledger
@@ -74,7 +74,7 @@ impl Server {
         let Some(m) = self.answer_locally(client, &id, m, client_era) else {
             return;
         };
-        if self.state != State::Ready && self.answer_from_cache(client, &m) {
+        if self.life.state() != State::Ready && self.answer_from_cache(client, &m) {
             return;
         }
         self.route_by_state(client, &id, m);
@@ -173,11 +173,11 @@ impl Server {
     /// the outage record otherwise.
     fn route_by_state(&mut self, client: ClientId, id: &RawValue, m: Message) {
         let held_room = self.held.len() < self.cfg.queue_limit;
-        match self.state {
+        match self.life.state() {
             State::Ready => self.forward(client, m),
             // A server that was never ready and is backing off gets a fast, explicit error
             // (K19); one that was ready is likely back soon, so its requests wait.
-            State::Backoff if self.handshake.is_none() && !self.probe_respawn => {
+            State::Backoff if self.handshake.is_none() && !self.life.probe_respawn() => {
                 self.outage_reply(client, id, m.method(), "backoff");
             }
             State::Stopping if self.restarting() && held_room => self.hold(client, m),
@@ -186,7 +186,8 @@ impl Server {
                 let status = self.outage_status();
                 let reason = format!("{} requests already waiting (queue_limit)", self.held.len());
                 let retry = self
-                    .next_spawn
+                    .life
+                    .next_spawn()
                     .map(|t| t.saturating_duration_since(self.now));
                 let method = m.method().to_string();
                 self.outage_respond(
@@ -238,7 +239,7 @@ impl Server {
     pub(super) fn client_initialize(&mut self, client: ClientId, m: Message) {
         let Some(id) = m.id.clone() else { return };
         let Some(hs) = self.handshake.clone() else {
-            if self.state != State::Starting && !self.probe_respawn {
+            if self.life.state() != State::Starting && !self.life.probe_respawn() {
                 // Never ready, and not even trying right now: say why at once (K18, K19).
                 let status = self.outage_status();
                 return self.outage_reply(client, &id, "initialize", status);
@@ -324,7 +325,7 @@ impl Server {
         let want = self.clients.values().filter_map(|c| c.log_level).min();
         if want.is_some() && want != self.child_log_level && self.child_era() == Era::Handshake {
             self.child_log_level = want;
-            if self.state == State::Ready {
+            if self.life.state() == State::Ready {
                 let p = raw(&json!({"level": level_name(want.unwrap_or(0))}));
                 let deadline = self.now + self.cfg.request_timeout;
                 self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
@@ -358,14 +359,14 @@ impl Server {
                     Some(&raw(&Value::Object(p))),
                 )
                 .encode();
-                if let Some(c) = &self.child {
+                if let Some(c) = self.life.child() {
                     c.send_urgent(line);
                 }
             }
             _ => {
-                if self.state == State::Ready {
+                if self.life.state() == State::Ready {
                     let line = Out::request(None, m.method(), m.params.as_deref()).encode();
-                    if let Some(c) = &self.child {
+                    if let Some(c) = self.life.child() {
                         c.send(line);
                     }
                 }
@@ -414,7 +415,7 @@ impl Server {
             (_, Some(e)) => Out::error(&child_id, e).encode(),
             _ => return,
         };
-        if let Some(c) = &self.child {
+        if let Some(c) = self.life.child() {
             c.send(line);
         }
     }
@@ -439,7 +440,7 @@ impl Server {
         self.metrics.set_clients(self.clients.len());
         for r in self.inflight.remove_client(client) {
             let p = raw(&json!({"requestId": r.id, "reason": "client disconnected"}));
-            if let Some(ch) = &self.child {
+            if let Some(ch) = self.life.child() {
                 ch.send_urgent(Out::request(None, "notifications/cancelled", Some(&p)).encode());
             }
         }

@@ -255,7 +255,10 @@ impl Server {
 
     /// The child is being stopped to be replaced (health, timeouts, restart), not for good.
     pub(super) fn restarting(&self) -> bool {
-        !matches!(self.stop_cause, Some(StopCause::Stop | StopCause::Shutdown))
+        !matches!(
+            self.life.stop_cause(),
+            Some(StopCause::Stop | StopCause::Shutdown)
+        )
     }
 
     /// A client's era (handshake until its first request says otherwise).
@@ -323,7 +326,7 @@ impl Server {
             params
         };
         let line = Out::request(Some(&raw_u64(child_id)), method, params.as_deref()).encode();
-        let queued = match &self.child {
+        let queued = match self.life.child() {
             Some(c) => {
                 self.metrics.bytes("to_child", line.len());
                 c.send(line)

@@ -6,9 +6,7 @@ use super::*;
 impl Server {
     pub(super) fn spawn(&mut self) {
         self.generation += 1;
-        self.probe_respawn = false;
         self.tail.clear();
-        self.next_spawn = None;
         match self
             .spawner
             .spawn(&self.cfg, self.generation, self.tail.clone())
@@ -22,14 +20,13 @@ impl Server {
                     "spawned"
                 );
                 self.pid.store(child.pid(), Ordering::SeqCst);
-                self.child = Some(child);
-                self.state = State::Starting;
-                self.ready_since = None;
-                self.stop_cause = None;
-                self.stdout_closed_at = None;
-                self.health.restart(self.now);
                 let deadline = self.now + self.cfg.start_timeout;
-                self.start_deadline = Some(deadline);
+                self.life = Life::Starting {
+                    child,
+                    deadline,
+                    stdout_closed: None,
+                };
+                self.health.restart(self.now);
                 // The first message pins a dual-era child and kills an old strict one: decide
                 // the era before anything else is sent (protocol.md Implications 4).
                 match (&self.cfg.protocol, self.verdict) {
@@ -66,7 +63,8 @@ impl Server {
 
     pub(super) fn send_initialize(&mut self, version: &str) {
         let deadline = self
-            .start_deadline
+            .life
+            .start_deadline()
             .unwrap_or_else(|| self.now + self.cfg.start_timeout);
         let params = raw(&era::initialize_params(
             version,
@@ -100,43 +98,36 @@ impl Server {
     pub(super) fn enter_failed(&mut self, why: &str) {
         error!(message_id = MSG_FAILED, reason = %why, restart_n = self.restarts,
             retry_in_s = FAILED_RETRY.as_secs(), "failed: {why}");
-        self.state = State::Failed;
-        self.next_spawn = Some(self.now + FAILED_RETRY);
+        self.life = Life::Failed {
+            retry_at: Some(self.now + FAILED_RETRY),
+        };
         self.fail_held("failed");
     }
 
     pub(super) fn begin_shutdown(&mut self) {
-        if matches!(self.state, State::Stopped | State::Stopping) && self.child.is_none() {
-            self.state = State::Stopped;
+        if self.life.state() == State::Stopped {
             return;
         }
-        self.next_spawn = None;
         self.fail_held("stopped");
-        if let Some(child) = &mut self.child {
-            self.stop_cause = Some(StopCause::Shutdown);
-            child.stop();
-            self.state = State::Stopping;
-        } else {
-            self.state = State::Stopped;
+        // The shutdown decides what follows the exit, whatever stop was under way.
+        if !self.life.stop(StopCause::Shutdown, true) {
+            self.life = Life::Stopped;
         }
     }
 
     pub(super) fn operator_stop(&mut self) {
         info!("stop requested");
-        self.next_spawn = None;
         self.fail_held("stopped");
-        if self.child.is_some() {
-            self.stop_child(StopCause::Stop);
-            self.state = State::Stopping;
-        } else {
-            self.state = State::Stopped;
+        // The operator's stop overrules a health or restart stop under way: it stays stopped.
+        if !self.life.stop(StopCause::Stop, true) {
+            self.life = Life::Stopped;
         }
     }
 
     pub(super) fn operator_start(&mut self) {
         self.backoff.reset();
         self.failed_starts = 0;
-        if self.child.is_none() {
+        if self.life.child().is_none() {
             info!("start requested");
             self.spawn();
         }
@@ -146,7 +137,7 @@ impl Server {
         info!("restart requested");
         self.backoff.reset();
         self.failed_starts = 0;
-        if self.child.is_some() {
+        if self.life.child().is_some() {
             self.stop_child(StopCause::Restart);
         } else {
             self.restarts += 1;
@@ -173,14 +164,10 @@ impl Server {
     }
 
     pub(super) fn stop_child(&mut self, cause: StopCause) {
-        if let Some(child) = &mut self.child {
-            if !child.stopping() {
-                warn!(reason = cause.reason(), "stopping the child");
-                self.stop_cause = Some(cause);
-                child.stop();
-                // No probes, no forwarding while the ladder runs; the exit decides what next.
-                self.state = State::Stopping;
-            }
+        if self.life.child().is_some_and(|c| !c.stopping()) {
+            warn!(reason = cause.reason(), "stopping the child");
+            // No probes, no forwarding while the ladder runs; the exit decides what next.
+            self.life.stop(cause, false);
         }
     }
 
@@ -194,17 +181,15 @@ impl Server {
     }
 
     pub(super) fn on_exit(&mut self, exit: Exit) {
-        let Some(child) = self.child.take() else {
+        let Some(ended) = self.life.take() else {
             // Exits are filtered by generation, so this is the current child; be safe anyway.
             warn!("an exit with no child running was ignored");
             return;
         };
-        self.stdout_closed_at = None;
+        let (child, cause, ready_since) = (ended.child, ended.cause, ended.ready_since);
         self.pid.store(0, Ordering::SeqCst);
         let now = self.now;
-        let cause = self.stop_cause.take();
         let reason = exit_reason(cause, exit);
-        let was_ready = self.ready_since.is_some();
         let probing_era = self
             .inflight
             .iter()
@@ -237,21 +222,31 @@ impl Server {
             "exited"
         };
         // Decide what comes next before failing requests, so errors can say when we retry.
-        self.decide_after_exit(child.as_ref(), exit, cause, &reason, was_ready, probing_era);
-        if self.state == State::Backoff && cause != Some(StopCause::Restart) {
+        self.decide_after_exit(
+            child.as_ref(),
+            exit,
+            cause,
+            &reason,
+            ready_since,
+            probing_era,
+        );
+        if self.life.state() == State::Backoff && cause != Some(StopCause::Restart) {
             let class = match (status, exit.signal) {
                 ("exited", Some(_)) => "signal",
                 (s, _) => s,
             };
             self.metrics.restart(class);
         }
-        let retry_after = self.next_spawn.map(|t| t.saturating_duration_since(now));
+        let retry_after = self
+            .life
+            .next_spawn()
+            .map(|t| t.saturating_duration_since(now));
         self.fail_inflight(status, &reason, retry_after);
-        self.ready_since = None;
-        self.start_deadline = None;
-        if self.state == State::Failed || (self.handshake.is_none() && !self.probe_respawn) {
+        if self.life.state() == State::Failed
+            || (self.handshake.is_none() && !self.life.probe_respawn())
+        {
             // Requests held for a child that never became ready learn why at once (K18).
-            let status = if self.state == State::Failed {
+            let status = if self.life.state() == State::Failed {
                 "failed"
             } else {
                 status
@@ -268,12 +263,12 @@ impl Server {
         exit: Exit,
         cause: Option<StopCause>,
         reason: &str,
-        was_ready: bool,
+        ready_since: Option<Instant>,
         probing_era: bool,
     ) {
         let now = self.now;
         if matches!(cause, Some(StopCause::Shutdown | StopCause::Stop)) {
-            self.state = State::Stopped;
+            self.life = Life::Stopped;
         } else if probing_era && !exit.requested && !matches!(exit.code, Some(126 | 127 | 78)) {
             // Old strict servers exit when their first message is not `initialize`: that is a
             // verdict, not a failed start. Respawn at once in the handshake era (issue 6 §1).
@@ -281,14 +276,17 @@ impl Server {
                 Era::Handshake,
                 "the child exited on the server/discover probe",
             );
-            self.state = State::Backoff;
-            self.probe_respawn = true;
             // Still never two spawns closer than backoff_initial (R9).
-            self.next_spawn = Some((child.spawned_at() + self.cfg.backoff_initial).max(now));
+            self.life = Life::Backoff {
+                until: (child.spawned_at() + self.cfg.backoff_initial).max(now),
+                probe_respawn: true,
+            };
         } else if cause == Some(StopCause::Restart) {
-            self.state = State::Backoff;
-            self.next_spawn = Some(now);
-        } else if !was_ready {
+            self.life = Life::Backoff {
+                until: now,
+                probe_respawn: false,
+            };
+        } else if ready_since.is_none() {
             self.failed_starts += 1;
             let permanent = matches!(exit.code, Some(126 | 127 | 78));
             if permanent {
@@ -301,10 +299,10 @@ impl Server {
                     self.failed_starts
                 ));
             } else {
-                self.after_exit(now, child, exit, cause);
+                self.after_exit(now, child, exit, cause, ready_since);
             }
         } else {
-            self.after_exit(now, child, exit, cause);
+            self.after_exit(now, child, exit, cause, ready_since);
         }
     }
 
@@ -314,6 +312,7 @@ impl Server {
         child: &dyn ChildIo,
         exit: Exit,
         cause: Option<StopCause>,
+        ready_since: Option<Instant>,
     ) {
         let restart = match self.cfg.restart {
             RestartPolicy::Always => true,
@@ -321,11 +320,13 @@ impl Server {
             RestartPolicy::Never => false,
         };
         if restart {
-            let delay =
-                self.backoff
-                    .on_exit(now, child.spawned_at(), self.ready_since, &mut self.rng);
-            self.state = State::Backoff;
-            self.next_spawn = Some(now + delay);
+            let delay = self
+                .backoff
+                .on_exit(now, child.spawned_at(), ready_since, &mut self.rng);
+            self.life = Life::Backoff {
+                until: now + delay,
+                probe_respawn: false,
+            };
             info!(message_id = MSG_BACKOFF, restart_n = self.restarts + 1,
                 backoff_ms = delay.as_millis() as u64, attempt = self.backoff.failures(),
                 reason = %exit.reason(), "restarting after backoff");
@@ -336,20 +337,21 @@ impl Server {
                 error!(message_id = MSG_FAILED, reason = %exit.reason(), restart_n = self.restarts,
                     policy = ?self.cfg.restart, "failed: not restarting (restart policy)");
             }
-            self.state = if exit.clean() {
-                State::Stopped
+            self.life = if exit.clean() {
+                Life::Stopped
             } else {
-                State::Failed
+                Life::Failed { retry_at: None }
             };
-            self.next_spawn = None;
             self.fail_held(if exit.clean() { "stopped" } else { "failed" });
         }
     }
 
     pub(super) fn schedule_restart(&mut self, now: Instant, _ready: bool) {
         let delay = self.backoff.on_exit(now, now, None, &mut self.rng);
-        self.state = State::Backoff;
-        self.next_spawn = Some(now + delay);
+        self.life = Life::Backoff {
+            until: now + delay,
+            probe_respawn: false,
+        };
         info!(
             message_id = MSG_BACKOFF,
             restart_n = self.restarts + 1,
@@ -366,13 +368,11 @@ impl Server {
 
     pub(super) fn on_ready(&mut self, hs: Handshake) {
         let first = self.handshake.is_none();
-        info!(message_id = MSG_READY, child_pid = self.child.as_ref().map(|c| c.pid()),
+        info!(message_id = MSG_READY, child_pid = self.life.child().map(|c| c.pid()),
             restart_n = self.restarts, protocol_version = %hs.protocol_version, "ready");
         self.handshake = Some(hs);
-        self.state = State::Ready;
-        self.ready_since = Some(self.now);
+        self.life.ready(self.now);
         self.failed_starts = 0;
-        self.start_deadline = None;
         self.listen = None;
         self.open_listen();
         if !first || self.generation > 1 {
@@ -447,7 +447,7 @@ impl Server {
     }
 
     pub(super) fn on_child_event(&mut self, ev: ChildEvent) {
-        let current = self.child.as_ref().map(|c| c.generation());
+        let current = self.life.child().map(|c| c.generation());
         let generation = match &ev {
             ChildEvent::Message(g, _)
             | ChildEvent::Oversized(g, _, _)
@@ -477,7 +477,7 @@ impl Server {
                 // MCP: a server may shut down by closing stdout. Give it time to exit by itself;
                 // its exit status is the better diagnosis.
                 debug!("the child closed its stdout");
-                self.stdout_closed_at = Some(self.now);
+                self.life.set_stdout_closed(Some(self.now));
             }
             ChildEvent::StdinFailed(_, why) => {
                 warn!("{why}");

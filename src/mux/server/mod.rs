@@ -39,6 +39,7 @@ use crate::observe::{metrics, Outcome, ServerMetrics};
 use bytes::Bytes;
 use io::{ChildIo, ProcessSpawner, Spawner};
 use ledger::{Ledger, Tracked};
+use life::Life;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::Serialize;
@@ -56,6 +57,7 @@ mod clients;
 mod forward;
 mod io;
 mod ledger;
+mod life;
 mod lifecycle;
 mod outage;
 #[cfg(test)]
@@ -458,8 +460,8 @@ struct Server {
     history: ActorHistory,
     test_panic: Option<String>,
     pid: Arc<AtomicU32>,
-    state: State,
-    child: Option<Box<dyn ChildIo>>,
+    /// The lifecycle sub-machine: the state and what it owns (the child, its deadlines).
+    life: Life,
     /// Starts child instances (real processes, or the simulation's fakes).
     spawner: Box<dyn Spawner>,
     generation: u64,
@@ -469,11 +471,6 @@ struct Server {
     backoff: Backoff,
     rng: StdRng,
     failed_starts: u32,
-    ready_since: Option<Instant>,
-    next_spawn: Option<Instant>,
-    stop_cause: Option<StopCause>,
-    /// When the current child closed stdout while still running (R15: 2 s grace, then stop).
-    stdout_closed_at: Option<Instant>,
     restarts: u64,
     last_exit: Option<LastExit>,
     shutdown_waiters: Vec<oneshot::Sender<()>>,
@@ -491,9 +488,6 @@ struct Server {
     listen: Option<u64>,
     /// Listen streams of modern clients served by the supervisor on a handshake child.
     listeners: Vec<Listener>,
-    /// The pending spawn replaces a child that exited on the era probe: not an outage.
-    probe_respawn: bool,
-    start_deadline: Option<Instant>,
     lists: BTreeMap<&'static str, Value>,
     child_log_level: Option<usize>,
     subs: BTreeMap<String, BTreeSet<ClientId>>,
@@ -544,18 +538,13 @@ impl Server {
                 cfg.backoff_reset_after,
             ),
             cfg,
-            state: State::Stopped,
-            child: None,
+            life: Life::Stopped,
             generation: 0,
             spawner,
             events_rx,
             tail: StderrTail::default(),
             rng,
             failed_starts: 0,
-            ready_since: None,
-            next_spawn: None,
-            stop_cause: None,
-            stdout_closed_at: None,
             restarts: 0,
             last_exit: None,
             shutdown_waiters: Vec::new(),
@@ -566,8 +555,6 @@ impl Server {
             verdict: None,
             listen: None,
             listeners: Vec::new(),
-            probe_respawn: false,
-            start_deadline: None,
             lists: BTreeMap::new(),
             child_log_level: None,
             subs: BTreeMap::new(),
@@ -599,9 +586,10 @@ impl Server {
             c.tx.close_after_drain();
         }
         self.clients.clear();
-        let Some(mut child) = self.child.take() else {
+        let Some(ended) = self.life.take() else {
             return;
         };
+        let mut child = ended.child;
         child.stop();
         let generation = child.generation();
         let budget = self.cfg.stop_grace + self.cfg.kill_timeout + Duration::from_secs(5);
@@ -629,11 +617,12 @@ impl Server {
         let (mut sessions_open, mut commands_open) = (true, true);
         let mut exported_state = None;
         loop {
-            if exported_state != Some(self.state) {
-                exported_state = Some(self.state);
-                self.metrics.set_state(self.outage_status_of(self.state));
+            let state = self.life.state();
+            if exported_state != Some(state) {
+                exported_state = Some(state);
+                self.metrics.set_state(self.outage_status_of(state));
             }
-            if self.state == State::Stopped {
+            if state == State::Stopped {
                 for w in self.stop_waiters.drain(..) {
                     let _ = w.send(());
                 }
@@ -718,16 +707,16 @@ impl Server {
         let health = self.health.status();
         Status {
             name: self.cfg.name.clone(),
-            state: self.state,
-            pid: self.child.as_ref().map(|c| c.pid()),
+            state: self.life.state(),
+            pid: self.life.child().map(|c| c.pid()),
             restarts: self.restarts,
             era: self.handshake.as_ref().map(|h| h.protocol_version.clone()),
             clients: self.clients.len(),
             uptime_s: self
-                .child
-                .as_ref()
+                .life
+                .child()
                 .map(|c| now.saturating_duration_since(c.spawned_at()).as_secs_f64()),
-            last_heard_s: self.child.as_ref().map(|_| {
+            last_heard_s: self.life.child().map(|_| {
                 now.saturating_duration_since(self.health.last_heard())
                     .as_secs_f64()
             }),
@@ -736,7 +725,8 @@ impl Server {
             ping_served: health.ping_served,
             consecutive_failures: self.backoff.failures(),
             retry_in_ms: self
-                .next_spawn
+                .life
+                .next_spawn()
                 .map(|t| t.saturating_duration_since(now).as_millis() as u64),
             last_exit: self.last_exit.clone(),
             stderr_tail: self.tail.text(),

@@ -35,7 +35,7 @@ impl Server {
             outcome = outcome.as_str(),
             error_code = code,
             // The instance that was running at arrival exited or was replaced meanwhile.
-            restarted = t.generation.is_some() && t.generation != self.child.as_ref().map(|c| c.generation()),
+            restarted = t.generation.is_some() && t.generation != self.life.child().map(|c| c.generation()),
             "request finished"
         );
         self.metrics
@@ -96,7 +96,7 @@ impl Server {
     }
 
     pub(super) fn outage_status(&self) -> &'static str {
-        self.outage_status_of(self.state)
+        self.outage_status_of(self.life.state())
     }
 
     /// The state's name in status and metrics; also the outage `status` for a waiting state.
@@ -160,7 +160,8 @@ impl Server {
         status: &str,
     ) {
         let retry = self
-            .next_spawn
+            .life
+            .next_spawn()
             .map(|t| t.saturating_duration_since(self.now));
         let reason = self
             .last_exit

@@ -57,14 +57,18 @@ fn failed_starts_back_off_exponentially_with_jitter_then_fail_after_five() {
     let mut sim = Sim::with_config(BASE, 1);
     let mut ms = 0;
     // Every instance dies before it is ready; the next spawn is awaited in 10 ms steps.
-    while sim.server.state != State::Failed && ms < 60_000 {
-        if sim.server.child.is_some() {
+    while sim.server.life.state() != State::Failed && ms < 60_000 {
+        if sim.server.life.child().is_some() {
             sim.child_exits(true);
         }
         ms += 10;
         sim.at(ms);
     }
-    assert_eq!(sim.server.state, State::Failed, "failed after five starts");
+    assert_eq!(
+        sim.server.life.state(),
+        State::Failed,
+        "failed after five starts"
+    );
     let spawned = lock_world_spawned(&sim);
     assert_eq!(spawned.len(), 5, "five starts, then failed");
     let gaps: Vec<u64> = spawned
@@ -233,4 +237,25 @@ fn a_request_past_its_deadline_gets_minus_32001_and_the_child_a_cancel() {
         .filter(|(_, m)| m == "notifications/cancelled")
         .count();
     assert_eq!(cancels, 1, "the child is told");
+}
+
+#[test]
+fn an_operator_stop_during_a_health_stop_keeps_the_server_stopped() {
+    let mut sim = Sim::with_config(BASE, 7);
+    // start_timeout (5 s) passes with no answer: the supervisor starts the stop ladder.
+    sim.at(5000);
+    assert_eq!(sim.server.life.state(), State::Stopping);
+    assert_eq!(sim.server.life.stop_cause(), Some(StopCause::StartTimeout));
+    // The operator says stop while that ladder runs; then the child exits.
+    let (tx, _rx) = oneshot::channel();
+    sim.input(Input::Command(Command::Stop(tx)));
+    sim.child_exits(false);
+    assert_eq!(sim.server.life.state(), State::Stopped, "not respawned");
+    sim.at(60_000);
+    assert_eq!(
+        sim.server.life.state(),
+        State::Stopped,
+        "still stopped later"
+    );
+    assert_eq!(lock_world_spawned(&sim).len(), 1, "one instance only");
 }

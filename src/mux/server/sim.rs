@@ -619,7 +619,7 @@ impl Sim {
     fn settle(&mut self) {
         let mut start = Some(());
         for _ in 0..2_000 {
-            if start.take().is_some() && self.server.state == State::Stopped {
+            if start.take().is_some() && self.server.life.state() == State::Stopped {
                 self.operator_start();
             }
             while !self.asked.is_empty() {

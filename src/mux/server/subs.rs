@@ -8,13 +8,13 @@ impl Server {
     /// stream on a modern child, so handshake clients keep receiving list-changed and
     /// resource-updated notifications (issue 6 §4).
     pub(super) fn open_listen(&mut self) {
-        if self.child_era() != Era::Modern || self.state != State::Ready {
+        if self.child_era() != Era::Modern || self.life.state() != State::Ready {
             return;
         }
         if let Some(old) = self.listen.take() {
             self.inflight.remove(old);
             let p = raw(&json!({"requestId": old, "reason": "subscriptions changed"}));
-            if let Some(c) = &self.child {
+            if let Some(c) = self.life.child() {
                 c.send_urgent(Out::request(None, "notifications/cancelled", Some(&p)).encode());
             }
         }
@@ -54,7 +54,7 @@ impl Server {
         for uri in &honoured_uris {
             let new = !self.subs.contains_key(uri);
             self.subs.entry(uri.clone()).or_default().insert(client);
-            if new && self.state == State::Ready {
+            if new && self.life.state() == State::Ready {
                 let far = self.now + self.cfg.request_timeout;
                 self.send_to_child(
                     Owner::Internal,
@@ -182,7 +182,7 @@ impl Server {
         if !self.remove_sub(client, uri) {
             return false;
         }
-        if self.state == State::Ready && self.child_era() == Era::Handshake {
+        if self.life.state() == State::Ready && self.child_era() == Era::Handshake {
             let far = self.now + self.cfg.request_timeout;
             self.send_to_child(
                 Owner::Internal,

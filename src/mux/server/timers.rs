@@ -5,18 +5,18 @@ use super::*;
 
 impl Server {
     pub(super) fn next_wake(&self) -> Option<Instant> {
-        let probe_due = match self.state {
+        let probe_due = match self.life.state() {
             State::Ready => self.health.next_wake(self.probe_methods()),
             _ => None,
         };
         [
-            self.start_deadline,
-            self.next_spawn,
+            self.life.start_deadline(),
+            self.life.next_spawn(),
             self.inflight.next_deadline(),
             self.held.iter().map(|h| h.deadline).min(),
             self.upstream.values().map(|u| u.deadline).min(),
             probe_due,
-            self.stdout_closed_at.map(|t| t + STDOUT_CLOSED_GRACE),
+            self.life.stdout_closed().map(|t| t + STDOUT_CLOSED_GRACE),
         ]
         .into_iter()
         .flatten()
@@ -25,29 +25,29 @@ impl Server {
 
     pub(super) fn on_timer(&mut self) {
         let now = self.now;
-        if self.state == State::Starting && self.start_deadline.is_some_and(|t| t <= now) {
+        if self.life.start_deadline().is_some_and(|t| t <= now) {
             warn!(
                 timeout_s = self.cfg.start_timeout.as_secs_f64(),
                 "no answer to initialize within start_timeout"
             );
-            self.start_deadline = None;
             self.stop_child(StopCause::StartTimeout);
         }
         if self
-            .stdout_closed_at
+            .life
+            .stdout_closed()
             .is_some_and(|t| t + STDOUT_CLOSED_GRACE <= now)
         {
-            self.stdout_closed_at = None;
+            self.life.set_stdout_closed(None);
             warn!(
                 "the child closed stdout {}s ago but is still running",
                 STDOUT_CLOSED_GRACE.as_secs()
             );
             self.stop_child(StopCause::StdoutClosed);
         }
-        if matches!(self.state, State::Backoff | State::Failed)
-            && self.next_spawn.is_some_and(|t| t <= now)
+        if matches!(self.life.state(), State::Backoff | State::Failed)
+            && self.life.next_spawn().is_some_and(|t| t <= now)
         {
-            if self.state == State::Backoff {
+            if self.life.state() == State::Backoff {
                 self.restarts += 1;
             }
             self.spawn();
@@ -57,7 +57,7 @@ impl Server {
         }
         self.expire_held();
         self.expire_upstream();
-        if self.state == State::Ready {
+        if self.life.state() == State::Ready {
             self.check_health(now);
         }
     }
@@ -76,7 +76,10 @@ impl Server {
                     .as_ref()
                     .map(|e| e.reason.clone())
                     .unwrap_or_else(|| "no answer to initialize yet".into());
-                let retry = self.next_spawn.map(|t| t.saturating_duration_since(now));
+                let retry = self
+                    .life
+                    .next_spawn()
+                    .map(|t| t.saturating_duration_since(now));
                 self.outage_respond(
                     h.client,
                     &id,
@@ -132,7 +135,7 @@ impl Server {
             Owner::Client { client, id, .. } => {
                 self.health.request_expired(p.written);
                 let cancel = raw(&json!({"requestId": child_id, "reason": "request timed out"}));
-                if let Some(c) = &self.child {
+                if let Some(c) = self.life.child() {
                     c.send_urgent(
                         Out::request(None, "notifications/cancelled", Some(&cancel)).encode(),
                     );
@@ -150,7 +153,7 @@ impl Server {
                     Outcome::Timeout,
                 );
             }
-            Owner::Discover { probe: true } if self.state == State::Starting => {
+            Owner::Discover { probe: true } if self.life.state() == State::Starting => {
                 self.set_verdict(
                     Era::Handshake,
                     "no answer to server/discover within era_probe_timeout",
@@ -171,7 +174,7 @@ impl Server {
 
     /// Applies the health rules (`mux/health.rs`) to the ready child at `now`.
     pub(super) fn check_health(&mut self, now: Instant) {
-        if self.child.as_ref().is_none_or(|c| c.stopping()) {
+        if self.life.child().is_none_or(|c| c.stopping()) {
             return;
         }
         // Slow is not dead: a client request within its own deadline excuses silence.
@@ -209,7 +212,7 @@ impl Server {
         let line = Out::request(Some(&raw_u64(id)), method, params.as_deref()).encode();
         self.metrics.probe("sent");
         debug!(method, "probing the silent child");
-        if let Some(c) = &self.child {
+        if let Some(c) = self.life.child() {
             self.metrics.bytes("to_child", line.len());
             c.send(line);
         }

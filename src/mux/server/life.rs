@@ -1,0 +1,321 @@
+//! The lifecycle sub-machine (issue 12 §3): one enum whose variants carry the child instance
+//! and the deadlines that belong to that state, so an impossible combination (a child in
+//! `backoff`, a spawn time while `starting`, a stop cause without a stop) cannot be written.
+//! Plain data: no clock (every moment is passed in), no I/O beyond `ChildIo::stop`.
+
+use super::*;
+
+/// Where the server is in its lifecycle, with what each state owns.
+pub(super) enum Life {
+    /// Spawned; the handshake is not answered yet. `deadline`: `start_timeout` (when it
+    /// passes, the stop moves the server to `Stopping`).
+    Starting {
+        child: Box<dyn ChildIo>,
+        deadline: Instant,
+        stdout_closed: Option<Instant>,
+    },
+    /// The handshake was answered at `since`; traffic flows.
+    Ready {
+        child: Box<dyn ChildIo>,
+        since: Instant,
+        stdout_closed: Option<Instant>,
+    },
+    /// The stop ladder runs for `cause`; the exit decides what next. `ready_since`: when the
+    /// instance had become ready, if it had (the backoff's reset rule needs it).
+    Stopping {
+        child: Box<dyn ChildIo>,
+        cause: StopCause,
+        ready_since: Option<Instant>,
+        stdout_closed: Option<Instant>,
+    },
+    /// Waiting to spawn at `until`. `probe_respawn`: the last instance exited on the era probe,
+    /// which is a verdict, not an outage.
+    Backoff { until: Instant, probe_respawn: bool },
+    /// Gave up; retried at `retry_at` (never, when the restart policy says so).
+    Failed { retry_at: Option<Instant> },
+    /// Not running and not scheduled to run.
+    Stopped,
+}
+
+/// What was running when the child exited.
+pub(super) struct Ended {
+    pub(super) child: Box<dyn ChildIo>,
+    /// Why the supervisor was stopping it, if it was.
+    pub(super) cause: Option<StopCause>,
+    /// When it had become ready, if it had.
+    pub(super) ready_since: Option<Instant>,
+}
+
+impl Life {
+    /// The state's name (`status`, metrics, outage records).
+    pub(super) fn state(&self) -> State {
+        match self {
+            Life::Starting { .. } => State::Starting,
+            Life::Ready { .. } => State::Ready,
+            Life::Stopping { .. } => State::Stopping,
+            Life::Backoff { .. } => State::Backoff,
+            Life::Failed { .. } => State::Failed,
+            Life::Stopped => State::Stopped,
+        }
+    }
+
+    /// The running instance, if any.
+    pub(super) fn child(&self) -> Option<&dyn ChildIo> {
+        match self {
+            Life::Starting { child, .. }
+            | Life::Ready { child, .. }
+            | Life::Stopping { child, .. } => Some(child.as_ref()),
+            _ => None,
+        }
+    }
+
+    /// When the next spawn is due (`backoff`, `failed`).
+    pub(super) fn next_spawn(&self) -> Option<Instant> {
+        match self {
+            Life::Backoff { until, .. } => Some(*until),
+            Life::Failed { retry_at } => *retry_at,
+            _ => None,
+        }
+    }
+
+    /// The `start_timeout` deadline, while starting.
+    pub(super) fn start_deadline(&self) -> Option<Instant> {
+        match self {
+            Life::Starting { deadline, .. } => Some(*deadline),
+            _ => None,
+        }
+    }
+
+    /// When the running child closed its stdout, if it did.
+    pub(super) fn stdout_closed(&self) -> Option<Instant> {
+        match self {
+            Life::Starting { stdout_closed, .. }
+            | Life::Ready { stdout_closed, .. }
+            | Life::Stopping { stdout_closed, .. } => *stdout_closed,
+            _ => None,
+        }
+    }
+
+    /// Records (or clears) when the running child closed its stdout.
+    pub(super) fn set_stdout_closed(&mut self, at: Option<Instant>) {
+        match self {
+            Life::Starting { stdout_closed, .. }
+            | Life::Ready { stdout_closed, .. }
+            | Life::Stopping { stdout_closed, .. } => *stdout_closed = at,
+            _ => {}
+        }
+    }
+
+    /// The pending spawn replaces a child that exited on the era probe.
+    pub(super) fn probe_respawn(&self) -> bool {
+        matches!(
+            self,
+            Life::Backoff {
+                probe_respawn: true,
+                ..
+            }
+        )
+    }
+
+    /// Why the running child is being stopped, if it is.
+    pub(super) fn stop_cause(&self) -> Option<StopCause> {
+        match self {
+            Life::Stopping { cause, .. } => Some(*cause),
+            _ => None,
+        }
+    }
+
+    /// The handshake was answered at `now`: `starting` becomes `ready`.
+    pub(super) fn ready(&mut self, now: Instant) {
+        if let Life::Starting { .. } = self {
+            if let Life::Starting {
+                child,
+                stdout_closed,
+                ..
+            } = std::mem::replace(self, Life::Stopped)
+            {
+                *self = Life::Ready {
+                    child,
+                    since: now,
+                    stdout_closed,
+                };
+            }
+        }
+    }
+
+    /// Starts the stop ladder for `cause`. A child already stopping keeps its ladder; its
+    /// cause is replaced only when `overrule` (an operator's stop or the daemon's shutdown
+    /// decides what follows the exit). Returns whether a child is being stopped.
+    pub(super) fn stop(&mut self, cause: StopCause, overrule: bool) -> bool {
+        match self {
+            Life::Stopping { cause: c, .. } => {
+                if overrule {
+                    *c = cause;
+                }
+                true
+            }
+            Life::Starting { .. } | Life::Ready { .. } => {
+                let ready_since = match self {
+                    Life::Ready { since, .. } => Some(*since),
+                    _ => None,
+                };
+                if let Life::Starting {
+                    child,
+                    stdout_closed,
+                    ..
+                }
+                | Life::Ready {
+                    child,
+                    stdout_closed,
+                    ..
+                } = std::mem::replace(self, Life::Stopped)
+                {
+                    let mut child = child;
+                    child.stop();
+                    *self = Life::Stopping {
+                        child,
+                        cause,
+                        ready_since,
+                        stdout_closed,
+                    };
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The running child exited: what was running, leaving `stopped` until the caller decides
+    /// what follows.
+    pub(super) fn take(&mut self) -> Option<Ended> {
+        match std::mem::replace(self, Life::Stopped) {
+            Life::Starting { child, .. } => Some(Ended {
+                child,
+                cause: None,
+                ready_since: None,
+            }),
+            Life::Ready { child, since, .. } => Some(Ended {
+                child,
+                cause: None,
+                ready_since: Some(since),
+            }),
+            Life::Stopping {
+                child,
+                cause,
+                ready_since,
+                ..
+            } => Some(Ended {
+                child,
+                cause: Some(cause),
+                ready_since,
+            }),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Child {
+        stopped: bool,
+    }
+    impl ChildIo for Child {
+        fn generation(&self) -> u64 {
+            1
+        }
+        fn pid(&self) -> u32 {
+            1
+        }
+        fn spawned_at(&self) -> Instant {
+            Instant::now()
+        }
+        fn send(&self, _: Bytes) -> Queued {
+            Queued::Ok
+        }
+        fn send_urgent(&self, _: Bytes) -> Queued {
+            Queued::Ok
+        }
+        fn stop(&mut self) {
+            self.stopped = true;
+        }
+        fn stopping(&self) -> bool {
+            self.stopped
+        }
+    }
+
+    fn starting(now: Instant) -> Life {
+        Life::Starting {
+            child: Box::new(Child { stopped: false }),
+            deadline: now + Duration::from_secs(5),
+            stdout_closed: None,
+        }
+    }
+
+    #[test]
+    fn ready_then_stopped_keeps_when_it_became_ready() {
+        let now = Instant::now();
+        let mut l = starting(now);
+        assert_eq!(l.start_deadline(), Some(now + Duration::from_secs(5)));
+        l.ready(now);
+        assert_eq!(l.state(), State::Ready);
+        assert_eq!(l.start_deadline(), None);
+        assert!(l.stop(StopCause::ProbeTimeout, false));
+        assert_eq!(l.state(), State::Stopping);
+        assert!(
+            l.child().is_some_and(|c| c.stopping()),
+            "the ladder was started"
+        );
+        let ended = l.take().map(|e| (e.cause, e.ready_since));
+        assert_eq!(ended, Some((Some(StopCause::ProbeTimeout), Some(now))));
+        assert_eq!(l.state(), State::Stopped);
+    }
+
+    #[test]
+    fn an_operator_stop_overrules_a_health_stop_in_progress() {
+        let now = Instant::now();
+        let mut l = starting(now);
+        l.stop(StopCause::StartTimeout, false);
+        l.stop(StopCause::Restart, false);
+        assert_eq!(
+            l.stop_cause(),
+            Some(StopCause::StartTimeout),
+            "the first cause stays"
+        );
+        l.stop(StopCause::Stop, true);
+        assert_eq!(
+            l.stop_cause(),
+            Some(StopCause::Stop),
+            "the operator decides"
+        );
+    }
+
+    #[test]
+    fn no_child_no_stop_and_no_exit() {
+        let now = Instant::now();
+        let mut l = Life::Backoff {
+            until: now,
+            probe_respawn: true,
+        };
+        assert!(!l.stop(StopCause::Stop, true));
+        assert!(l.take().is_none());
+        assert_eq!(l.state(), State::Backoff, "unchanged");
+        assert!(l.probe_respawn());
+        assert_eq!(l.next_spawn(), Some(now));
+    }
+
+    #[test]
+    fn stdout_closed_belongs_to_the_running_child() {
+        let now = Instant::now();
+        let mut l = starting(now);
+        l.set_stdout_closed(Some(now));
+        l.ready(now);
+        assert_eq!(l.stdout_closed(), Some(now), "kept across readiness");
+        l.take();
+        assert_eq!(l.stdout_closed(), None, "gone with the child");
+    }
+}
