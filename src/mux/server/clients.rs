@@ -172,7 +172,7 @@ impl Server {
     /// while a start or restart is under way (bounded by `queue_limit`), failed at once with
     /// the outage record otherwise.
     fn route_by_state(&mut self, client: ClientId, id: &RawValue, m: Message) {
-        let held_room = self.held.len() < self.cfg.queue_limit;
+        let held_room = self.held.has_room();
         match self.life.state() {
             State::Ready => self.forward(client, m),
             // A server that was never ready and is backing off gets a fast, explicit error
@@ -211,11 +211,8 @@ impl Server {
     /// Holds a request until the child is ready, for at most `queue_wait`.
     fn hold(&mut self, client: ClientId, m: Message) {
         let deadline = self.now + self.cfg.queue_wait;
-        self.held.push_back(Held {
-            client,
-            msg: m,
-            deadline,
-        });
+        // Only called with room (`route_by_state`); a full queue would refuse it, never grow.
+        let _ = self.held.push(client, m, deadline);
     }
 
     /// A request whose id equals one of the same client's unfinished requests (K23): JSON-RPC
@@ -244,7 +241,7 @@ impl Server {
                 let status = self.outage_status();
                 return self.outage_reply(client, &id, "initialize", status);
             }
-            if self.held.len() >= self.cfg.queue_limit {
+            if !self.held.has_room() {
                 // The held queue is bounded for handshakes too (issue 12 §6).
                 let status = self.outage_status();
                 let reason = format!("{} requests already waiting (queue_limit)", self.held.len());
@@ -261,11 +258,7 @@ impl Server {
             }
             // Never ready yet: wait for the child (bounded by start_timeout, issue 5 §5).
             let deadline = self.now + self.cfg.start_timeout;
-            self.held.push_back(Held {
-                client,
-                msg: m,
-                deadline,
-            });
+            let _ = self.held.push(client, m, deadline);
             return;
         };
         let params = m.params_object().unwrap_or_default();
@@ -454,7 +447,7 @@ impl Server {
         }
         // The child's requests routed to it get an error (K06).
         self.fail_upstream_of(client, "the client that was asked disconnected");
-        self.held.retain(|h| h.client != client);
+        self.held.drop_client(client);
         self.sync_log_level();
     }
 
@@ -484,7 +477,7 @@ impl Server {
             .clients
             .get(&client)
             .is_some_and(|c| c.closing && self.inflight.count_for(client) == 0)
-            && !self.held.iter().any(|h| h.client == client);
+            && !self.held.has_client(client);
         if done {
             self.drop_client(client);
         }

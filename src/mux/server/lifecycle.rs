@@ -158,6 +158,7 @@ impl Server {
         // A changed command may serve a different protocol or tool set: forget the handshake's
         // ping verdicts, keep the cached lists (compared and announced after the restart).
         self.health.reconfigure(health_config(&cfg), self.now);
+        self.held.set_limit(cfg.queue_limit);
         self.cfg = cfg;
         self.verdict = None;
         self.operator_restart();
@@ -380,7 +381,7 @@ impl Server {
         }
         self.prefetch_lists();
         // Clients whose `initialize` waited for the child (concurrent first handshakes, K10).
-        let held: Vec<Held> = self.held.drain(..).collect();
+        let held: Vec<Held> = self.held.drain();
         for h in held {
             // Already in the ledger since arrival: its duration includes the wait.
             self.dispatch_request(h.client, h.msg);

@@ -37,6 +37,7 @@ use crate::mux::ids::Inflight;
 use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent};
 use crate::observe::{metrics, Outcome, ServerMetrics};
 use bytes::Bytes;
+use held::{Held, HeldQueue};
 use io::{ChildIo, ProcessSpawner, Spawner};
 use ledger::{Ledger, Tracked};
 use life::Life;
@@ -55,6 +56,7 @@ use tracing::{debug, error, info, warn, Instrument};
 mod child;
 mod clients;
 mod forward;
+mod held;
 mod io;
 mod ledger;
 mod life;
@@ -317,14 +319,6 @@ impl Listener {
     }
 }
 
-/// A client request held while the child is not ready.
-#[derive(Debug)]
-struct Held {
-    client: ClientId,
-    msg: Message,
-    deadline: Instant,
-}
-
 /// A child's request forwarded to a client.
 #[derive(Debug)]
 struct Upstream {
@@ -493,7 +487,7 @@ struct Server {
     subs: BTreeMap<String, BTreeSet<ClientId>>,
     // Clients.
     clients: BTreeMap<ClientId, Client>,
-    held: VecDeque<Held>,
+    held: HeldQueue,
     /// Every client request not finished yet (issue 8: exactly one outcome each).
     ledger: Ledger,
     next_upstream: u64,
@@ -525,6 +519,7 @@ impl Server {
         rng: StdRng,
     ) -> Self {
         let health = Health::new(health_config(&cfg), Instant::now());
+        let held = HeldQueue::new(cfg.queue_limit);
         Server {
             now: Instant::now(),
             wall: SystemTime::now(),
@@ -559,7 +554,7 @@ impl Server {
             child_log_level: None,
             subs: BTreeMap::new(),
             clients: BTreeMap::new(),
-            held: VecDeque::new(),
+            held,
             ledger: Ledger::default(),
             next_upstream: 1,
             rounds: BTreeMap::new(),

@@ -279,7 +279,7 @@ impl Server {
     }
 
     pub(super) fn fail_held(&mut self, status: &str) {
-        let held: Vec<Held> = self.held.drain(..).collect();
+        let held: Vec<Held> = self.held.drain();
         for h in held {
             let Some(id) = h.msg.id.clone() else { continue };
             if h.msg.method() == "initialize" && self.handshake.is_none() {

@@ -13,7 +13,7 @@ impl Server {
             self.life.start_deadline(),
             self.life.next_spawn(),
             self.inflight.next_deadline(),
-            self.held.iter().map(|h| h.deadline).min(),
+            self.held.next_deadline(),
             self.upstream.values().map(|u| u.deadline).min(),
             probe_due,
             self.life.stdout_closed().map(|t| t + STDOUT_CLOSED_GRACE),
@@ -66,8 +66,7 @@ impl Server {
     /// outage record.
     fn expire_held(&mut self) {
         let now = self.now;
-        while let Some(i) = self.held.iter().position(|h| h.deadline <= now) {
-            let Some(h) = self.held.remove(i) else { break };
+        while let Some(h) = self.held.pop_expired(now) {
             let Some(id) = h.msg.id.clone() else { continue };
             let status = self.outage_status();
             if h.msg.method() == "initialize" && self.handshake.is_none() {
