@@ -51,7 +51,12 @@ impl Server {
     /// modern child), the table `max_subscriptions` bounds.
     pub(super) fn subscriptions_of(&self, client: ClientId) -> usize {
         let subs = self.clients.get(&client).map_or(0, |c| c.subs.len());
-        let served = self.listeners.iter().filter(|l| l.client == client).count();
+        let served: usize = self
+            .listeners
+            .iter()
+            .filter(|l| l.client == client)
+            .map(|l| 1 + l.uris.len())
+            .sum();
         let routed = self
             .inflight
             .iter()

@@ -259,3 +259,40 @@ fn an_operator_stop_during_a_health_stop_keeps_the_server_stopped() {
     );
     assert_eq!(lock_world_spawned(&sim).len(), 1, "one instance only");
 }
+
+#[test]
+fn a_listen_stream_cannot_grow_subscriptions_past_max_subscriptions() {
+    let toml = format!("{BASE}max_subscriptions = 4\n");
+    let mut sim = Sim::with_config(&toml, 8);
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    let a = sim.connect();
+    let uris: Vec<String> = (0..10).map(|i| format!("file:///{i}")).collect();
+    let line = json!({"jsonrpc": "2.0", "id": "l", "method": "subscriptions/listen",
+        "params": {"notifications": {"resourceSubscriptions": uris},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "m", "version": "1"}}}});
+    sim.send(a, &line.to_string());
+    let ack = sim.clients[&a]
+        .received
+        .iter()
+        .find(|v| v["method"] == "notifications/subscriptions/acknowledged")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let honoured = ack
+        .pointer("/params/notifications/resourceSubscriptions")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    assert_eq!(
+        honoured, 3,
+        "the stream plus three URIs fill the four: {ack}"
+    );
+    assert_eq!(sim.server.subs.len(), 3);
+    let subscribes = sim
+        .written_methods()
+        .into_iter()
+        .filter(|(_, m)| m == "resources/subscribe")
+        .count();
+    assert_eq!(subscribes, 3, "only the honoured URIs reach the child");
+}

@@ -50,7 +50,17 @@ impl Server {
             .handshake
             .as_ref()
             .is_some_and(|h| h.capabilities.pointer("/resources/subscribe") == Some(&json!(true)));
-        let honoured_uris: Vec<String> = if can_subscribe { uris } else { Vec::new() };
+        // The stream itself counts as one of the client's `max_subscriptions`, each URI as one
+        // more: a listen request cannot grow the subscription table beyond the limit.
+        let room = self
+            .cfg
+            .max_subscriptions
+            .saturating_sub(self.subscriptions_of(client) + 1);
+        let honoured_uris: Vec<String> = if can_subscribe {
+            uris.into_iter().take(room).collect()
+        } else {
+            Vec::new()
+        };
         for uri in &honoured_uris {
             let new = !self.subs.contains_key(uri);
             self.subs.entry(uri.clone()).or_default().insert(client);
