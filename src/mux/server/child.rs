@@ -237,6 +237,14 @@ impl Server {
             }
             return;
         }
+        if self.upstream.len() >= self.cfg.max_inflight {
+            // The child's own requests are bounded like the clients' (issue 12 §6).
+            let msg = format!(
+                "{} requests to clients are already waiting (max_inflight)",
+                self.upstream.len()
+            );
+            return self.answer_child_error(&child_id, code::LIMIT_EXCEEDED, &msg);
+        }
         let Some(owner) = self.pick_owner(&method) else {
             let msg = format!("no connected client can answer `{method}` for this server");
             warn!(method = %method, "{msg}");
@@ -305,8 +313,15 @@ impl Server {
             }
             "notifications/resources/updated" => self.route_resource_updated(&m),
             _ => {
-                if let Some((list, _, _)) = era::LISTS.iter().find(|(_, n, _)| *n == method) {
+                let list = era::LISTS
+                    .iter()
+                    .find(|(_, n, _)| *n == method)
+                    .map(|(l, _, _)| *l)
+                    .filter(|l| !self.refreshing(l));
+                if let Some(list) = list {
                     // Keep the cached list current for outage answers; the child announced it.
+                    // One refresh per list at a time: a flood of announcements cannot grow the
+                    // in-flight table.
                     let far = self.now + self.cfg.request_timeout;
                     self.send_to_child(
                         Owner::Refresh {
@@ -323,6 +338,13 @@ impl Server {
                 self.feed_listeners(&method, None, m.params.as_deref());
             }
         }
+    }
+
+    /// Whether a refresh of `list` is already in flight.
+    fn refreshing(&self, list: &str) -> bool {
+        self.inflight
+            .iter()
+            .any(|(_, _, _, p)| matches!(p.owner, Owner::Refresh { method, .. } if method == list))
     }
 
     /// `notifications/progress`: to the owner of the request whose child-side id is the token,
