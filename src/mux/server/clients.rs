@@ -57,12 +57,15 @@ impl Server {
             .filter(|l| l.client == client)
             .map(|l| 1 + l.uris.len())
             .sum();
+        // Requests that may still add one: in flight to the child, or held until it is ready.
+        let grows = |m: &str| matches!(m, "subscriptions/listen" | "resources/subscribe");
         let routed = self
             .inflight
             .iter()
-            .filter(|(_, c, _, p)| *c == Some(client) && p.method == "subscriptions/listen")
+            .filter(|(_, c, _, p)| *c == Some(client) && grows(&p.method))
             .count();
-        subs + served + routed
+        let held = self.held.count(client, grows);
+        subs + served + routed + held
     }
 
     /// Decides what happens to a client request already in the ledger: answered here,

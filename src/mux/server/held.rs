@@ -82,6 +82,14 @@ impl HeldQueue {
         self.items.retain(|h| h.client != client);
     }
 
+    /// How many of `client`'s held requests have a method `pick` chooses.
+    pub(super) fn count(&self, client: ClientId, pick: impl Fn(&str) -> bool) -> usize {
+        self.items
+            .iter()
+            .filter(|h| h.client == client && pick(h.msg.method()))
+            .count()
+    }
+
     /// Whether `client` has a request held.
     pub(super) fn has_client(&self, client: ClientId) -> bool {
         self.items.iter().any(|h| h.client == client)

@@ -296,3 +296,25 @@ fn a_listen_stream_cannot_grow_subscriptions_past_max_subscriptions() {
         .count();
     assert_eq!(subscribes, 3, "only the honoured URIs reach the child");
 }
+
+#[test]
+fn subscribes_in_flight_count_against_max_subscriptions() {
+    // Found by the simulation: five subscribes sent before the child answers any of them all
+    // passed the check, and the client ended with five subscriptions under a limit of four.
+    let toml = format!("{BASE}max_subscriptions = 4\n");
+    let mut sim = Sim::with_config(&toml, 9);
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    let a = sim.connect();
+    for i in 0..5 {
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"resources/subscribe","params":{{"uri":"file:///{i}"}}}}"#
+        );
+        sim.send(a, &line);
+    }
+    let refused = responses(&sim, a);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["error"]["code"], -32002);
+    answer_all(&mut sim);
+    assert_eq!(sim.server.clients[&a].subs.len(), 4);
+}
