@@ -92,24 +92,7 @@ pub fn run(socket: &Path, op: Op, json: bool) -> i32 {
         }
     };
     if !resp.ok {
-        let (kind, message) = match &resp.error {
-            Some(e) => (Some(e.kind), e.message.clone()),
-            None => (None, "the supervisor refused the request".to_string()),
-        };
-        match kind {
-            Some(ErrorKind::InvalidConfig) => {
-                eprintln!("mcp-supervisor: reload failed, the old configuration keeps running: invalid configuration: {message}");
-                return EXIT_CONFIG;
-            }
-            Some(ErrorKind::UnknownServer) => {
-                eprintln!("mcp-supervisor: {message}");
-                return EXIT_UNKNOWN_SERVER;
-            }
-            _ => {
-                eprintln!("mcp-supervisor: {message}");
-                return EXIT_FAILED;
-            }
-        }
+        return refused(&resp);
     }
     let servers = resp.servers.clone().unwrap_or_default();
     match op {
@@ -126,27 +109,7 @@ pub fn run(socket: &Path, op: Op, json: bool) -> i32 {
                 println!();
             }
         }
-        Op::Reload => {
-            let r = resp.reload.unwrap_or_default();
-            if json {
-                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
-            } else {
-                let list = |v: &[String]| {
-                    if v.is_empty() {
-                        "-".to_string()
-                    } else {
-                        v.join(", ")
-                    }
-                };
-                println!(
-                    "reloaded: added {}; removed {}; changed {}; unchanged {}",
-                    list(&r.added),
-                    list(&r.removed),
-                    list(&r.changed),
-                    list(&r.unchanged)
-                );
-            }
-        }
+        Op::Reload => print_reload(&resp.reload.unwrap_or_default(), json),
         Op::Start { .. } | Op::Stop { .. } | Op::Restart { .. } => {
             for s in &servers {
                 if json {
@@ -166,6 +129,50 @@ pub fn run(socket: &Path, op: Op, json: bool) -> i32 {
         }
     }
     0
+}
+
+/// Prints why the daemon refused a request and returns the exit code for it.
+fn refused(resp: &Response) -> i32 {
+    let (kind, message) = match &resp.error {
+        Some(e) => (Some(e.kind), e.message.clone()),
+        None => (None, "the supervisor refused the request".to_string()),
+    };
+    match kind {
+        Some(ErrorKind::InvalidConfig) => {
+            eprintln!("mcp-supervisor: reload failed, the old configuration keeps running: invalid configuration: {message}");
+            EXIT_CONFIG
+        }
+        Some(ErrorKind::UnknownServer) => {
+            eprintln!("mcp-supervisor: {message}");
+            EXIT_UNKNOWN_SERVER
+        }
+        _ => {
+            eprintln!("mcp-supervisor: {message}");
+            EXIT_FAILED
+        }
+    }
+}
+
+/// Prints a reload's report: JSON, or one line naming what was added, removed and changed.
+fn print_reload(r: &super::ReloadReport, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r).unwrap_or_default());
+        return;
+    }
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    println!(
+        "reloaded: added {}; removed {}; changed {}; unchanged {}",
+        list(&r.added),
+        list(&r.removed),
+        list(&r.changed),
+        list(&r.unchanged)
+    );
 }
 
 /// The `status` table: name, era, state, pid, uptime, restarts, clients, last exit.

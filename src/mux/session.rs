@@ -188,45 +188,8 @@ pub async fn run(
             },
             _ = kick.cancelled() => break 'read,
         };
-        loop {
-            let frame = if eof { dec.finish() } else { dec.next_frame() };
-            let Some(frame) = frame else { break };
-            let msgs = match frame {
-                Frame::Line(line) => match message::parse_line(&line) {
-                    Ok(m) => m,
-                    Err(e) => {
-                        reject(&tx, id, e.code(), &e.to_string());
-                        let _ = events.send(SessionEvent::Rejected(id, e.code())).await;
-                        continue;
-                    }
-                },
-                Frame::Oversized {
-                    len,
-                    id: rid,
-                    has_method,
-                } => {
-                    let rid = rid.filter(|_| has_method);
-                    reject_oversized(&tx, id, len, rid.as_deref(), max_message);
-                    // Reported like any rejected line, so it gets an outcome in the request log.
-                    let _ = events
-                        .send(SessionEvent::Rejected(id, code::INVALID_REQUEST))
-                        .await;
-                    continue;
-                }
-            };
-            for m in msgs {
-                match m {
-                    Ok(m) => {
-                        if events.send(SessionEvent::Message(id, m)).await.is_err() {
-                            break 'read;
-                        }
-                    }
-                    Err(e) => {
-                        reject(&tx, id, e.code(), &e.to_string());
-                        let _ = events.send(SessionEvent::Rejected(id, e.code())).await;
-                    }
-                }
-            }
+        if !pass_frames(&mut dec, eof, &tx, id, &events, max_message).await {
+            break 'read;
         }
         if eof {
             break;
@@ -250,6 +213,59 @@ pub async fn run(
     let _ = writer.await;
     let _ = events.send(SessionEvent::Disconnected(id)).await;
     info!(client = %id, "client disconnected");
+}
+
+/// Hands every complete frame in `dec` to the actor (all of them at `eof`): messages as they
+/// are, garbage and oversized lines answered here with -32700/-32600 and reported as
+/// rejected. Returns false when the actor is gone.
+async fn pass_frames(
+    dec: &mut LineDecoder,
+    eof: bool,
+    tx: &ClientTx,
+    id: ClientId,
+    events: &mpsc::Sender<SessionEvent>,
+    max_message: usize,
+) -> bool {
+    loop {
+        let frame = if eof { dec.finish() } else { dec.next_frame() };
+        let Some(frame) = frame else { return true };
+        let msgs = match frame {
+            Frame::Line(line) => match message::parse_line(&line) {
+                Ok(m) => m,
+                Err(e) => {
+                    reject(tx, id, e.code(), &e.to_string());
+                    let _ = events.send(SessionEvent::Rejected(id, e.code())).await;
+                    continue;
+                }
+            },
+            Frame::Oversized {
+                len,
+                id: rid,
+                has_method,
+            } => {
+                let rid = rid.filter(|_| has_method);
+                reject_oversized(tx, id, len, rid.as_deref(), max_message);
+                // Reported like any rejected line, so it gets an outcome in the request log.
+                let _ = events
+                    .send(SessionEvent::Rejected(id, code::INVALID_REQUEST))
+                    .await;
+                continue;
+            }
+        };
+        for m in msgs {
+            match m {
+                Ok(m) => {
+                    if events.send(SessionEvent::Message(id, m)).await.is_err() {
+                        return false;
+                    }
+                }
+                Err(e) => {
+                    reject(tx, id, e.code(), &e.to_string());
+                    let _ = events.send(SessionEvent::Rejected(id, e.code())).await;
+                }
+            }
+        }
+    }
 }
 
 /// The writer of one connection: drains the client's queue, several queued lines per write.
