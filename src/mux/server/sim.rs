@@ -166,6 +166,11 @@ pub(super) struct SimClient {
     n: u64,
     /// Every message received, for scenario tests.
     pub(super) received: Vec<Value>,
+    /// URIs the supervisor said this client is subscribed to (a subscribe answered with a
+    /// result, no unsubscribe sent since).
+    subscribed: BTreeSet<String>,
+    /// Subscribes sent and not answered yet: (id text, URI).
+    pending_subs: Vec<(String, String)>,
 }
 
 pub(super) struct Sim {
@@ -266,6 +271,8 @@ impl Sim {
                 initialized: false,
                 n: 0,
                 received: Vec::new(),
+                subscribed: BTreeSet::new(),
+                pending_subs: Vec::new(),
             },
         );
         self.input(Input::Session(SessionEvent::Connected(
@@ -319,9 +326,30 @@ impl Sim {
             match self.rng.gen_range(0..10) {
                 0 => format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#),
                 1 => format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#),
-                2 => format!(
-                    r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/subscribe","params":{{"uri":"file:///{n}"}}}}"#
-                ),
+                2 => {
+                    let uri = format!("file:///{}", self.rng.gen_range(0..6));
+                    if let Some(c) = self.clients.get_mut(&client) {
+                        // A request with an id still open is refused (K23): no subscription.
+                        if !c.open.contains_key(id) {
+                            c.pending_subs.push((id.to_string(), uri.clone()));
+                        }
+                    }
+                    format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/subscribe","params":{{"uri":"{uri}"}}}}"#
+                    )
+                }
+                3 => {
+                    let uri = format!("file:///{}", self.rng.gen_range(0..6));
+                    if let Some(c) = self.clients.get_mut(&client) {
+                        // Refused when its id is still open (K23): then nothing changes.
+                        if !c.open.contains_key(id) {
+                            c.subscribed.remove(&uri);
+                        }
+                    }
+                    format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/unsubscribe","params":{{"uri":"{uri}"}}}}"#
+                    )
+                }
                 _ => format!(
                     r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{}-{n}"}},"_meta":{{"progressToken":{n}}}}}}}"#,
                     client.0
@@ -355,6 +383,10 @@ impl Sim {
                         c.open.remove(&id);
                     }
                 }
+                // A cancelled subscribe never subscribes (its answer is dropped).
+                if let Some(i) = c.pending_subs.iter().position(|(p, _)| *p == id) {
+                    c.pending_subs.remove(i);
+                }
             }
         }
         let line = format!(
@@ -381,6 +413,17 @@ impl Sim {
                 };
                 c.received.push(v.clone());
                 assert!(line.ends_with(b"\n") || !line.contains(&b'\n'), "one line");
+                if v["method"] == "notifications/resources/updated" {
+                    let uri = v
+                        .pointer("/params/uri")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    assert!(
+                        c.subscribed.contains(uri),
+                        "client {id:?} got an update for {uri} it is not subscribed to: {:?}",
+                        c.subscribed
+                    );
+                }
                 let is_response = v.get("method").is_none();
                 if !is_response {
                     continue;
@@ -393,6 +436,18 @@ impl Sim {
                     continue;
                 }
                 let text = id_text(&line);
+                // A duplicate's refusal answers the duplicate, not the open request (K23).
+                let refusal = v
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .is_some_and(|m| m.starts_with("duplicate request id"));
+                let pending = c.pending_subs.iter().position(|(p, _)| *p == text);
+                if let Some(i) = pending.filter(|_| !refusal) {
+                    let (_, uri) = c.pending_subs.remove(i);
+                    if v.get("result").is_some_and(|r| *r == json!({})) {
+                        c.subscribed.insert(uri);
+                    }
+                }
                 let Some(k) = c.open.get_mut(&text) else {
                     panic!("client {id:?} got a response for id {text} it has not open: {v}");
                 };
@@ -510,8 +565,13 @@ impl Sim {
         let Some(generation) = self.current_generation() else {
             return;
         };
-        let line = if self.rng.gen_bool(0.5) {
+        let line = if self.rng.gen_bool(0.3) {
             r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#.to_string()
+        } else if self.rng.gen_bool(0.5) {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{{"uri":"file:///{}"}}}}"#,
+                self.rng.gen_range(0..6)
+            )
         } else {
             self.child_pings += 1;
             format!(
