@@ -279,28 +279,39 @@ impl Server {
     }
 
     pub(super) fn fail_held(&mut self, status: &str) {
-        let held: Vec<Held> = self.held.drain();
-        for h in held {
-            let Some(id) = h.msg.id.clone() else { continue };
-            if h.msg.method() == "initialize" && self.handshake.is_none() {
-                let reason = self
-                    .last_exit
-                    .as_ref()
-                    .map(|e| e.reason.clone())
-                    .unwrap_or_else(|| status.into());
-                self.outage_respond(
-                    h.client,
-                    &id,
-                    "initialize",
-                    status,
-                    &reason,
-                    None,
-                    code::SERVER_UNAVAILABLE,
-                    Outcome::Unreachable,
-                );
-            } else {
-                self.outage_reply(h.client, &id, h.msg.method(), status);
-            }
+        for h in self.held.drain() {
+            self.fail_one_held(h, status, status, None);
+        }
+    }
+
+    /// Answers one held request with the outage record. A client's `initialize` held for a
+    /// child that never became ready names the last exit (or `unanswered`) as the reason.
+    pub(super) fn fail_one_held(
+        &mut self,
+        h: Held,
+        status: &str,
+        unanswered: &str,
+        retry: Option<Duration>,
+    ) {
+        let Some(id) = h.msg.id.clone() else { return };
+        if h.msg.method() == "initialize" && self.handshake.is_none() {
+            let reason = self
+                .last_exit
+                .as_ref()
+                .map(|e| e.reason.clone())
+                .unwrap_or_else(|| unanswered.into());
+            self.outage_respond(
+                h.client,
+                &id,
+                "initialize",
+                status,
+                &reason,
+                retry,
+                code::SERVER_UNAVAILABLE,
+                Outcome::Unreachable,
+            );
+        } else {
+            self.outage_reply(h.client, &id, h.msg.method(), status);
         }
     }
 }

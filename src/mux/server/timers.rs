@@ -67,31 +67,12 @@ impl Server {
     fn expire_held(&mut self) {
         let now = self.now;
         while let Some(h) = self.held.pop_expired(now) {
-            let Some(id) = h.msg.id.clone() else { continue };
             let status = self.outage_status();
-            if h.msg.method() == "initialize" && self.handshake.is_none() {
-                let reason = self
-                    .last_exit
-                    .as_ref()
-                    .map(|e| e.reason.clone())
-                    .unwrap_or_else(|| "no answer to initialize yet".into());
-                let retry = self
-                    .life
-                    .next_spawn()
-                    .map(|t| t.saturating_duration_since(now));
-                self.outage_respond(
-                    h.client,
-                    &id,
-                    "initialize",
-                    status,
-                    &reason,
-                    retry,
-                    code::SERVER_UNAVAILABLE,
-                    Outcome::Unreachable,
-                );
-            } else {
-                self.outage_reply(h.client, &id, h.msg.method(), status);
-            }
+            let retry = self
+                .life
+                .next_spawn()
+                .map(|t| t.saturating_duration_since(now));
+            self.fail_one_held(h, status, "no answer to initialize yet", retry);
         }
     }
 
