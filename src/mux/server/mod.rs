@@ -55,6 +55,8 @@ use tracing::{debug, error, info, warn, Instrument};
 
 mod child;
 mod clients;
+#[cfg(test)]
+mod fakes;
 mod forward;
 mod held;
 mod io;

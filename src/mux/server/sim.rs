@@ -19,6 +19,7 @@
 //!
 //! `MCPSUP_SIM_SEED=N` replays one seed; `MCPSUP_SIM_EVENTS=N` sets the total (default 10^6).
 
+use super::fakes::{lock, FakeSpawner, World};
 use super::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -47,107 +48,6 @@ kill_timeout = "100ms"
 const IDS: [&str; 9] = [
     "1", "2", "0", "-3", "\"1\"", "\"a\"", "\"\"", "1.5", "\"é\"",
 ];
-
-/// What the fake children share with the simulation.
-#[derive(Default)]
-pub(super) struct World {
-    /// Generations spawned and not yet reported exited.
-    live: Vec<u64>,
-    /// Lines written to a child's stdin (urgent ones too), with its generation.
-    stdin: Vec<(u64, Bytes)>,
-    /// Generations whose stop ladder was started.
-    stops: Vec<u64>,
-    /// The next spawn fails (a transient OS error).
-    fail_next_spawn: bool,
-    pub(super) spawns: u64,
-    /// When each instance was spawned (virtual time).
-    pub(super) spawned: Vec<Instant>,
-    /// Every line written to a child, kept for scenario tests: (generation, line).
-    pub(super) written: Vec<(u64, Bytes)>,
-}
-
-struct FakeChild {
-    generation: u64,
-    spawned_at: Instant,
-    world: Arc<Mutex<World>>,
-    stopping: bool,
-}
-
-fn lock(w: &Mutex<World>) -> std::sync::MutexGuard<'_, World> {
-    w.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl ChildIo for FakeChild {
-    fn generation(&self) -> u64 {
-        self.generation
-    }
-    fn pid(&self) -> u32 {
-        10_000 + self.generation as u32
-    }
-    fn spawned_at(&self) -> Instant {
-        self.spawned_at
-    }
-    fn send(&self, line: Bytes) -> Queued {
-        if self.stopping {
-            return Queued::Closed;
-        }
-        let mut w = lock(&self.world);
-        w.written.push((self.generation, line.clone()));
-        w.stdin.push((self.generation, line));
-        Queued::Ok
-    }
-    fn send_urgent(&self, line: Bytes) -> Queued {
-        self.send(line)
-    }
-    fn stop(&mut self) {
-        if !self.stopping {
-            self.stopping = true;
-            lock(&self.world).stops.push(self.generation);
-        }
-    }
-    fn stopping(&self) -> bool {
-        self.stopping
-    }
-}
-
-struct FakeSpawner {
-    world: Arc<Mutex<World>>,
-    /// The simulation's clock, read at spawn time (the actor's `now` of that input).
-    now: Arc<Mutex<Instant>>,
-}
-
-impl Spawner for FakeSpawner {
-    fn spawn(
-        &mut self,
-        _cfg: &ServerConfig,
-        generation: u64,
-        _tail: StderrTail,
-    ) -> Result<Box<dyn ChildIo>, process::SpawnError> {
-        let mut w = lock(&self.world);
-        if std::mem::take(&mut w.fail_next_spawn) {
-            return Err(process::SpawnError {
-                command: "sim".into(),
-                source: std::io::Error::other("simulated spawn failure"),
-            });
-        }
-        assert!(
-            w.live.is_empty(),
-            "spawn of generation {generation} while {:?} still alive",
-            w.live
-        );
-        w.live.push(generation);
-        w.spawns += 1;
-        let at = *self.now.lock().unwrap_or_else(|p| p.into_inner());
-        w.spawned.push(at);
-        let spawned_at = *self.now.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(Box::new(FakeChild {
-            generation,
-            spawned_at,
-            world: self.world.clone(),
-            stopping: false,
-        }))
-    }
-}
 
 /// A request the fake child has read and not answered yet.
 pub(super) struct Asked {

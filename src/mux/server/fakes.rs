@@ -1,0 +1,106 @@
+//! The simulation's fake child (test-only): a `Spawner` and `ChildIo` that record what the
+//! actor writes and asks, in a `World` the simulation reads and drives.
+
+use super::*;
+use std::sync::Mutex;
+
+/// What the fake children share with the simulation.
+#[derive(Default)]
+pub(super) struct World {
+    /// Generations spawned and not yet reported exited.
+    pub(super) live: Vec<u64>,
+    /// Lines written to a child's stdin (urgent ones too), with its generation.
+    pub(super) stdin: Vec<(u64, Bytes)>,
+    /// Generations whose stop ladder was started.
+    pub(super) stops: Vec<u64>,
+    /// The next spawn fails (a transient OS error).
+    pub(super) fail_next_spawn: bool,
+    pub(super) spawns: u64,
+    /// When each instance was spawned (virtual time).
+    pub(super) spawned: Vec<Instant>,
+    /// Every line written to a child, kept for scenario tests: (generation, line).
+    pub(super) written: Vec<(u64, Bytes)>,
+}
+
+pub(super) struct FakeChild {
+    generation: u64,
+    spawned_at: Instant,
+    world: Arc<Mutex<World>>,
+    stopping: bool,
+}
+
+pub(super) fn lock(w: &Mutex<World>) -> std::sync::MutexGuard<'_, World> {
+    w.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ChildIo for FakeChild {
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+    fn pid(&self) -> u32 {
+        10_000 + self.generation as u32
+    }
+    fn spawned_at(&self) -> Instant {
+        self.spawned_at
+    }
+    fn send(&self, line: Bytes) -> Queued {
+        if self.stopping {
+            return Queued::Closed;
+        }
+        let mut w = lock(&self.world);
+        w.written.push((self.generation, line.clone()));
+        w.stdin.push((self.generation, line));
+        Queued::Ok
+    }
+    fn send_urgent(&self, line: Bytes) -> Queued {
+        self.send(line)
+    }
+    fn stop(&mut self) {
+        if !self.stopping {
+            self.stopping = true;
+            lock(&self.world).stops.push(self.generation);
+        }
+    }
+    fn stopping(&self) -> bool {
+        self.stopping
+    }
+}
+
+pub(super) struct FakeSpawner {
+    pub(super) world: Arc<Mutex<World>>,
+    /// The simulation's clock, read at spawn time (the actor's `now` of that input).
+    pub(super) now: Arc<Mutex<Instant>>,
+}
+
+impl Spawner for FakeSpawner {
+    fn spawn(
+        &mut self,
+        _cfg: &ServerConfig,
+        generation: u64,
+        _tail: StderrTail,
+    ) -> Result<Box<dyn ChildIo>, process::SpawnError> {
+        let mut w = lock(&self.world);
+        if std::mem::take(&mut w.fail_next_spawn) {
+            return Err(process::SpawnError {
+                command: "sim".into(),
+                source: std::io::Error::other("simulated spawn failure"),
+            });
+        }
+        assert!(
+            w.live.is_empty(),
+            "spawn of generation {generation} while {:?} still alive",
+            w.live
+        );
+        w.live.push(generation);
+        w.spawns += 1;
+        let at = *self.now.lock().unwrap_or_else(|p| p.into_inner());
+        w.spawned.push(at);
+        let spawned_at = *self.now.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(Box::new(FakeChild {
+            generation,
+            spawned_at,
+            world: self.world.clone(),
+            stopping: false,
+        }))
+    }
+}
