@@ -84,9 +84,8 @@ impl Server {
             }
         }
         if let (Some(uri), Some(_)) = (subscribe, &m.result) {
-            self.subs.entry(uri.clone()).or_default().insert(client);
-            if let Some(c) = self.clients.get_mut(&client) {
-                c.subs.insert(uri);
+            if self.clients.contains_key(&client) {
+                self.subs.add(client, &uri, Hold::Direct);
             }
         }
         if let (Some(list), Some(r)) = (cache, &m.result) {
@@ -401,11 +400,9 @@ impl Server {
         let uri = m
             .params_object()
             .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string));
-        let subs: Vec<ClientId> = uri
+        let subs = uri
             .as_ref()
-            .and_then(|u| self.subs.get(u))
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default();
+            .map_or_else(Vec::new, |u| self.subs.direct_holders(u));
         let line = Out::request(None, m.method(), m.params.as_deref()).encode();
         for c in subs {
             if self.client_era(c) == Era::Handshake {
@@ -514,12 +511,7 @@ impl Server {
             match method {
                 "notifications/resources/updated" => {
                     let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
-                    let subs: Vec<ClientId> = self
-                        .subs
-                        .get(uri)
-                        .map(|s| s.iter().copied().collect())
-                        .unwrap_or_default();
-                    for c in subs {
+                    for c in self.subs.direct_holders(uri) {
                         self.reply(c, line.clone());
                     }
                 }

@@ -50,7 +50,7 @@ impl Server {
     /// Resource subscriptions and listen streams `client` holds (served here or routed to a
     /// modern child), the table `max_subscriptions` bounds.
     pub(super) fn subscriptions_of(&self, client: ClientId) -> usize {
-        let subs = self.clients.get(&client).map_or(0, |c| c.subs.len());
+        let subs = self.subs.direct_count(client);
         let served: usize = self
             .listeners
             .iter()
@@ -422,9 +422,9 @@ impl Server {
     }
 
     pub(super) fn drop_client(&mut self, client: ClientId) {
-        let Some(c) = self.clients.remove(&client) else {
+        if self.clients.remove(&client).is_none() {
             return;
-        };
+        }
         // Cancel its requests toward the child; their late responses are dropped (K09).
         let mine: Vec<String> = self
             .listeners
@@ -446,9 +446,10 @@ impl Server {
             }
         }
         // Release its subscriptions.
-        let mut released = false;
-        for uri in c.subs {
-            released |= self.release_sub(client, &uri);
+        let freed = self.subs.remove_client(client);
+        let released = !freed.is_empty();
+        for uri in &freed {
+            self.unsubscribe_child(uri);
         }
         if released && self.child_era() == Era::Modern {
             self.open_listen();

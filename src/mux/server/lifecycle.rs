@@ -398,7 +398,7 @@ impl Server {
             self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), far);
         }
         let uris: Vec<String> = if handshake_child {
-            self.subs.keys().cloned().collect()
+            self.subs.uris().cloned().collect()
         } else {
             Vec::new()
         };
@@ -517,7 +517,6 @@ impl Server {
                         name: String::new(),
                         info: Value::Null,
                         log_level: None,
-                        subs: BTreeSet::new(),
                         closing: false,
                     },
                 );

@@ -46,10 +46,11 @@ use rand::SeedableRng;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+use subtable::{Hold, Subscriptions};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn, Instrument};
 
@@ -69,6 +70,7 @@ mod scenarios;
 #[cfg(test)]
 mod sim;
 mod subs;
+mod subtable;
 mod timers;
 mod util;
 
@@ -368,7 +370,6 @@ struct Client {
     /// `clientInfo` from its `initialize` (for envelopes toward a modern child).
     info: Value,
     log_level: Option<usize>,
-    subs: BTreeSet<String>,
     /// Input closed: drop the client once its last request is answered.
     closing: bool,
 }
@@ -486,7 +487,8 @@ struct Server {
     listeners: Vec<Listener>,
     lists: BTreeMap<&'static str, Value>,
     child_log_level: Option<usize>,
-    subs: BTreeMap<String, BTreeSet<ClientId>>,
+    /// Who holds which resource subscription, directly or through a served listen stream.
+    subs: Subscriptions,
     // Clients.
     clients: BTreeMap<ClientId, Client>,
     held: HeldQueue,
@@ -554,7 +556,7 @@ impl Server {
             listeners: Vec::new(),
             lists: BTreeMap::new(),
             child_log_level: None,
-            subs: BTreeMap::new(),
+            subs: Subscriptions::default(),
             clients: BTreeMap::new(),
             held,
             ledger: Ledger::default(),

@@ -316,5 +316,47 @@ fn subscribes_in_flight_count_against_max_subscriptions() {
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(refused[0]["error"]["code"], -32002);
     answer_all(&mut sim);
-    assert_eq!(sim.server.clients[&a].subs.len(), 4);
+    assert_eq!(sim.server.subs.direct_count(a), 4);
+}
+
+#[test]
+fn a_direct_unsubscribe_leaves_the_same_clients_listen_stream_subscribed() {
+    // Found in review (issue 12): one client holding a URI both directly and through its
+    // listen stream lost the stream's updates when it unsubscribed directly, and the child was
+    // told to unsubscribe while the stream still wanted the URI.
+    let mut sim = Sim::with_config(BASE, 10);
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    let a = sim.connect();
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "m", "version": "1"}});
+    let listen = json!({"jsonrpc": "2.0", "id": "l", "method": "subscriptions/listen",
+        "params": {"notifications": {"resourceSubscriptions": ["file:///u"]}, "_meta": meta}});
+    sim.send(a, &listen.to_string());
+    answer_all(&mut sim);
+    for (id, method) in [(1, "resources/subscribe"), (2, "resources/unsubscribe")] {
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method,
+            "params": {"uri": "file:///u", "_meta": meta}});
+        sim.send(a, &line.to_string());
+        answer_all(&mut sim);
+    }
+    let to_child: Vec<String> = sim
+        .written_methods()
+        .into_iter()
+        .map(|(_, m)| m)
+        .filter(|m| m.ends_with("subscribe"))
+        .collect();
+    assert_eq!(to_child, ["resources/subscribe"], "the child keeps the URI");
+    let generation = sim.current_generation().unwrap_or(0);
+    sim.child_writes(
+        generation,
+        r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///u"}}"#.into(),
+    );
+    let updates = sim.clients[&a]
+        .received
+        .iter()
+        .filter(|v| v["method"] == "notifications/resources/updated")
+        .count();
+    assert_eq!(updates, 1, "the stream still gets the URI's updates");
 }

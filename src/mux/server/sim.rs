@@ -23,6 +23,7 @@ use super::fakes::{lock, FakeSpawner, World};
 use super::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 const CONFIG: &str = r#"
@@ -153,7 +154,7 @@ impl Sim {
         self.input(Input::Timer);
     }
 
-    fn current_generation(&self) -> Option<u64> {
+    pub(super) fn current_generation(&self) -> Option<u64> {
         lock(&self.world).live.last().copied()
     }
 
@@ -313,7 +314,11 @@ impl Sim {
                 };
                 c.received.push(v.clone());
                 assert!(line.ends_with(b"\n") || !line.contains(&b'\n'), "one line");
-                if v["method"] == "notifications/resources/updated" {
+                let on_stream = v
+                    .pointer("/params/_meta")
+                    .and_then(|m| m.get(era::META_SUBSCRIPTION_ID))
+                    .is_some();
+                if v["method"] == "notifications/resources/updated" && !on_stream {
                     let uri = v
                         .pointer("/params/uri")
                         .and_then(Value::as_str)
@@ -550,8 +555,11 @@ impl Sim {
             "ledger {} > {bound}",
             s.ledger.len()
         );
-        for c in s.clients.values() {
-            assert!(c.subs.len() <= s.cfg.max_subscriptions, "subscriptions");
+        for id in s.clients.keys() {
+            assert!(
+                s.subs.direct_count(*id) <= s.cfg.max_subscriptions,
+                "subscriptions"
+            );
         }
     }
 

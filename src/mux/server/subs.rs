@@ -18,7 +18,7 @@ impl Server {
                 c.send_urgent(Out::request(None, "notifications/cancelled", Some(&p)).encode());
             }
         }
-        let uris: Vec<&String> = self.subs.keys().collect();
+        let uris: Vec<&String> = self.subs.uris().collect();
         let p = raw(&json!({"notifications": {
             "toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true,
             "resourceSubscriptions": uris,
@@ -62,8 +62,7 @@ impl Server {
             Vec::new()
         };
         for uri in &honoured_uris {
-            let new = !self.subs.contains_key(uri);
-            self.subs.entry(uri.clone()).or_default().insert(client);
+            let new = self.subs.add(client, uri, Hold::Stream);
             if new && self.life.state() == State::Ready {
                 let far = self.now + self.cfg.request_timeout;
                 self.send_to_child(
@@ -114,18 +113,7 @@ impl Server {
         };
         let l = self.listeners.remove(i);
         for uri in l.uris {
-            let still = self
-                .listeners
-                .iter()
-                .any(|o| o.client == client && o.uris.contains(&uri))
-                || self
-                    .clients
-                    .get(&client)
-                    .is_some_and(|c| c.subs.contains(&uri));
-            if still {
-                continue;
-            }
-            self.release_sub(client, &uri);
+            self.release_sub(client, &uri, Hold::Stream);
         }
         self.finish(client, key, Outcome::Cancelled, None);
         true
@@ -148,50 +136,30 @@ impl Server {
                 Outcome::Invalid,
             );
         };
-        let before: BTreeSet<String> = self.subs.keys().cloned().collect();
-        if m.method() == "resources/subscribe" {
-            self.add_sub(client, uri);
+        let changed = if m.method() == "resources/subscribe" {
+            self.subs.add(client, &uri, Hold::Direct)
         } else {
-            self.remove_sub(client, &uri);
-        }
+            self.subs.remove(client, &uri, Hold::Direct)
+        };
         let line = message::result_response(&id, &json!({}));
         self.respond(client, &id, line, Outcome::Ok, None);
-        let after: BTreeSet<String> = self.subs.keys().cloned().collect();
-        if before != after {
+        if changed {
             self.open_listen();
         }
     }
 
-    /// Records `client` as a subscriber of `uri` (both indexes).
-    pub(super) fn add_sub(&mut self, client: ClientId, uri: String) {
-        self.subs.entry(uri.clone()).or_default().insert(client);
-        if let Some(c) = self.clients.get_mut(&client) {
-            c.subs.insert(uri);
-        }
-    }
-
-    /// Forgets `client` as a subscriber of `uri` (both indexes); true when nobody is left.
-    pub(super) fn remove_sub(&mut self, client: ClientId, uri: &str) -> bool {
-        if let Some(c) = self.clients.get_mut(&client) {
-            c.subs.remove(uri);
-        }
-        let Some(s) = self.subs.get_mut(uri) else {
-            return false;
-        };
-        s.remove(&client);
-        if s.is_empty() {
-            self.subs.remove(uri);
-            return true;
-        }
-        false
-    }
-
-    /// Drops `client`'s subscription to `uri`; when it was the last one, a handshake child is
-    /// told (`resources/unsubscribe`). Returns whether nobody is subscribed any more.
-    pub(super) fn release_sub(&mut self, client: ClientId, uri: &str) -> bool {
-        if !self.remove_sub(client, uri) {
+    /// Drops one of `client`'s holds on `uri`; when it was the last hold of anyone, a
+    /// handshake child is told (`resources/unsubscribe`). Returns whether nobody holds it now.
+    pub(super) fn release_sub(&mut self, client: ClientId, uri: &str, hold: Hold) -> bool {
+        if !self.subs.remove(client, uri, hold) {
             return false;
         }
+        self.unsubscribe_child(uri);
+        true
+    }
+
+    /// Tells a ready handshake child that nobody holds `uri` any more.
+    pub(super) fn unsubscribe_child(&mut self, uri: &str) {
         if self.life.state() == State::Ready && self.child_era() == Era::Handshake {
             let far = self.now + self.cfg.request_timeout;
             self.send_to_child(
@@ -201,7 +169,6 @@ impl Server {
                 far,
             );
         }
-        true
     }
 
     /// Refcounted subscriptions: true when answered locally.
@@ -213,21 +180,20 @@ impl Server {
             return false;
         };
         let Some(id) = m.id.clone() else { return false };
-        let others = self
-            .subs
-            .get(&uri)
-            .is_some_and(|s| s.iter().any(|c| *c != client));
+        // Held by someone else, or by this client through a listen stream: the child is
+        // subscribed already, so the table answers.
+        let held = self.subs.is_held(&uri);
         if m.method() == "resources/subscribe" {
-            if others || self.subs.get(&uri).is_some_and(|s| s.contains(&client)) {
-                self.add_sub(client, uri);
+            if held {
+                self.subs.add(client, &uri, Hold::Direct);
                 let line = message::result_response(&id, &json!({}));
                 self.respond(client, &id, line, Outcome::Ok, None);
                 return true;
             }
             false
         } else {
-            self.remove_sub(client, &uri);
-            if others {
+            let last = self.subs.remove(client, &uri, Hold::Direct);
+            if !last && held {
                 let line = message::result_response(&id, &json!({}));
                 self.respond(client, &id, line, Outcome::Ok, None);
                 return true;
