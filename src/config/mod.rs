@@ -548,6 +548,24 @@ impl Validator<'_> {
         }
     }
 
+    /// A count that must be at least 1: the server's own value, else `[defaults]`, else
+    /// `fallback`.
+    fn positive<T: Copy + PartialEq + From<u8>>(
+        &self,
+        key: &str,
+        own: &Option<Spanned<T>>,
+        default: &Option<Spanned<T>>,
+        fallback: T,
+    ) -> Result<T, ConfigError> {
+        match own.as_ref().or(default.as_ref()) {
+            Some(v) if *v.get_ref() == T::from(0) => {
+                Err(self.err(v.span(), key, "must be at least 1"))
+            }
+            Some(v) => Ok(*v.get_ref()),
+            None => Ok(fallback),
+        }
+    }
+
     fn server(
         &self,
         name: &str,
@@ -559,37 +577,21 @@ impl Validator<'_> {
         let k = |field: &str| format!("servers.{name}.{field}");
         let command = self.command(name, s, span.clone())?;
         let restart = self.restart(name, s, d)?;
-        let dur = |field: &str, own: &Dur, def: &Dur, fallback: u64| {
-            self.duration(&k(field), own, def, Duration::from_millis(fallback))
-        };
         let mut env = d.env.clone().unwrap_or_default();
         env.extend(s.env.clone().unwrap_or_default());
         let method_timeouts = self.method_timeouts(name, s, d)?;
-        let positive = |field: &str,
-                        own: &Option<Spanned<usize>>,
-                        def: &Option<Spanned<usize>>,
-                        fallback: usize| {
-            match own.as_ref().or(def.as_ref()) {
-                Some(v) if *v.get_ref() == 0 => {
-                    Err(self.err(v.span(), &k(field), "must be at least 1"))
-                }
-                Some(v) => Ok(*v.get_ref()),
-                None => Ok(fallback),
-            }
-        };
-        let probe_failures = match s.probe_failures.as_ref().or(d.probe_failures.as_ref()) {
-            Some(v) if *v.get_ref() == 0 => {
-                return Err(self.err(v.span(), &k("probe_failures"), "must be at least 1"))
-            }
-            Some(v) => *v.get_ref(),
-            None => 3,
-        };
-        let caps = s
-            .client_capabilities
-            .clone()
-            .or(d.client_capabilities.clone())
-            .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
-            .unwrap_or_else(|| serde_json::json!({"roots": {}, "sampling": {}, "elicitation": {}}));
+        // `dur!(key, default ms)` and `positive!(key, default)`: the server's own value, else
+        // `[defaults]`, else the default; errors name the key.
+        macro_rules! dur {
+            ($f:ident, $ms:expr) => {
+                self.duration(&k(stringify!($f)), &s.$f, &d.$f, Duration::from_millis($ms))?
+            };
+        }
+        macro_rules! positive {
+            ($f:ident, $fallback:expr) => {
+                self.positive(&k(stringify!($f)), &s.$f, &d.$f, $fallback)?
+            };
+        }
         let cfg = ServerConfig {
             name: name.to_string(),
             command,
@@ -603,62 +605,27 @@ impl Validator<'_> {
                 .or(d.env_allow.clone())
                 .unwrap_or_else(|| DEFAULT_ENV_ALLOW.iter().map(|s| s.to_string()).collect()),
             restart,
-            start_timeout: dur("start_timeout", &s.start_timeout, &d.start_timeout, 60_000)?,
-            request_timeout: dur(
-                "request_timeout",
-                &s.request_timeout,
-                &d.request_timeout,
-                120_000,
-            )?,
+            start_timeout: dur!(start_timeout, 60_000),
+            request_timeout: dur!(request_timeout, 120_000),
             method_timeouts,
-            probe_interval: dur(
-                "probe_interval",
-                &s.probe_interval,
-                &d.probe_interval,
-                30_000,
-            )?,
-            probe_timeout: dur("probe_timeout", &s.probe_timeout, &d.probe_timeout, 10_000)?,
-            probe_failures,
-            backoff_initial: dur(
-                "backoff_initial",
-                &s.backoff_initial,
-                &d.backoff_initial,
-                1_000,
-            )?,
-            backoff_max: dur("backoff_max", &s.backoff_max, &d.backoff_max, 60_000)?,
-            backoff_reset_after: dur(
-                "backoff_reset_after",
-                &s.backoff_reset_after,
-                &d.backoff_reset_after,
-                60_000,
-            )?,
-            stop_grace: dur("stop_grace", &s.stop_grace, &d.stop_grace, 2_000)?,
-            kill_timeout: dur("kill_timeout", &s.kill_timeout, &d.kill_timeout, 5_000)?,
-            max_message_size: positive(
-                "max_message_size",
-                &s.max_message_size,
-                &d.max_message_size,
-                64 << 20,
-            )?,
+            probe_interval: dur!(probe_interval, 30_000),
+            probe_timeout: dur!(probe_timeout, 10_000),
+            probe_failures: positive!(probe_failures, 3),
+            backoff_initial: dur!(backoff_initial, 1_000),
+            backoff_max: dur!(backoff_max, 60_000),
+            backoff_reset_after: dur!(backoff_reset_after, 60_000),
+            stop_grace: dur!(stop_grace, 2_000),
+            kill_timeout: dur!(kill_timeout, 5_000),
+            max_message_size: positive!(max_message_size, 64 << 20),
             queue_limit: s.queue_limit.or(d.queue_limit).unwrap_or(64),
-            max_subscriptions: positive(
-                "max_subscriptions",
-                &s.max_subscriptions,
-                &d.max_subscriptions,
-                256,
-            )?,
-            queue_wait: dur("queue_wait", &s.queue_wait, &d.queue_wait, 5_000)?,
-            max_inflight: positive("max_inflight", &s.max_inflight, &d.max_inflight, 256)?,
-            client_queue: positive("client_queue", &s.client_queue, &d.client_queue, 1024)?,
-            client_capabilities: caps,
+            max_subscriptions: positive!(max_subscriptions, 256),
+            queue_wait: dur!(queue_wait, 5_000),
+            max_inflight: positive!(max_inflight, 256),
+            client_queue: positive!(client_queue, 1024),
+            client_capabilities: client_capabilities(s, d),
             mark_unavailable: s.mark_unavailable.or(d.mark_unavailable).unwrap_or(true),
             protocol: self.protocol(name, s, d)?,
-            era_probe_timeout: dur(
-                "era_probe_timeout",
-                &s.era_probe_timeout,
-                &d.era_probe_timeout,
-                10_000,
-            )?,
+            era_probe_timeout: dur!(era_probe_timeout, 10_000),
             user: self.identity(name, "user", s.user.as_ref().or(d.user.as_ref()), |u| {
                 resolve_user(u).map(|_| ())
             })?,
@@ -681,6 +648,16 @@ impl Validator<'_> {
         }
         Ok(cfg)
     }
+}
+
+/// `client_capabilities` (own, else `[defaults]`): what the supervisor declares to a handshake
+/// child; by default roots, sampling and elicitation, which it routes to capable clients.
+fn client_capabilities(s: &RawServer, d: &RawServer) -> Value {
+    s.client_capabilities
+        .clone()
+        .or(d.client_capabilities.clone())
+        .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
+        .unwrap_or_else(|| serde_json::json!({"roots": {}, "sampling": {}, "elicitation": {}}))
 }
 
 #[cfg(test)]
