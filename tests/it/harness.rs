@@ -135,6 +135,22 @@ impl Supervisor {
         }
     }
 
+    /// The status object of server `name` (`Value::Null` when it is not listed).
+    pub fn server_status(&self, name: &str) -> Value {
+        self.status_json()["servers"]
+            .as_array()
+            .and_then(|a| a.iter().find(|s| s["name"] == name).cloned())
+            .unwrap_or(Value::Null)
+    }
+
+    /// Waits (at most `timeout`) until server `name` has had `n` more probes answered than
+    /// now: an event to wait on instead of sleeping "long enough for probes to run".
+    pub fn wait_probes_answered(&self, name: &str, n: u64, timeout: Duration) -> bool {
+        let answered = |s: &Self| s.server_status(name)["probes_answered"].as_u64();
+        let from = answered(self).unwrap_or(0);
+        wait_until(timeout, || answered(self).is_some_and(|a| a >= from + n))
+    }
+
     /// `mcp-supervisor status --json` on this supervisor's config, parsed.
     pub fn status_json(&self) -> Value {
         let out = Command::new(SUPERVISOR)

@@ -273,8 +273,12 @@ fn case_k19_crash_loop_spawns_follow_backoff_schedule_then_fail_after_five_start
     // Five consecutive failed starts: `failed`, visible to clients at once.
     let r = wait_failure_mentioning(&sup, "crashy", "failed");
     assert!(r.to_string().contains("crashy"), "{r}");
-    // Well past backoff_max (1 s, +20 % jitter): no sixth spawn (the next try is 10 min away).
-    std::thread::sleep(Duration::from_millis(2500));
+    // No sixth spawn: the next try is 10 min away (the schedule itself is tested on a fake
+    // clock in mux/server/scenarios.rs).
+    let st = sup.server_status("crashy");
+    assert_eq!(st["state"], "failed", "{st}");
+    let retry = st["retry_in_ms"].as_u64().unwrap_or(0);
+    assert!(retry > 9 * 60 * 1000, "failed, yet retried in {retry} ms: {st}");
     let starts = pidfile(&pf);
     assert_eq!(starts.len(), 5, "spawned after `failed`: {starts:?}");
 
@@ -519,8 +523,13 @@ fn case_k19_permanent_exit_codes_and_spawn_errors_fail_at_once_without_retry() {
         let r = wait_failure_mentioning(&sup, name, "failed");
         assert!(r.to_string().contains(&cmd), "{name}: {r}");
     }
-    // Longer than any retry would take (backoff_initial 200 ms): still one attempt each.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Permanent: the next try is the slow `failed` retry (10 min), and there was one attempt.
+    for name in ["exit126", "exit127", "exit78", "enoent", "eacces"] {
+        let st = sup.server_status(name);
+        assert_eq!(st["state"], "failed", "{st}");
+        let retry = st["retry_in_ms"].as_u64().unwrap_or(0);
+        assert!(retry > 9 * 60 * 1000, "{name} retried in {retry} ms: {st}");
+    }
     for code in ["126", "127", "78"] {
         let starts = pidfile(&work.path().join(format!("pids{code}")));
         assert_eq!(starts.len(), 1, "exit {code} was retried: {starts:?}");
@@ -826,8 +835,12 @@ fn case_k20_stderr_warnings_never_change_health() {
     for i in 0..5 {
         let r = a.call(json!(i), "stderr", json!({"bytes": 200_000}));
         assert_eq!(Client::text(&r), "ok", "{r}");
-        // Let probes run between bursts (probe_interval 300 ms).
-        std::thread::sleep(Duration::from_millis(300));
+        // A probe is answered between bursts (probe_interval 300 ms).
+        assert!(
+            sup.wait_probes_answered("warner", 1, Duration::from_secs(5)),
+            "no probe answered\n{}",
+            sup.log()
+        );
     }
     assert_eq!(child_pid(&mut a, json!("p1")), pid);
     assert_eq!(pidfile(&pf).len(), 1, "restarted: {:?}", pidfile(&pf));
@@ -966,7 +979,11 @@ fn case_k01_stdout_noise_is_never_forwarded_and_costs_no_restart() {
     }
     let pa = child_pid(&mut a, json!("pa"));
     // Probes run over the noisy stream; nothing else reaches the clients.
-    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        sup.wait_probes_answered("noisy", 3, Duration::from_secs(5)),
+        "probes over the noise went unanswered\n{}",
+        sup.log()
+    );
     for c in [&mut a, &mut b] {
         assert!(c.backlog.is_empty(), "unexpected messages: {:?}", c.backlog);
         assert!(c.recv_timeout(Duration::from_millis(300)).is_none());
