@@ -278,7 +278,10 @@ fn case_k19_crash_loop_spawns_follow_backoff_schedule_then_fail_after_five_start
     let st = sup.server_status("crashy");
     assert_eq!(st["state"], "failed", "{st}");
     let retry = st["retry_in_ms"].as_u64().unwrap_or(0);
-    assert!(retry > 9 * 60 * 1000, "failed, yet retried in {retry} ms: {st}");
+    assert!(
+        retry > 9 * 60 * 1000,
+        "failed, yet retried in {retry} ms: {st}"
+    );
     let starts = pidfile(&pf);
     assert_eq!(starts.len(), 5, "spawned after `failed`: {starts:?}");
 

@@ -15,7 +15,9 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 
+mod results;
 mod shape;
+pub use results::{for_client, legacy_result, legacy_value};
 #[cfg(test)]
 use shape::RESULT_SHAPES;
 pub use shape::{check_error_shape, check_result_shape, JsonKind, MalformedReply};

@@ -49,6 +49,7 @@ impl Server {
         }
         match pending.owner {
             owner @ Owner::Client { .. } => self.answer_client(&pending.method, owner, &m),
+            Owner::Parked { round } => self.on_parked_response(round, removed.id, m),
             Owner::Discover { probe } => self.on_discover_answer(&m, probe),
             Owner::Listen => {
                 debug!("the child closed the supervisor's listen stream");
@@ -64,7 +65,7 @@ impl Server {
 
     /// The child's answer `m` to a client's request (`method`, owned by `owner`): an MRTR
     /// round, a subscription or a list to remember, then the response with the client's id.
-    fn answer_client(&mut self, method: &str, owner: Owner, m: &Message) {
+    pub(super) fn answer_client(&mut self, method: &str, owner: Owner, m: &Message) {
         let Owner::Client {
             client,
             id,
@@ -103,8 +104,14 @@ impl Server {
                 } else {
                     Outcome::Ok
                 };
+                let legacy_client = !add_result_type
+                    && self.child_era() == Era::Modern
+                    && self.client_era(client) == Era::Handshake;
                 let r = if add_result_type {
                     era::modernize_result(r, method)
+                } else if legacy_client {
+                    // Nothing of 2026 for a handshake client (issue 13 Why 4).
+                    era::legacy_result(r)
                 } else if method == "subscriptions/listen" {
                     std::borrow::Cow::Owned(listen_close_result(r, &id))
                 } else {
@@ -236,19 +243,23 @@ impl Server {
             }
             return;
         }
-        if self.upstream.len() >= self.cfg.max_inflight {
+        if self.upstream.len() + self.asks_waiting() >= self.cfg.max_inflight {
             // The child's own requests are bounded like the clients' (issue 12 §6).
             let msg = format!(
                 "{} requests to clients are already waiting (max_inflight)",
-                self.upstream.len()
+                self.upstream.len() + self.asks_waiting()
             );
             return self.answer_child_error(&child_id, code::LIMIT_EXCEEDED, &msg);
         }
-        let Some(owner) = self.pick_owner(&method) else {
+        let Some((owner, via)) = self.pick_owner(&method) else {
             let msg = format!("no connected client can answer `{method}` for this server");
             warn!(method = %method, "{msg}");
             return self.answer_child_error(&child_id, code::INTERNAL_ERROR, &msg);
         };
+        if self.clients.get(&owner).and_then(|c| c.era) == Some(Era::Modern) {
+            // A 2026 client is asked inside an `input_required` result (K26).
+            return self.ask_modern(via, child_id, m);
+        }
         let n = self.next_upstream;
         self.next_upstream += 1;
         let line = Out::request(Some(&raw_u64(n)), &method, m.params.as_deref()).encode();
@@ -264,25 +275,31 @@ impl Server {
     }
 
     /// The ownership rule for a child's request (issue 3 §5, K06). The handshake era has no
-    /// field linking it to the client request that caused it, so: among clients that declared
-    /// the needed capability and have a request in flight, the one whose request was forwarded
-    /// most recently. No such client → `None` (the child gets an error).
-    pub(super) fn pick_owner(&self, method: &str) -> Option<ClientId> {
+    /// field linking it to the client request that caused it, so: among clients that can be
+    /// asked and have a request in flight, the one whose request was forwarded most recently.
+    /// A handshake client can be asked when it declared the needed capability; a 2026 client
+    /// when it declared it in its envelope and its request may end `input_required` (K26).
+    /// Returns the client and the child-side id of that request; `None` → the child gets an
+    /// error.
+    pub(super) fn pick_owner(&self, method: &str) -> Option<(ClientId, u64)> {
         let cap = era::capability_for_request(method);
         self.inflight
             .iter()
-            .filter_map(|(id, client, _, _)| Some((id, client?)))
-            .filter(|(_, c)| {
-                self.clients.get(c).is_some_and(|cl| {
-                    !cl.closing
-                        && match cap {
-                            Some(cap) => cl.capabilities.get(cap).is_some_and(|v| !v.is_null()),
-                            None => true,
-                        }
+            .filter_map(|(id, client, _, p)| Some((id, client?, p)))
+            .filter(|(_, c, p)| {
+                self.clients.get(c).is_some_and(|cl| match cl.era {
+                    Some(Era::Modern) => self.can_ask_modern(*c, p, cap),
+                    _ => {
+                        !cl.closing
+                            && matches!(p.owner, Owner::Client { .. })
+                            && cap.is_none_or(|cap| {
+                                cl.capabilities.get(cap).is_some_and(|v| !v.is_null())
+                            })
+                    }
                 })
             })
-            .max_by_key(|(id, _)| *id)
-            .map(|(_, c)| c)
+            .max_by_key(|(id, _, _)| *id)
+            .map(|(id, c, _)| (c, id))
     }
 
     pub(super) fn answer_child_error(&self, child_id: &RawValue, code: i64, msg: &str) {

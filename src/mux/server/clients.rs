@@ -76,7 +76,17 @@ impl Server {
         let Some(client_era) = self.settle_client_era(client, &m, requested.is_some()) else {
             return;
         };
+        if client_era == Era::Modern {
+            self.learn_modern_client(client, &m);
+        }
         if client_era == Era::Modern && self.answer_modern(client, &id, &m, requested.as_deref()) {
+            return;
+        }
+        if client_era == Era::Modern
+            && self.child_era() == Era::Handshake
+            && asking::MRTR_METHODS.contains(&m.method())
+            && self.resume_round(client, &m)
+        {
             return;
         }
         let Some(m) = self.answer_locally(client, &id, m, client_era) else {
@@ -99,6 +109,28 @@ impl Server {
             Era::Handshake
         };
         Some(*c.era.get_or_insert(first))
+    }
+
+    /// A 2026 client names itself and its capabilities in every request's envelope: the
+    /// first one seen is kept (the request log's `client_name`, issue 13 Why 4; the owner rule
+    /// for the child's requests, K26).
+    fn learn_modern_client(&mut self, client: ClientId, m: &Message) {
+        let Some(c) = self.clients.get_mut(&client) else {
+            return;
+        };
+        if c.name.is_empty() {
+            if let Some(info) = era::envelope_field(m.params.as_deref(), era::META_CLIENT_INFO) {
+                c.name = info
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                c.info = info;
+            }
+        }
+        if let Some(caps) = era::envelope_field(m.params.as_deref(), era::META_CAPABILITIES) {
+            c.capabilities = caps;
+        }
     }
 
     /// What a 2026 client is answered here: an unsupported version, or `server/discover` on a
@@ -124,14 +156,55 @@ impl Server {
             );
             return true;
         }
-        if m.method() == "server/discover" && self.child_era() == Era::Handshake {
-            if let Some(hs) = &self.handshake {
-                let line = message::result_response(id, &hs.discover_result());
-                self.respond(client, id, line, Outcome::Ok, None);
-                return true;
-            }
+        if m.method() != "server/discover" {
+            return false;
         }
-        false
+        let ready = self.life.state() == State::Ready;
+        let Some(hs) = &self.handshake else {
+            return false;
+        };
+        // A handshake child is described here always; a 2026 child answers for itself while
+        // it is ready, and from its last discovery result, marked, while it is not (K27).
+        let mut result = match hs.era {
+            Era::Handshake => hs.discover_result(),
+            Era::Modern if !ready => hs.result.clone(),
+            Era::Modern => return false,
+        };
+        if !ready {
+            self.mark_unavailable(&mut result);
+        }
+        self.respond_result(client, id, "server/discover", result, Outcome::Ok);
+        true
+    }
+
+    /// Marks a description served while the child is down (a cached `server/discover`):
+    /// `instructions` end with the same note cached tool descriptions get, and
+    /// `_meta["mcp-supervisor/unavailable"]` gives the status (issue 13 §2).
+    pub(super) fn mark_unavailable(&self, result: &mut Value) {
+        let status = self.outage_status();
+        let note = self.unavailable_note();
+        let Some(o) = result.as_object_mut() else {
+            return;
+        };
+        let text = o
+            .get("instructions")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .trim_start()
+            .to_string();
+        let joined = if text.is_empty() {
+            note.trim_start().to_string()
+        } else {
+            text + &note
+        };
+        o.insert("instructions".into(), Value::String(joined));
+        let meta = o.entry("_meta").or_insert_with(|| json!({}));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert(
+                "mcp-supervisor/unavailable".into(),
+                json!({"server": self.cfg.name, "status": status}),
+            );
+        }
     }
 
     /// Requests the supervisor answers itself (`initialize`, `ping`, `logging/setLevel`, served
@@ -146,8 +219,7 @@ impl Server {
         match m.method() {
             "initialize" => self.client_initialize(client, m),
             "ping" => {
-                let line = message::result_response(id, &json!({}));
-                self.respond(client, id, line, Outcome::Ok, None);
+                self.respond_result(client, id, m.method(), json!({}), Outcome::Ok);
             }
             "logging/setLevel"
                 if self
@@ -316,8 +388,7 @@ impl Server {
         if let Some(c) = self.clients.get_mut(&client) {
             c.log_level = Some(level);
         }
-        let line = message::result_response(&id, &json!({}));
-        self.respond(client, &id, line, Outcome::Ok, None);
+        self.respond_result(client, &id, m.method(), json!({}), Outcome::Ok);
         self.sync_log_level();
     }
 
@@ -456,6 +527,7 @@ impl Server {
         }
         // The child's requests routed to it get an error (K06).
         self.fail_upstream_of(client, "the client that was asked disconnected");
+        self.drop_rounds_of(client);
         self.held.drop_client(client);
         self.sync_log_level();
     }

@@ -54,6 +54,7 @@ use subtable::{Hold, Subscriptions};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn, Instrument};
 
+mod asking;
 mod child;
 mod clients;
 #[cfg(test)]
@@ -256,6 +257,11 @@ enum Owner {
         /// A handshake client's request to a modern child that may come back
         /// `input_required`: the params sent, to retry with (MRTR, issue 6 §4).
         retry_params: Option<Box<RawValue>>,
+    },
+    /// A 2026 client's request parked while the client answers the child's questions
+    /// (`asking.rs`, K26); the round has the owner record.
+    Parked {
+        round: u64,
     },
     Initialize,
     /// `server/discover` opening a fresh child: the era probe of `auto` (`probe`), or the
@@ -498,6 +504,9 @@ struct Server {
     upstream: BTreeMap<(ClientId, u64), Upstream>,
     /// MRTR rounds in progress, by round number.
     rounds: BTreeMap<u64, Round>,
+    /// 2026 clients' requests parked while they answer the child's questions (K26).
+    parked: BTreeMap<u64, asking::Parked>,
+    next_ask: u64,
     next_round: u64,
     // Health.
     health: Health,
@@ -562,6 +571,8 @@ impl Server {
             ledger: Ledger::default(),
             next_upstream: 1,
             rounds: BTreeMap::new(),
+            parked: BTreeMap::new(),
+            next_ask: 0,
             next_round: 1,
             upstream: BTreeMap::new(),
             health,

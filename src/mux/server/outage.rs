@@ -57,6 +57,22 @@ impl Server {
         self.respond(client, id, line, outcome, Some(code));
     }
 
+    /// Answers a client request with a result the supervisor wrote itself, shaped for the
+    /// client's era (issue 13 §2: `resultType` and cache hints for 2026 clients, nothing of
+    /// 2026 for handshake clients), and finishes it with `outcome`.
+    pub(super) fn respond_result(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        method: &str,
+        result: Value,
+        outcome: Outcome,
+    ) {
+        let result = era::for_client(result, method, self.client_era(client));
+        let line = message::result_response(id, &result);
+        self.respond(client, id, line, outcome, None);
+    }
+
     /// Answers a client request and finishes it.
     pub(super) fn respond(
         &mut self,
@@ -110,6 +126,15 @@ impl Server {
         }
     }
 
+    /// The note appended to what is served from cache while the child is down.
+    pub(super) fn unavailable_note(&self) -> String {
+        format!(
+            " [mcp-supervisor: server `{}` is currently unavailable ({}); calls will fail until it recovers]",
+            self.cfg.name,
+            self.outage_status()
+        )
+    }
+
     /// Answers a list request from the last known result while the child is down (issue 5 §3).
     pub(super) fn answer_from_cache(&mut self, client: ClientId, m: &Message) -> bool {
         let method = m.method();
@@ -127,11 +152,7 @@ impl Server {
         };
         let mut result = cached.clone();
         if *list == "tools/list" && self.cfg.mark_unavailable {
-            let note = format!(
-                " [mcp-supervisor: server `{}` is currently unavailable ({}); calls will fail until it recovers]",
-                self.cfg.name,
-                self.outage_status()
-            );
+            let note = self.unavailable_note();
             if let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) {
                 for t in tools {
                     let d = t
@@ -144,8 +165,7 @@ impl Server {
             }
         }
         let Some(id) = m.id.clone() else { return false };
-        let line = message::result_response(&id, &result);
-        self.respond(client, &id, line, Outcome::Ok, None);
+        self.respond_result(client, &id, method, result, Outcome::Ok);
         true
     }
 
@@ -223,14 +243,15 @@ impl Server {
             text.push_str(&format!(" stderr={last:?}"));
         }
         warn!(request_id = %request_id, method, status, reason, "request failed: {text}");
-        let (line, code) = if method == "tools/call" {
+        if method == "tools/call" {
             let result = json!({
                 "content": [{"type": "text", "text": text}],
                 "isError": true,
                 "_meta": {"mcp-supervisor/outage": record},
             });
-            (message::result_response(id, &result), None)
-        } else {
+            return self.respond_result(client, id, method, result, outcome);
+        }
+        let (line, code) = {
             let msg = match status {
                 "timeout" if code == code::REQUEST_TIMEOUT => {
                     format!("request to server `{}` timed out", self.cfg.name)
@@ -248,6 +269,11 @@ impl Server {
     pub(super) fn fail_inflight(&mut self, status: &str, reason: &str, retry: Option<Duration>) {
         for r in self.inflight.drain() {
             let p = r.value;
+            if let Owner::Parked { round } = p.owner {
+                // The client holds an `input_required` result; its retry will find no round.
+                self.drop_round(round, "server exited", false, false);
+                continue;
+            }
             if let Owner::Client { client, id, .. } = p.owner {
                 self.outage_respond(
                     client,

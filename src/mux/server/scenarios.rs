@@ -360,3 +360,199 @@ fn a_direct_unsubscribe_leaves_the_same_clients_listen_stream_subscribed() {
         .count();
     assert_eq!(updates, 1, "the stream still gets the URI's updates");
 }
+
+/// Lines the supervisor wrote to the child, parsed.
+fn written_to_child(sim: &Sim) -> Vec<Value> {
+    sim.world
+        .lock()
+        .map(|w| {
+            w.written
+                .iter()
+                .filter_map(|(_, l)| serde_json::from_slice(l).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A 2026 client's `tools/call` of `echo` (its text names the client), declaring every
+/// client capability; `extra` is merged into params (a retry's `requestState` and answers).
+fn modern_call(client: ClientId, id: &str, extra: Value) -> String {
+    let mut params = json!({"name": "echo", "arguments": {"text": format!("{}-m", client.0)},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities":
+                {"sampling": {}, "elicitation": {}, "roots": {}},
+            "io.modelcontextprotocol/clientInfo": {"name": "ts-auto", "version": "2"}}});
+    if let (Some(p), Some(e)) = (params.as_object_mut(), extra.as_object()) {
+        p.extend(e.clone());
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
+}
+
+#[test]
+fn case_k26_a_handshake_childs_requests_reach_a_2026_client_as_input_required_rounds() {
+    let mut sim = Sim::with_config(BASE, 11);
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    let generation = sim.current_generation().unwrap_or(0);
+    let a = sim.connect();
+    sim.send(a, &modern_call(a, "c1", json!({})));
+    let call = sim.asked.pop().expect("the call reached the child");
+    assert_eq!(call.method, "tools/call");
+    let mut answers = Vec::new();
+    let mut id = "c1".to_string();
+    for (n, (method, answer)) in [
+        (
+            "sampling/createMessage",
+            json!({"role": "assistant", "model": "m",
+            "content": {"type": "text", "text": "hi"}}),
+        ),
+        (
+            "elicitation/create",
+            json!({"action": "accept", "content": {"ok": true}}),
+        ),
+        ("roots/list", json!({"roots": [{"uri": "file:///w"}]})),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // The child asks while handling the call (child-side id 900 + n).
+        sim.child_writes(
+            generation,
+            json!({"jsonrpc": "2.0", "id": 900 + n, "method": method, "params": {"n": n}})
+                .to_string(),
+        );
+        let r = responses(&sim, a).pop().unwrap_or(Value::Null);
+        assert_eq!(r["id"], json!(id), "{r}");
+        assert_eq!(r["result"]["resultType"], "input_required", "{r}");
+        let asks = r["result"]["inputRequests"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(asks.len(), 1, "{r}");
+        let (key, ask) = asks
+            .iter()
+            .next()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .unwrap();
+        assert_eq!(ask["method"], method);
+        assert_eq!(ask["params"], json!({"n": n}));
+        // The retry: a new id, the state echoed, the answer keyed like the question.
+        id = format!("c1-retry{n}");
+        let state = r["result"]["requestState"].clone();
+        sim.send(
+            a,
+            &modern_call(
+                a,
+                &id,
+                json!({"requestState": state,
+                "inputResponses": {key: answer.clone()}}),
+            ),
+        );
+        answers.push((900 + n, answer));
+    }
+    // Every answer reached the child under the child's own id; the retries did not.
+    let to_child = written_to_child(&sim);
+    for (cid, answer) in &answers {
+        let got = to_child
+            .iter()
+            .find(|v| v["id"] == json!(cid) && v.get("method").is_none());
+        assert_eq!(
+            got.map(|v| v["result"].clone()),
+            Some(answer.clone()),
+            "{to_child:?}"
+        );
+    }
+    let calls = to_child
+        .iter()
+        .filter(|v| v["method"] == "tools/call")
+        .count();
+    assert_eq!(calls, 1, "a retry reached the child: {to_child:?}");
+    // The child's final result answers the last retry, as a complete 2026 result.
+    let text = format!("{}-m", a.0);
+    let fin = json!({"jsonrpc": "2.0", "id": call.id,
+        "result": {"content": [{"type": "text", "text": text}]}});
+    sim.child_writes(generation, fin.to_string());
+    let r = responses(&sim, a).pop().unwrap_or(Value::Null);
+    assert_eq!(r["id"], json!(id), "{r}");
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
+    assert_eq!(r["result"]["content"][0]["text"], json!(text));
+    assert!(sim.server.parked.is_empty());
+    assert_eq!(
+        sim.server.ledger.len(),
+        0,
+        "every request has its one outcome"
+    );
+}
+
+#[test]
+fn case_k26_a_result_while_parked_waits_for_the_retry_and_a_silent_client_times_out() {
+    let mut sim = Sim::with_config(BASE, 12);
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    let generation = sim.current_generation().unwrap_or(0);
+    let a = sim.connect();
+    sim.send(a, &modern_call(a, "c1", json!({})));
+    let call = sim.asked.pop().expect("the call reached the child");
+    sim.child_writes(
+        generation,
+        r#"{"jsonrpc":"2.0","id":"s1","method":"roots/list"}"#.into(),
+    );
+    let r = responses(&sim, a).pop().unwrap_or(Value::Null);
+    let state = r["result"]["requestState"].clone();
+    // The child gives up waiting and answers anyway: kept for the retry.
+    let text = format!("{}-m", a.0);
+    let fin = json!({"jsonrpc": "2.0", "id": call.id,
+        "result": {"content": [{"type": "text", "text": text}]}});
+    sim.child_writes(generation, fin.to_string());
+    assert_eq!(responses(&sim, a).len(), 1, "nothing until the retry");
+    sim.send(
+        a,
+        &modern_call(
+            a,
+            "c2",
+            json!({"requestState": state,
+            "inputResponses": {"r0": {"roots": []}}}),
+        ),
+    );
+    let r = responses(&sim, a).pop().unwrap_or(Value::Null);
+    assert_eq!(r["id"], "c2", "{r}");
+    assert_eq!(r["result"]["content"][0]["text"], json!(text), "{r}");
+
+    // Second call: the client never retries. At the deadline the child's question gets an
+    // error and its call a cancel; a late retry is told the state expired.
+    sim.send(a, &modern_call(a, "c3", json!({})));
+    let call = sim.asked.pop().expect("the call reached the child");
+    sim.child_writes(
+        generation,
+        r#"{"jsonrpc":"2.0","id":"s2","method":"sampling/createMessage","params":{}}"#.into(),
+    );
+    let r = responses(&sim, a).pop().unwrap_or(Value::Null);
+    let state = r["result"]["requestState"].clone();
+    sim.at(60_000);
+    let to_child = written_to_child(&sim);
+    assert!(
+        to_child
+            .iter()
+            .any(|v| v["id"] == "s2" && v["error"]["code"].is_i64()),
+        "{to_child:?}"
+    );
+    assert!(
+        to_child
+            .iter()
+            .any(|v| v["method"] == "notifications/cancelled"
+                && v["params"]["requestId"] == json!(call.id)),
+        "{to_child:?}"
+    );
+    sim.send(
+        a,
+        &modern_call(
+            a,
+            "c4",
+            json!({"requestState": state, "inputResponses": {}}),
+        ),
+    );
+    let r = responses(&sim, a).pop().unwrap_or(Value::Null);
+    assert_eq!(r["id"], "c4");
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(sim.server.parked.is_empty());
+}

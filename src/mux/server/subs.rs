@@ -141,8 +141,7 @@ impl Server {
         } else {
             self.subs.remove(client, &uri, Hold::Direct)
         };
-        let line = message::result_response(&id, &json!({}));
-        self.respond(client, &id, line, Outcome::Ok, None);
+        self.respond_result(client, &id, m.method(), json!({}), Outcome::Ok);
         if changed {
             self.open_listen();
         }
@@ -186,16 +185,14 @@ impl Server {
         if m.method() == "resources/subscribe" {
             if held {
                 self.subs.add(client, &uri, Hold::Direct);
-                let line = message::result_response(&id, &json!({}));
-                self.respond(client, &id, line, Outcome::Ok, None);
+                self.respond_result(client, &id, m.method(), json!({}), Outcome::Ok);
                 return true;
             }
             false
         } else {
             let last = self.subs.remove(client, &uri, Hold::Direct);
             if !last && held {
-                let line = message::result_response(&id, &json!({}));
-                self.respond(client, &id, line, Outcome::Ok, None);
+                self.respond_result(client, &id, m.method(), json!({}), Outcome::Ok);
                 return true;
             }
             false

@@ -133,6 +133,9 @@ impl Server {
                     Outcome::Timeout,
                 );
             }
+            Owner::Parked { round } => {
+                self.drop_round(round, "the client did not answer in time", true, true);
+            }
             Owner::Discover { probe: true } if self.life.state() == State::Starting => {
                 self.set_verdict(
                     Era::Handshake,

@@ -1,0 +1,330 @@
+//! The child's requests asked of 2026-07-28 clients (issue 13 §1, K26). A handshake-era child
+//! sends `sampling/createMessage`, `elicitation/create` or `roots/list` as JSON-RPC requests; a
+//! 2026 client receives them only inside an `input_required` result (MRTR, protocol.md §5).
+//! So when the owner rule picks a 2026 client whose `tools/call`, `prompts/get` or
+//! `resources/read` is in flight, that request is *parked*: the client gets
+//! `{"resultType":"input_required","inputRequests":{..},"requestState":"mcp-supervisor:N"}`,
+//! the child's request stays open, and the child's own request keeps running. When the client
+//! retries with `inputResponses` and that `requestState`, each answer goes back to the child
+//! under the child's id, and the retry becomes the owner of the original request: the child's
+//! final response (even one that arrived while parked) answers the retry.
+//!
+//! Bounds: one round per in-flight request (so at most `max_inflight`), and the child's
+//! requests waiting in rounds count against `max_inflight` with the ones routed to handshake
+//! clients. A round ends with its request: the child's final answer, the request's deadline
+//! (the child gets errors for what was asked and a cancel), the client leaving, or the child's
+//! exit.
+
+use super::*;
+
+/// The prefix of the `requestState` this supervisor gives out (opaque to clients).
+const STATE_PREFIX: &str = "mcp-supervisor:";
+
+/// Methods that may end with `input_required` (protocol.md §5: only these three).
+pub(super) const MRTR_METHODS: &[&str] = &["tools/call", "prompts/get", "resources/read"];
+
+/// A child request waiting for a 2026 client's answer.
+#[derive(Debug)]
+pub(super) struct Ask {
+    /// The key in `inputRequests` / `inputResponses`.
+    key: String,
+    /// The child's id for its request.
+    child_id: Box<RawValue>,
+    method: String,
+    params: Option<Box<RawValue>>,
+}
+
+/// One parked request of a 2026 client.
+#[derive(Debug)]
+pub(super) struct Parked {
+    client: ClientId,
+    /// The child-side id of the parked request (still in flight in the child).
+    child_rid: u64,
+    /// The request's owner record, restored (with the retry's id) when the client retries.
+    owner: Owner,
+    method: String,
+    /// Asked in the `input_required` result the client holds now.
+    asked: Vec<Ask>,
+    /// Arrived since; asked in the next round.
+    queued: Vec<Ask>,
+    /// The child's final response, when it came while the request was parked.
+    last: Option<Message>,
+}
+
+impl Server {
+    /// Whether `client` can be asked `method` (a child request) through MRTR on its request
+    /// `p`: a 2026 client, a request that may end `input_required`, and the capability
+    /// declared in its envelope.
+    pub(super) fn can_ask_modern(&self, client: ClientId, p: &Pending, cap: Option<&str>) -> bool {
+        let Some(c) = self.clients.get(&client) else {
+            return false;
+        };
+        let parked_or_open = matches!(p.owner, Owner::Client { .. } | Owner::Parked { .. });
+        c.era == Some(Era::Modern)
+            && !c.closing
+            && parked_or_open
+            && MRTR_METHODS.contains(&p.method.as_str())
+            && cap.is_none_or(|cap| c.capabilities.get(cap).is_some_and(|v| !v.is_null()))
+    }
+
+    /// Asks the child's request `m` of the 2026 client that owns the in-flight request
+    /// `child_rid`, parking that request (or adding to its round when parked already).
+    pub(super) fn ask_modern(&mut self, child_rid: u64, child_id: Box<RawValue>, m: Message) {
+        let key = format!("r{}", self.next_ask);
+        self.next_ask += 1;
+        let ask = Ask {
+            key,
+            child_id,
+            method: m.method().to_string(),
+            params: m.params,
+        };
+        let round = match self.inflight.get(child_rid).map(|p| &p.owner) {
+            Some(Owner::Parked { round }) => *round,
+            _ => return self.park(child_rid, ask),
+        };
+        if let Some(p) = self.parked.get_mut(&round) {
+            p.queued.push(ask);
+        }
+    }
+
+    /// Parks the client's in-flight request `child_rid` with the first question `ask`.
+    fn park(&mut self, child_rid: u64, ask: Ask) {
+        let Some(removed) = self.inflight.remove(child_rid) else {
+            return;
+        };
+        let Owner::Client { client, id, .. } = &removed.value.owner else {
+            return;
+        };
+        let (client, id) = (*client, id.clone());
+        let round = self.next_round;
+        self.next_round += 1;
+        let key = Some((client, format!("{STATE_PREFIX}{round}")));
+        let deadline = self.now + self.cfg.request_timeout;
+        let pending = Pending {
+            owner: Owner::Parked { round },
+            method: removed.value.method.clone(),
+            written: removed.value.written,
+        };
+        self.inflight.insert(child_rid, key, deadline, pending);
+        self.parked.insert(
+            round,
+            Parked {
+                client,
+                child_rid,
+                owner: removed.value.owner,
+                method: removed.value.method,
+                asked: Vec::new(),
+                queued: vec![ask],
+                last: None,
+            },
+        );
+        self.deliver_round(round, &id);
+    }
+
+    /// Ends the client's request `id` with an `input_required` result asking what is queued
+    /// in `round`.
+    fn deliver_round(&mut self, round: u64, id: &RawValue) {
+        let Some(p) = self.parked.get_mut(&round) else {
+            return;
+        };
+        p.asked = std::mem::take(&mut p.queued);
+        let mut requests = Map::new();
+        for a in &p.asked {
+            let params = a
+                .params
+                .as_deref()
+                .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+                .unwrap_or(json!({}));
+            requests.insert(a.key.clone(), json!({"method": a.method, "params": params}));
+        }
+        let client = p.client;
+        let result = json!({
+            "resultType": "input_required",
+            "inputRequests": requests,
+            "requestState": format!("{STATE_PREFIX}{round}"),
+        });
+        let line = message::result_response(id, &result);
+        self.respond(client, id, line, Outcome::Ok, None);
+    }
+
+    /// A 2026 client's retry carrying this supervisor's `requestState`: the answers go to the
+    /// child, then the retry owns the parked request (or gets the next round). Returns false
+    /// when `m` is not such a retry.
+    pub(super) fn resume_round(&mut self, client: ClientId, m: &Message) -> bool {
+        let Some(params) = m.params_object() else {
+            return false;
+        };
+        let Some(state) = params.get("requestState").and_then(Value::as_str) else {
+            return false;
+        };
+        let Some(n) = state.strip_prefix(STATE_PREFIX) else {
+            return false;
+        };
+        let Some(id) = m.id.clone() else { return false };
+        let round = n
+            .parse::<u64>()
+            .ok()
+            .filter(|r| self.parked.get(r).is_some_and(|p| p.client == client));
+        let Some(round) = round else {
+            let msg = format!(
+                "requestState `{state}` is unknown or expired: the request it continues has ended (deadline, restart or disconnect); call again"
+            );
+            self.respond_error(
+                client,
+                &id,
+                code::INVALID_PARAMS,
+                &msg,
+                None,
+                Outcome::Invalid,
+            );
+            return true;
+        };
+        let empty = Map::new();
+        let answers = params
+            .get("inputResponses")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        let asked = self
+            .parked
+            .get_mut(&round)
+            .map(|p| std::mem::take(&mut p.asked))
+            .unwrap_or_default();
+        for a in asked {
+            match answers.get(&a.key) {
+                Some(v) => {
+                    let mut v = v.clone();
+                    era::legacy_value(&mut v);
+                    self.answer_child(&a.child_id, &v);
+                }
+                None => self.answer_child_error(
+                    &a.child_id,
+                    code::INTERNAL_ERROR,
+                    &format!("the client gave no answer to `{}`", a.method),
+                ),
+            }
+        }
+        let more = self
+            .parked
+            .get(&round)
+            .is_some_and(|p| !p.queued.is_empty());
+        if more {
+            self.deliver_round(round, &id);
+        } else {
+            self.unpark(round, client, id, m);
+        }
+        true
+    }
+
+    /// The retry `id` becomes the owner of the parked request; a final response that came
+    /// while parked answers it at once.
+    fn unpark(&mut self, round: u64, client: ClientId, id: Box<RawValue>, m: &Message) {
+        let Some(p) = self.parked.remove(&round) else {
+            return;
+        };
+        let Some(removed) = self.inflight.remove(p.child_rid) else {
+            return;
+        };
+        let mut owner = p.owner;
+        if let Owner::Client {
+            id: owner_id,
+            progress,
+            ..
+        } = &mut owner
+        {
+            *owner_id = id.clone();
+            if let Some(token) = era::envelope_field(m.params.as_deref(), "progressToken") {
+                *progress = serde_json::value::to_raw_value(&token).ok();
+            }
+        }
+        match p.last {
+            Some(last) => match malformed(&last, &p.method) {
+                Some(problem) => self.fail_malformed(client, &id, &p.method, &problem),
+                None => self.answer_client(&p.method, owner, &last),
+            },
+            None => {
+                let deadline = self.now + self.cfg.timeout_for(&p.method);
+                let pending = Pending {
+                    owner,
+                    method: p.method,
+                    written: removed.value.written,
+                };
+                self.inflight
+                    .insert(p.child_rid, Some((client, id_key(&id))), deadline, pending);
+            }
+        }
+    }
+
+    /// The child's final response to a parked request: kept until the client retries.
+    pub(super) fn on_parked_response(&mut self, round: u64, child_rid: u64, m: Message) {
+        let Some(p) = self.parked.get_mut(&round) else {
+            return;
+        };
+        // The request stays in the table (so the retry finds it) until the retry comes or the
+        // deadline passes; its late questions are void now.
+        let void: Vec<Ask> = p.queued.drain(..).collect();
+        p.last = Some(m);
+        let deadline = self.now + self.cfg.request_timeout;
+        let pending = Pending {
+            owner: Owner::Parked { round },
+            method: p.method.clone(),
+            written: self.now,
+        };
+        let key = Some((p.client, format!("{STATE_PREFIX}{round}")));
+        self.inflight.insert(child_rid, key, deadline, pending);
+        for a in void {
+            self.answer_child_error(&a.child_id, code::INTERNAL_ERROR, "the request ended");
+        }
+    }
+
+    /// Ends a round without its retry (deadline, the client left, the child exited). What the
+    /// child asked gets an error (`answer`: the child is still there to read it), and the
+    /// parked request a cancel (`cancel`: it was not cancelled already and is still running).
+    pub(super) fn drop_round(&mut self, round: u64, why: &str, answer: bool, cancel: bool) {
+        let Some(p) = self.parked.remove(&round) else {
+            return;
+        };
+        if answer {
+            for a in p.asked.into_iter().chain(p.queued) {
+                self.answer_child_error(&a.child_id, code::INTERNAL_ERROR, why);
+            }
+        }
+        if cancel && p.last.is_none() {
+            let cancel = raw(&json!({"requestId": p.child_rid, "reason": why}));
+            if let Some(c) = self.life.child() {
+                c.send_urgent(
+                    Out::request(None, "notifications/cancelled", Some(&cancel)).encode(),
+                );
+            }
+        }
+    }
+
+    /// Rounds of a client that left.
+    pub(super) fn drop_rounds_of(&mut self, client: ClientId) {
+        let mine: Vec<u64> = self
+            .parked
+            .iter()
+            .filter(|(_, p)| p.client == client)
+            .map(|(r, _)| *r)
+            .collect();
+        for r in mine {
+            // Its in-flight entries, the parked ones included, were cancelled already.
+            self.drop_round(r, "the client that was asked disconnected", true, false);
+        }
+    }
+
+    /// The child's requests waiting in rounds (counted with `upstream` against
+    /// `max_inflight`).
+    pub(super) fn asks_waiting(&self) -> usize {
+        self.parked
+            .values()
+            .map(|p| p.asked.len() + p.queued.len())
+            .sum()
+    }
+
+    /// Answers the child's request `child_id` with `result`.
+    fn answer_child(&self, child_id: &RawValue, result: &Value) {
+        if let Some(c) = self.life.child() {
+            c.send_urgent(message::result_response(child_id, result));
+        }
+    }
+}
