@@ -18,6 +18,10 @@ Scenarios:
                 >= 2 progress notifications before its result.
     time        mcp-server-time: get_current_time(UTC) and convert_time.
     tools       any server: tools/list is non-empty.
+    features    server-everything: the server's own requests, answered by this client's
+                callbacks: trigger-sampling-request returns the sampled text,
+                trigger-elicitation-request returns the elicited name (in the 2026 era
+                they arrive as input_required rounds; in the handshake era as requests).
 
 Eras (--era), mapped onto the SDK 2.x `mcp.Client(mode=...)` setting:
     handshake   mode="legacy": the `initialize` handshake (protocol <= 2025-11-25).
@@ -66,7 +70,7 @@ except NameError:  # Python 3.10: anyio depends on the backport there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[no-redef]
 
 ERA_TO_MODE = {"handshake": "legacy", "modern": LATEST_MODERN_VERSION, "auto": "auto"}
-SCENARIOS = ("everything", "time", "tools")
+SCENARIOS = ("everything", "time", "tools", "features")
 
 
 class Failure(Exception):
@@ -229,7 +233,48 @@ async def scenario_time(r: Runner, iteration: int) -> None:
         await r.step("convert_time", iteration, convert)
 
 
-SCENARIO_FNS = {"everything": scenario_everything, "time": scenario_time, "tools": scenario_tools}
+async def scenario_features(r: Runner, iteration: int) -> None:
+    await r.list_tools(iteration, required=("trigger-sampling-request", "trigger-elicitation-request"))
+
+    async def sampling() -> dict[str, Any]:
+        result = await r.call("trigger-sampling-request", {"prompt": f"interop {iteration}", "maxTokens": 5})
+        text = text_of(result)
+        check(SAMPLED in text, f"the sampled text is not in the result: {text!r}")
+        return {"chars": len(text)}
+
+    async def elicitation() -> dict[str, Any]:
+        result = await r.call("trigger-elicitation-request", {})
+        text = text_of(result)
+        check(ELICITED in text, f"the elicited name is not in the result: {text!r}")
+        return {"chars": len(text)}
+
+    await r.step("sampling", iteration, sampling)
+    await r.step("elicitation", iteration, elicitation)
+
+
+# What the callbacks answer (the scenario `features` looks for them in the tool results).
+SAMPLED = "sampled-by-interop-client"
+ELICITED = "Ada Lovelace"
+
+
+async def on_sampling(context: Any, params: Any) -> Any:
+    from mcp.types import CreateMessageResult
+
+    return CreateMessageResult(role="assistant", content=TextContent(type="text", text=SAMPLED), model="interop-model")
+
+
+async def on_elicitation(context: Any, params: Any) -> Any:
+    from mcp.types import ElicitResult
+
+    return ElicitResult(action="accept", content={"name": ELICITED})
+
+
+SCENARIO_FNS = {
+    "everything": scenario_everything,
+    "time": scenario_time,
+    "tools": scenario_tools,
+    "features": scenario_features,
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,6 +296,8 @@ async def run(args: argparse.Namespace, command: list[str]) -> None:
         client_info=Implementation(name=args.client_name, version="1.0.0"),
         read_timeout_seconds=args.request_timeout,
         cache=None,  # every call must reach the wire (no SEP-2549 response cache)
+        sampling_callback=on_sampling,
+        elicitation_callback=on_elicitation,
     )
     started = time.monotonic()
     try:

@@ -201,3 +201,47 @@ fn interop_both_eras_of_clients_on_both_eras_of_children_at_once() {
         "everything in the handshake era:\n{log}"
     );
 }
+
+/// K26 with real software: the server's own sampling and elicitation requests, answered by
+/// the official Python SDK's callbacks. Directly, an `auto` client falls back to the handshake
+/// (server-everything does not answer `server/discover`); through the supervisor it settles on
+/// 2026-07-28 and gets them as `input_required` rounds. Each way must give what direct does.
+#[test]
+fn case_k26_sdk_sampling_and_elicitation_work_through_attach_as_they_do_directly() {
+    let io = Interop::load();
+    let args: Vec<&str> = io.var("MCPSUP_EVERYTHING_ARGS").split_whitespace().collect();
+    let direct = Command::new(io.var("MCPSUP_INTEROP_PYTHON"))
+        .arg(io.var("MCPSUP_INTEROP_CLIENT"))
+        .args(["--timeout", "90", "features", "--era", "auto", "--"])
+        .arg(io.var("MCPSUP_EVERYTHING_SERVER"))
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        direct.status.success(),
+        "the feature check fails directly, so it proves nothing:\n{}\n{}",
+        String::from_utf8_lossy(&direct.stdout),
+        String::from_utf8_lossy(&direct.stderr)
+    );
+    let sup = Supervisor::start(&io.servers());
+    for (era, expect) in [
+        ("auto", "modern"),
+        ("modern", "modern"),
+        ("handshake", "handshake"),
+    ] {
+        let out = io
+            .client(
+                &sup,
+                "everything",
+                "features",
+                &["--era", era, "--expect-era", expect],
+            )
+            .wait_with_output()
+            .unwrap();
+        let stdout = check(out, &format!("the SDK client (features, --era {era})"), &sup);
+        for step in ["\"sampling\"", "\"elicitation\""] {
+            assert!(stdout.contains(step), "{era}: step {step} missing:\n{stdout}");
+        }
+    }
+}
