@@ -22,6 +22,9 @@ Scenarios:
                 callbacks: trigger-sampling-request returns the sampled text,
                 trigger-elicitation-request returns the elicited name (in the 2026 era
                 they arrive as input_required rounds; in the handshake era as requests).
+    outage      any server behind a stopped supervisor child: tools/list is served
+                (non-empty) and calling --outage-tool
+                returns a readable outage (isError, "status=") with no SDK validation error.
 
 Eras (--era), mapped onto the SDK 2.x `mcp.Client(mode=...)` setting:
     handshake   mode="legacy": the `initialize` handshake (protocol <= 2025-11-25).
@@ -70,7 +73,7 @@ except NameError:  # Python 3.10: anyio depends on the backport there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[no-redef]
 
 ERA_TO_MODE = {"handshake": "legacy", "modern": LATEST_MODERN_VERSION, "auto": "auto"}
-SCENARIOS = ("everything", "time", "tools", "features")
+SCENARIOS = ("everything", "time", "tools", "features", "outage")
 
 
 class Failure(Exception):
@@ -252,6 +255,20 @@ async def scenario_features(r: Runner, iteration: int) -> None:
     await r.step("elicitation", iteration, elicitation)
 
 
+async def scenario_outage(r: Runner, iteration: int) -> None:
+    names = await r.list_tools(iteration)
+    check(len(names) > 0, "no tools served from the cache during the outage")
+
+    async def call() -> dict[str, Any]:
+        result = await r.client.call_tool(r.args.outage_tool, {})
+        text = text_of(result)
+        check(result.is_error, f"the outage call did not return isError: {text!r}")
+        check("status=" in text, f"not an outage record: {text!r}")
+        return {"text": text[:200]}
+
+    await r.step("outage_call", iteration, call)
+
+
 # What the callbacks answer (the scenario `features` looks for them in the tool results).
 SAMPLED = "sampled-by-interop-client"
 ELICITED = "Ada Lovelace"
@@ -274,6 +291,7 @@ SCENARIO_FNS = {
     "time": scenario_time,
     "tools": scenario_tools,
     "features": scenario_features,
+    "outage": scenario_outage,
 }
 
 
@@ -386,6 +404,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--repeat", type=int, default=1, help="run the scenario's calls N times in one session")
     parser.add_argument("--concurrent", action="store_true", help="with --repeat: run the N iterations concurrently")
     parser.add_argument("--client-name", default="mcpsup-interop-client", help="clientInfo.name")
+    parser.add_argument("--outage-tool", default="echo", help="the tool the outage scenario calls")
     parser.add_argument("--progress-steps", type=int, default=3, help="steps for the long-running tool (>= 2)")
     parser.add_argument("--progress-duration", type=float, default=0.6, help="seconds for the long-running tool")
     if "--" not in argv:

@@ -9,6 +9,7 @@ use crate::harness::*;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 struct Interop {
     vars: HashMap<String, String>,
@@ -242,6 +243,45 @@ fn case_k26_sdk_sampling_and_elicitation_work_through_attach_as_they_do_directly
         let stdout = check(out, &format!("the SDK client (features, --era {era})"), &sup);
         for step in ["\"sampling\"", "\"elicitation\""] {
             assert!(stdout.contains(step), "{era}: step {step} missing:\n{stdout}");
+        }
+    }
+}
+
+/// K27 with real software: the child is stopped; the official Python SDK connects in `auto`
+/// and pinned-2026 modes (so `server/discover` is answered from the last known result), lists
+/// the cached tools and reads the outage from a call, with no schema validation error; the
+/// handshake mode gets the same. Both a handshake-era child (server-everything) and a
+/// 2026-era child (the fake server in `--era modern`) are tried.
+#[test]
+fn case_k27_sdk_clients_of_both_eras_connect_list_and_read_the_outage_of_a_stopped_child() {
+    let io = Interop::load();
+    let modern = format!(
+        "[servers.modern]\ncommand = {FAKE:?}\nargs = [\"--era\", \"modern\"]\nprotocol = \"2026-07-28\"\n"
+    );
+    let sup = Supervisor::start(&format!("{}\n{modern}", io.servers()));
+    for name in ["everything", "modern"] {
+        // Ready once (the lists are cached), then stopped by the operator.
+        let ok = wait_until(Duration::from_secs(60), || {
+            sup.server_status(name)["state"] == "ready"
+        });
+        assert!(ok, "{name} never ready\n{}", sup.log());
+        let stop = Command::new(SUPERVISOR)
+            .args(["stop", name, "-c"])
+            .arg(&sup.config)
+            .output()
+            .unwrap();
+        assert!(stop.status.success(), "{stop:?}");
+        let ok = wait_until(Duration::from_secs(15), || {
+            sup.server_status(name)["state"] == "stopped"
+        });
+        assert!(ok, "{name} not stopped\n{}", sup.log());
+        for era in ["auto", "modern", "handshake"] {
+            let out = io
+                .client(&sup, name, "outage", &["--era", era])
+                .wait_with_output()
+                .unwrap();
+            let stdout = check(out, &format!("{name}: outage, --era {era}"), &sup);
+            assert!(stdout.contains("outage_call"), "{name} {era}:\n{stdout}");
         }
     }
 }
