@@ -58,6 +58,69 @@ impl Validator<'_> {
         })
     }
 
+    /// `roots`: each entry a URI (`scheme:...`) or an absolute path (made a `file://` URI,
+    /// named after its last component).
+    pub(super) fn roots(
+        &self,
+        name: &str,
+        s: &RawServer,
+        d: &RawServer,
+    ) -> Result<Vec<Value>, ConfigError> {
+        let Some(list) = s.roots.as_ref().or(d.roots.as_ref()) else {
+            return Ok(Vec::new());
+        };
+        let mut roots = Vec::new();
+        for entry in list.get_ref() {
+            let root = if entry.starts_with('/') {
+                let last = entry.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+                let uri = format!("file://{}", entry);
+                if last.is_empty() {
+                    serde_json::json!({"uri": uri})
+                } else {
+                    serde_json::json!({"uri": uri, "name": last})
+                }
+            } else if entry.split_once(':').is_some_and(|(scheme, _)| {
+                !scheme.is_empty()
+                    && scheme
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+            }) {
+                serde_json::json!({"uri": entry})
+            } else {
+                return Err(self.err(
+                    list.span(),
+                    &format!("servers.{name}.roots"),
+                    &format!("`{entry}` is neither a URI (file:///...) nor an absolute path"),
+                ));
+            };
+            roots.push(root);
+        }
+        Ok(roots)
+    }
+
+    /// `client_roots`: `caller` (default) or `none`.
+    pub(super) fn client_roots(
+        &self,
+        name: &str,
+        s: &RawServer,
+        d: &RawServer,
+    ) -> Result<ClientRoots, ConfigError> {
+        Ok(match s.client_roots.as_ref().or(d.client_roots.as_ref()) {
+            None => ClientRoots::Caller,
+            Some(r) => match r.get_ref().as_str() {
+                "caller" => ClientRoots::Caller,
+                "none" => ClientRoots::None,
+                other => {
+                    return Err(self.err(
+                        r.span(),
+                        &format!("servers.{name}.client_roots"),
+                        &format!("`{other}` is not one of caller, none"),
+                    ))
+                }
+            },
+        })
+    }
+
     /// `method_timeouts`: the defaults' table, then the server's (which wins).
     pub(super) fn method_timeouts(
         &self,

@@ -85,6 +85,18 @@ pub struct SupervisorConfig {
     pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
+/// Whose roots a shared child sees (issue 13 §3, K28; README "Roots").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientRoots {
+    /// A `roots/list` the child sends while a client's request is in flight goes to that
+    /// client (the owner rule; SEP-2260 ties `roots/list` to the request that caused it);
+    /// any other `roots/list` (at start, after a `list_changed`, no capable client in flight)
+    /// is answered with `roots`.
+    Caller,
+    /// Every `roots/list` is answered with `roots`: no client's roots ever reach the child.
+    None,
+}
+
 /// What to do when a child exits without being asked to (R8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RestartPolicy {
@@ -166,6 +178,12 @@ pub struct ServerConfig {
     /// child is of the handshake era. Default 10 s (a slow-starting `uvx`/Python server must
     /// have time to answer; a legacy server that ignores unknown requests costs this once).
     pub era_probe_timeout: Duration,
+    /// The roots the shared child sees whenever no client is asked (K28): `file://` URIs, in
+    /// order. Configured as URIs or absolute paths (a path becomes a `file://` URI named after
+    /// its last component). Default: none (an empty list, never a refusal).
+    pub roots: Vec<Value>,
+    /// Whose roots the child sees: `"caller"` (default) or `"none"`; see [`ClientRoots`].
+    pub client_roots: ClientRoots,
     /// Run the child as this user (name or numeric uid); only when the supervisor runs as root.
     /// HOME, USER and LOGNAME are set for that user unless `env` sets them. Default: none.
     pub user: Option<String>,
@@ -186,6 +204,15 @@ impl ServerConfig {
     /// The settings that make a child different: a change means a restart on reload.
     pub fn same_child(&self, other: &ServerConfig) -> bool {
         self == other
+    }
+
+    /// Whether only `roots`/`client_roots` differ: applied without a restart (the child is
+    /// sent `notifications/roots/list_changed`).
+    pub fn same_child_but_roots(&self, other: &ServerConfig) -> bool {
+        let mut a = self.clone();
+        a.roots.clone_from(&other.roots);
+        a.client_roots = other.client_roots;
+        a == *other
     }
 }
 
@@ -291,6 +318,8 @@ struct RawServer {
     mark_unavailable: Option<bool>,
     protocol: Option<Spanned<String>>,
     era_probe_timeout: Dur,
+    roots: Option<Spanned<Vec<String>>>,
+    client_roots: Option<Spanned<String>>,
     user: Option<Spanned<String>>,
     group: Option<Spanned<String>>,
 }
@@ -626,6 +655,8 @@ impl Validator<'_> {
             mark_unavailable: s.mark_unavailable.or(d.mark_unavailable).unwrap_or(true),
             protocol: self.protocol(name, s, d)?,
             era_probe_timeout: dur!(era_probe_timeout, 10_000),
+            roots: self.roots(name, s, d)?,
+            client_roots: self.client_roots(name, s, d)?,
             user: self.identity(name, "user", s.user.as_ref().or(d.user.as_ref()), |u| {
                 resolve_user(u).map(|_| ())
             })?,
@@ -657,7 +688,7 @@ fn client_capabilities(s: &RawServer, d: &RawServer) -> Value {
         .clone()
         .or(d.client_capabilities.clone())
         .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
-        .unwrap_or_else(|| serde_json::json!({"roots": {}, "sampling": {}, "elicitation": {}}))
+        .unwrap_or_else(|| serde_json::json!({"roots": {"listChanged": true}, "sampling": {}, "elicitation": {}}))
 }
 
 #[cfg(test)]

@@ -210,7 +210,10 @@ fn interop_both_eras_of_clients_on_both_eras_of_children_at_once() {
 #[test]
 fn case_k26_sdk_sampling_and_elicitation_work_through_attach_as_they_do_directly() {
     let io = Interop::load();
-    let args: Vec<&str> = io.var("MCPSUP_EVERYTHING_ARGS").split_whitespace().collect();
+    let args: Vec<&str> = io
+        .var("MCPSUP_EVERYTHING_ARGS")
+        .split_whitespace()
+        .collect();
     let direct = Command::new(io.var("MCPSUP_INTEROP_PYTHON"))
         .arg(io.var("MCPSUP_INTEROP_CLIENT"))
         .args(["--timeout", "90", "features", "--era", "auto", "--"])
@@ -240,9 +243,16 @@ fn case_k26_sdk_sampling_and_elicitation_work_through_attach_as_they_do_directly
             )
             .wait_with_output()
             .unwrap();
-        let stdout = check(out, &format!("the SDK client (features, --era {era})"), &sup);
+        let stdout = check(
+            out,
+            &format!("the SDK client (features, --era {era})"),
+            &sup,
+        );
         for step in ["\"sampling\"", "\"elicitation\""] {
-            assert!(stdout.contains(step), "{era}: step {step} missing:\n{stdout}");
+            assert!(
+                stdout.contains(step),
+                "{era}: step {step} missing:\n{stdout}"
+            );
         }
     }
 }

@@ -251,7 +251,25 @@ impl Server {
             );
             return self.answer_child_error(&child_id, code::LIMIT_EXCEEDED, &msg);
         }
-        let Some((owner, via)) = self.pick_owner(&method) else {
+        let caller = self.cfg.client_roots == ClientRoots::Caller;
+        let picked = if method == "roots/list" && !caller {
+            None
+        } else {
+            self.pick_owner(&method)
+        };
+        if method == "roots/list" && picked.is_none() {
+            // The roots policy (K28): no client is asked, so the operator's roots answer;
+            // never a refusal.
+            debug!(
+                roots = self.cfg.roots.len(),
+                "roots/list answered with the configured roots"
+            );
+            if let Some(c) = self.life.child() {
+                c.send_urgent(message::result_response(&child_id, &self.roots_result()));
+            }
+            return;
+        }
+        let Some((owner, via)) = picked else {
             let msg = format!("no connected client can answer `{method}` for this server");
             warn!(method = %method, "{msg}");
             return self.answer_child_error(&child_id, code::INTERNAL_ERROR, &msg);
@@ -300,6 +318,11 @@ impl Server {
             })
             .max_by_key(|(id, _, _)| *id)
             .map(|(id, c, _)| (c, id))
+    }
+
+    /// The `roots/list` result of the configured roots (`roots`).
+    pub(super) fn roots_result(&self) -> Value {
+        json!({"roots": self.cfg.roots})
     }
 
     pub(super) fn answer_child_error(&self, child_id: &RawValue, code: i64, msg: &str) {

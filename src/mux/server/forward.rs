@@ -127,6 +127,16 @@ impl Server {
             .get(&client)
             .map(|c| c.capabilities.clone())
             .unwrap_or(json!({}));
+        let caps = match (&self.cfg.client_roots, caps) {
+            // Roots are not asked of the client under `client_roots = "none"`.
+            (ClientRoots::None, mut caps) => {
+                if let Some(o) = caps.as_object_mut() {
+                    o.insert("roots".into(), json!({}));
+                }
+                caps
+            }
+            (_, caps) => caps,
+        };
         if let Some(missing) = missing_capability(&requests, &caps) {
             let msg = format!("the server needs `{missing}` from the client, which did not declare that capability");
             self.respond_error(
@@ -179,6 +189,15 @@ impl Server {
                 .unwrap_or("")
                 .to_string();
             let p = q.get("params").cloned().unwrap_or(json!({}));
+            if m == "roots/list" && self.cfg.client_roots == ClientRoots::None {
+                // The roots policy (K28): the client is not asked.
+                let roots = self.roots_result();
+                if let Some(r) = self.rounds.get_mut(&round) {
+                    r.answers.insert(key, roots);
+                    r.waiting = r.waiting.saturating_sub(1);
+                }
+                continue;
+            }
             let n = self.next_upstream;
             self.next_upstream += 1;
             self.upstream.insert(

@@ -149,6 +149,19 @@ impl Server {
         if cfg == self.cfg {
             return;
         }
+        if cfg.same_child_but_roots(&self.cfg) {
+            // The roots policy changes live: the child is told to ask again (K28).
+            info!("roots changed; telling the child (notifications/roots/list_changed)");
+            self.cfg = cfg;
+            if self.life.state() == State::Ready && self.child_era() == Era::Handshake {
+                if let Some(c) = self.life.child() {
+                    c.send_urgent(
+                        Out::request(None, "notifications/roots/list_changed", None).encode(),
+                    );
+                }
+            }
+            return;
+        }
         info!("configuration changed; restarting the child with it");
         self.backoff = Backoff::new(
             cfg.backoff_initial,

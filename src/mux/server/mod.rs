@@ -28,7 +28,7 @@
 
 use crate::child::backoff::{Backoff, FAILED_RETRY, MAX_FAILED_STARTS};
 use crate::child::process::{self, ChildEvent, ChildHandle, Exit, Queued, StderrTail};
-use crate::config::{RestartPolicy, ServerConfig};
+use crate::config::{ClientRoots, RestartPolicy, ServerConfig};
 use crate::jsonrpc::message::{self, code, raw, raw_u64, Kind, Message, Out, RawObject};
 use crate::logging::{MSG_BACKOFF, MSG_EXITED, MSG_FAILED, MSG_READY, MSG_SPAWNED};
 use crate::mux::era::{self, ChildProtocol, Era, Handshake};

@@ -556,3 +556,106 @@ fn case_k26_a_result_while_parked_waits_for_the_retry_and_a_silent_client_times_
     assert_eq!(r["error"]["code"], -32602, "{r}");
     assert!(sim.server.parked.is_empty());
 }
+
+/// A handshake client that declared roots (its `initialize` answered from the cache).
+fn roots_client(sim: &mut Sim) -> ClientId {
+    let a = sim.connect();
+    let init = json!({"jsonrpc": "2.0", "id": "i", "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"roots": {"listChanged": true}},
+        "clientInfo": {"name": "ide", "version": "1"}}});
+    sim.send(a, &init.to_string());
+    sim.send(
+        a,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    a
+}
+
+/// The child asks `roots/list` under id `id`; returns the supervisor's answer to it, if any.
+fn child_asks_roots(sim: &mut Sim, id: &str) -> Option<Value> {
+    let generation = sim.current_generation().unwrap_or(0);
+    sim.child_writes(
+        generation,
+        json!({"jsonrpc": "2.0", "id": id, "method": "roots/list"}).to_string(),
+    );
+    written_to_child(sim)
+        .into_iter()
+        .find(|v| v["id"] == json!(id) && v.get("method").is_none())
+}
+
+/// Requests the supervisor sent client `c` (not responses, not notifications).
+fn requests_to(sim: &Sim, c: ClientId) -> Vec<Value> {
+    sim.clients[&c]
+        .received
+        .iter()
+        .filter(|v| v.get("method").is_some() && v.get("id").is_some())
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn case_k28_roots_outside_a_request_are_the_operators_and_never_refused() {
+    let toml = format!("{BASE}roots = [\"/srv/shared\", \"file:///opt/data\"]\n");
+    let mut sim = Sim::with_config(&toml, 13);
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    let configured = json!({"roots": [
+        {"uri": "file:///srv/shared", "name": "shared"}, {"uri": "file:///opt/data"}]});
+    // At start, with no client at all.
+    let r = child_asks_roots(&mut sim, "start").expect("answered");
+    assert_eq!(r["result"], configured, "{r}");
+    // A client's list_changed reaches the child; the child's next roots/list is answered by
+    // the policy: the client has no request in flight, so it is not asked.
+    let a = roots_client(&mut sim);
+    sim.send(
+        a,
+        r#"{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}"#,
+    );
+    let forwarded = written_to_child(&sim)
+        .iter()
+        .any(|v| v["method"] == "notifications/roots/list_changed");
+    assert!(forwarded, "the client's list_changed reached the child");
+    let r = child_asks_roots(&mut sim, "after-change").expect("answered");
+    assert_eq!(r["result"], configured, "{r}");
+    assert!(
+        requests_to(&sim, a).is_empty(),
+        "A was asked outside its request"
+    );
+    // During A's call the caller answers (client_roots = "caller", the default).
+    sim.send(a, &call(a, 1));
+    assert!(child_asks_roots(&mut sim, "during-call").is_none());
+    let asked = requests_to(&sim, a);
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0]["method"], "roots/list");
+}
+
+#[test]
+fn case_k28_client_roots_none_keeps_every_clients_roots_from_the_child() {
+    let toml = format!("{BASE}client_roots = \"none\"\n");
+    let mut sim = Sim::with_config(&toml, 14);
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    let a = roots_client(&mut sim);
+    sim.send(a, &call(a, 1));
+    let r = child_asks_roots(&mut sim, "during-call").expect("answered at once");
+    assert_eq!(r["result"], json!({"roots": []}), "{r}");
+    assert!(requests_to(&sim, a).is_empty(), "A was asked");
+}
+
+#[test]
+fn case_k28_changing_roots_by_reload_tells_the_child_without_a_restart() {
+    let mut sim = Sim::with_config(BASE, 15);
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    let mut cfg = sim.server.cfg.clone();
+    cfg.roots = vec![json!({"uri": "file:///new"})];
+    let (tx, _rx) = oneshot::channel();
+    sim.input(Input::Command(Command::Reconfigure(Box::new(cfg), tx)));
+    assert!(sim.stops().is_empty(), "restarted for a roots change");
+    let told = written_to_child(&sim)
+        .iter()
+        .any(|v| v["method"] == "notifications/roots/list_changed");
+    assert!(told);
+    let r = child_asks_roots(&mut sim, "again").expect("answered");
+    assert_eq!(r["result"], json!({"roots": [{"uri": "file:///new"}]}));
+}
