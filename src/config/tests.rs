@@ -149,3 +149,27 @@ fn durations_need_units() {
     assert!(parse_duration("5").is_err());
     assert!(parse_duration("").is_err());
 }
+
+#[test]
+fn roots_are_uris_or_absolute_paths_and_client_roots_a_policy() {
+    let c = parse(
+        Path::new("s.toml"),
+        "[defaults]\nroots = [\"/home/u/ws/\", \"git+ssh://h/r\"]\n[servers.a]\ncommand = \"x\"\n[servers.b]\ncommand = \"y\"\nroots = []\nclient_roots = \"none\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.servers["a"].roots,
+        vec![
+            serde_json::json!({"uri": "file:///home/u/ws/", "name": "ws"}),
+            serde_json::json!({"uri": "git+ssh://h/r"}),
+        ]
+    );
+    assert_eq!(c.servers["a"].client_roots, ClientRoots::Caller);
+    assert!(c.servers["b"].roots.is_empty());
+    assert_eq!(c.servers["b"].client_roots, ClientRoots::None);
+    let e = bad("[servers.a]\ncommand = \"x\"\nroots = [\"relative/dir\"]\n");
+    assert_eq!((e.line, e.key.as_str()), (3, "servers.a.roots"), "{e}");
+    assert!(e.message.contains("relative/dir"), "{e}");
+    let e = bad("[servers.a]\ncommand = \"x\"\nclient_roots = \"all\"\n");
+    assert_eq!((e.line, e.key.as_str()), (3, "servers.a.client_roots"), "{e}");
+}
