@@ -171,5 +171,9 @@ fn roots_are_uris_or_absolute_paths_and_client_roots_a_policy() {
     assert_eq!((e.line, e.key.as_str()), (3, "servers.a.roots"), "{e}");
     assert!(e.message.contains("relative/dir"), "{e}");
     let e = bad("[servers.a]\ncommand = \"x\"\nclient_roots = \"all\"\n");
-    assert_eq!((e.line, e.key.as_str()), (3, "servers.a.client_roots"), "{e}");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (3, "servers.a.client_roots"),
+        "{e}"
+    );
 }

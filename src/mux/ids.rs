@@ -7,8 +7,33 @@
 //! (`tests` below: random interleavings never route to a non-owner and never leak).
 
 use super::session::ClientId;
+use serde_json::value::RawValue;
+use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
+
+/// The canonical text of a client's request id, as the in-flight table keys it (so a cancel's
+/// `requestId` matches however the client spelled the number or string).
+pub fn id_key(id: &RawValue) -> String {
+    let text = id.get();
+    // Fast path: plain integers and strings without escapes are already canonical.
+    let plain_int = !text.is_empty()
+        && text
+            .bytes()
+            .enumerate()
+            .all(|(i, b)| b.is_ascii_digit() || (i == 0 && b == b'-'))
+        && !(text.len() > 1 && text.trim_start_matches('-').starts_with('0'));
+    let plain_str = text.len() >= 2
+        && text.starts_with('"')
+        && text.ends_with('"')
+        && !text[1..text.len() - 1].contains(['\\', '"']);
+    if (plain_int && text.len() < 16) || plain_str {
+        return text.to_string();
+    }
+    serde_json::from_str::<Value>(text)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| id.get().to_string())
+}
 
 /// One request in flight toward the child.
 #[derive(Debug)]

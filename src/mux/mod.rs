@@ -2,6 +2,7 @@
 //! [`server`] (one actor per configured server: child lifecycle, routing, health), and
 //! [`era`] (everything that depends on the protocol revision).
 
+pub mod batch;
 pub mod era;
 pub mod health;
 pub mod ids;

@@ -7,10 +7,13 @@
 
 use crate::jsonrpc::framing::{Frame, LineBatch, LineDecoder, BATCH_SLICES};
 use crate::jsonrpc::message::{self, code, Message};
+use crate::mux::batch::{Batches, Offer};
+use crate::mux::ids::id_key;
 use bytes::Bytes;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
@@ -173,7 +176,14 @@ pub async fn run(
     }
     info!(client = %id, uid = peer.uid, pid = peer.pid, "client connected");
     let (mut rd, wr) = stream.into_split();
-    let writer = tokio::spawn(write_loop(out_rx, wr, queued, kick.clone()));
+    let batches = Arc::new(Mutex::new(Batches::default()));
+    let writer = tokio::spawn(write_loop(
+        out_rx,
+        wr,
+        queued,
+        kick.clone(),
+        batches.clone(),
+    ));
 
     let mut dec = LineDecoder::new(max_message);
     let mut clean_eof = false;
@@ -188,7 +198,13 @@ pub async fn run(
             },
             _ = kick.cancelled() => break 'read,
         };
-        if !pass_frames(&mut dec, eof, &tx, id, &events, max_message).await {
+        let link = Link {
+            tx: &tx,
+            id,
+            events: &events,
+            batches: &batches,
+        };
+        if !pass_frames(&mut dec, eof, &link, max_message).await {
             break 'read;
         }
         if eof {
@@ -215,23 +231,34 @@ pub async fn run(
     info!(client = %id, "client disconnected");
 }
 
+/// What [`pass_frames`] needs of its connection.
+struct Link<'a> {
+    tx: &'a ClientTx,
+    id: ClientId,
+    events: &'a mpsc::Sender<SessionEvent>,
+    batches: &'a Mutex<Batches>,
+}
+
 /// Hands every complete frame in `dec` to the actor (all of them at `eof`): messages as they
 /// are, garbage and oversized lines answered here with -32700/-32600 and reported as
-/// rejected. Returns false when the actor is gone.
+/// rejected. A batch line opens a group so its answers go out as one array
+/// ([`crate::mux::batch`]). Returns false when the actor is gone.
 async fn pass_frames(
     dec: &mut LineDecoder,
     eof: bool,
-    tx: &ClientTx,
-    id: ClientId,
-    events: &mpsc::Sender<SessionEvent>,
+    link: &Link<'_>,
     max_message: usize,
 ) -> bool {
+    let (tx, id, events) = (link.tx, link.id, link.events);
     loop {
         let frame = if eof { dec.finish() } else { dec.next_frame() };
         let Some(frame) = frame else { return true };
-        let msgs = match frame {
+        let (msgs, is_batch) = match frame {
             Frame::Line(line) => match message::parse_line(&line) {
-                Ok(m) => m,
+                Ok(m) => (
+                    m,
+                    line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'['),
+                ),
                 Err(e) => {
                     reject(tx, id, e.code(), &e.to_string());
                     let _ = events.send(SessionEvent::Rejected(id, e.code())).await;
@@ -252,20 +279,78 @@ async fn pass_frames(
                 continue;
             }
         };
+        if is_batch {
+            open_batch(link, &msgs);
+        }
         for m in msgs {
             match m {
                 Ok(m) => {
+                    if m.method() == "notifications/cancelled" {
+                        batch_member_cancelled(link, &m);
+                    }
                     if events.send(SessionEvent::Message(id, m)).await.is_err() {
                         return false;
                     }
                 }
                 Err(e) => {
-                    reject(tx, id, e.code(), &e.to_string());
+                    if !is_batch {
+                        reject(tx, id, e.code(), &e.to_string());
+                    }
                     let _ = events.send(SessionEvent::Rejected(id, e.code())).await;
                 }
             }
         }
     }
+}
+
+/// Opens the batch group of a batch line before any member reaches the actor (so no answer
+/// can come first); its invalid members' errors are part of the array.
+fn open_batch(link: &Link<'_>, msgs: &[Result<Message, message::ParseError>]) {
+    let mut ids = Vec::new();
+    let mut rejected = Vec::new();
+    for m in msgs {
+        match m {
+            Ok(m) if m.kind == message::Kind::Request => {
+                ids.extend(m.id.as_deref().map(id_key));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                warn!(client = %link.id, code = e.code(), "rejected a batch member: {e}");
+                rejected.push(message::error_response(
+                    &message::raw_null(),
+                    e.code(),
+                    &e.to_string(),
+                    None,
+                ));
+            }
+        }
+    }
+    let now = lock(link.batches).open(&ids, rejected);
+    if let Some(line) = now {
+        link.tx.deliver(line);
+    }
+}
+
+/// A client's cancel of a batch member: the group stops waiting for it (no response comes
+/// for a cancelled request), and may be complete now.
+fn batch_member_cancelled(link: &Link<'_>, m: &Message) {
+    let Some(rid) = m
+        .params_object()
+        .and_then(|p| p.get("requestId").cloned())
+        .and_then(|v| serde_json::value::to_raw_value(&v).ok())
+    else {
+        return;
+    };
+    let done = lock(link.batches).cancelled(&id_key(&rid));
+    if let Some((line, counted)) = done {
+        if link.tx.deliver(line) {
+            link.tx.queued.fetch_sub(counted, Ordering::Relaxed);
+        }
+    }
+}
+
+fn lock(b: &Mutex<Batches>) -> std::sync::MutexGuard<'_, Batches> {
+    b.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The writer of one connection: drains the client's queue, several queued lines per write.
@@ -275,6 +360,7 @@ async fn write_loop(
     mut wr: tokio::net::unix::OwnedWriteHalf,
     queued: Arc<AtomicUsize>,
     kick: CancellationToken,
+    batches: Arc<Mutex<Batches>>,
 ) {
     let mut batch = LineBatch::new();
     loop {
@@ -283,18 +369,20 @@ async fn write_loop(
                 Some(line) => {
                     // Whatever else is already queued goes out in the same write.
                     let mut close = line.is_empty();
+                    // Queue bytes released once the write is done.
+                    let mut release = 0;
                     if !close {
-                        batch.push(line);
+                        release += take(&mut batch, line, &batches);
                     }
                     while !close && batch.len() < BATCH_LINES && batch.bytes() < BATCH_BYTES {
                         match out_rx.try_recv() {
                             Ok(line) if line.is_empty() => close = true,
-                            Ok(line) => batch.push(line),
+                            Ok(line) => release += take(&mut batch, line, &batches),
                             Err(_) => break,
                         }
                     }
-                    let ok = batch.write_all(&mut wr).await.is_ok();
-                    queued.fetch_sub(batch.bytes(), Ordering::Relaxed);
+                    let ok = batch.is_empty() || batch.write_all(&mut wr).await.is_ok();
+                    queued.fetch_sub(release, Ordering::Relaxed);
                     batch.clear();
                     if !ok || close { kick.cancel(); break }
                 }
@@ -306,6 +394,30 @@ async fn write_loop(
     // `None` means every sender is gone and the queue is drained: close our write side.
     // A kick (too slow, shutdown) closes without draining: that client is not reading.
     let _ = wr.shutdown().await;
+}
+
+/// Puts an outgoing line in the write batch, unless it is a batch member's response to hold
+/// ([`Batches::offer`]); returns the queue bytes released by what was put in.
+fn take(batch: &mut LineBatch, line: Bytes, batches: &Mutex<Batches>) -> usize {
+    let mut b = lock(batches);
+    if b.is_empty() {
+        drop(b);
+        let n = line.len();
+        batch.push(line);
+        return n;
+    }
+    match b.offer(line) {
+        Offer::Pass(line) => {
+            let n = line.len();
+            batch.push(line);
+            n
+        }
+        Offer::Held => 0,
+        Offer::Complete { line, counted } => {
+            batch.push(line);
+            counted
+        }
+    }
 }
 
 /// A client line over `max_message_size`: a request gets the -32600 error under its own

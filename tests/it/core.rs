@@ -354,3 +354,52 @@ fn subscriptions_per_client_are_bounded_by_max_subscriptions() {
     );
     assert_eq!(r["result"], json!({}), "{r}");
 }
+
+/// Issue 13 Why 4: a JSON-RPC batch (2024-11-05, 2025-03-26) is answered as one array: a
+/// response per request and an error per invalid member, in one line, while other traffic of
+/// the same client passes as usual; a batch of notifications gets nothing.
+#[test]
+fn a_json_rpc_batch_is_answered_as_one_array_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("child.log");
+    let sup = Supervisor::start(&server_with_log(&[], &log, ""));
+    let mut a = sup.client("fake");
+    let batch = json!([
+        {"jsonrpc": "2.0", "id": "b1", "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"ms": 300}}},
+        {"jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": "none", "progress": 1}},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "in a batch"}}},
+        {"jsonrpc": "1.0", "id": 3, "method": "x"},
+    ]);
+    a.send(&batch);
+    // Outside the batch, answered on its own while the batch waits for its slow member.
+    let r = a.call(json!("solo"), "echo", json!({"text": "solo"}));
+    assert_eq!(Client::text(&r), "solo", "{r}");
+    let arr = a
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the batch is answered");
+    let items = arr
+        .as_array()
+        .unwrap_or_else(|| panic!("not one array: {arr}"));
+    assert_eq!(items.len(), 3, "two responses and one error: {arr}");
+    let by_id = |id: Value| items.iter().find(|v| v["id"] == id).cloned();
+    assert_eq!(
+        by_id(json!("b1")).map(|v| Client::text(&v)),
+        Some("done".into())
+    );
+    assert_eq!(
+        by_id(json!(2)).map(|v| Client::text(&v)),
+        Some("in a batch".into())
+    );
+    assert_eq!(
+        by_id(Value::Null).map(|v| v["error"]["code"].clone()),
+        Some(json!(-32600))
+    );
+    // Only notifications: no answer at all.
+    a.send(&json!([{"jsonrpc": "2.0", "method": "notifications/initialized"}]));
+    let r = a.call(json!("after"), "echo", json!({"text": "after"}));
+    assert_eq!(Client::text(&r), "after", "{r}");
+    assert!(a.backlog.is_empty(), "{:?}", a.backlog);
+}

@@ -78,28 +78,7 @@ pub(super) fn format_secs(d: Duration) -> String {
     }
 }
 
-/// The canonical text of a client's request id, as the in-flight table keys it (so a cancel's
-/// `requestId` matches however the client spelled the number or string).
-pub(super) fn id_key(id: &RawValue) -> String {
-    let text = id.get();
-    // Fast path: plain integers and strings without escapes are already canonical.
-    let plain_int = !text.is_empty()
-        && text
-            .bytes()
-            .enumerate()
-            .all(|(i, b)| b.is_ascii_digit() || (i == 0 && b == b'-'))
-        && !(text.len() > 1 && text.trim_start_matches('-').starts_with('0'));
-    let plain_str = text.len() >= 2
-        && text.starts_with('"')
-        && text.ends_with('"')
-        && !text[1..text.len() - 1].contains(['\\', '"']);
-    if (plain_int && text.len() < 16) || plain_str {
-        return text.to_string();
-    }
-    serde_json::from_str::<Value>(text)
-        .map(|v| v.to_string())
-        .unwrap_or_else(|_| id.get().to_string())
-}
+pub(super) use crate::mux::ids::id_key;
 
 /// A fresh request id for the log and for errors (`r-` and 12 hex digits).
 pub(super) fn new_request_id() -> String {
