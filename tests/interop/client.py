@@ -22,6 +22,8 @@ Scenarios:
                 callbacks: trigger-sampling-request returns the sampled text,
                 trigger-elicitation-request returns the elicited name (in the 2026 era
                 they arrive as input_required rounds; in the handshake era as requests).
+    fastmcp     tests/interop/fastmcp_server.py: echo; count sends >= 2 progress
+                notifications; ask_name returns the elicited name (unless --skip-elicit).
     outage      any server behind a stopped supervisor child: tools/list is served
                 (non-empty) and calling --outage-tool
                 returns a readable outage (isError, "status=") with no SDK validation error.
@@ -73,7 +75,7 @@ except NameError:  # Python 3.10: anyio depends on the backport there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[no-redef]
 
 ERA_TO_MODE = {"handshake": "legacy", "modern": LATEST_MODERN_VERSION, "auto": "auto"}
-SCENARIOS = ("everything", "time", "tools", "features", "outage")
+SCENARIOS = ("everything", "time", "tools", "features", "outage", "fastmcp")
 
 
 class Failure(Exception):
@@ -269,6 +271,36 @@ async def scenario_outage(r: Runner, iteration: int) -> None:
     await r.step("outage_call", iteration, call)
 
 
+async def scenario_fastmcp(r: Runner, iteration: int) -> None:
+    await r.list_tools(iteration, required=("echo", "count", "ask_name"))
+
+    async def echo() -> dict[str, Any]:
+        text = text_of(await r.call("echo", {"message": f"fm {iteration}"}))
+        check(text == f"Echo: fm {iteration}", f"echo said {text!r}")
+        return {}
+
+    async def count() -> dict[str, Any]:
+        seen: list[float] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append(progress)
+
+        text = text_of(await r.call("count", {"steps": 3}, progress_callback=on_progress))
+        check(text == "counted 3", f"count said {text!r}")
+        check(len(seen) >= 2, f"{len(seen)} progress notifications")
+        return {"progress": len(seen)}
+
+    async def ask_name() -> dict[str, Any]:
+        text = text_of(await r.call("ask_name", {}))
+        check(ELICITED in text, f"ask_name said {text!r}")
+        return {}
+
+    await r.step("echo", iteration, echo)
+    await r.step("progress", iteration, count)
+    if not r.args.skip_elicit:
+        await r.step("elicitation", iteration, ask_name)
+
+
 # What the callbacks answer (the scenario `features` looks for them in the tool results).
 SAMPLED = "sampled-by-interop-client"
 ELICITED = "Ada Lovelace"
@@ -283,7 +315,11 @@ async def on_sampling(context: Any, params: Any) -> Any:
 async def on_elicitation(context: Any, params: Any) -> Any:
     from mcp.types import ElicitResult
 
-    return ElicitResult(action="accept", content={"name": ELICITED})
+    # fastmcp asks for a bare string as {"value": ...}; server-everything for {"name": ...}.
+    schema = getattr(params, "requested_schema", None) or {}
+    props = schema.get("properties", {}) if isinstance(schema, dict) else {}
+    key = "value" if "value" in props else "name"
+    return ElicitResult(action="accept", content={key: ELICITED})
 
 
 SCENARIO_FNS = {
@@ -292,6 +328,7 @@ SCENARIO_FNS = {
     "tools": scenario_tools,
     "features": scenario_features,
     "outage": scenario_outage,
+    "fastmcp": scenario_fastmcp,
 }
 
 
@@ -404,6 +441,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--repeat", type=int, default=1, help="run the scenario's calls N times in one session")
     parser.add_argument("--concurrent", action="store_true", help="with --repeat: run the N iterations concurrently")
     parser.add_argument("--client-name", default="mcpsup-interop-client", help="clientInfo.name")
+    parser.add_argument("--skip-elicit", action="store_true", help="fastmcp: do not call ask_name")
     parser.add_argument("--outage-tool", default="echo", help="the tool the outage scenario calls")
     parser.add_argument("--progress-steps", type=int, default=3, help="steps for the long-running tool (>= 2)")
     parser.add_argument("--progress-duration", type=float, default=0.6, help="seconds for the long-running tool")

@@ -1,13 +1,15 @@
 #!/usr/bin/env node
-// Interop MCP client built only on the official TypeScript SDK v2 (`@modelcontextprotocol/client`,
-// stdio transport); the feature check the supervisor's interop tests run directly against a
-// server and through `mcp-supervisor attach`.
+// Interop MCP client built only on the official TypeScript SDK: v2 (`@modelcontextprotocol/client`,
+// both eras) or, with `--sdk v1`, v1 (`@modelcontextprotocol/sdk`, handshake era only); stdio
+// transport. The feature check the supervisor's interop tests run directly against a server and
+// through `mcp-supervisor attach`.
 //
 // Usage:
 //   node ts_client.mjs --mode auto|legacy|2026-07-28 [--expect-era handshake|modern] \
 //       [--roots URI,URI] SCENARIO -- COMMAND [ARGS...]
 //
-// The SDK is imported from $MCPSUP_INTEROP_NODE_MODULES (installed by .ci/install-deps).
+// v2 is imported from $MCPSUP_INTEROP_NODE_MODULES, v1 from $MCPSUP_INTEROP_V1_NODE_MODULES
+// (both installed by .ci/install-deps).
 // Prints one JSON object per step (`{"step":..,"ok":true,..}`) and exits 0 only if every check
 // held; on failure prints `{"step":..,"ok":false,"error":..}` and exits 1 (2 for usage errors).
 //
@@ -17,8 +19,9 @@
 //              trigger-long-running-operation sends progress.
 //   outage     any server behind a stopped supervisor child: tools/list is served and a call to
 //              --outage-tool returns a readable outage (isError, "status="), no schema error.
-//   roots      server-filesystem started with no directory: list_allowed_directories names
-//              exactly the roots this client declared (--roots).
+//   roots      server-filesystem started with no directory: list_allowed_directories comes to
+//              name --expect-dirs (default: the paths of this client's --roots) and never any of
+//              --forbid-dirs.
 
 import { pathToFileURL } from 'node:url';
 import { join } from 'node:path';
@@ -42,14 +45,17 @@ function parse(argv) {
         process.stderr.write('usage: ts_client.mjs [options] SCENARIO -- COMMAND [ARGS...]\n');
         process.exit(2);
     }
-    const opts = { mode: 'auto', expectEra: null, roots: [], outageTool: 'echo', scenario: null };
+    const opts = { sdk: 'v2', mode: 'auto', expectEra: null, roots: [], expectDirs: null, forbidDirs: [], outageTool: 'echo', scenario: null };
     const head = argv.slice(0, sep);
     for (let i = 0; i < head.length; i++) {
         const a = head[i];
         if (a === '--mode') opts.mode = head[++i];
+        else if (a === '--sdk') opts.sdk = head[++i];
         else if (a === '--expect-era') opts.expectEra = head[++i];
         else if (a === '--roots') opts.roots = head[++i].split(',').filter(Boolean);
         else if (a === '--outage-tool') opts.outageTool = head[++i];
+        else if (a === '--expect-dirs') opts.expectDirs = head[++i].split(',').filter(Boolean);
+        else if (a === '--forbid-dirs') opts.forbidDirs = head[++i].split(',').filter(Boolean);
         else opts.scenario = a;
     }
     return { opts, command: argv.slice(sep + 1) };
@@ -75,30 +81,7 @@ function check(cond, msg) {
 
 async function main() {
     const { opts, command } = parse(process.argv.slice(2));
-    const base = process.env.MCPSUP_INTEROP_NODE_MODULES;
-    if (!base) fail('setup', 'MCPSUP_INTEROP_NODE_MODULES is not set (run .ci/install-deps)');
-    const sdk = await import(pathToFileURL(join(base, '@modelcontextprotocol/client/dist/index.mjs')).href);
-    const stdio = await import(pathToFileURL(join(base, '@modelcontextprotocol/client/dist/stdio.mjs')).href);
-    const mode = opts.mode === 'auto' || opts.mode === 'legacy' ? opts.mode : { pin: opts.mode };
-    const client = new sdk.Client(
-        { name: 'mcpsup-ts-interop', version: '1.0.0' },
-        {
-            capabilities: { sampling: {}, elicitation: {}, roots: { listChanged: true } },
-            versionNegotiation: { mode },
-        },
-    );
-    client.setRequestHandler('sampling/createMessage', async () => ({
-        model: 'interop-model',
-        role: 'assistant',
-        content: { type: 'text', text: SAMPLED },
-    }));
-    client.setRequestHandler('elicitation/create', async () => ({
-        action: 'accept',
-        content: { name: ELICITED },
-    }));
-    client.setRequestHandler('roots/list', async () => ({
-        roots: opts.roots.map((uri) => ({ uri })),
-    }));
+    const { client, stdio } = opts.sdk === 'v1' ? await clientV1(opts) : await clientV2(opts);
     const transport = new stdio.StdioClientTransport({
         command: command[0],
         args: command.slice(1),
@@ -107,7 +90,8 @@ async function main() {
     });
     await step('connect', async () => {
         await client.connect(transport);
-        const version = client.getNegotiatedProtocolVersion();
+        // v1 has no accessor (it speaks only the handshake era): version null, era handshake.
+        const version = client.getNegotiatedProtocolVersion?.() ?? null;
         const era = version === '2026-07-28' ? 'modern' : 'handshake';
         if (opts.expectEra) check(era === opts.expectEra, `expected era ${opts.expectEra}, negotiated ${version}`);
         return { protocol_version: version, era };
@@ -120,8 +104,60 @@ async function main() {
     }
 }
 
+function handlers(opts) {
+    return {
+        sampling: async () => ({
+            model: 'interop-model',
+            role: 'assistant',
+            content: { type: 'text', text: SAMPLED },
+        }),
+        // fastmcp asks for a bare string as {"value": ...}; server-everything for {"name": ...}.
+        elicitation: async (request) => {
+            const props = request.params?.requestedSchema?.properties ?? {};
+            const key = 'value' in props ? 'value' : 'name';
+            return { action: 'accept', content: { [key]: ELICITED } };
+        },
+        roots: async () => ({ roots: opts.roots.map((uri) => ({ uri })) }),
+    };
+}
+
+const CAPABILITIES = { sampling: {}, elicitation: {}, roots: { listChanged: true } };
+
+async function load(envVar, rel) {
+    const base = process.env[envVar];
+    if (!base) fail('setup', `${envVar} is not set (run .ci/install-deps)`);
+    return import(pathToFileURL(join(base, rel)).href);
+}
+
+async function clientV2(opts) {
+    const sdk = await load('MCPSUP_INTEROP_NODE_MODULES', '@modelcontextprotocol/client/dist/index.mjs');
+    const stdio = await load('MCPSUP_INTEROP_NODE_MODULES', '@modelcontextprotocol/client/dist/stdio.mjs');
+    const mode = opts.mode === 'auto' || opts.mode === 'legacy' ? opts.mode : { pin: opts.mode };
+    const client = new sdk.Client(
+        { name: 'mcpsup-ts-interop', version: '1.0.0' },
+        { capabilities: CAPABILITIES, versionNegotiation: { mode } },
+    );
+    const h = handlers(opts);
+    client.setRequestHandler('sampling/createMessage', h.sampling);
+    client.setRequestHandler('elicitation/create', h.elicitation);
+    client.setRequestHandler('roots/list', h.roots);
+    return { client, stdio };
+}
+
+async function clientV1(opts) {
+    const idx = await load('MCPSUP_INTEROP_V1_NODE_MODULES', '@modelcontextprotocol/sdk/dist/esm/client/index.js');
+    const stdio = await load('MCPSUP_INTEROP_V1_NODE_MODULES', '@modelcontextprotocol/sdk/dist/esm/client/stdio.js');
+    const types = await load('MCPSUP_INTEROP_V1_NODE_MODULES', '@modelcontextprotocol/sdk/dist/esm/types.js');
+    const client = new idx.Client({ name: 'mcpsup-ts-v1-interop', version: '1.0.0' }, { capabilities: CAPABILITIES });
+    const h = handlers(opts);
+    client.setRequestHandler(types.CreateMessageRequestSchema, h.sampling);
+    client.setRequestHandler(types.ElicitRequestSchema, h.elicitation);
+    client.setRequestHandler(types.ListRootsRequestSchema, h.roots);
+    return { client, stdio };
+}
+
 const SCENARIOS = {
-    async features(client) {
+    async features(client, opts) {
         await step('list_tools', async () => {
             const { tools } = await client.listTools();
             const names = tools.map((t) => t.name);
@@ -144,10 +180,12 @@ const SCENARIOS = {
         });
         await step('progress', async () => {
             let n = 0;
-            const r = await client.callTool(
-                { name: 'trigger-long-running-operation', arguments: { duration: 0.5, steps: 3 } },
-                { onprogress: () => { n += 1; } },
-            );
+            const params = { name: 'trigger-long-running-operation', arguments: { duration: 0.5, steps: 3 } };
+            const options = { onprogress: () => { n += 1; } };
+            // v1: callTool(params, resultSchema, options); v2: callTool(params, options).
+            const r = opts.sdk === 'v1'
+                ? await client.callTool(params, undefined, options)
+                : await client.callTool(params, options);
             check(!r.isError, text(r));
             check(n >= 2, `${n} progress notifications`);
             return { progress: n };
@@ -167,12 +205,21 @@ const SCENARIOS = {
         });
     },
     async roots(client, opts) {
+        // The server asks for roots after the handshake, asynchronously: poll for up to 10 s.
+        // --roots are this client's; --expect-dirs what the server must end up allowing
+        // (default: this client's roots); --forbid-dirs what it must never allow.
         await step('allowed_directories', async () => {
-            const r = await client.callTool({ name: 'list_allowed_directories', arguments: {} });
-            const t = text(r);
-            for (const uri of opts.roots) {
-                check(t.includes(new URL(uri).pathname), `${uri} not allowed: ${t}`);
+            const expect = opts.expectDirs ?? opts.roots.map((u) => new URL(u).pathname);
+            const end = Date.now() + 10_000;
+            let t = '';
+            for (;;) {
+                const r = await client.callTool({ name: 'list_allowed_directories', arguments: {} });
+                t = text(r);
+                if (expect.every((d) => t.includes(d)) || Date.now() > end) break;
+                await new Promise((res) => setTimeout(res, 100));
             }
+            for (const d of expect) check(t.includes(d), `${d} not allowed: ${t}`);
+            for (const d of opts.forbidDirs) check(!t.includes(d), `${d} allowed: ${t}`);
             return { text: t.slice(0, 300) };
         });
     },

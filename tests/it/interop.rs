@@ -11,12 +11,12 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-struct Interop {
+pub(crate) struct Interop {
     vars: HashMap<String, String>,
 }
 
 impl Interop {
-    fn load() -> Interop {
+    pub(crate) fn load() -> Interop {
         let env = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".interop/env.sh");
         let text = std::fs::read_to_string(&env).unwrap_or_else(|e| {
             panic!(
@@ -33,14 +33,14 @@ impl Interop {
         Interop { vars }
     }
 
-    fn var(&self, k: &str) -> &str {
+    pub(crate) fn var(&self, k: &str) -> &str {
         self.vars
             .get(k)
             .unwrap_or_else(|| panic!("{k} missing from .interop/env.sh"))
     }
 
     /// `[servers.everything]` and `[servers.time]` tables.
-    fn servers(&self) -> String {
+    pub(crate) fn servers(&self) -> String {
         let args: Vec<String> = self
             .var("MCPSUP_EVERYTHING_ARGS")
             .split_whitespace()
@@ -84,7 +84,7 @@ impl Interop {
     }
 }
 
-fn check(out: Output, what: &str, sup: &Supervisor) -> String {
+pub(crate) fn check(out: Output, what: &str, sup: &Supervisor) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -292,6 +292,18 @@ fn case_k27_sdk_clients_of_both_eras_connect_list_and_read_the_outage_of_a_stopp
                 .unwrap();
             let stdout = check(out, &format!("{name}: outage, --era {era}"), &sup);
             assert!(stdout.contains("outage_call"), "{name} {era}:\n{stdout}");
+        }
+        // The TypeScript SDK: v2 in each mode, and v1.
+        let via = crate::interop_matrix::attach(&sup, name);
+        for args in [
+            &["--mode", "auto", "outage"][..],
+            &["--mode", "2026-07-28", "outage"],
+            &["--mode", "legacy", "outage"],
+            &["--sdk", "v1", "outage"],
+        ] {
+            let out = crate::interop_matrix::ts(&io, args, &via);
+            let stdout = check(out, &format!("{name}: TS {args:?}"), &sup);
+            assert!(stdout.contains("outage_call"), "{name} {args:?}:\n{stdout}");
         }
     }
 }

@@ -8,6 +8,7 @@ mod core;
 mod eras;
 mod health;
 mod interop;
+mod interop_matrix;
 mod lifecycle;
 mod mux;
 mod observe;
