@@ -17,6 +17,9 @@
 //   features   server-everything: tools/list; echo; trigger-sampling-request returns the text
 //              the sampling handler gave; trigger-elicitation-request returns the elicited name;
 //              trigger-long-running-operation sends progress.
+//   subscribe  server-everything: subscribe to a resource (2026: `subscriptions/listen`;
+//              handshake: `resources/subscribe`), start the server's simulated updates
+//              (toggle-subscriber-updates) and receive `notifications/resources/updated` for it.
 //   outage     any server behind a stopped supervisor child: tools/list is served and a call to
 //              --outage-tool returns a readable outage (isError, "status="), no schema error.
 //   roots      server-filesystem started with no directory: list_allowed_directories comes to
@@ -189,6 +192,39 @@ const SCENARIOS = {
             check(!r.isError, text(r));
             check(n >= 2, `${n} progress notifications`);
             return { progress: n };
+        });
+    },
+    async subscribe(client, opts) {
+        const { resources } = await client.listResources();
+        check(resources.length > 0, 'no resources');
+        const uri = resources[0].uri;
+        let got;
+        const updated = new Promise((resolve) => { got = resolve; });
+        const onUpdated = (n) => { if (n.params?.uri === uri) got(n); };
+        if (opts.sdk === 'v1') {
+            const types = await load('MCPSUP_INTEROP_V1_NODE_MODULES', '@modelcontextprotocol/sdk/dist/esm/types.js');
+            client.setNotificationHandler(types.ResourceUpdatedNotificationSchema, onUpdated);
+        } else {
+            client.setNotificationHandler('notifications/resources/updated', onUpdated);
+        }
+        await step('subscribe', async () => {
+            if (client.getNegotiatedProtocolVersion?.() === '2026-07-28') {
+                const sub = await client.listen({ resourceSubscriptions: [uri] });
+                check((sub.honoredFilter.resourceSubscriptions ?? []).includes(uri), JSON.stringify(sub.honoredFilter));
+                return { via: 'subscriptions/listen', uri };
+            }
+            await client.subscribeResource({ uri });
+            return { via: 'resources/subscribe', uri };
+        });
+        await step('updated', async () => {
+            // A toggle of the server's session: on a child shared with earlier clients it
+            // may already be on, and this call turns it off; then turn it on again.
+            const r = await client.callTool({ name: 'toggle-subscriber-updates', arguments: {} });
+            if (text(r).startsWith('Stopped')) {
+                await client.callTool({ name: 'toggle-subscriber-updates', arguments: {} });
+            }
+            const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error('no update within 15 s')), 15_000));
+            await Promise.race([updated, timeout]);
         });
     },
     async outage(client, opts) {

@@ -69,8 +69,9 @@ fn everything_cmd(io: &Interop) -> Vec<String> {
     cmd
 }
 
-/// TypeScript v2 (`auto`, pinned 2026-07-28, legacy) and v1: tools, progress, sampling and
-/// elicitation on server-everything through `attach`, as directly (K26 with the real TS SDK).
+/// TypeScript v2 (`auto`, pinned 2026-07-28, legacy) and v1: tools, progress, sampling,
+/// elicitation and resource updates on server-everything through `attach`, as directly (K26
+/// with the real TS SDK).
 #[test]
 fn interop_typescript_clients_get_every_feature_of_server_everything_through_attach() {
     let io = Interop::load();
@@ -78,6 +79,10 @@ fn interop_typescript_clients_get_every_feature_of_server_everything_through_att
     let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
     direct_ok(ts(&io, &["--mode", "auto", "features"], &cmd), "TS v2 auto");
     direct_ok(ts(&io, &["--sdk", "v1", "features"], &cmd), "TS v1");
+    direct_ok(
+        ts(&io, &["--mode", "auto", "subscribe"], &cmd),
+        "TS v2 auto subscribe",
+    );
     let sup = Supervisor::start(&io.servers());
     let via = attach(&sup, "everything");
     for (args, what) in [
@@ -105,6 +110,15 @@ fn interop_typescript_clients_get_every_feature_of_server_everything_through_att
                 "{what}: {step} missing:\n{stdout}"
             );
         }
+        // Resource subscriptions: a 2026 client through `subscriptions/listen` served by the
+        // supervisor, a handshake client through `resources/subscribe`.
+        let mut a = args.clone();
+        a.push("subscribe");
+        let stdout = check(ts(&io, &a, &via), &format!("TS {what} subscribe"), &sup);
+        assert!(
+            stdout.contains("\"step\":\"updated\",\"ok\":true"),
+            "{what}:\n{stdout}"
+        );
     }
 }
 
