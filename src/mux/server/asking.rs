@@ -222,7 +222,20 @@ impl Server {
             return;
         };
         let Some(removed) = self.inflight.remove(p.child_rid) else {
-            return;
+            // Cannot happen while every path that removes a parked entry ends its round; if it
+            // ever does, the retry still gets its one answer.
+            let msg = format!(
+                "server `{}`: the request this retry continues has ended",
+                self.cfg.name
+            );
+            return self.respond_error(
+                client,
+                &id,
+                code::INTERNAL_ERROR,
+                &msg,
+                None,
+                Outcome::ProtocolError,
+            );
         };
         let mut owner = p.owner;
         if let Owner::Client {
@@ -251,6 +264,19 @@ impl Server {
                 self.inflight
                     .insert(p.child_rid, Some((client, id_key(&id))), deadline, pending);
             }
+        }
+    }
+
+    /// A malformed or oversized reply to a parked request: kept, as the error the retry will
+    /// get (K21 for a request that is waiting for its client).
+    pub(super) fn on_parked_failure(&mut self, round: u64, child_rid: u64, why: &str) {
+        let msg = format!(
+            "server `{}` sent a malformed response: {why}",
+            self.cfg.name
+        );
+        let line = message::error_response(&raw_u64(child_rid), code::INTERNAL_ERROR, &msg, None);
+        if let Ok(m) = message::parse_one(&line) {
+            self.on_parked_response(round, child_rid, m);
         }
     }
 

@@ -597,8 +597,12 @@ impl Server {
         let Some(removed) = self.inflight.remove(n) else {
             return;
         };
-        if let Owner::Client { client, id, .. } = removed.value.owner {
-            self.fail_malformed(client, &id, &removed.value.method, why);
+        match removed.value.owner {
+            Owner::Client { client, id, .. } => {
+                self.fail_malformed(client, &id, &removed.value.method, why)
+            }
+            Owner::Parked { round } => self.on_parked_failure(round, n, why),
+            _ => {}
         }
     }
 
@@ -639,6 +643,10 @@ impl Server {
             return;
         };
         let p = removed.value;
+        if let Owner::Parked { round } = p.owner {
+            let why = format!("a message of {len} bytes, over max_message_size");
+            return self.on_parked_failure(round, child_id, &why);
+        }
         if let Owner::Client { client, id, .. } = p.owner {
             let msg = format!(
                 "server `{}` answered with a message of {len} bytes, over max_message_size ({} bytes); it was discarded",

@@ -659,3 +659,40 @@ fn case_k28_changing_roots_by_reload_tells_the_child_without_a_restart() {
     let r = child_asks_roots(&mut sim, "again").expect("answered");
     assert_eq!(r["result"], json!({"roots": [{"uri": "file:///new"}]}));
 }
+
+#[test]
+fn case_k26_a_malformed_reply_to_a_parked_request_is_the_retrys_answer() {
+    // Found by the actor simulation (seed 84): a malformed reply to a parked request removed
+    // it from the in-flight table but left its round, so the client's retry got no answer.
+    let mut sim = Sim::with_config(BASE, 16);
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    let generation = sim.current_generation().unwrap_or(0);
+    let a = sim.connect();
+    sim.send(a, &modern_call(a, "c1", json!({})));
+    let call = sim.asked.pop().expect("the call reached the child");
+    sim.child_writes(
+        generation,
+        r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{}}"#.into(),
+    );
+    let r = responses(&sim, a).pop().unwrap_or(Value::Null);
+    let state = r["result"]["requestState"].clone();
+    sim.child_writes(
+        generation,
+        format!(r#"{{"jsonrpc":"2.0","id":{},"error":"oops"}}"#, call.id),
+    );
+    sim.send(
+        a,
+        &modern_call(
+            a,
+            "c2",
+            json!({"requestState": state,
+            "inputResponses": {"r0": {"role": "assistant", "model": "m",
+                "content": {"type": "text", "text": "x"}}}}),
+        ),
+    );
+    let r = responses(&sim, a).pop().unwrap_or(Value::Null);
+    assert_eq!(r["id"], "c2", "{r}");
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    assert_eq!(sim.server.ledger.len(), 0);
+}

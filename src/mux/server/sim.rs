@@ -72,6 +72,10 @@ pub(super) struct SimClient {
     subscribed: BTreeSet<String>,
     /// Subscribes sent and not answered yet: (id text, URI).
     pending_subs: Vec<(String, String)>,
+    /// A 2026-07-28 client (its requests carry the envelope; no `initialize`).
+    modern: bool,
+    /// `input_required` results received and not retried yet: (requestState, input keys).
+    retries: Vec<(Value, Vec<String>)>,
 }
 
 pub(super) struct Sim {
@@ -89,6 +93,8 @@ pub(super) struct Sim {
     events: u64,
     /// Kept so the actor's child inbox stays open.
     _events_tx: mpsc::Sender<ChildEvent>,
+    /// The child's own requests (id text) and how many answers each got.
+    child_requests: BTreeMap<String, u32>,
 }
 
 impl Sim {
@@ -133,6 +139,7 @@ impl Sim {
             child_pings: 0,
             events: 0,
             _events_tx: events_tx,
+            child_requests: BTreeMap::new(),
         };
         sim.read_child_stdin();
         sim
@@ -164,6 +171,8 @@ impl Sim {
         let id = ClientId(1_000_000 + self.next_client);
         self.next_client += 1;
         let (tx, rx) = ClientTx::detached(4096);
+        // Scenario tests connect handshake clients; the random run mixes in 2026 clients.
+        let modern = self.events > 0 && self.rng.gen_bool(0.3);
         self.clients.insert(
             id,
             SimClient {
@@ -174,6 +183,8 @@ impl Sim {
                 received: Vec::new(),
                 subscribed: BTreeSet::new(),
                 pending_subs: Vec::new(),
+                modern,
+                retries: Vec::new(),
             },
         );
         self.input(Input::Session(SessionEvent::Connected(
@@ -209,13 +220,17 @@ impl Sim {
             return;
         };
         let id = IDS[self.rng.gen_range(0..IDS.len())];
-        let (initialized, n) = match self.clients.get_mut(&client) {
+        let (initialized, n, modern) = match self.clients.get_mut(&client) {
             Some(c) => {
                 c.n += 1;
-                (c.initialized, c.n)
+                (c.initialized, c.n, c.modern)
             }
             None => return,
         };
+        if modern {
+            let line = modern_call(id, &format!("{}-{n}", client.0), None);
+            return self.send(client, &line);
+        }
         let line = if !initialized || self.rng.gen_bool(0.05) {
             if let Some(c) = self.clients.get_mut(&client) {
                 c.initialized = true;
@@ -353,6 +368,15 @@ impl Sim {
                         c.subscribed.insert(uri);
                     }
                 }
+                if v.pointer("/result/resultType") == Some(&json!("input_required")) {
+                    let keys = v
+                        .pointer("/result/inputRequests")
+                        .and_then(Value::as_object)
+                        .map(|o| o.keys().cloned().collect())
+                        .unwrap_or_default();
+                    let state = v.pointer("/result/requestState").cloned();
+                    c.retries.push((state.unwrap_or(Value::Null), keys));
+                }
                 let Some(k) = c.open.get_mut(&text) else {
                     panic!("client {id:?} got a response for id {text} it has not open: {v}");
                 };
@@ -397,11 +421,19 @@ impl Sim {
             let Ok(v) = serde_json::from_slice::<Value>(&line) else {
                 panic!("the supervisor wrote a line that is not JSON: {line:?}");
             };
+            if v.get("method").is_none() {
+                if let Some(rid) = v.get("id").and_then(Value::as_str) {
+                    if let Some(n) = self.child_requests.get_mut(rid) {
+                        *n += 1;
+                        assert!(*n == 1, "the child's request {rid} was answered twice: {v}");
+                    }
+                }
+            }
             let (Some(method), Some(id)) = (
                 v.get("method").and_then(Value::as_str),
                 v.get("id").and_then(Value::as_u64),
             ) else {
-                continue; // notifications, answers to the child's pings
+                continue; // notifications, answers to the child's pings and requests
             };
             let text = v
                 .pointer("/params/arguments/text")
@@ -470,7 +502,15 @@ impl Sim {
         let Some(generation) = self.current_generation() else {
             return;
         };
-        let line = if self.rng.gen_bool(0.3) {
+        let line = if self.rng.gen_bool(0.25) {
+            // The child's own request, answered by a client (a 2026 one through an
+            // `input_required` round) or by the supervisor with an error.
+            let rid = format!("s-{}", self.child_requests.len());
+            self.child_requests.insert(rid.clone(), 0);
+            format!(
+                r#"{{"jsonrpc":"2.0","id":"{rid}","method":"sampling/createMessage","params":{{"messages":[]}}}}"#
+            )
+        } else if self.rng.gen_bool(0.3) {
             r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#.to_string()
         } else if self.rng.gen_bool(0.5) {
             format!(
@@ -579,8 +619,37 @@ impl Sim {
             80 => self.child_exits(true),
             81 => lock(&self.world).fail_next_spawn = true,
             82 => self.operator(),
+            83..=86 => self.retry(),
             _ => self.advance(400),
         }
+    }
+
+    /// A 2026 client retries one `input_required` result it holds, with answers for its keys
+    /// (sometimes missing one) and the `requestState` echoed.
+    fn retry(&mut self) {
+        let Some(client) = self.random_client() else {
+            return;
+        };
+        let id = IDS[self.rng.gen_range(0..IDS.len())];
+        let drop_one = self.rng.gen_bool(0.1);
+        let Some(c) = self.clients.get_mut(&client) else {
+            return;
+        };
+        let Some((state, keys)) = c.retries.pop() else {
+            return;
+        };
+        c.n += 1;
+        let mut answers = Map::new();
+        for k in keys.into_iter().skip(usize::from(drop_one)) {
+            answers.insert(
+                k,
+                json!({"role": "assistant", "model": "m",
+                "content": {"type": "text", "text": "sampled"}}),
+            );
+        }
+        let extra = json!({"requestState": state, "inputResponses": answers});
+        let line = modern_call(id, &format!("{}-{}", client.0, c.n), Some(extra));
+        self.send(client, &line);
     }
 
     /// Every request of a connected client ends with exactly one response.
@@ -619,6 +688,20 @@ impl Sim {
             self.child_writes(a.generation, line);
         }
     }
+}
+
+/// A 2026 client's `tools/call` of `echo` with `text`, declaring sampling; `extra` merged into
+/// params (a retry's state and answers).
+fn modern_call(id: &str, text: &str, extra: Option<Value>) -> String {
+    let mut params = json!({"name": "echo", "arguments": {"text": text},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+            "io.modelcontextprotocol/clientInfo": {"name": "sim-modern", "version": "1"}}});
+    if let (Some(p), Some(Value::Object(e))) = (params.as_object_mut(), extra) {
+        p.extend(e);
+    }
+    let id: Value = serde_json::from_str(id).unwrap_or(Value::Null);
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
 }
 
 /// The fake child's proper answer to `a` (a handshake-era server with one tool, `echo`).
