@@ -484,3 +484,29 @@ fn eras_input_required_becomes_ordinary_requests_for_a_handshake_client() {
         "{r}"
     );
 }
+
+/// Issue 13 Why 4: the request log names 2026 clients (from the envelope's `clientInfo`), as it
+/// names handshake clients (from `initialize`).
+#[test]
+fn eras_the_request_log_names_2026_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("child.log");
+    let sup = Supervisor::start(&server(&[], &log, ""));
+    let mut c = sup.connect("fake");
+    let r = modern(
+        &mut c,
+        json!(1),
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "x"}}),
+        "claude-2026",
+    );
+    assert_eq!(Client::text(&r), "x", "{r}");
+    let named = wait_until(Duration::from_secs(5), || {
+        sup.log().lines().any(|l| {
+            l.contains("request finished")
+                && l.contains("method=tools/call")
+                && l.contains("client_name=claude-2026")
+        })
+    });
+    assert!(named, "{}", sup.log());
+}
