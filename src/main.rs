@@ -41,6 +41,8 @@ fn main() {
                             eprintln!("mcp-supervisor: {e:#}");
                             if e.downcast_ref::<daemon::AlreadyRunning>().is_some() {
                                 cli::EXIT_ALREADY_RUNNING
+                            } else if e.downcast_ref::<daemon::SocketDirRefused>().is_some() {
+                                cli::EXIT_CONFIG
                             } else {
                                 cli::EXIT_FAILED
                             }

@@ -122,7 +122,8 @@ pub struct ServerConfig {
     pub env: BTreeMap<String, String>,
     /// Working directory. Default: the supervisor's.
     pub cwd: Option<PathBuf>,
-    /// Start the child from an empty environment plus `env_allow` and `env`. Default false.
+    /// Start the child from an empty environment plus `env_allow` and `env`. Default false,
+    /// but true when `user` is set (issue 14 §4: root's environment is not the user's).
     pub clean_env: bool,
     /// Variables kept by `clean_env` (names, or prefixes ending in `*`). Default [`DEFAULT_ENV_ALLOW`].
     pub env_allow: Vec<String>,
@@ -324,17 +325,37 @@ struct RawServer {
     group: Option<Spanned<String>>,
 }
 
+/// The longest Unix socket path (`sun_path` is 108 bytes including the terminating NUL).
+pub const SUN_PATH_MAX: usize = 107;
+
 /// Reads and validates a file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     parse(path, &read(path)?)
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|e| ConfigError {
+    let bytes = std::fs::read(path).map_err(|e| ConfigError {
         path: path.to_path_buf(),
         line: 0,
         key: String::new(),
         message: format!("cannot read: {e}"),
+    })?;
+    String::from_utf8(bytes).map_err(|e| {
+        // Name the line of the first byte that is not UTF-8 (issue 14 Why 6).
+        let at = e.utf8_error().valid_up_to();
+        let line = e
+            .as_bytes()
+            .iter()
+            .take(at)
+            .filter(|b| **b == b'\n')
+            .count()
+            + 1;
+        ConfigError {
+            path: path.to_path_buf(),
+            line,
+            key: String::new(),
+            message: format!("the file is not UTF-8 (byte {at} is not): TOML files must be UTF-8"),
+        }
     })
 }
 
@@ -423,6 +444,20 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
             ));
         }
         servers.insert(n.clone(), v.server(n, server, &defaults)?);
+        // A socket path must fit `sun_path` (108 bytes with its NUL): caught here rather than
+        // as a bind error after start (issue 14 Why 6).
+        let sock = supervisor.socket_dir.join(format!("{n}.sock"));
+        let len = sock.as_os_str().len();
+        if len > SUN_PATH_MAX {
+            return Err(v.err(
+                name.span(),
+                &format!("servers.{n}"),
+                &format!(
+                    "its socket path {} is {len} bytes, over the {SUN_PATH_MAX} a Unix socket path may have; use a shorter socket_dir or server name",
+                    sock.display()
+                ),
+            ));
+        }
     }
     Ok(Config {
         path: path.to_path_buf(),
@@ -572,7 +607,26 @@ impl Validator<'_> {
         fallback: Duration,
     ) -> Result<Duration, ConfigError> {
         match own.as_ref().or(default.as_ref()) {
-            Some(s) => parse_duration(&s.get_ref().text()).map_err(|m| self.err(s.span(), key, &m)),
+            Some(s) => {
+                let d =
+                    parse_duration(&s.get_ref().text()).map_err(|m| self.err(s.span(), key, &m))?;
+                // A zero deadline or interval fires at once: `probe_timeout = "0s"` would kill
+                // a healthy child (issue 14 Why 6). `backoff_*` and `stop_grace` may be zero.
+                let may_be_zero = [
+                    "backoff_initial",
+                    "backoff_max",
+                    "backoff_reset_after",
+                    "stop_grace",
+                    "kill_timeout",
+                    "queue_wait",
+                ]
+                .iter()
+                .any(|k| key.ends_with(&format!(".{k}")));
+                if d.is_zero() && !may_be_zero {
+                    return Err(self.err(s.span(), key, "must be greater than 0"));
+                }
+                Ok(d)
+            }
             None => Ok(fallback),
         }
     }
@@ -627,7 +681,12 @@ impl Validator<'_> {
             args: s.args.clone().unwrap_or_default(),
             env,
             cwd: s.cwd.clone().or(d.cwd.clone()).map(PathBuf::from),
-            clean_env: s.clean_env.or(d.clean_env).unwrap_or(false),
+            // A child run as another `user` starts from a clean environment unless the operator
+            // says otherwise: root's tokens and agent sockets are not the user's (issue 14 §4).
+            clean_env: s
+                .clean_env
+                .or(d.clean_env)
+                .unwrap_or(s.user.is_some() || d.user.is_some()),
             env_allow: s
                 .env_allow
                 .clone()

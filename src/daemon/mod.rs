@@ -44,7 +44,8 @@ use tracing::{debug, error, info, warn};
 mod sockets;
 use sockets::{accept_loop, control_loop, SessionParams, Shared};
 pub use sockets::{
-    bind_socket, lock_socket_dir, prepare_socket_dir, socket_path, Access, SocketPerms,
+    bind_socket, lock_socket_dir, prepare_socket_dir, socket_path, Access, SocketDirRefused,
+    SocketPerms,
 };
 
 /// At most this many reloads run per [`RELOAD_WINDOW`] (R3); more requests wait, coalesced.

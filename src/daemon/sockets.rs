@@ -3,6 +3,7 @@
 //! control sockets.
 
 use super::*;
+use std::os::unix::fs::MetadataExt;
 
 /// Mode and group of the sockets we bind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,39 +32,183 @@ impl Default for SocketPerms {
     }
 }
 
-/// Creates `dir` when missing: mode 0700, or 0710 (0711 when the sockets are open to others)
-/// with `perms.group` when the sockets are shared with a group, so the group can reach them.
-/// An existing directory is used as it is, unless anyone may write to it (F31).
-pub fn prepare_socket_dir(dir: &Path, perms: SocketPerms) -> Result<()> {
-    if !dir.exists() {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create socket directory {}", dir.display()))?;
-        let mut mode = 0o700;
-        if perms.group.is_some() && perms.mode & 0o060 != 0 {
-            mode |= 0o010;
-        }
-        if perms.mode & 0o006 != 0 {
-            mode |= 0o011;
-        }
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-            .with_context(|| format!("cannot set mode {mode:04o} on {}", dir.display()))?;
-        if let Some(g) = perms.group {
-            nix::unistd::chown(dir, None, Some(nix::unistd::Gid::from_raw(g)))
-                .with_context(|| format!("cannot give {} to group {g}", dir.display()))?;
-        }
-    } else if !dir.is_dir() {
-        bail!("socket_dir {} exists and is not a directory", dir.display());
+/// A `socket_dir` the supervisor will not use (issue 14 §1): exit 2, with what is wrong and how
+/// to fix it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SocketDirRefused(pub String);
+
+fn refuse(dir: &Path, what: &str, fix: &str) -> anyhow::Error {
+    SocketDirRefused(format!(
+        "socket_dir {}: {what}; refusing to put sockets there ({fix})",
+        dir.display()
+    ))
+    .into()
+}
+
+/// The directory bits the sockets need: search for the group when they are shared with
+/// `socket_group`, for others when others may connect.
+fn needed_dir_bits(perms: SocketPerms) -> u32 {
+    let mut bits = 0;
+    if perms.group.is_some() && perms.mode & 0o060 != 0 {
+        bits |= 0o010;
     }
-    let mode = std::fs::metadata(dir)
-        .with_context(|| format!("cannot inspect {}", dir.display()))?
-        .permissions()
-        .mode();
-    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
-        bail!(
-            "socket_dir {} is writable by everyone (mode {:04o}); refusing to put sockets there",
-            dir.display(),
-            mode & 0o7777
-        );
+    if perms.mode & 0o006 != 0 {
+        bits |= 0o001;
+    }
+    bits
+}
+
+/// Makes sure `dir` is ours and nobody else can change what is in it (issue 14 §1, F31):
+///
+/// - created when missing, mode 0700 plus the search bits the sockets need (0710 with
+///   `socket_group` for group sockets, 0711 for sockets open to others);
+/// - never a symbolic link (checked with `lstat`, then opened `O_NOFOLLOW | O_DIRECTORY`, and
+///   every later check and change goes through that descriptor);
+/// - owned by the supervisor's euid, or by root;
+/// - writable by nobody else (no group or other write bit, sticky or not);
+/// - every ancestor owned by root or by us and not writable by others unless sticky (so nobody
+///   can move the directory away and put theirs in its place);
+/// - a pre-existing directory we own gets the search bits and group the sockets need (what
+///   `RuntimeDirectoryMode=0700` leaves is fixed, not silently unusable).
+///
+/// Errors are [`SocketDirRefused`] (exit 2) naming the problem and the fix.
+pub fn prepare_socket_dir(dir: &Path, perms: SocketPerms) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let me = nix::unistd::geteuid().as_raw();
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_symlink() => {
+            let target = std::fs::read_link(dir)
+                .map(|t| t.display().to_string())
+                .unwrap_or_default();
+            return Err(refuse(
+                dir,
+                &format!("is a symbolic link (to {target})"),
+                "set socket_dir to the real directory, owned by the supervisor's user",
+            ));
+        }
+        Ok(m) if !m.is_dir() => {
+            return Err(refuse(
+                dir,
+                "exists and is not a directory",
+                "remove it or choose another path",
+            ))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent() {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("cannot create {}", parent.display()))?;
+            }
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir)
+                .with_context(|| format!("cannot create socket directory {}", dir.display()))?;
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", dir.display())),
+    }
+    check_ancestors(dir, me)?;
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(dir)
+            .with_context(|| format!("cannot open socket directory {}", dir.display()))?
+    };
+    let meta = file
+        .metadata()
+        .with_context(|| format!("cannot inspect {}", dir.display()))?;
+    let st = DirStat {
+        st_mode: meta.mode(),
+        st_uid: meta.uid(),
+        st_gid: meta.gid(),
+    };
+    let mode = st.st_mode & 0o7777;
+    if st.st_uid != me && st.st_uid != 0 {
+        return Err(refuse(
+            dir,
+            &format!(
+                "is owned by uid {}, not by the supervisor's uid {me} or root",
+                st.st_uid
+            ),
+            "use a directory the supervisor's user owns, e.g. /run/mcp-supervisor, or chown it",
+        ));
+    }
+    if mode & 0o002 != 0 {
+        return Err(refuse(
+            dir,
+            &format!("is writable by everyone (mode {mode:04o})"),
+            "chmod o-w it, or use a directory of the supervisor's own",
+        ));
+    }
+    if mode & 0o020 != 0 {
+        return Err(refuse(
+            dir,
+            &format!("is writable by its group {} (mode {mode:04o})", st.st_gid),
+            "chmod g-w it: members could replace the sockets",
+        ));
+    }
+    let bits = needed_dir_bits(perms);
+    let group_ok = perms
+        .group
+        .is_none_or(|g| bits & 0o010 == 0 || st.st_gid == g);
+    if mode & bits != bits || !group_ok {
+        if st.st_uid != me {
+            return Err(refuse(
+                dir,
+                &format!("(mode {mode:04o}, group {}) does not let socket_group or socket_mode reach the sockets, and is not ours to change", st.st_gid),
+                "chmod/chgrp it as socket_group and socket_mode need, or use a directory of the supervisor's own",
+            ));
+        }
+        let new_mode = mode | bits;
+        if !group_ok {
+            std::os::unix::fs::fchown(&file, None, perms.group)
+                .with_context(|| format!("cannot give {} to socket_group", dir.display()))?;
+        }
+        file.set_permissions(std::fs::Permissions::from_mode(new_mode))
+            .with_context(|| format!("cannot set mode {new_mode:04o} on {}", dir.display()))?;
+        info!(dir = %dir.display(), from = format!("{mode:04o}"), to = format!("{new_mode:04o}"), group = ?perms.group,
+            "socket_dir adjusted so socket_group/socket_mode can reach the sockets");
+    }
+    Ok(())
+}
+
+/// What [`prepare_socket_dir`] reads of the opened directory.
+struct DirStat {
+    st_mode: u32,
+    st_uid: u32,
+    st_gid: u32,
+}
+
+/// Every ancestor of `dir` is owned by root or `me` and not writable by anyone else unless it
+/// is sticky (`/tmp`): nobody can rename `dir` away and put another in its place.
+fn check_ancestors(dir: &Path, me: u32) -> Result<()> {
+    let abs = if dir.is_absolute() {
+        dir.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(dir)
+    };
+    for a in abs.ancestors().skip(1) {
+        let Ok(m) = std::fs::metadata(a) else {
+            continue;
+        };
+        let mode = m.permissions().mode();
+        let sticky = mode & 0o1000 != 0;
+        let others_write = mode & 0o022 != 0;
+        let owner_ok = m.uid() == 0 || m.uid() == me;
+        if !owner_ok || (others_write && !sticky) {
+            return Err(refuse(
+                dir,
+                &format!(
+                    "its parent {} (owner uid {}, mode {:04o}) can be changed by another user, who could swap the directory",
+                    a.display(),
+                    m.uid(),
+                    mode & 0o7777
+                ),
+                "use a directory under a path only root and the supervisor's user can write, e.g. /run",
+            ));
+        }
     }
     Ok(())
 }
@@ -79,6 +224,7 @@ pub fn lock_socket_dir(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
         .read(true)
         .write(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
         .with_context(|| format!("cannot open the lock file {}", path.display()))?;
     match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
@@ -121,21 +267,41 @@ pub fn bind_socket(path: &Path, perms: SocketPerms) -> Result<UnixListener> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", path.display())),
     }
-    let listener =
-        UnixListener::bind(path).with_context(|| format!("cannot bind {}", path.display()))?;
-    let setup = || -> Result<()> {
+    bind_in_private(path, perms)
+}
+
+static BIND_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// Binds a socket at `path` with `perms` and no path-based change after it is in place: the
+/// socket is bound in a fresh private directory (mode 0700, ours) next to `path`, given its
+/// group and mode there, then renamed into position (issue 14 §1: nobody can swap the path
+/// for a symbolic link between `bind` and `chmod`).
+fn bind_in_private(path: &Path, perms: SocketPerms) -> Result<UnixListener> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let n = BIND_SEQ.fetch_add(1, Ordering::Relaxed);
+    let private = dir.join(format!(".bind-{}-{n}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private)
+        .with_context(|| format!("cannot create {}", private.display()))?;
+    let staged = private.join("s");
+    let result = (|| -> Result<UnixListener> {
+        let listener = UnixListener::bind(&staged)
+            .with_context(|| format!("cannot bind {}", path.display()))?;
         if let Some(g) = perms.group {
-            nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(g)))
+            nix::unistd::chown(&staged, None, Some(nix::unistd::Gid::from_raw(g)))
                 .with_context(|| format!("cannot give {} to group {g}", path.display()))?;
         }
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(perms.mode))
-            .with_context(|| format!("cannot set mode {:04o} on {}", perms.mode, path.display()))
-    };
-    if let Err(e) = setup() {
-        let _ = std::fs::remove_file(path);
-        return Err(e);
-    }
-    Ok(listener)
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(perms.mode))
+            .with_context(|| format!("cannot set mode {:04o} on {}", perms.mode, path.display()))?;
+        std::fs::rename(&staged, path)
+            .with_context(|| format!("cannot move the socket into {}", path.display()))?;
+        Ok(listener)
+    })();
+    let _ = std::fs::remove_file(&staged);
+    let _ = std::fs::remove_dir(&private);
+    result
 }
 
 /// The socket of server `name` under `dir`.

@@ -46,12 +46,71 @@ fn lock_is_exclusive() {
 }
 
 #[test]
-fn world_writable_socket_dir_is_refused() {
+fn socket_dir_writable_by_others_or_a_symlink_is_refused_with_exit_2() {
+    // Issue 14 §1: world-writable (sticky or not), group-writable, or a symbolic link.
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().join("run");
     std::fs::create_dir(&d).unwrap();
-    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
-    assert!(prepare_socket_dir(&d, SocketPerms::default()).is_err());
-    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    for mode in [0o777, 0o1777, 0o770] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).unwrap();
+        let e = prepare_socket_dir(&d, SocketPerms::default()).unwrap_err();
+        assert!(
+            e.downcast_ref::<SocketDirRefused>().is_some(),
+            "{mode:o}: {e:#}"
+        );
+        assert!(e.to_string().contains("writable"), "{e:#}");
+    }
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
     prepare_socket_dir(&d, SocketPerms::default()).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&d, &link).unwrap();
+    let e = prepare_socket_dir(&link, SocketPerms::default()).unwrap_err();
+    assert!(e.to_string().contains("symbolic link"), "{e:#}");
+}
+
+#[test]
+fn a_socket_dir_under_a_parent_others_can_write_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = dir.path().join("shared");
+    std::fs::create_dir(&parent).unwrap();
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = prepare_socket_dir(&parent.join("run"), SocketPerms::default()).unwrap_err();
+    assert!(e.to_string().contains("its parent"), "{e:#}");
+}
+
+#[test]
+fn a_preexisting_0700_socket_dir_gets_the_search_bits_group_sockets_need() {
+    // Issue 14 Why 5: what `RuntimeDirectoryMode=0700` creates made `socket_group` + 0660
+    // fail silently; the directory we own is adjusted instead.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("run");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let gid = nix::unistd::getegid().as_raw();
+    let perms = SocketPerms {
+        mode: 0o660,
+        group: Some(gid),
+    };
+    prepare_socket_dir(&d, perms).unwrap();
+    let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o710);
+}
+
+#[tokio::test]
+async fn sockets_are_bound_with_their_mode_and_nothing_is_left_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.sock");
+    let perms = SocketPerms {
+        mode: 0o640,
+        group: None,
+    };
+    let _l = bind_socket(&path, perms).unwrap();
+    let meta = std::fs::symlink_metadata(&path).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o640);
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["a.sock"], "the private bind directory is removed");
 }

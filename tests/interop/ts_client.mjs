@@ -14,8 +14,9 @@
 // held; on failure prints `{"step":..,"ok":false,"error":..}` and exits 1 (2 for usage errors).
 //
 // Scenarios:
-//   features   server-everything: tools/list; echo; trigger-sampling-request returns the text
-//              the sampling handler gave; trigger-elicitation-request returns the elicited name;
+//   features   server-everything: tools/list; echo; prompts (list, get simple-prompt);
+//              resources (list, read the first); trigger-sampling-request returns the text the
+//              sampling handler gave; trigger-elicitation-request returns the elicited name;
 //              trigger-long-running-operation sends progress.
 //   subscribe  server-everything: subscribe to a resource (2026: `subscriptions/listen`;
 //              handshake: `resources/subscribe`), start the server's simulated updates
@@ -172,6 +173,20 @@ const SCENARIOS = {
         await step('echo', async () => {
             const r = await client.callTool({ name: 'echo', arguments: { message: 'ts interop' } });
             check(text(r).includes('ts interop'), text(r));
+        });
+        await step('prompts', async () => {
+            const { prompts } = await client.listPrompts();
+            check(prompts.some((p) => p.name === 'simple-prompt'), JSON.stringify(prompts.map((p) => p.name)));
+            const r = await client.getPrompt({ name: 'simple-prompt' });
+            check(r.messages.length > 0, 'no messages');
+            return { count: prompts.length };
+        });
+        await step('resources', async () => {
+            const { resources } = await client.listResources();
+            check(resources.length > 0, 'no resources');
+            const r = await client.readResource({ uri: resources[0].uri });
+            check(r.contents.length > 0 && r.contents[0].uri === resources[0].uri, JSON.stringify(r).slice(0, 200));
+            return { count: resources.length };
         });
         await step('sampling', async () => {
             const r = await client.callTool({ name: 'trigger-sampling-request', arguments: { prompt: 'hi', maxTokens: 5 } });

@@ -69,8 +69,8 @@ fn everything_cmd(io: &Interop) -> Vec<String> {
     cmd
 }
 
-/// TypeScript v2 (`auto`, pinned 2026-07-28, legacy) and v1: tools, progress, sampling,
-/// elicitation and resource updates on server-everything through `attach`, as directly (K26
+/// TypeScript v2 (`auto`, pinned 2026-07-28, legacy) and v1: tools, prompts, resources (read,
+/// subscribe and updates), progress, sampling and elicitation on server-everything through `attach`, as directly (K26
 /// with the real TS SDK).
 #[test]
 fn interop_typescript_clients_get_every_feature_of_server_everything_through_attach() {
@@ -104,7 +104,13 @@ fn interop_typescript_clients_get_every_feature_of_server_everything_through_att
             &format!("TS {what} through attach"),
             &sup,
         );
-        for step in ["sampling", "elicitation", "progress"] {
+        for step in [
+            "prompts",
+            "resources",
+            "sampling",
+            "elicitation",
+            "progress",
+        ] {
             assert!(
                 stdout.contains(&format!("\"step\":\"{step}\",\"ok\":true")),
                 "{what}: {step} missing:\n{stdout}"

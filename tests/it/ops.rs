@@ -8,6 +8,7 @@ use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -975,4 +976,129 @@ fn a_server_can_run_as_another_user() {
         .and_then(|l| l.split(':').nth(5).map(str::to_string))
         .unwrap();
     assert_eq!(env(&mut c, 4, "HOME"), home);
+}
+
+// ----- socket_dir is ours or we refuse (issue 14 §1) -------------------------------------------
+
+/// Runs `mcp-supervisor run` on a config whose socket_dir is `socket_dir`; it must exit by
+/// itself within 10 s. Returns the exit code and stderr.
+fn run_until_exit(dir: &Path, socket_dir: &Path) -> (i32, String) {
+    let config = dir.join("supervisor.toml");
+    let servers = fake_server("fake", &[], "");
+    std::fs::write(
+        &config,
+        format!("[supervisor]\nsocket_dir = {socket_dir:?}\n\n{servers}"),
+    )
+    .unwrap();
+    let mut child = Command::new(SUPERVISOR)
+        .args(["run", "-c"])
+        .arg(&config)
+        .env("MCPSUP_TEST_ID", "socket-dir")
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut status = None;
+    wait_until(Duration::from_secs(10), || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the supervisor did not refuse {}", socket_dir.display());
+    }
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    (status.and_then(|s| s.code()).unwrap_or(-1), err)
+}
+
+#[test]
+fn a_socket_dir_owned_by_another_user_writable_by_others_or_a_symlink_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    // Group- and world-writable directories (any user can run this part).
+    for (name, mode) in [("group-writable", 0o770), ("sticky-world", 0o1777)] {
+        let d = dir.path().join(name);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).unwrap();
+        let (code, err) = run_until_exit(dir.path(), &d);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(
+            err.contains("writable") && err.contains("chmod"),
+            "{name}: {err}"
+        );
+    }
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let (code, err) = run_until_exit(dir.path(), &link);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    if !is_root() {
+        eprintln!("skipped the other-owner part: chown needs root");
+        return;
+    }
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let (code, err) = run_until_exit(dir.path(), &theirs);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("owned by uid 65534"), "{err}");
+}
+
+/// The swap attack of issue 14 Why 1, as a bounded loop: a helper process running as another
+/// user keeps trying to replace server sockets with symbolic links to a root-owned file while
+/// the supervisor binds 200 of them (200 servers, each socket bound once, twice over). The file
+/// outside socket_dir never changes, and the helper never gets anything into socket_dir.
+#[test]
+fn a_socket_swap_by_another_user_never_changes_a_file_outside_socket_dir() {
+    if !is_root() {
+        eprintln!("skipped: the attacker must be another user (needs root to start it)");
+        return;
+    }
+    let victim_dir = tempfile::tempdir().unwrap();
+    let victim = victim_dir.path().join("victim");
+    std::fs::write(&victim, "secret").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o640)).unwrap();
+    // No child processes: every command is missing, so each server is `failed` at once.
+    let servers: String = (0..200)
+        .map(|i| format!("[servers.s{i}]\ncommand = \"/nonexistent/mcp-swap-test\"\n"))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let script = format!(
+        "while :; do for i in $(seq 0 199); do ln -sf {v:?} {r:?}/s$i.sock 2>/dev/null && echo swapped; done; done",
+        v = victim,
+        r = run
+    );
+    let mut helper = Command::new("sh")
+        .args(["-c", &script])
+        .uid(65534)
+        .gid(65534)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let sup = start_in(dir, "", &servers, &[]);
+    drop(sup);
+    let _ = helper.kill();
+    let out = helper.wait_with_output().unwrap();
+    let meta = std::fs::symlink_metadata(&victim).unwrap();
+    assert_eq!(
+        meta.permissions().mode() & 0o7777,
+        0o640,
+        "the victim's mode changed"
+    );
+    assert_eq!(meta.uid(), 0, "the victim's owner changed");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret");
+    assert!(
+        out.stdout.is_empty(),
+        "the other user changed socket_dir: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
