@@ -527,6 +527,8 @@ impl Validator<'_> {
         if let Some(header) = here.strip_prefix('[') {
             let table = header.trim_end_matches(']').trim().to_string();
             return match quoted {
+                // An unknown table (`[server.a]`): the key is the unknown name itself.
+                Some(k) if table == k || table.starts_with(&format!("{k}.")) => k,
                 Some(k) => format!("{table}.{k}"),
                 None => table,
             };

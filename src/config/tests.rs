@@ -177,3 +177,31 @@ fn roots_are_uris_or_absolute_paths_and_client_roots_a_policy() {
         "{e}"
     );
 }
+
+#[test]
+fn config_gaps_of_issue_14_are_errors_with_line_and_key() {
+    let e = bad("[server.a]\ncommand = \"x\"\n");
+    assert_eq!((e.line, e.key.as_str()), (1, "server"), "{e}");
+    let e = bad("[servers.a]\ncommand = \"x\"\nprobe_timeout = \"0s\"\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (3, "servers.a.probe_timeout"),
+        "{e}"
+    );
+    let long = "x".repeat(110);
+    let e = bad(&format!(
+        "[supervisor]\nsocket_dir = \"/tmp/{long}\"\n[servers.a]\ncommand = \"x\"\n"
+    ));
+    assert_eq!(e.key, "servers.a", "{e}");
+    assert!(e.message.contains("over the 107"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("s.toml");
+    std::fs::write(&f, b"[servers.a]\ncommand = \"x\xff\"\n").unwrap();
+    let e = load(&f).unwrap_err();
+    assert_eq!(e.line, 2, "{e}");
+    assert!(e.message.contains("not UTF-8"), "{e}");
+    // With `user`, the child starts from a clean environment unless told otherwise.
+    let c = parse(Path::new("s.toml"), "[servers.a]\ncommand = \"x\"\nuser = \"root\"\n[servers.b]\ncommand = \"x\"\nuser = \"root\"\nclean_env = false\n").unwrap();
+    assert!(c.servers["a"].clean_env);
+    assert!(!c.servers["b"].clean_env);
+}
