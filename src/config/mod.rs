@@ -79,6 +79,12 @@ pub struct SupervisorConfig {
     pub allowed_uids: Vec<u32>,
     /// Peer primary gids allowed to connect (`SO_PEERCRED` reports the primary gid only).
     pub allowed_gids: Vec<u32>,
+    /// Peer uids allowed to use `control.sock` (the operators: status, logs, stop, start,
+    /// restart, reload) besides the supervisor's own uid and root. Default none (issue 14 §2:
+    /// a client is not an operator).
+    pub operator_uids: Vec<u32>,
+    /// Peer primary gids allowed to use `control.sock`. Default none.
+    pub operator_gids: Vec<u32>,
     /// `host:port` of an HTTP endpoint serving `GET /metrics` for Prometheus (issue 8).
     /// Default: none (metrics only through `mcp-supervisor metrics`). It has no authentication:
     /// keep it on loopback unless the network is trusted.
@@ -185,6 +191,11 @@ pub struct ServerConfig {
     pub roots: Vec<Value>,
     /// Whose roots the child sees: `"caller"` (default) or `"none"`; see [`ClientRoots`].
     pub client_roots: ClientRoots,
+    /// Peer uids allowed to connect to this server's socket, replacing `[supervisor]`'s
+    /// `allowed_uids` (the supervisor's uid and root always may). Default: `[supervisor]`'s.
+    pub allowed_uids: Option<Vec<u32>>,
+    /// Peer primary gids allowed to connect to this server, replacing `[supervisor]`'s.
+    pub allowed_gids: Option<Vec<u32>>,
     /// Run the child as this user (name or numeric uid); only when the supervisor runs as root.
     /// HOME, USER and LOGNAME are set for that user unless `env` sets them. Default: none.
     pub user: Option<String>,
@@ -263,6 +274,8 @@ struct RawSupervisor {
     socket_group: Option<Spanned<String>>,
     allowed_uids: Option<Vec<u32>>,
     allowed_gids: Option<Vec<u32>>,
+    operator_uids: Option<Vec<u32>>,
+    operator_gids: Option<Vec<u32>>,
     metrics_listen: Option<Spanned<String>>,
 }
 
@@ -321,6 +334,8 @@ struct RawServer {
     era_probe_timeout: Dur,
     roots: Option<Spanned<Vec<String>>>,
     client_roots: Option<Spanned<String>>,
+    allowed_uids: Option<Vec<u32>>,
+    allowed_gids: Option<Vec<u32>>,
     user: Option<Spanned<String>>,
     group: Option<Spanned<String>>,
 }
@@ -598,6 +613,8 @@ impl Validator<'_> {
             socket_group,
             allowed_uids: raw.allowed_uids.clone().unwrap_or_default(),
             allowed_gids: raw.allowed_gids.clone().unwrap_or_default(),
+            operator_uids: raw.operator_uids.clone().unwrap_or_default(),
+            operator_gids: raw.operator_gids.clone().unwrap_or_default(),
         })
     }
 
@@ -718,6 +735,8 @@ impl Validator<'_> {
             era_probe_timeout: dur!(era_probe_timeout, 10_000),
             roots: self.roots(name, s, d)?,
             client_roots: self.client_roots(name, s, d)?,
+            allowed_uids: s.allowed_uids.clone().or(d.allowed_uids.clone()),
+            allowed_gids: s.allowed_gids.clone().or(d.allowed_gids.clone()),
             user: self.identity(name, "user", s.user.as_ref().or(d.user.as_ref()), |u| {
                 resolve_user(u).map(|_| ())
             })?,

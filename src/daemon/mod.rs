@@ -23,7 +23,7 @@ use crate::control::server::{self as ctl, Entry, Registry, ReloadOutcome};
 use crate::control::{self, ErrorBody, ErrorKind, ReloadReport};
 use crate::logging::{MSG_REFUSED, MSG_RELOADED, MSG_RELOAD_FAILED};
 use crate::mux::server::{self, Command, ServerHandle};
-use crate::mux::session::{self, Peer};
+use crate::mux::session::{self, Access, Peer};
 use crate::systemd::{self, Notifier, Plumbing};
 use anyhow::{bail, Context, Result};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -44,8 +44,8 @@ use tracing::{debug, error, info, warn};
 mod sockets;
 use sockets::{accept_loop, control_loop, SessionParams, Shared};
 pub use sockets::{
-    bind_socket, lock_socket_dir, prepare_socket_dir, socket_path, Access, SocketDirRefused,
-    SocketPerms,
+    bind_socket, client_access, lock_socket_dir, operator_access, prepare_socket_dir,
+    server_access, socket_path, SocketDirRefused, SocketPerms,
 };
 
 /// At most this many reloads run per [`RELOAD_WINDOW`] (R3); more requests wait, coalesced.
@@ -283,13 +283,26 @@ impl Daemon {
                 }
             }
         }
-        {
-            let mut access = self
-                .shared
-                .access
-                .write()
-                .unwrap_or_else(|p| p.into_inner());
-            *access = Access::new(new_s);
+        let revised: HashMap<String, Access> = new
+            .servers
+            .iter()
+            .map(|(n, c)| (n.clone(), server_access(new_s, c)))
+            .collect();
+        *self
+            .shared
+            .clients
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = revised.clone();
+        *self
+            .shared
+            .operators
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = operator_access(new_s);
+        // Live sessions of peers no longer allowed end now (issue 14 §2).
+        for (name, access) in &revised {
+            if let Some(r) = self.servers.get(name) {
+                let _ = r.handle.commands.try_send(Command::Permit(access.clone()));
+            }
         }
         self.shared
             .max_clients
@@ -401,7 +414,14 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
         dir: dir.clone(),
         perms,
         shared: Arc::new(Shared {
-            access: RwLock::new(Access::new(&config.supervisor)),
+            clients: RwLock::new(
+                config
+                    .servers
+                    .iter()
+                    .map(|(n, c)| (n.clone(), server_access(&config.supervisor, c)))
+                    .collect(),
+            ),
+            operators: RwLock::new(operator_access(&config.supervisor)),
             max_clients: AtomicUsize::new(config.supervisor.max_clients),
         }),
         registry: Registry::default(),

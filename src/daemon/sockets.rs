@@ -309,39 +309,74 @@ pub fn socket_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.sock"))
 }
 
-/// Who may connect: our own uid, root, and the configured allow-lists (issue 7 §4, R20).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Access {
-    /// Our effective uid.
-    pub me: u32,
-    /// `allowed_uids`.
-    pub uids: Vec<u32>,
-    /// `allowed_gids` (matched against the peer's primary gid).
-    pub gids: Vec<u32>,
+/// The client access of `[supervisor]` (`allowed_uids`/`allowed_gids`).
+pub fn client_access(s: &SupervisorConfig) -> Access {
+    Access {
+        me: nix::unistd::geteuid().as_raw(),
+        uids: s.allowed_uids.clone(),
+        gids: s.allowed_gids.clone(),
+    }
 }
 
-impl Access {
-    /// From `[supervisor]`.
-    pub fn new(s: &SupervisorConfig) -> Access {
-        Access {
-            me: nix::unistd::geteuid().as_raw(),
-            uids: s.allowed_uids.clone(),
-            gids: s.allowed_gids.clone(),
-        }
+/// The operator access of `[supervisor]` (`operator_uids`/`operator_gids`): who may use
+/// `control.sock` (issue 14 §2). By default only the supervisor's own uid and root.
+pub fn operator_access(s: &SupervisorConfig) -> Access {
+    Access {
+        me: nix::unistd::geteuid().as_raw(),
+        uids: s.operator_uids.clone(),
+        gids: s.operator_gids.clone(),
     }
+}
 
-    /// Whether a peer with these credentials may connect.
-    pub fn permits(&self, uid: u32, gid: u32) -> bool {
-        uid == self.me || uid == 0 || self.uids.contains(&uid) || self.gids.contains(&gid)
+/// The client access of one server: its own `allowed_uids`/`allowed_gids` when it sets them
+/// (a server may be more private, or more open, than the default), else `[supervisor]`'s.
+pub fn server_access(s: &SupervisorConfig, cfg: &ServerConfig) -> Access {
+    let mut a = client_access(s);
+    if let Some(u) = &cfg.allowed_uids {
+        a.uids.clone_from(u);
     }
+    if let Some(g) = &cfg.allowed_gids {
+        a.gids.clone_from(g);
+    }
+    a
+}
+
+/// Which socket a connection came in on, for the access check.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Role<'a> {
+    /// `control.sock`: operators.
+    Control,
+    /// A server's socket: its clients.
+    Server(&'a str),
 }
 
 /// Settings the accept loops read at each accept, so a reload applies them to new
 /// connections.
 #[derive(Debug)]
 pub(super) struct Shared {
-    pub(super) access: RwLock<Access>,
+    /// Client access per server (each server's own lists, or `[supervisor]`'s).
+    pub(super) clients: RwLock<HashMap<String, Access>>,
+    /// Operator access (`control.sock`).
+    pub(super) operators: RwLock<Access>,
     pub(super) max_clients: AtomicUsize,
+}
+
+impl Shared {
+    fn permits(&self, role: Role<'_>, uid: u32, gid: u32) -> bool {
+        match role {
+            Role::Control => self
+                .operators
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .permits(uid, gid),
+            Role::Server(name) => self
+                .clients
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(name)
+                .is_some_and(|a| a.permits(uid, gid)),
+        }
+    }
 }
 
 /// What a new session of a server needs: `(client_queue, max_message_size)`.
@@ -352,9 +387,13 @@ pub(super) type SessionParams = (usize, usize);
 pub(super) async fn accept_checked(
     listener: &UnixListener,
     shared: &Shared,
-    socket: &str,
+    role: Role<'_>,
     stop: &CancellationToken,
 ) -> Option<(UnixStream, Peer)> {
+    let socket = match role {
+        Role::Control => control::SOCKET_NAME,
+        Role::Server(name) => name,
+    };
     loop {
         let stream = tokio::select! {
             r = listener.accept() => match r {
@@ -375,11 +414,7 @@ pub(super) async fn accept_checked(
                 continue;
             }
         };
-        let allowed = shared
-            .access
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .permits(cred.uid(), cred.gid());
+        let allowed = shared.permits(role, cred.uid(), cred.gid());
         if !allowed {
             let pid = cred
                 .pid()
@@ -391,8 +426,12 @@ pub(super) async fn accept_checked(
                 peer_uid = cred.uid(),
                 peer_gid = cred.gid(),
                 peer_pid = cred.pid(),
-                "refused a connection from uid {} (pid {pid}): not our uid, not root, not in allowed_uids/allowed_gids",
-                cred.uid()
+                "refused a connection from uid {} (pid {pid}): not our uid, not root, not in {}",
+                cred.uid(),
+                match role {
+                    Role::Control => "operator_uids/operator_gids",
+                    Role::Server(_) => "allowed_uids/allowed_gids",
+                }
             );
             continue;
         }
@@ -400,6 +439,7 @@ pub(super) async fn accept_checked(
             stream,
             Peer {
                 uid: cred.uid(),
+                gid: cred.gid(),
                 pid: cred.pid(),
             },
         ));
@@ -418,7 +458,9 @@ pub(super) async fn accept_loop(
     tracker: TaskTracker,
 ) {
     let live = Arc::new(AtomicUsize::new(0));
-    while let Some((stream, peer)) = accept_checked(&listener, &shared, &name, &stop).await {
+    while let Some((stream, peer)) =
+        accept_checked(&listener, &shared, Role::Server(&name), &stop).await
+    {
         let max_clients = shared.max_clients.load(Ordering::Relaxed);
         if live.load(Ordering::Relaxed) >= max_clients {
             warn!(server = %name, max_clients, "refused a connection: max_clients reached");
@@ -444,8 +486,7 @@ pub(super) async fn control_loop(
     connections: CancellationToken,
     tracker: TaskTracker,
 ) {
-    while let Some((stream, peer)) =
-        accept_checked(&listener, &shared, control::SOCKET_NAME, &stop).await
+    while let Some((stream, peer)) = accept_checked(&listener, &shared, Role::Control, &stop).await
     {
         debug!(
             peer_uid = peer.uid,

@@ -44,8 +44,30 @@ impl std::fmt::Display for ClientId {
 pub struct Peer {
     /// Peer user id.
     pub uid: u32,
+    /// Peer primary group id (`SO_PEERCRED` reports no supplementary groups).
+    pub gid: u32,
     /// Peer process id, when known.
     pub pid: Option<i32>,
+}
+
+/// Who may connect (issue 7 §4, R20; issue 14 §2): the supervisor's own uid, root, and the
+/// configured uids and primary gids. The same rule for clients (`allowed_*`, per server or from
+/// `[supervisor]`) and for operators (`operator_*`, the control socket).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Access {
+    /// The supervisor's effective uid.
+    pub me: u32,
+    /// Allowed uids besides `me` and root.
+    pub uids: Vec<u32>,
+    /// Allowed primary gids.
+    pub gids: Vec<u32>,
+}
+
+impl Access {
+    /// Whether a peer with these credentials may connect.
+    pub fn permits(&self, uid: u32, gid: u32) -> bool {
+        uid == self.me || uid == 0 || self.uids.contains(&uid) || self.gids.contains(&gid)
+    }
 }
 
 /// Bytes queued toward one client beyond which it is disconnected as too slow (R17), unless

@@ -888,6 +888,59 @@ fn another_uid_is_refused_and_logged() {
         stdout.contains("\"serverInfo\""),
         "allowed peer got {stdout:?}"
     );
+    // A client is not an operator (issue 14 §2): control.sock still refuses it...
+    let (code, _, stderr) = as_nobody(&["status", "-c", &config], "");
+    assert_eq!(code, 1, "a client used control.sock: {stderr}");
+    // ...until operator_uids names it.
+    rewrite(
+        &sup,
+        "socket_mode = \"0666\"\nallowed_uids = [65534]\noperator_uids = [65534]",
+        &fake_server("fake", &[], ""),
+    );
+    std::fs::set_permissions(&sup.config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert_eq!(cli(&sup, &["reload"]).code, 0);
+    let (code, stdout, stderr) = as_nobody(&["status", "-c", &config], "");
+    assert_eq!(code, 0, "an operator was refused: {stderr}");
+    assert!(stdout.contains("fake"), "{stdout}");
+    // A reload that removes the uid ends its live session, with a log line.
+    let mut live = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            SUPERVISOR,
+        ])
+        .args(["attach", "fake", "--socket", socket.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = live.stdin.take().unwrap();
+    stdin.write_all(format!("{init}\n").as_bytes()).unwrap();
+    let mut out = std::io::BufReader::new(live.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut out, &mut first).unwrap();
+    assert!(first.contains("serverInfo"), "{first}");
+    rewrite(
+        &sup,
+        "socket_mode = \"0666\"",
+        &fake_server("fake", &[], ""),
+    );
+    assert_eq!(cli(&sup, &["reload"]).code, 0);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(
+        rest.contains("access revoked"),
+        "the session was not told: {rest:?}"
+    );
+    drop(stdin);
+    let _ = live.wait();
+    assert!(
+        sup.wait_log("no longer allowed after a reload", Duration::from_secs(5)),
+        "{}",
+        sup.log()
+    );
 }
 
 #[test]

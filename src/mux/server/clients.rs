@@ -532,6 +532,36 @@ impl Server {
         self.sync_log_level();
     }
 
+    /// Ends the sessions of clients `access` no longer permits (a reload removed their uid or
+    /// gid): an error line saying so, then the connection closes; their requests are
+    /// cancelled like any departure.
+    pub(super) fn revoke_unpermitted(&mut self, access: &crate::mux::session::Access) {
+        let gone: Vec<(ClientId, Peer)> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| !access.permits(c.peer.uid, c.peer.gid))
+            .map(|(id, c)| (*id, c.peer))
+            .collect();
+        for (id, peer) in gone {
+            warn!(client = %id, peer_uid = peer.uid, peer_gid = peer.gid, peer_pid = peer.pid,
+                "ending the session of uid {}: no longer allowed after a reload", peer.uid);
+            if let Some(c) = self.clients.get(&id) {
+                let msg = format!(
+                    "server `{}`: access revoked by a configuration reload",
+                    self.cfg.name
+                );
+                c.tx.deliver(message::error_response(
+                    &message::raw_null(),
+                    code::SERVER_UNAVAILABLE,
+                    &msg,
+                    None,
+                ));
+                c.tx.close_after_drain();
+            }
+            self.drop_client(id);
+        }
+    }
+
     /// Answers the child's requests routed to `client` with an error.
     pub(super) fn fail_upstream_of(&mut self, client: ClientId, why: &str) {
         let mine: Vec<(ClientId, u64)> = self

@@ -167,6 +167,9 @@ pub enum Command {
     Reconfigure(Box<ServerConfig>, oneshot::Sender<()>),
     /// Reply with a status snapshot.
     Status(oneshot::Sender<Status>),
+    /// Who may be a client now (a reload changed the allow-lists): connected clients this
+    /// no longer permits are told and disconnected (issue 14 §2).
+    Permit(crate::mux::session::Access),
 }
 
 /// A cheap handle to a running server actor.
@@ -708,6 +711,7 @@ impl Server {
                 Command::Status(reply) => {
                     let _ = reply.send(self.status());
                 }
+                Command::Permit(access) => self.revoke_unpermitted(&access),
             },
         }
     }

@@ -190,7 +190,11 @@ impl Sim {
         self.input(Input::Session(SessionEvent::Connected(
             id,
             tx,
-            Peer { uid: 0, pid: None },
+            Peer {
+                uid: 0,
+                gid: 0,
+                pid: None,
+            },
         )));
         id
     }
