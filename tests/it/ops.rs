@@ -997,9 +997,15 @@ fn a_server_can_run_as_another_user() {
         return;
     }
     let servers = fake_server("fake", &[], "user = \"nobody\"");
-    let sup = start_with("", &servers, &[]);
+    // Root's secrets in the supervisor's environment must not reach the user's child.
+    let sup = start_with("", &servers, &[("ROOT_ONLY_TOKEN", "s3cret")]);
     let mut c = sup.client("fake");
     let pid = child_pid(&mut c, 1);
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&environ).contains("ROOT_ONLY_TOKEN"),
+        "root's environment reached the child of user nobody"
+    );
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let field = |name: &str| {
         status
