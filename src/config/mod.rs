@@ -168,6 +168,9 @@ pub struct ServerConfig {
     pub queue_wait: Duration,
     /// Requests in flight to the child at once (R24). Default 256.
     pub max_inflight: usize,
+    /// Requests one client may have in flight to the child at once, so one client cannot take
+    /// all of `max_inflight` (issue 14 §3). Default three quarters of `max_inflight`.
+    pub client_max_inflight: usize,
     /// Messages queued toward one client before it is disconnected as too slow (R17). Default 1024.
     pub client_queue: usize,
     /// Client capabilities the supervisor declares to the child in `initialize`.
@@ -327,6 +330,7 @@ struct RawServer {
     max_subscriptions: Option<Spanned<usize>>,
     queue_wait: Dur,
     max_inflight: Option<Spanned<usize>>,
+    client_max_inflight: Option<Spanned<usize>>,
     client_queue: Option<Spanned<usize>>,
     client_capabilities: Option<toml::Table>,
     mark_unavailable: Option<bool>,
@@ -728,6 +732,7 @@ impl Validator<'_> {
             max_subscriptions: positive!(max_subscriptions, 256),
             queue_wait: dur!(queue_wait, 5_000),
             max_inflight: positive!(max_inflight, 256),
+            client_max_inflight: 0,
             client_queue: positive!(client_queue, 1024),
             client_capabilities: client_capabilities(s, d),
             mark_unavailable: s.mark_unavailable.or(d.mark_unavailable).unwrap_or(true),
@@ -744,6 +749,9 @@ impl Validator<'_> {
                 resolve_group(g).map(|_| ())
             })?,
         };
+        let mut cfg = cfg;
+        let share = (cfg.max_inflight * 3 / 4).max(1);
+        cfg.client_max_inflight = positive!(client_max_inflight, share).min(cfg.max_inflight);
         if cfg.backoff_max < cfg.backoff_initial {
             let at = s
                 .backoff_max

@@ -158,10 +158,9 @@ impl<T> Inflight<T> {
 
     /// Requests `client` has in flight.
     pub fn count_for(&self, client: ClientId) -> usize {
-        self.slots
-            .values()
-            .filter(|s| s.client.as_ref().is_some_and(|(c, _)| *c == client))
-            .count()
+        // The owner index holds exactly the requests a client owns (one per id key; a
+        // duplicate id never reaches the table, K23).
+        self.by_client.get(&client).map_or(0, HashMap::len)
     }
 
     /// The earliest deadline.

@@ -21,6 +21,22 @@ impl Server {
                 Outcome::Denied,
             );
         }
+        let mine = self.inflight.count_for(client);
+        if mine >= self.cfg.client_max_inflight {
+            // One client may not take all of `max_inflight` (issue 14 §3).
+            let msg = format!(
+                "this client has {mine} requests in flight to server `{}` (client_max_inflight); try again shortly",
+                self.cfg.name
+            );
+            return self.respond_error(
+                client,
+                &id,
+                code::LIMIT_EXCEEDED,
+                &msg,
+                None,
+                Outcome::Denied,
+            );
+        }
         let child_id = self.inflight.allocate();
         let (params, progress) = match m.params.as_deref() {
             Some(p) => match message::swap_progress_token(p, raw_u64(child_id)) {

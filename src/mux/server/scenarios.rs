@@ -696,3 +696,28 @@ fn case_k26_a_malformed_reply_to_a_parked_request_is_the_retrys_answer() {
     assert_eq!(r["error"]["code"], -32603, "{r}");
     assert_eq!(sim.server.ledger.len(), 0);
 }
+
+#[test]
+fn one_client_cannot_take_all_of_max_inflight() {
+    // Issue 14 §3: with max_inflight = 4 a client may hold 3 (three quarters); the fourth
+    // gets -32002 while another client is still served.
+    let toml = format!("{BASE}max_inflight = 4\n");
+    let mut sim = Sim::with_config(&toml, 17);
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    let (a, b) = (sim.connect(), sim.connect());
+    for i in 0..4 {
+        sim.send(a, &call(a, i));
+    }
+    let refused = responses(&sim, a);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["error"]["code"], -32002, "{refused:?}");
+    assert!(refused[0]["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("client_max_inflight"));
+    sim.send(b, &call(b, 1));
+    assert!(responses(&sim, b).is_empty(), "B was refused");
+    answer_all(&mut sim);
+    assert_eq!(responses(&sim, b).len(), 1);
+}

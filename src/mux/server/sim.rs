@@ -604,6 +604,10 @@ impl Sim {
                 s.subs.direct_count(*id) <= s.cfg.max_subscriptions,
                 "subscriptions"
             );
+            assert!(
+                s.inflight.count_for(*id) <= s.cfg.client_max_inflight,
+                "one client over client_max_inflight"
+            );
         }
     }
 
