@@ -81,3 +81,63 @@ pub fn init() {
         )
         .init();
 }
+
+/// A log line budget (issue 14 §3: logs are a resource too): at most `burst` lines per
+/// `window`; lines beyond it are counted, and the next line allowed says how many were
+/// suppressed. Sans-IO: the caller gives the time.
+#[derive(Debug)]
+pub struct LogBudget {
+    burst: u32,
+    window: std::time::Duration,
+    started: Option<std::time::Instant>,
+    used: u32,
+    suppressed: u64,
+}
+
+impl LogBudget {
+    /// `burst` lines per `window`.
+    pub const fn new(burst: u32, window: std::time::Duration) -> Self {
+        LogBudget {
+            burst,
+            window,
+            started: None,
+            used: 0,
+            suppressed: 0,
+        }
+    }
+
+    /// Whether a line may be written at `now`: `Some(n)` with the number of lines suppressed
+    /// since the last one written (log it with the line), `None` when over budget (counted).
+    pub fn allow(&mut self, now: std::time::Instant) -> Option<u64> {
+        let fresh = self
+            .started
+            .is_none_or(|t| now.saturating_duration_since(t) >= self.window);
+        if fresh {
+            self.started = Some(now);
+            self.used = 0;
+        }
+        if self.used >= self.burst {
+            self.suppressed += 1;
+            return None;
+        }
+        self.used += 1;
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn lines_over_the_budget_are_counted_and_reported_with_the_next_one() {
+        let mut b = LogBudget::new(2, Duration::from_secs(10));
+        let t = Instant::now();
+        assert_eq!(b.allow(t), Some(0));
+        assert_eq!(b.allow(t), Some(0));
+        assert_eq!(b.allow(t), None);
+        assert_eq!(b.allow(t + Duration::from_secs(1)), None);
+        assert_eq!(b.allow(t + Duration::from_secs(10)), Some(2));
+    }
+}

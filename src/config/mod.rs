@@ -173,6 +173,9 @@ pub struct ServerConfig {
     pub client_max_inflight: usize,
     /// Messages queued toward one client before it is disconnected as too slow (R17). Default 1024.
     pub client_queue: usize,
+    /// How long a client may stay silent in the middle of a line before it gets an error and
+    /// is disconnected (issue 14 §3, slowloris). Every byte restarts it. Default 30 s.
+    pub client_stall_timeout: Duration,
     /// Client capabilities the supervisor declares to the child in `initialize`.
     /// Default `{"roots":{},"sampling":{},"elicitation":{}}`: the child's requests of these kinds
     /// are routed to a client that declared them, or answered with an error (issue 3 §5).
@@ -332,6 +335,7 @@ struct RawServer {
     max_inflight: Option<Spanned<usize>>,
     client_max_inflight: Option<Spanned<usize>>,
     client_queue: Option<Spanned<usize>>,
+    client_stall_timeout: Dur,
     client_capabilities: Option<toml::Table>,
     mark_unavailable: Option<bool>,
     protocol: Option<Spanned<String>>,
@@ -734,6 +738,7 @@ impl Validator<'_> {
             max_inflight: positive!(max_inflight, 256),
             client_max_inflight: 0,
             client_queue: positive!(client_queue, 1024),
+            client_stall_timeout: dur!(client_stall_timeout, 30_000),
             client_capabilities: client_capabilities(s, d),
             mark_unavailable: s.mark_unavailable.or(d.mark_unavailable).unwrap_or(true),
             protocol: self.protocol(name, s, d)?,

@@ -149,7 +149,7 @@ impl Daemon {
     fn start_server(&mut self, cfg: ServerConfig, listener: UnixListener, activated: bool) {
         let name = cfg.name.clone();
         let path = socket_path(&self.dir, &name);
-        let (params, params_rx) = watch::channel((cfg.client_queue, cfg.max_message_size));
+        let (params, params_rx) = watch::channel(session_limits(&cfg));
         let entry_cfg = Arc::new(cfg.clone());
         let (handle, task) = server::start(cfg);
         let accept = self.accepting.child_token();
@@ -333,7 +333,7 @@ impl Daemon {
         let Some(r) = self.servers.get(name) else {
             return;
         };
-        let _ = r.params.send((cfg.client_queue, cfg.max_message_size));
+        let _ = r.params.send(session_limits(&cfg));
         self.registry.insert(
             name,
             Entry {
@@ -354,6 +354,15 @@ impl Daemon {
         } else {
             warn!(server = %name, "the server did not take its new configuration in time");
         }
+    }
+}
+
+/// A server's per-connection limits.
+fn session_limits(cfg: &ServerConfig) -> session::SessionLimits {
+    session::SessionLimits {
+        queue: cfg.client_queue,
+        max_message: cfg.max_message_size,
+        stall: cfg.client_stall_timeout,
     }
 }
 
@@ -422,6 +431,10 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
                     .collect(),
             ),
             operators: RwLock::new(operator_access(&config.supervisor)),
+            refused_log: std::sync::Mutex::new(crate::logging::LogBudget::new(
+                20,
+                Duration::from_secs(10),
+            )),
             max_clients: AtomicUsize::new(config.supervisor.max_clients),
         }),
         registry: Registry::default(),

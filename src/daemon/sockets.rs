@@ -354,6 +354,8 @@ pub(super) enum Role<'a> {
 /// connections.
 #[derive(Debug)]
 pub(super) struct Shared {
+    /// Log lines for refused connections: 20 per 10 s, the rest counted (issue 14 §3).
+    pub(super) refused_log: std::sync::Mutex<crate::logging::LogBudget>,
     /// Client access per server (each server's own lists, or `[supervisor]`'s).
     pub(super) clients: RwLock<HashMap<String, Access>>,
     /// Operator access (`control.sock`).
@@ -379,8 +381,8 @@ impl Shared {
     }
 }
 
-/// What a new session of a server needs: `(client_queue, max_message_size)`.
-pub(super) type SessionParams = (usize, usize);
+/// What a new session of a server needs (from its configuration, updated by reloads).
+pub(super) type SessionParams = session::SessionLimits;
 
 /// Accepts the next connection that passes the `SO_PEERCRED` check; refused ones are logged
 /// (uid, gid, pid) and closed. `None` when `stop` fires.
@@ -416,6 +418,12 @@ pub(super) async fn accept_checked(
         };
         let allowed = shared.permits(role, cred.uid(), cred.gid());
         if !allowed {
+            let budget = shared
+                .refused_log
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .allow(Instant::now());
+            let Some(suppressed) = budget else { continue };
             let pid = cred
                 .pid()
                 .map(|p| p.to_string())
@@ -426,6 +434,7 @@ pub(super) async fn accept_checked(
                 peer_uid = cred.uid(),
                 peer_gid = cred.gid(),
                 peer_pid = cred.pid(),
+                suppressed,
                 "refused a connection from uid {} (pid {pid}): not our uid, not root, not in {}",
                 cred.uid(),
                 match role {
@@ -463,16 +472,23 @@ pub(super) async fn accept_loop(
     {
         let max_clients = shared.max_clients.load(Ordering::Relaxed);
         if live.load(Ordering::Relaxed) >= max_clients {
-            warn!(server = %name, max_clients, "refused a connection: max_clients reached");
+            let budget = shared
+                .refused_log
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .allow(Instant::now());
+            if let Some(suppressed) = budget {
+                warn!(server = %name, max_clients, suppressed, "refused a connection: max_clients reached");
+            }
             continue;
         }
-        let (queue, max_message) = *params.borrow();
+        let limits = *params.borrow();
         let events = server.sessions.clone();
         let token = connections.clone();
         let live = live.clone();
         live.fetch_add(1, Ordering::Relaxed);
         tracker.spawn(async move {
-            session::run(stream, peer, events, queue, max_message, token).await;
+            session::run(stream, peer, events, limits, token).await;
             live.fetch_sub(1, Ordering::Relaxed);
         });
     }

@@ -129,6 +129,12 @@ impl LineDecoder {
         &mut self.buf
     }
 
+    /// Whether part of a line has arrived and its end has not (bytes buffered, or an oversized
+    /// line being discarded): what the stall timeout watches (issue 14 §3).
+    pub fn mid_line(&self) -> bool {
+        !self.buf.is_empty() || self.discarding.is_some()
+    }
+
     /// Gives a grown buffer back once it holds nothing: after a huge line the buffer keeps the
     /// capacity it grew to (and, once the line is dropped, the whole allocation), so an idle
     /// decoder whose capacity exceeds `limit` bytes gets a fresh, empty one. Call it after

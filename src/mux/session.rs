@@ -171,15 +171,32 @@ pub enum SessionEvent {
     Disconnected(ClientId),
 }
 
+/// What one connection may use (from the server's configuration at accept time).
+#[derive(Debug, Clone, Copy)]
+pub struct SessionLimits {
+    /// `client_queue`: messages queued toward the client.
+    pub queue: usize,
+    /// `max_message_size`: the longest line.
+    pub max_message: usize,
+    /// `client_stall_timeout`: how long the client may stay silent in the middle of a line
+    /// before it is told and closed (issue 14 §3: 300 connections each holding half a line
+    /// filled `max_clients`). A slow but moving upload is never cut: every byte restarts it.
+    pub stall: std::time::Duration,
+}
+
 /// Runs one connection until it closes. `events` is the server actor's inbox.
 pub async fn run(
     stream: UnixStream,
     peer: Peer,
     events: mpsc::Sender<SessionEvent>,
-    queue: usize,
-    max_message: usize,
+    limits: SessionLimits,
     shutdown: CancellationToken,
 ) {
+    let SessionLimits {
+        queue,
+        max_message,
+        stall,
+    } = limits;
     let id = ClientId::next();
     let (out_tx, out_rx) = mpsc::channel::<Bytes>(queue);
     let kick = shutdown.child_token();
@@ -210,8 +227,10 @@ pub async fn run(
     let mut dec = LineDecoder::new(max_message);
     let mut clean_eof = false;
     'read: loop {
+        let dec_mid_line = dec.mid_line();
         let buf = dec.buffer_mut();
         buf.reserve(16 * 1024);
+        let mid_line = !buf.is_empty() || dec_mid_line;
         let eof = tokio::select! {
             r = rd.read_buf(buf) => match r {
                 Ok(0) => { clean_eof = true; true }
@@ -219,6 +238,19 @@ pub async fn run(
                 Err(_) => true,
             },
             _ = kick.cancelled() => break 'read,
+            // Half a line and then silence (slowloris): the client is told and closed, so it
+            // cannot hold a connection slot and a line buffer forever (issue 14 §3).
+            _ = tokio::time::sleep(stall), if mid_line => {
+                warn!(client = %id, timeout_s = stall.as_secs_f64(),
+                    "client stalled in the middle of a line; disconnecting it");
+                let why = format!(
+                    "no byte for {:.0} s in the middle of a line; closing the connection",
+                    stall.as_secs_f64()
+                );
+                tx.deliver(message::error_response(&message::raw_null(), code::INVALID_REQUEST, &why, None));
+                tx.close_after_drain();
+                break 'read;
+            }
         };
         let link = Link {
             tx: &tx,
@@ -504,12 +536,16 @@ mod tests {
         let (client, server) = UnixStream::pair().unwrap();
         let (events, mut inbox) = mpsc::channel(16);
         let shutdown = CancellationToken::new();
+        let limits = SessionLimits {
+            queue: 16,
+            max_message: 64,
+            stall: std::time::Duration::from_secs(30),
+        };
         let session = tokio::spawn(run(
             server,
             Peer::default(),
             events,
-            16,
-            64,
+            limits,
             shutdown.clone(),
         ));
         assert!(matches!(

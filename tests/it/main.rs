@@ -7,6 +7,7 @@ mod basics;
 mod core;
 mod eras;
 mod health;
+mod hostile;
 mod interop;
 mod interop_matrix;
 mod lifecycle;

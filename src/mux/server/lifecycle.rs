@@ -546,8 +546,11 @@ impl Server {
                     .get(&id)
                     .map(|c| (Some(c.peer.uid), c.peer.pid))
                     .unwrap_or((None, None));
-                info!(target: "mcp_supervisor::requests", client = %id, peer_uid = uid, peer_pid = pid,
-                    outcome = Outcome::Invalid.as_str(), error_code = code, "request finished");
+                // Garbage costs a metric always, a log line only within the budget.
+                if let Some(suppressed) = self.invalid_log.allow(self.now) {
+                    info!(target: "mcp_supervisor::requests", client = %id, peer_uid = uid, peer_pid = pid,
+                        outcome = Outcome::Invalid.as_str(), error_code = code, suppressed, "request finished");
+                }
                 self.metrics.request("", Outcome::Invalid, Some(code), 0.0);
             }
             SessionEvent::InputClosed(id) => {

@@ -513,6 +513,8 @@ struct Server {
     next_round: u64,
     // Health.
     health: Health,
+    /// Request-log lines for invalid client input: 20 per 10 s, the rest counted.
+    invalid_log: crate::logging::LogBudget,
 }
 
 impl Server {
@@ -576,6 +578,7 @@ impl Server {
             rounds: BTreeMap::new(),
             parked: BTreeMap::new(),
             next_ask: 0,
+            invalid_log: crate::logging::LogBudget::new(20, Duration::from_secs(10)),
             next_round: 1,
             upstream: BTreeMap::new(),
             health,

@@ -1,0 +1,103 @@
+//! Hostile clients (issue 14 §3, §7): each attack bounded in count and time, on the real
+//! binary, with a well-behaved client measuring that it is still served and the supervisor's
+//! RSS read from `/proc`.
+
+use crate::harness::*;
+use serde_json::json;
+use std::io::Read;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+/// The supervisor's resident set, in KiB.
+fn rss_kib(sup: &Supervisor) -> u64 {
+    std::fs::read_to_string(format!("/proc/{}/status", sup.pid()))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// 40 round trips, each on a fresh connection (the way `attach` is used per session); returns
+/// how many completed.
+fn round_trips(sup: &Supervisor, n: usize) -> usize {
+    (0..n)
+        .filter(|i| {
+            let mut c = Client::connect(&sup.socket("fake"));
+            let r = c.call(json!(i), "echo", json!({"text": format!("rt{i}")}));
+            Client::text(&r) == format!("rt{i}")
+        })
+        .count()
+}
+
+/// 300 connections each holding half a line (more than `max_clients`): they are told and
+/// closed after `client_stall_timeout`, their slots come back, and a well-behaved client
+/// completes every round trip; RSS stays bounded.
+#[test]
+fn stalled_half_lines_are_closed_and_a_good_client_is_served() {
+    let sup = Supervisor::start(&fake_server("fake", &[], "client_stall_timeout = \"1s\""));
+    let before = rss_kib(&sup);
+    let mut stalled: Vec<UnixStream> = (0..300)
+        .filter_map(|_| {
+            let mut s = UnixStream::connect(sup.socket("fake")).ok()?;
+            std::io::Write::write_all(&mut s, b"{\"jsonrpc\":\"2.0\",\"id\":1,\"meth").ok()?;
+            Some(s)
+        })
+        .collect();
+    assert!(
+        sup.wait_log_count(
+            "stalled in the middle of a line",
+            200,
+            Duration::from_secs(15)
+        ),
+        "{}",
+        sup.log()
+    );
+    // Each accepted stalled client was told why before it was closed.
+    let mut told = 0;
+    for s in &mut stalled {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = String::new();
+        let _ = s.read_to_string(&mut buf);
+        if buf.contains("in the middle of a line") {
+            told += 1;
+        }
+    }
+    assert!(told >= 200, "only {told} stalled clients were told");
+    assert_eq!(round_trips(&sup, 40), 40);
+    let after = rss_kib(&sup);
+    assert!(
+        after < before + 64 * 1024,
+        "RSS grew from {before} KiB to {after} KiB"
+    );
+}
+
+/// A client that writes garbage and never reads is disconnected once its queue of error
+/// lines is full (the `client_queue` rule holds for parse errors too), the request log does
+/// not get a line per garbage line, and a good client is served meanwhile.
+#[test]
+fn a_garbage_writer_that_never_reads_is_disconnected_and_logs_stay_bounded() {
+    let sup = Supervisor::start(&fake_server("fake", &[], "client_queue = 64"));
+    let mut bad = UnixStream::connect(sup.socket("fake")).unwrap();
+    bad.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    let garbage = b"not json at all\n".repeat(64);
+    let mut written = 0;
+    for _ in 0..4000 {
+        if std::io::Write::write_all(&mut bad, &garbage).is_err() {
+            break;
+        }
+        written += 1;
+    }
+    assert!(
+        sup.wait_log("not reading its messages", Duration::from_secs(20)),
+        "the garbage writer was never disconnected (wrote {written} batches)\n{}",
+        sup.log()
+    );
+    assert_eq!(round_trips(&sup, 10), 10);
+    let logged = sup
+        .log()
+        .lines()
+        .filter(|l| l.contains("outcome=\"invalid\"") || l.contains("outcome=invalid"))
+        .count();
+    assert!(logged <= 100, "{logged} request-log lines for garbage");
+}
