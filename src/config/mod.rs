@@ -79,6 +79,9 @@ pub struct SupervisorConfig {
     pub allowed_uids: Vec<u32>,
     /// Peer primary gids allowed to connect (`SO_PEERCRED` reports the primary gid only).
     pub allowed_gids: Vec<u32>,
+    /// Bytes every client's unfinished input may hold together, beyond which the large holders
+    /// are disconnected with an error (issue 14 §3). Default 256 MiB; read at start.
+    pub client_memory: usize,
     /// Peer uids allowed to use `control.sock` (the operators: status, logs, stop, start,
     /// restart, reload) besides the supervisor's own uid and root. Default none (issue 14 §2:
     /// a client is not an operator).
@@ -282,6 +285,7 @@ struct RawSupervisor {
     allowed_gids: Option<Vec<u32>>,
     operator_uids: Option<Vec<u32>>,
     operator_gids: Option<Vec<u32>>,
+    client_memory: Option<usize>,
     metrics_listen: Option<Spanned<String>>,
 }
 
@@ -622,6 +626,7 @@ impl Validator<'_> {
             allowed_uids: raw.allowed_uids.clone().unwrap_or_default(),
             allowed_gids: raw.allowed_gids.clone().unwrap_or_default(),
             operator_uids: raw.operator_uids.clone().unwrap_or_default(),
+            client_memory: raw.client_memory.unwrap_or(256 << 20),
             operator_gids: raw.operator_gids.clone().unwrap_or_default(),
         })
     }

@@ -107,6 +107,8 @@ struct Running {
 struct Daemon {
     config: Config,
     dir: PathBuf,
+    /// What every client's unfinished input may hold together (`client_memory`).
+    memory: Arc<session::MemoryBudget>,
     perms: SocketPerms,
     shared: Arc<Shared>,
     registry: Registry,
@@ -149,7 +151,7 @@ impl Daemon {
     fn start_server(&mut self, cfg: ServerConfig, listener: UnixListener, activated: bool) {
         let name = cfg.name.clone();
         let path = socket_path(&self.dir, &name);
-        let (params, params_rx) = watch::channel(session_limits(&cfg));
+        let (params, params_rx) = watch::channel(session_limits(&cfg, &self.memory));
         let entry_cfg = Arc::new(cfg.clone());
         let (handle, task) = server::start(cfg);
         let accept = self.accepting.child_token();
@@ -333,7 +335,7 @@ impl Daemon {
         let Some(r) = self.servers.get(name) else {
             return;
         };
-        let _ = r.params.send(session_limits(&cfg));
+        let _ = r.params.send(session_limits(&cfg, &self.memory));
         self.registry.insert(
             name,
             Entry {
@@ -357,11 +359,15 @@ impl Daemon {
     }
 }
 
-/// A server's per-connection limits.
-fn session_limits(cfg: &ServerConfig) -> session::SessionLimits {
+/// A server's per-connection limits, with the daemon-wide client memory budget.
+fn session_limits(
+    cfg: &ServerConfig,
+    memory: &Arc<session::MemoryBudget>,
+) -> session::SessionLimits {
     session::SessionLimits {
         queue: cfg.client_queue,
         max_message: cfg.max_message_size,
+        memory: memory.clone(),
         stall: cfg.client_stall_timeout,
     }
 }
@@ -421,6 +427,7 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
     }
     let mut daemon = Daemon {
         dir: dir.clone(),
+        memory: Arc::new(session::MemoryBudget::new(config.supervisor.client_memory)),
         perms,
         shared: Arc::new(Shared {
             clients: RwLock::new(

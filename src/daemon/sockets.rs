@@ -482,7 +482,7 @@ pub(super) async fn accept_loop(
             }
             continue;
         }
-        let limits = *params.borrow();
+        let limits = params.borrow().clone();
         let events = server.sessions.clone();
         let token = connections.clone();
         let live = live.clone();

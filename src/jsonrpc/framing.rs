@@ -129,6 +129,11 @@ impl LineDecoder {
         &mut self.buf
     }
 
+    /// Bytes this decoder holds (its buffer's capacity: what the allocation costs).
+    pub fn held(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// Whether part of a line has arrived and its end has not (bytes buffered, or an oversized
     /// line being discarded): what the stall timeout watches (issue 14 §3).
     pub fn mid_line(&self) -> bool {

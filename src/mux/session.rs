@@ -171,13 +171,51 @@ pub enum SessionEvent {
     Disconnected(ClientId),
 }
 
+/// The bytes every client's unfinished input holds, against `client_memory` (issue 14 §3:
+/// eight clients each holding 60 MiB of one line took the supervisor to 516 MB). A client whose
+/// read takes the total over the limit while it holds more than an eighth of the limit (so the
+/// large consumers, not the small ones, pay) gets an error and is disconnected.
+#[derive(Debug)]
+pub struct MemoryBudget {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl MemoryBudget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        MemoryBudget {
+            limit,
+            used: AtomicUsize::new(0),
+        }
+    }
+
+    /// Records that one client now holds `now` bytes (it held `before`); returns whether it
+    /// must be cut off.
+    pub fn update(&self, before: usize, now: usize) -> bool {
+        let total = if now >= before {
+            self.used.fetch_add(now - before, Ordering::Relaxed) + (now - before)
+        } else {
+            self.used.fetch_sub(before - now, Ordering::Relaxed) - (before - now)
+        };
+        total > self.limit && now > self.limit / 8
+    }
+
+    /// Bytes held now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+}
+
 /// What one connection may use (from the server's configuration at accept time).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SessionLimits {
     /// `client_queue`: messages queued toward the client.
     pub queue: usize,
     /// `max_message_size`: the longest line.
     pub max_message: usize,
+    /// The daemon-wide budget for what clients' partial lines hold (`client_memory`).
+    pub memory: Arc<MemoryBudget>,
     /// `client_stall_timeout`: how long the client may stay silent in the middle of a line
     /// before it is told and closed (issue 14 §3: 300 connections each holding half a line
     /// filled `max_clients`). A slow but moving upload is never cut: every byte restarts it.
@@ -195,8 +233,11 @@ pub async fn run(
     let SessionLimits {
         queue,
         max_message,
+        memory,
         stall,
     } = limits;
+    // What this client's unfinished input holds, as last told to `memory`.
+    let mut held = 0;
     let id = ClientId::next();
     let (out_tx, out_rx) = mpsc::channel::<Bytes>(queue);
     let kick = shutdown.child_token();
@@ -266,7 +307,26 @@ pub async fn run(
         }
         // Give back the memory of a huge line once it is parsed.
         dec.shrink_if_idle(READ_BUFFER_KEEP);
+        let now = dec.held();
+        let over = memory.update(held, now);
+        held = now;
+        if over {
+            warn!(client = %id, held_bytes = now, total_bytes = memory.used(),
+                "client input over the supervisor's client_memory budget; disconnecting it");
+            let why = format!(
+                "this connection holds {now} bytes of unfinished input and the supervisor's client_memory budget is spent; closing it"
+            );
+            tx.deliver(message::error_response(
+                &message::raw_null(),
+                code::INVALID_REQUEST,
+                &why,
+                None,
+            ));
+            tx.close_after_drain();
+            break 'read;
+        }
     }
+    memory.update(held, 0);
     // EOF after `shutdown(SHUT_WR)` is a half-close: the client still reads its answers. EOF
     // after `close()` also hangs up our write side (POLLHUP): nobody is left to answer.
     let hung_up = clean_eof && peer_hung_up(rd.as_ref().as_raw_fd());
@@ -539,6 +599,7 @@ mod tests {
         let limits = SessionLimits {
             queue: 16,
             max_message: 64,
+            memory: Arc::new(MemoryBudget::new(1 << 20)),
             stall: std::time::Duration::from_secs(30),
         };
         let session = tokio::spawn(run(

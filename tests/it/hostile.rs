@@ -10,10 +10,19 @@ use std::time::Duration;
 
 /// The supervisor's resident set, in KiB.
 fn rss_kib(sup: &Supervisor) -> u64 {
+    status_kib(sup, "VmRSS:")
+}
+
+/// The supervisor's peak resident set so far (`VmHWM`), in KiB.
+fn peak_kib(sup: &Supervisor) -> u64 {
+    status_kib(sup, "VmHWM:")
+}
+
+fn status_kib(sup: &Supervisor, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{}/status", sup.pid()))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
 }
@@ -100,4 +109,59 @@ fn a_garbage_writer_that_never_reads_is_disconnected_and_logs_stay_bounded() {
         .filter(|l| l.contains("outcome=\"invalid\"") || l.contains("outcome=invalid"))
         .count();
     assert!(logged <= 100, "{logged} request-log lines for garbage");
+}
+
+/// Eight clients each holding 60 MiB of one unfinished line: the ones that take the total over
+/// `client_memory` are told and disconnected, the supervisor's RSS stays within the budget
+/// (plus its baseline), and a good client is served throughout.
+#[test]
+fn clients_holding_huge_partial_lines_cannot_take_memory_past_client_memory() {
+    let budget_mib = 128;
+    let servers = fake_server("fake", &[], "");
+    let sup = Supervisor::start(&format!(
+        "client_memory = {}\n\n{servers}",
+        budget_mib << 20
+    ));
+    let before = rss_kib(&sup);
+    let chunk = vec![b'a'; 1 << 20];
+    let writers: Vec<_> = (0..8)
+        .map(|_| {
+            let path = sup.socket("fake");
+            let chunk = chunk.clone();
+            std::thread::spawn(move || {
+                let mut s = UnixStream::connect(path).ok()?;
+                s.set_write_timeout(Some(Duration::from_secs(20))).ok()?;
+                std::io::Write::write_all(
+                    &mut s,
+                    b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":\"",
+                )
+                .ok()?;
+                for _ in 0..60 {
+                    if std::io::Write::write_all(&mut s, &chunk).is_err() {
+                        break;
+                    }
+                }
+                Some(s)
+            })
+        })
+        .collect();
+    let held: Vec<UnixStream> = writers
+        .into_iter()
+        .filter_map(|w| w.join().ok().flatten())
+        .collect();
+    let peak = peak_kib(&sup);
+    assert!(
+        sup.wait_log(
+            "over the supervisor's client_memory budget",
+            Duration::from_secs(10)
+        ),
+        "{}",
+        sup.log()
+    );
+    assert_eq!(round_trips(&sup, 20), 20);
+    assert!(
+        peak < before + (budget_mib + 96) * 1024,
+        "RSS {peak} KiB with a budget of {budget_mib} MiB (baseline {before} KiB)"
+    );
+    drop(held);
 }
