@@ -1,6 +1,8 @@
 //! The simulation's fake child (test-only): a `Spawner` and `ChildIo` that record what the
-//! actor writes and asks, in a `World` the simulation reads and drives.
+//! actor writes and asks, in a `World` the simulation reads and drives; the fake child's
+//! answers (`good_answer`) and a scripted 2026 client's calls (`modern_call`).
 
+use super::sim::Asked;
 use super::*;
 use std::sync::Mutex;
 
@@ -103,4 +105,39 @@ impl Spawner for FakeSpawner {
             stopping: false,
         }))
     }
+}
+
+/// A 2026 client's `tools/call` of `echo` with `text`, declaring sampling; `extra` merged into
+/// params (a retry's state and answers).
+pub(super) fn modern_call(id: &str, text: &str, extra: Option<Value>) -> String {
+    let mut params = json!({"name": "echo", "arguments": {"text": text},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+            "io.modelcontextprotocol/clientInfo": {"name": "sim-modern", "version": "1"}}});
+    if let (Some(p), Some(Value::Object(e))) = (params.as_object_mut(), extra) {
+        p.extend(e);
+    }
+    let id: Value = serde_json::from_str(id).unwrap_or(Value::Null);
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
+}
+
+/// The fake child's proper answer to `a` (a handshake-era server with one tool, `echo`).
+pub(super) fn good_answer(a: &Asked) -> String {
+    let result = match a.method.as_str() {
+        "initialize" => json!({"protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {"listChanged": true}, "resources": {"subscribe": true}},
+            "serverInfo": {"name": "sim", "version": "1"}}),
+        "tools/list" => json!({"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}),
+        "tools/call" => {
+            json!({"content": [{"type": "text", "text": a.text.clone().unwrap_or_default()}]})
+        }
+        "ping" | "resources/subscribe" | "resources/unsubscribe" | "logging/setLevel" => json!({}),
+        _ => {
+            return format!(
+                r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":-32601,"message":"Method not found"}}}}"#,
+                a.id
+            )
+        }
+    };
+    json!({"jsonrpc": "2.0", "id": a.id, "result": result}).to_string()
 }

@@ -3,7 +3,8 @@
 //! scripted scenario per rule. What only real processes show (pipes, signals, process groups,
 //! sockets, real SDKs) stays in `tests/it/`.
 
-use super::sim::{good_answer, Sim};
+use super::fakes::good_answer;
+use super::sim::Sim;
 use super::*;
 
 /// A server whose child speaks the handshake era, with short, round settings.

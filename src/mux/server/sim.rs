@@ -19,6 +19,7 @@
 //!
 //! `MCPSUP_SIM_SEED=N` replays one seed; `MCPSUP_SIM_EVENTS=N` sets the total (default 10^6).
 
+use super::fakes::{good_answer, modern_call};
 use super::fakes::{lock, FakeSpawner, World};
 use super::*;
 use rand::rngs::StdRng;
@@ -55,7 +56,7 @@ pub(super) struct Asked {
     pub(super) generation: u64,
     pub(super) id: u64,
     pub(super) method: String,
-    text: Option<String>,
+    pub(super) text: Option<String>,
 }
 
 /// A connected simulated client.
@@ -696,41 +697,6 @@ impl Sim {
             self.child_writes(a.generation, line);
         }
     }
-}
-
-/// A 2026 client's `tools/call` of `echo` with `text`, declaring sampling; `extra` merged into
-/// params (a retry's state and answers).
-fn modern_call(id: &str, text: &str, extra: Option<Value>) -> String {
-    let mut params = json!({"name": "echo", "arguments": {"text": text},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
-            "io.modelcontextprotocol/clientInfo": {"name": "sim-modern", "version": "1"}}});
-    if let (Some(p), Some(Value::Object(e))) = (params.as_object_mut(), extra) {
-        p.extend(e);
-    }
-    let id: Value = serde_json::from_str(id).unwrap_or(Value::Null);
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
-}
-
-/// The fake child's proper answer to `a` (a handshake-era server with one tool, `echo`).
-pub(super) fn good_answer(a: &Asked) -> String {
-    let result = match a.method.as_str() {
-        "initialize" => json!({"protocolVersion": "2025-11-25",
-            "capabilities": {"tools": {"listChanged": true}, "resources": {"subscribe": true}},
-            "serverInfo": {"name": "sim", "version": "1"}}),
-        "tools/list" => json!({"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}),
-        "tools/call" => {
-            json!({"content": [{"type": "text", "text": a.text.clone().unwrap_or_default()}]})
-        }
-        "ping" | "resources/subscribe" | "resources/unsubscribe" | "logging/setLevel" => json!({}),
-        _ => {
-            return format!(
-                r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":-32601,"message":"Method not found"}}}}"#,
-                a.id
-            )
-        }
-    };
-    json!({"jsonrpc": "2.0", "id": a.id, "result": result}).to_string()
 }
 
 /// The exact text of a response line's top-level `id` (as the client wrote it).
