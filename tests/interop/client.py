@@ -22,8 +22,12 @@ Scenarios:
                 callbacks: trigger-sampling-request returns the sampled text,
                 trigger-elicitation-request returns the elicited name (in the 2026 era
                 they arrive as input_required rounds; in the handshake era as requests).
-    fastmcp     tests/interop/fastmcp_server.py: echo; count sends >= 2 progress
-                notifications; ask_name returns the elicited name (unless --skip-elicit).
+    fastmcp     tests/interop/fastmcp_server.py: echo; count returns its result (progress
+                notifications counted, not required: fastmcp races them with the result);
+                ask_name returns the elicited name (unless --skip-elicit).
+    roots       server-filesystem started with no directory: list_allowed_directories comes
+                to name --expect-dirs (default: the paths of --roots, this client's roots)
+                and never any of --forbid-dirs.
     outage      any server behind a stopped supervisor child: tools/list is served
                 (non-empty) and calling --outage-tool
                 returns a readable outage (isError, "status=") with no SDK validation error.
@@ -75,7 +79,7 @@ except NameError:  # Python 3.10: anyio depends on the backport there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[no-redef]
 
 ERA_TO_MODE = {"handshake": "legacy", "modern": LATEST_MODERN_VERSION, "auto": "auto"}
-SCENARIOS = ("everything", "time", "tools", "features", "outage", "fastmcp")
+SCENARIOS = ("everything", "time", "tools", "features", "outage", "fastmcp", "roots")
 
 
 class Failure(Exception):
@@ -287,7 +291,8 @@ async def scenario_fastmcp(r: Runner, iteration: int) -> None:
 
         text = text_of(await r.call("count", {"steps": 3}, progress_callback=on_progress))
         check(text == "counted 3", f"count said {text!r}")
-        check(len(seen) >= 2, f"{len(seen)} progress notifications")
+        # fastmcp 4.2 writes progress concurrently with the result: how many arrive before it
+        # varies run to run, directly too, so the count is reported, not required.
         return {"progress": len(seen)}
 
     async def ask_name() -> dict[str, Any]:
@@ -301,9 +306,43 @@ async def scenario_fastmcp(r: Runner, iteration: int) -> None:
         await r.step("elicitation", iteration, ask_name)
 
 
+async def scenario_roots(r: Runner, iteration: int) -> None:
+    from urllib.parse import urlparse
+
+    expect = r.args.expect_dirs.split(",") if r.args.expect_dirs is not None else [urlparse(u).path for u in r.args.roots]
+    expect = [d for d in expect if d]
+    forbid = [d for d in (r.args.forbid_dirs or "").split(",") if d]
+
+    async def allowed() -> dict[str, Any]:
+        # The server asks for roots after the handshake, asynchronously: poll for up to 10 s.
+        deadline = time.monotonic() + 10
+        text = ""
+        while True:
+            text = text_of(await r.client.call_tool("list_allowed_directories", {}))
+            if all(d in text for d in expect) or time.monotonic() > deadline:
+                break
+            await anyio.sleep(0.1)
+        for d in expect:
+            check(d in text, f"{d} not allowed: {text!r}")
+        for d in forbid:
+            check(d not in text, f"{d} allowed: {text!r}")
+        return {"text": text[:300]}
+
+    await r.step("allowed_directories", iteration, allowed)
+
+
 # What the callbacks answer (the scenario `features` looks for them in the tool results).
 SAMPLED = "sampled-by-interop-client"
 ELICITED = "Ada Lovelace"
+
+
+def roots_callback(uris: list[str]) -> Any:
+    async def on_list_roots(context: Any) -> Any:
+        from mcp.types import ListRootsResult, Root
+
+        return ListRootsResult(roots=[Root(uri=u) for u in uris])
+
+    return on_list_roots
 
 
 async def on_sampling(context: Any, params: Any) -> Any:
@@ -329,6 +368,7 @@ SCENARIO_FNS = {
     "features": scenario_features,
     "outage": scenario_outage,
     "fastmcp": scenario_fastmcp,
+    "roots": scenario_roots,
 }
 
 
@@ -353,6 +393,7 @@ async def run(args: argparse.Namespace, command: list[str]) -> None:
         cache=None,  # every call must reach the wire (no SEP-2549 response cache)
         sampling_callback=on_sampling,
         elicitation_callback=on_elicitation,
+        list_roots_callback=roots_callback(args.roots),
     )
     started = time.monotonic()
     try:
@@ -441,6 +482,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--repeat", type=int, default=1, help="run the scenario's calls N times in one session")
     parser.add_argument("--concurrent", action="store_true", help="with --repeat: run the N iterations concurrently")
     parser.add_argument("--client-name", default="mcpsup-interop-client", help="clientInfo.name")
+    parser.add_argument("--roots", type=lambda v: [u for u in v.split(",") if u], default=[], help="roots: this client's roots (URIs)")
+    parser.add_argument("--expect-dirs", default=None, help="roots: directories that must be allowed (comma-separated)")
+    parser.add_argument("--forbid-dirs", default=None, help="roots: directories that must not be allowed")
     parser.add_argument("--skip-elicit", action="store_true", help="fastmcp: do not call ask_name")
     parser.add_argument("--outage-tool", default="echo", help="the tool the outage scenario calls")
     parser.add_argument("--progress-steps", type=int, default=3, help="steps for the long-running tool (>= 2)")

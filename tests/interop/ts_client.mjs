@@ -21,6 +21,9 @@
 //   subscribe  server-everything: subscribe to a resource (2026: `subscriptions/listen`;
 //              handshake: `resources/subscribe`), start the server's simulated updates
 //              (toggle-subscriber-updates) and receive `notifications/resources/updated` for it.
+//   fastmcp    tests/interop/fastmcp_server.py: echo; count returns its result (progress counted
+//              and reported, not required: fastmcp races it with the result); ask_name returns
+//              the elicited name (unless --skip-elicit).
 //   outage     any server behind a stopped supervisor child: tools/list is served and a call to
 //              --outage-tool returns a readable outage (isError, "status="), no schema error.
 //   roots      server-filesystem started with no directory: list_allowed_directories comes to
@@ -58,6 +61,7 @@ function parse(argv) {
         else if (a === '--expect-era') opts.expectEra = head[++i];
         else if (a === '--roots') opts.roots = head[++i].split(',').filter(Boolean);
         else if (a === '--outage-tool') opts.outageTool = head[++i];
+        else if (a === '--skip-elicit') opts.skipElicit = true;
         else if (a === '--expect-dirs') opts.expectDirs = head[++i].split(',').filter(Boolean);
         else if (a === '--forbid-dirs') opts.forbidDirs = head[++i].split(',').filter(Boolean);
         else opts.scenario = a;
@@ -241,6 +245,30 @@ const SCENARIOS = {
             const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error('no update within 15 s')), 15_000));
             await Promise.race([updated, timeout]);
         });
+    },
+    async fastmcp(client, opts) {
+        await step('echo', async () => {
+            const r = await client.callTool({ name: 'echo', arguments: { message: 'fm' } });
+            check(text(r) === 'Echo: fm', text(r));
+        });
+        await step('progress', async () => {
+            let n = 0;
+            const params = { name: 'count', arguments: { steps: 3 } };
+            const options = { onprogress: () => { n += 1; } };
+            const r = opts.sdk === 'v1'
+                ? await client.callTool(params, undefined, options)
+                : await client.callTool(params, options);
+            check(text(r) === 'counted 3', text(r));
+            // fastmcp 4.2 writes progress concurrently with the result, so how many arrive
+            // before it varies run to run, directly too (0 to 3 seen): reported, not required.
+            return { progress: n };
+        });
+        if (!opts.skipElicit) {
+            await step('elicitation', async () => {
+                const r = await client.callTool({ name: 'ask_name', arguments: {} });
+                check(text(r).includes(ELICITED), text(r));
+            });
+        }
     },
     async outage(client, opts) {
         await step('list_tools', async () => {

@@ -170,6 +170,27 @@ fn interop_fastmcp_server_through_attach_in_both_eras_for_both_client_eras() {
             assert!(stdout.contains("\"elicitation\""), "{what}:\n{stdout}");
         }
     }
+    // The TypeScript SDK on the same two servers: v2 in each mode and v1.
+    direct_ok(
+        ts(&io, &["--mode", "legacy", "fastmcp"], &fm),
+        "TS v2 legacy",
+    );
+    direct_ok(ts(&io, &["--sdk", "v1", "fastmcp"], &fm), "TS v1");
+    for (server, args) in [
+        ("fm_handshake", &["--mode", "auto", "fastmcp"][..]),
+        ("fm_handshake", &["--mode", "2026-07-28", "fastmcp"]),
+        ("fm_handshake", &["--mode", "legacy", "fastmcp"]),
+        ("fm_handshake", &["--sdk", "v1", "fastmcp"]),
+        ("fm_auto", &["--mode", "auto", "--skip-elicit", "fastmcp"]),
+        ("fm_auto", &["--sdk", "v1", "--skip-elicit", "fastmcp"]),
+    ] {
+        let what = format!("TS {args:?} on {server}");
+        let stdout = check(ts(&io, args, &attach(&sup, server)), &what, &sup);
+        assert!(
+            stdout.contains("\"step\":\"progress\",\"ok\":true"),
+            "{what}:\n{stdout}"
+        );
+    }
     let log = sup.log();
     assert!(
         log.lines().any(|l| l.contains("server=fm_auto")
@@ -231,6 +252,33 @@ fn case_k28_server_filesystem_sees_the_operators_roots_never_a_clients() {
         "roots",
     ];
     check(ts(&io, &args, &attach(&sup, "fs_bare")), "fs_bare", &sup);
+    // The Python SDK: the same, directly and through the supervisor, in both eras.
+    direct_ok(
+        py(
+            &io,
+            &["--era", "auto", "--roots", &mine_uri, "roots"],
+            &[node, fs_js],
+        ),
+        "python roots directly",
+    );
+    for era in ["auto", "modern", "handshake"] {
+        let args = [
+            "--era",
+            era,
+            "--roots",
+            &mine_uri,
+            "--expect-dirs",
+            shared,
+            "--forbid-dirs",
+            mine,
+            "roots",
+        ];
+        check(
+            py(&io, &args, &attach(&sup, "fs")),
+            &format!("python fs {era}"),
+            &sup,
+        );
+    }
     // The child's roots/list at start was answered with the operator's root, not refused:
     // its own stderr says so (and no "Failed to request roots" line).
     let st = sup.server_status("fs");
