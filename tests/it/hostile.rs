@@ -165,3 +165,36 @@ fn clients_holding_huge_partial_lines_cannot_take_memory_past_client_memory() {
     );
     drop(held);
 }
+
+/// One client with 2,000 slow calls in flight cannot take the child from the others: it gets
+/// `client_max_inflight` of them through and -32002 for the rest, and a good client completes
+/// every round trip meanwhile.
+#[test]
+fn one_client_with_2000_slow_calls_does_not_starve_the_others() {
+    let sup = Supervisor::start(&fake_server("fake", &[], ""));
+    let mut greedy = Client::connect(&sup.socket("fake"));
+    let mut batch = Vec::new();
+    for i in 0..2000 {
+        let call = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"ms": 5000}}});
+        batch.extend_from_slice(call.to_string().as_bytes());
+        batch.push(b'\n');
+    }
+    greedy.send_raw(&batch);
+    // The refusals come back at once: the greedy client's share is spent.
+    let mut refused = 0;
+    while refused < 2000 - 192 {
+        let Some(r) = greedy.recv_timeout(Duration::from_secs(10)) else {
+            break;
+        };
+        if r["error"]["code"] == -32002 {
+            refused += 1;
+        }
+    }
+    assert_eq!(
+        refused,
+        2000 - 192,
+        "refusals of the greedy client's excess"
+    );
+    assert_eq!(round_trips(&sup, 40), 40);
+}
