@@ -179,6 +179,10 @@ pub struct ServerConfig {
     /// How long a client may stay silent in the middle of a line before it gets an error and
     /// is disconnected (issue 14 §3, slowloris). Every byte restarts it. Default 30 s.
     pub client_stall_timeout: Duration,
+    /// How long a connection may carry nothing in either direction before it gets an error and
+    /// is closed (issue 14 §3). Default none (never): a client waiting on a long call, or
+    /// holding a subscription, is silent and must not be cut unless the operator says so.
+    pub client_idle_timeout: Option<Duration>,
     /// Client capabilities the supervisor declares to the child in `initialize`.
     /// Default `{"roots":{},"sampling":{},"elicitation":{}}`: the child's requests of these kinds
     /// are routed to a client that declared them, or answered with an error (issue 3 §5).
@@ -340,6 +344,7 @@ struct RawServer {
     client_max_inflight: Option<Spanned<usize>>,
     client_queue: Option<Spanned<usize>>,
     client_stall_timeout: Dur,
+    client_idle_timeout: Dur,
     client_capabilities: Option<toml::Table>,
     mark_unavailable: Option<bool>,
     protocol: Option<Spanned<String>>,
@@ -744,6 +749,14 @@ impl Validator<'_> {
             client_max_inflight: 0,
             client_queue: positive!(client_queue, 1024),
             client_stall_timeout: dur!(client_stall_timeout, 30_000),
+            client_idle_timeout: match s
+                .client_idle_timeout
+                .as_ref()
+                .or(d.client_idle_timeout.as_ref())
+            {
+                Some(_) => Some(dur!(client_idle_timeout, 0)),
+                None => None,
+            },
             client_capabilities: client_capabilities(s, d),
             mark_unavailable: s.mark_unavailable.or(d.mark_unavailable).unwrap_or(true),
             protocol: self.protocol(name, s, d)?,

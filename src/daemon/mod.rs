@@ -369,6 +369,7 @@ fn session_limits(
         max_message: cfg.max_message_size,
         memory: memory.clone(),
         stall: cfg.client_stall_timeout,
+        idle: cfg.client_idle_timeout,
     }
 }
 

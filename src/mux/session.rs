@@ -220,6 +220,9 @@ pub struct SessionLimits {
     /// before it is told and closed (issue 14 §3: 300 connections each holding half a line
     /// filled `max_clients`). A slow but moving upload is never cut: every byte restarts it.
     pub stall: std::time::Duration,
+    /// `client_idle_timeout`: how long a connection may carry nothing in either direction
+    /// before it is told and closed; `None` (the default) never.
+    pub idle: Option<std::time::Duration>,
 }
 
 /// Runs one connection until it closes. `events` is the server actor's inbox.
@@ -235,7 +238,12 @@ pub async fn run(
         max_message,
         memory,
         stall,
+        idle,
     } = limits;
+    // Activity for `idle`: milliseconds since `epoch` of the last byte read or written.
+    let epoch = tokio::time::Instant::now();
+    let last_write = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut last_read = epoch;
     // What this client's unfinished input holds, as last told to `memory`.
     let mut held = 0;
     let id = ClientId::next();
@@ -263,6 +271,7 @@ pub async fn run(
         queued,
         kick.clone(),
         batches.clone(),
+        (epoch, last_write.clone()),
     ));
 
     let mut dec = LineDecoder::new(max_message);
@@ -272,12 +281,27 @@ pub async fn run(
         let buf = dec.buffer_mut();
         buf.reserve(16 * 1024);
         let mid_line = !buf.is_empty() || dec_mid_line;
+        let written = epoch + std::time::Duration::from_millis(last_write.load(Ordering::Relaxed));
+        let idle_at = idle.map(|d| last_read.max(written) + d);
         let eof = tokio::select! {
             r = rd.read_buf(buf) => match r {
                 Ok(0) => { clean_eof = true; true }
-                Ok(_) => false,
+                Ok(_) => { last_read = tokio::time::Instant::now(); false }
                 Err(_) => true,
             },
+            // Nothing either way for `client_idle_timeout` (off unless configured).
+            _ = tokio::time::sleep_until(idle_at.unwrap_or(epoch)), if idle_at.is_some() => {
+                let written = epoch + std::time::Duration::from_millis(last_write.load(Ordering::Relaxed));
+                let quiet = last_read.max(written);
+                if idle.is_some_and(|d| quiet + d <= tokio::time::Instant::now()) {
+                    info!(client = %id, "client idle past client_idle_timeout; disconnecting it");
+                    tx.deliver(message::error_response(&message::raw_null(), code::INVALID_REQUEST,
+                        "idle past client_idle_timeout; closing the connection", None));
+                    tx.close_after_drain();
+                    break 'read;
+                }
+                continue 'read;
+            }
             _ = kick.cancelled() => break 'read,
             // Half a line and then silence (slowloris): the client is told and closed, so it
             // cannot hold a connection slot and a line buffer forever (issue 14 §3).
@@ -475,6 +499,7 @@ async fn write_loop(
     queued: Arc<AtomicUsize>,
     kick: CancellationToken,
     batches: Arc<Mutex<Batches>>,
+    (epoch, last_write): (tokio::time::Instant, Arc<std::sync::atomic::AtomicU64>),
 ) {
     let mut batch = LineBatch::new();
     loop {
@@ -496,6 +521,8 @@ async fn write_loop(
                         }
                     }
                     let ok = batch.is_empty() || batch.write_all(&mut wr).await.is_ok();
+                    let ms = u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    last_write.store(ms, Ordering::Relaxed);
                     queued.fetch_sub(release, Ordering::Relaxed);
                     batch.clear();
                     if !ok || close { kick.cancel(); break }
@@ -601,6 +628,7 @@ mod tests {
             max_message: 64,
             memory: Arc::new(MemoryBudget::new(1 << 20)),
             stall: std::time::Duration::from_secs(30),
+            idle: None,
         };
         let session = tokio::spawn(run(
             server,

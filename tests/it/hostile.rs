@@ -198,3 +198,31 @@ fn one_client_with_2000_slow_calls_does_not_starve_the_others() {
     );
     assert_eq!(round_trips(&sup, 40), 40);
 }
+
+/// `client_idle_timeout` (off by default): a connection that carries nothing either way for
+/// that long is told and closed; one that keeps talking is not.
+#[test]
+fn an_idle_connection_is_closed_after_client_idle_timeout() {
+    let sup = Supervisor::start(&fake_server("fake", &[], "client_idle_timeout = \"700ms\""));
+    let mut busy = Client::connect(&sup.socket("fake"));
+    let mut idle = Client::connect(&sup.socket("fake"));
+    let r = idle.call(json!(1), "echo", json!({"text": "once"}));
+    assert_eq!(Client::text(&r), "once");
+    // The busy client makes ten calls that each take the server 200 ms (no sleep here: the
+    // wait is the server's) while the idle one says nothing.
+    for i in 0..10 {
+        let r = busy.call(json!(i), "slow", json!({"ms": 200}));
+        assert_eq!(Client::text(&r), "done", "the busy client was cut at {i}");
+    }
+    let told = idle
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap_or(serde_json::Value::Null);
+    assert!(
+        told["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("client_idle_timeout"),
+        "{told}"
+    );
+    assert!(idle.closed_within(Duration::from_secs(5)));
+}
