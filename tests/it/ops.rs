@@ -1161,3 +1161,39 @@ fn a_socket_swap_by_another_user_never_changes_a_file_outside_socket_dir() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Issue 14 Why 6: a working directory the child cannot enter is named as the problem, not
+/// the command: missing (any user), or not searchable by the server's `user` (root only).
+#[test]
+fn a_cwd_the_child_cannot_enter_is_blamed_not_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-dir");
+    let mut servers = fake_server("gone", &[], &format!("cwd = {missing:?}"));
+    let locked = dir.path().join("locked");
+    if is_root() {
+        std::fs::create_dir(&locked).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
+        servers.push_str(&fake_server(
+            "private",
+            &[],
+            &format!("cwd = {locked:?}\nuser = \"nobody\""),
+        ));
+    }
+    let sup = start_with("", &servers, &[]);
+    let mut names = vec![("gone", missing.display().to_string())];
+    if is_root() {
+        names.push(("private", locked.display().to_string()));
+    }
+    for (name, path) in names {
+        let mut last = String::new();
+        let ok = wait_until(Duration::from_secs(10), || {
+            last = sup.server_status(name)["stderr_tail"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+                + &sup.log();
+            last.contains(&format!("working directory {path} cannot be entered"))
+        });
+        assert!(ok, "{name}: the cwd is not named:\n{last}");
+    }
+}

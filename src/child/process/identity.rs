@@ -102,3 +102,57 @@ pub(super) fn run_as(cfg: &ServerConfig) -> std::io::Result<Option<RunAs>> {
         env,
     }))
 }
+
+/// Why the child cannot enter `cwd`, when it cannot: missing, not a directory, or a directory
+/// (or an ancestor) the server's `user`/`group` may not search. Checked from the permission
+/// bits (owner, group, other; ACLs are not read) after a spawn failed, so the error names the
+/// directory rather than the command. `None` when `cwd` is unset or looks enterable.
+pub(super) fn cwd_problem(cfg: &ServerConfig) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let cwd = cfg.cwd.as_ref()?;
+    let shown = cwd.display().to_string();
+    let meta = match std::fs::metadata(cwd) {
+        Ok(m) => m,
+        Err(e) => return Some(format!("{shown} cannot be entered: {e}")),
+    };
+    if !meta.is_dir() {
+        return Some(format!("{shown} is not a directory"));
+    }
+    let who = run_as(cfg).ok().flatten();
+    let (uid, groups): (u32, Vec<u32>) = match &who {
+        Some(r) => (
+            r.uid,
+            std::iter::once(r.gid)
+                .chain(r.groups.iter().copied())
+                .collect(),
+        ),
+        None => (
+            nix::unistd::geteuid().as_raw(),
+            vec![nix::unistd::getegid().as_raw()],
+        ),
+    };
+    if uid == 0 {
+        return None;
+    }
+    for dir in cwd.ancestors() {
+        let Ok(m) = std::fs::metadata(dir) else {
+            continue;
+        };
+        let mode = m.mode();
+        let bit = if m.uid() == uid {
+            0o100
+        } else if groups.contains(&m.gid()) {
+            0o010
+        } else {
+            0o001
+        };
+        if mode & bit == 0 {
+            let name = cfg.user.as_deref().unwrap_or("the supervisor's user");
+            return Some(format!(
+                "{shown} cannot be entered: {} is not searchable by {name} (uid {uid})",
+                dir.display()
+            ));
+        }
+    }
+    None
+}

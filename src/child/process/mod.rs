@@ -156,13 +156,27 @@ impl StderrTail {
 
 /// Why a spawn failed.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot start `{command}`: {source}")]
 pub struct SpawnError {
     /// The command.
     pub command: String,
     /// The OS error.
     #[source]
     pub source: std::io::Error,
+    /// When the working directory is what failed: what is wrong with it.
+    pub cwd: Option<String>,
+}
+
+impl std::fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.cwd {
+            Some(why) => write!(
+                f,
+                "cannot start `{}`: its working directory {why} ({})",
+                self.command, self.source
+            ),
+            None => write!(f, "cannot start `{}`: {}", self.command, self.source),
+        }
+    }
 }
 
 impl SpawnError {
@@ -264,6 +278,8 @@ pub fn spawn(
     let mut child = cmd.spawn().map_err(|source| SpawnError {
         command: cfg.command.clone(),
         source,
+        // Blame the working directory when it is the problem, not the command (issue 14 Why 6).
+        cwd: identity::cwd_problem(cfg),
     })?;
     // All three pipes were requested and the child was not waited for yet, so these are
     // always present; if not, the instance is killed and reported as a failed spawn.
@@ -277,6 +293,7 @@ pub fn spawn(
         return Err(SpawnError {
             command: cfg.command.clone(),
             source: std::io::Error::other("the spawned child has no pid or no pipes"),
+            cwd: None,
         });
     };
     Ok(start_tasks(
@@ -317,6 +334,7 @@ fn command(cfg: &ServerConfig) -> Result<Command, SpawnError> {
     let run_as = run_as(cfg).map_err(|source| SpawnError {
         command: cfg.command.clone(),
         source,
+        cwd: None,
     })?;
     if let Some(r) = &run_as {
         for (k, v) in &r.env {

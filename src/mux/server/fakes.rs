@@ -86,6 +86,7 @@ impl Spawner for FakeSpawner {
             return Err(process::SpawnError {
                 command: "sim".into(),
                 source: std::io::Error::other("simulated spawn failure"),
+                cwd: None,
             });
         }
         assert!(
