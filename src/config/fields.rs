@@ -1,9 +1,28 @@
-//! Keys of a server table that need more than a default: the command path, the restart
-//! policy, per-method timeouts, the protocol, the identity. Each error names file, line and key.
+//! Keys of a server table that need more than a default: counts that must be positive, the
+//! command path, the restart policy, per-method timeouts, the protocol, roots, the identity,
+//! client capabilities. Each error names file, line and key.
 
 use super::*;
 
 impl Validator<'_> {
+    /// A count that must be at least 1: the server's own value, else `[defaults]`, else
+    /// `fallback`.
+    pub(super) fn positive<T: Copy + PartialEq + From<u8>>(
+        &self,
+        key: &str,
+        own: &Option<Spanned<T>>,
+        default: &Option<Spanned<T>>,
+        fallback: T,
+    ) -> Result<T, ConfigError> {
+        match own.as_ref().or(default.as_ref()) {
+            Some(v) if *v.get_ref() == T::from(0) => {
+                Err(self.err(v.span(), key, "must be at least 1"))
+            }
+            Some(v) => Ok(*v.get_ref()),
+            None => Ok(fallback),
+        }
+    }
+
     /// `command`: required and not empty; `dir/prog` is relative to the config file, like
     /// socket_dir; a bare name is looked up in PATH.
     pub(super) fn command(
@@ -183,4 +202,14 @@ impl Validator<'_> {
             .map_err(|m| self.err(v.span(), &format!("servers.{name}.{field}"), &m))?;
         Ok(Some(v.get_ref().clone()))
     }
+}
+
+/// `client_capabilities` (own, else `[defaults]`): what the supervisor declares to a handshake
+/// child; by default roots, sampling and elicitation, which it routes to capable clients.
+pub(super) fn client_capabilities(s: &RawServer, d: &RawServer) -> Value {
+    s.client_capabilities
+        .clone()
+        .or(d.client_capabilities.clone())
+        .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
+        .unwrap_or_else(|| serde_json::json!({"roots": {"listChanged": true}, "sampling": {}, "elicitation": {}}))
 }

@@ -668,24 +668,6 @@ impl Validator<'_> {
         }
     }
 
-    /// A count that must be at least 1: the server's own value, else `[defaults]`, else
-    /// `fallback`.
-    fn positive<T: Copy + PartialEq + From<u8>>(
-        &self,
-        key: &str,
-        own: &Option<Spanned<T>>,
-        default: &Option<Spanned<T>>,
-        fallback: T,
-    ) -> Result<T, ConfigError> {
-        match own.as_ref().or(default.as_ref()) {
-            Some(v) if *v.get_ref() == T::from(0) => {
-                Err(self.err(v.span(), key, "must be at least 1"))
-            }
-            Some(v) => Ok(*v.get_ref()),
-            None => Ok(fallback),
-        }
-    }
-
     fn server(
         &self,
         name: &str,
@@ -757,7 +739,7 @@ impl Validator<'_> {
                 Some(_) => Some(dur!(client_idle_timeout, 0)),
                 None => None,
             },
-            client_capabilities: client_capabilities(s, d),
+            client_capabilities: fields::client_capabilities(s, d),
             mark_unavailable: s.mark_unavailable.or(d.mark_unavailable).unwrap_or(true),
             protocol: self.protocol(name, s, d)?,
             era_probe_timeout: dur!(era_probe_timeout, 10_000),
@@ -790,16 +772,6 @@ impl Validator<'_> {
         }
         Ok(cfg)
     }
-}
-
-/// `client_capabilities` (own, else `[defaults]`): what the supervisor declares to a handshake
-/// child; by default roots, sampling and elicitation, which it routes to capable clients.
-fn client_capabilities(s: &RawServer, d: &RawServer) -> Value {
-    s.client_capabilities
-        .clone()
-        .or(d.client_capabilities.clone())
-        .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
-        .unwrap_or_else(|| serde_json::json!({"roots": {"listChanged": true}, "sampling": {}, "elicitation": {}}))
 }
 
 #[cfg(test)]
