@@ -111,23 +111,25 @@ impl Server {
         Some(*c.era.get_or_insert(first))
     }
 
-    /// A 2026 client names itself and its capabilities in every request's envelope: the
-    /// first one seen is kept (the request log's `client_name`, issue 13 Why 4; the owner rule
-    /// for the child's requests, K26).
+    /// A 2026 client names itself and its capabilities in every request's envelope. They are
+    /// read from its first request only (the request log's `client_name`, issue 13 Why 4; the
+    /// owner rule for the child's requests, K26), so later requests cost no second scan of
+    /// their params: `info` stops being `Null` once learned.
     fn learn_modern_client(&mut self, client: ClientId, m: &Message) {
         let Some(c) = self.clients.get_mut(&client) else {
             return;
         };
-        if c.name.is_empty() {
-            if let Some(info) = era::envelope_field(m.params.as_deref(), era::META_CLIENT_INFO) {
-                c.name = info
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
-                c.info = info;
-            }
+        if !c.info.is_null() {
+            return;
         }
+        let info = era::envelope_field(m.params.as_deref(), era::META_CLIENT_INFO);
+        c.name = info
+            .as_ref()
+            .and_then(|i| i.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        c.info = info.unwrap_or_else(|| json!({}));
         if let Some(caps) = era::envelope_field(m.params.as_deref(), era::META_CAPABILITIES) {
             c.capabilities = caps;
         }
