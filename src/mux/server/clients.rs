@@ -35,14 +35,7 @@ impl Server {
                 self.subscriptions_of(client),
                 self.cfg.name
             );
-            return self.respond_error(
-                client,
-                &id,
-                code::LIMIT_EXCEEDED,
-                &msg,
-                None,
-                Outcome::Denied,
-            );
+            return self.refuse_limit(client, &id, &msg);
         }
         self.dispatch_request(client, m);
     }

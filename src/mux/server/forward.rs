@@ -12,14 +12,7 @@ impl Server {
                 self.cfg.name,
                 self.inflight.len()
             );
-            return self.respond_error(
-                client,
-                &id,
-                code::LIMIT_EXCEEDED,
-                &msg,
-                None,
-                Outcome::Denied,
-            );
+            return self.refuse_limit(client, &id, &msg);
         }
         let mine = self.inflight.count_for(client);
         if mine >= self.cfg.client_max_inflight {
@@ -28,14 +21,7 @@ impl Server {
                 "this client has {mine} requests in flight to server `{}` (client_max_inflight); try again shortly",
                 self.cfg.name
             );
-            return self.respond_error(
-                client,
-                &id,
-                code::LIMIT_EXCEEDED,
-                &msg,
-                None,
-                Outcome::Denied,
-            );
+            return self.refuse_limit(client, &id, &msg);
         }
         let child_id = self.inflight.allocate();
         let (params, progress) = match m.params.as_deref() {

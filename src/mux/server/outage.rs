@@ -57,6 +57,12 @@ impl Server {
         self.respond(client, id, line, outcome, Some(code));
     }
 
+    /// Refuses a client request for a limit (`max_inflight`, `client_max_inflight`,
+    /// `max_subscriptions`): -32002 with `msg`, outcome `denied`.
+    pub(super) fn refuse_limit(&mut self, client: ClientId, id: &RawValue, msg: &str) {
+        self.respond_error(client, id, code::LIMIT_EXCEEDED, msg, None, Outcome::Denied);
+    }
+
     /// Answers a client request with a result the supervisor wrote itself, shaped for the
     /// client's era (issue 13 §2: `resultType` and cache hints for 2026 clients, nothing of
     /// 2026 for handshake clients), and finishes it with `outcome`.
