@@ -64,10 +64,14 @@ pub fn legacy_value(v: &mut Value) -> bool {
 /// not a JSON object is returned unchanged.
 pub fn legacy_result(result: &RawValue) -> Cow<'_, RawValue> {
     let text = result.get();
-    let has_any = MODERN_RESULT_FIELDS
-        .iter()
-        .chain([&META_SERVER_INFO])
-        .any(|k| text.contains(&format!("\"{k}\"")));
+    // The keys as they appear quoted in the text: no allocation per message.
+    const QUOTED: [&str; 4] = [
+        "\"resultType\"",
+        "\"ttlMs\"",
+        "\"cacheScope\"",
+        "\"io.modelcontextprotocol/serverInfo\"",
+    ];
+    let has_any = QUOTED.iter().any(|k| text.contains(k));
     if !has_any {
         return Cow::Borrowed(result);
     }
@@ -115,6 +119,21 @@ mod tests {
         .unwrap();
         let out: Value = serde_json::from_str(legacy_result(&raw).get()).unwrap();
         assert_eq!(out, json!({"content": [], "_meta": {"keep": 1}}));
+    }
+
+    #[test]
+    fn each_modern_field_and_server_info_alone_is_found_and_removed() {
+        // Pins the quoted-key list of the fast check to the fields `legacy_value` removes.
+        let mut cases: Vec<Value> = MODERN_RESULT_FIELDS
+            .iter()
+            .map(|k| json!({ *k: 1, "content": [] }))
+            .collect();
+        cases.push(json!({"content": [], "_meta": {META_SERVER_INFO: {}}}));
+        for v in cases {
+            let raw = serde_json::value::to_raw_value(&v).unwrap();
+            let out: Value = serde_json::from_str(legacy_result(&raw).get()).unwrap();
+            assert_eq!(out, json!({"content": []}), "{v}");
+        }
     }
 
     #[test]
