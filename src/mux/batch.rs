@@ -16,6 +16,8 @@ use crate::jsonrpc::message;
 use crate::mux::ids::id_key;
 use bytes::{BufMut, Bytes, BytesMut};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 /// One batch line waiting for its responses.
 #[derive(Debug, Default)]
@@ -131,6 +133,53 @@ impl Batches {
     }
 }
 
+/// [`Batches`] shared by a connection's reader and writer. The writer's common case (no batch
+/// open) costs one atomic load per line and takes no lock.
+#[derive(Debug, Default)]
+pub struct SharedBatches {
+    /// Whether any group is open; written under the lock, read without it. The reader sets it
+    /// before it hands a batch's members to the actor, so the writer sees it before any of
+    /// their responses (the actor's channels order the two).
+    any: AtomicBool,
+    inner: Mutex<Batches>,
+}
+
+impl SharedBatches {
+    fn lock(&self) -> MutexGuard<'_, Batches> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// [`Batches::open`].
+    pub fn open(&self, ids: &[String], rejected: Vec<Bytes>) -> Option<Bytes> {
+        let mut b = self.lock();
+        let now = b.open(ids, rejected);
+        self.any.store(!b.is_empty(), Ordering::Release);
+        now
+    }
+
+    /// [`Batches::cancelled`].
+    pub fn cancelled(&self, id: &str) -> Option<(Bytes, usize)> {
+        if !self.any.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut b = self.lock();
+        let done = b.cancelled(id);
+        self.any.store(!b.is_empty(), Ordering::Release);
+        done
+    }
+
+    /// [`Batches::offer`], without a lock while no batch is open.
+    pub fn offer(&self, line: Bytes) -> Offer {
+        if !self.any.load(Ordering::Acquire) {
+            return Offer::Pass(line);
+        }
+        let mut b = self.lock();
+        let offer = b.offer(line);
+        self.any.store(!b.is_empty(), Ordering::Release);
+        offer
+    }
+}
+
 fn take_one(waiting: &mut HashMap<String, usize>, key: &str) {
     if let Some(n) = waiting.get_mut(key) {
         *n -= 1;
@@ -211,6 +260,20 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v[0]["id"], 1);
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn the_shared_table_passes_lines_while_no_batch_is_open() {
+        let b = SharedBatches::default();
+        let r = line(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+        assert_eq!(b.offer(r.clone()), Offer::Pass(r.clone()));
+        b.open(&["1".into()], Vec::new());
+        assert!(matches!(b.offer(r.clone()), Offer::Complete { .. }));
+        assert_eq!(
+            b.offer(r.clone()),
+            Offer::Pass(r),
+            "closed again once complete"
+        );
     }
 
     #[test]

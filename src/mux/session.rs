@@ -7,13 +7,12 @@
 
 use crate::jsonrpc::framing::{Frame, LineBatch, LineDecoder, BATCH_SLICES};
 use crate::jsonrpc::message::{self, code, Message};
-use crate::mux::batch::{Batches, Offer};
+use crate::mux::batch::{Offer, SharedBatches};
 use crate::mux::ids::id_key;
 use bytes::Bytes;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::sync::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
@@ -264,7 +263,7 @@ pub async fn run(
     }
     info!(client = %id, uid = peer.uid, pid = peer.pid, "client connected");
     let (mut rd, wr) = stream.into_split();
-    let batches = Arc::new(Mutex::new(Batches::default()));
+    let batches = Arc::new(SharedBatches::default());
     let writer = tokio::spawn(write_loop(
         out_rx,
         wr,
@@ -374,7 +373,7 @@ struct Link<'a> {
     tx: &'a ClientTx,
     id: ClientId,
     events: &'a mpsc::Sender<SessionEvent>,
-    batches: &'a Mutex<Batches>,
+    batches: &'a SharedBatches,
 }
 
 /// Hands every complete frame in `dec` to the actor (all of them at `eof`): messages as they
@@ -463,7 +462,7 @@ fn open_batch(link: &Link<'_>, msgs: &[Result<Message, message::ParseError>]) {
             }
         }
     }
-    let now = lock(link.batches).open(&ids, rejected);
+    let now = link.batches.open(&ids, rejected);
     if let Some(line) = now {
         link.tx.deliver(line);
     }
@@ -479,16 +478,12 @@ fn batch_member_cancelled(link: &Link<'_>, m: &Message) {
     else {
         return;
     };
-    let done = lock(link.batches).cancelled(&id_key(&rid));
+    let done = link.batches.cancelled(&id_key(&rid));
     if let Some((line, counted)) = done {
         if link.tx.deliver(line) {
             link.tx.queued.fetch_sub(counted, Ordering::Relaxed);
         }
     }
-}
-
-fn lock(b: &Mutex<Batches>) -> std::sync::MutexGuard<'_, Batches> {
-    b.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The writer of one connection: drains the client's queue, several queued lines per write.
@@ -498,7 +493,7 @@ async fn write_loop(
     mut wr: tokio::net::unix::OwnedWriteHalf,
     queued: Arc<AtomicUsize>,
     kick: CancellationToken,
-    batches: Arc<Mutex<Batches>>,
+    batches: Arc<SharedBatches>,
     (epoch, last_write): (tokio::time::Instant, Arc<std::sync::atomic::AtomicU64>),
 ) {
     let mut batch = LineBatch::new();
@@ -539,15 +534,8 @@ async fn write_loop(
 
 /// Puts an outgoing line in the write batch, unless it is a batch member's response to hold
 /// ([`Batches::offer`]); returns the queue bytes released by what was put in.
-fn take(batch: &mut LineBatch, line: Bytes, batches: &Mutex<Batches>) -> usize {
-    let mut b = lock(batches);
-    if b.is_empty() {
-        drop(b);
-        let n = line.len();
-        batch.push(line);
-        return n;
-    }
-    match b.offer(line) {
+fn take(batch: &mut LineBatch, line: Bytes, batches: &SharedBatches) -> usize {
+    match batches.offer(line) {
         Offer::Pass(line) => {
             let n = line.len();
             batch.push(line);
