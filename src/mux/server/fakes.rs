@@ -108,12 +108,13 @@ impl Spawner for FakeSpawner {
     }
 }
 
-/// A 2026 client's `tools/call` of `echo` with `text`, declaring sampling; `extra` merged into
-/// params (a retry's state and answers).
+/// A 2026 client's `tools/call` of `echo` with `text`, declaring sampling, elicitation and
+/// roots; `extra` merged into params (a retry's state and answers).
 pub(super) fn modern_call(id: &str, text: &str, extra: Option<Value>) -> String {
     let mut params = json!({"name": "echo", "arguments": {"text": text},
         "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+            "io.modelcontextprotocol/clientCapabilities":
+                {"sampling": {}, "elicitation": {}, "roots": {}},
             "io.modelcontextprotocol/clientInfo": {"name": "sim-modern", "version": "1"}}});
     if let (Some(p), Some(Value::Object(e))) = (params.as_object_mut(), extra) {
         p.extend(e);

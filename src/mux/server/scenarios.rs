@@ -31,6 +31,14 @@ fn answer_all(sim: &mut Sim) {
     }
 }
 
+/// A simulation whose child has answered its opener and the first list reads: ready.
+fn ready(toml: &str, seed: u64) -> Sim {
+    let mut sim = Sim::with_config(toml, seed);
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    sim
+}
+
 fn responses(sim: &Sim, client: ClientId) -> Vec<Value> {
     sim.clients
         .get(&client)
@@ -193,9 +201,7 @@ fn a_silent_ready_child_gets_one_ping_then_its_confirmation_then_is_stopped() {
 
 #[test]
 fn any_reply_even_an_error_to_ping_proves_life_case_k13() {
-    let mut sim = Sim::with_config(BASE, 5);
-    answer_all(&mut sim);
-    answer_all(&mut sim);
+    let mut sim = ready(BASE, 5);
     for round in 1..=20u64 {
         sim.at(round * 700);
         let id = sim
@@ -221,9 +227,7 @@ fn any_reply_even_an_error_to_ping_proves_life_case_k13() {
 
 #[test]
 fn a_request_past_its_deadline_gets_minus_32001_and_the_child_a_cancel() {
-    let mut sim = Sim::with_config(BASE, 6);
-    answer_all(&mut sim);
-    answer_all(&mut sim);
+    let mut sim = ready(BASE, 6);
     let a = sim.connect();
     sim.send(a, &call(a, 9));
     sim.at(1999);
@@ -264,9 +268,7 @@ fn an_operator_stop_during_a_health_stop_keeps_the_server_stopped() {
 #[test]
 fn a_listen_stream_cannot_grow_subscriptions_past_max_subscriptions() {
     let toml = format!("{BASE}max_subscriptions = 4\n");
-    let mut sim = Sim::with_config(&toml, 8);
-    answer_all(&mut sim);
-    answer_all(&mut sim);
+    let mut sim = ready(&toml, 8);
     let a = sim.connect();
     let uris: Vec<String> = (0..10).map(|i| format!("file:///{i}")).collect();
     let line = json!({"jsonrpc": "2.0", "id": "l", "method": "subscriptions/listen",
@@ -303,9 +305,7 @@ fn subscribes_in_flight_count_against_max_subscriptions() {
     // Found by the simulation: five subscribes sent before the child answers any of them all
     // passed the check, and the client ended with five subscriptions under a limit of four.
     let toml = format!("{BASE}max_subscriptions = 4\n");
-    let mut sim = Sim::with_config(&toml, 9);
-    answer_all(&mut sim);
-    answer_all(&mut sim);
+    let mut sim = ready(&toml, 9);
     let a = sim.connect();
     for i in 0..5 {
         let line = format!(
@@ -325,9 +325,7 @@ fn a_direct_unsubscribe_leaves_the_same_clients_listen_stream_subscribed() {
     // Found in review (issue 12): one client holding a URI both directly and through its
     // listen stream lost the stream's updates when it unsubscribed directly, and the child was
     // told to unsubscribe while the stream still wanted the URI.
-    let mut sim = Sim::with_config(BASE, 10);
-    answer_all(&mut sim);
-    answer_all(&mut sim);
+    let mut sim = ready(BASE, 10);
     let a = sim.connect();
     let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -378,22 +376,16 @@ fn written_to_child(sim: &Sim) -> Vec<Value> {
 /// A 2026 client's `tools/call` of `echo` (its text names the client), declaring every
 /// client capability; `extra` is merged into params (a retry's `requestState` and answers).
 fn modern_call(client: ClientId, id: &str, extra: Value) -> String {
-    let mut params = json!({"name": "echo", "arguments": {"text": format!("{}-m", client.0)},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities":
-                {"sampling": {}, "elicitation": {}, "roots": {}},
-            "io.modelcontextprotocol/clientInfo": {"name": "ts-auto", "version": "2"}}});
-    if let (Some(p), Some(e)) = (params.as_object_mut(), extra.as_object()) {
-        p.extend(e.clone());
-    }
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
+    super::fakes::modern_call(
+        &json!(id).to_string(),
+        &format!("{}-m", client.0),
+        Some(extra),
+    )
 }
 
 #[test]
 fn case_k26_a_handshake_childs_requests_reach_a_2026_client_as_input_required_rounds() {
-    let mut sim = Sim::with_config(BASE, 11);
-    answer_all(&mut sim);
-    answer_all(&mut sim);
+    let mut sim = ready(BASE, 11);
     let generation = sim.current_generation().unwrap_or(0);
     let a = sim.connect();
     sim.send(a, &modern_call(a, "c1", json!({})));
@@ -487,9 +479,7 @@ fn case_k26_a_handshake_childs_requests_reach_a_2026_client_as_input_required_ro
 
 #[test]
 fn case_k26_a_result_while_parked_waits_for_the_retry_and_a_silent_client_times_out() {
-    let mut sim = Sim::with_config(BASE, 12);
-    answer_all(&mut sim);
-    answer_all(&mut sim);
+    let mut sim = ready(BASE, 12);
     let generation = sim.current_generation().unwrap_or(0);
     let a = sim.connect();
     sim.send(a, &modern_call(a, "c1", json!({})));
@@ -597,9 +587,7 @@ fn requests_to(sim: &Sim, c: ClientId) -> Vec<Value> {
 #[test]
 fn case_k28_roots_outside_a_request_are_the_operators_and_never_refused() {
     let toml = format!("{BASE}roots = [\"/srv/shared\", \"file:///opt/data\"]\n");
-    let mut sim = Sim::with_config(&toml, 13);
-    answer_all(&mut sim);
-    answer_all(&mut sim);
+    let mut sim = ready(&toml, 13);
     let configured = json!({"roots": [
         {"uri": "file:///srv/shared", "name": "shared"}, {"uri": "file:///opt/data"}]});
     // At start, with no client at all.
@@ -633,9 +621,7 @@ fn case_k28_roots_outside_a_request_are_the_operators_and_never_refused() {
 #[test]
 fn case_k28_client_roots_none_keeps_every_clients_roots_from_the_child() {
     let toml = format!("{BASE}client_roots = \"none\"\n");
-    let mut sim = Sim::with_config(&toml, 14);
-    answer_all(&mut sim);
-    answer_all(&mut sim);
+    let mut sim = ready(&toml, 14);
     let a = roots_client(&mut sim);
     sim.send(a, &call(a, 1));
     let r = child_asks_roots(&mut sim, "during-call").expect("answered at once");
@@ -645,9 +631,7 @@ fn case_k28_client_roots_none_keeps_every_clients_roots_from_the_child() {
 
 #[test]
 fn case_k28_changing_roots_by_reload_tells_the_child_without_a_restart() {
-    let mut sim = Sim::with_config(BASE, 15);
-    answer_all(&mut sim);
-    answer_all(&mut sim);
+    let mut sim = ready(BASE, 15);
     let mut cfg = sim.server.cfg.clone();
     cfg.roots = vec![json!({"uri": "file:///new"})];
     let (tx, _rx) = oneshot::channel();
@@ -665,9 +649,7 @@ fn case_k28_changing_roots_by_reload_tells_the_child_without_a_restart() {
 fn case_k26_a_malformed_reply_to_a_parked_request_is_the_retrys_answer() {
     // Found by the actor simulation (seed 84): a malformed reply to a parked request removed
     // it from the in-flight table but left its round, so the client's retry got no answer.
-    let mut sim = Sim::with_config(BASE, 16);
-    answer_all(&mut sim);
-    answer_all(&mut sim);
+    let mut sim = ready(BASE, 16);
     let generation = sim.current_generation().unwrap_or(0);
     let a = sim.connect();
     sim.send(a, &modern_call(a, "c1", json!({})));
@@ -703,9 +685,7 @@ fn one_client_cannot_take_all_of_max_inflight() {
     // Issue 14 §3: with max_inflight = 4 a client may hold 3 (three quarters); the fourth
     // gets -32002 while another client is still served.
     let toml = format!("{BASE}max_inflight = 4\n");
-    let mut sim = Sim::with_config(&toml, 17);
-    answer_all(&mut sim);
-    answer_all(&mut sim);
+    let mut sim = ready(&toml, 17);
     let (a, b) = (sim.connect(), sim.connect());
     for i in 0..4 {
         sim.send(a, &call(a, i));
