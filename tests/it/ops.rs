@@ -949,35 +949,8 @@ fn a_second_supervisor_on_the_same_socket_dir_exits_100() {
     let mut c = sup.client("fake");
     let pid = child_pid(&mut c, 1);
     let ino = std::fs::metadata(sup.socket("fake")).unwrap().ino();
-    let mut second = Command::new(SUPERVISOR)
-        .args(["run", "-c"])
-        .arg(&sup.config)
-        .env("MCPSUP_TEST_ID", &sup.id)
-        .env("NO_COLOR", "1")
-        .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut status = None;
-    wait_until(Duration::from_secs(10), || {
-        status = second.try_wait().unwrap();
-        status.is_some()
-    });
-    let Some(status) = status else {
-        let _ = second.kill();
-        let _ = second.wait();
-        panic!("the second supervisor did not exit");
-    };
-    let mut err = String::new();
-    second
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert_eq!(status.code(), Some(100), "{err}");
+    let (code, err) = run_expecting_exit(&sup.config, &sup.id);
+    assert_eq!(code, 100, "{err}");
     assert!(err.contains("already running"), "{err}");
     // The first one and its sockets are untouched.
     assert_eq!(std::fs::metadata(sup.socket("fake")).unwrap().ino(), ino);
@@ -1039,20 +1012,14 @@ fn a_server_can_run_as_another_user() {
 
 // ----- socket_dir is ours or we refuse (issue 14 §1) -------------------------------------------
 
-/// Runs `mcp-supervisor run` on a config whose socket_dir is `socket_dir`; it must exit by
-/// itself within 10 s. Returns the exit code and stderr.
-fn run_until_exit(dir: &Path, socket_dir: &Path) -> (i32, String) {
-    let config = dir.join("supervisor.toml");
-    let servers = fake_server("fake", &[], "");
-    std::fs::write(
-        &config,
-        format!("[supervisor]\nsocket_dir = {socket_dir:?}\n\n{servers}"),
-    )
-    .unwrap();
+/// Runs `mcp-supervisor run -c config`, which must exit by itself within 10 s (a refusal).
+/// Returns the exit code and stderr.
+fn run_expecting_exit(config: &Path, test_id: &str) -> (i32, String) {
     let mut child = Command::new(SUPERVISOR)
         .args(["run", "-c"])
-        .arg(&config)
-        .env("MCPSUP_TEST_ID", "socket-dir")
+        .arg(config)
+        .env("MCPSUP_TEST_ID", test_id)
+        .env("NO_COLOR", "1")
         .env_remove("JOURNAL_STREAM")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -1067,13 +1034,25 @@ fn run_until_exit(dir: &Path, socket_dir: &Path) -> (i32, String) {
     if status.is_none() {
         let _ = child.kill();
         let _ = child.wait();
-        panic!("the supervisor did not refuse {}", socket_dir.display());
+        panic!("mcp-supervisor run -c {} did not exit", config.display());
     }
     let mut err = String::new();
     if let Some(mut e) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+        let _ = e.read_to_string(&mut err);
     }
     (status.and_then(|s| s.code()).unwrap_or(-1), err)
+}
+
+/// [`run_expecting_exit`] on a config whose socket_dir is `socket_dir`.
+fn run_until_exit(dir: &Path, socket_dir: &Path) -> (i32, String) {
+    let config = dir.join("supervisor.toml");
+    let servers = fake_server("fake", &[], "");
+    std::fs::write(
+        &config,
+        format!("[supervisor]\nsocket_dir = {socket_dir:?}\n\n{servers}"),
+    )
+    .unwrap();
+    run_expecting_exit(&config, "socket-dir")
 }
 
 #[test]
