@@ -303,7 +303,13 @@ impl Daemon {
         // Live sessions of peers no longer allowed end now (issue 14 §2).
         for (name, access) in &revised {
             if let Some(r) = self.servers.get(name) {
-                let _ = r.handle.commands.try_send(Command::Permit(access.clone()));
+                if r.handle
+                    .commands
+                    .try_send(Command::Permit(access.clone()))
+                    .is_err()
+                {
+                    warn!(server = %name, "the server's command queue is full: sessions no longer allowed stay open until they close");
+                }
             }
         }
         self.shared
