@@ -34,6 +34,8 @@ fn main() {
                 Ok(cfg) => {
                     logging::init();
                     let run = runtime().and_then(|rt| rt.block_on(daemon::run(cfg, plumbing)));
+                    // The last requests' log lines, still queued for the log thread.
+                    logging::requests::flush(std::time::Duration::from_secs(2));
                     match run {
                         Ok(()) => 0,
                         Err(e) => {
@@ -99,7 +101,7 @@ fn operate(target: Target, op: Op, json: bool) -> i32 {
 /// The daemon's runtime; failing to create it (no threads, no epoll) is an error, not a panic.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     use anyhow::Context;
-    tokio::runtime::Builder::new_multi_thread()
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the tokio runtime")

@@ -238,6 +238,68 @@ impl LineDecoder {
     }
 }
 
+/// One outgoing line in up to three shared pieces, written with one vectored write and never
+/// joined (issue 15 §3): a response whose `result` is the child's bytes is a new head
+/// (`{"jsonrpc":"2.0","id":7,"result":`), the result as a slice of the buffer it was read
+/// into, and `}\n`. Most lines are one piece. The empty line is the session writer's "close
+/// after this" marker.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Line {
+    head: Bytes,
+    body: Bytes,
+    tail: Bytes,
+}
+
+impl Line {
+    /// `head`, `body` and `tail` written back to back.
+    pub fn spliced(head: Bytes, body: Bytes, tail: &'static [u8]) -> Line {
+        Line {
+            head,
+            body,
+            tail: Bytes::from_static(tail),
+        }
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.body.len() + self.tail.len()
+    }
+
+    /// Whether it has no bytes (the close marker).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its pieces, in order.
+    pub fn parts(&self) -> [&Bytes; 3] {
+        [&self.head, &self.body, &self.tail]
+    }
+
+    /// The line as one buffer: free for a one-piece line, a copy otherwise (for the rare
+    /// readers that need it whole: batch answers, tests).
+    pub fn to_bytes(&self) -> Bytes {
+        match (self.body.is_empty(), self.tail.is_empty()) {
+            (true, true) => self.head.clone(),
+            _ => {
+                let mut v = Vec::with_capacity(self.len());
+                for p in self.parts() {
+                    v.extend_from_slice(p);
+                }
+                Bytes::from(v)
+            }
+        }
+    }
+}
+
+impl From<Bytes> for Line {
+    fn from(head: Bytes) -> Line {
+        Line {
+            head,
+            ..Line::default()
+        }
+    }
+}
+
 /// Whole lines collected for one vectored write, with the position reached so far; the lines
 /// are written as they are (never copied). Sans-IO: [`LineBatch::io_slices`] gives what is left
 /// to write, [`LineBatch::advance`] records what a write took.
@@ -265,6 +327,16 @@ impl LineBatch {
     pub fn push(&mut self, line: Bytes) {
         self.bytes += line.len();
         self.lines.push(line);
+    }
+
+    /// Appends each piece of a [`Line`] (shared, not copied).
+    pub fn push_line(&mut self, line: Line) {
+        let Line { head, body, tail } = line;
+        for part in [head, body, tail] {
+            if !part.is_empty() {
+                self.push(part);
+            }
+        }
     }
 
     /// Lines pushed since the last clear.

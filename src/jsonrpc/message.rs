@@ -5,6 +5,7 @@
 //! Owns: classifying a line as request, notification or response, and writing compact
 //! single-line messages. Knows nothing about clients, children or routing.
 
+use super::framing::Line;
 use bytes::Bytes;
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
@@ -56,8 +57,9 @@ pub struct Message {
     pub method: Option<String>,
     /// Raw `params`, when present.
     pub params: Option<Box<RawValue>>,
-    /// Raw `result`, for successful responses.
-    pub result: Option<Box<RawValue>>,
+    /// Raw `result`, for successful responses: a slice of the line it was read from, never
+    /// copied (issue 15 §3: a 64 MiB result is held once, and written out from that buffer).
+    pub result: Option<RawText>,
     /// Raw `error`, for error responses.
     pub error: Option<Box<RawValue>>,
 }
@@ -83,47 +85,109 @@ impl ParseError {
     }
 }
 
-#[derive(Deserialize)]
-struct Envelope {
-    jsonrpc: Option<Box<RawValue>>,
-    // `Option<Option<..>>` would lose the difference between absent and null; a raw value keeps it.
-    #[serde(default, deserialize_with = "present")]
-    id: Option<Box<RawValue>>,
-    method: Option<String>,
-    params: Option<Box<RawValue>>,
-    result: Option<Box<RawValue>>,
-    error: Option<Box<RawValue>>,
+/// Raw JSON text shared with the buffer it was read from (a [`Bytes`] slice: cloning it or
+/// keeping it copies nothing). Always valid UTF-8 JSON: it is only made from text serde_json
+/// parsed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RawText(Bytes);
+
+impl RawText {
+    /// The JSON text's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The JSON text. Checks UTF-8 again (a fast scan; the text always is UTF-8), so the hot
+    /// path uses [`RawText::as_bytes`] or [`RawText::bytes`].
+    pub fn get(&self) -> &str {
+        std::str::from_utf8(&self.0).unwrap_or("null")
+    }
+
+    /// The shared buffer itself (for writing it out as it is).
+    pub fn bytes(&self) -> &Bytes {
+        &self.0
+    }
+
+    /// The text as a `RawValue` borrowed from it (parses it again: for the rare paths that
+    /// rewrite a result, e.g. between eras).
+    pub fn raw(&self) -> Box<RawValue> {
+        RawValue::from_string(self.get().to_string()).unwrap_or_else(|_| raw_null())
+    }
+
+    /// The text of `part`, which must be a sub-slice of `line`'s bytes; `None` otherwise.
+    fn within(line: &Bytes, part: &str) -> Option<RawText> {
+        let start = (part.as_ptr() as usize).checked_sub(line.as_ptr() as usize)?;
+        let end = start.checked_add(part.len())?;
+        (end <= line.len()).then(|| RawText(line.slice(start..end)))
+    }
+
+    /// Raw text made from a `RawValue` (a copy: for tests and messages built in place).
+    pub fn from_raw(raw: &RawValue) -> RawText {
+        RawText(Bytes::copy_from_slice(raw.get().as_bytes()))
+    }
 }
 
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
-    Box::<RawValue>::deserialize(d).map(Some)
+impl fmt::Debug for RawText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<&'a RawValue>,
+    // `Option<Option<..>>` would lose the difference between absent and null; a raw value keeps it.
+    #[serde(default, borrow, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    method: Option<String>,
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue>::deserialize(d).map(Some)
 }
 
 /// Parses one line into messages. A JSON array (a 2025-03-26 batch) yields one message per
-/// element; protocol.md "Implications" 3: accept and split, never emit batches.
-pub fn parse_line(line: &[u8]) -> Result<Vec<Result<Message, ParseError>>, ParseError> {
+/// element; protocol.md "Implications" 3: accept and split, never emit batches. Results stay
+/// slices of `line` ([`RawText`]).
+pub fn parse_line(line: &Bytes) -> Result<Vec<Result<Message, ParseError>>, ParseError> {
     let first = line.iter().find(|b| !b.is_ascii_whitespace());
     if first == Some(&b'[') {
-        let items: Vec<Box<RawValue>> = serde_json::from_slice(line)?;
+        let items: Vec<&RawValue> = serde_json::from_slice(line)?;
         if items.is_empty() {
             return Err(ParseError::Shape("empty batch".into()));
         }
         return Ok(items
             .iter()
-            .map(|raw| parse_one(raw.get().as_bytes()))
+            .map(|raw| match RawText::within(line, raw.get()) {
+                Some(item) => parse_shared(&item.0),
+                None => parse_one(raw.get().as_bytes()),
+            })
             .collect());
     }
-    Ok(vec![parse_one(line)])
+    Ok(vec![parse_shared(line)])
 }
 
-/// Parses one line that must hold a single message.
+/// Parses one line that must hold a single message (copied into a buffer of its own; the
+/// relay uses [`parse_shared`]).
 pub fn parse_one(line: &[u8]) -> Result<Message, ParseError> {
+    parse_shared(&Bytes::copy_from_slice(line))
+}
+
+/// Parses one line that must hold a single message; its `result` stays a slice of `line`.
+pub fn parse_shared(line: &Bytes) -> Result<Message, ParseError> {
     let env: Envelope = serde_json::from_slice(line).map_err(|e| match e.classify() {
         // Well-formed JSON of the wrong type (`42`, `"method": 1`): JSON-RPC's -32600.
         serde_json::error::Category::Data => ParseError::Shape(e.to_string()),
         _ => ParseError::Json(e),
     })?;
-    if env.jsonrpc.as_deref().map(RawValue::get) != Some("\"2.0\"") {
+    if env.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
         return Err(ParseError::Shape("jsonrpc must be \"2.0\"".into()));
     }
     let kind = match (&env.method, &env.result, &env.error) {
@@ -133,7 +197,7 @@ pub fn parse_one(line: &[u8]) -> Result<Message, ParseError> {
         _ => return Err(ParseError::Shape("needs method, result or error".into())),
     };
     if kind == Kind::Request {
-        let id = env.id.as_deref().map(RawValue::get).unwrap_or("null");
+        let id = env.id.map(RawValue::get).unwrap_or("null");
         let ok = matches!(id.as_bytes().first(), Some(b'"' | b'-' | b'0'..=b'9'));
         if !ok {
             return Err(ParseError::Shape(
@@ -143,11 +207,13 @@ pub fn parse_one(line: &[u8]) -> Result<Message, ParseError> {
     }
     Ok(Message {
         kind,
-        id: env.id,
+        id: env.id.map(ToOwned::to_owned),
         method: env.method,
-        params: env.params,
-        result: env.result,
-        error: env.error,
+        params: env.params.map(ToOwned::to_owned),
+        result: env
+            .result
+            .map(|r| RawText::within(line, r.get()).unwrap_or_else(|| RawText::from_raw(r))),
+        error: env.error.map(ToOwned::to_owned),
     })
 }
 
@@ -180,8 +246,7 @@ impl Message {
 /// all (the usual case, e.g. base64 screenshots) is found with a SIMD search and borrowed.
 pub fn compact(raw: &RawValue) -> std::borrow::Cow<'_, RawValue> {
     let text = raw.get().as_bytes();
-    if memchr::memchr3(b' ', b'\t', b'\r', text).is_none() && memchr::memchr(b'\n', text).is_none()
-    {
+    if !has_whitespace(text) {
         return std::borrow::Cow::Borrowed(raw);
     }
     let (mut in_str, mut escaped) = (false, false);
@@ -329,6 +394,29 @@ impl<'a> Out<'a> {
             .map(|r| r.get().len())
             .sum()
     }
+}
+
+/// A successful response to `id` whose result is `result` as the child wrote it: a new head
+/// and the result's own bytes, never copied (issue 15 §3; same bytes as
+/// `Out::result(id, result).encode()`). A result with whitespace outside its strings is
+/// compacted into a new buffer instead (K03: what we write is compact).
+pub fn result_line(id: &RawValue, result: &RawText) -> Line {
+    let body = result.as_bytes();
+    if has_whitespace(body) {
+        return Out::result(id, &compact(&result.raw())).encode().into();
+    }
+    let id = compact(id);
+    let mut head = Vec::with_capacity(32 + id.get().len());
+    head.extend_from_slice(b"{\"jsonrpc\":\"2.0\"");
+    push_member(&mut head, b"id", id.get());
+    head.extend_from_slice(b",\"result\":");
+    Line::spliced(Bytes::from(head), result.bytes().clone(), b"}\n")
+}
+
+/// Whether `text` has a JSON whitespace byte anywhere (SIMD search; false means it is
+/// compact as it is).
+fn has_whitespace(text: &[u8]) -> bool {
+    memchr::memchr3(b' ', b'\t', b'\r', text).is_some() || memchr::memchr(b'\n', text).is_some()
 }
 
 /// `,"key":` then `raw` (a member whose key needs no escaping).
@@ -507,7 +595,7 @@ pub fn swap_progress_token(
     params: &RawValue,
     new_token: Box<RawValue>,
 ) -> Option<(Box<RawValue>, Box<RawValue>)> {
-    if !params.get().contains("progressToken") {
+    if memchr::memmem::find(params.get().as_bytes(), b"progressToken").is_none() {
         return None;
     }
     let mut obj = RawObject::parse(params)?;
@@ -573,9 +661,9 @@ mod tests {
 
     #[test]
     fn batches_are_split() {
-        let v = parse_line(
+        let v = parse_line(&Bytes::from_static(
             br#"[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","id":2,"method":"b"}]"#,
-        )
+        ))
         .unwrap();
         assert_eq!(v.len(), 2);
         assert_eq!(v[1].as_ref().unwrap().method(), "b");
@@ -641,7 +729,7 @@ mod tests {
         proptest! {
             #[test]
             fn parsing_arbitrary_bytes_never_panics(line in proptest::collection::vec(any::<u8>(), 0..200)) {
-                let _ = parse_line(&line);
+                let _ = parse_line(&Bytes::from(line.clone()));
                 let _ = parse_one(&line);
             }
 
@@ -659,7 +747,7 @@ mod tests {
                     let i = at.index(line.len());
                     line[i] = b;
                 }
-                if let Ok(msgs) = parse_line(&line) {
+                if let Ok(msgs) = parse_line(&Bytes::from(line.clone())) {
                     for m in msgs.into_iter().flatten() {
                         let _ = (m.error_code(), m.params_object());
                         if let Some(p) = &m.params {

@@ -12,6 +12,7 @@
 //! `notifications/cancelled` for a member (MCP: a cancelled request gets no response) takes it
 //! out of its group.
 
+use crate::jsonrpc::framing::Line;
 use crate::jsonrpc::message;
 use crate::mux::ids::id_key;
 use bytes::{BufMut, Bytes, BytesMut};
@@ -35,14 +36,14 @@ struct Group {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Offer {
     /// Not a batch member's response: write it as it is.
-    Pass(Bytes),
+    Pass(Line),
     /// Held for its batch.
     Held,
     /// The batch is complete: write this array line; `counted` bytes of the client's queue
     /// accounting are released with it.
     Complete {
         /// The whole answer, `[r1,r2,..]\n`.
-        line: Bytes,
+        line: Line,
         /// Queue bytes the held responses were counted as.
         counted: usize,
     },
@@ -90,32 +91,37 @@ impl Batches {
     }
 
     /// Offers an outgoing line (one JSON-RPC message and its newline).
-    pub fn offer(&mut self, line: Bytes) -> Offer {
+    pub fn offer(&mut self, line: Line) -> Offer {
         if self.groups.is_empty() {
             return Offer::Pass(line);
         }
-        let key = match message::parse_one(&line) {
+        // While a batch is open, lines are looked at whole (a copy only for a spliced line).
+        let line = line.to_bytes();
+        let key = match message::parse_shared(&line) {
             Ok(m) if m.method.is_none() => m.id.as_deref().map(id_key),
             _ => None,
         };
         let Some(key) = key else {
-            return Offer::Pass(line);
+            return Offer::Pass(line.into());
         };
         let Some(i) = self
             .groups
             .iter()
             .position(|g| g.waiting.contains_key(&key))
         else {
-            return Offer::Pass(line);
+            return Offer::Pass(line.into());
         };
         let Some(g) = self.groups.get_mut(i) else {
-            return Offer::Pass(line);
+            return Offer::Pass(line.into());
         };
         take_one(&mut g.waiting, &key);
         g.counted += line.len();
         g.parts.push(trim_newline(line));
         match self.complete(i) {
-            Some((line, counted)) => Offer::Complete { line, counted },
+            Some((line, counted)) => Offer::Complete {
+                line: line.into(),
+                counted,
+            },
             None => Offer::Held,
         }
     }
@@ -169,7 +175,7 @@ impl SharedBatches {
     }
 
     /// [`Batches::offer`], without a lock while no batch is open.
-    pub fn offer(&self, line: Bytes) -> Offer {
+    pub fn offer(&self, line: Line) -> Offer {
         if !self.any.load(Ordering::Acquire) {
             return Offer::Pass(line);
         }
@@ -213,8 +219,8 @@ fn array(parts: &[Bytes]) -> Bytes {
 mod tests {
     use super::*;
 
-    fn line(s: &str) -> Bytes {
-        Bytes::from(format!("{s}\n"))
+    fn line(s: &str) -> Line {
+        Bytes::from(format!("{s}\n")).into()
     }
 
     #[test]
@@ -232,6 +238,7 @@ mod tests {
         let Offer::Complete { line: out, counted } = b.offer(r2) else {
             panic!("not complete");
         };
+        let out = out.to_bytes();
         assert_eq!(counted, len);
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v.as_array().map(Vec::len), Some(2));
@@ -243,6 +250,7 @@ mod tests {
     fn invalid_members_are_in_the_array_and_a_batch_of_errors_is_answered_at_once() {
         let mut b = Batches::default();
         let err = line(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"x"}}"#);
+        let err = err.to_bytes();
         let out = b.open(&[], vec![err.clone()]).unwrap();
         assert_eq!(out, array(&[trim_newline(err)]));
         assert_eq!(b.open(&[], Vec::new()), None, "notifications only: nothing");

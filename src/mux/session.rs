@@ -5,11 +5,10 @@
 //! child or other clients: the actor only ever `try_send`s into [`ClientTx`], and a full queue
 //! disconnects this client (issue 3 §7, R17).
 
-use crate::jsonrpc::framing::{Frame, LineBatch, LineDecoder, BATCH_SLICES};
+use crate::jsonrpc::framing::{Frame, Line, LineBatch, LineDecoder, BATCH_SLICES};
 use crate::jsonrpc::message::{self, code, Message};
 use crate::mux::batch::{Offer, SharedBatches};
 use crate::mux::ids::id_key;
-use bytes::Bytes;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -87,7 +86,7 @@ const READ_BUFFER_KEEP: usize = 1024 * 1024;
 /// bytes ([`CLIENT_QUEUE_BYTES`]).
 #[derive(Debug, Clone)]
 pub struct ClientTx {
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<Line>,
     queued: Arc<AtomicUsize>,
     kick: CancellationToken,
 }
@@ -96,7 +95,7 @@ pub struct ClientTx {
 impl ClientTx {
     /// A queue of `capacity` lines with no connection behind it: what the actor writes to a
     /// client, for tests that drive the actor without sockets (the simulation).
-    pub(crate) fn detached(capacity: usize) -> (ClientTx, mpsc::Receiver<Bytes>) {
+    pub(crate) fn detached(capacity: usize) -> (ClientTx, mpsc::Receiver<Line>) {
         let (tx, rx) = mpsc::channel(capacity);
         let tx = ClientTx {
             tx,
@@ -110,7 +109,8 @@ impl ClientTx {
 impl ClientTx {
     /// Queues a line without waiting. `false` means the client is gone or too slow; the caller
     /// must then drop the client ([`ClientTx::kick`] was already called).
-    pub fn deliver(&self, line: Bytes) -> bool {
+    pub fn deliver(&self, line: impl Into<Line>) -> bool {
+        let line = line.into();
         let len = line.len();
         let before = self.queued.fetch_add(len, Ordering::Relaxed);
         if before > 0 && before + len > CLIENT_QUEUE_BYTES {
@@ -147,7 +147,7 @@ impl ClientTx {
     /// Closes the connection once every line queued before this call is written (an empty
     /// line is the marker: real lines are never empty). Used to say why before hanging up.
     pub fn close_after_drain(&self) {
-        if self.tx.try_send(Bytes::new()).is_err() {
+        if self.tx.try_send(Line::default()).is_err() {
             self.kick.cancel();
         }
     }
@@ -246,7 +246,7 @@ pub async fn run(
     // What this client's unfinished input holds, as last told to `memory`.
     let mut held = 0;
     let id = ClientId::next();
-    let (out_tx, out_rx) = mpsc::channel::<Bytes>(queue);
+    let (out_tx, out_rx) = mpsc::channel::<Line>(queue);
     let kick = shutdown.child_token();
     let queued = Arc::new(AtomicUsize::new(0));
     let tx = ClientTx {
@@ -489,7 +489,7 @@ fn batch_member_cancelled(link: &Link<'_>, m: &Message) {
 /// The writer of one connection: drains the client's queue, several queued lines per write.
 /// An empty line (from [`ClientTx::close_after_drain`]) closes after what came before it.
 async fn write_loop(
-    mut out_rx: mpsc::Receiver<Bytes>,
+    mut out_rx: mpsc::Receiver<Line>,
     mut wr: tokio::net::unix::OwnedWriteHalf,
     queued: Arc<AtomicUsize>,
     kick: CancellationToken,
@@ -534,16 +534,16 @@ async fn write_loop(
 
 /// Puts an outgoing line in the write batch, unless it is a batch member's response to hold
 /// ([`Batches::offer`]); returns the queue bytes released by what was put in.
-fn take(batch: &mut LineBatch, line: Bytes, batches: &SharedBatches) -> usize {
+fn take(batch: &mut LineBatch, line: Line, batches: &SharedBatches) -> usize {
     match batches.offer(line) {
         Offer::Pass(line) => {
             let n = line.len();
-            batch.push(line);
+            batch.push_line(line);
             n
         }
         Offer::Held => 0,
         Offer::Complete { line, counted } => {
-            batch.push(line);
+            batch.push_line(line);
             counted
         }
     }

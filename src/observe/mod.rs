@@ -155,6 +155,9 @@ struct Families {
 pub struct Metrics {
     registry: Registry,
     families: Families,
+    /// `request_log_dropped_total`, brought up to [`crate::logging::requests::dropped`] at
+    /// each render.
+    log_dropped: Counter,
 }
 
 fn duration_histogram() -> Histogram {
@@ -274,8 +277,15 @@ impl Metrics {
             "Bytes written, by direction (to_child, to_client)",
             bytes.clone(),
         );
+        let log_dropped = Counter::default();
+        registry.register(
+            "request_log_dropped",
+            "Request log lines dropped because the log could not keep up (issue 15 §2)",
+            log_dropped.clone(),
+        );
         Metrics {
             registry,
+            log_dropped,
             families: Families {
                 requests,
                 errors,
@@ -292,6 +302,12 @@ impl Metrics {
 
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
+        // The request log counts its drops itself (an atomic, off the relay path).
+        let dropped = crate::logging::requests::dropped();
+        let shown = self.log_dropped.get();
+        if dropped > shown {
+            self.log_dropped.inc_by(dropped - shown);
+        }
         let mut out = String::new();
         // Writing to a `String` cannot fail; if the encoder ever did, a scrape gets what was
         // written (Prometheus rejects it without `# EOF`) rather than the daemon a panic.

@@ -602,7 +602,7 @@ async fn read_stdout(
 /// `id` a `Malformed` event that fails its request (K21); noise is logged, rate-limited.
 /// Returns false when the actor is gone.
 async fn send_line(
-    line: &[u8],
+    line: &bytes::Bytes,
     generation: u64,
     events: &mpsc::Sender<ChildEvent>,
     noise: &mut RateLimit,

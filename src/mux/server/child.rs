@@ -80,7 +80,10 @@ impl Server {
             return;
         };
         if let (Some(sent), Some(r)) = (&retry_params, &m.result) {
-            if self.start_round(client, &id, method, sent, r, progress, log_level) {
+            // Only an `input_required` result starts a round: others are not parsed here.
+            if memchr::memmem::find(r.as_bytes(), b"input_required").is_some()
+                && self.start_round(client, &id, method, sent, &r.raw(), progress, log_level)
+            {
                 return;
             }
         }
@@ -90,7 +93,7 @@ impl Server {
             }
         }
         if let (Some(list), Some(r)) = (cache, &m.result) {
-            if let Some(v) = serde_json::from_str::<Value>(r.get())
+            if let Some(v) = serde_json::from_slice::<Value>(r.as_bytes())
                 .ok()
                 .filter(shareable)
             {
@@ -99,7 +102,7 @@ impl Server {
         }
         let (line, outcome, code) = match (&m.result, &m.error) {
             (Some(r), _) => {
-                let outcome = if method == "tools/call" && is_tool_error(r) {
+                let outcome = if method == "tools/call" && is_tool_error(r.as_bytes()) {
                     Outcome::ToolError
                 } else {
                     Outcome::Ok
@@ -107,20 +110,28 @@ impl Server {
                 let legacy_client = !add_result_type
                     && self.child_era() == Era::Modern
                     && self.client_era(client) == Era::Handshake;
-                let r = if add_result_type {
-                    era::modernize_result(r, method)
+                // Rewritten results are re-encoded; the common case is spliced: a new head
+                // and the child's bytes (issue 15 §3).
+                let line = if add_result_type {
+                    Out::result(&id, &era::modernize_result(&r.raw(), method))
+                        .encode()
+                        .into()
                 } else if legacy_client {
                     // Nothing of 2026 for a handshake client (issue 13 Why 4).
-                    era::legacy_result(r)
+                    Out::result(&id, &era::legacy_result(&r.raw()))
+                        .encode()
+                        .into()
                 } else if method == "subscriptions/listen" {
-                    std::borrow::Cow::Owned(listen_close_result(r, &id))
+                    Out::result(&id, &listen_close_result(&r.raw(), &id))
+                        .encode()
+                        .into()
                 } else {
-                    std::borrow::Cow::Borrowed(&**r)
+                    message::result_line(&id, r)
                 };
-                (Out::result(&id, &r).encode(), outcome, None)
+                (line, outcome, None)
             }
             (_, Some(e)) => (
-                Out::error(&id, e).encode(),
+                Out::error(&id, e).encode().into(),
                 Outcome::ProtocolError,
                 m.error_code(),
             ),
@@ -177,7 +188,7 @@ impl Server {
     /// restart (issue 5 §4).
     fn on_refresh_answer(&mut self, method: &'static str, announce: bool, m: &Message) {
         let Some(r) = &m.result else { return };
-        let Some(v) = serde_json::from_str::<Value>(r.get())
+        let Some(v) = serde_json::from_slice::<Value>(r.as_bytes())
             .ok()
             .filter(shareable)
         else {
@@ -205,7 +216,7 @@ impl Server {
     pub(super) fn on_discover_answer(&mut self, m: &Message, probe: bool) {
         let code = m.error_code();
         if let Some(r) = &m.result {
-            let v = serde_json::from_str::<Value>(r.get()).unwrap_or(json!({}));
+            let v = serde_json::from_slice::<Value>(r.as_bytes()).unwrap_or(json!({}));
             self.set_verdict(Era::Modern, "the child answered server/discover");
             self.on_ready(Handshake::from_discover(v));
         } else if code == Some(era::UNSUPPORTED_VERSION) {

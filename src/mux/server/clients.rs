@@ -121,7 +121,7 @@ impl Server {
             .and_then(|i| i.get("name"))
             .and_then(Value::as_str)
             .unwrap_or("")
-            .to_string();
+            .into();
         c.info = info.unwrap_or_else(|| json!({}));
         if let Some(caps) = era::envelope_field(m.params.as_deref(), era::META_CAPABILITIES) {
             c.capabilities = caps;
@@ -356,7 +356,7 @@ impl Server {
             debug!(client = %client, uid = c.peer.uid, pid = c.peer.pid, client_name = %name, "client handshake answered from the cache");
             c.capabilities = params.get("capabilities").cloned().unwrap_or(json!({}));
             c.info = params.get("clientInfo").cloned().unwrap_or(Value::Null);
-            c.name = name;
+            c.name = name.into();
             c.initialized = true;
         }
         let line = message::result_response(&id, &result);
@@ -453,8 +453,10 @@ impl Server {
                 match (&m.result, &m.error) {
                     (Some(r), _) => {
                         let done = self.rounds.get_mut(&round).map(|rd| {
-                            rd.answers
-                                .insert(key, serde_json::from_str(r.get()).unwrap_or(Value::Null));
+                            rd.answers.insert(
+                                key,
+                                serde_json::from_slice(r.as_bytes()).unwrap_or(Value::Null),
+                            );
                             rd.waiting = rd.waiting.saturating_sub(1);
                             rd.waiting == 0
                         });
@@ -478,7 +480,7 @@ impl Server {
             }
         };
         let line = match (&m.result, &m.error) {
-            (Some(r), _) => Out::result(&child_id, r).encode(),
+            (Some(r), _) => Out::result(&child_id, &r.raw()).encode(),
             (_, Some(e)) => Out::error(&child_id, e).encode(),
             _ => return,
         };

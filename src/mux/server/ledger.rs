@@ -10,11 +10,12 @@ use super::*;
 #[derive(Debug)]
 pub(super) struct Tracked {
     /// The id shown to the client in errors and in the log (`r-...`).
-    pub(super) rid: String,
-    pub(super) method: String,
-    pub(super) tool: Option<String>,
-    /// Keys of `tools/call` arguments (never their values).
-    pub(super) arg_keys: Vec<String>,
+    pub(super) rid: RequestId,
+    /// The method (borrowed for the methods MCP defines: no allocation).
+    pub(super) method: std::borrow::Cow<'static, str>,
+    pub(super) tool: Option<Box<str>>,
+    /// Keys of `tools/call` arguments joined with `,` (never their values).
+    pub(super) arg_keys: Box<str>,
     pub(super) started: Instant,
     /// The child instance running when the request arrived, if any.
     pub(super) generation: Option<u64>,
@@ -61,8 +62,8 @@ impl Ledger {
     }
 
     /// The log id of `client`'s open request `key`.
-    pub(super) fn rid(&self, client: ClientId, key: &str) -> Option<&str> {
-        self.open.get(&client)?.get(key).map(|t| t.rid.as_str())
+    pub(super) fn rid(&self, client: ClientId, key: &str) -> Option<RequestId> {
+        self.open.get(&client)?.get(key).map(|t| t.rid)
     }
 
     /// The keys of `client`'s open requests.
@@ -86,10 +87,10 @@ mod tests {
 
     fn t(method: &str) -> Tracked {
         Tracked {
-            rid: format!("r-{method}"),
-            method: method.into(),
+            rid: RequestId(method.len() as u64),
+            method: method.to_string().into(),
             tool: None,
-            arg_keys: Vec::new(),
+            arg_keys: "".into(),
             started: Instant::now(),
             generation: None,
         }
@@ -99,11 +100,11 @@ mod tests {
     fn case_k23_an_open_id_is_a_duplicate_for_its_client_only() {
         let mut l = Ledger::default();
         let (a, b) = (ClientId(1), ClientId(2));
-        assert_eq!(l.open(a, "1".into(), || t("first")), Ok(()));
+        assert_eq!(l.open(a, "1".into(), || t("first!")), Ok(()));
         assert_eq!(l.open(a, "1".into(), || t("second")), Err(Duplicate));
         assert_eq!(
             l.rid(a, "1"),
-            Some("r-first"),
+            Some(RequestId(6)),
             "the first entry is untouched"
         );
         assert_eq!(

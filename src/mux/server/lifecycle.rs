@@ -527,7 +527,7 @@ impl Server {
                         era: None,
                         initialized: false,
                         capabilities: json!({}),
-                        name: String::new(),
+                        name: "".into(),
                         info: Value::Null,
                         log_level: None,
                         closing: false,

@@ -29,7 +29,9 @@
 use crate::child::backoff::{Backoff, FAILED_RETRY, MAX_FAILED_STARTS};
 use crate::child::process::{self, ChildEvent, ChildHandle, Exit, Queued, StderrTail};
 use crate::config::{ClientRoots, RestartPolicy, ServerConfig};
+use crate::jsonrpc::framing::Line;
 use crate::jsonrpc::message::{self, code, raw, raw_u64, Kind, Message, Out, RawObject};
+use crate::logging::requests::{self, RequestId};
 use crate::logging::{MSG_BACKOFF, MSG_EXITED, MSG_FAILED, MSG_READY, MSG_SPAWNED};
 use crate::mux::era::{self, ChildProtocol, Era, Handshake};
 use crate::mux::health::{Action, Health, HealthConfig, ProbeMethods};
@@ -46,6 +48,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -375,7 +378,8 @@ struct Client {
     era: Option<Era>,
     initialized: bool,
     capabilities: Value,
-    name: String,
+    /// Its `clientInfo.name` (shared with the request log's records).
+    name: Arc<str>,
     /// `clientInfo` from its `initialize` (for envelopes toward a modern child).
     info: Value,
     log_level: Option<usize>,
@@ -461,6 +465,10 @@ struct Server {
     /// The wall-clock time of the same moment, for the `at` shown in status.
     wall: SystemTime,
     cfg: ServerConfig,
+    /// `cfg.name`, shared with the request log's records.
+    server_name: Arc<str>,
+    /// Whether request log lines are wanted (the log filter, read once: it never changes).
+    request_log: bool,
     /// This server's metric series, resolved once (no lock or label allocation per message).
     metrics: ServerMetrics,
     history: ActorHistory,
@@ -542,6 +550,8 @@ impl Server {
             now: Instant::now(),
             wall: SystemTime::now(),
             metrics: metrics().server(&cfg.name),
+            server_name: cfg.name.as_str().into(),
+            request_log: requests::enabled(),
             pid,
             history,
             test_panic: test_panic_method(),

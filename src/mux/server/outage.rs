@@ -16,30 +16,34 @@ impl Server {
             return;
         };
         let elapsed = self.now.saturating_duration_since(t.started);
-        let (uid, pid, name) = self
-            .clients
-            .get(&client)
-            .map(|c| (Some(c.peer.uid), c.peer.pid, c.name.clone()))
-            .unwrap_or((None, None, String::new()));
-        info!(
-            target: "mcp_supervisor::requests",
-            request_id = %t.rid,
-            client = %client,
-            peer_uid = uid,
-            peer_pid = pid,
-            client_name = %name,
-            method = %t.method,
-            tool = t.tool.as_deref().unwrap_or(""),
-            arg_keys = %t.arg_keys.join(","),
-            duration_ms = (elapsed.as_secs_f64() * 1e6).round() / 1e3,
-            outcome = outcome.as_str(),
-            error_code = code,
-            // The instance that was running at arrival exited or was replaced meanwhile.
-            restarted = t.generation.is_some() && t.generation != self.life.child().map(|c| c.generation()),
-            "request finished"
-        );
         self.metrics
             .request(&t.method, outcome, code, elapsed.as_secs_f64());
+        if self.request_log {
+            let (peer_uid, peer_pid, client_name) = self
+                .clients
+                .get(&client)
+                .map(|c| (Some(c.peer.uid), c.peer.pid, c.name.clone()))
+                .unwrap_or((None, None, Arc::from("")));
+            // Formatted and written by the log thread, never here (issue 15 §2).
+            requests::submit(requests::Record {
+                at: self.wall,
+                server: self.server_name.clone(),
+                request_id: t.rid,
+                client: client.0,
+                peer_uid,
+                peer_pid,
+                client_name,
+                method: t.method,
+                tool: t.tool,
+                arg_keys: t.arg_keys,
+                duration: elapsed,
+                outcome: outcome.as_str(),
+                error_code: code,
+                // The instance that was running at arrival exited or was replaced meanwhile.
+                restarted: t.generation.is_some()
+                    && t.generation != self.life.child().map(|c| c.generation()),
+            });
+        }
         self.metrics.set_in_flight(self.inflight.len());
     }
 
@@ -84,7 +88,7 @@ impl Server {
         &mut self,
         client: ClientId,
         id: &RawValue,
-        line: Bytes,
+        line: impl Into<Line>,
         outcome: Outcome,
         code: Option<i64>,
     ) {
@@ -92,7 +96,8 @@ impl Server {
         self.reply(client, line);
     }
 
-    pub(super) fn reply(&mut self, client: ClientId, line: Bytes) {
+    pub(super) fn reply(&mut self, client: ClientId, line: impl Into<Line>) {
+        let line = line.into();
         self.metrics.bytes("to_client", line.len());
         let (ok, closing) = match self.clients.get(&client) {
             Some(c) => (c.tx.deliver(line), c.closing),
@@ -223,8 +228,8 @@ impl Server {
         let request_id = self
             .ledger
             .rid(client, &id_key(id))
-            .map(str::to_string)
-            .unwrap_or_else(new_request_id);
+            .unwrap_or_else(RequestId::random)
+            .to_string();
         let tail = self.tail.last_lines(10);
         let mut record = json!({
             "server": self.cfg.name,

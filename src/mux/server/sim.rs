@@ -61,7 +61,7 @@ pub(super) struct Asked {
 
 /// A connected simulated client.
 pub(super) struct SimClient {
-    rx: mpsc::Receiver<Bytes>,
+    rx: mpsc::Receiver<Line>,
     /// Requests sent and not answered yet, by exact id text.
     open: BTreeMap<String, u32>,
     initialized: bool,
@@ -329,6 +329,7 @@ impl Sim {
         let mut gone = Vec::new();
         for (id, c) in self.clients.iter_mut() {
             while let Ok(line) = c.rx.try_recv() {
+                let line = line.to_bytes();
                 let Ok(v) = serde_json::from_slice::<Value>(&line) else {
                     panic!("client {id:?} got a line that is not JSON: {line:?}");
                 };
@@ -455,7 +456,7 @@ impl Sim {
 
     /// The child writes `line`: the events the stdout reader would produce for it.
     pub(super) fn child_writes(&mut self, generation: u64, line: String) {
-        let events = match message::parse_line(line.as_bytes()) {
+        let events = match message::parse_line(&Bytes::from(line.clone())) {
             Ok(msgs) => msgs
                 .into_iter()
                 .filter_map(|m| match m {

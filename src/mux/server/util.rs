@@ -11,10 +11,10 @@ pub(super) fn malformed(m: &Message, method: &str) -> Option<String> {
         // Results that carry payloads (a 13 MB screenshot) are only checked to be an object:
         // the member check would scan the whole payload a second time on the relay path.
         (Some(r), None) if matches!(method, "tools/call" | "resources/read" | "prompts/get") => {
-            (!r.get().trim_start().starts_with('{'))
+            (r.as_bytes().trim_ascii_start().first() != Some(&b'{'))
                 .then(|| "its `result` is not a JSON object".to_string())
         }
-        (Some(r), None) => era::check_result_shape(method, r)
+        (Some(r), None) => era::check_result_shape(method, &r.raw())
             .err()
             .map(|e| e.to_string()),
         (None, Some(e)) => era::check_error_shape(e).err().map(|e| e.to_string()),
@@ -42,14 +42,17 @@ pub(super) fn level_name(level: usize) -> &'static str {
 /// The request-log entry of a client request arriving at `now` (issue 8), while child
 /// instance `generation` runs.
 pub(super) fn tracked(m: &Message, generation: Option<u64>, now: Instant) -> Tracked {
-    let method = m.method().to_string();
+    let method = match crate::observe::method_label(m.method()) {
+        "other" => std::borrow::Cow::Owned(m.method().to_string()),
+        known => std::borrow::Cow::Borrowed(known),
+    };
     let (tool, arg_keys) = if method == "tools/call" {
         tool_shape(m.params.as_deref())
     } else {
-        (None, Vec::new())
+        (None, "".into())
     };
     Tracked {
-        rid: new_request_id(),
+        rid: RequestId::random(),
         method,
         tool,
         arg_keys,
@@ -81,15 +84,11 @@ pub(super) fn format_secs(d: Duration) -> String {
 pub(super) use crate::mux::ids::id_key;
 
 /// A fresh request id for the log and for errors (`r-` and 12 hex digits).
-pub(super) fn new_request_id() -> String {
-    format!("r-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff)
-}
-
 /// Whether a `tools/call` result says `isError: true`, without decoding the content (which may
 /// be a multi-megabyte screenshot).
-pub(super) fn is_tool_error(result: &RawValue) -> bool {
+pub(super) fn is_tool_error(result: &[u8]) -> bool {
     // Most results never mention it: skip the parse of a (possibly huge) payload.
-    if !result.get().contains("\"isError\"") {
+    if memchr::memmem::find(result, b"\"isError\"").is_none() {
         return false;
     }
     #[derive(serde::Deserialize)]
@@ -97,33 +96,47 @@ pub(super) fn is_tool_error(result: &RawValue) -> bool {
         #[serde(rename = "isError", default)]
         is_error: Option<bool>,
     }
-    serde_json::from_str::<Probe>(result.get())
+    serde_json::from_slice::<Probe>(result)
         .ok()
         .and_then(|p| p.is_error)
         .unwrap_or(false)
 }
 
-/// The tool name and the argument keys of `tools/call` params (values are skipped, never
-/// copied or logged).
-pub(super) fn tool_shape(params: Option<&RawValue>) -> (Option<String>, Vec<String>) {
+/// The tool name and the argument keys, sorted and joined with `,`, of `tools/call` params
+/// (values are skipped, never copied or logged). One pass over the params.
+pub(super) fn tool_shape(params: Option<&RawValue>) -> (Option<Box<str>>, Box<str>) {
     #[derive(serde::Deserialize)]
-    struct Name {
-        name: Option<String>,
+    struct Shape<'a> {
+        #[serde(borrow)]
+        name: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        arguments: Option<BTreeMap<Cow<'a, str>, serde::de::IgnoredAny>>,
     }
     #[derive(serde::Deserialize)]
-    struct Args {
-        arguments: BTreeMap<String, serde::de::IgnoredAny>,
+    struct Name<'a> {
+        #[serde(borrow)]
+        name: Option<Cow<'a, str>>,
     }
     let Some(p) = params else {
-        return (None, Vec::new());
+        return (None, "".into());
     };
-    let name = serde_json::from_str::<Name>(p.get())
-        .ok()
-        .and_then(|n| n.name);
-    let keys = serde_json::from_str::<Args>(p.get())
-        .map(|a| a.arguments.into_keys().collect())
-        .unwrap_or_default();
-    (name, keys)
+    let Ok(shape) = serde_json::from_str::<Shape>(p.get()) else {
+        // `arguments` is not an object: the tool name alone (a second parse, off the common
+        // path).
+        let name = serde_json::from_str::<Name>(p.get())
+            .ok()
+            .and_then(|n| n.name);
+        return (name.map(|n| n.into()), "".into());
+    };
+    let keys = shape.arguments.unwrap_or_default();
+    let mut joined = String::with_capacity(keys.keys().map(|k| k.len() + 1).sum());
+    for (i, k) in keys.keys().enumerate() {
+        if i > 0 {
+            joined.push(',');
+        }
+        joined.push_str(k);
+    }
+    (shape.name.map(|n| n.into()), joined.into())
 }
 
 /// Whether a list result may be kept and served to every client of the child (issue 6 §2): a

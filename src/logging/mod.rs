@@ -9,6 +9,8 @@
 //! `RESTART_N=`, `EXIT_CODE=`, `SIGNAL=`, `REASON=`. Lifecycle events carry one of the fixed
 //! `MSG_*` ids below, so `journalctl MESSAGE_ID=<id>` finds every such event.
 
+pub mod requests;
+
 use std::io::IsTerminal;
 use std::os::unix::fs::MetadataExt;
 use tracing_subscriber::prelude::*;
@@ -71,12 +73,15 @@ pub fn init() {
             return;
         }
     }
+    let colour = stderr_wants_colour();
+    // Plain text into a file or pipe: the request log thread writes its lines itself.
+    requests::write_plain_stderr(!colour);
     tracing_subscriber::registry()
         .with(filter)
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
-                .with_ansi(stderr_wants_colour())
+                .with_ansi(colour)
                 .with_target(false),
         )
         .init();

@@ -1,0 +1,420 @@
+//! The request log (issue 8: one line per finished client request) written off the server
+//! actors (issue 15 §2): an actor hands a [`Record`] to a bounded queue and goes on; one log
+//! thread formats the records and writes them in batches. The relay never formats a line,
+//! never makes a log syscall and never waits for the log: when the queue is full (the log
+//! cannot keep up, or stderr is blocked) records are dropped and counted
+//! ([`dropped`], the metric `mcp_supervisor_request_log_dropped_total`), and the log says how
+//! many once it can write again.
+//!
+//! Where the lines go follows [`super::init`]: to plain stderr (a file or a pipe) the thread
+//! writes the same text the `fmt` layer writes for other events (timestamp, level, the
+//! `server{server=NAME}` span, the fields), many lines per `write(2)`; to the journal or a
+//! terminal it emits an ordinary `tracing` event (target [`TARGET`]) inside the same span, so
+//! the journal gets the same fields (`REQUEST_ID=`, `METHOD=`, `SERVER=`, ...).
+//!
+//! Order: a request's line may come up to a few milliseconds after lifecycle lines logged
+//! after it (those are written by the actor directly). [`flush`] writes what is queued; the
+//! daemon calls it before it exits.
+
+use std::borrow::Cow;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
+
+/// The `tracing` target of request log events: `RUST_LOG=info,mcp_supervisor::requests=off`
+/// silences the log (checked with [`enabled`] before a record is built).
+pub const TARGET: &str = "mcp_supervisor::requests";
+
+/// Records waiting for the log thread; beyond this many they are dropped and counted. At the
+/// benchmark's 100,000 requests per second this is 160 ms of lines.
+pub const QUEUE: usize = 16 * 1024;
+
+/// After writing a batch the log thread lets records gather this long before the next one,
+/// so a busy relay pays no wakeup per line (senders find nobody waiting). The delay a line
+/// can see, and at most 200 writes per second.
+const GATHER: Duration = Duration::from_millis(5);
+
+/// A batch is written once it holds this many bytes (about 280 lines).
+const BATCH_BYTES: usize = 64 * 1024;
+
+/// A request's log id, shown to the client in outage records and timeouts (`r-` and 12 hex
+/// digits: `r-5f0c1a2b3c4d`); random so ids from different runs do not collide in a log
+/// store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestId(pub u64);
+
+impl RequestId {
+    /// A fresh random id (48 bits).
+    pub fn random() -> RequestId {
+        RequestId(rand::random::<u64>() & 0xffff_ffff_ffff)
+    }
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "r-{:012x}", self.0)
+    }
+}
+
+/// One finished client request, as the request log shows it (README "Request log").
+#[derive(Debug)]
+pub struct Record {
+    /// When it finished (the actor's clock for the input that finished it).
+    pub at: SystemTime,
+    /// The server's name (the `server{server=NAME}` span).
+    pub server: Arc<str>,
+    /// `request_id`.
+    pub request_id: RequestId,
+    /// `client`: the connection's number (`c7`).
+    pub client: u64,
+    /// `peer_uid`, `peer_pid`: the connection's credentials, when known.
+    pub peer_uid: Option<u32>,
+    /// See `peer_uid`.
+    pub peer_pid: Option<i32>,
+    /// `client_name`: from `initialize`, or a 2026 client's first request.
+    pub client_name: Arc<str>,
+    /// `method`.
+    pub method: Cow<'static, str>,
+    /// `tool`: the `tools/call` tool name, else empty.
+    pub tool: Option<Box<str>>,
+    /// `arg_keys`: `tools/call` argument names joined with `,` (never their values).
+    pub arg_keys: Box<str>,
+    /// `duration_ms`: arrival to outcome.
+    pub duration: Duration,
+    /// `outcome` (README "Outcomes").
+    pub outcome: &'static str,
+    /// `error_code`: the JSON-RPC error code the client got, if any.
+    pub error_code: Option<i64>,
+    /// `restarted`: the child that had the request exited or was replaced meanwhile.
+    pub restarted: bool,
+}
+
+/// Whether request log lines are wanted at all (the filter of [`super::init`]; false when no
+/// subscriber is installed, as in unit tests and the simulation). Cheap: `tracing` caches the
+/// answer per call site.
+pub fn enabled() -> bool {
+    tracing::enabled!(target: TARGET, tracing::Level::INFO)
+}
+
+/// Hands `record` to the log thread without waiting; drops and counts it when the queue is
+/// full or the thread could not be started.
+pub fn submit(record: Record) {
+    let Some(tx) = sink() else {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    match tx.try_send(Msg::Record(Box::new(record))) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Records dropped since the start because the queue was full (the metric
+/// `mcp_supervisor_request_log_dropped_total`).
+pub fn dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// Writes every record queued so far, waiting at most `timeout` (the daemon calls it before
+/// it exits, so the last requests' lines are not lost).
+pub fn flush(timeout: Duration) {
+    let Some(tx) = SINK.get().and_then(Option::as_ref) else {
+        return;
+    };
+    let (done_tx, done_rx) = mpsc::channel();
+    let deadline = std::time::Instant::now() + timeout;
+    // The queue may be full: retry until the thread makes room, within the timeout.
+    let mut msg = Msg::Flush(done_tx);
+    loop {
+        match tx.try_send(msg) {
+            Ok(()) => break,
+            Err(TrySendError::Full(back)) if std::time::Instant::now() < deadline => {
+                msg = back;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(_) => return,
+        }
+    }
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    let _ = done_rx.recv_timeout(left);
+}
+
+/// Plain stderr (not the journal, not a terminal): the log thread formats lines itself.
+/// Set once by [`super::init`].
+pub(super) fn write_plain_stderr(yes: bool) {
+    PLAIN.store(yes, Ordering::Relaxed);
+}
+
+static PLAIN: AtomicBool = AtomicBool::new(false);
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+static SINK: OnceLock<Option<SyncSender<Msg>>> = OnceLock::new();
+
+enum Msg {
+    Record(Box<Record>),
+    Flush(mpsc::Sender<()>),
+}
+
+/// The log thread's queue, starting the thread on first use; `None` when no thread could be
+/// started (records are then counted as dropped).
+fn sink() -> Option<&'static SyncSender<Msg>> {
+    SINK.get_or_init(|| {
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        std::thread::Builder::new()
+            .name("request-log".into())
+            .spawn(move || run(rx))
+            .map_err(|e| tracing::error!(error = %e, "cannot start the request log thread; request lines are dropped"))
+            .ok()
+            .map(|_| tx)
+    })
+    .as_ref()
+}
+
+/// The log thread: waits for a record, takes every record queued behind it, writes them as
+/// one batch, reports drops, then lets the next batch gather.
+fn run(rx: Receiver<Msg>) {
+    let mut buf = Vec::with_capacity(BATCH_BYTES + 4096);
+    let mut reported = 0;
+    while let Ok(first) = rx.recv() {
+        let mut acks = Vec::new();
+        let mut next = Some(first);
+        while let Some(msg) = next {
+            match msg {
+                Msg::Record(r) => emit(&r, &mut buf),
+                Msg::Flush(ack) => acks.push(ack),
+            }
+            if buf.len() >= BATCH_BYTES {
+                write_out(&mut buf);
+            }
+            next = rx.try_recv().ok();
+        }
+        write_out(&mut buf);
+        let dropped = dropped();
+        if dropped > reported {
+            tracing::warn!(
+                dropped = dropped - reported,
+                "request log lines dropped: the log could not keep up"
+            );
+            reported = dropped;
+        }
+        for ack in acks {
+            let _ = ack.send(());
+        }
+        std::thread::sleep(GATHER);
+    }
+}
+
+fn write_out(buf: &mut Vec<u8>) {
+    if buf.is_empty() {
+        return;
+    }
+    // One locked write: other threads' log lines land before or after the batch, not inside.
+    let _ = std::io::stderr().lock().write_all(buf);
+    buf.clear();
+}
+
+fn emit(r: &Record, buf: &mut Vec<u8>) {
+    if PLAIN.load(Ordering::Relaxed) {
+        format_line(r, buf);
+    } else {
+        event(r);
+    }
+}
+
+/// The record as a `tracing` event in its server's span (journal, terminal).
+fn event(r: &Record) {
+    let span = tracing::info_span!("server", server = %r.server);
+    let _entered = span.enter();
+    tracing::info!(
+        target: TARGET,
+        request_id = %r.request_id,
+        client = %format_args!("c{}", r.client),
+        peer_uid = r.peer_uid,
+        peer_pid = r.peer_pid,
+        client_name = %r.client_name,
+        method = %r.method,
+        tool = r.tool.as_deref().unwrap_or(""),
+        arg_keys = %r.arg_keys,
+        duration_ms = duration_ms(r.duration),
+        outcome = r.outcome,
+        error_code = r.error_code,
+        restarted = r.restarted,
+        "request finished"
+    );
+}
+
+/// Milliseconds with microsecond precision (`0.121`).
+fn duration_ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// The line the `fmt` layer would write for the event of [`emit`] (without ANSI):
+/// `2026-12-01T14:53:42.053260Z  INFO server{server=fake}: request finished request_id=r-… …`.
+/// Fields given as text are written as they are (`%`), `tool` and `outcome` quoted (`?`), as
+/// the event declares them; absent options are left out.
+pub(crate) fn format_line(r: &Record, buf: &mut Vec<u8>) {
+    let _ = write!(
+        buf,
+        "{}  INFO server{{server={}}}: request finished request_id={} client=c{}",
+        humantime::format_rfc3339_micros(r.at),
+        r.server,
+        r.request_id,
+        r.client
+    );
+    if let Some(uid) = r.peer_uid {
+        let _ = write!(buf, " peer_uid={uid}");
+    }
+    if let Some(pid) = r.peer_pid {
+        let _ = write!(buf, " peer_pid={pid}");
+    }
+    let _ = write!(
+        buf,
+        " client_name={} method={} tool=",
+        r.client_name, r.method
+    );
+    push_quoted(buf, r.tool.as_deref().unwrap_or(""));
+    let _ = write!(buf, " arg_keys={} duration_ms=", r.arg_keys);
+    push_millis(buf, r.duration);
+    buf.extend_from_slice(b" outcome=");
+    push_quoted(buf, r.outcome);
+    if let Some(code) = r.error_code {
+        let _ = write!(buf, " error_code={code}");
+    }
+    let _ = writeln!(buf, " restarted={}", r.restarted);
+}
+
+/// `s` as `{:?}` writes it, without the formatter's per-character work when nothing needs
+/// escaping (the usual tool name).
+fn push_quoted(buf: &mut Vec<u8>, s: &str) {
+    if s.bytes()
+        .all(|b| b >= 0x20 && b < 0x7f && b != b'"' && b != b'\\')
+    {
+        buf.push(b'"');
+        buf.extend_from_slice(s.as_bytes());
+        buf.push(b'"');
+    } else {
+        let _ = write!(buf, "{s:?}");
+    }
+}
+
+/// [`duration_ms`] as `{:?}` writes it (`0.121`, `1.5`, `12.0`), from whole microseconds: an
+/// integer number of microseconds over 1000 prints as its exact decimal, trailing zeros
+/// removed, at least one fractional digit.
+fn push_millis(buf: &mut Vec<u8>, d: Duration) {
+    let micros = duration_ms(d) * 1e3;
+    if !(0.0..9e15).contains(&micros) {
+        let _ = write!(buf, "{:?}", duration_ms(d));
+        return;
+    }
+    let micros = micros as u64;
+    let (whole, frac) = (micros / 1000, micros % 1000);
+    let _ = match frac {
+        0 => write!(buf, "{whole}.0"),
+        f if f % 100 == 0 => write!(buf, "{whole}.{}", f / 100),
+        f if f % 10 == 0 => write!(buf, "{whole}.{:02}", f / 10),
+        f => write!(buf, "{whole}.{f:03}"),
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> Record {
+        Record {
+            at: SystemTime::UNIX_EPOCH + Duration::from_micros(1_795_000_000_123_456),
+            server: "fake".into(),
+            request_id: RequestId(0x863e3e86de7b),
+            client: 1,
+            peer_uid: Some(0),
+            peer_pid: Some(9187),
+            client_name: "t".into(),
+            method: Cow::Borrowed("tools/call"),
+            tool: Some("echo".into()),
+            arg_keys: "text".into(),
+            duration: Duration::from_micros(121),
+            outcome: "ok",
+            error_code: None,
+            restarted: false,
+        }
+    }
+
+    /// What the daemon's `fmt` layer (as `super::init` builds it for a file) writes for the
+    /// record's `tracing` event.
+    fn fmt_layer_line(r: &Record) -> String {
+        use std::sync::Mutex;
+        use tracing_subscriber::prelude::*;
+        #[derive(Clone, Default)]
+        struct Capture(Arc<Mutex<Vec<u8>>>);
+        impl Write for Capture {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let out = Capture::default();
+        let sink = out.clone();
+        let subscriber = tracing_subscriber::registry().with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(move || sink.clone())
+                .with_ansi(false)
+                .with_target(false),
+        );
+        tracing::subscriber::with_default(subscriber, || event(r));
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        text
+    }
+
+    #[test]
+    fn the_line_is_what_the_fmt_layer_writes_for_the_event() {
+        let mut full = record();
+        full.error_code = Some(-32601);
+        let mut sparse = record();
+        (sparse.peer_pid, sparse.tool, sparse.duration) = (None, None, Duration::ZERO);
+        sparse.arg_keys = "".into();
+        sparse.client_name = "name with spaces".into();
+        let mut quoted = record();
+        quoted.tool = Some("a \"tool\"\n\u{e9}".into());
+        let mut rounds = Vec::new();
+        for micros in [
+            1,
+            10,
+            100,
+            999,
+            1000,
+            1010,
+            1500,
+            12_000,
+            123_456_789,
+            3_600_000_001,
+        ] {
+            let mut r = record();
+            r.duration = Duration::from_nanos(micros * 1000 + 499);
+            rounds.push(r);
+        }
+        for r in [record(), full, sparse, quoted].into_iter().chain(rounds) {
+            let mut buf = Vec::new();
+            format_line(&r, &mut buf);
+            let ours = String::from_utf8(buf).unwrap();
+            let theirs = fmt_layer_line(&r);
+            // Everything after the timestamp (the fmt layer stamps the time it writes).
+            let tail = |s: &str| s.split_once(' ').map(|(_, t)| t.to_string());
+            assert_eq!(tail(&ours), tail(&theirs), "{ours}{theirs}");
+            assert!(
+                ours.starts_with("2026-11-18T11:06:40.123456Z  INFO"),
+                "{ours}"
+            );
+        }
+    }
+    #[test]
+    fn request_ids_look_like_the_ones_clients_are_shown() {
+        assert_eq!(RequestId(0x5f0c1a2b).to_string(), "r-00005f0c1a2b");
+        assert!(RequestId::random().0 < 1 << 48);
+    }
+}
