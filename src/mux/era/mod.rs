@@ -10,7 +10,7 @@
 //! each client speaks one era (decided by its first request); the functions here translate
 //! between them (issue 6).
 
-use crate::jsonrpc::message::RawObject;
+use crate::jsonrpc::message::{self, RawObject};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
@@ -88,7 +88,7 @@ impl ChildProtocol {
 /// searched first, to keep the common case free of parsing).
 pub fn envelope_version(params: Option<&RawValue>) -> Option<String> {
     let params = params?;
-    if !params.get().contains(META_VERSION) {
+    if !message::mentions(params.get(), META_VERSION) {
         return None;
     }
     match envelope_field(Some(params), META_VERSION)? {
@@ -148,7 +148,10 @@ fn to_raw(obj: &RawObject) -> Option<Box<RawValue>> {
 /// not an object or whose `_meta` is not an object. Every `_meta` member of an object with
 /// duplicate keys is cleaned. Total: the answer is always valid JSON.
 pub fn strip_envelope(params: &RawValue) -> Cow<'_, RawValue> {
-    if !ENVELOPE_KEYS.iter().any(|k| params.get().contains(k)) {
+    if !ENVELOPE_KEYS
+        .iter()
+        .any(|k| message::mentions(params.get(), k))
+    {
         return Cow::Borrowed(params);
     }
     let Some(obj) = RawObject::parse(params) else {

@@ -4,6 +4,7 @@
 //! receives from a 2026 child carries nothing of 2026 (protocol.md §4.1, §4.6).
 
 use super::{Era, CACHEABLE, META_SERVER_INFO};
+use crate::jsonrpc::message;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::borrow::Cow;
@@ -71,7 +72,7 @@ pub fn legacy_result(result: &RawValue) -> Cow<'_, RawValue> {
         "\"cacheScope\"",
         "\"io.modelcontextprotocol/serverInfo\"",
     ];
-    let has_any = QUOTED.iter().any(|k| text.contains(k));
+    let has_any = QUOTED.iter().any(|k| message::mentions(text, k));
     if !has_any {
         return Cow::Borrowed(result);
     }

@@ -154,7 +154,7 @@ impl Server {
         };
         if m.params
             .as_deref()
-            .is_some_and(|p| p.get().contains("\"cursor\""))
+            .is_some_and(|p| message::mentions(p.get(), "\"cursor\""))
         {
             return false;
         }

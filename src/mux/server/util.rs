@@ -182,7 +182,7 @@ pub(super) fn list_to_cache(method: &str, params: Option<&RawValue>) -> Option<&
         .iter()
         .map(|(l, _, _)| *l)
         .find(|l| *l == method)
-        .filter(|_| !params.is_some_and(|p| p.get().contains("\"cursor\"")))
+        .filter(|_| !params.is_some_and(|p| message::mentions(p.get(), "\"cursor\"")))
 }
 
 /// The URI of a `resources/subscribe` request.
@@ -198,7 +198,7 @@ pub(super) fn subscribe_uri(method: &str, params: Option<&RawValue>) -> Option<S
 /// The `inputRequests` of an `input_required` result (2026-07-28 MRTR), or `None` when the
 /// result is not one.
 pub(super) fn input_requests(result: &RawValue) -> Option<Map<String, Value>> {
-    if !result.get().contains("input_required") {
+    if !message::mentions(result.get(), "input_required") {
         return None;
     }
     let r = serde_json::from_str::<Value>(result.get()).ok()?;
