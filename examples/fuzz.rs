@@ -334,7 +334,7 @@ fn parse(rng: &mut SmallRng) -> Result<(), String> {
             mutate(rng, batch)
         }
     };
-    let Ok(msgs) = message::parse_line(&line) else {
+    let Ok(msgs) = message::parse_line(&bytes::Bytes::from(line.clone())) else {
         return Ok(());
     };
     for m in msgs.into_iter().flatten() {

@@ -290,7 +290,7 @@ pub(crate) fn format_line(r: &Record, buf: &mut Vec<u8>) {
 /// escaping (the usual tool name).
 fn push_quoted(buf: &mut Vec<u8>, s: &str) {
     if s.bytes()
-        .all(|b| b >= 0x20 && b < 0x7f && b != b'"' && b != b'\\')
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
     {
         buf.push(b'"');
         buf.extend_from_slice(s.as_bytes());
