@@ -5,15 +5,16 @@
 //! families. Never logs argument values, results, tokens or environment values: the request log
 //! carries the method, the tool name and the *keys* of the arguments only.
 
+use histogram::DurationHistogram;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::sync::OnceLock;
 
+pub mod histogram;
 mod http;
 pub use http::serve_http;
 
@@ -142,7 +143,7 @@ struct DirectionLabels {
 struct Families {
     requests: Family<RequestLabels, Counter>,
     errors: Family<CodeLabels, Counter>,
-    duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
+    duration: Family<MethodLabels, DurationHistogram>,
     in_flight: Family<ServerLabels, Gauge>,
     clients: Family<ServerLabels, Gauge>,
     restarts: Family<ReasonLabels, Counter>,
@@ -158,11 +159,6 @@ pub struct Metrics {
     /// `request_log_dropped_total`, brought up to [`crate::logging::requests::dropped`] at
     /// each render.
     log_dropped: Counter,
-}
-
-fn duration_histogram() -> Histogram {
-    // 1 ms .. ~65 s
-    Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
 /// Child states exported as `mcp_child_state{state=...}` (1 for the current one).
@@ -237,9 +233,7 @@ impl Metrics {
             "JSON-RPC errors returned to clients, by code",
             errors.clone(),
         );
-        let duration = Family::<MethodLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-            duration_histogram,
-        );
+        let duration = Family::<MethodLabels, DurationHistogram>::default();
         registry.register(
             "request_duration_seconds",
             "Request duration, by server and method",
@@ -438,8 +432,8 @@ fn gauge_value(n: usize) -> i64 {
 /// appears once it was first updated) and then updated with no lock and no allocation. The
 /// bounded label values have a slot each: methods ([`method_label`]) × outcomes, [`STATES`],
 /// [`PROBE_RESULTS`], [`DIRECTIONS`], [`RESTART_REASONS`] and the common error codes; any other
-/// value goes through the family, exactly as [`Metrics`] does. The duration histogram keeps
-/// its own (per-series) lock, which prometheus-client's `Histogram` needs.
+/// value goes through the family, exactly as [`Metrics`] does. The duration histogram is
+/// atomics too ([`histogram::DurationHistogram`]).
 ///
 /// Cheap to clone (an `Arc`); clones share the slots. The series stay registered after the
 /// handle is dropped, as with [`Metrics`].
@@ -450,7 +444,7 @@ struct Slots {
     server: String,
     families: Families,
     requests: [[OnceLock<Counter>; Outcome::ALL.len()]; METHOD_SLOTS],
-    duration: [OnceLock<Histogram>; METHOD_SLOTS],
+    duration: [OnceLock<DurationHistogram>; METHOD_SLOTS],
     errors: [OnceLock<Counter>; CACHED_CODES.len()],
     in_flight: OnceLock<Gauge>,
     clients: OnceLock<Gauge>,

@@ -24,7 +24,9 @@ pub(super) struct Tracked {
 /// Unfinished client requests, by client and canonical id text (`id_key`).
 #[derive(Debug, Default)]
 pub(super) struct Ledger {
-    open: HashMap<ClientId, HashMap<String, Tracked>>,
+    /// Fx-hashed, as the in-flight table (`mux::ids`): one client's map holds only its own
+    /// ids, bounded by `client_max_inflight` and `queue_limit`.
+    open: rustc_hash::FxHashMap<ClientId, rustc_hash::FxHashMap<String, Tracked>>,
     len: usize,
 }
 
