@@ -414,10 +414,29 @@ pub fn result_line(id: &RawValue, result: &RawText) -> Line {
 }
 
 /// Whether `text` contains `needle`: a SIMD substring search (`str::contains` builds a
-/// two-way searcher per call, which showed in the relay's profile).
+/// two-way searcher per call, which showed in the relay's profile). For the searches made on
+/// every message, a [`Needle`] also keeps the searcher.
 pub fn mentions(text: &str, needle: &str) -> bool {
     memchr::memmem::find(text.as_bytes(), needle.as_bytes()).is_some()
 }
+
+/// A substring searched for in every message, its searcher built once:
+/// `static TOKEN: Needle = Needle::new(|| Finder::new("progressToken"));`.
+pub struct Needle(std::sync::LazyLock<memchr::memmem::Finder<'static>>);
+
+impl Needle {
+    /// A needle whose searcher `make` builds on first use.
+    pub const fn new(make: fn() -> memchr::memmem::Finder<'static>) -> Needle {
+        Needle(std::sync::LazyLock::new(make))
+    }
+
+    /// Whether `text` contains it.
+    pub fn in_text(&self, text: &[u8]) -> bool {
+        self.0.find(text).is_some()
+    }
+}
+
+static PROGRESS_TOKEN: Needle = Needle::new(|| memchr::memmem::Finder::new("progressToken"));
 
 /// Whether `text` has a JSON whitespace byte anywhere (SIMD search; false means it is
 /// compact as it is).
@@ -601,7 +620,7 @@ pub fn swap_progress_token(
     params: &RawValue,
     new_token: Box<RawValue>,
 ) -> Option<(Box<RawValue>, Box<RawValue>)> {
-    if !mentions(params.get(), "progressToken") {
+    if !PROGRESS_TOKEN.in_text(params.get().as_bytes()) {
         return None;
     }
     let mut obj = RawObject::parse(params)?;

@@ -1,43 +1,46 @@
-//! The request log (issue 8: one line per finished client request) written off the server
-//! actors (issue 15 §2): an actor hands a [`Record`] to a bounded queue and goes on; one log
-//! thread formats the records and writes them in batches. The relay never formats a line,
-//! never makes a log syscall and never waits for the log: when the queue is full (the log
-//! cannot keep up, or stderr is blocked) records are dropped and counted
-//! ([`dropped`], the metric `mcp_supervisor_request_log_dropped_total`), and the log says how
-//! many once it can write again.
+//! The request log (issue 8: one line per finished client request) kept off the relay's
+//! critical path (issue 15 §2). The log is written by one log thread; an actor never makes a
+//! log syscall and never waits for the log:
 //!
-//! Where the lines go follows [`super::init`]: to plain stderr (a file or a pipe) the thread
-//! writes the same text the `fmt` layer writes for other events (timestamp, level, the
-//! `server{server=NAME}` span, the fields), many lines per `write(2)`; to the journal or a
-//! terminal it emits an ordinary `tracing` event (target [`TARGET`]) inside the same span, so
-//! the journal gets the same fields (`REQUEST_ID=`, `METHOD=`, `SERVER=`, ...).
+//! - to plain stderr (a file or a pipe) each actor formats its lines into its own
+//!   [`LineBuffer`] (the same text the `fmt` layer writes for other events: timestamp,
+//!   level, the `server{server=NAME}` span, the fields) and hands the buffer to the log
+//!   thread when it fills (64 KiB) or before the actor waits for input, so a busy relay
+//!   sends one buffer per few hundred lines, the thread writes it with one `write(2)`, and
+//!   nothing crosses threads per line;
+//! - to the journal or a terminal each record goes to the log thread, which emits an
+//!   ordinary `tracing` event (target [`TARGET`]) inside the same span, so the journal gets
+//!   the same fields (`REQUEST_ID=`, `METHOD=`, `SERVER=`, ...).
 //!
-//! Order: a request's line may come up to a few milliseconds after lifecycle lines logged
-//! after it (those are written by the actor directly). [`flush`] writes what is queued; the
-//! daemon calls it before it exits.
+//! The queue to the thread is bounded; when it is full (the log cannot keep up, or stderr is
+//! blocked) lines are dropped and counted ([`dropped`], the metric
+//! `mcp_supervisor_request_log_dropped_total`), and the log says how many once it can write
+//! again. A request's line may come a few milliseconds after lifecycle lines logged after it
+//! (those are written by the actor directly). [`flush`] writes what is queued; the daemon
+//! calls it before it exits.
 
 use std::borrow::Cow;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 /// The `tracing` target of request log events: `RUST_LOG=info,mcp_supervisor::requests=off`
 /// silences the log (checked with [`enabled`] before a record is built).
 pub const TARGET: &str = "mcp_supervisor::requests";
 
-/// Records waiting for the log thread; beyond this many they are dropped and counted. At the
-/// benchmark's 100,000 requests per second this is 160 ms of lines.
-pub const QUEUE: usize = 16 * 1024;
+/// Messages waiting for the log thread (records, or buffers of up to [`BATCH_BYTES`]);
+/// beyond this many they are dropped and counted: at most 64 MiB of lines waiting.
+pub const QUEUE: usize = 1024;
 
-/// After writing a batch the log thread lets records gather this long before the next one,
-/// so a busy relay pays no wakeup per line (senders find nobody waiting). The delay a line
-/// can see, and at most 200 writes per second.
+/// After writing, the log thread lets the next lines gather this long, so a busy relay pays
+/// no wakeup per buffer (senders find nobody waiting): at most 200 writes per second.
 const GATHER: Duration = Duration::from_millis(5);
 
-/// A batch is written once it holds this many bytes (about 280 lines).
-const BATCH_BYTES: usize = 64 * 1024;
+/// A [`LineBuffer`] goes to the log thread once it holds this many bytes (about 280 lines),
+/// and the thread writes at most this much at once.
+pub const BATCH_BYTES: usize = 64 * 1024;
 
 /// A request's log id, shown to the client in outage records and timeouts (`r-` and 12 hex
 /// digits: `r-5f0c1a2b3c4d`); random so ids from different runs do not collide in a log
@@ -58,13 +61,14 @@ impl std::fmt::Display for RequestId {
     }
 }
 
-/// One finished client request, as the request log shows it (README "Request log").
+/// One finished client request, as the request log shows it (README "Request log"); its
+/// text borrowed from the actor's tables until it must outlive them ([`Record::into_owned`]).
 #[derive(Debug)]
-pub struct Record {
+pub struct Record<'a> {
     /// When it finished (the actor's clock for the input that finished it).
     pub at: SystemTime,
     /// The server's name (the `server{server=NAME}` span).
-    pub server: Arc<str>,
+    pub server: Cow<'a, str>,
     /// `request_id`.
     pub request_id: RequestId,
     /// `client`: the connection's number (`c7`).
@@ -74,13 +78,13 @@ pub struct Record {
     /// See `peer_uid`.
     pub peer_pid: Option<i32>,
     /// `client_name`: from `initialize`, or a 2026 client's first request.
-    pub client_name: Arc<str>,
+    pub client_name: Cow<'a, str>,
     /// `method`.
-    pub method: Cow<'static, str>,
+    pub method: Cow<'a, str>,
     /// `tool`: the `tools/call` tool name, else empty.
-    pub tool: Option<Box<str>>,
+    pub tool: Option<Cow<'a, str>>,
     /// `arg_keys`: `tools/call` argument names joined with `,` (never their values).
-    pub arg_keys: Box<str>,
+    pub arg_keys: Cow<'a, str>,
     /// `duration_ms`: arrival to outcome.
     pub duration: Duration,
     /// `outcome` (README "Outcomes").
@@ -89,6 +93,80 @@ pub struct Record {
     pub error_code: Option<i64>,
     /// `restarted`: the child that had the request exited or was replaced meanwhile.
     pub restarted: bool,
+}
+
+impl Record<'_> {
+    /// The record with its text copied, to send to the log thread.
+    pub fn into_owned(self) -> Record<'static> {
+        let own = |c: Cow<'_, str>| Cow::Owned(c.into_owned());
+        Record {
+            at: self.at,
+            server: own(self.server),
+            request_id: self.request_id,
+            client: self.client,
+            peer_uid: self.peer_uid,
+            peer_pid: self.peer_pid,
+            client_name: own(self.client_name),
+            method: own(self.method),
+            tool: self.tool.map(own),
+            arg_keys: own(self.arg_keys),
+            duration: self.duration,
+            outcome: self.outcome,
+            error_code: self.error_code,
+            restarted: self.restarted,
+        }
+    }
+}
+
+/// One actor's request log lines not yet handed to the log thread (plain stderr), or the
+/// path of its records to the thread (journal, terminal). See the module documentation.
+#[derive(Debug, Default)]
+pub struct LineBuffer {
+    buf: Vec<u8>,
+    lines: u64,
+    /// The formatted whole second of the last line (`2026-12-01T14:53:42.`), by epoch second.
+    stamp: Option<(u64, String)>,
+}
+
+impl LineBuffer {
+    /// Logs `record`: formatted here for plain stderr, else sent to the log thread.
+    pub fn add(&mut self, record: Record<'_>) {
+        if !PLAIN.load(Ordering::Relaxed) {
+            return submit(record.into_owned());
+        }
+        let secs = record
+            .at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let stamp = match &self.stamp {
+            Some((s, text)) if *s == secs => text,
+            _ => &self.stamp.insert((secs, second_stamp(record.at))).1,
+        };
+        format_line(&record, stamp, &mut self.buf);
+        self.lines += 1;
+        if self.buf.len() >= BATCH_BYTES {
+            self.flush();
+        }
+    }
+
+    /// Hands the buffered lines to the log thread (the actor calls it before it waits for
+    /// input); they are dropped and counted when the thread's queue is full.
+    pub fn flush(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        let lines = std::mem::take(&mut self.lines);
+        let buf = std::mem::replace(&mut self.buf, Vec::with_capacity(BATCH_BYTES / 4));
+        let sent = sink().is_some_and(|tx| tx.try_send(Msg::Lines(buf)).is_ok());
+        if !sent {
+            DROPPED.fetch_add(lines, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether lines wait to be handed over.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
 }
 
 /// Whether request log lines are wanted at all (the filter of [`super::init`]; false when no
@@ -100,7 +178,7 @@ pub fn enabled() -> bool {
 
 /// Hands `record` to the log thread without waiting; drops and counts it when the queue is
 /// full or the thread could not be started.
-pub fn submit(record: Record) {
+fn submit(record: Record<'static>) {
     let Some(tx) = sink() else {
         DROPPED.fetch_add(1, Ordering::Relaxed);
         return;
@@ -154,7 +232,8 @@ static DROPPED: AtomicU64 = AtomicU64::new(0);
 static SINK: OnceLock<Option<SyncSender<Msg>>> = OnceLock::new();
 
 enum Msg {
-    Record(Box<Record>),
+    Record(Box<Record<'static>>),
+    Lines(Vec<u8>),
     Flush(mpsc::Sender<()>),
 }
 
@@ -183,7 +262,9 @@ fn run(rx: Receiver<Msg>) {
         let mut next = Some(first);
         while let Some(msg) = next {
             match msg {
-                Msg::Record(r) => emit(&r, &mut buf),
+                Msg::Record(r) => event(&r),
+                Msg::Lines(lines) if buf.is_empty() => buf = lines,
+                Msg::Lines(lines) => buf.extend_from_slice(&lines),
                 Msg::Flush(ack) => acks.push(ack),
             }
             if buf.len() >= BATCH_BYTES {
@@ -216,16 +297,8 @@ fn write_out(buf: &mut Vec<u8>) {
     buf.clear();
 }
 
-fn emit(r: &Record, buf: &mut Vec<u8>) {
-    if PLAIN.load(Ordering::Relaxed) {
-        format_line(r, buf);
-    } else {
-        event(r);
-    }
-}
-
 /// The record as a `tracing` event in its server's span (journal, terminal).
-fn event(r: &Record) {
+fn event(r: &Record<'_>) {
     let span = tracing::info_span!("server", server = %r.server);
     let _entered = span.enter();
     tracing::info!(
@@ -255,35 +328,84 @@ fn duration_ms(d: Duration) -> f64 {
 /// `2026-12-01T14:53:42.053260Z  INFO server{server=fake}: request finished request_id=r-… …`.
 /// Fields given as text are written as they are (`%`), `tool` and `outcome` quoted (`?`), as
 /// the event declares them; absent options are left out.
-pub(crate) fn format_line(r: &Record, buf: &mut Vec<u8>) {
-    let _ = write!(
-        buf,
-        "{}  INFO server{{server={}}}: request finished request_id={} client=c{}",
-        humantime::format_rfc3339_micros(r.at),
-        r.server,
-        r.request_id,
-        r.client
-    );
+pub(crate) fn format_line(r: &Record<'_>, stamp: &str, buf: &mut Vec<u8>) {
+    let micros =
+        r.at.duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_micros());
+    buf.extend_from_slice(stamp.as_bytes());
+    push_padded(buf, u64::from(micros), 6);
+    buf.extend_from_slice(b"Z  INFO server{server=");
+    buf.extend_from_slice(r.server.as_bytes());
+    buf.extend_from_slice(b"}: request finished request_id=r-");
+    let hex = format_args!("{:012x}", r.request_id.0);
+    let _ = buf.write_fmt(hex);
+    buf.extend_from_slice(b" client=c");
+    push_u64(buf, r.client);
     if let Some(uid) = r.peer_uid {
-        let _ = write!(buf, " peer_uid={uid}");
+        buf.extend_from_slice(b" peer_uid=");
+        push_u64(buf, u64::from(uid));
     }
     if let Some(pid) = r.peer_pid {
-        let _ = write!(buf, " peer_pid={pid}");
+        buf.extend_from_slice(b" peer_pid=");
+        push_i64(buf, i64::from(pid));
     }
-    let _ = write!(
-        buf,
-        " client_name={} method={} tool=",
-        r.client_name, r.method
-    );
+    buf.extend_from_slice(b" client_name=");
+    buf.extend_from_slice(r.client_name.as_bytes());
+    buf.extend_from_slice(b" method=");
+    buf.extend_from_slice(r.method.as_bytes());
+    buf.extend_from_slice(b" tool=");
     push_quoted(buf, r.tool.as_deref().unwrap_or(""));
-    let _ = write!(buf, " arg_keys={} duration_ms=", r.arg_keys);
+    buf.extend_from_slice(b" arg_keys=");
+    buf.extend_from_slice(r.arg_keys.as_bytes());
+    buf.extend_from_slice(b" duration_ms=");
     push_millis(buf, r.duration);
     buf.extend_from_slice(b" outcome=");
     push_quoted(buf, r.outcome);
     if let Some(code) = r.error_code {
-        let _ = write!(buf, " error_code={code}");
+        buf.extend_from_slice(b" error_code=");
+        push_i64(buf, code);
     }
-    let _ = writeln!(buf, " restarted={}", r.restarted);
+    buf.extend_from_slice(if r.restarted {
+        b" restarted=true\n"
+    } else {
+        b" restarted=false\n"
+    });
+}
+
+/// The whole second of `at` as a line starts with it: `2026-12-01T14:53:42.`.
+fn second_stamp(at: SystemTime) -> String {
+    let whole = humantime::format_rfc3339_seconds(at).to_string();
+    whole.trim_end_matches('Z').to_string() + "."
+}
+
+/// `n` in decimal.
+fn push_u64(buf: &mut Vec<u8>, n: u64) {
+    push_padded(buf, n, 1);
+}
+
+/// `n` in decimal, with a `-` when negative.
+fn push_i64(buf: &mut Vec<u8>, n: i64) {
+    if n < 0 {
+        buf.push(b'-');
+    }
+    push_u64(buf, n.unsigned_abs());
+}
+
+/// `n` in decimal with at least `width` digits (zeros in front).
+fn push_padded(buf: &mut Vec<u8>, mut n: u64, width: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    while n > 0 || digits.len() - at < width {
+        at -= 1;
+        if let Some(d) = digits.get_mut(at) {
+            *d = b'0' + (n % 10) as u8;
+        }
+        n /= 10;
+        if at == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(digits.get(at..).unwrap_or_default());
 }
 
 /// `s` as `{:?}` writes it, without the formatter's per-character work when nothing needs
@@ -311,19 +433,21 @@ fn push_millis(buf: &mut Vec<u8>, d: Duration) {
     }
     let micros = micros as u64;
     let (whole, frac) = (micros / 1000, micros % 1000);
-    let _ = match frac {
-        0 => write!(buf, "{whole}.0"),
-        f if f % 100 == 0 => write!(buf, "{whole}.{}", f / 100),
-        f if f % 10 == 0 => write!(buf, "{whole}.{:02}", f / 10),
-        f => write!(buf, "{whole}.{f:03}"),
-    };
+    push_u64(buf, whole);
+    buf.push(b'.');
+    match frac {
+        0 => buf.push(b'0'),
+        f if f % 100 == 0 => push_u64(buf, f / 100),
+        f if f % 10 == 0 => push_padded(buf, f / 10, 2),
+        f => push_padded(buf, f, 3),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn record() -> Record {
+    fn record() -> Record<'static> {
         Record {
             at: SystemTime::UNIX_EPOCH + Duration::from_micros(1_795_000_000_123_456),
             server: "fake".into(),
@@ -345,7 +469,7 @@ mod tests {
     /// What the daemon's `fmt` layer (as `super::init` builds it for a file) writes for the
     /// record's `tracing` event.
     fn fmt_layer_line(r: &Record) -> String {
-        use std::sync::Mutex;
+        use std::sync::{Arc, Mutex};
         use tracing_subscriber::prelude::*;
         #[derive(Clone, Default)]
         struct Capture(Arc<Mutex<Vec<u8>>>);
@@ -398,18 +522,22 @@ mod tests {
             r.duration = Duration::from_nanos(micros * 1000 + 499);
             rounds.push(r);
         }
-        for r in [record(), full, sparse, quoted].into_iter().chain(rounds) {
+        let mut early = record();
+        early.at = SystemTime::UNIX_EPOCH + Duration::from_micros(1_795_000_000_000_005);
+        early.peer_pid = Some(-1);
+        for r in [record(), full, sparse, quoted, early]
+            .into_iter()
+            .chain(rounds)
+        {
             let mut buf = Vec::new();
-            format_line(&r, &mut buf);
+            format_line(&r, &second_stamp(r.at), &mut buf);
             let ours = String::from_utf8(buf).unwrap();
             let theirs = fmt_layer_line(&r);
             // Everything after the timestamp (the fmt layer stamps the time it writes).
             let tail = |s: &str| s.split_once(' ').map(|(_, t)| t.to_string());
             assert_eq!(tail(&ours), tail(&theirs), "{ours}{theirs}");
-            assert!(
-                ours.starts_with("2026-11-18T11:06:40.123456Z  INFO"),
-                "{ours}"
-            );
+            let at = humantime::format_rfc3339_micros(r.at).to_string();
+            assert!(ours.starts_with(&format!("{at}  INFO")), "{ours}");
         }
     }
     #[test]

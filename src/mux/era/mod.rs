@@ -88,7 +88,9 @@ impl ChildProtocol {
 /// searched first, to keep the common case free of parsing).
 pub fn envelope_version(params: Option<&RawValue>) -> Option<String> {
     let params = params?;
-    if !message::mentions(params.get(), META_VERSION) {
+    static VERSION: message::Needle =
+        message::Needle::new(|| memchr::memmem::Finder::new(META_VERSION));
+    if !VERSION.in_text(params.get().as_bytes()) {
         return None;
     }
     match envelope_field(Some(params), META_VERSION)? {

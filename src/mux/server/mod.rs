@@ -465,10 +465,10 @@ struct Server {
     /// The wall-clock time of the same moment, for the `at` shown in status.
     wall: SystemTime,
     cfg: ServerConfig,
-    /// `cfg.name`, shared with the request log's records.
-    server_name: Arc<str>,
     /// Whether request log lines are wanted (the log filter, read once: it never changes).
     request_log: bool,
+    /// Request log lines formatted and not yet handed to the log thread.
+    log_lines: requests::LineBuffer,
     /// This server's metric series, resolved once (no lock or label allocation per message).
     metrics: ServerMetrics,
     history: ActorHistory,
@@ -550,8 +550,8 @@ impl Server {
             now: Instant::now(),
             wall: SystemTime::now(),
             metrics: metrics().server(&cfg.name),
-            server_name: cfg.name.as_str().into(),
             request_log: requests::enabled(),
+            log_lines: requests::LineBuffer::default(),
             pid,
             history,
             test_panic: test_panic_method(),
@@ -656,6 +656,10 @@ impl Server {
                     break;
                 }
             }
+            if self.events_rx.is_empty() && sessions.is_empty() && commands.is_empty() {
+                // About to wait: the request log lines of this burst go to the log thread.
+                self.log_lines.flush();
+            }
             let wake = self.next_wake();
             let input = tokio::select! {
                 ev = self.events_rx.recv() => match ev {
@@ -675,6 +679,7 @@ impl Server {
             self.tick_clock();
             self.handle(input);
         }
+        self.log_lines.flush();
         for c in self.clients.values() {
             c.tx.kick();
         }

@@ -19,29 +19,26 @@ impl Server {
         self.metrics
             .request(&t.method, outcome, code, elapsed.as_secs_f64());
         if self.request_log {
-            let (peer_uid, peer_pid, client_name) = self
-                .clients
-                .get(&client)
-                .map(|c| (Some(c.peer.uid), c.peer.pid, c.name.clone()))
-                .unwrap_or((None, None, Arc::from("")));
-            // Formatted and written by the log thread, never here (issue 15 §2).
-            requests::submit(requests::Record {
+            // The instance that was running at arrival exited or was replaced meanwhile.
+            let restarted =
+                t.generation.is_some() && t.generation != self.life.child().map(|c| c.generation());
+            let c = self.clients.get(&client);
+            // Buffered here, written by the log thread (issue 15 §2).
+            self.log_lines.add(requests::Record {
                 at: self.wall,
-                server: self.server_name.clone(),
+                server: Cow::Borrowed(&self.cfg.name),
                 request_id: t.rid,
                 client: client.0,
-                peer_uid,
-                peer_pid,
-                client_name,
-                method: t.method,
-                tool: t.tool,
-                arg_keys: t.arg_keys,
+                peer_uid: c.map(|c| c.peer.uid),
+                peer_pid: c.and_then(|c| c.peer.pid),
+                client_name: Cow::Borrowed(c.map_or("", |c| &c.name)),
+                method: Cow::Borrowed(&t.method),
+                tool: t.tool.as_deref().map(Cow::Borrowed),
+                arg_keys: Cow::Borrowed(&t.arg_keys),
                 duration: elapsed,
                 outcome: outcome.as_str(),
                 error_code: code,
-                // The instance that was running at arrival exited or was replaced meanwhile.
-                restarted: t.generation.is_some()
-                    && t.generation != self.life.child().map(|c| c.generation()),
+                restarted,
             });
         }
         self.metrics.set_in_flight(self.inflight.len());

@@ -88,7 +88,9 @@ pub(super) use crate::mux::ids::id_key;
 /// be a multi-megabyte screenshot).
 pub(super) fn is_tool_error(result: &[u8]) -> bool {
     // Most results never mention it: skip the parse of a (possibly huge) payload.
-    if memchr::memmem::find(result, b"\"isError\"").is_none() {
+    static IS_ERROR: message::Needle =
+        message::Needle::new(|| memchr::memmem::Finder::new("\"isError\""));
+    if !IS_ERROR.in_text(result) {
         return false;
     }
     #[derive(serde::Deserialize)]
@@ -110,7 +112,7 @@ pub(super) fn tool_shape(params: Option<&RawValue>) -> (Option<Box<str>>, Box<st
         #[serde(borrow)]
         name: Option<Cow<'a, str>>,
         #[serde(borrow)]
-        arguments: Option<BTreeMap<Cow<'a, str>, serde::de::IgnoredAny>>,
+        arguments: Option<ArgKeys<'a>>,
     }
     #[derive(serde::Deserialize)]
     struct Name<'a> {
@@ -128,15 +130,67 @@ pub(super) fn tool_shape(params: Option<&RawValue>) -> (Option<Box<str>>, Box<st
             .and_then(|n| n.name);
         return (name.map(|n| n.into()), "".into());
     };
-    let keys = shape.arguments.unwrap_or_default();
-    let mut joined = String::with_capacity(keys.keys().map(|k| k.len() + 1).sum());
-    for (i, k) in keys.keys().enumerate() {
+    let mut keys = shape.arguments.map(|a| a.0).unwrap_or_default();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut joined = String::with_capacity(keys.iter().map(|k| k.len() + 1).sum());
+    for (i, k) in keys.iter().enumerate() {
         if i > 0 {
             joined.push(',');
         }
         joined.push_str(k);
     }
     (shape.name.map(|n| n.into()), joined.into())
+}
+
+/// The keys of a JSON object, borrowed from the text where they need no unescaping; values
+/// are skipped.
+struct ArgKeys<'a>(Vec<Cow<'a, str>>);
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for ArgKeys<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Keys<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Keys<'a> {
+            type Value = ArgKeys<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut keys = Vec::new();
+                while let Some(k) = a.next_key::<KeyText<'a>>()? {
+                    a.next_value::<serde::de::IgnoredAny>()?;
+                    keys.push(k.0);
+                }
+                Ok(ArgKeys(keys))
+            }
+        }
+        d.deserialize_map(Keys(std::marker::PhantomData))
+    }
+}
+
+/// A string borrowed from the text when it has no escapes.
+struct KeyText<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for KeyText<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Text<'a> {
+            type Value = KeyText<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
+                Ok(KeyText(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(KeyText(Cow::Owned(s.to_string())))
+            }
+        }
+        d.deserialize_str(Text(std::marker::PhantomData))
+    }
 }
 
 /// Whether a list result may be kept and served to every client of the child (issue 6 §2): a
@@ -221,4 +275,35 @@ pub(super) fn missing_capability(requests: &Map<String, Value>, caps: &Value) ->
         let cap = era::capability_for_request(m)?;
         caps.get(cap).is_none().then(|| m.to_string())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(params: &str) -> (Option<String>, String) {
+        let raw = RawValue::from_string(params.to_string()).unwrap();
+        let (name, keys) = tool_shape(Some(&raw));
+        (name.map(String::from), keys.into())
+    }
+
+    #[test]
+    fn tool_shape_names_the_tool_and_its_sorted_argument_keys_never_values() {
+        assert_eq!(
+            shape(r#"{"name":"echo","arguments":{"token":"s3cret","text":{"a":[1,2]}}}"#),
+            (Some("echo".into()), "text,token".into())
+        );
+        // Duplicate keys once; escaped keys decoded; a tool name with an escape.
+        assert_eq!(
+            shape(r#"{"arguments":{"b":1,"a\u0062":2,"b":3},"name":"t\"q"}"#),
+            (Some("t\"q".into()), "ab,b".into())
+        );
+        // `arguments` that is not an object: the name alone.
+        assert_eq!(
+            shape(r#"{"name":"x","arguments":"oops"}"#),
+            (Some("x".into()), String::new())
+        );
+        assert_eq!(shape(r#"{"name":"x"}"#), (Some("x".into()), String::new()));
+        assert_eq!(tool_shape(None), (None, "".into()));
+    }
 }
