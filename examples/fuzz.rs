@@ -340,7 +340,7 @@ fn parse(rng: &mut SmallRng) -> Result<(), String> {
     for m in msgs.into_iter().flatten() {
         let _ = (m.error_code(), m.params_object());
         if let Some(p) = &m.params {
-            let _ = message::swap_progress_token(p, message::raw_u64(1));
+            let _ = message::swap_progress_token(p, || message::raw_u64(1));
         }
         let id = m.id.as_deref().filter(|i| i.get() != "null");
         let out = Out::request(id, m.method(), m.params.as_deref()).encode();

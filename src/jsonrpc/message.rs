@@ -12,6 +12,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::fmt;
 
 /// JSON-RPC error codes used by the supervisor (JSON-RPC 2.0 §5.1, plus the implementation
@@ -53,8 +54,9 @@ pub struct Message {
     pub kind: Kind,
     /// The `id` exactly as written (number, string, or `null`), when present.
     pub id: Option<Box<RawValue>>,
-    /// The `method`, for requests and notifications.
-    pub method: Option<String>,
+    /// The `method`, for requests and notifications: borrowed for the methods MCP defines
+    /// ([`method_name`]), so the common messages allocate nothing for it.
+    pub method: Option<Cow<'static, str>>,
     /// Raw `params`, when present.
     pub params: Option<Box<RawValue>>,
     /// Raw `result`, for successful responses: a slice of the line it was read from, never
@@ -83,6 +85,45 @@ impl ParseError {
             ParseError::Shape(_) => code::INVALID_REQUEST,
         }
     }
+}
+
+/// `method` as a `'static` string when it is one MCP defines (requests and notifications of
+/// both eras), else a copy.
+pub fn method_name(method: &str) -> Cow<'static, str> {
+    Cow::Borrowed(match method {
+        "initialize" => "initialize",
+        "ping" => "ping",
+        "tools/list" => "tools/list",
+        "tools/call" => "tools/call",
+        "prompts/list" => "prompts/list",
+        "prompts/get" => "prompts/get",
+        "resources/list" => "resources/list",
+        "resources/templates/list" => "resources/templates/list",
+        "resources/read" => "resources/read",
+        "resources/subscribe" => "resources/subscribe",
+        "resources/unsubscribe" => "resources/unsubscribe",
+        "completion/complete" => "completion/complete",
+        "logging/setLevel" => "logging/setLevel",
+        "server/discover" => "server/discover",
+        "subscriptions/listen" => "subscriptions/listen",
+        "sampling/createMessage" => "sampling/createMessage",
+        "elicitation/create" => "elicitation/create",
+        "roots/list" => "roots/list",
+        "tasks/get" => "tasks/get",
+        "tasks/cancel" => "tasks/cancel",
+        "tasks/result" => "tasks/result",
+        "tasks/list" => "tasks/list",
+        "notifications/initialized" => "notifications/initialized",
+        "notifications/cancelled" => "notifications/cancelled",
+        "notifications/progress" => "notifications/progress",
+        "notifications/message" => "notifications/message",
+        "notifications/resources/updated" => "notifications/resources/updated",
+        "notifications/resources/list_changed" => "notifications/resources/list_changed",
+        "notifications/tools/list_changed" => "notifications/tools/list_changed",
+        "notifications/prompts/list_changed" => "notifications/prompts/list_changed",
+        "notifications/roots/list_changed" => "notifications/roots/list_changed",
+        other => return Cow::Owned(other.to_string()),
+    })
 }
 
 /// Raw JSON text shared with the buffer it was read from (a [`Bytes`] slice: cloning it or
@@ -140,7 +181,8 @@ struct Envelope<'a> {
     // `Option<Option<..>>` would lose the difference between absent and null; a raw value keeps it.
     #[serde(default, borrow, deserialize_with = "present")]
     id: Option<&'a RawValue>,
-    method: Option<String>,
+    #[serde(borrow)]
+    method: Option<Cow<'a, str>>,
     #[serde(borrow)]
     params: Option<&'a RawValue>,
     #[serde(borrow)]
@@ -208,7 +250,7 @@ pub fn parse_shared(line: &Bytes) -> Result<Message, ParseError> {
     Ok(Message {
         kind,
         id: env.id.map(ToOwned::to_owned),
-        method: env.method,
+        method: env.method.map(|m| method_name(&m)),
         params: env.params.map(ToOwned::to_owned),
         result: env
             .result
@@ -394,6 +436,23 @@ impl<'a> Out<'a> {
             .map(|r| r.get().len())
             .sum()
     }
+}
+
+/// A request to the child under our numeric id `id` (same bytes as
+/// `Out::request(Some(&raw_u64(id)), method, params).encode()`, without the id's allocation).
+pub fn request_line(id: u64, method: &str, params: Option<&RawValue>) -> Bytes {
+    let params = params.map(compact);
+    let mut v =
+        Vec::with_capacity(48 + method.len() + params.as_ref().map_or(0, |p| p.get().len()));
+    v.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    let _ = std::io::Write::write_fmt(&mut v, format_args!("{id}"));
+    v.extend_from_slice(b",\"method\":");
+    push_json_str(&mut v, method);
+    if let Some(p) = params.as_deref() {
+        push_member(&mut v, b"params", p.get());
+    }
+    v.extend_from_slice(b"}\n");
+    Bytes::from(v)
 }
 
 /// A successful response to `id` whose result is `result` as the child wrote it: a new head
@@ -613,12 +672,12 @@ impl<'de> Deserialize<'de> for RawObject {
     }
 }
 
-/// Reads `params._meta.progressToken` and replaces it with `new_token`. Returns the new params
-/// and the original token, or `None` when the params carry no progress token. Only `_meta` is
-/// decoded; `arguments` and the rest stay raw.
+/// Reads `params._meta.progressToken` and replaces it with `new_token()` (called only when
+/// there is one). Returns the new params and the original token, or `None` when the params
+/// carry no progress token. Only `_meta` is decoded; `arguments` and the rest stay raw.
 pub fn swap_progress_token(
     params: &RawValue,
-    new_token: Box<RawValue>,
+    new_token: impl FnOnce() -> Box<RawValue>,
 ) -> Option<(Box<RawValue>, Box<RawValue>)> {
     if !PROGRESS_TOKEN.in_text(params.get().as_bytes()) {
         return None;
@@ -626,7 +685,7 @@ pub fn swap_progress_token(
     let mut obj = RawObject::parse(params)?;
     let mut meta = RawObject::parse(obj.get("_meta")?)?;
     let original = meta.get("progressToken")?.to_owned();
-    meta.set("progressToken", new_token);
+    meta.set("progressToken", new_token());
     obj.set("_meta", meta.to_raw());
     Some((obj.to_raw(), original))
 }
@@ -716,6 +775,47 @@ mod tests {
     }
 
     #[test]
+    fn spliced_and_direct_lines_are_the_bytes_out_encode_writes() {
+        for params in [None, Some("{\"a\": [1, 2]}"), Some("{}")] {
+            let p = params.map(|p| RawValue::from_string(p.into()).unwrap());
+            for method in ["tools/call", "x\"y", "notifications/cancelled"] {
+                assert_eq!(
+                    request_line(7, method, p.as_deref()),
+                    Out::request(Some(&raw_u64(7)), method, p.as_deref()).encode()
+                );
+            }
+        }
+        for (line, id) in [
+            (
+                &br#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"a b"}]}}"#
+                    [..],
+                "\"x\"",
+            ),
+            (
+                br#"{"result":{"k":[1,2]},"id":"q","jsonrpc":"2.0"}"#,
+                "18446744073709551616",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"result": { "spaced" : true }}"#,
+                "1",
+            ),
+        ] {
+            let m = parse_shared(&Bytes::copy_from_slice(line)).unwrap();
+            let r = m.result.unwrap();
+            let id = RawValue::from_string(id.into()).unwrap();
+            let want = Out::result(&id, &r.raw()).encode();
+            assert_eq!(result_line(&id, &r).to_bytes(), want);
+        }
+        // The common case shares the child's bytes.
+        let line = Bytes::from_static(br#"{"jsonrpc":"2.0","id":3,"result":{"k":"v"}}"#);
+        let r = parse_shared(&line).unwrap().result.unwrap();
+        let at = memchr::memmem::find(&line, b"\"result\":").unwrap() + 9;
+        assert!(std::ptr::eq(r.as_bytes().as_ptr(), line[at..].as_ptr()));
+        assert_eq!(method_name("tools/call"), Cow::Borrowed("tools/call"));
+        assert!(matches!(method_name("my/own"), Cow::Owned(_)));
+    }
+
+    #[test]
     fn compact_strips_whitespace_outside_strings_only_case_k03() {
         let r = RawValue::from_string("{ \"a b\" :\r[1,\t\"x\\\" y\" ] }".into()).unwrap();
         assert_eq!(compact(&r).get(), "{\"a b\":[1,\"x\\\" y\"]}");
@@ -737,14 +837,14 @@ mod tests {
             r#"{"name":"t","arguments":{"x":"y"},"_meta":{"progressToken":"tok","k":1}}"#.into(),
         )
         .unwrap();
-        let (np, orig) = swap_progress_token(&p, raw_u64(42)).unwrap();
+        let (np, orig) = swap_progress_token(&p, || raw_u64(42)).unwrap();
         assert_eq!(orig.get(), "\"tok\"");
         assert_eq!(
             np.get(),
             r#"{"name":"t","arguments":{"x":"y"},"_meta":{"progressToken":42,"k":1}}"#
         );
         let none = RawValue::from_string(r#"{"name":"t"}"#.into()).unwrap();
-        assert!(swap_progress_token(&none, raw_u64(1)).is_none());
+        assert!(swap_progress_token(&none, || raw_u64(1)).is_none());
     }
 
     mod props {
@@ -776,7 +876,7 @@ mod tests {
                     for m in msgs.into_iter().flatten() {
                         let _ = (m.error_code(), m.params_object());
                         if let Some(p) = &m.params {
-                            let _ = swap_progress_token(p, raw_u64(1));
+                            let _ = swap_progress_token(p, || raw_u64(1));
                         }
                         // Whatever was parsed re-encodes to one line that parses again (a
                         // notification when the id is null: null is no request id).

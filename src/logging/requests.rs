@@ -156,7 +156,8 @@ impl LineBuffer {
             return;
         }
         let lines = std::mem::take(&mut self.lines);
-        let buf = std::mem::replace(&mut self.buf, Vec::with_capacity(BATCH_BYTES / 4));
+        // Room for a line or two: a quiet actor hands over a line at a time.
+        let buf = std::mem::replace(&mut self.buf, Vec::with_capacity(512));
         let sent = sink().is_some_and(|tx| tx.try_send(Msg::Lines(buf)).is_ok());
         if !sent {
             DROPPED.fetch_add(lines, Ordering::Relaxed);

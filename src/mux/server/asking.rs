@@ -63,7 +63,7 @@ impl Server {
         c.era == Some(Era::Modern)
             && !c.closing
             && parked_or_open
-            && MRTR_METHODS.contains(&p.method.as_str())
+            && MRTR_METHODS.contains(&&*p.method)
             && cap.is_none_or(|cap| c.capabilities.get(cap).is_some_and(|v| !v.is_null()))
     }
 
@@ -112,7 +112,7 @@ impl Server {
                 client,
                 child_rid,
                 owner: removed.value.owner,
-                method: removed.value.method,
+                method: removed.value.method.into_owned(),
                 asked: Vec::new(),
                 queued: vec![ask],
                 last: None,
@@ -258,7 +258,7 @@ impl Server {
                 let deadline = self.now + self.cfg.timeout_for(&p.method);
                 let pending = Pending {
                     owner,
-                    method: p.method,
+                    method: p.method.into(),
                     written: removed.value.written,
                 };
                 self.inflight
@@ -292,7 +292,7 @@ impl Server {
         let deadline = self.now + self.cfg.request_timeout;
         let pending = Pending {
             owner: Owner::Parked { round },
-            method: p.method.clone(),
+            method: p.method.clone().into(),
             written: self.now,
         };
         let key = Some((p.client, format!("{STATE_PREFIX}{round}")));

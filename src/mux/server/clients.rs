@@ -14,7 +14,7 @@ impl Server {
     }
 
     pub(super) fn on_client_request(&mut self, client: ClientId, m: Message) {
-        let Some(id) = m.id.clone() else { return };
+        let Some(id) = m.id.as_deref() else { return };
         if self.test_panic.as_deref() == Some(m.method()) {
             test_panic(m.method());
         }
@@ -23,9 +23,9 @@ impl Server {
         let now = self.now;
         let opened = self
             .ledger
-            .open(client, id_key(&id), || tracked(&m, generation, now));
+            .open(client, id_key(id), || tracked(&m, generation, now));
         if opened.is_err() {
-            return self.refuse_duplicate(client, &id, m.method());
+            return self.refuse_duplicate(client, id, m.method());
         }
         if matches!(m.method(), "resources/subscribe" | "subscriptions/listen")
             && self.subscriptions_of(client) >= self.cfg.max_subscriptions
@@ -35,7 +35,7 @@ impl Server {
                 self.subscriptions_of(client),
                 self.cfg.name
             );
-            return self.refuse_limit(client, &id, &msg);
+            return self.refuse_limit(client, id, &msg);
         }
         self.dispatch_request(client, m);
     }
@@ -506,6 +506,7 @@ impl Server {
         for key in self.ledger.keys_of(client) {
             self.finish(client, &key, Outcome::Cancelled, None);
         }
+        self.ledger.forget(client);
         self.metrics.set_clients(self.clients.len());
         for r in self.inflight.remove_client(client) {
             let p = raw(&json!({"requestId": r.id, "reason": "client disconnected"}));

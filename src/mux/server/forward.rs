@@ -5,7 +5,10 @@ use super::*;
 
 impl Server {
     pub(super) fn forward(&mut self, client: ClientId, m: Message) {
-        let Some(id) = m.id.clone() else { return };
+        let Message {
+            id, method, params, ..
+        } = m;
+        let Some(id) = id else { return };
         if self.inflight.len() >= self.cfg.max_inflight {
             let msg = format!(
                 "server `{}` has {} requests in flight; try again shortly",
@@ -24,14 +27,14 @@ impl Server {
             return self.refuse_limit(client, &id, &msg);
         }
         let child_id = self.inflight.allocate();
-        let (params, progress) = match m.params.as_deref() {
-            Some(p) => match message::swap_progress_token(p, raw_u64(child_id)) {
+        let (params, progress) = match params.as_deref() {
+            Some(p) => match message::swap_progress_token(p, || raw_u64(child_id)) {
                 Some((np, orig)) => (Some(np), Some(orig)),
-                None => (m.params, None),
+                None => (params, None),
             },
             None => (None, None),
         };
-        let method = m.method.unwrap_or_default();
+        let method = method.unwrap_or_default();
         let cache = list_to_cache(&method, params.as_deref());
         let subscribe = subscribe_uri(&method, params.as_deref());
         let (client_era, child_era) = (self.client_era(client), self.child_era());
@@ -46,10 +49,7 @@ impl Server {
         let deadline = self.now + timeout;
         let retry_params = (client_era == Era::Handshake
             && child_era == Era::Modern
-            && matches!(
-                method.as_str(),
-                "tools/call" | "prompts/get" | "resources/read"
-            ))
+            && matches!(&*method, "tools/call" | "prompts/get" | "resources/read"))
         .then(|| params.clone())
         .flatten();
         let key = id_key(&id);
@@ -237,7 +237,7 @@ impl Server {
         };
         let child_id = self.inflight.allocate();
         // The retry is a new request: its progress token is its own child-side id.
-        let params = match message::swap_progress_token(&params, raw_u64(child_id)) {
+        let params = match message::swap_progress_token(&params, || raw_u64(child_id)) {
             Some((p, _)) => p,
             None => params,
         };
@@ -346,7 +346,7 @@ impl Server {
         } else {
             params
         };
-        let line = Out::request(Some(&raw_u64(child_id)), method, params.as_deref()).encode();
+        let line = message::request_line(child_id, method, params.as_deref());
         let queued = match self.life.child() {
             Some(c) => {
                 self.metrics.bytes("to_child", line.len());
@@ -386,7 +386,7 @@ impl Server {
         };
         let pending = Pending {
             owner,
-            method: method.to_string(),
+            method: message::method_name(method),
             written: self.now,
         };
         self.inflight.insert(child_id, client, deadline, pending);

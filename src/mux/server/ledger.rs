@@ -54,13 +54,18 @@ impl Ledger {
 
     /// Closes `client`'s request `key`: its entry, once; `None` when it was closed already.
     pub(super) fn close(&mut self, client: ClientId, key: &str) -> Option<Tracked> {
-        let mine = self.open.get_mut(&client)?;
-        let t = mine.remove(key)?;
-        if mine.is_empty() {
-            self.open.remove(&client);
-        }
+        // A client's map stays while it is connected, even when empty (no table allocated
+        // per request of a client with one at a time); [`Ledger::forget`] drops it.
+        let t = self.open.get_mut(&client)?.remove(key)?;
         self.len -= 1;
         Some(t)
+    }
+
+    /// Drops `client`'s map (it left; its open requests were closed first).
+    pub(super) fn forget(&mut self, client: ClientId) {
+        if let Some(left) = self.open.remove(&client) {
+            self.len -= left.len();
+        }
     }
 
     /// The log id of `client`'s open request `key`.

@@ -287,7 +287,7 @@ enum Owner {
 #[derive(Debug)]
 struct Pending {
     owner: Owner,
-    method: String,
+    method: Cow<'static, str>,
     /// When it was written to the child (the health rule for overdue requests).
     written: Instant,
 }

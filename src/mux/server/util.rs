@@ -42,10 +42,7 @@ pub(super) fn level_name(level: usize) -> &'static str {
 /// The request-log entry of a client request arriving at `now` (issue 8), while child
 /// instance `generation` runs.
 pub(super) fn tracked(m: &Message, generation: Option<u64>, now: Instant) -> Tracked {
-    let method = match crate::observe::method_label(m.method()) {
-        "other" => std::borrow::Cow::Owned(m.method().to_string()),
-        known => std::borrow::Cow::Borrowed(known),
-    };
+    let method = m.method.clone().unwrap_or_default();
     let (tool, arg_keys) = if method == "tools/call" {
         tool_shape(m.params.as_deref())
     } else {
