@@ -16,6 +16,12 @@ use std::time::Instant;
 /// The canonical text of a client's request id, as the in-flight table keys it (so a cancel's
 /// `requestId` matches however the client spelled the number or string).
 pub fn id_key(id: &RawValue) -> String {
+    id_key_ref(id).into_owned()
+}
+
+/// [`id_key`], borrowed from `id` when its text already is canonical (the usual case: a
+/// lookup then allocates nothing).
+pub fn id_key_ref(id: &RawValue) -> std::borrow::Cow<'_, str> {
     let text = id.get();
     // Fast path: plain integers and strings without escapes are already canonical.
     let plain_int = !text.is_empty()
@@ -29,11 +35,13 @@ pub fn id_key(id: &RawValue) -> String {
         && text.ends_with('"')
         && !text[1..text.len() - 1].contains(['\\', '"']);
     if (plain_int && text.len() < 16) || plain_str {
-        return text.to_string();
+        return std::borrow::Cow::Borrowed(text);
     }
-    serde_json::from_str::<Value>(text)
-        .map(|v| v.to_string())
-        .unwrap_or_else(|_| id.get().to_string())
+    std::borrow::Cow::Owned(
+        serde_json::from_str::<Value>(text)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|_| id.get().to_string()),
+    )
 }
 
 /// One request in flight toward the child.

@@ -89,7 +89,7 @@ impl Server {
         outcome: Outcome,
         code: Option<i64>,
     ) {
-        self.finish(client, &id_key(id), outcome, code);
+        self.finish(client, &id_key_ref(id), outcome, code);
         self.reply(client, line);
     }
 
@@ -224,7 +224,7 @@ impl Server {
     ) {
         let request_id = self
             .ledger
-            .rid(client, &id_key(id))
+            .rid(client, &id_key_ref(id))
             .unwrap_or_else(RequestId::random)
             .to_string();
         let tail = self.tail.last_lines(10);

@@ -107,7 +107,7 @@ impl Server {
         let Some(i) = self
             .listeners
             .iter()
-            .position(|l| l.client == client && id_key(&l.id) == key)
+            .position(|l| l.client == client && id_key_ref(&l.id) == key)
         else {
             return false;
         };

@@ -78,7 +78,7 @@ pub(super) fn format_secs(d: Duration) -> String {
     }
 }
 
-pub(super) use crate::mux::ids::id_key;
+pub(super) use crate::mux::ids::{id_key, id_key_ref};
 
 /// A fresh request id for the log and for errors (`r-` and 12 hex digits).
 /// Whether a `tools/call` result says `isError: true`, without decoding the content (which may
