@@ -278,7 +278,10 @@ pub async fn run(
     'read: loop {
         let dec_mid_line = dec.mid_line();
         let buf = dec.buffer_mut();
-        buf.reserve(16 * 1024);
+        // A new buffer only when this one is nearly full (parsed lines may still share it).
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(16 * 1024);
+        }
         let mid_line = !buf.is_empty() || dec_mid_line;
         let written = epoch + std::time::Duration::from_millis(last_write.load(Ordering::Relaxed));
         let idle_at = idle.map(|d| last_read.max(written) + d);

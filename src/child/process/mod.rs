@@ -561,7 +561,12 @@ async fn read_stdout(
     let mut noise = RateLimit::new(10, 100);
     loop {
         let buf = dec.buffer_mut();
-        buf.reserve(64 * 1024);
+        // A new buffer only when this one is nearly full: lines still on their way to clients
+        // share it (zero-copy results), so reserving 64 KiB on every read would allocate a
+        // fresh buffer per line.
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(64 * 1024);
+        }
         let eof = match stdout.read_buf(buf).await {
             Ok(0) => true,
             Ok(_) => false,
@@ -683,17 +688,19 @@ fn log_noise(limit: &mut RateLimit, line: &[u8], why: &str) {
 /// Reads stderr forever (never applying backpressure), logs it line by line at info with the
 /// server and pid from the span, and keeps the tail (R16, K20).
 async fn drain_stderr(mut stderr: ChildStderr, tail: StderrTail) {
-    let mut buf = vec![0u8; 64 * 1024];
+    // Not zero-filled: memory is touched only as far as stderr ever writes (a zeroed 64 KiB
+    // buffer was 64 KiB of resident memory per server, issue 15 §5).
+    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut line: Vec<u8> = Vec::new();
     let mut cut = 0usize;
     let mut limit = RateLimit::new(100, 1000);
     loop {
-        let n = match stderr.read(&mut buf).await {
+        buf.clear();
+        match stderr.read_buf(&mut buf).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        // `read` returns at most `buf.len()`.
-        let chunk = buf.get(..n).unwrap_or_default();
+            Ok(_) => {}
+        }
+        let chunk = &buf[..];
         tail.push(chunk);
         for &b in chunk {
             if b == b'\n' {
