@@ -195,6 +195,7 @@ pub fn measure_large(one: &One, res: &mut Results) {
         let mut cpu = [0f64; 5];
         let mut rates: Vec<Vec<f64>> = vec![Vec::new(); 5];
         let mut peaks = [0u64; 5];
+        let mut grows = [0u64; 5];
         let mut attach_peak = 0u64;
         for r in 0..reps {
             for way in rotation(&live.ways, r) {
@@ -202,6 +203,7 @@ pub fn measure_large(one: &One, res: &mut Results) {
                 let Some(c) = conns[i].as_mut() else { continue };
                 let relay = &relays[i];
                 relay.iter().for_each(|p| reset_peak(*p));
+                let rss_before = relay.first().map_or(0, |p| status_kib(*p, "VmRSS"));
                 let before = cpu_of(relay);
                 let what = format!("{mib} MiB result");
                 let Some(secs) = live.check(way, &what, c.big(mib * MIB, &mut buf)) else {
@@ -210,7 +212,9 @@ pub fn measure_large(one: &One, res: &mut Results) {
                 cpu[i] += cpu_of(relay) - before;
                 rates[i].push((mib * MIB) as f64 / secs / 1e6);
                 if let Some(p) = relay.first() {
-                    peaks[i] = peaks[i].max(status_kib(*p, "VmHWM"));
+                    let peak = status_kib(*p, "VmHWM");
+                    peaks[i] = peaks[i].max(peak);
+                    grows[i] = grows[i].max(peak.saturating_sub(rss_before));
                 }
                 if way == Way::Attach {
                     attach_peak = attach_peak.max(status_kib(relay[1], "VmHWM"));
@@ -225,6 +229,7 @@ pub fn measure_large(one: &One, res: &mut Results) {
                 way,
                 rate: median(&mut rates[i]),
                 peak: relayed.then(|| kib_to_mib(peaks[i])),
+                grow: relayed.then(|| kib_to_mib(grows[i])),
                 attach_peak: (way == Way::Attach).then(|| kib_to_mib(attach_peak)),
                 cpu_ms: relayed.then(|| cpu[i] / rates[i].len().max(1) as f64 * 1e3),
             });

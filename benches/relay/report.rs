@@ -182,6 +182,18 @@ pub fn main_rows(res: &Results) -> Vec<Row> {
             |w| l(w).and_then(|x| x.peak),
             relay_fallback,
         ));
+        rows.push(row(
+            res,
+            format!(
+                "{mib} MiB result, relay RSS growth (peak − RSS just before), MiB ({})",
+                better(false)
+            ),
+            1,
+            false,
+            "large",
+            |w| l(w).and_then(|x| x.grow),
+            relay_fallback,
+        ));
     }
     let idle = |w: Way| idle_of(res, 10, 100, w);
     let no_daemon = |w: Way| {

@@ -44,6 +44,9 @@ pub struct Large {
     pub rate: f64,
     /// The relay's peak RSS in MiB (none for direct).
     pub peak: Option<f64>,
+    /// The most the relay's RSS rose above what it was just before a result, in MiB: the
+    /// result's own memory, without what the process held already (none for direct).
+    pub grow: Option<f64>,
     /// The attach process's own peak RSS in MiB (attach only).
     pub attach_peak: Option<f64>,
     /// Mean CPU time of the relay processes per transfer, in ms (none for direct).

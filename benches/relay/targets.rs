@@ -56,6 +56,10 @@ pub fn write(w: &mut String, res: &Results, main: &[Row], scale: &[Row]) {
         Some(p) => Ok(p / mib as f64),
         None => Err(why(res, "large", sup)),
     };
+    let grow = |mib: usize| match large(mib, sup).and_then(|l| l.grow) {
+        Some(g) => Ok(g / mib as f64),
+        None => Err(why(res, "large", sup)),
+    };
     let around = res.rss_around_large.iter().find(|r| r.0 == sup);
     let many = res
         .idle
@@ -133,6 +137,20 @@ pub fn write(w: &mut String, res: &Results, main: &[Row], scale: &[Row]) {
         Target {
             what: "64 MiB result: supervisor peak RSS ÷ payload",
             measured: peak(64),
+            limit: 1.5,
+            at_most: true,
+            unit: "×",
+        },
+        Target {
+            what: "16 MiB result: supervisor RSS growth (peak − RSS just before) ÷ payload",
+            measured: grow(16),
+            limit: 1.5,
+            at_most: true,
+            unit: "×",
+        },
+        Target {
+            what: "64 MiB result: supervisor RSS growth (peak − RSS just before) ÷ payload",
+            measured: grow(64),
             limit: 1.5,
             at_most: true,
             unit: "×",
