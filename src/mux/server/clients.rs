@@ -20,10 +20,10 @@ impl Server {
         }
         // One lookup: a duplicate finds the first request's entry, a new id opens its own.
         let generation = self.life.child().map(|c| c.generation());
-        let now = self.now;
+        let (now, log) = (self.now, self.request_log);
         let opened = self
             .ledger
-            .open(client, id_key(id), || tracked(&m, generation, now));
+            .open(client, id_key(id), || tracked(&m, generation, now, log));
         if opened.is_err() {
             return self.refuse_duplicate(client, id, m.method());
         }

@@ -40,10 +40,11 @@ pub(super) fn level_name(level: usize) -> &'static str {
 }
 
 /// The request-log entry of a client request arriving at `now` (issue 8), while child
-/// instance `generation` runs.
-pub(super) fn tracked(m: &Message, generation: Option<u64>, now: Instant) -> Tracked {
+/// instance `generation` runs. The tool name and argument keys are read only when the
+/// request log is on (`log`): nothing else uses them.
+pub(super) fn tracked(m: &Message, generation: Option<u64>, now: Instant, log: bool) -> Tracked {
     let method = m.method.clone().unwrap_or_default();
-    let (tool, arg_keys) = if method == "tools/call" {
+    let (tool, arg_keys) = if log && method == "tools/call" {
         tool_shape(m.params.as_deref())
     } else {
         (None, "".into())
