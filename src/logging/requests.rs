@@ -338,8 +338,15 @@ pub(crate) fn format_line(r: &Record<'_>, stamp: &str, buf: &mut Vec<u8>) {
     buf.extend_from_slice(b"Z  INFO server{server=");
     buf.extend_from_slice(r.server.as_bytes());
     buf.extend_from_slice(b"}: request finished request_id=r-");
-    let hex = format_args!("{:012x}", r.request_id.0);
-    let _ = buf.write_fmt(hex);
+    // 12 hex digits, as `RequestId`'s Display writes them.
+    for shift in (0..12).rev() {
+        let digit = ((r.request_id.0 >> (shift * 4)) & 0xf) as u8;
+        buf.push(if digit < 10 {
+            b'0' + digit
+        } else {
+            b'a' + digit - 10
+        });
+    }
     buf.extend_from_slice(b" client=c");
     push_u64(buf, r.client);
     if let Some(uid) = r.peer_uid {

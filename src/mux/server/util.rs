@@ -103,32 +103,28 @@ pub(super) fn is_tool_error(result: &[u8]) -> bool {
 }
 
 /// The tool name and the argument keys, sorted and joined with `,`, of `tools/call` params
-/// (values are skipped, never copied or logged). One pass over the params.
+/// (values are skipped, never copied or logged). Read with [`crate::jsonrpc::scan`]: no
+/// parser, and the only allocations are the two strings kept and the list of keys.
 pub(super) fn tool_shape(params: Option<&RawValue>) -> (Option<Box<str>>, Box<str>) {
-    #[derive(serde::Deserialize)]
-    struct Shape<'a> {
-        #[serde(borrow)]
-        name: Option<Cow<'a, str>>,
-        #[serde(borrow)]
-        arguments: Option<ArgKeys<'a>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Name<'a> {
-        #[serde(borrow)]
-        name: Option<Cow<'a, str>>,
-    }
+    use crate::jsonrpc::scan::{key_text, members};
     let Some(p) = params else {
         return (None, "".into());
     };
-    let Ok(shape) = serde_json::from_str::<Shape>(p.get()) else {
-        // `arguments` is not an object: the tool name alone (a second parse, off the common
-        // path).
-        let name = serde_json::from_str::<Name>(p.get())
-            .ok()
-            .and_then(|n| n.name);
-        return (name.map(|n| n.into()), "".into());
-    };
-    let mut keys = shape.arguments.map(|a| a.0).unwrap_or_default();
+    let (mut name, mut arguments) = (None, None);
+    for (key, value) in members(p.get()) {
+        match &*key_text(key) {
+            "name" => name = Some(value),
+            "arguments" => arguments = Some(value),
+            _ => {}
+        }
+    }
+    let tool = name
+        .filter(|v| v.starts_with('"'))
+        .and_then(|v| v.get(1..v.len() - 1))
+        .map(|inner| key_text(inner).into());
+    let mut keys: Vec<Cow<str>> = arguments
+        .map(|a| members(a).map(|(k, _)| key_text(k)).collect())
+        .unwrap_or_default();
     keys.sort_unstable();
     keys.dedup();
     let mut joined = String::with_capacity(keys.iter().map(|k| k.len() + 1).sum());
@@ -138,57 +134,7 @@ pub(super) fn tool_shape(params: Option<&RawValue>) -> (Option<Box<str>>, Box<st
         }
         joined.push_str(k);
     }
-    (shape.name.map(|n| n.into()), joined.into())
-}
-
-/// The keys of a JSON object, borrowed from the text where they need no unescaping; values
-/// are skipped.
-struct ArgKeys<'a>(Vec<Cow<'a, str>>);
-
-impl<'de: 'a, 'a> serde::Deserialize<'de> for ArgKeys<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Keys<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Keys<'a> {
-            type Value = ArgKeys<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut a: A,
-            ) -> Result<Self::Value, A::Error> {
-                let mut keys = Vec::new();
-                while let Some(k) = a.next_key::<KeyText<'a>>()? {
-                    a.next_value::<serde::de::IgnoredAny>()?;
-                    keys.push(k.0);
-                }
-                Ok(ArgKeys(keys))
-            }
-        }
-        d.deserialize_map(Keys(std::marker::PhantomData))
-    }
-}
-
-/// A string borrowed from the text when it has no escapes.
-struct KeyText<'a>(Cow<'a, str>);
-
-impl<'de: 'a, 'a> serde::Deserialize<'de> for KeyText<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Text<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Text<'a> {
-            type Value = KeyText<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
-                Ok(KeyText(Cow::Borrowed(s)))
-            }
-            fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
-                Ok(KeyText(Cow::Owned(s.to_string())))
-            }
-        }
-        d.deserialize_str(Text(std::marker::PhantomData))
-    }
+    (tool, joined.into())
 }
 
 /// Whether a list result may be kept and served to every client of the child (issue 6 §2): a
