@@ -150,32 +150,17 @@ fn idle_daemon(
         }
     };
     let pid = daemon.pid();
-    let fail = |e: String| {
-        let gone = if crate::rig::alive(pid) {
-            ""
-        } else {
-            "; the process had exited"
-        };
-        format!("{e}{gone}; its log ends: {}", rig.log_tail(&tag))
-    };
-    for s in &socks {
-        wait_accepting(s, Duration::from_secs(20), daemon.pid()).map_err(fail)?;
-    }
-    for s in &socks {
-        // The supervisor answers once that child is ready; rmcp-mux passes it to the child.
-        Conn::socket(s)
-            .and_then(|mut c| c.handshake())
-            .map_err(fail)?;
-    }
+    rig.await_ready(&tag, pid, &socks)?;
+    let fail = rig.failure(&tag, pid);
     settle();
     let no_clients = kib_to_mib(status_kib(pid, "VmRSS"));
     let mut conns = Vec::with_capacity(clients);
     for i in 0..clients {
         let mut c = match (way, &config) {
             (Way::Attach, Some(config)) => rig.attach(config, &format!("s{}", i % servers)),
-            _ => Conn::socket(&socks[i % servers]).map_err(fail)?,
+            _ => Conn::socket(&socks[i % servers]).map_err(&fail)?,
         };
-        c.handshake().map_err(fail)?;
+        c.handshake().map_err(&fail)?;
         conns.push(c);
     }
     settle();

@@ -272,6 +272,35 @@ impl Rig {
     pub fn log_tail(&self, tag: &str) -> String {
         log_tail(&self.log(tag))
     }
+
+    /// Adds to an error whether daemon `pid` (logging to `<tag>.log`) had exited and how its
+    /// log ends.
+    pub fn failure<'a>(&'a self, tag: &'a str, pid: i32) -> impl Fn(String) -> String + 'a {
+        move |e: String| {
+            let gone = if alive(pid) {
+                ""
+            } else {
+                "; the process had exited"
+            };
+            format!("{e}{gone}; its log ends: {}", self.log_tail(tag))
+        }
+    }
+
+    /// Waits until every socket of daemon `pid` (logging to `<tag>.log`) accepts a connection
+    /// and answers a handshake (the supervisor once that child is ready; rmcp-mux passes it to
+    /// the child). An error says whether the daemon had exited and how its log ends.
+    pub fn await_ready(&self, tag: &str, pid: i32, socks: &[PathBuf]) -> Result<(), String> {
+        let fail = self.failure(tag, pid);
+        for s in socks {
+            wait_accepting(s, Duration::from_secs(20), pid).map_err(&fail)?;
+        }
+        for s in socks {
+            Conn::socket(s)
+                .and_then(|mut c| c.handshake())
+                .map_err(&fail)?;
+        }
+        Ok(())
+    }
 }
 
 /// The last two lines of a log, without terminal colour codes, at most 300 characters.

@@ -66,23 +66,7 @@ fn start_daemon(rig: &Rig, way: Way) -> Result<Daemon, String> {
             (rig.supervisor(&config, &tag), socks)
         }
     };
-    let pid = proc.pid();
-    let fail = |e: String| {
-        let gone = if crate::rig::alive(pid) {
-            ""
-        } else {
-            "; the process had exited"
-        };
-        format!("{e}{gone}; its log ends: {}", rig.log_tail(&tag))
-    };
-    for s in &socks {
-        wait_accepting(s, Duration::from_secs(20), proc.pid()).map_err(fail)?;
-    }
-    for s in &socks {
-        Conn::socket(s)
-            .and_then(|mut c| c.handshake())
-            .map_err(fail)?;
-    }
+    rig.await_ready(&tag, proc.pid(), &socks)?;
     Ok(Daemon { proc, socks })
 }
 
