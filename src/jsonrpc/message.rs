@@ -398,7 +398,12 @@ impl<'a> Out<'a> {
 
     /// The message as one line of compact JSON plus `\n`.
     pub fn encode(&self) -> Bytes {
-        let mut v = Vec::with_capacity(64 + self.payload_len());
+        // Room for every piece and for escapes in the method: not grown for usual messages.
+        let mut v = Vec::with_capacity(
+            64 + self.payload_len()
+                + self.id.map_or(0, |i| i.get().len())
+                + self.method.map_or(0, |m| 2 * m.len()),
+        );
         let (params, result, error) = (
             self.params.map(compact),
             self.result.map(compact),
@@ -443,7 +448,9 @@ impl<'a> Out<'a> {
 pub fn request_line(id: u64, method: &str, params: Option<&RawValue>) -> Bytes {
     let params = params.map(compact);
     let mut v =
-        Vec::with_capacity(48 + method.len() + params.as_ref().map_or(0, |p| p.get().len()));
+        // `{"jsonrpc":"2.0","id":` 22, up to 20 digits, `,"method":""` 12, `,"params":` 10,
+        // `}\n` 2, and room for escapes in the method: not grown for any usual request.
+        Vec::with_capacity(66 + 2 * method.len() + params.as_ref().map_or(0, |p| p.get().len()));
     v.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     let _ = std::io::Write::write_fmt(&mut v, format_args!("{id}"));
     v.extend_from_slice(b",\"method\":");

@@ -156,8 +156,14 @@ impl LineBuffer {
             return;
         }
         let lines = std::mem::take(&mut self.lines);
-        // Room for a line or two: a quiet actor hands over a line at a time.
-        let buf = std::mem::replace(&mut self.buf, Vec::with_capacity(512));
+        // A busy actor (its buffer filled up) gets a whole batch's room at once, so the next
+        // batch is not grown by doubling (a copy at each step); a quiet one, room for a line.
+        let room = if self.buf.len() >= BATCH_BYTES {
+            BATCH_BYTES + 4096
+        } else {
+            512
+        };
+        let buf = std::mem::replace(&mut self.buf, Vec::with_capacity(room));
         let sent = sink().is_some_and(|tx| tx.try_send(Msg::Lines(buf)).is_ok());
         if !sent {
             DROPPED.fetch_add(lines, Ordering::Relaxed);
