@@ -288,29 +288,11 @@ impl Message {
 /// all (the usual case, e.g. base64 screenshots) is found with a SIMD search and borrowed.
 pub fn compact(raw: &RawValue) -> std::borrow::Cow<'_, RawValue> {
     let text = raw.get().as_bytes();
-    if !has_whitespace(text) {
-        return std::borrow::Cow::Borrowed(raw);
-    }
-    let (mut in_str, mut escaped) = (false, false);
-    let mut first_ws = None;
-    for (i, &b) in text.iter().enumerate() {
-        if in_str {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_str = false,
-                _ => {}
-            }
-        } else if b == b'"' {
-            in_str = true;
-        } else if matches!(b, b' ' | b'\t' | b'\r' | b'\n') {
-            first_ws = Some(i);
-            break;
-        }
-    }
-    let Some(start) = first_ws else {
+    let Some(start) = ws_outside_strings(text) else {
         return std::borrow::Cow::Borrowed(raw);
     };
+    // At `start` we are outside any string.
+    let (mut in_str, mut escaped) = (false, false);
     let (done, rest) = text.split_at_checked(start).unwrap_or((&[], text));
     let mut out = Vec::with_capacity(text.len());
     out.extend_from_slice(done);
@@ -467,8 +449,7 @@ pub fn request_line(id: u64, method: &str, params: Option<&RawValue>) -> Bytes {
 /// `Out::result(id, result).encode()`). A result with whitespace outside its strings is
 /// compacted into a new buffer instead (K03: what we write is compact).
 pub fn result_line(id: &RawValue, result: &RawText) -> Line {
-    let body = result.as_bytes();
-    if has_whitespace(body) {
+    if ws_outside_strings(result.as_bytes()).is_some() {
         return Out::result(id, &compact(&result.raw())).encode().into();
     }
     let id = compact(id);
@@ -508,6 +489,40 @@ static PROGRESS_TOKEN: Needle = Needle::new(|| memchr::memmem::Finder::new("prog
 /// compact as it is).
 fn has_whitespace(text: &[u8]) -> bool {
     memchr::memchr3(b' ', b'\t', b'\r', text).is_some() || memchr::memchr(b'\n', text).is_some()
+}
+
+/// The first JSON whitespace byte of valid JSON `text` that is outside its strings (what
+/// compacting removes), if any. Text with no whitespace byte at all is answered by a SIMD
+/// search; inside strings the scan jumps from quote to backslash with `memchr`, so the text
+/// of a result (which has spaces in its strings) is not walked byte by byte.
+fn ws_outside_strings(text: &[u8]) -> Option<usize> {
+    if !has_whitespace(text) {
+        return None;
+    }
+    let mut i = 0;
+    loop {
+        // Outside a string (structure, numbers, literals: short runs).
+        let j = text
+            .get(i..)?
+            .iter()
+            .position(|b| matches!(b, b'"' | b' ' | b'\t' | b'\r' | b'\n'))?;
+        let at = i + j;
+        if text.get(at) != Some(&b'"') {
+            return Some(at);
+        }
+        // Inside a string: to its closing quote, skipping escaped characters.
+        let mut k = at + 1;
+        loop {
+            let p = k + memchr::memchr2(b'"', b'\\', text.get(k..)?)?;
+            if text.get(p) == Some(&b'\\') {
+                k = p + 2;
+            } else {
+                k = p + 1;
+                break;
+            }
+        }
+        i = k;
+    }
 }
 
 /// `,"key":` then `raw` (a member whose key needs no escaping).

@@ -112,8 +112,8 @@ fn spliced_and_direct_lines_are_the_bytes_out_encode_writes() {
         let want = Out::result(&id, &r.raw()).encode();
         assert_eq!(result_line(&id, &r).to_bytes(), want);
     }
-    // The common case shares the child's bytes.
-    let line = Bytes::from_static(br#"{"jsonrpc":"2.0","id":3,"result":{"k":"v"}}"#);
+    // The common case shares the child's bytes, spaces in strings included.
+    let line = Bytes::from_static(br#"{"jsonrpc":"2.0","id":3,"result":{"k":"v w\" x"}}"#);
     let r = parse_shared(&line).unwrap().result.unwrap();
     let at = memchr::memmem::find(&line, b"\"result\":").unwrap() + 9;
     assert!(std::ptr::eq(r.as_bytes().as_ptr(), line[at..].as_ptr()));
@@ -135,6 +135,11 @@ fn compact_strips_whitespace_outside_strings_only_case_k03() {
         let r = RawValue::from_string(format!("{{\"a\":{ws}1}}")).unwrap();
         assert_eq!(compact(&r).get(), "{\"a\":1}", "{ws:?}");
     }
+    // Whitespace inside strings only, escapes included: borrowed.
+    let s = RawValue::from_string(r#"{"t":"a b\"c d\\","u":["\t x"]}"#.into()).unwrap();
+    assert!(matches!(compact(&s), std::borrow::Cow::Borrowed(_)));
+    let s = RawValue::from_string(r#"{"t":"a\\" ,"u":1}"#.into()).unwrap();
+    assert_eq!(compact(&s).get(), r#"{"t":"a\\","u":1}"#);
 }
 
 #[test]
@@ -157,7 +162,34 @@ mod props {
     use super::*;
     use proptest::prelude::*;
 
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[ a\"\\\t\n\r{}:,\\[\\]é]{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 24, 5, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                proptest::collection::btree_map("[ a\"\\\t]{0,4}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
     proptest! {
+        #[test]
+        fn compact_is_what_serde_json_writes_and_borrows_compact_text_k03(v in json()) {
+            let tight = serde_json::to_string(&v).unwrap();
+            let pretty = serde_json::to_string_pretty(&v).unwrap();
+            let raw = RawValue::from_string(pretty).unwrap();
+            let compacted = compact(&raw).get().to_string();
+            prop_assert_eq!(compacted, tight.clone());
+            let raw = RawValue::from_string(tight.clone()).unwrap();
+            prop_assert!(matches!(compact(&raw), std::borrow::Cow::Borrowed(_)), "{}", tight);
+        }
+
         #[test]
         fn parsing_arbitrary_bytes_never_panics(line in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = parse_line(&Bytes::from(line.clone()));
