@@ -15,7 +15,7 @@
 //! The queue to the thread is bounded; when it is full (the log cannot keep up, or stderr is
 //! blocked) lines are dropped and counted ([`dropped`], the metric
 //! `mcp_supervisor_request_log_dropped_total`), and the log says how many once it can write
-//! again. A request's line may come a few milliseconds after lifecycle lines logged after it
+//! again. A request's line may come up to about 20 ms after lifecycle lines logged after it
 //! (those are written by the actor directly). [`flush`] writes what is queued; the daemon
 //! calls it before it exits.
 
@@ -35,8 +35,9 @@ pub const TARGET: &str = "mcp_supervisor::requests";
 pub const QUEUE: usize = 1024;
 
 /// After writing, the log thread lets the next lines gather this long, so a busy relay pays
-/// no wakeup per buffer (senders find nobody waiting): at most 200 writes per second.
-const GATHER: Duration = Duration::from_millis(5);
+/// no wakeup per buffer (senders find nobody waiting): at most 50 writes per second, and a
+/// line is at most about this late.
+const GATHER: Duration = Duration::from_millis(20);
 
 /// A [`LineBuffer`] goes to the log thread once it holds this many bytes (about 280 lines),
 /// and the thread writes at most this much at once.
