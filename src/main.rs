@@ -32,7 +32,8 @@ fn main() {
             match cli::load_config(config) {
                 Err(code) => code,
                 Ok(cfg) => {
-                    logging::init();
+                    // Held until the end of `main`: dropping it writes the queued log lines.
+                    let _log_writer = logging::init();
                     let run = runtime().and_then(|rt| rt.block_on(daemon::run(cfg, plumbing)));
                     // The last requests' log lines, still queued for the log thread.
                     logging::requests::flush(std::time::Duration::from_secs(2));

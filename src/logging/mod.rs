@@ -57,8 +57,15 @@ fn stderr_wants_colour() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// Installs the global subscriber.
-pub fn init() {
+/// Lines of the daemon's own log (not the request log) waiting for stderr; beyond this they
+/// are dropped.
+const STDERR_QUEUE_LINES: usize = 16 * 1024;
+
+/// Installs the global subscriber. Text on stderr goes through a writer thread
+/// (`tracing-appender`, lossy): a stderr nobody reads (a stuck pipe) drops lines instead of
+/// blocking the daemon, whose one thread carries every relay (issue 15 §2). Keep the returned
+/// guard until exit: dropping it writes what is queued.
+pub fn init() -> Option<tracing_appender::non_blocking::WorkerGuard> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     if stderr_is_journal() {
         if let Ok(layer) = tracing_journald::layer() {
@@ -70,21 +77,27 @@ pub fn init() {
                         .with_field_prefix(None),
                 )
                 .init();
-            return;
+            return None;
         }
     }
     let colour = stderr_wants_colour();
     // Plain text into a file or pipe: the request log thread writes its lines itself.
     requests::write_plain_stderr(!colour);
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(STDERR_QUEUE_LINES)
+        .thread_name("log-writer")
+        .finish(std::io::stderr());
     tracing_subscriber::registry()
         .with(filter)
         .with(
             tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
+                .with_writer(writer)
                 .with_ansi(colour)
                 .with_target(false),
         )
         .init();
+    Some(guard)
 }
 
 /// A log line budget (issue 14 §3: logs are a resource too): at most `burst` lines per

@@ -30,9 +30,14 @@ use std::time::{Duration, SystemTime};
 /// silences the log (checked with [`enabled`] before a record is built).
 pub const TARGET: &str = "mcp_supervisor::requests";
 
-/// Messages waiting for the log thread (records, or buffers of up to [`BATCH_BYTES`]);
-/// beyond this many they are dropped and counted: at most 64 MiB of lines waiting.
+/// Messages waiting for the log thread (records, or buffers of lines); beyond this many they
+/// are dropped and counted.
 pub const QUEUE: usize = 1024;
+
+/// Bytes of lines waiting for the log thread; a buffer that would take the total over this is
+/// dropped and its lines counted (about 18,000 lines: a stuck stderr costs at most this much
+/// memory, while a disk that stalls for a moment loses nothing).
+pub const QUEUE_BYTES: usize = 4 << 20;
 
 /// After writing, the log thread lets the next lines gather this long, so a busy relay pays
 /// no wakeup per buffer (senders find nobody waiting): at most 50 writes per second, and a
@@ -165,8 +170,11 @@ impl LineBuffer {
             512
         };
         let buf = std::mem::replace(&mut self.buf, Vec::with_capacity(room));
-        let sent = sink().is_some_and(|tx| tx.try_send(Msg::Lines(buf)).is_ok());
+        let len = buf.len();
+        let room_left = QUEUED_BYTES.fetch_add(len, Ordering::Relaxed) + len <= QUEUE_BYTES;
+        let sent = room_left && sink().is_some_and(|tx| tx.try_send(Msg::Lines(buf)).is_ok());
         if !sent {
+            QUEUED_BYTES.fetch_sub(len, Ordering::Relaxed);
             DROPPED.fetch_add(lines, Ordering::Relaxed);
         }
     }
@@ -237,6 +245,8 @@ pub(super) fn write_plain_stderr(yes: bool) {
 
 static PLAIN: AtomicBool = AtomicBool::new(false);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Bytes of lines sent to the log thread and not yet taken by it ([`QUEUE_BYTES`]).
+static QUEUED_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 static SINK: OnceLock<Option<SyncSender<Msg>>> = OnceLock::new();
 
 enum Msg {
@@ -271,8 +281,14 @@ fn run(rx: Receiver<Msg>) {
         while let Some(msg) = next {
             match msg {
                 Msg::Record(r) => event(&r),
-                Msg::Lines(lines) if buf.is_empty() => buf = lines,
-                Msg::Lines(lines) => buf.extend_from_slice(&lines),
+                Msg::Lines(lines) => {
+                    QUEUED_BYTES.fetch_sub(lines.len(), Ordering::Relaxed);
+                    if buf.is_empty() {
+                        buf = lines;
+                    } else {
+                        buf.extend_from_slice(&lines);
+                    }
+                }
                 Msg::Flush(ack) => acks.push(ack),
             }
             if buf.len() >= BATCH_BYTES {

@@ -67,12 +67,26 @@ pub struct Supervisor {
     pub config: PathBuf,
     pub id: String,
     log: Arc<Mutex<String>>,
+    /// The read end of the supervisor's stderr when nothing reads it
+    /// ([`Supervisor::start_with_unread_stderr`]); dropped after the supervisor stopped.
+    _unread_stderr: Option<std::process::ChildStderr>,
 }
 
 impl Supervisor {
     /// Writes `servers` (TOML server tables) into a config with a private socket_dir and runs
     /// `mcp-supervisor run` on it. Waits until every server's socket exists.
     pub fn start(servers: &str) -> Self {
+        Self::start_reading(servers, true)
+    }
+
+    /// Like [`Supervisor::start`], but nothing ever reads the supervisor's stderr: once the
+    /// pipe's buffer is full, every write to it would block (a stuck log pipe). `log()` is
+    /// empty.
+    pub fn start_with_unread_stderr(servers: &str) -> Self {
+        Self::start_reading(servers, false)
+    }
+
+    fn start_reading(servers: &str, read_stderr: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("supervisor.toml");
         let text = format!(
@@ -80,7 +94,7 @@ impl Supervisor {
             dir.path().join("run")
         );
         std::fs::write(&config, text).unwrap();
-        let mut s = Self::spawn_with(dir, config, &[]);
+        let mut s = Self::spawn(dir, config, &[], read_stderr);
         let names = server_names(servers);
         let ok = wait_until(Duration::from_secs(10), || {
             names.iter().all(|n| s.socket(n).exists())
@@ -94,6 +108,15 @@ impl Supervisor {
 
     /// Runs the binary on an existing config with extra environment variables.
     pub fn spawn_with(dir: tempfile::TempDir, config: PathBuf, env: &[(&str, &str)]) -> Self {
+        Self::spawn(dir, config, env, true)
+    }
+
+    fn spawn(
+        dir: tempfile::TempDir,
+        config: PathBuf,
+        env: &[(&str, &str)],
+        read_stderr: bool,
+    ) -> Self {
         let id = test_id();
         let mut cmd = Command::new(SUPERVISOR);
         cmd.arg("run")
@@ -112,6 +135,16 @@ impl Supervisor {
         let mut child = cmd.spawn().unwrap();
         let log = Arc::new(Mutex::new(String::new()));
         let mut err = child.stderr.take().unwrap();
+        if !read_stderr {
+            return Supervisor {
+                child: Some(child),
+                dir,
+                config,
+                id,
+                log,
+                _unread_stderr: Some(err),
+            };
+        }
         let sink = log.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 8192];
@@ -132,6 +165,7 @@ impl Supervisor {
             config,
             id,
             log,
+            _unread_stderr: None,
         }
     }
 

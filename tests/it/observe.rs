@@ -262,3 +262,38 @@ fn no_argument_value_result_or_environment_value_reaches_the_log() {
         );
     }
 }
+
+/// Issue 15 §2: a stderr nobody reads (a stuck log pipe: its 64 KiB buffer holds about 280
+/// request log lines) never stalls the relay. Every call is answered; request log lines that
+/// cannot be written are dropped and counted in `mcp_supervisor_request_log_dropped_total`,
+/// and the daemon's own lines are dropped too instead of blocking its one thread.
+#[test]
+fn a_stuck_stderr_never_stalls_the_relay_and_dropped_request_log_lines_are_counted() {
+    let sup = Supervisor::start_with_unread_stderr(&fake_server("fake", &[], ""));
+    let mut c = sup.client("fake");
+    // 25,000 calls, 50 in flight at a time: about 6 MB of request log, more than the pipe
+    // (64 KiB) and the log thread's queue (4 MiB) hold.
+    for round in 0..500 {
+        for i in 0..50 {
+            c.send(
+                &json!({"jsonrpc": "2.0", "id": round * 50 + i, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": "x"}}}),
+            );
+        }
+        for _ in 0..50 {
+            let r = c.recv();
+            assert_eq!(Client::text(&r), "x", "round {round}: {r}");
+        }
+    }
+    // A new connection is served too (its accept and handshake log lines are dropped).
+    let mut d = sup.client("fake");
+    assert_eq!(
+        Client::text(&d.call(json!(1), "echo", json!({"text": "y"}))),
+        "y"
+    );
+    let text = metrics(&sup);
+    assert!(
+        sample(&text, "mcp_supervisor_request_log_dropped_total") > 0.0,
+        "{text}"
+    );
+}
