@@ -356,7 +356,7 @@ impl Server {
             debug!(client = %client, uid = c.peer.uid, pid = c.peer.pid, client_name = %name, "client handshake answered from the cache");
             c.capabilities = params.get("capabilities").cloned().unwrap_or(json!({}));
             c.info = params.get("clientInfo").cloned().unwrap_or(Value::Null);
-            c.name = name.into();
+            c.name = name;
             c.initialized = true;
         }
         let line = message::result_response(&id, &result);

@@ -527,7 +527,7 @@ impl Server {
                         era: None,
                         initialized: false,
                         capabilities: json!({}),
-                        name: "".into(),
+                        name: String::new(),
                         info: Value::Null,
                         log_level: None,
                         closing: false,

@@ -378,8 +378,8 @@ struct Client {
     era: Option<Era>,
     initialized: bool,
     capabilities: Value,
-    /// Its `clientInfo.name` (shared with the request log's records).
-    name: Arc<str>,
+    /// Its `clientInfo.name` (the request log's records borrow it).
+    name: String,
     /// `clientInfo` from its `initialize` (for envelopes toward a modern child).
     info: Value,
     log_level: Option<usize>,
