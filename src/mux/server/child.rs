@@ -80,10 +80,7 @@ impl Server {
             return;
         };
         if let (Some(sent), Some(r)) = (&retry_params, &m.result) {
-            // Only an `input_required` result starts a round: others are not parsed here.
-            if memchr::memmem::find(r.as_bytes(), b"input_required").is_some()
-                && self.start_round(client, &id, method, sent, &r.raw(), progress, log_level)
-            {
+            if self.start_round(client, &id, method, sent, r.as_bytes(), progress, log_level) {
                 return;
             }
         }

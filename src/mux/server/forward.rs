@@ -117,7 +117,7 @@ impl Server {
         id: &RawValue,
         method: &str,
         sent: &RawValue,
-        result: &RawValue,
+        result: &[u8],
         progress: Option<Box<RawValue>>,
         log_level: Option<usize>,
     ) -> bool {

@@ -23,13 +23,13 @@ pub(super) fn malformed(m: &Message, method: &str) -> Option<String> {
 }
 
 /// The `requestState` member of an `input_required` result as the child wrote it, if any.
-pub(super) fn request_state(result: &RawValue) -> Option<Box<RawValue>> {
+pub(super) fn request_state(result: &[u8]) -> Option<Box<RawValue>> {
     #[derive(serde::Deserialize)]
     struct State {
         #[serde(rename = "requestState")]
         state: Option<Box<RawValue>>,
     }
-    serde_json::from_str::<State>(result.get())
+    serde_json::from_slice::<State>(result)
         .ok()
         .and_then(|s| s.state)
 }
@@ -195,11 +195,10 @@ pub(super) fn subscribe_uri(method: &str, params: Option<&RawValue>) -> Option<S
 
 /// The `inputRequests` of an `input_required` result (2026-07-28 MRTR), or `None` when the
 /// result is not one.
-pub(super) fn input_requests(result: &RawValue) -> Option<Map<String, Value>> {
-    if !message::mentions(result.get(), "input_required") {
-        return None;
-    }
-    let r = serde_json::from_str::<Value>(result.get()).ok()?;
+pub(super) fn input_requests(result: &[u8]) -> Option<Map<String, Value>> {
+    // Most results never mention it: skip the parse of a (possibly huge) payload.
+    memchr::memmem::find(result, b"input_required")?;
+    let r = serde_json::from_slice::<Value>(result).ok()?;
     if r.get("resultType").and_then(Value::as_str) != Some("input_required") {
         return None;
     }
