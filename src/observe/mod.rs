@@ -58,27 +58,7 @@ impl Outcome {
 
 /// MCP methods used as label values; anything else is `other` (label values must not be
 /// chosen by clients, or the series count is unbounded).
-const KNOWN_METHODS: &[&str] = &[
-    "initialize",
-    "ping",
-    "tools/list",
-    "tools/call",
-    "prompts/list",
-    "prompts/get",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "completion/complete",
-    "logging/setLevel",
-    "server/discover",
-    "subscriptions/listen",
-    "tasks/get",
-    "tasks/cancel",
-    "tasks/result",
-    "tasks/list",
-];
+const KNOWN_METHODS: &[&str] = crate::jsonrpc::message::CLIENT_REQUESTS;
 
 /// `method` if it is a known MCP method, else `other`.
 pub fn method_label(method: &str) -> &'static str {

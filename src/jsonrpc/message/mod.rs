@@ -87,43 +87,55 @@ impl ParseError {
     }
 }
 
-/// `method` as a `'static` string when it is one MCP defines (requests and notifications of
-/// both eras), else a copy.
+/// The requests a client sends to a server, in both eras. Also the metrics' `method` label
+/// values (`observe::method_label`): their order is the metrics' slot order.
+pub const CLIENT_REQUESTS: &[&str] = &[
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+    "server/discover",
+    "subscriptions/listen",
+    "tasks/get",
+    "tasks/cancel",
+    "tasks/result",
+    "tasks/list",
+];
+
+/// The other method names MCP defines: requests a server sends to a client, and
+/// notifications.
+const OTHER_METHODS: &[&str] = &[
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+    "notifications/initialized",
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/message",
+    "notifications/resources/updated",
+    "notifications/resources/list_changed",
+    "notifications/tools/list_changed",
+    "notifications/prompts/list_changed",
+    "notifications/roots/list_changed",
+];
+
+/// `method` as a `'static` string when it is one MCP defines ([`CLIENT_REQUESTS`] and the
+/// others), else a copy.
 pub fn method_name(method: &str) -> Cow<'static, str> {
-    Cow::Borrowed(match method {
-        "initialize" => "initialize",
-        "ping" => "ping",
-        "tools/list" => "tools/list",
-        "tools/call" => "tools/call",
-        "prompts/list" => "prompts/list",
-        "prompts/get" => "prompts/get",
-        "resources/list" => "resources/list",
-        "resources/templates/list" => "resources/templates/list",
-        "resources/read" => "resources/read",
-        "resources/subscribe" => "resources/subscribe",
-        "resources/unsubscribe" => "resources/unsubscribe",
-        "completion/complete" => "completion/complete",
-        "logging/setLevel" => "logging/setLevel",
-        "server/discover" => "server/discover",
-        "subscriptions/listen" => "subscriptions/listen",
-        "sampling/createMessage" => "sampling/createMessage",
-        "elicitation/create" => "elicitation/create",
-        "roots/list" => "roots/list",
-        "tasks/get" => "tasks/get",
-        "tasks/cancel" => "tasks/cancel",
-        "tasks/result" => "tasks/result",
-        "tasks/list" => "tasks/list",
-        "notifications/initialized" => "notifications/initialized",
-        "notifications/cancelled" => "notifications/cancelled",
-        "notifications/progress" => "notifications/progress",
-        "notifications/message" => "notifications/message",
-        "notifications/resources/updated" => "notifications/resources/updated",
-        "notifications/resources/list_changed" => "notifications/resources/list_changed",
-        "notifications/tools/list_changed" => "notifications/tools/list_changed",
-        "notifications/prompts/list_changed" => "notifications/prompts/list_changed",
-        "notifications/roots/list_changed" => "notifications/roots/list_changed",
-        other => return Cow::Owned(other.to_string()),
-    })
+    CLIENT_REQUESTS
+        .iter()
+        .chain(OTHER_METHODS)
+        .find(|m| **m == method)
+        .map_or_else(|| Cow::Owned(method.to_string()), |m| Cow::Borrowed(*m))
 }
 
 /// Raw JSON text shared with the buffer it was read from (a [`Bytes`] slice: cloning it or
