@@ -188,6 +188,15 @@ fn idle_daemon(
 
 const STARTUP_REPS: usize = 5;
 
+/// Connects to every socket and waits until each has answered its `initialize`.
+fn sockets_initialized(socks: &[PathBuf]) -> Result<(), String> {
+    let mut conns = socks
+        .iter()
+        .map(|s| Conn::socket(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    all_initialized(&mut conns)
+}
+
 /// Sends `initialize` on every connection, then waits for every answer.
 fn all_initialized(conns: &mut [Conn]) -> Result<(), String> {
     for c in conns.iter_mut() {
@@ -227,11 +236,7 @@ fn start_once(rig: &Rig, way: Way, r: usize) -> Result<(Option<f64>, f64), Strin
             let listeners: Vec<Proc> = socks.iter().map(|s| rig.socat(s)).collect();
             wait(&socks, &|k| listeners[k].pid())?;
             let acc = ms(t);
-            let mut conns = socks
-                .iter()
-                .map(|s| Conn::socket(s))
-                .collect::<Result<Vec<_>, _>>()?;
-            all_initialized(&mut conns)?;
+            sockets_initialized(&socks)?;
             Ok((Some(acc), ms(t)))
         }
         Way::Supervisor | Way::Attach => {
@@ -257,11 +262,7 @@ fn start_once(rig: &Rig, way: Way, r: usize) -> Result<(Option<f64>, f64), Strin
             wait(&socks, &|_| mux.pid())
                 .map_err(|e| format!("{e}; its log ends: {}", rig.log_tail(&tag)))?;
             let acc = ms(t);
-            let mut conns = socks
-                .iter()
-                .map(|s| Conn::socket(s))
-                .collect::<Result<Vec<_>, _>>()?;
-            all_initialized(&mut conns)?;
+            sockets_initialized(&socks)?;
             Ok((Some(acc), ms(t)))
         }
     }
