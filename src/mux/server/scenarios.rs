@@ -477,19 +477,25 @@ fn case_k26_a_handshake_childs_requests_reach_a_2026_client_as_input_required_ro
     );
 }
 
-#[test]
-fn case_k26_a_result_while_parked_waits_for_the_retry_and_a_silent_client_times_out() {
-    let mut sim = ready(BASE, 12);
+/// A 2026 client's `tools/call` (id `c1`) on a ready handshake child (seed `seed`), parked by
+/// the child's request `ask`: the simulation, the client, the child's generation, the call as
+/// the child got it, and the `requestState` the client was given.
+fn parked(seed: u64, ask: &str) -> (Sim, ClientId, u64, super::sim::Asked, Value) {
+    let mut sim = ready(BASE, seed);
     let generation = sim.current_generation().unwrap_or(0);
     let a = sim.connect();
     sim.send(a, &modern_call(a, "c1", json!({})));
     let call = sim.asked.pop().expect("the call reached the child");
-    sim.child_writes(
-        generation,
-        r#"{"jsonrpc":"2.0","id":"s1","method":"roots/list"}"#.into(),
-    );
+    sim.child_writes(generation, ask.into());
     let r = responses(&sim, a).pop().unwrap_or(Value::Null);
     let state = r["result"]["requestState"].clone();
+    (sim, a, generation, call, state)
+}
+
+#[test]
+fn case_k26_a_result_while_parked_waits_for_the_retry_and_a_silent_client_times_out() {
+    let (mut sim, a, generation, call, state) =
+        parked(12, r#"{"jsonrpc":"2.0","id":"s1","method":"roots/list"}"#);
     // The child gives up waiting and answers anyway: kept for the retry.
     let text = format!("{}-m", a.0);
     let fin = json!({"jsonrpc": "2.0", "id": call.id,
@@ -649,17 +655,10 @@ fn case_k28_changing_roots_by_reload_tells_the_child_without_a_restart() {
 fn case_k26_a_malformed_reply_to_a_parked_request_is_the_retrys_answer() {
     // Found by the actor simulation (seed 84): a malformed reply to a parked request removed
     // it from the in-flight table but left its round, so the client's retry got no answer.
-    let mut sim = ready(BASE, 16);
-    let generation = sim.current_generation().unwrap_or(0);
-    let a = sim.connect();
-    sim.send(a, &modern_call(a, "c1", json!({})));
-    let call = sim.asked.pop().expect("the call reached the child");
-    sim.child_writes(
-        generation,
-        r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{}}"#.into(),
+    let (mut sim, a, generation, call, state) = parked(
+        16,
+        r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{}}"#,
     );
-    let r = responses(&sim, a).pop().unwrap_or(Value::Null);
-    let state = r["result"]["requestState"].clone();
     sim.child_writes(
         generation,
         format!(r#"{{"jsonrpc":"2.0","id":{},"error":"oops"}}"#, call.id),
