@@ -108,6 +108,17 @@ pub enum Verb {
         #[command(flatten)]
         target: Target,
     },
+    /// Print server NAME's Streamable HTTP endpoint: the URL, the token header, the Unix
+    /// socket, and ready-to-paste configurations for Claude Code, Cursor, VS Code and Codex.
+    Url {
+        /// The server name.
+        name: String,
+        /// Print JSON (`{"url", "token", "header", "token_file", "unix_socket"}`).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Print the last 64 KiB of server NAME's stderr.
     Logs {
         /// The server name.

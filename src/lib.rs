@@ -20,6 +20,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod http;
 pub mod jsonrpc;
 pub mod logging;
 pub mod mux;

@@ -87,6 +87,23 @@ fn main() {
         Verb::Reload { target } => operate(target, Op::Reload, false),
         Verb::Logs { name, target } => operate(target, Op::Logs { name }, false),
         Verb::Metrics { target } => operate(target, Op::Metrics, false),
+        Verb::Url { name, json, target } => match cli::load_config(target.config) {
+            Ok(c) => match mcp_supervisor::http::url::endpoint(&c, &name) {
+                Ok(e) if json => {
+                    println!("{}", mcp_supervisor::http::url::render_json(&e));
+                    0
+                }
+                Ok(e) => {
+                    print!("{}", mcp_supervisor::http::url::render(&name, &e));
+                    0
+                }
+                Err(msg) => {
+                    eprintln!("mcp-supervisor url: {msg}");
+                    cli::EXIT_UNKNOWN_SERVER
+                }
+            },
+            Err(code) => code,
+        },
     };
     std::process::exit(code);
 }

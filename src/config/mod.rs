@@ -92,7 +92,38 @@ pub struct SupervisorConfig {
     /// Default: none (metrics only through `mcp-supervisor metrics`). It has no authentication:
     /// keep it on loopback unless the network is trusted.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The Streamable HTTP endpoint's TCP side (issue 16): one address for every server with
+    /// `http = true`, each at `/mcp/NAME`. Default `127.0.0.1:8931`; `"off"` serves HTTP on
+    /// the Unix sockets (`NAME.http.sock`) only. Only bound when some server has `http = true`.
+    pub http: HttpConfig,
 }
+
+/// `[supervisor]`'s `http_*` keys: the Streamable HTTP endpoint (issue 16, README "HTTP").
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpConfig {
+    /// `http_listen`: the TCP address, `None` for `"off"`. A non-loopback address is refused
+    /// unless `http_allow_remote = true` (issue 16 §1).
+    pub listen: Option<std::net::SocketAddr>,
+    /// `http_allowed_origins`: `Origin` values accepted besides loopback origins
+    /// (`http://localhost:*`, `http://127.0.0.1:*`, `http://[::1]:*`, and https). A request
+    /// with any other `Origin` gets 403 (DNS rebinding, 2025-06-18 transports §Security).
+    pub allowed_origins: Vec<String>,
+    /// `http_allowed_hosts`: `Host` names accepted besides `localhost`, `127.0.0.1` and `[::1]`
+    /// (any port). Others get 403 on TCP. Ignored on the Unix sockets.
+    pub allowed_hosts: Vec<String>,
+    /// `http_session_idle`: a handshake-era HTTP session with no request and no open stream
+    /// for this long is ended (its next request gets 404). Default 30 min.
+    pub session_idle: Duration,
+    /// `http_max_sessions`: handshake-era sessions per server; more `initialize` get 503.
+    /// Default 256.
+    pub max_sessions: usize,
+    /// `http_max_requests`: 2026-07-28 requests (each its own POST) open at once per server;
+    /// more get 503. Default 256.
+    pub max_requests: usize,
+}
+
+/// The default `http_listen`.
+pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:8931";
 
 /// Whose roots a shared child sees (issue 13 §3, K28; README "Roots").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,6 +246,15 @@ pub struct ServerConfig {
     /// Run the child with this group (name or numeric gid). Default: the primary group of
     /// `user`, else unchanged.
     pub group: Option<String>,
+    /// `http = true`: serve this server over Streamable HTTP too (issue 16): on
+    /// `[supervisor] http_listen` at `/mcp/NAME` (bearer token required) and on
+    /// `<socket_dir>/NAME.http.sock` (`SO_PEERCRED` and the allow-lists, like `NAME.sock`).
+    /// Default false.
+    pub http: bool,
+    /// `http_token_file`: the file holding the bearer token for the TCP endpoint (the operator
+    /// writes it). Default `<socket_dir>/NAME.http.token`, created with a random token, mode
+    /// 0600, when missing.
+    pub http_token_file: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -237,6 +277,9 @@ impl ServerConfig {
         let mut a = self.clone();
         a.roots.clone_from(&other.roots);
         a.client_roots = other.client_roots;
+        // The HTTP endpoint is the daemon's, not the child's (issue 16): no restart for it.
+        a.http = other.http;
+        a.http_token_file.clone_from(&other.http_token_file);
         a == *other
     }
 }
@@ -291,6 +334,13 @@ struct RawSupervisor {
     operator_gids: Option<Vec<u32>>,
     client_memory: Option<usize>,
     metrics_listen: Option<Spanned<String>>,
+    http_listen: Option<Spanned<String>>,
+    http_allow_remote: Option<bool>,
+    http_allowed_origins: Option<Vec<String>>,
+    http_allowed_hosts: Option<Vec<String>>,
+    http_session_idle: Dur,
+    http_max_sessions: Option<Spanned<usize>>,
+    http_max_requests: Option<Spanned<usize>>,
 }
 
 type Dur = Option<Spanned<DurText>>;
@@ -355,6 +405,8 @@ struct RawServer {
     allowed_gids: Option<Vec<u32>>,
     user: Option<Spanned<String>>,
     group: Option<Spanned<String>>,
+    http: Option<bool>,
+    http_token_file: Option<String>,
 }
 
 /// The longest Unix socket path (`sun_path` is 108 bytes including the terminating NUL).
@@ -622,7 +674,9 @@ impl Validator<'_> {
             })?),
             None => None,
         };
+        let http = self.http(raw)?;
         Ok(SupervisorConfig {
+            http,
             metrics_listen,
             socket_dir,
             max_clients: raw.max_clients.unwrap_or(256),
@@ -633,6 +687,53 @@ impl Validator<'_> {
             operator_uids: raw.operator_uids.clone().unwrap_or_default(),
             client_memory: raw.client_memory.unwrap_or(256 << 20),
             operator_gids: raw.operator_gids.clone().unwrap_or_default(),
+        })
+    }
+
+    fn http(&self, raw: &RawSupervisor) -> Result<HttpConfig, ConfigError> {
+        let listen = match &raw.http_listen {
+            Some(a) if a.get_ref() == "off" => None,
+            Some(a) => {
+                let addr: std::net::SocketAddr = a.get_ref().parse().map_err(|e| {
+                    self.err(
+                        a.span(),
+                        "supervisor.http_listen",
+                        &format!(
+                            "`{}` is not host:port ({e}); write e.g. \"127.0.0.1:8931\", or \"off\"",
+                            a.get_ref()
+                        ),
+                    )
+                })?;
+                if !addr.ip().is_loopback() && raw.http_allow_remote != Some(true) {
+                    return Err(self.err(
+                        a.span(),
+                        "supervisor.http_listen",
+                        &format!(
+                            "{addr} is not a loopback address: set http_allow_remote = true to serve MCP beyond this host (a bearer token is still required)"
+                        ),
+                    ));
+                }
+                Some(addr)
+            }
+            None => DEFAULT_HTTP_LISTEN.parse().ok(),
+        };
+        let positive = |v: &Option<Spanned<usize>>, key: &str, fallback: usize| match v {
+            Some(n) if *n.get_ref() == 0 => Err(self.err(n.span(), key, "must be greater than 0")),
+            Some(n) => Ok(*n.get_ref()),
+            None => Ok(fallback),
+        };
+        Ok(HttpConfig {
+            listen,
+            allowed_origins: raw.http_allowed_origins.clone().unwrap_or_default(),
+            allowed_hosts: raw.http_allowed_hosts.clone().unwrap_or_default(),
+            session_idle: self.duration(
+                "supervisor.http_session_idle",
+                &raw.http_session_idle,
+                &None,
+                Duration::from_secs(30 * 60),
+            )?,
+            max_sessions: positive(&raw.http_max_sessions, "supervisor.http_max_sessions", 256)?,
+            max_requests: positive(&raw.http_max_requests, "supervisor.http_max_requests", 256)?,
         })
     }
 
@@ -753,6 +854,19 @@ impl Validator<'_> {
             group: self.identity(name, "group", s.group.as_ref().or(d.group.as_ref()), |g| {
                 resolve_group(g).map(|_| ())
             })?,
+            http: s.http.or(d.http).unwrap_or(false),
+            http_token_file: s
+                .http_token_file
+                .clone()
+                .or(d.http_token_file.clone())
+                .map(|p| {
+                    let p = PathBuf::from(p);
+                    if p.is_relative() {
+                        self.path.parent().unwrap_or(Path::new(".")).join(p)
+                    } else {
+                        p
+                    }
+                }),
         };
         let mut cfg = cfg;
         let share = (cfg.max_inflight * 3 / 4).max(1);

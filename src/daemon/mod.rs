@@ -101,6 +101,8 @@ struct Running {
     path: PathBuf,
     /// Socket-activated: never unlinked.
     activated: bool,
+    /// `NAME.http.sock` and the token that stops its accept loop, when `http = true`.
+    http: Option<(PathBuf, CancellationToken)>,
 }
 
 /// The daemon's state, owned by the main loop.
@@ -122,6 +124,11 @@ struct Daemon {
     connections: CancellationToken,
     tracker: TaskTracker,
     notifier: Notifier,
+    /// The Streamable HTTP endpoint's shared state (issue 16).
+    front: Arc<crate::http::Front>,
+    /// Whether the TCP side of the HTTP endpoint is bound (at start or by a reload that
+    /// turned `http` on for a first server).
+    http_tcp: bool,
 }
 
 impl Daemon {
@@ -156,6 +163,7 @@ impl Daemon {
         let (handle, task) = server::start(cfg);
         let accept = self.accepting.child_token();
         info!(server = %name, socket = %path.display(), activated, "listening");
+        let http = self.start_http(&entry_cfg, &accept);
         self.tracker.spawn(accept_loop(
             listener,
             name.clone(),
@@ -182,8 +190,83 @@ impl Daemon {
                 params,
                 path,
                 activated,
+                http,
             },
         );
+    }
+
+    /// Server `cfg`'s HTTP endpoint, when `http = true`: its token for the TCP side, and
+    /// `NAME.http.sock` with its accept loop (stopped by the returned token, a child of
+    /// `accept`). A failure is logged and leaves the server without that part: the
+    /// newline-JSON socket and `attach` never depend on HTTP.
+    fn start_http(
+        &mut self,
+        cfg: &ServerConfig,
+        accept: &CancellationToken,
+    ) -> Option<(PathBuf, CancellationToken)> {
+        if !cfg.http {
+            self.front.set_token(&cfg.name, None);
+            return None;
+        }
+        match crate::http::access::ensure_token(&self.dir, cfg) {
+            Ok(t) => self.front.set_token(&cfg.name, Some(t)),
+            Err(e) => {
+                self.front.set_token(&cfg.name, None);
+                error!(server = %cfg.name, error = %format!("{e:#}"), "no HTTP bearer token: the TCP endpoint refuses this server's requests");
+            }
+        }
+        let path = crate::http::url::unix_socket_path(&self.dir, &cfg.name);
+        let listener = match bind_socket(&path, self.perms) {
+            Ok(l) => l,
+            Err(e) => {
+                error!(server = %cfg.name, socket = %path.display(), error = %format!("{e:#}"), "cannot bind the HTTP Unix socket");
+                return None;
+            }
+        };
+        let stop = accept.child_token();
+        info!(server = %cfg.name, socket = %path.display(), "serving Streamable HTTP on the Unix socket");
+        self.tracker.spawn(sockets::http_accept_loop(
+            listener,
+            cfg.name.clone(),
+            self.front.clone(),
+            self.shared.clone(),
+            stop.clone(),
+            self.tracker.clone(),
+        ));
+        Some((path, stop))
+    }
+
+    /// Binds the HTTP endpoint's TCP side once some server has `http = true` and
+    /// `http_listen` is not `"off"`, and writes the bound address to `<socket_dir>/http.addr`
+    /// (for `mcp-supervisor url`). Errors: the address cannot be bound.
+    async fn ensure_http_listener(&mut self) -> Result<()> {
+        let wanted = self.config.servers.values().any(|c| c.http);
+        let Some(addr) = self
+            .config
+            .supervisor
+            .http
+            .listen
+            .filter(|_| wanted && !self.http_tcp)
+        else {
+            return Ok(());
+        };
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen for HTTP on {addr} (http_listen)"))?;
+        let bound = listener.local_addr().unwrap_or(addr);
+        let file = self.dir.join(crate::http::url::ADDR_FILE);
+        if let Err(e) = std::fs::write(&file, format!("{bound}\n")) {
+            warn!(path = %file.display(), error = %e, "cannot write the HTTP address file");
+        }
+        info!(addr = %bound, "serving Streamable HTTP at http://{bound}/mcp/NAME");
+        self.http_tcp = true;
+        self.tracker.spawn(crate::http::serve_tcp(
+            listener,
+            self.front.clone(),
+            self.accepting.clone(),
+            self.tracker.clone(),
+        ));
+        Ok(())
     }
 
     /// Stops a server removed from the configuration: no more accepts, socket removed, child
@@ -197,6 +280,10 @@ impl Daemon {
         if !r.activated {
             let _ = std::fs::remove_file(&r.path);
         }
+        if let Some((p, _)) = &r.http {
+            let _ = std::fs::remove_file(p);
+        }
+        self.front.set_token(name, None);
         let (tx, _rx) = oneshot::channel();
         let _ = tokio::time::timeout(
             COMMAND_TIMEOUT,
@@ -331,7 +418,15 @@ impl Daemon {
         // Keep the socket directory the daemon runs with.
         let mut new = new;
         new.supervisor.socket_dir = self.dir.clone();
+        if self.http_tcp && new.supervisor.http.listen != self.config.supervisor.http.listen {
+            warn!("an http_listen change takes effect when the supervisor restarts");
+            new.supervisor.http.listen = self.config.supervisor.http.listen;
+        }
+        self.front.set_settings(new.supervisor.http.clone());
         self.config = new;
+        if let Err(e) = self.ensure_http_listener().await {
+            error!(error = %format!("{e:#}"), "the HTTP endpoint's TCP side is not served");
+        }
         Ok(report)
     }
 
@@ -342,6 +437,24 @@ impl Daemon {
             return;
         };
         let _ = r.params.send(session_limits(&cfg, &self.memory));
+        let http_changed = self
+            .registry
+            .get(name)
+            .is_none_or(|e| e.cfg.http != cfg.http || e.cfg.http_token_file != cfg.http_token_file);
+        if http_changed {
+            let accept = r.accept.clone();
+            if let Some((p, stop)) = self.servers.get_mut(name).and_then(|r| r.http.take()) {
+                stop.cancel();
+                let _ = std::fs::remove_file(p);
+            }
+            let http = self.start_http(&cfg, &accept);
+            if let Some(r) = self.servers.get_mut(name) {
+                r.http = http;
+            }
+        }
+        let Some(r) = self.servers.get(name) else {
+            return;
+        };
         self.registry.insert(
             name,
             Entry {
@@ -432,6 +545,8 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
         }
         activated.insert(name, fd);
     }
+    let registry = Registry::default();
+    let connections = CancellationToken::new();
     let mut daemon = Daemon {
         dir: dir.clone(),
         memory: Arc::new(session::MemoryBudget::new(config.supervisor.client_memory)),
@@ -451,14 +566,20 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
             )),
             max_clients: AtomicUsize::new(config.supervisor.max_clients),
         }),
-        registry: Registry::default(),
+        registry: registry.clone(),
         servers: BTreeMap::new(),
         retiring: Vec::new(),
         activated,
         accepting: CancellationToken::new(),
-        connections: CancellationToken::new(),
+        connections: connections.clone(),
         tracker: TaskTracker::new(),
         notifier: notifier.clone(),
+        front: crate::http::Front::new(
+            registry.clone(),
+            config.supervisor.http.clone(),
+            connections.clone(),
+        ),
+        http_tcp: false,
         config,
     };
     let listeners = daemon.bind_all()?;
@@ -568,6 +689,7 @@ impl Daemon {
                 self.start_server(cfg, listener, act);
             }
         }
+        self.ensure_http_listener().await?;
         if let Some(addr) = self.config.supervisor.metrics_listen {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
@@ -690,6 +812,12 @@ impl Daemon {
             if !r.activated {
                 let _ = std::fs::remove_file(&r.path);
             }
+            if let Some((p, _)) = &r.http {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+        if self.http_tcp {
+            let _ = std::fs::remove_file(self.dir.join(crate::http::url::ADDR_FILE));
         }
         self.tracker.close();
         if !forced {

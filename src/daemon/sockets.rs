@@ -512,3 +512,35 @@ pub(super) async fn control_loop(
         tracker.spawn(ctl::serve(stream, ctx.clone(), connections.clone()));
     }
 }
+
+/// Accepts connections on server `name`'s `NAME.http.sock` (the same `SO_PEERCRED` check as
+/// `NAME.sock`) and serves HTTP on each until `stop` fires (issue 16 §1, §4).
+pub(super) async fn http_accept_loop(
+    listener: UnixListener,
+    name: String,
+    front: Arc<crate::http::Front>,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    tracker: TaskTracker,
+) {
+    let live = Arc::new(AtomicUsize::new(0));
+    while let Some((stream, peer)) =
+        accept_checked(&listener, &shared, Role::Server(&name), &stop).await
+    {
+        if live.load(Ordering::Relaxed) >= crate::http::MAX_CONNECTIONS {
+            debug!(server = %name, "HTTP connection refused: too many open");
+            continue;
+        }
+        live.fetch_add(1, Ordering::Relaxed);
+        let live = live.clone();
+        let via = crate::http::Via::Unix {
+            server: name.clone(),
+            peer,
+        };
+        let front = front.clone();
+        tracker.spawn(async move {
+            crate::http::serve_connection(stream, front, via).await;
+            live.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+}

@@ -106,7 +106,48 @@ impl ClientTx {
     }
 }
 
+/// The reading side of a client's outbound queue, for a client that is not a socket
+/// connection (an HTTP session or request, [`crate::http`]): [`Outbox::recv`] keeps the
+/// queue's byte count, and [`Outbox::kicked`] fires when the actor (or a slow read) ends the
+/// client.
+#[derive(Debug)]
+pub struct Outbox {
+    rx: mpsc::Receiver<Line>,
+    queued: Arc<AtomicUsize>,
+    kick: CancellationToken,
+}
+
+impl Outbox {
+    /// The next line, `None` once the actor dropped its [`ClientTx`] and the queue is drained.
+    /// An empty line is [`ClientTx::close_after_drain`]'s marker: close after what came
+    /// before.
+    pub async fn recv(&mut self) -> Option<Line> {
+        let line = self.rx.recv().await?;
+        self.queued.fetch_sub(line.len(), Ordering::Relaxed);
+        Some(line)
+    }
+
+    /// Fires when the client must be closed now (too slow, revoked, shutdown).
+    pub fn kicked(&self) -> CancellationToken {
+        self.kick.clone()
+    }
+}
+
 impl ClientTx {
+    /// A queue of `capacity` lines toward a client that is not a socket connection, ended
+    /// (kicked) when `parent` is cancelled.
+    pub fn channel(capacity: usize, parent: &CancellationToken) -> (ClientTx, Outbox) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let kick = parent.child_token();
+        let out = Outbox {
+            rx,
+            queued: queued.clone(),
+            kick: kick.clone(),
+        };
+        (ClientTx { tx, queued, kick }, out)
+    }
+
     /// Queues a line without waiting. `false` means the client is gone or too slow; the caller
     /// must then drop the client ([`ClientTx::kick`] was already called).
     pub fn deliver(&self, line: impl Into<Line>) -> bool {

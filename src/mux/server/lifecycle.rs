@@ -149,6 +149,14 @@ impl Server {
         if cfg == self.cfg {
             return;
         }
+        if cfg.same_child_but_roots(&self.cfg)
+            && cfg.roots == self.cfg.roots
+            && cfg.client_roots == self.cfg.client_roots
+        {
+            // Only the HTTP endpoint changed: the daemon's business, not the child's.
+            self.cfg = cfg;
+            return;
+        }
         if cfg.same_child_but_roots(&self.cfg) {
             // The roots policy changes live: the child is told to ask again (K28).
             info!("roots changed; telling the child (notifications/roots/list_changed)");

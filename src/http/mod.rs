@@ -1,0 +1,525 @@
+//! The Streamable HTTP endpoint in front of each shared child (issue 16).
+//!
+//! An HTTP client is one more kind of client session of the server actor: the actor sees a
+//! [`SessionEvent::Connected`] with a [`ClientTx`] like any socket client, so routing, id
+//! rewriting, outage answers and era translation are the same. What this module adds is the
+//! mapping between HTTP exchanges and that client's queue:
+//!
+//! - **Handshake era** (2025-03-26 ... 2025-11-25, [`session`]): `initialize` opens an HTTP
+//!   session (`Mcp-Session-Id`), which is one actor client for its whole life. Each POST's
+//!   responses go back on that POST's response (one JSON body, or an SSE stream that also
+//!   carries the progress of its requests); the child's requests and the other notifications
+//!   go on the most recent open POST stream, else the GET stream, else wait (bounded) for one.
+//!   DELETE ends the session like a socket client's departure. A POST stream closed before its
+//!   answers becomes `notifications/cancelled` for exactly its requests.
+//! - **2026-07-28** ([`stateless`]): every request is its own POST and its own short-lived
+//!   actor client; the answer is JSON or an SSE stream scoped to that request (its progress
+//!   and log messages). Closing the stream is that client's departure: the actor cancels the
+//!   request toward the child. Headers are checked against the body (-32020).
+//!
+//! Access ([`access`]): on TCP a bearer token per server is required, and `Host` and `Origin`
+//! are checked (DNS rebinding); on the Unix socket `NAME.http.sock`, `SO_PEERCRED` and the
+//! allow-lists apply as on `NAME.sock`, and `Origin` is checked.
+//!
+//! HTTP itself is hyper's (HTTP/1.1 with a header-read timeout); SSE framing and keep-alive
+//! comments are axum's `Sse`.
+
+use crate::config::{HttpConfig, ServerConfig};
+use crate::control::server::{Entry, Registry};
+use crate::jsonrpc::message::{self, code, Kind, Message};
+use crate::mux::era;
+use crate::mux::session::Peer;
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+pub mod access;
+mod session;
+mod stateless;
+mod stream;
+pub mod url;
+
+/// The header that names a handshake-era session (2025-03-26 transports §Session Management).
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// The protocol version header (2025-06-18 and later; required on every 2026-07-28 request).
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+/// 2026-07-28: the request's method, checked against the body.
+pub const METHOD_HEADER: &str = "mcp-method";
+/// 2026-07-28: the tool or prompt name, or the resource URI, of calls that name one.
+pub const NAME_HEADER: &str = "mcp-name";
+/// JSON-RPC error for HTTP headers that disagree with the body (2026-07-28 §Error Codes).
+pub const HEADER_MISMATCH: i64 = -32020;
+
+/// SSE keep-alive comment interval on long streams (issue 16 §3): proxies with idle timeouts
+/// of 30-60 s keep the stream open.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// How long a client may take to send a request head (hyper's `header_read_timeout`).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// HTTP connections served at once per listener; more are closed at once.
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// How a request reached us.
+#[derive(Debug, Clone)]
+pub enum Via {
+    /// The TCP listener (`http_listen`): any server, by path; token, Host and Origin checked.
+    Tcp,
+    /// A server's `NAME.http.sock`, whose peer passed the `SO_PEERCRED` check.
+    Unix {
+        /// The server this socket serves.
+        server: String,
+        /// Who connected.
+        peer: Peer,
+    },
+}
+
+/// The endpoint's shared state: the servers (the daemon's registry), the `http_*` settings,
+/// the TCP tokens and the open handshake-era sessions. One per daemon.
+#[derive(Debug)]
+pub struct Front {
+    registry: Registry,
+    settings: RwLock<HttpConfig>,
+    tokens: RwLock<HashMap<String, Arc<str>>>,
+    sessions: Mutex<HashMap<String, Arc<session::HttpSession>>>,
+    /// Open 2026-07-28 requests per server (against `http_max_requests`).
+    requests: Mutex<HashMap<String, usize>>,
+    /// The identity given to TCP clients in the actor (token-authenticated: the daemon's own).
+    me: Peer,
+    /// Cancelled at shutdown: every stream and session ends.
+    stop: CancellationToken,
+}
+
+impl Front {
+    /// A front over `registry` with these settings; `stop` ends every stream.
+    pub fn new(registry: Registry, settings: HttpConfig, stop: CancellationToken) -> Arc<Front> {
+        let me = Peer {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+            pid: None,
+        };
+        let front = Arc::new(Front {
+            registry,
+            settings: RwLock::new(settings),
+            tokens: RwLock::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
+            requests: Mutex::new(HashMap::new()),
+            me,
+            stop,
+        });
+        tokio::spawn(session::reap(Arc::downgrade(&front)));
+        front
+    }
+
+    /// New `http_*` settings (a reload): origins, hosts and limits apply to the next request.
+    pub fn set_settings(&self, settings: HttpConfig) {
+        *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
+    }
+
+    fn settings(&self) -> HttpConfig {
+        self.settings
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Sets (or, with `None`, forgets) the TCP bearer token of server `name`.
+    pub fn set_token(&self, name: &str, token: Option<String>) {
+        let mut t = self.tokens.write().unwrap_or_else(|p| p.into_inner());
+        match token {
+            Some(tok) => {
+                t.insert(name.to_string(), tok.into());
+            }
+            None => {
+                t.remove(name);
+            }
+        }
+    }
+
+    fn token(&self, name: &str) -> Option<Arc<str>> {
+        self.tokens
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Open handshake-era sessions of `server`.
+    fn sessions_of(&self, server: &str) -> usize {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|s| s.server == server)
+            .count()
+    }
+}
+
+/// Serves HTTP/1.1 on one accepted connection until it closes or `stop` fires.
+pub async fn serve_connection<I>(io: I, front: Arc<Front>, via: Via)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let stop = front.stop.clone();
+    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        let front = front.clone();
+        let via = via.clone();
+        async move { Ok::<_, Infallible>(handle(front, via, req.map(Body::new)).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .keep_alive(true);
+    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(io), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => {
+            if let Err(e) = r {
+                debug!(error = %e, "HTTP connection ended with an error");
+            }
+        }
+        _ = stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(Duration::from_secs(2), conn).await;
+        }
+    }
+}
+
+/// Accepts TCP connections for the endpoint until `stop` fires (at most
+/// [`MAX_CONNECTIONS`] at once; a failing `accept` is retried after a pause).
+pub async fn serve_tcp(
+    listener: tokio::net::TcpListener,
+    front: Arc<Front>,
+    stop: CancellationToken,
+    tracker: tokio_util::task::TaskTracker,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let (stream, addr) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    warn!(error = %e, "HTTP accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = stop.cancelled() => return,
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            debug!(%addr, "HTTP connection refused: {MAX_CONNECTIONS} open");
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let front = front.clone();
+        tracker.spawn(async move {
+            serve_connection(stream, front, Via::Tcp).await;
+            drop(permit);
+        });
+    }
+}
+
+/// One request: access checks, then POST, GET or DELETE of the MCP endpoint.
+async fn handle(front: Arc<Front>, via: Via, req: Request<Body>) -> Response {
+    let path = req.uri().path().to_string();
+    let (server, peer) = match &via {
+        Via::Tcp => match path
+            .strip_prefix("/mcp/")
+            .map(|n| n.trim_end_matches('/'))
+            .filter(|n| !n.is_empty() && !n.contains('/'))
+        {
+            Some(n) => (n.to_string(), front.me),
+            None => {
+                return plain(
+                    StatusCode::NOT_FOUND,
+                    "not found: the MCP endpoint of server NAME is /mcp/NAME",
+                )
+            }
+        },
+        Via::Unix { server, peer } => {
+            let ok = matches!(path.as_str(), "/" | "/mcp" | "/mcp/")
+                || path
+                    .strip_prefix("/mcp/")
+                    .is_some_and(|n| n.trim_end_matches('/') == server);
+            if !ok {
+                return plain(StatusCode::NOT_FOUND, "not found: the MCP endpoint is /mcp");
+            }
+            (server.clone(), *peer)
+        }
+    };
+    let settings = front.settings();
+    if let Err(refusal) = access::check(&front, &settings, &via, &server, req.headers()) {
+        return *refusal;
+    }
+    let entry = match front.registry.get(&server) {
+        Some(e) if e.cfg.http => e,
+        _ => return plain(StatusCode::NOT_FOUND, "no such server on this endpoint"),
+    };
+    let method = req.method().clone();
+    let (parts, body) = req.into_parts();
+    let headers = parts.headers;
+    match method {
+        Method::POST => post(&front, &settings, entry, peer, headers, body).await,
+        Method::GET => session::get(&front, &server, &headers),
+        Method::DELETE => session::delete(&front, &server, &headers).await,
+        _ => {
+            let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "use POST, GET or DELETE");
+            r.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+            r
+        }
+    }
+}
+
+/// A POST: parsed, then given to its session, a new session (`initialize`), or answered as a
+/// 2026-07-28 request.
+async fn post(
+    front: &Arc<Front>,
+    settings: &HttpConfig,
+    entry: Entry,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let cfg = entry.cfg.clone();
+    let body = match http_body_util::Limited::new(body, cfg.max_message_size)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            let too_big = e
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some();
+            return if too_big {
+                rpc_error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    None,
+                    code::INVALID_REQUEST,
+                    &format!(
+                        "the body exceeds max_message_size ({} bytes)",
+                        cfg.max_message_size
+                    ),
+                )
+            } else {
+                plain(
+                    StatusCode::BAD_REQUEST,
+                    "the request body could not be read",
+                )
+            };
+        }
+    };
+    if !accepts_json_post(&headers) {
+        return rpc_error(
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+            code::INVALID_REQUEST,
+            "Not Acceptable: the client must accept both application/json and text/event-stream",
+        );
+    }
+    let is_batch = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+    let msgs = match message::parse_line(&body) {
+        Ok(v) if !v.is_empty() => v,
+        Ok(_) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                code::INVALID_REQUEST,
+                "empty batch",
+            )
+        }
+        Err(e) => return rpc_error(StatusCode::BAD_REQUEST, None, e.code(), &e.to_string()),
+    };
+    let mut parsed = Vec::with_capacity(msgs.len());
+    for m in msgs {
+        match m {
+            Ok(m) => parsed.push(m),
+            Err(e) => return rpc_error(StatusCode::BAD_REQUEST, None, e.code(), &e.to_string()),
+        }
+    }
+    let sse = accepts_sse(&headers);
+    if let Some(sid) = header_str(&headers, SESSION_HEADER) {
+        let Some(s) = session::find(front, &entry.cfg.name, sid) else {
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                None,
+                code::REQUEST_TIMEOUT,
+                "Session not found: it ended (DELETE, idle expiry or restart); initialize again",
+            );
+        };
+        if let Some(bad) = bad_handshake_version(&headers) {
+            return bad;
+        }
+        return s.post(parsed, is_batch, sse).await;
+    }
+    let initialize = parsed
+        .iter()
+        .any(|m| m.kind == Kind::Request && m.method() == "initialize");
+    if initialize {
+        if front.sessions_of(&cfg.name) >= settings.max_sessions {
+            return rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                code::LIMIT_EXCEEDED,
+                &format!(
+                    "server `{}` has http_max_sessions ({}) HTTP sessions open",
+                    cfg.name, settings.max_sessions
+                ),
+            );
+        }
+        let s = match session::open(front, &entry, peer).await {
+            Some(s) => s,
+            None => return unavailable(&cfg),
+        };
+        let mut r = s.post(parsed, is_batch, sse).await;
+        if let Ok(v) = HeaderValue::from_str(&s.id) {
+            r.headers_mut().insert(SESSION_HEADER, v);
+        }
+        return r;
+    }
+    if is_modern(&headers, &parsed) {
+        if is_batch || parsed.len() != 1 {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                code::INVALID_REQUEST,
+                "2026-07-28 requests are sent one per POST (no batches)",
+            );
+        }
+        let Some(m) = parsed.pop() else {
+            return plain(StatusCode::BAD_REQUEST, "empty request");
+        };
+        return stateless::post(front, settings, &entry, peer, &headers, m, sse).await;
+    }
+    if let Some(bad) = bad_handshake_version(&headers) {
+        return bad;
+    }
+    rpc_error(
+        StatusCode::BAD_REQUEST,
+        first_id(&parsed),
+        code::INVALID_REQUEST,
+        "Bad Request: Mcp-Session-Id header is required (send initialize first, or use protocol version 2026-07-28 with its per-request _meta)",
+    )
+}
+
+/// Whether a request without a session is a 2026-07-28 one: the version header names a
+/// version after the handshake era, or a request carries the per-request `_meta` envelope.
+fn is_modern(headers: &HeaderMap, msgs: &[Message]) -> bool {
+    let by_header = header_str(headers, VERSION_HEADER)
+        .is_some_and(|v| !era::HANDSHAKE_VERSIONS.contains(&v) && v >= era::MODERN_VERSION);
+    by_header
+        || msgs.iter().any(|m| {
+            m.kind == Kind::Request && era::envelope_version(m.params.as_deref()).is_some()
+        })
+}
+
+/// A handshake-era request whose `MCP-Protocol-Version` names no version we serve: 400
+/// (2025-06-18 transports §Protocol Version Header).
+fn bad_handshake_version(headers: &HeaderMap) -> Option<Response> {
+    let v = header_str(headers, VERSION_HEADER)?;
+    if era::HANDSHAKE_VERSIONS.contains(&v) {
+        return None;
+    }
+    Some(rpc_error(
+        StatusCode::BAD_REQUEST,
+        None,
+        code::INVALID_REQUEST,
+        &format!(
+            "Bad Request: unsupported MCP-Protocol-Version `{v}` (supported: {})",
+            era::HANDSHAKE_VERSIONS.join(", ")
+        ),
+    ))
+}
+
+fn first_id(msgs: &[Message]) -> Option<&serde_json::value::RawValue> {
+    msgs.iter()
+        .find(|m| m.kind == Kind::Request)
+        .and_then(|m| m.id.as_deref())
+}
+
+/// A header's value as text, when present and visible ASCII.
+pub(crate) fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+}
+
+fn accept_has(headers: &HeaderMap, what: &str) -> bool {
+    headers.get_all(header::ACCEPT).iter().any(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',').any(|t| {
+                let t = t.split(';').next().unwrap_or("").trim();
+                t.eq_ignore_ascii_case(what) || t == "*/*"
+            })
+        })
+    })
+}
+
+/// A POST may be answered with JSON or SSE: the client must accept both (2025-03-26
+/// transports §Sending Messages). A missing `Accept` is taken as "anything".
+fn accepts_json_post(headers: &HeaderMap) -> bool {
+    headers.get(header::ACCEPT).is_none()
+        || (accept_has(headers, "application/json") && accept_has(headers, "text/event-stream"))
+}
+
+/// Whether the answer may be an SSE stream.
+fn accepts_sse(headers: &HeaderMap) -> bool {
+    headers.get(header::ACCEPT).is_some() && accept_has(headers, "text/event-stream")
+}
+
+/// A plain-text answer.
+pub(crate) fn plain(status: StatusCode, text: &'static str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        text,
+    )
+        .into_response()
+}
+
+/// A JSON-RPC error as the body of an HTTP answer with `status`.
+pub(crate) fn rpc_error(
+    status: StatusCode,
+    id: Option<&serde_json::value::RawValue>,
+    code: i64,
+    text: &str,
+) -> Response {
+    let null = message::raw_null();
+    let line = message::error_response(id.unwrap_or(&null), code, text, None);
+    json_body(status, trim_newline(line))
+}
+
+/// A JSON body.
+pub(crate) fn json_body(status: StatusCode, body: Bytes) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// A line without its `\n`.
+pub(crate) fn trim_newline(mut b: Bytes) -> Bytes {
+    while b.last().is_some_and(|c| *c == b'\n' || *c == b'\r') {
+        b.truncate(b.len() - 1);
+    }
+    b
+}
+
+/// The actor did not take the client (it is gone or its inbox is closed).
+fn unavailable(cfg: &ServerConfig) -> Response {
+    info!(server = %cfg.name, "HTTP request while the server's actor is not accepting clients");
+    rpc_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        None,
+        code::SERVER_UNAVAILABLE,
+        &format!("server `{}` is not accepting clients now", cfg.name),
+    )
+}
+
+#[cfg(test)]
+mod tests;

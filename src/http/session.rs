@@ -1,0 +1,557 @@
+//! Handshake-era HTTP sessions (2025-03-26 ... 2025-11-25 transports §Session Management):
+//! `initialize` opens one, `Mcp-Session-Id` names it, DELETE or `http_session_idle` ends it.
+//! A session is one client of the server actor for its whole life.
+//!
+//! Where the actor's lines for the session go (the session's *pump*):
+//! - a response to the POST stream that sent its request (by the client's id);
+//! - `notifications/progress` to the POST stream whose request carried that progress token;
+//! - anything else (the child's requests, log messages, list changes, resource updates) to
+//!   the most recently opened POST stream still open, else the GET stream, else a bounded
+//!   backlog delivered when a stream opens ([`BACKLOG`] lines; the oldest are dropped and
+//!   counted in the log).
+//!
+//! A POST stream dropped with requests unanswered (the client closed it) sends
+//! `notifications/cancelled` for each to the actor, as if the client had (issue 16 §3); late
+//! answers to them are dropped.
+
+use super::stream::{self, OnDrop};
+use super::*;
+use crate::jsonrpc::framing::Line;
+use crate::mux::ids::id_key;
+use crate::mux::session::{ClientId, ClientTx, Outbox, SessionEvent};
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Weak;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// Lines kept for a session with no open stream.
+pub const BACKLOG: usize = 256;
+/// Lines queued toward one HTTP response stream before it is closed as too slow.
+const STREAM_QUEUE: usize = 1024;
+/// How often idle sessions are looked for.
+const REAP_EVERY: Duration = Duration::from_secs(10);
+
+/// One handshake-era session.
+#[derive(Debug)]
+pub struct HttpSession {
+    /// The `Mcp-Session-Id` (128 random bits, hex).
+    pub id: String,
+    /// The server it belongs to.
+    pub server: String,
+    client: ClientId,
+    events: mpsc::Sender<SessionEvent>,
+    routes: Mutex<Routes>,
+    /// Cancelled when the session ends (DELETE, expiry, the actor closed it, shutdown).
+    ended: CancellationToken,
+}
+
+#[derive(Debug, Default)]
+struct Routes {
+    next_stream: u64,
+    /// Unanswered request id (canonical key) → the POST stream awaiting it.
+    by_id: HashMap<String, u64>,
+    /// Progress token (canonical key) → the POST stream of the request that carries it.
+    by_token: HashMap<String, u64>,
+    /// Open POST streams.
+    streams: BTreeMap<u64, PostStream>,
+    /// The GET stream, when open.
+    get: Option<mpsc::Sender<Bytes>>,
+    backlog: VecDeque<Bytes>,
+    /// Requests whose stream closed before their answer: their late answers are dropped.
+    abandoned: HashSet<String>,
+    last_active: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct PostStream {
+    tx: mpsc::Sender<Bytes>,
+    /// Ids (canonical keys) not answered yet, with the id as the client wrote it.
+    pending: Vec<(String, Box<serde_json::value::RawValue>)>,
+    tokens: Vec<String>,
+}
+
+/// The session `sid` of `server`, if open.
+pub(super) fn find(front: &Front, server: &str, sid: &str) -> Option<Arc<HttpSession>> {
+    let s = front
+        .sessions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(sid)
+        .cloned()?;
+    (s.server == server && !s.ended.is_cancelled()).then_some(s)
+}
+
+/// Opens a session: a new client of the actor, and its pump. `None` when the actor is gone.
+pub(super) async fn open(
+    front: &Arc<Front>,
+    entry: &Entry,
+    peer: Peer,
+) -> Option<Arc<HttpSession>> {
+    let id = random_hex(16);
+    let client = ClientId::next();
+    let (tx, outbox) = ClientTx::channel(entry.cfg.client_queue, &front.stop);
+    let events = entry.handle.sessions.clone();
+    events
+        .send(SessionEvent::Connected(client, tx, peer))
+        .await
+        .ok()?;
+    let s = Arc::new(HttpSession {
+        id: id.clone(),
+        server: entry.cfg.name.clone(),
+        client,
+        events,
+        routes: Mutex::new(Routes {
+            last_active: Some(Instant::now()),
+            ..Routes::default()
+        }),
+        ended: front.stop.child_token(),
+    });
+    front
+        .sessions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(id, s.clone());
+    info!(server = %s.server, client = %client, session = %s.id, uid = peer.uid, "HTTP session opened");
+    tokio::spawn(pump(Arc::downgrade(front), s.clone(), outbox));
+    Some(s)
+}
+
+/// GET: the session's stream for the child's requests and notifications.
+pub(super) fn get(front: &Front, server: &str, headers: &HeaderMap) -> Response {
+    let Some(sid) = header_str(headers, SESSION_HEADER) else {
+        if header_str(headers, VERSION_HEADER)
+            .is_some_and(|v| !era::HANDSHAKE_VERSIONS.contains(&v))
+        {
+            return method_not_allowed("2026-07-28 has no GET stream: use subscriptions/listen");
+        }
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            code::INVALID_REQUEST,
+            "Bad Request: Mcp-Session-Id header is required",
+        );
+    };
+    let Some(s) = find(front, server, sid) else {
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            None,
+            code::REQUEST_TIMEOUT,
+            "Session not found",
+        );
+    };
+    if !accepts_sse(headers) {
+        return rpc_error(
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+            code::INVALID_REQUEST,
+            "Not Acceptable: the GET stream is text/event-stream",
+        );
+    }
+    let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+    {
+        let mut r = s.lock();
+        if r.get.as_ref().is_some_and(|g| !g.is_closed()) {
+            return rpc_error(
+                StatusCode::CONFLICT,
+                None,
+                code::INVALID_REQUEST,
+                "Conflict: this session already has a GET stream",
+            );
+        }
+        r.last_active = Some(Instant::now());
+        while let Some(b) = r.backlog.pop_front() {
+            let _ = tx.try_send(b);
+        }
+        r.get = Some(tx);
+    }
+    let weak = Arc::downgrade(&s);
+    stream::sse(
+        rx,
+        OnDrop::new(move || {
+            if let Some(s) = weak.upgrade() {
+                let mut r = s.lock();
+                if r.get.as_ref().is_some_and(|g| g.is_closed()) {
+                    r.get = None;
+                }
+                r.last_active = Some(Instant::now());
+            }
+        }),
+    )
+}
+
+/// DELETE: ends the session like a socket client's departure (its requests are cancelled
+/// toward the child).
+pub(super) async fn delete(front: &Front, server: &str, headers: &HeaderMap) -> Response {
+    let Some(sid) = header_str(headers, SESSION_HEADER) else {
+        return method_not_allowed("DELETE needs an Mcp-Session-Id (2026-07-28 has no sessions)");
+    };
+    let Some(s) = find(front, server, sid) else {
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            None,
+            code::REQUEST_TIMEOUT,
+            "Session not found",
+        );
+    };
+    info!(server = %s.server, session = %s.id, "HTTP session deleted by the client");
+    s.ended.cancel();
+    let _ = s.events.send(SessionEvent::Disconnected(s.client)).await;
+    StatusCode::OK.into_response()
+}
+
+fn method_not_allowed(text: &'static str) -> Response {
+    let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, text);
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    r
+}
+
+impl HttpSession {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Routes> {
+        self.routes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A POST in this session: notifications and responses are passed on (202); requests get
+    /// their answers on this POST's response, as SSE when `sse` (with their progress), else
+    /// as one JSON body (an array for a batch).
+    pub(super) async fn post(
+        self: &Arc<Self>,
+        msgs: Vec<Message>,
+        batch: bool,
+        sse: bool,
+    ) -> Response {
+        let mut pending = Vec::new();
+        let mut tokens = Vec::new();
+        for m in &msgs {
+            if m.kind != Kind::Request {
+                continue;
+            }
+            let Some(id) = m.id.as_deref() else { continue };
+            if pending.iter().any(|(k, _)| *k == id_key(id)) {
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    Some(id),
+                    code::INVALID_REQUEST,
+                    "duplicate request id in one POST",
+                );
+            }
+            pending.push((id_key(id), id.to_owned()));
+            if let Some(t) = progress_token(m) {
+                tokens.push(t);
+            }
+        }
+        let stream = if pending.is_empty() {
+            None
+        } else {
+            let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+            let mut r = self.lock();
+            r.last_active = Some(Instant::now());
+            let n = r.next_stream;
+            r.next_stream += 1;
+            for (k, _) in &pending {
+                r.abandoned.remove(k);
+                r.by_id.insert(k.clone(), n);
+            }
+            for t in &tokens {
+                r.by_token.insert(t.clone(), n);
+            }
+            let expected = pending.len();
+            r.streams.insert(
+                n,
+                PostStream {
+                    tx,
+                    pending,
+                    tokens,
+                },
+            );
+            // A stream opened with lines waiting takes them (the child's requests that came
+            // while no stream was open).
+            if sse {
+                let waiting: Vec<Bytes> = r.backlog.drain(..).collect();
+                if let Some(st) = r.streams.get(&n) {
+                    for b in waiting {
+                        let _ = st.tx.try_send(b);
+                    }
+                }
+            }
+            Some((n, rx, expected))
+        };
+        for m in msgs {
+            if self
+                .events
+                .send(SessionEvent::Message(self.client, m))
+                .await
+                .is_err()
+            {
+                self.ended.cancel();
+                return rpc_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    None,
+                    code::SERVER_UNAVAILABLE,
+                    "the server is not accepting messages now",
+                );
+            }
+        }
+        let Some((n, mut rx, expected)) = stream else {
+            return StatusCode::ACCEPTED.into_response();
+        };
+        let weak = Arc::downgrade(self);
+        let guard = OnDrop::new(move || {
+            if let Some(s) = weak.upgrade() {
+                s.stream_gone(n);
+            }
+        });
+        if sse {
+            return stream::sse(rx, guard);
+        }
+        // JSON: wait for every answer (only responses go in a JSON body).
+        let mut answers = Vec::with_capacity(expected);
+        while answers.len() < expected {
+            let Some(b) = rx.recv().await else { break };
+            if is_response(&b) {
+                answers.push(b);
+            }
+        }
+        drop(guard);
+        if answers.is_empty() {
+            return rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                code::SERVER_UNAVAILABLE,
+                "the session ended before the answer",
+            );
+        }
+        let body = if batch {
+            let mut v = Vec::with_capacity(answers.iter().map(Bytes::len).sum::<usize>() + 2);
+            v.push(b'[');
+            for (i, a) in answers.iter().enumerate() {
+                if i > 0 {
+                    v.push(b',');
+                }
+                v.extend_from_slice(a);
+            }
+            v.push(b']');
+            Bytes::from(v)
+        } else {
+            answers.swap_remove(0)
+        };
+        json_body(StatusCode::OK, body)
+    }
+
+    /// A POST stream was dropped: requests still unanswered on it are cancelled toward the
+    /// actor (the client closed the stream), and their late answers dropped.
+    fn stream_gone(&self, n: u64) {
+        let cancels = {
+            let mut r = self.lock();
+            r.last_active = Some(Instant::now());
+            let Some(st) = r.streams.remove(&n) else {
+                return;
+            };
+            for t in &st.tokens {
+                if r.by_token.get(t) == Some(&n) {
+                    r.by_token.remove(t);
+                }
+            }
+            let mut cancels = Vec::new();
+            for (k, id) in st.pending {
+                if r.by_id.get(&k) == Some(&n) {
+                    r.by_id.remove(&k);
+                    r.abandoned.insert(k);
+                    cancels.push(id);
+                }
+            }
+            cancels
+        };
+        if self.ended.is_cancelled() {
+            return;
+        }
+        for id in cancels {
+            debug!(session = %self.id, id = id.get(), "HTTP response stream closed before its answer: cancelling the request");
+            let params = serde_json::json!({
+                "requestId": serde_json::from_str::<serde_json::Value>(id.get()).unwrap_or_default(),
+                "reason": "the HTTP response stream was closed",
+            });
+            let line = message::Out::request(
+                None,
+                "notifications/cancelled",
+                Some(&message::raw(&params)),
+            )
+            .encode();
+            if let Ok(m) = message::parse_shared(&line) {
+                let ev = SessionEvent::Message(self.client, m);
+                if let Err(mpsc::error::TrySendError::Full(ev)) = self.events.try_send(ev) {
+                    let events = self.events.clone();
+                    tokio::spawn(async move {
+                        let _ = events.send(ev).await;
+                    });
+                }
+            }
+        }
+    }
+
+    /// Routes one line from the actor.
+    fn route(&self, line: Bytes) {
+        let msg = trim_newline(line);
+        let parsed = message::parse_shared(&msg).ok();
+        let mut r = self.lock();
+        let target = match parsed.as_ref() {
+            Some(m) if m.kind == Kind::Response => {
+                let key = m.id.as_deref().map(id_key);
+                match key {
+                    Some(k) if r.abandoned.remove(&k) => return,
+                    Some(k) => match r.by_id.remove(&k) {
+                        Some(n) => {
+                            let done = r.streams.get_mut(&n).map(|st| {
+                                st.pending.retain(|(p, _)| *p != k);
+                                st.pending.is_empty()
+                            });
+                            if let Some(st) = r.streams.get(&n) {
+                                let _ = st.tx.try_send(msg);
+                            }
+                            if done == Some(true) {
+                                // Every answer is in: the stream ends after it.
+                                if let Some(st) = r.streams.remove(&n) {
+                                    for t in st.tokens {
+                                        r.by_token.remove(&t);
+                                    }
+                                }
+                            }
+                            return;
+                        }
+                        None => None,
+                    },
+                    None => None,
+                }
+            }
+            Some(m) if m.method() == "notifications/progress" => {
+                notified_token(m).and_then(|t| r.by_token.get(&t).copied())
+            }
+            _ => None,
+        };
+        let target = target.or_else(|| r.streams.keys().next_back().copied());
+        if let Some(n) = target {
+            if let Some(st) = r.streams.get(&n) {
+                if st.tx.try_send(msg.clone()).is_ok() {
+                    return;
+                }
+            }
+        }
+        if let Some(g) = &r.get {
+            if g.try_send(msg.clone()).is_ok() {
+                return;
+            }
+        }
+        if r.backlog.len() >= BACKLOG {
+            r.backlog.pop_front();
+            warn!(session = %self.id, "HTTP session has no open stream and {BACKLOG} lines waiting: dropped the oldest");
+        }
+        r.backlog.push_back(msg);
+    }
+
+    /// Ends every stream (their senders are dropped, so each response ends).
+    fn close_streams(&self) {
+        let mut r = self.lock();
+        r.streams.clear();
+        r.get = None;
+        r.by_id.clear();
+        r.by_token.clear();
+    }
+
+    /// Idle: no open stream and nothing for `idle`.
+    fn idle_for(&self, idle: Duration, now: Instant) -> bool {
+        let r = self.lock();
+        r.streams.is_empty()
+            && r.get.as_ref().is_none_or(|g| g.is_closed())
+            && r.last_active.is_some_and(|t| now.duration_since(t) >= idle)
+    }
+}
+
+/// Moves the actor's lines for a session to its streams until the actor closes it, the
+/// session ends, or the client is kicked; then removes the session.
+async fn pump(front: Weak<Front>, s: Arc<HttpSession>, mut outbox: Outbox) {
+    let kicked = outbox.kicked();
+    loop {
+        let line: Option<Line> = tokio::select! {
+            l = outbox.recv() => l,
+            _ = kicked.cancelled() => None,
+            _ = s.ended.cancelled() => None,
+        };
+        match line {
+            Some(l) if !l.is_empty() => s.route(l.to_bytes()),
+            _ => break,
+        }
+    }
+    let by_client = !s.ended.is_cancelled();
+    s.ended.cancel();
+    s.close_streams();
+    if let Some(front) = front.upgrade() {
+        front
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&s.id);
+    }
+    if by_client {
+        let _ = s.events.send(SessionEvent::Disconnected(s.client)).await;
+    }
+    info!(server = %s.server, session = %s.id, "HTTP session ended");
+}
+
+/// Ends sessions idle past `http_session_idle`, every [`REAP_EVERY`], while the front lives.
+pub(super) async fn reap(front: Weak<Front>) {
+    loop {
+        tokio::time::sleep(REAP_EVERY).await;
+        let Some(f) = front.upgrade() else { return };
+        if f.stop.is_cancelled() {
+            return;
+        }
+        let idle = f.settings().session_idle;
+        let now = Instant::now();
+        let expired: Vec<Arc<HttpSession>> = f
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|s| s.idle_for(idle, now))
+            .cloned()
+            .collect();
+        drop(f);
+        for s in expired {
+            info!(server = %s.server, session = %s.id, idle_s = idle.as_secs(), "HTTP session idle past http_session_idle: ending it");
+            s.ended.cancel();
+            let _ = s.events.send(SessionEvent::Disconnected(s.client)).await;
+        }
+    }
+}
+
+/// `params._meta.progressToken` as a canonical key.
+fn progress_token(m: &Message) -> Option<String> {
+    let p = m.params.as_deref()?;
+    if !p.get().contains("progressToken") {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(p.get()).ok()?;
+    let t = v.get("_meta")?.get("progressToken")?;
+    let raw = serde_json::value::to_raw_value(t).ok()?;
+    Some(id_key(&raw))
+}
+
+/// `params.progressToken` of a `notifications/progress`, as a canonical key.
+pub(super) fn notified_token(m: &Message) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(m.params.as_deref()?.get()).ok()?;
+    let raw = serde_json::value::to_raw_value(v.get("progressToken")?).ok()?;
+    Some(id_key(&raw))
+}
+
+/// Whether a line is a JSON-RPC response.
+fn is_response(line: &Bytes) -> bool {
+    message::parse_shared(line).is_ok_and(|m| m.kind == Kind::Response)
+}
+
+/// `n` random bytes as lowercase hex (the OS's generator).
+pub(crate) fn random_hex(n: usize) -> String {
+    use rand::RngCore;
+    let mut b = vec![0u8; n];
+    rand::rngs::OsRng.fill_bytes(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
