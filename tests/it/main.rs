@@ -8,6 +8,7 @@ mod core;
 mod eras;
 mod health;
 mod hostile;
+mod http;
 mod interop;
 mod interop_matrix;
 mod lifecycle;

@@ -1,0 +1,772 @@
+//! The Streamable HTTP endpoint (issue 16) against the fake server: both eras on one URL, the
+//! socket and HTTP clients on one child, access control, header checks, cancellation by
+//! closing a stream, outages. A minimal HTTP/1.1 client (one request per connection,
+//! chunked bodies, SSE events) is below; the real SDK clients are in `interop_http.rs`.
+
+use crate::harness::*;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Where an HTTP request goes.
+#[derive(Clone, Debug)]
+pub enum Dest {
+    /// `host:port` on TCP.
+    Tcp(String),
+    /// A Unix socket.
+    Unix(PathBuf),
+}
+
+trait Stream: Read + Write + Send {}
+impl<T: Read + Write + Send> Stream for T {}
+
+/// The body of a response, decoded (length, chunked, or until close).
+struct Body {
+    inner: BufReader<Box<dyn Stream>>,
+    mode: Mode,
+}
+
+enum Mode {
+    Length(usize),
+    Chunked { left: usize, done: bool },
+    Close,
+}
+
+impl Read for Body {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match &mut self.mode {
+            Mode::Length(0) => Ok(0),
+            Mode::Length(n) => {
+                let max = (*n).min(buf.len());
+                let got = self.inner.read(&mut buf[..max])?;
+                *n -= got;
+                Ok(got)
+            }
+            Mode::Close => self.inner.read(buf),
+            Mode::Chunked { left, done } => {
+                if *done {
+                    return Ok(0);
+                }
+                if *left == 0 {
+                    let mut line = String::new();
+                    self.inner.read_line(&mut line)?;
+                    if line.trim().is_empty() {
+                        line.clear();
+                        self.inner.read_line(&mut line)?;
+                    }
+                    let size =
+                        usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
+                            .unwrap_or(0);
+                    if size == 0 {
+                        *done = true;
+                        return Ok(0);
+                    }
+                    *left = size;
+                }
+                let max = (*left).min(buf.len());
+                let got = self.inner.read(&mut buf[..max])?;
+                *left -= got;
+                Ok(got)
+            }
+        }
+    }
+}
+
+/// A response: status, headers, and the body still to be read.
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    body: BufReader<Body>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(mut self) -> String {
+        let mut s = String::new();
+        let _ = self.body.read_to_string(&mut s);
+        s
+    }
+
+    /// The body as JSON (a JSON response), or the first SSE event's data.
+    pub fn json(mut self) -> Value {
+        if self
+            .header("content-type")
+            .is_some_and(|c| c.starts_with("text/event-stream"))
+        {
+            return self.event(Duration::from_secs(20)).expect("an SSE event");
+        }
+        let t = self.text();
+        serde_json::from_str(&t).unwrap_or_else(|e| panic!("not JSON ({e}): {t}"))
+    }
+
+    /// The next SSE `data:` payload as JSON (comments skipped); `None` at the end of the
+    /// stream or after `timeout`.
+    pub fn event(&mut self, timeout: Duration) -> Option<Value> {
+        let end = Instant::now() + timeout;
+        let mut data = String::new();
+        loop {
+            if Instant::now() >= end {
+                return None;
+            }
+            let mut line = String::new();
+            match self.body.read_line(&mut line) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    continue
+                }
+                Err(_) => return None,
+            }
+            let l = line.trim_end_matches(['\r', '\n']);
+            if let Some(d) = l.strip_prefix("data:") {
+                data.push_str(d.trim_start());
+            } else if l.is_empty() && !data.is_empty() {
+                return Some(serde_json::from_str(&data).expect("SSE data is JSON"));
+            }
+        }
+    }
+
+    /// Reads events until the response to `id` (others are returned too, in order).
+    pub fn events_until_response(&mut self, id: &Value) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(v) = self.event(Duration::from_secs(30)) {
+            let done = v.get("method").is_none() && v["id"] == *id;
+            out.push(v);
+            if done {
+                return out;
+            }
+        }
+        panic!("no response to {id} on the stream; got {out:?}");
+    }
+}
+
+/// Sends one request and reads the head of its response.
+pub fn request(
+    dest: &Dest,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Resp {
+    let (mut stream, host): (Box<dyn Stream>, String) = match dest {
+        Dest::Tcp(a) => {
+            let s = std::net::TcpStream::connect(a).expect("connect");
+            s.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            (Box::new(s), a.clone())
+        }
+        Dest::Unix(p) => {
+            let s = std::os::unix::net::UnixStream::connect(p).expect("connect unix");
+            s.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            (Box::new(s), "localhost".into())
+        }
+    };
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        head += &format!("Host: {host}\r\n");
+    }
+    for (k, v) in headers {
+        head += &format!("{k}: {v}\r\n");
+    }
+    head += "\r\n";
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body.as_bytes()).unwrap();
+    let mut inner = BufReader::new(stream);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let read_line = |inner: &mut BufReader<Box<dyn Stream>>| -> String {
+        let mut line = String::new();
+        loop {
+            match inner.read_line(&mut line) {
+                Ok(_) => return line,
+                Err(e)
+                    if Instant::now() < deadline
+                        && (e.kind() == std::io::ErrorKind::WouldBlock
+                            || e.kind() == std::io::ErrorKind::TimedOut) =>
+                {
+                    continue
+                }
+                Err(e) => panic!("reading the response head: {e}"),
+            }
+        }
+    };
+    let status_line = read_line(&mut inner);
+    let status: u16 = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+    let mut hdrs = Vec::new();
+    loop {
+        let l = read_line(&mut inner);
+        let l = l.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':') {
+            hdrs.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    let get = |n: &str| {
+        hdrs.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.clone())
+    };
+    let mode = if get("transfer-encoding").is_some_and(|t| t.contains("chunked")) {
+        Mode::Chunked {
+            left: 0,
+            done: false,
+        }
+    } else if let Some(n) = get("content-length").and_then(|n| n.parse().ok()) {
+        Mode::Length(n)
+    } else {
+        Mode::Close
+    };
+    Resp {
+        status,
+        headers: hdrs,
+        body: BufReader::new(Body { inner, mode }),
+    }
+}
+
+/// A supervisor whose servers' `http = true` are served on an ephemeral loopback port.
+pub struct HttpSup {
+    pub sup: Supervisor,
+    pub addr: String,
+}
+
+impl HttpSup {
+    pub fn start(servers: &str) -> HttpSup {
+        let sup = Supervisor::start(&format!("http_listen = \"127.0.0.1:0\"\n\n{servers}"));
+        let file = sup.dir.path().join("run/http.addr");
+        assert!(
+            wait_until(Duration::from_secs(10), || file.exists()),
+            "no http.addr; log:\n{}",
+            sup.log()
+        );
+        let addr = std::fs::read_to_string(&file).unwrap().trim().to_string();
+        HttpSup { sup, addr }
+    }
+
+    pub fn token(&self, name: &str) -> String {
+        std::fs::read_to_string(self.sup.dir.path().join(format!("run/{name}.http.token")))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    pub fn tcp(&self) -> Dest {
+        Dest::Tcp(self.addr.clone())
+    }
+
+    pub fn unix(&self, name: &str) -> Dest {
+        Dest::Unix(self.sup.dir.path().join(format!("run/{name}.http.sock")))
+    }
+
+    /// A POST of `body` to server `name` over TCP with its token, `extra` headers added.
+    pub fn post(&self, name: &str, extra: &[(&str, &str)], body: &Value) -> Resp {
+        let auth = format!("Bearer {}", self.token(name));
+        let mut h = vec![
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ];
+        h.extend_from_slice(extra);
+        request(
+            &self.tcp(),
+            "POST",
+            &format!("/mcp/{name}"),
+            &h,
+            &body.to_string(),
+        )
+    }
+
+    /// Opens a handshake-era session; returns its id.
+    pub fn session(&self, name: &str) -> String {
+        self.session_with(name, json!({}))
+    }
+
+    /// Opens a handshake-era session declaring `capabilities`; returns its id.
+    pub fn session_with(&self, name: &str, capabilities: Value) -> String {
+        let r = self.post(
+            name,
+            &[],
+            &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+                "protocolVersion":"2025-06-18","capabilities":capabilities,"clientInfo":{"name":"it","version":"1"}}}),
+        );
+        assert_eq!(r.status, 200);
+        let sid = r
+            .header("mcp-session-id")
+            .expect("a session id")
+            .to_string();
+        let init = r.json();
+        assert!(init["result"]["protocolVersion"].is_string(), "{init}");
+        let r = self.post(
+            name,
+            &[
+                ("Mcp-Session-Id", &sid),
+                ("MCP-Protocol-Version", "2025-06-18"),
+            ],
+            &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+        );
+        assert_eq!(r.status, 202);
+        sid
+    }
+}
+
+/// The 2026-07-28 envelope for a request's params.
+pub fn modern(params: Value) -> Value {
+    let mut p = params;
+    p["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "it-modern", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    p
+}
+
+/// The headers a 2026-07-28 request needs.
+fn modern_headers<'a>(method: &'a str, name: Option<&'a str>) -> Vec<(&'a str, &'a str)> {
+    let mut h = vec![
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", method),
+    ];
+    if let Some(n) = name {
+        h.push(("Mcp-Name", n));
+    }
+    h
+}
+
+fn call(id: u64, tool: &str, args: Value) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}})
+}
+
+fn text(v: &Value) -> String {
+    v["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn http_and_socket_clients_of_both_eras_share_one_child_and_nothing_crosses() {
+    let s = HttpSup::start(&fake_server("f", &[], "http = true"));
+    // A socket client and its pid.
+    let mut sock = s.sup.client("f");
+    let pid = Client::text(&sock.call(json!(1), "pid", json!({})));
+    // A handshake-era HTTP session, with the same request id as the socket client.
+    let sid = s.session("f");
+    let h = [
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    let r = s.post("f", &h, &call(1, "pid", json!({})));
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["id"], 1);
+    assert_eq!(text(&v), pid, "one child for everyone");
+    // A 2026-07-28 request, same id again.
+    let mut m = call(1, "echo", json!({"text": "modern"}));
+    m["params"] = modern(m["params"].clone());
+    let r = s.post("f", &modern_headers("tools/call", Some("echo")), &m);
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["id"], 1);
+    assert_eq!(text(&v), "modern");
+    assert_eq!(v["result"]["resultType"], "complete", "{v}");
+    // Interleaved: each gets its own answer.
+    let a = std::thread::scope(|sc| {
+        let t1 = sc.spawn(|| {
+            let r = s.post(
+                "f",
+                &h,
+                &call(7, "echo", json!({"text": "session", "delay_ms": 100})),
+            );
+            r.json()
+        });
+        let t2 = sc.spawn(|| {
+            let mut m = call(7, "echo", json!({"text": "stateless", "delay_ms": 50}));
+            m["params"] = modern(m["params"].clone());
+            s.post("f", &modern_headers("tools/call", Some("echo")), &m)
+                .json()
+        });
+        let v3 = sock.call(json!(7), "echo", json!({"text": "socket"}));
+        (t1.join().unwrap(), t2.join().unwrap(), v3)
+    });
+    assert_eq!(text(&a.0), "session");
+    assert_eq!(text(&a.1), "stateless");
+    assert_eq!(Client::text(&a.2), "socket");
+    assert_eq!(a.0["id"], 7);
+    assert_eq!(a.1["id"], 7);
+}
+
+#[test]
+fn http_tcp_requires_the_token_and_refuses_foreign_hosts_and_origins() {
+    let s = HttpSup::start(&fake_server("f", &[], "http = true"));
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"it","version":"1"}}});
+    let body = init.to_string();
+    let accept = ("Accept", "application/json, text/event-stream");
+    // No token, wrong token.
+    let r = request(&s.tcp(), "POST", "/mcp/f", &[accept], &body);
+    assert_eq!(r.status, 401);
+    assert!(r.header("www-authenticate").is_some());
+    let r = request(
+        &s.tcp(),
+        "POST",
+        "/mcp/f",
+        &[accept, ("Authorization", "Bearer nope")],
+        &body,
+    );
+    assert_eq!(r.status, 401);
+    let auth = format!("Bearer {}", s.token("f"));
+    // DNS rebinding: a foreign Host or Origin, even with the token.
+    let r = request(
+        &s.tcp(),
+        "POST",
+        "/mcp/f",
+        &[
+            accept,
+            ("Authorization", &auth),
+            ("Host", "evil.example:80"),
+        ],
+        &body,
+    );
+    assert_eq!(r.status, 403);
+    let r = request(
+        &s.tcp(),
+        "POST",
+        "/mcp/f",
+        &[
+            accept,
+            ("Authorization", &auth),
+            ("Origin", "http://evil.example"),
+        ],
+        &body,
+    );
+    assert_eq!(r.status, 403);
+    // A loopback origin and the token: served.
+    let r = request(
+        &s.tcp(),
+        "POST",
+        "/mcp/f",
+        &[
+            accept,
+            ("Authorization", &auth),
+            ("Origin", "http://localhost:3000"),
+        ],
+        &body,
+    );
+    assert_eq!(r.status, 200);
+    // Unknown server, other paths.
+    let r = request(
+        &s.tcp(),
+        "POST",
+        "/mcp/nope",
+        &[accept, ("Authorization", &auth)],
+        &body,
+    );
+    assert_eq!(r.status, 401);
+    let r = request(&s.tcp(), "GET", "/", &[], "");
+    assert_eq!(r.status, 404);
+    // The Unix socket needs no token (SO_PEERCRED), but still checks Origin.
+    let r = request(&s.unix("f"), "POST", "/mcp", &[accept], &body);
+    assert_eq!(r.status, 200);
+    assert!(r.header("mcp-session-id").is_some());
+    let r = request(
+        &s.unix("f"),
+        "POST",
+        "/mcp",
+        &[accept, ("Origin", "https://evil.example")],
+        &body,
+    );
+    assert_eq!(r.status, 403);
+    // The token file is private.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(s.sup.dir.path().join("run/f.http.token"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[test]
+fn http_2026_requests_are_checked_against_their_headers() {
+    let s = HttpSup::start(&fake_server("f", &[], "http = true"));
+    let mut m = call(3, "echo", json!({"text": "x"}));
+    m["params"] = modern(m["params"].clone());
+    // Mcp-Name disagrees with the body: 400, -32020, the request's id.
+    let r = s.post("f", &modern_headers("tools/call", Some("add")), &m);
+    assert_eq!(r.status, 400);
+    let v = r.json();
+    assert_eq!(v["error"]["code"], -32020, "{v}");
+    assert_eq!(v["id"], 3);
+    // Missing Mcp-Method.
+    let r = s.post("f", &[("MCP-Protocol-Version", "2026-07-28")], &m);
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["code"], -32020);
+    // A method 2026-07-28 does not have: 404, -32601.
+    let ping = json!({"jsonrpc":"2.0","id":4,"method":"ping","params":modern(json!({}))});
+    let r = s.post("f", &modern_headers("ping", None), &ping);
+    assert_eq!(r.status, 404);
+    assert_eq!(r.json()["error"]["code"], -32601);
+    // No GET stream and no DELETE in 2026-07-28.
+    let auth = format!("Bearer {}", s.token("f"));
+    for verb in ["GET", "DELETE"] {
+        let r = request(
+            &s.tcp(),
+            verb,
+            "/mcp/f",
+            &[
+                ("Authorization", &auth),
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Accept", "text/event-stream"),
+            ],
+            "",
+        );
+        assert_eq!(r.status, 405, "{verb}");
+    }
+    // Garbage: 400 with -32700, and the endpoint still serves.
+    let r = request(
+        &s.tcp(),
+        "POST",
+        "/mcp/f",
+        &[
+            ("Authorization", &auth),
+            ("Accept", "application/json, text/event-stream"),
+        ],
+        "{not json",
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["code"], -32700);
+    let r = s.post("f", &modern_headers("tools/call", Some("echo")), &m);
+    assert_eq!(text(&r.json()), "x");
+}
+
+#[test]
+fn http_session_streams_progress_server_requests_and_ends_on_delete() {
+    let s = HttpSup::start(&fake_server("f", &[], "http = true"));
+    let sid = s.session_with("f", json!({"elicitation": {}}));
+    let h = [
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    // Progress rides on the POST's SSE stream, before the result.
+    let mut c = call(5, "progress", json!({"count": 3}));
+    c["params"]["_meta"] = json!({"progressToken": "tok"});
+    let mut r = s.post("f", &h, &c);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let evs = r.events_until_response(&json!(5));
+    let progress: Vec<_> = evs
+        .iter()
+        .filter(|e| e["method"] == "notifications/progress")
+        .collect();
+    assert_eq!(progress.len(), 3, "{evs:?}");
+    assert!(progress
+        .iter()
+        .all(|p| p["params"]["progressToken"] == "tok"));
+    // The child's own request (elicitation) reaches the session and its answer goes back.
+    let mut r = s.post("f", &h, &call(6, "confirm", json!({"question": "go?"})));
+    let asked = r
+        .event(Duration::from_secs(10))
+        .expect("the child's request");
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    let answer = json!({"jsonrpc":"2.0","id":asked["id"],"result":{"action":"accept","content":{"ok":true}}});
+    assert_eq!(s.post("f", &h, &answer).status, 202);
+    let evs = r.events_until_response(&json!(6));
+    let last = evs.last().unwrap();
+    assert!(text(last).starts_with("confirmed:"), "{last}");
+    assert!(text(last).contains("accept"), "{last}");
+    // DELETE ends it; its id is then unknown (404).
+    let auth = format!("Bearer {}", s.token("f"));
+    let r = request(
+        &s.tcp(),
+        "DELETE",
+        "/mcp/f",
+        &[("Authorization", &auth), ("Mcp-Session-Id", &sid)],
+        "",
+    );
+    assert_eq!(r.status, 200);
+    let r = s.post("f", &h, &call(7, "echo", json!({"text": "x"})));
+    assert_eq!(r.status, 404);
+}
+
+/// Closing a response stream cancels exactly that request toward the child, in both eras.
+#[test]
+fn http_closing_a_response_stream_cancels_that_request_in_the_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("child.log");
+    let s = HttpSup::start(&fake_server(
+        "f",
+        &["--log", log.to_str().unwrap()],
+        "http = true",
+    ));
+    // 2026-07-28: the stream is the request.
+    let mut m = call(9, "slow", json!({"ms": 60000}));
+    m["params"] = modern(m["params"].clone());
+    let r = s.post("f", &modern_headers("tools/call", Some("slow")), &m);
+    assert_eq!(r.status, 200);
+    assert!(wait_until(Duration::from_secs(10), || child_saw(&log)
+        .iter()
+        .any(|l| l.contains("\"slow\""))));
+    drop(r);
+    assert!(
+        wait_until(Duration::from_secs(10), || child_saw_method(
+            &log,
+            "notifications/cancelled"
+        ) == 1),
+        "no cancel reached the child; saw {:?}",
+        child_saw(&log)
+    );
+    // Handshake era: one POST stream closed, the other request of the session unharmed.
+    let sid = s.session("f");
+    let h = [
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    let r1 = s.post("f", &h, &call(10, "slow", json!({"ms": 60000})));
+    let mut r2 = s.post(
+        "f",
+        &h,
+        &call(11, "echo", json!({"text": "kept", "delay_ms": 300})),
+    );
+    assert!(wait_until(Duration::from_secs(10), || child_saw(&log)
+        .iter()
+        .filter(|l| l.contains("\"slow\""))
+        .count()
+        == 2));
+    drop(r1);
+    assert!(wait_until(Duration::from_secs(10), || child_saw_method(
+        &log,
+        "notifications/cancelled"
+    ) == 2));
+    let evs = r2.events_until_response(&json!(11));
+    assert_eq!(text(evs.last().unwrap()), "kept");
+    assert_eq!(
+        child_saw_method(&log, "notifications/cancelled"),
+        2,
+        "only the closed stream's request"
+    );
+}
+
+#[test]
+fn http_clients_of_both_eras_get_a_readable_outage_when_the_child_dies_and_then_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("child.log");
+    let s = HttpSup::start(&fake_server(
+        "f",
+        &["--log", log.to_str().unwrap()],
+        "http = true\nbackoff_initial = \"100ms\"",
+    ));
+    let sid = s.session("f");
+    let h = [
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    let pid_before = text(&s.post("f", &h, &call(1, "pid", json!({}))).json());
+    let (session_outage, modern_outage) = std::thread::scope(|sc| {
+        let a = sc.spawn(|| {
+            s.post("f", &h, &call(2, "slow", json!({"ms": 60000})))
+                .json()
+        });
+        let b = sc.spawn(|| {
+            let mut m = call(2, "slow", json!({"ms": 60000}));
+            m["params"] = modern(m["params"].clone());
+            s.post("f", &modern_headers("tools/call", Some("slow")), &m)
+                .json()
+        });
+        // Both calls in flight, then the child is killed.
+        assert!(wait_until(Duration::from_secs(10), || {
+            child_saw(&log)
+                .iter()
+                .filter(|l| l.contains("\"slow\""))
+                .count()
+                == 2
+        }));
+        let pid: i32 = pid_before.parse().unwrap();
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for (era, v) in [("handshake", &session_outage), ("2026", &modern_outage)] {
+        assert_eq!(v["id"], 2, "{era}: {v}");
+        let readable = v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty())
+            || v["result"]["isError"] == true;
+        assert!(readable, "{era}: not a readable outage: {v}");
+    }
+    // The next call of each works, on a new child.
+    assert!(wait_until(Duration::from_secs(20), || s
+        .sup
+        .server_status("f")["state"]
+        == "ready"));
+    let pid_after = text(&s.post("f", &h, &call(3, "pid", json!({}))).json());
+    assert_ne!(pid_after, pid_before);
+    let mut m = call(3, "echo", json!({"text": "back"}));
+    m["params"] = modern(m["params"].clone());
+    assert_eq!(
+        text(
+            &s.post("f", &modern_headers("tools/call", Some("echo")), &m)
+                .json()
+        ),
+        "back"
+    );
+}
+
+#[test]
+fn url_prints_the_endpoint_token_and_client_snippets() {
+    let s = HttpSup::start(&fake_server("f", &[], "http = true"));
+    let out = std::process::Command::new(SUPERVISOR)
+        .args(["url", "f", "-c"])
+        .arg(&s.sup.config)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let url = format!("http://{}/mcp/f", s.addr);
+    assert!(text.contains(&url), "{text}");
+    assert!(text.contains(&format!("Authorization: Bearer {}", s.token("f"))));
+    for client in [
+        "claude mcp add --transport http",
+        "\"mcpServers\"",
+        "\"type\": \"http\"",
+        "[mcp_servers.f]",
+    ] {
+        assert!(text.contains(client), "{client} missing:\n{text}");
+    }
+    let out = std::process::Command::new(SUPERVISOR)
+        .args(["url", "f", "--json", "-c"])
+        .arg(&s.sup.config)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["url"], url);
+    assert_eq!(v["token"], s.token("f"));
+    // A server without http: exit 4 with the fix.
+    let cfg = std::fs::read_to_string(&s.sup.config).unwrap();
+    std::fs::write(
+        &s.sup.config,
+        format!("{cfg}\n{}", fake_server("g", &[], "")),
+    )
+    .unwrap();
+    let out = std::process::Command::new(SUPERVISOR)
+        .args(["url", "g", "-c"])
+        .arg(&s.sup.config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("http = true"));
+}
