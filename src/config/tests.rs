@@ -205,3 +205,47 @@ fn config_gaps_of_issue_14_are_errors_with_line_and_key() {
     assert!(c.servers["a"].clean_env);
     assert!(!c.servers["b"].clean_env);
 }
+
+#[test]
+fn http_keys_default_validate_and_refuse_a_remote_bind_unless_allowed() {
+    let c = parse(
+        Path::new("/etc/s.toml"),
+        "[servers.a]\ncommand = \"x\"\nhttp = true\n",
+    )
+    .unwrap();
+    assert!(c.servers["a"].http);
+    assert_eq!(
+        c.supervisor.http.listen,
+        Some(DEFAULT_HTTP_LISTEN.parse().unwrap())
+    );
+    assert_eq!(c.supervisor.http.max_sessions, 256);
+    let e = parse(
+        Path::new("/etc/s.toml"),
+        "[supervisor]\nhttp_listen = \"0.0.0.0:8931\"\n[servers.a]\ncommand = \"x\"\n",
+    )
+    .unwrap_err();
+    assert_eq!((e.line, e.key.as_str()), (2, "supervisor.http_listen"));
+    assert!(e.message.contains("http_allow_remote"), "{e}");
+    let c = parse(
+        Path::new("/etc/s.toml"),
+        "[supervisor]\nhttp_listen = \"0.0.0.0:8931\"\nhttp_allow_remote = true\n[servers.a]\ncommand = \"x\"\n",
+    )
+    .unwrap();
+    assert!(c.supervisor.http.listen.is_some());
+    let c = parse(
+        Path::new("/etc/s.toml"),
+        "[supervisor]\nhttp_listen = \"off\"\n[servers.a]\ncommand = \"x\"\nhttp_token_file = \"tok\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.supervisor.http.listen, None);
+    assert_eq!(
+        c.servers["a"].http_token_file.as_deref(),
+        Some(Path::new("/etc/tok"))
+    );
+    let e = parse(
+        Path::new("/etc/s.toml"),
+        "[supervisor]\nhttp_max_sessions = 0\n",
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "supervisor.http_max_sessions");
+}
