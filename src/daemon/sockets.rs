@@ -450,6 +450,7 @@ pub(super) async fn accept_checked(
                 uid: cred.uid(),
                 gid: cred.gid(),
                 pid: cred.pid(),
+                transport: Default::default(),
             },
         ));
     }

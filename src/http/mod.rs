@@ -103,6 +103,7 @@ impl Front {
             uid: nix::unistd::geteuid().as_raw(),
             gid: nix::unistd::getegid().as_raw(),
             pid: None,
+            transport: Default::default(),
         };
         let front = Arc::new(Front {
             registry,

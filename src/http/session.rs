@@ -18,7 +18,7 @@ use super::stream::{self, OnDrop};
 use super::*;
 use crate::jsonrpc::framing::Line;
 use crate::mux::ids::id_key;
-use crate::mux::session::{ClientId, ClientTx, Outbox, SessionEvent};
+use crate::mux::session::{ClientId, ClientTx, Outbox, SessionEvent, Transport};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Weak;
 use std::time::Instant;
@@ -91,6 +91,10 @@ pub(super) async fn open(
     let client = ClientId::next();
     let (tx, outbox) = ClientTx::channel(entry.cfg.client_queue, &front.stop);
     let events = entry.handle.sessions.clone();
+    let peer = Peer {
+        transport: Transport::HttpSession,
+        ..peer
+    };
     events
         .send(SessionEvent::Connected(client, tx, peer))
         .await

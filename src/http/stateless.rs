@@ -13,7 +13,7 @@
 use super::stream::{self, OnDrop};
 use super::*;
 use crate::mux::ids::id_key;
-use crate::mux::session::{ClientId, ClientTx, SessionEvent};
+use crate::mux::session::{ClientId, ClientTx, SessionEvent, Transport};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -163,6 +163,10 @@ pub(super) async fn post(
         })
     };
     let (tx, mut outbox) = ClientTx::channel(entry.cfg.client_queue, &front.stop);
+    let peer = Peer {
+        transport: Transport::HttpRequest,
+        ..peer
+    };
     let key = id_key(&id);
     if events
         .send(SessionEvent::Connected(client, tx, peer))

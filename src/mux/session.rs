@@ -37,6 +37,20 @@ impl std::fmt::Display for ClientId {
     }
 }
 
+/// How a client reaches the actor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// A connection to `NAME.sock` (directly or through `attach`).
+    #[default]
+    Socket,
+    /// A handshake-era Streamable HTTP session (`Mcp-Session-Id`, issue 16).
+    HttpSession,
+    /// One 2026-07-28 HTTP request: the client lives for that one request, so a request it
+    /// leaves parked in an `input_required` round outlives it, and the retry comes from
+    /// another client of this kind (`asking.rs`).
+    HttpRequest,
+}
+
 /// Who is on the other end of a connection (`SO_PEERCRED`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Peer {
@@ -46,6 +60,8 @@ pub struct Peer {
     pub gid: u32,
     /// Peer process id, when known.
     pub pid: Option<i32>,
+    /// How it reached us.
+    pub transport: Transport,
 }
 
 /// Who may connect (issue 7 §4, R20; issue 14 §2): the supervisor's own uid, root, and the

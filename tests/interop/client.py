@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
-"""Interop MCP client built only on the official `mcp` Python SDK (stdio transport).
+"""Interop MCP client built only on the official `mcp` Python SDK (stdio or Streamable HTTP).
 
 Usage:
     python client.py [options] SCENARIO -- COMMAND [ARGS...]
+    python client.py [options] --url URL [--header 'Name: value']... [--unix-socket PATH] SCENARIO
 
 COMMAND ARGS is launched as a stdio MCP server by the SDK's stdio client (in the
-supervisor's tests: `mcp-supervisor attach NAME -c CONFIG`). The script connects
+supervisor's tests: `mcp-supervisor attach NAME -c CONFIG`). With --url the SDK's
+Streamable HTTP client transport talks to URL instead (no COMMAND): every --header
+is sent on every HTTP request (e.g. `Authorization: Bearer TOKEN`), and with
+--unix-socket PATH the HTTP connection goes to that Unix socket (URL's host is then
+only a placeholder, e.g. http://localhost/mcp). The script connects
 in the requested protocol era, runs SCENARIO, prints one JSON object per step on
 stdout (`{"step": ..., "ok": true, ...}`) and exits 0 only if every assertion
 held. On failure it prints a `{"step": ..., "ok": false, "error": ...}` line,
@@ -61,6 +66,9 @@ try:
     import anyio
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+    import httpx2  # the HTTP client the mcp 2.x SDK is built on (a fork of httpx)
     from mcp.shared.exceptions import MCPError
     from pydantic import ValidationError
     from mcp.types import CallToolResult, Implementation, TextContent
@@ -383,10 +391,38 @@ def era_of(version: str | None) -> str:
     return f"unknown({version})"
 
 
+def http_client(args: argparse.Namespace) -> httpx2.AsyncClient:
+    """The httpx2 client of --url: the SDK's default timeouts, every --header, --unix-socket."""
+    headers: dict[str, str] = {}
+    for h in args.header:
+        name, _, value = h.partition(":")
+        headers[name.strip()] = value.strip()
+    kwargs: dict[str, Any] = {
+        "headers": headers,
+        "timeout": httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+    }
+    if args.unix_socket:
+        kwargs["transport"] = httpx2.AsyncHTTPTransport(uds=args.unix_socket)
+    return httpx2.AsyncClient(**kwargs)
+
+
 async def run(args: argparse.Namespace, command: list[str]) -> None:
-    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    from contextlib import AsyncExitStack
+
+    async with AsyncExitStack() as stack:
+        if args.url:
+            http = await stack.enter_async_context(http_client(args))
+            server: Any = streamable_http_client(args.url, http_client=http)
+            target: Any = args.url + (f" via {args.unix_socket}" if args.unix_socket else "")
+        else:
+            server = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+            target = command
+        await run_client(args, server, target)
+
+
+async def run_client(args: argparse.Namespace, server: Any, command: Any) -> None:
     client = Client(
-        params,
+        server,
         mode=ERA_TO_MODE[args.era],
         client_info=Implementation(name=args.client_name, version="1.0.0"),
         read_timeout_seconds=args.request_timeout,
@@ -401,7 +437,8 @@ async def run(args: argparse.Namespace, command: list[str]) -> None:
     except Exception as e:  # spawn failure, server exit, handshake error: all expected failure modes
         error = describe(e)
         emit("connect", False, requested_era=args.era, command=command, error=error)
-        raise Failure(f"connect (--era {args.era}, command {command}) failed: {error}") from None
+        what = f"url {command}" if args.url else f"command {command}"
+        raise Failure(f"connect (--era {args.era}, {what}) failed: {error}") from None
     try:
         version = client.protocol_version
         info = client.server_info
@@ -471,8 +508,8 @@ def leaves(exc: BaseException) -> list[BaseException]:
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
         prog="client.py",
-        usage="%(prog)s [options] SCENARIO -- COMMAND [ARGS...]",
-        description="MCP interop client (official mcp SDK, stdio transport).",
+        usage="%(prog)s [options] SCENARIO -- COMMAND [ARGS...]\n       %(prog)s [options] --url URL [--header 'Name: value']... [--unix-socket PATH] SCENARIO",
+        description="MCP interop client (official mcp SDK, stdio or Streamable HTTP transport).",
     )
     parser.add_argument("scenario", metavar="SCENARIO", choices=SCENARIOS, help=" | ".join(SCENARIOS))
     parser.add_argument("--era", choices=tuple(ERA_TO_MODE), default="auto", help="protocol era (default auto)")
@@ -489,14 +526,27 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--outage-tool", default="echo", help="the tool the outage scenario calls")
     parser.add_argument("--progress-steps", type=int, default=3, help="steps for the long-running tool (>= 2)")
     parser.add_argument("--progress-duration", type=float, default=0.6, help="seconds for the long-running tool")
+    parser.add_argument("--url", default=None, help="connect to this Streamable HTTP endpoint instead of launching COMMAND")
+    parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'", help="with --url: an HTTP header for every request (repeatable)")
+    parser.add_argument("--unix-socket", default=None, metavar="PATH", help="with --url: HTTP over this Unix socket (URL's host is a placeholder)")
     if "--" not in argv:
-        parser.parse_args(argv)  # handles --help and other usage errors first
-        parser.error("missing '-- COMMAND [ARGS...]'")
-    sep = argv.index("--")
-    args = parser.parse_args(argv[:sep])
-    command = argv[sep + 1 :]
-    if not command:
-        parser.error("missing COMMAND after '--'")
+        args = parser.parse_args(argv)  # handles --help and other usage errors first
+        if not args.url:
+            parser.error("missing '-- COMMAND [ARGS...]' (or --url URL)")
+        command: list[str] = []
+    else:
+        sep = argv.index("--")
+        args = parser.parse_args(argv[:sep])
+        command = argv[sep + 1 :]
+        if args.url:
+            parser.error("--url and '-- COMMAND' are mutually exclusive")
+        if not command:
+            parser.error("missing COMMAND after '--'")
+    if not args.url and (args.header or args.unix_socket):
+        parser.error("--header and --unix-socket need --url")
+    for h in args.header:
+        if ":" not in h or not h.partition(":")[0].strip():
+            parser.error(f"--header {h!r}: expected 'Name: value'")
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
     if args.progress_steps < 2:

@@ -1,12 +1,18 @@
 #!/usr/bin/env node
 // Interop MCP client built only on the official TypeScript SDK: v2 (`@modelcontextprotocol/client`,
 // both eras) or, with `--sdk v1`, v1 (`@modelcontextprotocol/sdk`, handshake era only); stdio
-// transport. The feature check the supervisor's interop tests run directly against a server and
-// through `mcp-supervisor attach`.
+// or Streamable HTTP transport. The feature check the supervisor's interop tests run directly
+// against a server and through `mcp-supervisor attach` or its HTTP endpoint.
 //
 // Usage:
-//   node ts_client.mjs --mode auto|legacy|2026-07-28 [--expect-era handshake|modern] \
+//   node ts_client.mjs [--sdk v2|v1] --mode auto|legacy|2026-07-28 [--expect-era handshake|modern] \
 //       [--roots URI,URI] SCENARIO -- COMMAND [ARGS...]
+//   node ts_client.mjs [options] --url URL [--header 'Name: value']... [--unix-socket PATH] SCENARIO
+//
+// With --url the SDK's StreamableHTTPClientTransport talks to URL instead of launching COMMAND:
+// every --header goes on every HTTP request (`requestInit.headers`, e.g. `Authorization: Bearer
+// TOKEN`); with --unix-socket PATH the transport's `fetch` is one on node:http with `socketPath`
+// (no extra package), and URL's host is only a placeholder (e.g. http://localhost/mcp).
 //
 // v2 is imported from $MCPSUP_INTEROP_NODE_MODULES, v1 from $MCPSUP_INTEROP_V1_NODE_MODULES
 // (both installed by .ci/install-deps).
@@ -32,6 +38,8 @@
 
 import { pathToFileURL } from 'node:url';
 import { join } from 'node:path';
+import { request as httpRequest } from 'node:http';
+import { Readable } from 'node:stream';
 
 const SAMPLED = 'sampled-by-ts-client';
 const ELICITED = 'Grace Hopper';
@@ -47,16 +55,25 @@ function fail(step, error) {
 }
 
 function parse(argv) {
-    const sep = argv.indexOf('--');
-    if (sep < 0 || sep === argv.length - 1) {
-        process.stderr.write('usage: ts_client.mjs [options] SCENARIO -- COMMAND [ARGS...]\n');
+    const usage = (why) => {
+        process.stderr.write(`ts_client.mjs: ${why}\nusage: ts_client.mjs [options] SCENARIO -- COMMAND [ARGS...]\n`
+            + "       ts_client.mjs [options] --url URL [--header 'Name: value']... [--unix-socket PATH] SCENARIO\n");
         process.exit(2);
-    }
-    const opts = { sdk: 'v2', mode: 'auto', expectEra: null, roots: [], expectDirs: null, forbidDirs: [], outageTool: 'echo', scenario: null };
-    const head = argv.slice(0, sep);
+    };
+    const sep = argv.indexOf('--');
+    const opts = { sdk: 'v2', mode: 'auto', expectEra: null, roots: [], expectDirs: null, forbidDirs: [], outageTool: 'echo', scenario: null, url: null, headers: {}, unixSocket: null };
+    const head = sep < 0 ? argv : argv.slice(0, sep);
     for (let i = 0; i < head.length; i++) {
         const a = head[i];
         if (a === '--mode') opts.mode = head[++i];
+        else if (a === '--url') opts.url = head[++i];
+        else if (a === '--unix-socket') opts.unixSocket = head[++i];
+        else if (a === '--header') {
+            const h = head[++i] ?? '';
+            const colon = h.indexOf(':');
+            if (colon <= 0) usage(`--header ${JSON.stringify(h)}: expected 'Name: value'`);
+            opts.headers[h.slice(0, colon).trim()] = h.slice(colon + 1).trim();
+        }
         else if (a === '--sdk') opts.sdk = head[++i];
         else if (a === '--expect-era') opts.expectEra = head[++i];
         else if (a === '--roots') opts.roots = head[++i].split(',').filter(Boolean);
@@ -66,7 +83,12 @@ function parse(argv) {
         else if (a === '--forbid-dirs') opts.forbidDirs = head[++i].split(',').filter(Boolean);
         else opts.scenario = a;
     }
-    return { opts, command: argv.slice(sep + 1) };
+    const command = sep < 0 ? [] : argv.slice(sep + 1);
+    if (opts.url && sep >= 0) usage("--url and '-- COMMAND' are mutually exclusive");
+    if (!opts.url && command.length === 0) usage("missing '-- COMMAND [ARGS...]' (or --url URL)");
+    if (!opts.url && (opts.unixSocket || Object.keys(opts.headers).length)) usage('--header and --unix-socket need --url');
+    if (!SCENARIOS[opts.scenario]) usage(`unknown scenario ${opts.scenario}`);
+    return { opts, command };
 }
 
 function text(result) {
@@ -89,13 +111,18 @@ function check(cond, msg) {
 
 async function main() {
     const { opts, command } = parse(process.argv.slice(2));
-    const { client, stdio } = opts.sdk === 'v1' ? await clientV1(opts) : await clientV2(opts);
-    const transport = new stdio.StdioClientTransport({
-        command: command[0],
-        args: command.slice(1),
-        env: { ...process.env },
-        stderr: 'inherit',
-    });
+    const { client, stdio, http } = opts.sdk === 'v1' ? await clientV1(opts) : await clientV2(opts);
+    const transport = opts.url
+        ? new http.StreamableHTTPClientTransport(new URL(opts.url), {
+            requestInit: { headers: opts.headers },
+            ...(opts.unixSocket ? { fetch: unixSocketFetch(opts.unixSocket) } : {}),
+        })
+        : new stdio.StdioClientTransport({
+            command: command[0],
+            args: command.slice(1),
+            env: { ...process.env },
+            stderr: 'inherit',
+        });
     await step('connect', async () => {
         await client.connect(transport);
         // v1 has no accessor (it speaks only the handshake era): version null, era handshake.
@@ -108,8 +135,36 @@ async function main() {
         await SCENARIOS[opts.scenario](client, opts);
         emit('done', true, { scenario: opts.scenario });
     } finally {
+        // Over HTTP, close() alone leaves a handshake-era session open on the server: DELETE it.
+        if (opts.url && transport.sessionId) await transport.terminateSession().catch(() => {});
         await client.close().catch(() => {});
     }
+}
+
+// A fetch (the SDKs' FetchLike) that sends the request over HTTP/1.1 to the Unix socket at
+// socketPath with node:http, and streams the response body (SSE included) back as a web stream.
+function unixSocketFetch(socketPath) {
+    return async (input, init = {}) => {
+        const req = new Request(input, init);
+        const url = new URL(req.url);
+        const body = req.body ? Buffer.from(await req.arrayBuffer()) : null;
+        const headers = Object.fromEntries(req.headers);
+        headers.host = url.host;
+        if (body) headers['content-length'] = String(body.length);
+        return new Promise((resolve, reject) => {
+            const r = httpRequest({ socketPath, method: req.method, path: url.pathname + url.search, headers, signal: init.signal }, (res) => {
+                const h = new Headers();
+                for (const [k, v] of Object.entries(res.headers)) {
+                    for (const one of Array.isArray(v) ? v : [v]) if (one !== undefined) h.append(k, one);
+                }
+                const empty = [101, 204, 205, 304].includes(res.statusCode) || req.method === 'HEAD';
+                if (empty) res.resume();
+                resolve(new Response(empty ? null : Readable.toWeb(res), { status: res.statusCode, statusText: res.statusMessage, headers: h }));
+            });
+            r.on('error', reject);
+            r.end(body ?? undefined);
+        });
+    };
 }
 
 function handlers(opts) {
@@ -140,6 +195,7 @@ async function load(envVar, rel) {
 async function clientV2(opts) {
     const sdk = await load('MCPSUP_INTEROP_NODE_MODULES', '@modelcontextprotocol/client/dist/index.mjs');
     const stdio = await load('MCPSUP_INTEROP_NODE_MODULES', '@modelcontextprotocol/client/dist/stdio.mjs');
+    const http = sdk; // StreamableHTTPClientTransport is exported by the package root
     const mode = opts.mode === 'auto' || opts.mode === 'legacy' ? opts.mode : { pin: opts.mode };
     const client = new sdk.Client(
         { name: 'mcpsup-ts-interop', version: '1.0.0' },
@@ -149,19 +205,20 @@ async function clientV2(opts) {
     client.setRequestHandler('sampling/createMessage', h.sampling);
     client.setRequestHandler('elicitation/create', h.elicitation);
     client.setRequestHandler('roots/list', h.roots);
-    return { client, stdio };
+    return { client, stdio, http };
 }
 
 async function clientV1(opts) {
     const idx = await load('MCPSUP_INTEROP_V1_NODE_MODULES', '@modelcontextprotocol/sdk/dist/esm/client/index.js');
     const stdio = await load('MCPSUP_INTEROP_V1_NODE_MODULES', '@modelcontextprotocol/sdk/dist/esm/client/stdio.js');
     const types = await load('MCPSUP_INTEROP_V1_NODE_MODULES', '@modelcontextprotocol/sdk/dist/esm/types.js');
+    const http = await load('MCPSUP_INTEROP_V1_NODE_MODULES', '@modelcontextprotocol/sdk/dist/esm/client/streamableHttp.js');
     const client = new idx.Client({ name: 'mcpsup-ts-v1-interop', version: '1.0.0' }, { capabilities: CAPABILITIES });
     const h = handlers(opts);
     client.setRequestHandler(types.CreateMessageRequestSchema, h.sampling);
     client.setRequestHandler(types.ElicitRequestSchema, h.elicitation);
     client.setRequestHandler(types.ListRootsRequestSchema, h.roots);
-    return { client, stdio };
+    return { client, stdio, http };
 }
 
 const SCENARIOS = {

@@ -17,6 +17,10 @@
 
 use super::*;
 
+/// The owner of rounds whose 2026-07-28 HTTP request ended with its `input_required` answer
+/// ([`Server::detach_rounds_of`]); never a real client's id (those start at 1).
+pub(super) const DETACHED: ClientId = ClientId(0);
+
 /// The prefix of the `requestState` this supervisor gives out (opaque to clients).
 const STATE_PREFIX: &str = "mcp-supervisor:";
 
@@ -161,10 +165,15 @@ impl Server {
             return false;
         };
         let Some(id) = m.id.clone() else { return false };
-        let round = n
-            .parse::<u64>()
-            .ok()
-            .filter(|r| self.parked.get(r).is_some_and(|p| p.client == client));
+        let stateless = self
+            .clients
+            .get(&client)
+            .is_some_and(|c| c.peer.transport == Transport::HttpRequest);
+        let round = n.parse::<u64>().ok().filter(|r| {
+            self.parked
+                .get(r)
+                .is_some_and(|p| p.client == client || (stateless && p.client == DETACHED))
+        });
         let Some(round) = round else {
             let msg = format!(
                 "requestState `{state}` is unknown or expired: the request it continues has ended (deadline, restart or disconnect); call again"
@@ -239,11 +248,15 @@ impl Server {
         };
         let mut owner = p.owner;
         if let Owner::Client {
+            client: owner_client,
             id: owner_id,
             progress,
             ..
         } = &mut owner
         {
+            // The retry may come from another client: a 2026-07-28 HTTP request is a client
+            // of its own (`detach_rounds_of`).
+            *owner_client = client;
             *owner_id = id.clone();
             if let Some(token) = era::envelope_field(m.params.as_deref(), "progressToken") {
                 *progress = serde_json::value::to_raw_value(&token).ok();
@@ -320,6 +333,32 @@ impl Server {
                 c.send_urgent(
                     Out::request(None, "notifications/cancelled", Some(&cancel)).encode(),
                 );
+            }
+        }
+    }
+
+    /// The rounds of a 2026-07-28 HTTP request's client that ended with its `input_required`
+    /// answer: that client lived for one request, and the retry comes as a new one. Its
+    /// rounds are kept, owned by [`DETACHED`], for any such client presenting the
+    /// `requestState` (the parked request's deadline still bounds them).
+    pub(super) fn detach_rounds_of(&mut self, client: ClientId) {
+        let mine: Vec<u64> = self
+            .parked
+            .iter()
+            .filter(|(_, p)| p.client == client)
+            .map(|(r, _)| *r)
+            .collect();
+        for round in mine {
+            let Some(p) = self.parked.get_mut(&round) else {
+                continue;
+            };
+            p.client = DETACHED;
+            let child_rid = p.child_rid;
+            let deadline = self.now + self.cfg.request_timeout;
+            if let Some(removed) = self.inflight.remove(child_rid) {
+                let key = Some((DETACHED, format!("{STATE_PREFIX}{round}")));
+                self.inflight
+                    .insert(child_rid, key, deadline, removed.value);
             }
         }
     }

@@ -490,6 +490,13 @@ impl Server {
     }
 
     pub(super) fn drop_client(&mut self, client: ClientId) {
+        let stateless = self
+            .clients
+            .get(&client)
+            .is_some_and(|c| c.peer.transport == Transport::HttpRequest);
+        if stateless {
+            self.detach_rounds_of(client);
+        }
         if self.clients.remove(&client).is_none() {
             return;
         }

@@ -36,7 +36,7 @@ use crate::logging::{MSG_BACKOFF, MSG_EXITED, MSG_FAILED, MSG_READY, MSG_SPAWNED
 use crate::mux::era::{self, ChildProtocol, Era, Handshake};
 use crate::mux::health::{Action, Health, HealthConfig, ProbeMethods};
 use crate::mux::ids::Inflight;
-use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent};
+use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent, Transport};
 use crate::observe::{metrics, Outcome, ServerMetrics};
 use bytes::Bytes;
 use held::{Held, HeldQueue};

@@ -195,6 +195,7 @@ impl Sim {
                 uid: 0,
                 gid: 0,
                 pid: None,
+                transport: Default::default(),
             },
         )));
         id
