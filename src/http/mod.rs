@@ -346,6 +346,33 @@ async fn post(
         }
     }
     let sse = accepts_sse(&headers);
+    // The era is the body's (2026-07-28 `versioning`: "a request carrying modern per-request
+    // `_meta` is served statelessly"); the headers are only checked against it.
+    let modern_header = header_str(&headers, VERSION_HEADER)
+        .is_some_and(|v| !era::HANDSHAKE_VERSIONS.contains(&v));
+    if is_modern(&headers, &parsed) {
+        if is_batch || parsed.len() != 1 {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                code::INVALID_REQUEST,
+                "2026-07-28 requests are sent one per POST (no batches)",
+            );
+        }
+        let Some(m) = parsed.pop() else {
+            return plain(StatusCode::BAD_REQUEST, "empty request");
+        };
+        return stateless::post(front, settings, &entry, peer, &headers, m, sse).await;
+    }
+    if modern_header {
+        // `initialize` under a 2026-07-28 version header.
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            first_id(&parsed),
+            HEADER_MISMATCH,
+            "Header mismatch: MCP-Protocol-Version names 2026-07-28, which has no initialize",
+        );
+    }
     if let Some(sid) = header_str(&headers, SESSION_HEADER) {
         let Some(s) = session::find(front, &entry.cfg.name, sid) else {
             return rpc_error(
@@ -385,20 +412,6 @@ async fn post(
         }
         return r;
     }
-    if is_modern(&headers, &parsed) {
-        if is_batch || parsed.len() != 1 {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                code::INVALID_REQUEST,
-                "2026-07-28 requests are sent one per POST (no batches)",
-            );
-        }
-        let Some(m) = parsed.pop() else {
-            return plain(StatusCode::BAD_REQUEST, "empty request");
-        };
-        return stateless::post(front, settings, &entry, peer, &headers, m, sse).await;
-    }
     if let Some(bad) = bad_handshake_version(&headers) {
         return bad;
     }
@@ -410,15 +423,20 @@ async fn post(
     )
 }
 
-/// Whether a request without a session is a 2026-07-28 one: the version header names a
-/// version after the handshake era, or a request carries the per-request `_meta` envelope.
+/// Whether a POST is a 2026-07-28 one: a message carries the per-request `_meta` envelope
+/// (the era is the body's, as in the TypeScript SDK's classification), or the version header
+/// names a version after the handshake era on anything but `initialize` (then the envelope's
+/// absence is an error, never a silent fall back to the handshake era).
 fn is_modern(headers: &HeaderMap, msgs: &[Message]) -> bool {
+    let claim = msgs
+        .iter()
+        .any(|m| era::envelope_version(m.params.as_deref()).is_some());
     let by_header = header_str(headers, VERSION_HEADER)
-        .is_some_and(|v| !era::HANDSHAKE_VERSIONS.contains(&v) && v >= era::MODERN_VERSION);
-    by_header
-        || msgs.iter().any(|m| {
-            m.kind == Kind::Request && era::envelope_version(m.params.as_deref()).is_some()
-        })
+        .is_some_and(|v| !era::HANDSHAKE_VERSIONS.contains(&v));
+    let initialize = msgs
+        .iter()
+        .any(|m| m.kind == Kind::Request && m.method() == "initialize");
+    claim || (by_header && !initialize)
 }
 
 /// A handshake-era request whose `MCP-Protocol-Version` names no version we serve: 400
@@ -458,17 +476,19 @@ fn accept_has(headers: &HeaderMap, what: &str) -> bool {
         v.to_str().is_ok_and(|v| {
             v.split(',').any(|t| {
                 let t = t.split(';').next().unwrap_or("").trim();
-                t.eq_ignore_ascii_case(what) || t == "*/*"
+                let family = what.split('/').next().unwrap_or("");
+                t.eq_ignore_ascii_case(what)
+                    || t == "*/*"
+                    || t.strip_suffix("/*").is_some_and(|f| f.eq_ignore_ascii_case(family))
             })
         })
     })
 }
 
 /// A POST may be answered with JSON or SSE: the client must accept both (2025-03-26
-/// transports §Sending Messages). A missing `Accept` is taken as "anything".
+/// transports §Sending Messages; a missing `Accept` gets 406 as from both official SDKs).
 fn accepts_json_post(headers: &HeaderMap) -> bool {
-    headers.get(header::ACCEPT).is_none()
-        || (accept_has(headers, "application/json") && accept_has(headers, "text/event-stream"))
+    accept_has(headers, "application/json") && accept_has(headers, "text/event-stream")
 }
 
 /// Whether the answer may be an SSE stream.

@@ -44,45 +44,91 @@ fn named_by(method: &str) -> Option<&'static str> {
     }
 }
 
-/// Why the headers disagree with the body, if they do.
-fn header_mismatch(headers: &HeaderMap, m: &Message) -> Option<String> {
-    let body_version = era::envelope_version(m.params.as_deref());
-    match (header_str(headers, VERSION_HEADER), body_version.as_deref()) {
-        (None, _) => return Some("the MCP-Protocol-Version header is missing".into()),
-        (Some(h), Some(b)) if h != b => {
-            return Some(format!(
-                "MCP-Protocol-Version header `{h}` does not match the request's _meta protocol version `{b}`"
-            ))
-        }
-        _ => {}
+/// A header value as the client meant it: `=?base64?...?=` decoded (2026-07-28 transports:
+/// values that are not header-safe are sent so), surrounding whitespace dropped.
+fn header_value(headers: &HeaderMap, name: &str) -> Option<String> {
+    use base64::Engine;
+    let v = header_str(headers, name)?;
+    match v
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        Some(b64) => base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok()),
+        None => Some(v.to_string()),
     }
-    match header_str(headers, METHOD_HEADER) {
-        None => return Some("the Mcp-Method header is missing".into()),
-        Some(h) if h != m.method() => {
-            return Some(format!(
-                "Mcp-Method header `{h}` does not match the body's method `{}`",
-                m.method()
-            ))
+}
+
+/// Why a 2026-07-28 request is refused before it reaches the actor, as (HTTP status, JSON-RPC
+/// code, message, data), in the order the specification's checks and the conformance suite
+/// expect: a header that disagrees with the body (-32020), then a version not served
+/// (-32022), then a missing header (-32020), then a missing envelope member (-32602).
+fn refusal(headers: &HeaderMap, m: &Message) -> Option<(StatusCode, i64, String, Option<Value>)> {
+    let mismatch = |why: String| Some((StatusCode::BAD_REQUEST, HEADER_MISMATCH, format!("Header mismatch: {why}"), None));
+    let claim = era::envelope_version(m.params.as_deref());
+    let version = header_value(headers, VERSION_HEADER);
+    if let (Some(h), Some(b)) = (&version, &claim) {
+        if h != b {
+            return mismatch(format!(
+                "MCP-Protocol-Version header value '{h}' does not match body value '{b}'"
+            ));
         }
-        _ => {}
+    }
+    let method = header_value(headers, METHOD_HEADER);
+    if let Some(h) = &method {
+        if h != m.method() {
+            return mismatch(format!(
+                "Mcp-Method header value '{h}' does not match body value '{}'",
+                m.method()
+            ));
+        }
+    }
+    let Some(requested) = claim.or(version.clone()) else {
+        return mismatch("the MCP-Protocol-Version header is missing".into());
+    };
+    if requested != era::MODERN_VERSION {
+        return Some((
+            StatusCode::BAD_REQUEST,
+            era::UNSUPPORTED_VERSION,
+            "Unsupported protocol version".into(),
+            Some(serde_json::json!({"supported": [era::MODERN_VERSION], "requested": requested})),
+        ));
+    }
+    if version.is_none() {
+        return mismatch("the MCP-Protocol-Version header is missing".into());
+    }
+    if method.is_none() {
+        return mismatch("the Mcp-Method header is missing".into());
     }
     if let Some(member) = named_by(m.method()) {
         let params: Option<Value> = m
             .params
             .as_deref()
             .and_then(|p| serde_json::from_str(p.get()).ok());
-        let body_name = params
+        let body = params
             .as_ref()
             .and_then(|p| p.get(member))
             .and_then(Value::as_str);
-        match (header_str(headers, NAME_HEADER), body_name) {
-            (None, _) => return Some("the Mcp-Name header is missing".into()),
+        match (header_value(headers, NAME_HEADER), body) {
+            (None, _) => return mismatch("the Mcp-Name header is missing".into()),
             (Some(h), Some(b)) if h != b => {
-                return Some(format!(
-                    "Mcp-Name header `{h}` does not match the body's `{member}` `{b}`"
+                return mismatch(format!(
+                    "Mcp-Name header value '{h}' does not match body value '{b}'"
                 ))
             }
             _ => {}
+        }
+    }
+    for key in [era::META_VERSION, era::META_CAPABILITIES] {
+        if era::envelope_field(m.params.as_deref(), key).is_none() {
+            return Some((
+                StatusCode::BAD_REQUEST,
+                code::INVALID_PARAMS,
+                format!("Invalid params: the request's _meta has no `{key}` (required in 2026-07-28)"),
+                None,
+            ));
         }
     }
     None
@@ -107,8 +153,9 @@ pub(super) async fn post(
     let Some(id) = m.id.clone() else {
         return plain(StatusCode::BAD_REQUEST, "a request without an id");
     };
-    if let Some(why) = header_mismatch(headers, &m) {
-        return rpc_error(StatusCode::BAD_REQUEST, Some(&id), HEADER_MISMATCH, &why);
+    if let Some((status, code, why, data)) = refusal(headers, &m) {
+        let line = message::error_response(&id, code, &why, data);
+        return json_body(status, trim_newline(line));
     }
     if !MODERN_REQUESTS.contains(&m.method()) {
         return rpc_error(

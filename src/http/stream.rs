@@ -44,7 +44,13 @@ pub(crate) fn sse(rx: mpsc::Receiver<Bytes>, guard: OnDrop) -> Response {
             (rx, guard),
         ))
     });
-    Sse::new(events)
+    let mut r = Sse::new(events)
         .keep_alive(KeepAlive::new().interval(super::KEEP_ALIVE))
-        .into_response()
+        .into_response();
+    // Reverse proxies (nginx) would otherwise buffer the stream (2026-07-28 transports).
+    r.headers_mut().insert(
+        "x-accel-buffering",
+        axum::http::HeaderValue::from_static("no"),
+    );
+    r
 }
