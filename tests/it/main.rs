@@ -10,6 +10,7 @@ mod health;
 mod hostile;
 mod http;
 mod interop;
+mod interop_http;
 mod interop_matrix;
 mod lifecycle;
 mod mux;
