@@ -423,6 +423,16 @@ impl Daemon {
             new.supervisor.http.listen = self.config.supervisor.http.listen;
         }
         self.front.set_settings(new.supervisor.http.clone());
+        // Tokens are read again, so a deleted (or rewritten) token file rotates the token.
+        for cfg in new.servers.values().filter(|c| c.http) {
+            match crate::http::access::ensure_token(&self.dir, cfg) {
+                Ok(t) => self.front.set_token(&cfg.name, Some(t)),
+                Err(e) => {
+                    self.front.set_token(&cfg.name, None);
+                    error!(server = %cfg.name, error = %format!("{e:#}"), "no HTTP bearer token: the TCP endpoint refuses this server's requests");
+                }
+            }
+        }
         self.config = new;
         if let Err(e) = self.ensure_http_listener().await {
             error!(error = %format!("{e:#}"), "the HTTP endpoint's TCP side is not served");

@@ -348,8 +348,8 @@ async fn post(
     let sse = accepts_sse(&headers);
     // The era is the body's (2026-07-28 `versioning`: "a request carrying modern per-request
     // `_meta` is served statelessly"); the headers are only checked against it.
-    let modern_header = header_str(&headers, VERSION_HEADER)
-        .is_some_and(|v| !era::HANDSHAKE_VERSIONS.contains(&v));
+    let modern_header =
+        header_str(&headers, VERSION_HEADER).is_some_and(|v| !era::HANDSHAKE_VERSIONS.contains(&v));
     if is_modern(&headers, &parsed) {
         if is_batch || parsed.len() != 1 {
             return rpc_error(
@@ -431,8 +431,8 @@ fn is_modern(headers: &HeaderMap, msgs: &[Message]) -> bool {
     let claim = msgs
         .iter()
         .any(|m| era::envelope_version(m.params.as_deref()).is_some());
-    let by_header = header_str(headers, VERSION_HEADER)
-        .is_some_and(|v| !era::HANDSHAKE_VERSIONS.contains(&v));
+    let by_header =
+        header_str(headers, VERSION_HEADER).is_some_and(|v| !era::HANDSHAKE_VERSIONS.contains(&v));
     let initialize = msgs
         .iter()
         .any(|m| m.kind == Kind::Request && m.method() == "initialize");
@@ -479,7 +479,8 @@ fn accept_has(headers: &HeaderMap, what: &str) -> bool {
                 let family = what.split('/').next().unwrap_or("");
                 t.eq_ignore_ascii_case(what)
                     || t == "*/*"
-                    || t.strip_suffix("/*").is_some_and(|f| f.eq_ignore_ascii_case(family))
+                    || t.strip_suffix("/*")
+                        .is_some_and(|f| f.eq_ignore_ascii_case(family))
             })
         })
     })

@@ -66,7 +66,14 @@ fn header_value(headers: &HeaderMap, name: &str) -> Option<String> {
 /// expect: a header that disagrees with the body (-32020), then a version not served
 /// (-32022), then a missing header (-32020), then a missing envelope member (-32602).
 fn refusal(headers: &HeaderMap, m: &Message) -> Option<(StatusCode, i64, String, Option<Value>)> {
-    let mismatch = |why: String| Some((StatusCode::BAD_REQUEST, HEADER_MISMATCH, format!("Header mismatch: {why}"), None));
+    let mismatch = |why: String| {
+        Some((
+            StatusCode::BAD_REQUEST,
+            HEADER_MISMATCH,
+            format!("Header mismatch: {why}"),
+            None,
+        ))
+    };
     let claim = era::envelope_version(m.params.as_deref());
     let version = header_value(headers, VERSION_HEADER);
     if let (Some(h), Some(b)) = (&version, &claim) {
@@ -126,7 +133,9 @@ fn refusal(headers: &HeaderMap, m: &Message) -> Option<(StatusCode, i64, String,
             return Some((
                 StatusCode::BAD_REQUEST,
                 code::INVALID_PARAMS,
-                format!("Invalid params: the request's _meta has no `{key}` (required in 2026-07-28)"),
+                format!(
+                    "Invalid params: the request's _meta has no `{key}` (required in 2026-07-28)"
+                ),
                 None,
             ));
         }
