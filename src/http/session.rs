@@ -247,38 +247,20 @@ impl HttpSession {
         let stream = if pending.is_empty() {
             None
         } else {
-            let (tx, rx) = mpsc::channel(STREAM_QUEUE);
-            let mut r = self.lock();
-            r.last_active = Some(Instant::now());
-            let n = r.next_stream;
-            r.next_stream += 1;
-            for (k, _) in &pending {
-                r.abandoned.remove(k);
-                r.by_id.insert(k.clone(), n);
-            }
-            for t in &tokens {
-                r.by_token.insert(t.clone(), n);
-            }
             let expected = pending.len();
-            r.streams.insert(
-                n,
-                PostStream {
-                    tx,
-                    pending,
-                    tokens,
-                },
-            );
-            // A stream opened with lines waiting takes them (the child's requests that came
-            // while no stream was open).
-            if sse {
-                let waiting: Vec<Bytes> = r.backlog.drain(..).collect();
-                if let Some(st) = r.streams.get(&n) {
-                    for b in waiting {
-                        let _ = st.tx.try_send(b);
-                    }
+            match self.open_stream(pending, tokens, sse) {
+                Ok((n, rx)) => Some((n, rx, expected)),
+                Err(id) => {
+                    // K23 at the HTTP layer: an id still unanswered in this session would make
+                    // two streams wait for one answer.
+                    return rpc_error(
+                        StatusCode::OK,
+                        Some(&id),
+                        code::INVALID_REQUEST,
+                        "duplicate request id: a request with this id is still in flight in this session",
+                    );
                 }
             }
-            Some((n, rx, expected))
         };
         for m in msgs {
             if self
@@ -340,6 +322,48 @@ impl HttpSession {
             answers.swap_remove(0)
         };
         json_body(StatusCode::OK, body)
+    }
+
+    /// Registers a POST stream awaiting the answers to `pending` (canonical key, id) and the
+    /// progress of `tokens`; with `take_backlog`, it also takes the lines waiting for a
+    /// stream. `Err(id)` when an id is already awaited by another stream of this session.
+    fn open_stream(
+        &self,
+        pending: Vec<(String, Box<serde_json::value::RawValue>)>,
+        tokens: Vec<String>,
+        take_backlog: bool,
+    ) -> Result<(u64, mpsc::Receiver<Bytes>), Box<serde_json::value::RawValue>> {
+        let mut r = self.lock();
+        if let Some((_, id)) = pending.iter().find(|(k, _)| r.by_id.contains_key(k)) {
+            return Err(id.clone());
+        }
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        r.last_active = Some(Instant::now());
+        let n = r.next_stream;
+        r.next_stream += 1;
+        for (k, _) in &pending {
+            r.abandoned.remove(k);
+            r.by_id.insert(k.clone(), n);
+        }
+        for t in &tokens {
+            r.by_token.insert(t.clone(), n);
+        }
+        if take_backlog {
+            while let Some(b) = r.backlog.pop_front() {
+                if tx.try_send(b).is_err() {
+                    break;
+                }
+            }
+        }
+        r.streams.insert(
+            n,
+            PostStream {
+                tx,
+                pending,
+                tokens,
+            },
+        );
+        Ok((n, rx))
     }
 
     /// A POST stream was dropped: requests still unanswered on it are cancelled toward the
@@ -409,8 +433,19 @@ impl HttpSession {
                                 st.pending.retain(|(p, _)| *p != k);
                                 st.pending.is_empty()
                             });
-                            if let Some(st) = r.streams.get(&n) {
-                                let _ = st.tx.try_send(msg);
+                            let full = r.streams.get(&n).is_some_and(|st| {
+                                matches!(
+                                    st.tx.try_send(msg),
+                                    Err(mpsc::error::TrySendError::Full(_))
+                                )
+                            });
+                            if full {
+                                // A client that does not read its stream is closed, as a slow
+                                // socket client is (R17); its other requests are cancelled.
+                                drop(r);
+                                warn!(session = %self.id, "HTTP response stream not read ({STREAM_QUEUE} lines queued): closing it");
+                                self.stream_gone(n);
+                                return;
                             }
                             if done == Some(true) {
                                 // Every answer is in: the stream ends after it.
@@ -422,13 +457,26 @@ impl HttpSession {
                             }
                             return;
                         }
+                        // A response nobody awaits (its stream ended): dropped, never given to
+                        // another stream. Only id-less errors (`id: null`) go on below.
+                        None if k != "null" => {
+                            debug!(session = %self.id, id = %k, "response for no open stream dropped");
+                            return;
+                        }
                         None => None,
                     },
                     None => None,
                 }
             }
             Some(m) if m.method() == "notifications/progress" => {
-                notified_token(m).and_then(|t| r.by_token.get(&t).copied())
+                match notified_token(m).and_then(|t| r.by_token.get(&t).copied()) {
+                    Some(n) => Some(n),
+                    None => {
+                        // Its request was answered or its stream closed: nobody waits for it.
+                        debug!(session = %self.id, "progress for a finished request dropped");
+                        return;
+                    }
+                }
             }
             _ => None,
         };
@@ -558,4 +606,129 @@ pub(crate) fn random_hex(n: usize) -> String {
     let mut b = vec![0u8; n];
     rand::rngs::OsRng.fill_bytes(&mut b);
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn session() -> (Arc<HttpSession>, mpsc::Receiver<SessionEvent>) {
+        let (events, inbox) = mpsc::channel(1024);
+        let s = Arc::new(HttpSession {
+            id: "test".into(),
+            server: "s".into(),
+            client: ClientId(1),
+            events,
+            routes: Mutex::new(Routes::default()),
+            ended: CancellationToken::new(),
+        });
+        (s, inbox)
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A POST with requests of these ids (small, so they collide across streams).
+        Open(Vec<u8>),
+        /// The actor answers id.
+        Respond(u8),
+        /// The actor sends a notification (progress for a token, or anything else).
+        Notify(Option<u8>),
+        /// The client closes the n-th stream it opened.
+        Close(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            proptest::collection::vec(0u8..12, 1..4).prop_map(Op::Open),
+            (0u8..12).prop_map(Op::Respond),
+            proptest::option::of(0u8..12).prop_map(Op::Notify),
+            (0usize..8).prop_map(Op::Close),
+        ]
+    }
+
+    proptest! {
+        /// Whatever the order of POSTs, answers, notifications and closed streams: a response
+        /// reaches only the stream that sent a request with its id, at most once, and a
+        /// closed stream's unanswered requests are cancelled toward the actor.
+        #[test]
+        fn responses_reach_only_their_own_stream(ops in proptest::collection::vec(op(), 1..60)) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                let (s, mut inbox) = session();
+                // Per opened stream: its receiver (None once closed) and the ids it awaits.
+                let mut streams: Vec<(Option<mpsc::Receiver<Bytes>>, Vec<String>, u64)> = Vec::new();
+                let mut got: Vec<Vec<serde_json::Value>> = Vec::new();
+                let mut cancelled = 0usize;
+                for op in ops {
+                    match op {
+                        Op::Open(ids) => {
+                            let mut pending: Vec<(String, Box<serde_json::value::RawValue>)> = Vec::new();
+                            for i in ids {
+                                let raw = message::raw_u64(u64::from(i));
+                                let k = id_key(&raw);
+                                if !pending.iter().any(|(p, _)| *p == k) {
+                                    pending.push((k, raw));
+                                }
+                            }
+                            let keys: Vec<String> = pending.iter().map(|(k, _)| k.clone()).collect();
+                            let tokens = keys.iter().map(|k| format!("t{k}")).collect();
+                            if let Ok((n, rx)) = s.open_stream(pending, tokens, true) {
+                                streams.push((Some(rx), keys, n));
+                                got.push(Vec::new());
+                            }
+                        }
+                        Op::Respond(i) => {
+                            s.route(Bytes::from(format!(r#"{{"jsonrpc":"2.0","id":{i},"result":{{}}}}"#)));
+                        }
+                        Op::Notify(Some(t)) => s.route(Bytes::from(format!(
+                            r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"t{t}","progress":1}}}}"#
+                        ))),
+                        Op::Notify(None) => s.route(Bytes::from_static(
+                            br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":1}}"#,
+                        )),
+                        Op::Close(i) => {
+                            if let Some((rx, _, n)) = streams.get_mut(i) {
+                                if let Some(mut rx) = rx.take() {
+                                    while let Ok(b) = rx.try_recv() {
+                                        got[i].push(serde_json::from_slice(&b).unwrap());
+                                    }
+                                    drop(rx);
+                                    s.stream_gone(*n);
+                                }
+                            }
+                        }
+                    }
+                    while let Ok(ev) = inbox.try_recv() {
+                        if let SessionEvent::Message(_, m) = ev {
+                            prop_assert_eq!(m.method(), "notifications/cancelled");
+                            cancelled += 1;
+                        }
+                    }
+                }
+                for (i, (rx, _, _)) in streams.iter_mut().enumerate() {
+                    if let Some(rx) = rx.as_mut() {
+                        while let Ok(b) = rx.try_recv() {
+                            got[i].push(serde_json::from_slice(&b).unwrap());
+                        }
+                    }
+                }
+                for (i, lines) in got.iter().enumerate() {
+                    let mine = &streams[i].1;
+                    let mut seen = HashSet::new();
+                    for v in lines.iter().filter(|v| v.get("method").is_none() && !v["id"].is_null()) {
+                        let k = v["id"].to_string();
+                        prop_assert!(mine.contains(&k), "stream {} got a response to {} (awaits {:?})", i, k, mine);
+                        prop_assert!(seen.insert(k.clone()), "stream {} got {} twice", i, k);
+                    }
+                    for v in lines.iter().filter(|v| v["method"] == "notifications/progress") {
+                        let t = v["params"]["progressToken"].as_str().unwrap_or("").trim_start_matches('t').to_string();
+                        prop_assert!(mine.contains(&t), "stream {} got progress for token {}", i, t);
+                    }
+                }
+                let _ = cancelled;
+                Ok(())
+            })?;
+        }
+    }
 }
