@@ -701,3 +701,64 @@ fn one_client_cannot_take_all_of_max_inflight() {
     answer_all(&mut sim);
     assert_eq!(responses(&sim, b).len(), 1);
 }
+
+/// K26 over HTTP (issue 16): a 2026-07-28 HTTP request is a client of its own, gone once its
+/// `input_required` answer is written; the parked call survives that, is not cancelled toward
+/// the child, and the retry (a new POST, so a new client) owns it. A socket client cannot
+/// adopt another client's round.
+#[test]
+fn case_k26_an_http_requests_round_outlives_its_client_and_the_next_request_resumes_it() {
+    use crate::mux::session::Transport;
+    let mut sim = ready(BASE, 13);
+    let generation = sim.current_generation().unwrap_or(0);
+    let a = sim.connect_via(Transport::HttpRequest);
+    sim.send(a, &modern_call(a, "c1", json!({})));
+    let call = sim.asked.pop().expect("the call reached the child");
+    sim.child_writes(
+        generation,
+        r#"{"jsonrpc":"2.0","id":"s1","method":"roots/list"}"#.into(),
+    );
+    let r = responses(&sim, a).pop().unwrap_or(Value::Null);
+    assert_eq!(r["result"]["resultType"], "input_required", "{r}");
+    let state = r["result"]["requestState"].clone();
+    sim.leave(a);
+    let cancelled = |sim: &Sim| {
+        written_to_child(sim).iter().any(|v| {
+            v["method"] == "notifications/cancelled" && v["params"]["requestId"] == json!(call.id)
+        })
+    };
+    assert!(!cancelled(&sim), "the parked call outlives its client");
+    // A socket client presenting the state is refused: only a stateless request adopts it.
+    let s = sim.connect();
+    sim.send(
+        s,
+        &modern_call(s, "x", json!({"requestState": state, "inputResponses": {}})),
+    );
+    let r = responses(&sim, s).pop().unwrap_or(Value::Null);
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    // The retry, from another HTTP request's client.
+    let b = sim.connect_via(Transport::HttpRequest);
+    let roots = json!({"roots": [{"uri": "file:///b", "name": "b"}]});
+    sim.send(
+        b,
+        &modern_call(
+            b,
+            "c2",
+            json!({"requestState": state, "inputResponses": {"r0": roots}}),
+        ),
+    );
+    let to_child = written_to_child(&sim);
+    assert!(
+        to_child
+            .iter()
+            .any(|v| v["id"] == "s1" && v["result"]["roots"][0]["uri"] == "file:///b"),
+        "the answer reached the child: {to_child:?}"
+    );
+    let fin = json!({"jsonrpc": "2.0", "id": call.id,
+        "result": {"content": [{"type": "text", "text": format!("{}-m", b.0)}]}});
+    sim.child_writes(generation, fin.to_string());
+    let r = responses(&sim, b).pop().unwrap_or(Value::Null);
+    assert_eq!(r["id"], "c2", "{r}");
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
+    assert!(!cancelled(&sim));
+}

@@ -169,6 +169,12 @@ impl Sim {
     // ----- clients ---------------------------------------------------------------------------
 
     pub(super) fn connect(&mut self) -> ClientId {
+        self.connect_via(Default::default())
+    }
+
+    /// Connects a client that reached the actor by `transport` (an HTTP request's client,
+    /// for the scenarios of issue 16).
+    pub(super) fn connect_via(&mut self, transport: crate::mux::session::Transport) -> ClientId {
         let id = ClientId(1_000_000 + self.next_client);
         self.next_client += 1;
         let (tx, rx) = ClientTx::detached(4096);
@@ -195,10 +201,16 @@ impl Sim {
                 uid: 0,
                 gid: 0,
                 pid: None,
-                transport: Default::default(),
+                transport,
             },
         )));
         id
+    }
+
+    /// Client `id` leaves (its connection closed, or its HTTP request ended).
+    pub(super) fn leave(&mut self, id: ClientId) {
+        self.clients.remove(&id);
+        self.input(Input::Session(SessionEvent::Disconnected(id)));
     }
 
     fn random_client(&mut self) -> Option<ClientId> {
