@@ -16,7 +16,12 @@ use std::time::Duration;
 use toml::Spanned;
 
 mod fields;
+mod http;
+mod locate;
 mod values;
+
+pub use http::{HttpConfig, DEFAULT_HTTP_LISTEN};
+pub use locate::socket_dir_of;
 pub use values::{
     default_socket_dir, env_matches, parse_duration, parse_mode, resolve_group, resolve_user,
     UserInfo,
@@ -97,33 +102,6 @@ pub struct SupervisorConfig {
     /// the Unix sockets (`NAME.http.sock`) only. Only bound when some server has `http = true`.
     pub http: HttpConfig,
 }
-
-/// `[supervisor]`'s `http_*` keys: the Streamable HTTP endpoint (issue 16, README "HTTP").
-#[derive(Debug, Clone, PartialEq)]
-pub struct HttpConfig {
-    /// `http_listen`: the TCP address, `None` for `"off"`. A non-loopback address is refused
-    /// unless `http_allow_remote = true` (issue 16 §1).
-    pub listen: Option<std::net::SocketAddr>,
-    /// `http_allowed_origins`: `Origin` values accepted besides loopback origins
-    /// (`http://localhost:*`, `http://127.0.0.1:*`, `http://[::1]:*`, and https). A request
-    /// with any other `Origin` gets 403 (DNS rebinding, 2025-06-18 transports §Security).
-    pub allowed_origins: Vec<String>,
-    /// `http_allowed_hosts`: `Host` names accepted besides `localhost`, `127.0.0.1` and `[::1]`
-    /// (any port). Others get 403 on TCP. Ignored on the Unix sockets.
-    pub allowed_hosts: Vec<String>,
-    /// `http_session_idle`: a handshake-era HTTP session with no request and no open stream
-    /// for this long is ended (its next request gets 404). Default 30 min.
-    pub session_idle: Duration,
-    /// `http_max_sessions`: handshake-era sessions per server; more `initialize` get 503.
-    /// Default 256.
-    pub max_sessions: usize,
-    /// `http_max_requests`: 2026-07-28 requests (each its own POST) open at once per server;
-    /// more get 503. Default 256.
-    pub max_requests: usize,
-}
-
-/// The default `http_listen`.
-pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:8931";
 
 /// Whose roots a shared child sees (issue 13 §3, K28; README "Roots").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -443,50 +421,6 @@ fn read(path: &Path) -> Result<String, ConfigError> {
     })
 }
 
-/// The `socket_dir` a file names, found even when the file is otherwise invalid (so the
-/// operator verbs can reach a daemon whose file was broken after it started, and `reload` can
-/// report the error from the daemon's side). Falls back to a line scan of `[supervisor]` when
-/// the TOML does not parse, then to the default. Errors only when the file cannot be read.
-pub fn socket_dir_of(path: &Path) -> Result<PathBuf, ConfigError> {
-    let text = read(path)?;
-    if let Ok(c) = parse(path, &text) {
-        return Ok(c.supervisor.socket_dir);
-    }
-    let named = match toml::from_str::<toml::Table>(&text) {
-        Ok(t) => t
-            .get("supervisor")
-            .and_then(|s| s.get("socket_dir"))
-            .and_then(|d| d.as_str())
-            .map(str::to_string),
-        Err(_) => {
-            let mut in_supervisor = false;
-            let mut found = None;
-            for line in text.lines().map(str::trim) {
-                if line.starts_with('[') {
-                    in_supervisor =
-                        line.trim_matches(|c| c == '[' || c == ']').trim() == "supervisor";
-                } else if in_supervisor {
-                    if let Some((k, v)) = line.split_once('=') {
-                        if k.trim() == "socket_dir" {
-                            found = toml::from_str::<toml::Table>(&format!("v = {}", v.trim()))
-                                .ok()
-                                .and_then(|t| {
-                                    t.get("v").and_then(|v| v.as_str()).map(str::to_string)
-                                });
-                        }
-                    }
-                }
-            }
-            found
-        }
-    };
-    Ok(match named {
-        Some(d) if Path::new(&d).is_relative() => path.parent().unwrap_or(Path::new(".")).join(d),
-        Some(d) => PathBuf::from(d),
-        None => default_socket_dir(),
-    })
-}
-
 /// Validates TOML text; `path` names the file in errors and anchors a relative `socket_dir`.
 pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
     let v = Validator { path, text };
@@ -687,53 +621,6 @@ impl Validator<'_> {
             operator_uids: raw.operator_uids.clone().unwrap_or_default(),
             client_memory: raw.client_memory.unwrap_or(256 << 20),
             operator_gids: raw.operator_gids.clone().unwrap_or_default(),
-        })
-    }
-
-    fn http(&self, raw: &RawSupervisor) -> Result<HttpConfig, ConfigError> {
-        let listen = match &raw.http_listen {
-            Some(a) if a.get_ref() == "off" => None,
-            Some(a) => {
-                let addr: std::net::SocketAddr = a.get_ref().parse().map_err(|e| {
-                    self.err(
-                        a.span(),
-                        "supervisor.http_listen",
-                        &format!(
-                            "`{}` is not host:port ({e}); write e.g. \"127.0.0.1:8931\", or \"off\"",
-                            a.get_ref()
-                        ),
-                    )
-                })?;
-                if !addr.ip().is_loopback() && raw.http_allow_remote != Some(true) {
-                    return Err(self.err(
-                        a.span(),
-                        "supervisor.http_listen",
-                        &format!(
-                            "{addr} is not a loopback address: set http_allow_remote = true to serve MCP beyond this host (a bearer token is still required)"
-                        ),
-                    ));
-                }
-                Some(addr)
-            }
-            None => DEFAULT_HTTP_LISTEN.parse().ok(),
-        };
-        let positive = |v: &Option<Spanned<usize>>, key: &str, fallback: usize| match v {
-            Some(n) if *n.get_ref() == 0 => Err(self.err(n.span(), key, "must be greater than 0")),
-            Some(n) => Ok(*n.get_ref()),
-            None => Ok(fallback),
-        };
-        Ok(HttpConfig {
-            listen,
-            allowed_origins: raw.http_allowed_origins.clone().unwrap_or_default(),
-            allowed_hosts: raw.http_allowed_hosts.clone().unwrap_or_default(),
-            session_idle: self.duration(
-                "supervisor.http_session_idle",
-                &raw.http_session_idle,
-                &None,
-                Duration::from_secs(30 * 60),
-            )?,
-            max_sessions: positive(&raw.http_max_sessions, "supervisor.http_max_sessions", 256)?,
-            max_requests: positive(&raw.http_max_requests, "supervisor.http_max_requests", 256)?,
         })
     }
 

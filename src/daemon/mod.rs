@@ -41,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
+mod http;
 mod sockets;
 use sockets::{accept_loop, control_loop, SessionParams, Shared};
 pub use sockets::{
@@ -193,80 +194,6 @@ impl Daemon {
                 http,
             },
         );
-    }
-
-    /// Server `cfg`'s HTTP endpoint, when `http = true`: its token for the TCP side, and
-    /// `NAME.http.sock` with its accept loop (stopped by the returned token, a child of
-    /// `accept`). A failure is logged and leaves the server without that part: the
-    /// newline-JSON socket and `attach` never depend on HTTP.
-    fn start_http(
-        &mut self,
-        cfg: &ServerConfig,
-        accept: &CancellationToken,
-    ) -> Option<(PathBuf, CancellationToken)> {
-        if !cfg.http {
-            self.front.set_token(&cfg.name, None);
-            return None;
-        }
-        match crate::http::access::ensure_token(&self.dir, cfg) {
-            Ok(t) => self.front.set_token(&cfg.name, Some(t)),
-            Err(e) => {
-                self.front.set_token(&cfg.name, None);
-                error!(server = %cfg.name, error = %format!("{e:#}"), "no HTTP bearer token: the TCP endpoint refuses this server's requests");
-            }
-        }
-        let path = crate::http::url::unix_socket_path(&self.dir, &cfg.name);
-        let listener = match bind_socket(&path, self.perms) {
-            Ok(l) => l,
-            Err(e) => {
-                error!(server = %cfg.name, socket = %path.display(), error = %format!("{e:#}"), "cannot bind the HTTP Unix socket");
-                return None;
-            }
-        };
-        let stop = accept.child_token();
-        info!(server = %cfg.name, socket = %path.display(), "serving Streamable HTTP on the Unix socket");
-        self.tracker.spawn(sockets::http_accept_loop(
-            listener,
-            cfg.name.clone(),
-            self.front.clone(),
-            self.shared.clone(),
-            stop.clone(),
-            self.tracker.clone(),
-        ));
-        Some((path, stop))
-    }
-
-    /// Binds the HTTP endpoint's TCP side once some server has `http = true` and
-    /// `http_listen` is not `"off"`, and writes the bound address to `<socket_dir>/http.addr`
-    /// (for `mcp-supervisor url`). Errors: the address cannot be bound.
-    async fn ensure_http_listener(&mut self) -> Result<()> {
-        let wanted = self.config.servers.values().any(|c| c.http);
-        let Some(addr) = self
-            .config
-            .supervisor
-            .http
-            .listen
-            .filter(|_| wanted && !self.http_tcp)
-        else {
-            return Ok(());
-        };
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen for HTTP on {addr} (http_listen)"))?;
-        let bound = listener.local_addr().unwrap_or(addr);
-        let file = self.dir.join(crate::http::url::ADDR_FILE);
-        if let Err(e) = std::fs::write(&file, format!("{bound}\n")) {
-            warn!(path = %file.display(), error = %e, "cannot write the HTTP address file");
-        }
-        info!(addr = %bound, "serving Streamable HTTP at http://{bound}/mcp/NAME");
-        self.http_tcp = true;
-        self.tracker.spawn(crate::http::serve_tcp(
-            listener,
-            self.front.clone(),
-            self.accepting.clone(),
-            self.tracker.clone(),
-        ));
-        Ok(())
     }
 
     /// Stops a server removed from the configuration: no more accepts, socket removed, child
@@ -425,13 +352,7 @@ impl Daemon {
         self.front.set_settings(new.supervisor.http.clone());
         // Tokens are read again, so a deleted (or rewritten) token file rotates the token.
         for cfg in new.servers.values().filter(|c| c.http) {
-            match crate::http::access::ensure_token(&self.dir, cfg) {
-                Ok(t) => self.front.set_token(&cfg.name, Some(t)),
-                Err(e) => {
-                    self.front.set_token(&cfg.name, None);
-                    error!(server = %cfg.name, error = %format!("{e:#}"), "no HTTP bearer token: the TCP endpoint refuses this server's requests");
-                }
-            }
+            self.load_token(cfg);
         }
         self.config = new;
         if let Err(e) = self.ensure_http_listener().await {

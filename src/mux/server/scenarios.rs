@@ -721,7 +721,8 @@ fn case_k26_an_http_requests_round_outlives_its_client_and_the_next_request_resu
     let r = responses(&sim, a).pop().unwrap_or(Value::Null);
     assert_eq!(r["result"]["resultType"], "input_required", "{r}");
     let state = r["result"]["requestState"].clone();
-    sim.leave(a);
+    sim.clients.remove(&a);
+    sim.input(Input::Session(SessionEvent::Disconnected(a)));
     let cancelled = |sim: &Sim| {
         written_to_child(sim).iter().any(|v| {
             v["method"] == "notifications/cancelled" && v["params"]["requestId"] == json!(call.id)

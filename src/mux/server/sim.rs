@@ -172,8 +172,7 @@ impl Sim {
         self.connect_via(Default::default())
     }
 
-    /// Connects a client that reached the actor by `transport` (an HTTP request's client,
-    /// for the scenarios of issue 16).
+    /// Connects a client that came by `transport` (issue 16's scenarios).
     pub(super) fn connect_via(&mut self, transport: crate::mux::session::Transport) -> ClientId {
         let id = ClientId(1_000_000 + self.next_client);
         self.next_client += 1;
@@ -205,12 +204,6 @@ impl Sim {
             },
         )));
         id
-    }
-
-    /// Client `id` leaves (its connection closed, or its HTTP request ended).
-    pub(super) fn leave(&mut self, id: ClientId) {
-        self.clients.remove(&id);
-        self.input(Input::Session(SessionEvent::Disconnected(id)));
     }
 
     fn random_client(&mut self) -> Option<ClientId> {

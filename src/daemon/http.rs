@@ -1,0 +1,86 @@
+//! The daemon's side of the HTTP endpoint (issue 16): each server's `NAME.http.sock` and
+//! token, and the TCP listener shared by every server.
+
+use super::*;
+
+impl Daemon {
+    /// Server `cfg`'s HTTP endpoint, when `http = true`: its token for the TCP side, and
+    /// `NAME.http.sock` with its accept loop (stopped by the returned token, a child of
+    /// `accept`). A failure is logged and leaves the server without that part: the
+    /// newline-JSON socket and `attach` never depend on HTTP.
+    pub(super) fn start_http(
+        &mut self,
+        cfg: &ServerConfig,
+        accept: &CancellationToken,
+    ) -> Option<(PathBuf, CancellationToken)> {
+        if !cfg.http {
+            self.front.set_token(&cfg.name, None);
+            return None;
+        }
+        self.load_token(cfg);
+        let path = crate::http::url::unix_socket_path(&self.dir, &cfg.name);
+        let listener = match bind_socket(&path, self.perms) {
+            Ok(l) => l,
+            Err(e) => {
+                error!(server = %cfg.name, socket = %path.display(), error = %format!("{e:#}"), "cannot bind the HTTP Unix socket");
+                return None;
+            }
+        };
+        let stop = accept.child_token();
+        info!(server = %cfg.name, socket = %path.display(), "serving Streamable HTTP on the Unix socket");
+        self.tracker.spawn(sockets::http_accept_loop(
+            listener,
+            cfg.name.clone(),
+            self.front.clone(),
+            self.shared.clone(),
+            stop.clone(),
+            self.tracker.clone(),
+        ));
+        Some((path, stop))
+    }
+
+    /// Binds the HTTP endpoint's TCP side once some server has `http = true` and
+    /// `http_listen` is not `"off"`, and writes the bound address to `<socket_dir>/http.addr`
+    /// (for `mcp-supervisor url`). Errors: the address cannot be bound.
+    pub(super) async fn ensure_http_listener(&mut self) -> Result<()> {
+        let wanted = self.config.servers.values().any(|c| c.http);
+        let Some(addr) = self
+            .config
+            .supervisor
+            .http
+            .listen
+            .filter(|_| wanted && !self.http_tcp)
+        else {
+            return Ok(());
+        };
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen for HTTP on {addr} (http_listen)"))?;
+        let bound = listener.local_addr().unwrap_or(addr);
+        let file = self.dir.join(crate::http::url::ADDR_FILE);
+        if let Err(e) = std::fs::write(&file, format!("{bound}\n")) {
+            warn!(path = %file.display(), error = %e, "cannot write the HTTP address file");
+        }
+        info!(addr = %bound, "serving Streamable HTTP at http://{bound}/mcp/NAME");
+        self.http_tcp = true;
+        self.tracker.spawn(crate::http::serve_tcp(
+            listener,
+            self.front.clone(),
+            self.accepting.clone(),
+            self.tracker.clone(),
+        ));
+        Ok(())
+    }
+
+    /// Reads (or creates) server `cfg`'s bearer token into the front; on failure the TCP
+    /// endpoint refuses that server's requests, and says why in the log.
+    pub(super) fn load_token(&self, cfg: &ServerConfig) {
+        match crate::http::access::ensure_token(&self.dir, cfg) {
+            Ok(t) => self.front.set_token(&cfg.name, Some(t)),
+            Err(e) => {
+                self.front.set_token(&cfg.name, None);
+                error!(server = %cfg.name, error = %format!("{e:#}"), "no HTTP bearer token: the TCP endpoint refuses this server's requests");
+            }
+        }
+    }
+}
