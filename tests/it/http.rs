@@ -770,3 +770,45 @@ fn url_prints_the_endpoint_token_and_client_snippets() {
     assert_eq!(out.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&out.stderr).contains("http = true"));
 }
+
+/// `http` turned on and off by reload: the Unix socket, the token and the TCP path follow,
+/// and the child is never restarted for it.
+#[test]
+fn http_is_turned_on_and_off_by_reload_without_restarting_the_child() {
+    let s = HttpSup::start(&format!(
+        "{}{}",
+        fake_server("f", &[], "http = true"),
+        fake_server("g", &[], "")
+    ));
+    let mut g = s.sup.client("g");
+    let g_pid = Client::text(&g.call(json!(1), "pid", json!({})));
+    let g_sock = s.sup.dir.path().join("run/g.http.sock");
+    let f_sock = s.sup.dir.path().join("run/f.http.sock");
+    assert!(!g_sock.exists());
+    let cfg = std::fs::read_to_string(&s.sup.config).unwrap();
+    let cfg = cfg
+        .replace("http = true", "http = false")
+        .replace("[servers.g]\n", "[servers.g]\nhttp = true\n");
+    std::fs::write(&s.sup.config, cfg).unwrap();
+    let out = std::process::Command::new(SUPERVISOR)
+        .args(["reload", "-c"])
+        .arg(&s.sup.config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(wait_until(Duration::from_secs(10), || g_sock.exists()
+        && !f_sock.exists()));
+    let mut m = call(2, "pid", json!({}));
+    m["params"] = modern(m["params"].clone());
+    let r = s.post("g", &modern_headers("tools/call", Some("pid")), &m);
+    assert_eq!(r.status, 200);
+    assert_eq!(text(&r.json()), g_pid, "the same child: no restart");
+    let r = s.post("f", &modern_headers("tools/call", Some("pid")), &m);
+    // f has no HTTP endpoint any more: refused like an unknown name (no token to check).
+    assert_eq!(r.status, 401);
+    assert_eq!(Client::text(&g.call(json!(3), "pid", json!({}))), g_pid);
+}
