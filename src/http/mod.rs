@@ -322,7 +322,7 @@ async fn post(
             StatusCode::NOT_ACCEPTABLE,
             None,
             code::INVALID_REQUEST,
-            "Not Acceptable: the client must accept both application/json and text/event-stream",
+            "Not Acceptable: the client must accept application/json (and text/event-stream for streamed answers)",
         );
     }
     let is_batch = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
@@ -486,10 +486,12 @@ fn accept_has(headers: &HeaderMap, what: &str) -> bool {
     })
 }
 
-/// A POST may be answered with JSON or SSE: the client must accept both (2025-03-26
-/// transports §Sending Messages; a missing `Accept` gets 406 as from both official SDKs).
+/// A POST is answered with SSE when the client accepts it (every SDK client does), else
+/// with one JSON body; a client that accepts no JSON gets 406, as does one with no `Accept`
+/// (both official SDKs answer 406 there; 2025-03-26 transports §Sending Messages asks
+/// clients to list both types).
 fn accepts_json_post(headers: &HeaderMap) -> bool {
-    accept_has(headers, "application/json") && accept_has(headers, "text/event-stream")
+    accept_has(headers, "application/json")
 }
 
 /// Whether the answer may be an SSE stream.

@@ -70,7 +70,8 @@ fn accept_header_rules() {
     assert!(accepts_json_post(&h("*/*")));
     assert!(!accepts_json_post(&HeaderMap::new()));
     assert!(accepts_json_post(&h("application/*, text/*")));
-    assert!(!accepts_json_post(&h("application/json")));
+    assert!(accepts_json_post(&h("application/json")));
+    assert!(!accepts_json_post(&h("text/event-stream")));
     assert!(!accepts_json_post(&h("text/html")));
     assert!(accepts_sse(&h("text/event-stream;q=0.9, application/json")));
     assert!(!accepts_sse(&h("application/json")));

@@ -539,6 +539,19 @@ fn http_2026_requests_are_checked_against_their_headers() {
         );
         assert_eq!(r.status, 405, "{verb}");
     }
+    // A client that accepts only JSON gets one JSON body; one that accepts no JSON, 406.
+    let mut h = modern_headers("tools/call", Some("echo"));
+    h.push(("Accept", "application/json"));
+    let auth_h = ("Authorization", auth.as_str());
+    h.push(auth_h);
+    let r = request(&s.tcp(), "POST", "/mcp/f", &h, &m.to_string());
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(text(&r.json()), "x");
+    let mut h = modern_headers("tools/call", Some("echo"));
+    h.push(("Accept", "text/event-stream"));
+    h.push(auth_h);
+    let r = request(&s.tcp(), "POST", "/mcp/f", &h, &m.to_string());
+    assert_eq!(r.status, 406);
     // Garbage: 400 with -32700, and the endpoint still serves.
     let r = request(
         &s.tcp(),
@@ -590,8 +603,23 @@ fn http_session_streams_progress_server_requests_and_ends_on_delete() {
     let last = evs.last().unwrap();
     assert!(text(last).starts_with("confirmed:"), "{last}");
     assert!(text(last).contains("accept"), "{last}");
-    // DELETE ends it; its id is then unknown (404).
+    // A session client that accepts only JSON gets its answer as one JSON body.
     let auth = format!("Bearer {}", s.token("f"));
+    let mut hj = h.to_vec();
+    hj.extend([
+        ("Accept", "application/json"),
+        ("Authorization", auth.as_str()),
+    ]);
+    let r = request(
+        &s.tcp(),
+        "POST",
+        "/mcp/f",
+        &hj,
+        &call(8, "echo", json!({"text": "json"})).to_string(),
+    );
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(text(&r.json()), "json");
+    // DELETE ends it; its id is then unknown (404).
     let r = request(
         &s.tcp(),
         "DELETE",
