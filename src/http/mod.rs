@@ -290,32 +290,9 @@ async fn post(
     body: Body,
 ) -> Response {
     let cfg = entry.cfg.clone();
-    let body = match http_body_util::Limited::new(body, cfg.max_message_size)
-        .collect()
-        .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
-            let too_big = e
-                .downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some();
-            return if too_big {
-                rpc_error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    None,
-                    code::INVALID_REQUEST,
-                    &format!(
-                        "the body exceeds max_message_size ({} bytes)",
-                        cfg.max_message_size
-                    ),
-                )
-            } else {
-                plain(
-                    StatusCode::BAD_REQUEST,
-                    "the request body could not be read",
-                )
-            };
-        }
+    let body = match read_body(body, cfg.max_message_size, cfg.client_stall_timeout).await {
+        Ok(b) => b,
+        Err(refusal) => return refusal,
     };
     if !accepts_json_post(&headers) {
         return rpc_error(
@@ -421,6 +398,53 @@ async fn post(
         code::INVALID_REQUEST,
         "Bad Request: Mcp-Session-Id header is required (send initialize first, or use protocol version 2026-07-28 with its per-request _meta)",
     )
+}
+
+/// Reads a POST body of at most `max` bytes (413 beyond), with at most `stall` between two
+/// pieces of it (408 after: a client that stops mid-body cannot hold the connection, as
+/// `client_stall_timeout` does on the socket).
+async fn read_body(body: Body, max: usize, stall: Duration) -> Result<Bytes, Response> {
+    let mut body = http_body_util::Limited::new(body, max);
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        match tokio::time::timeout(stall, body.frame()).await {
+            Err(_) => {
+                return Err(rpc_error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    None,
+                    code::INVALID_REQUEST,
+                    &format!(
+                        "no byte of the body for {:.0} s (client_stall_timeout)",
+                        stall.as_secs_f64()
+                    ),
+                ))
+            }
+            Ok(None) => return Ok(buf.freeze()),
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    buf.extend_from_slice(&data);
+                }
+            }
+            Ok(Some(Err(e))) => {
+                let too_big = e
+                    .downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some();
+                return Err(if too_big {
+                    rpc_error(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        None,
+                        code::INVALID_REQUEST,
+                        &format!("the body exceeds max_message_size ({max} bytes)"),
+                    )
+                } else {
+                    plain(
+                        StatusCode::BAD_REQUEST,
+                        "the request body could not be read",
+                    )
+                });
+            }
+        }
+    }
 }
 
 /// Whether a POST is a 2026-07-28 one: a message carries the per-request `_meta` envelope

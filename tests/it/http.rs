@@ -840,3 +840,37 @@ fn http_is_turned_on_and_off_by_reload_without_restarting_the_child() {
     assert_eq!(r.status, 401);
     assert_eq!(Client::text(&g.call(json!(3), "pid", json!({}))), g_pid);
 }
+
+/// A POST body over `max_message_size` is 413; one that stops arriving is 408 after
+/// `client_stall_timeout`; the endpoint keeps serving.
+#[test]
+fn http_bodies_are_bounded_in_size_and_in_time() {
+    let s = HttpSup::start(&fake_server(
+        "f",
+        &[],
+        "http = true\nmax_message_size = 2048\nclient_stall_timeout = \"300ms\"",
+    ));
+    let big = call(1, "echo", json!({"text": "x".repeat(4096)}));
+    let r = s.post("f", &[], &big);
+    assert_eq!(r.status, 413);
+    assert_eq!(r.json()["error"]["code"], -32600);
+    // Half a body, then silence.
+    let auth = format!("Bearer {}", s.token("f"));
+    let mut c = std::net::TcpStream::connect(&s.addr).unwrap();
+    let head = format!(
+        "POST /mcp/f HTTP/1.1\r\nHost: {}\r\nAuthorization: {auth}\r\nAccept: application/json\r\nContent-Length: 100\r\n\r\n{{\"jsonrpc\"",
+        s.addr
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut answer = String::new();
+    let _ = c.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    let sid = s.session("f");
+    let r = s.post(
+        "f",
+        &[("Mcp-Session-Id", &sid)],
+        &call(2, "echo", json!({"text": "still"})),
+    );
+    assert_eq!(text(&r.json()), "still");
+}
