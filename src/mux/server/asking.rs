@@ -3,7 +3,7 @@
 //! 2026 client receives them only inside an `input_required` result (MRTR, protocol.md §5).
 //! So when the owner rule picks a 2026 client whose `tools/call`, `prompts/get` or
 //! `resources/read` is in flight, that request is *parked*: the client gets
-//! `{"resultType":"input_required","inputRequests":{..},"requestState":"mcp-supervisor:N"}`,
+//! `{"resultType":"input_required","inputRequests":{..},"requestState":"mcp-supervisor:N.SECRET"}`,
 //! the child's request stays open, and the child's own request keeps running. When the client
 //! retries with `inputResponses` and that `requestState`, each answer goes back to the child
 //! under the child's id, and the retry becomes the owner of the original request: the child's
@@ -53,6 +53,9 @@ pub(super) struct Parked {
     queued: Vec<Ask>,
     /// The child's final response, when it came while the request was parked.
     last: Option<Message>,
+    /// Random, in the `requestState` only: a round cannot be continued by guessing its number
+    /// (a detached round may be continued by any 2026-07-28 HTTP request of the server).
+    secret: u64,
 }
 
 impl Server {
@@ -102,6 +105,7 @@ impl Server {
         let (client, id) = (*client, id.clone());
         let round = self.next_round;
         self.next_round += 1;
+        let secret = rand::Rng::gen::<u64>(&mut self.rng);
         let key = Some((client, format!("{STATE_PREFIX}{round}")));
         let deadline = self.now + self.cfg.request_timeout;
         let pending = Pending {
@@ -120,6 +124,7 @@ impl Server {
                 asked: Vec::new(),
                 queued: vec![ask],
                 last: None,
+                secret,
             },
         );
         self.deliver_round(round, &id);
@@ -145,7 +150,7 @@ impl Server {
         let result = json!({
             "resultType": "input_required",
             "inputRequests": requests,
-            "requestState": format!("{STATE_PREFIX}{round}"),
+            "requestState": format!("{STATE_PREFIX}{round}.{:016x}", p.secret),
         });
         let line = message::result_response(id, &result);
         self.respond(client, id, line, Outcome::Ok, None);
@@ -169,10 +174,13 @@ impl Server {
             .clients
             .get(&client)
             .is_some_and(|c| c.peer.transport == Transport::HttpRequest);
+        let (n, secret) = n.split_once('.').unwrap_or((n, ""));
+        let secret = u64::from_str_radix(secret, 16).ok();
         let round = n.parse::<u64>().ok().filter(|r| {
-            self.parked
-                .get(r)
-                .is_some_and(|p| p.client == client || (stateless && p.client == DETACHED))
+            self.parked.get(r).is_some_and(|p| {
+                Some(p.secret) == secret
+                    && (p.client == client || (stateless && p.client == DETACHED))
+            })
         });
         let Some(round) = round else {
             let msg = format!(

@@ -737,6 +737,22 @@ fn case_k26_an_http_requests_round_outlives_its_client_and_the_next_request_resu
     );
     let r = responses(&sim, s).pop().unwrap_or(Value::Null);
     assert_eq!(r["error"]["code"], -32602, "{r}");
+    // Another HTTP request with a guessed secret is refused too.
+    let guessed = state.as_str().map(|t| {
+        let (round, _) = t.rsplit_once('.').unwrap_or((t, ""));
+        format!("{round}.0000000000000000")
+    });
+    let g = sim.connect_via(Transport::HttpRequest);
+    sim.send(
+        g,
+        &modern_call(
+            g,
+            "y",
+            json!({"requestState": guessed, "inputResponses": {}}),
+        ),
+    );
+    let r = responses(&sim, g).pop().unwrap_or(Value::Null);
+    assert_eq!(r["error"]["code"], -32602, "{r}");
     // The retry, from another HTTP request's client.
     let b = sim.connect_via(Transport::HttpRequest);
     let roots = json!({"roots": [{"uri": "file:///b", "name": "b"}]});
