@@ -352,12 +352,7 @@ async fn post(
     }
     if let Some(sid) = header_str(&headers, SESSION_HEADER) {
         let Some(s) = session::find(front, &entry.cfg.name, sid) else {
-            return rpc_error(
-                StatusCode::NOT_FOUND,
-                None,
-                code::REQUEST_TIMEOUT,
-                "Session not found: it ended (DELETE, idle expiry or restart); initialize again",
-            );
+            return session::not_found();
         };
         if let Some(bad) = bad_handshake_version(&headers) {
             return bad;

@@ -136,12 +136,7 @@ pub(super) fn get(front: &Front, server: &str, headers: &HeaderMap) -> Response 
         );
     };
     let Some(s) = find(front, server, sid) else {
-        return rpc_error(
-            StatusCode::NOT_FOUND,
-            None,
-            code::REQUEST_TIMEOUT,
-            "Session not found",
-        );
+        return not_found();
     };
     if !accepts_sse(headers) {
         return rpc_error(
@@ -190,17 +185,23 @@ pub(super) async fn delete(front: &Front, server: &str, headers: &HeaderMap) -> 
         return method_not_allowed("DELETE needs an Mcp-Session-Id (2026-07-28 has no sessions)");
     };
     let Some(s) = find(front, server, sid) else {
-        return rpc_error(
-            StatusCode::NOT_FOUND,
-            None,
-            code::REQUEST_TIMEOUT,
-            "Session not found",
-        );
+        return not_found();
     };
     info!(server = %s.server, session = %s.id, "HTTP session deleted by the client");
     s.ended.cancel();
     let _ = s.events.send(SessionEvent::Disconnected(s.client)).await;
     StatusCode::OK.into_response()
+}
+
+/// A request naming a session that is not open: 404 with -32001, as the TypeScript SDK
+/// answers (2025-03-26 transports: the client must then initialize again without the id).
+pub(super) fn not_found() -> Response {
+    rpc_error(
+        StatusCode::NOT_FOUND,
+        None,
+        code::REQUEST_TIMEOUT,
+        "Session not found: it ended (DELETE, idle expiry or restart); initialize again",
+    )
 }
 
 fn method_not_allowed(text: &'static str) -> Response {

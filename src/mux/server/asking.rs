@@ -350,13 +350,7 @@ impl Server {
     /// rounds are kept, owned by [`DETACHED`], for any such client presenting the
     /// `requestState` (the parked request's deadline still bounds them).
     pub(super) fn detach_rounds_of(&mut self, client: ClientId) {
-        let mine: Vec<u64> = self
-            .parked
-            .iter()
-            .filter(|(_, p)| p.client == client)
-            .map(|(r, _)| *r)
-            .collect();
-        for round in mine {
+        for round in self.rounds_of(client) {
             let Some(p) = self.parked.get_mut(&round) else {
                 continue;
             };
@@ -371,15 +365,18 @@ impl Server {
         }
     }
 
-    /// Rounds of a client that left.
-    pub(super) fn drop_rounds_of(&mut self, client: ClientId) {
-        let mine: Vec<u64> = self
-            .parked
+    /// The rounds `client` was asked in.
+    fn rounds_of(&self, client: ClientId) -> Vec<u64> {
+        self.parked
             .iter()
             .filter(|(_, p)| p.client == client)
             .map(|(r, _)| *r)
-            .collect();
-        for r in mine {
+            .collect()
+    }
+
+    /// Rounds of a client that left.
+    pub(super) fn drop_rounds_of(&mut self, client: ClientId) {
+        for r in self.rounds_of(client) {
             // Its in-flight entries, the parked ones included, were cancelled already.
             self.drop_round(r, "the client that was asked disconnected", true, false);
         }
