@@ -25,4 +25,5 @@ pub mod jsonrpc;
 pub mod logging;
 pub mod mux;
 pub mod observe;
+pub mod reaper;
 pub mod systemd;

@@ -18,10 +18,12 @@ use toml::Spanned;
 mod fields;
 mod http;
 mod locate;
+mod logs;
 mod values;
 
 pub use http::{HttpConfig, DEFAULT_HTTP_LISTEN};
 pub use locate::socket_dir_of;
+pub use logs::LogFormat;
 pub use values::{
     default_socket_dir, env_matches, parse_duration, parse_mode, resolve_group, resolve_user,
     UserInfo,
@@ -101,6 +103,12 @@ pub struct SupervisorConfig {
     /// `http = true`, each at `/mcp/NAME`. Default `127.0.0.1:8931`; `"off"` serves HTTP on
     /// the Unix sockets (`NAME.http.sock`) only. Only bound when some server has `http = true`.
     pub http: HttpConfig,
+    /// `log_format`: `"auto"` (default), `"text"`, `"json"` or `"journal"` (issue 17 §3).
+    pub log_format: LogFormat,
+    /// `subreaper`: outside a PID namespace, become a child subreaper so descendants that
+    /// leave a child's process group are reparented to us and killed with it (issue 17 §1).
+    /// Default true; as PID 1 it does not apply (every orphan comes to PID 1).
+    pub subreaper: bool,
 }
 
 /// Whose roots a shared child sees (issue 13 §3, K28; README "Roots").
@@ -233,6 +241,9 @@ pub struct ServerConfig {
     /// writes it). Default `<socket_dir>/NAME.http.token`, created with a random token, mode
     /// 0600, when missing.
     pub http_token_file: Option<PathBuf>,
+    /// `required = true`: `GET /readyz` answers 503 until this server is ready (issue 17 §2).
+    /// Default false: an optional server's outage never takes the pod out of a Service.
+    pub required: bool,
 }
 
 impl ServerConfig {
@@ -258,6 +269,8 @@ impl ServerConfig {
         // The HTTP endpoint is the daemon's, not the child's (issue 16): no restart for it.
         a.http = other.http;
         a.http_token_file.clone_from(&other.http_token_file);
+        // Readiness is the daemon's too.
+        a.required = other.required;
         a == *other
     }
 }
@@ -319,6 +332,8 @@ struct RawSupervisor {
     http_session_idle: Dur,
     http_max_sessions: Option<Spanned<usize>>,
     http_max_requests: Option<Spanned<usize>>,
+    log_format: Option<Spanned<String>>,
+    subreaper: Option<bool>,
 }
 
 type Dur = Option<Spanned<DurText>>;
@@ -385,6 +400,7 @@ struct RawServer {
     group: Option<Spanned<String>>,
     http: Option<bool>,
     http_token_file: Option<String>,
+    required: Option<bool>,
 }
 
 /// The longest Unix socket path (`sun_path` is 108 bytes including the terminating NUL).
@@ -609,8 +625,11 @@ impl Validator<'_> {
             None => None,
         };
         let http = self.http(raw)?;
+        let log_format = self.log_format(raw)?;
         Ok(SupervisorConfig {
             http,
+            log_format,
+            subreaper: raw.subreaper.unwrap_or(true),
             metrics_listen,
             socket_dir,
             max_clients: raw.max_clients.unwrap_or(256),
@@ -742,6 +761,7 @@ impl Validator<'_> {
                 resolve_group(g).map(|_| ())
             })?,
             http: s.http.or(d.http).unwrap_or(false),
+            required: s.required.or(d.required).unwrap_or(false),
             http_token_file: s
                 .http_token_file
                 .clone()

@@ -57,6 +57,8 @@ pub const RELOAD_WINDOW: Duration = Duration::from_secs(10);
 const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// How long the main loop waits for an actor to take a command during a reload.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// At exit, how long the supervisor waits to reap what it killed last (issue 17 §1).
+const REAP_AT_EXIT: Duration = Duration::from_secs(1);
 
 /// Another supervisor owns this socket directory: `run` exits with code 100 and touches
 /// nothing of the other's.
@@ -465,6 +467,16 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
         warn!(error = %e, "NOTIFY_SOCKET is unusable; not notifying systemd");
         Notifier::default()
     });
+    // Before any child exists: as PID 1 or a subreaper, orphans below us are ours to reap.
+    let role = crate::reaper::setup(config.supervisor.subreaper);
+    if role.adopts() {
+        info!(
+            role = role.as_str(),
+            "reaping orphaned descendants (PID 1 or child subreaper)"
+        );
+    }
+    let sweep = CancellationToken::new();
+    let sweeper = tokio::spawn(crate::reaper::run(sweep.clone()));
     let dir = config.supervisor.socket_dir.clone();
     let perms = SocketPerms::from(&config.supervisor);
     prepare_socket_dir(&dir, perms)?;
@@ -530,6 +542,10 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
     if !control_activated {
         let _ = std::fs::remove_file(control::socket_path(&dir));
     }
+    // Every child has exited; whatever its descendants left (escaped, or adopted) goes now.
+    let _ = tokio::task::spawn_blocking(|| crate::reaper::finish(REAP_AT_EXIT)).await;
+    sweep.cancel();
+    let _ = sweeper.await;
     info!("stopped");
     Ok(())
 }

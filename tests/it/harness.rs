@@ -70,6 +70,10 @@ pub struct Supervisor {
     /// The read end of the supervisor's stderr when nothing reads it
     /// ([`Supervisor::start_with_unread_stderr`]); dropped after the supervisor stopped.
     _unread_stderr: Option<std::process::ChildStderr>,
+    /// Run as PID 1 of a new PID namespace (`unshare --pid --fork --mount-proc`): `child` is
+    /// `unshare`, which blocks SIGTERM and passes the exit code on; signals go to the
+    /// supervisor itself ([`Supervisor::pid`]).
+    namespaced: bool,
 }
 
 impl Supervisor {
@@ -87,6 +91,16 @@ impl Supervisor {
     }
 
     fn start_reading(servers: &str, read_stderr: bool) -> Self {
+        Self::start_as(servers, read_stderr, false)
+    }
+
+    /// Like [`Supervisor::start`], but the supervisor is PID 1 of a new PID namespace, as
+    /// in a container (`unshare --pid --fork --mount-proc`; needs root).
+    pub fn start_in_pid_namespace(servers: &str) -> Self {
+        Self::start_as(servers, true, true)
+    }
+
+    fn start_as(servers: &str, read_stderr: bool, namespaced: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("supervisor.toml");
         let text = format!(
@@ -94,7 +108,7 @@ impl Supervisor {
             dir.path().join("run")
         );
         std::fs::write(&config, text).unwrap();
-        let mut s = Self::spawn(dir, config, &[], read_stderr);
+        let mut s = Self::spawn_as(dir, config, &[], read_stderr, namespaced);
         let names = server_names(servers);
         let ok = wait_until(Duration::from_secs(10), || {
             names.iter().all(|n| s.socket(n).exists())
@@ -117,8 +131,24 @@ impl Supervisor {
         env: &[(&str, &str)],
         read_stderr: bool,
     ) -> Self {
+        Self::spawn_as(dir, config, env, read_stderr, false)
+    }
+
+    fn spawn_as(
+        dir: tempfile::TempDir,
+        config: PathBuf,
+        env: &[(&str, &str)],
+        read_stderr: bool,
+        namespaced: bool,
+    ) -> Self {
         let id = test_id();
-        let mut cmd = Command::new(SUPERVISOR);
+        let mut cmd = if namespaced {
+            let mut c = Command::new("unshare");
+            c.args(["--pid", "--fork", "--mount-proc", SUPERVISOR]);
+            c
+        } else {
+            Command::new(SUPERVISOR)
+        };
         cmd.arg("run")
             .arg("-c")
             .arg(&config)
@@ -143,6 +173,7 @@ impl Supervisor {
                 id,
                 log,
                 _unread_stderr: Some(err),
+                namespaced,
             };
         }
         let sink = log.clone();
@@ -166,6 +197,7 @@ impl Supervisor {
             id,
             log,
             _unread_stderr: None,
+            namespaced,
         }
     }
 
@@ -238,9 +270,22 @@ impl Supervisor {
         c
     }
 
-    /// The supervisor's pid.
+    /// The supervisor's pid (as this test sees it: in a PID namespace, the host's pid of its
+    /// PID 1, which `unshare` forks at once).
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
+        let outer = self.child.as_ref().unwrap().id();
+        if !self.namespaced {
+            return outer;
+        }
+        let mut inner = None;
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                inner = children_of(outer as i32).first().copied();
+                inner.is_some()
+            }),
+            "unshare {outer} has no child"
+        );
+        inner.unwrap() as u32
     }
 
     /// Sends a signal to the supervisor.
@@ -252,6 +297,10 @@ impl Supervisor {
 
     /// SIGTERM, then waits up to 20 s for exit; returns the exit code (SIGKILL on timeout).
     pub fn stop(&mut self) -> Option<i32> {
+        if self.namespaced && self.child.is_some() {
+            let pid = self.pid();
+            return terminate_by(self.child.take()?, pid as i32);
+        }
         terminate(self.child.take()?)
     }
 
@@ -301,9 +350,16 @@ impl Drop for Supervisor {
 
 /// SIGTERM to `child`, then waits up to 20 s for it; returns its exit code (SIGKILL and `None`
 /// on timeout).
-pub fn terminate(mut child: Child) -> Option<i32> {
+pub fn terminate(child: Child) -> Option<i32> {
+    let pid = child.id() as i32;
+    terminate_by(child, pid)
+}
+
+/// SIGTERM to `pid` (the process that handles it: `child` itself, or the supervisor that
+/// `unshare` forked), then like [`terminate`].
+pub fn terminate_by(mut child: Child, pid: i32) -> Option<i32> {
     unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
+        libc::kill(pid, libc::SIGTERM);
     }
     let end = Instant::now() + Duration::from_secs(20);
     loop {
@@ -317,6 +373,24 @@ pub fn terminate(mut child: Child) -> Option<i32> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The children of `pid` (`/proc/PID/task/*/children`).
+pub fn children_of(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in rd.flatten() {
+        let path = t.path().join("children");
+        if let Ok(text) = std::fs::read_to_string(path) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
+        }
+    }
+    out
 }
 
 /// Live processes whose environment holds `MCPSUP_TEST_ID=<id>` (zombies have no readable

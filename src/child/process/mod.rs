@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
 mod identity;
+use crate::reaper;
 use identity::run_as;
 
 /// Bytes of stderr kept as the "stderr tail" (issue 2 §3).
@@ -274,8 +275,17 @@ pub fn spawn(
     events: mpsc::Sender<ChildEvent>,
     tail: StderrTail,
 ) -> Result<ChildHandle, SpawnError> {
-    let mut cmd = command(cfg)?;
-    let mut child = cmd.spawn().map_err(|source| SpawnError {
+    let marker = reaper::marker(&cfg.name, generation);
+    let mut cmd = command(cfg, &marker)?;
+    // The table of pids tokio owns stays locked from the fork until the pid is in it, so the
+    // orphan sweep never reaps this child, even if it dies at once (src/reaper.rs).
+    let mut owned = reaper::spawn_guard();
+    let spawned = cmd.spawn();
+    if let Some(pid) = spawned.as_ref().ok().and_then(|c| c.id()) {
+        owned.insert(pid as i32);
+    }
+    drop(owned);
+    let mut child = spawned.map_err(|source| SpawnError {
         command: cfg.command.clone(),
         source,
         // Blame the working directory when it is the problem, not the command (issue 14 Why 6).
@@ -296,9 +306,15 @@ pub fn spawn(
             cwd: None,
         });
     };
+    // The leader's start time bounds the search for its descendants (reaper::marked).
+    let since = reaper::stat(pid as i32).map_or(0, |p| p.start);
     Ok(start_tasks(
         cfg,
-        generation,
+        Instance {
+            generation,
+            marker,
+            since,
+        },
         events,
         tail,
         child,
@@ -307,8 +323,9 @@ pub fn spawn(
 }
 
 /// The command for `cfg`: its own process group, pipes, the environment (`clean_env`,
-/// `env_allow`, never the plumbing variables), the working directory and the identity.
-fn command(cfg: &ServerConfig) -> Result<Command, SpawnError> {
+/// `env_allow`, never the plumbing variables, always the instance `marker` as
+/// [`reaper::MARKER_VAR`]), the working directory and the identity.
+fn command(cfg: &ServerConfig, marker: &str) -> Result<Command, SpawnError> {
     let mut cmd = Command::new(&cfg.command);
     cmd.args(&cfg.args)
         .stdin(Stdio::piped())
@@ -342,6 +359,7 @@ fn command(cfg: &ServerConfig) -> Result<Command, SpawnError> {
         }
     }
     cmd.envs(&cfg.env);
+    cmd.env(reaper::MARKER_VAR, marker);
     if let Some(cwd) = &cfg.cwd {
         cmd.current_dir(cwd);
     }
@@ -367,16 +385,26 @@ type Pipes = (
     tokio::process::ChildStderr,
 );
 
+/// Who an instance is, for finding its descendants ([`reaper::marked`]).
+struct Instance {
+    generation: u64,
+    /// Its [`reaper::MARKER_VAR`] value.
+    marker: String,
+    /// The leader's start time (clock ticks since boot; 0 when unknown).
+    since: u64,
+}
+
 /// Starts the four tasks of a spawned instance (stdin writer, stdout reader, stderr drain,
 /// watcher) and returns its handle.
 fn start_tasks(
     cfg: &ServerConfig,
-    generation: u64,
+    instance: Instance,
     events: mpsc::Sender<ChildEvent>,
     tail: StderrTail,
     mut child: tokio::process::Child,
     (pid, stdin, stdout, stderr): Pipes,
 ) -> ChildHandle {
+    let generation = instance.generation;
     let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
     let (urgent_tx, urgent_rx) = mpsc::channel(STDIN_QUEUE);
     let (stop_tx, stop_rx) = oneshot::channel();
@@ -417,9 +445,15 @@ fn start_tasks(
         stop_grace: cfg.stop_grace,
         kill_timeout: cfg.kill_timeout,
     };
+    let watched = Watched {
+        server: server.clone(),
+        pid,
+        marker: instance.marker,
+        since: instance.since,
+    };
     tokio::spawn(tracing::Instrument::instrument(
         async move {
-            let exit = watch(&mut child, pid, stop_rx, close_tx, ladder).await;
+            let exit = watch(&mut child, watched, stop_rx, close_tx, ladder).await;
             // The group is gone, so both pipes reach EOF promptly; the reader's events are queued
             // before this one, so the final response is routed before the exit is handled.
             let settle = async {
@@ -441,19 +475,41 @@ fn start_tasks(
     }
 }
 
-/// Waits for the leader to exit, running the stop ladder when asked (or when the handle is
-/// dropped). Whatever ends the leader, the rest of its group is SIGKILLed at once (R14).
-async fn watch(
-    child: &mut tokio::process::Child,
+/// What the watcher needs to end an instance: its leader (also its process group) and its
+/// marker, for the descendants that left the group.
+struct Watched {
+    server: String,
     pid: u32,
-    stop_rx: oneshot::Receiver<()>,
-    close_stdin: oneshot::Sender<()>,
-    ladder: Ladder,
-) -> Exit {
-    let pgid = Pid::from_raw(pid as i32);
-    let reap = |status: std::io::Result<ExitStatus>, requested: bool| {
-        // ESRCH (nothing left in the group) is success.
-        let _ = killpg(pgid, Signal::SIGKILL);
+    marker: String,
+    since: u64,
+}
+
+impl Watched {
+    /// Sends `sig` to the descendants that left the group (off the runtime's threads: it
+    /// reads `/proc`).
+    async fn signal_escaped(&self, sig: Signal) {
+        let (marker, since, pgid) = (self.marker.clone(), self.since, self.pid as i32);
+        let _ =
+            tokio::task::spawn_blocking(move || reaper::signal_escaped(&marker, since, pgid, sig))
+                .await;
+    }
+
+    /// The leader is gone: tokio has its status (so its pid leaves the owned table), the rest
+    /// of its group is SIGKILLed at once (R14; `ESRCH`, nothing left, is success), and so is
+    /// every descendant that escaped the group (issue 17 §1).
+    async fn reaped(&self, status: std::io::Result<ExitStatus>, requested: bool) -> Exit {
+        reaper::disown(self.pid);
+        let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
+        let (server, marker, since, pgid) = (
+            self.server.clone(),
+            self.marker.clone(),
+            self.since,
+            self.pid as i32,
+        );
+        let _ = tokio::task::spawn_blocking(move || {
+            reaper::kill_escaped(&server, &marker, since, pgid)
+        })
+        .await;
         match status {
             Ok(s) => Exit::from_status(s, requested),
             Err(e) => {
@@ -465,15 +521,28 @@ async fn watch(
                 }
             }
         }
-    };
+    }
+}
+
+/// Waits for the leader to exit, running the stop ladder when asked (or when the handle is
+/// dropped). Whatever ends the leader, the rest of its group and its escaped descendants are
+/// SIGKILLed at once (R14, [`Watched::reaped`]).
+async fn watch(
+    child: &mut tokio::process::Child,
+    me: Watched,
+    stop_rx: oneshot::Receiver<()>,
+    close_stdin: oneshot::Sender<()>,
+    ladder: Ladder,
+) -> Exit {
+    let pgid = Pid::from_raw(me.pid as i32);
     tokio::select! {
-        status = child.wait() => return reap(status, false),
+        status = child.wait() => return me.reaped(status, false).await,
         _ = stop_rx => {}
     }
     let _ = close_stdin.send(());
     debug!("stop: stdin closed, waiting {:?}", ladder.stop_grace);
     if let Ok(status) = tokio::time::timeout(ladder.stop_grace, child.wait()).await {
-        return reap(status, true);
+        return me.reaped(status, true).await;
     }
     info!(
         "stop: no exit {:?} after closing stdin, sending SIGTERM to the process group",
@@ -481,8 +550,9 @@ async fn watch(
     );
     let _ = killpg(pgid, Signal::SIGTERM);
     let _ = killpg(pgid, Signal::SIGCONT);
+    me.signal_escaped(Signal::SIGTERM).await;
     if let Ok(status) = tokio::time::timeout(ladder.kill_timeout, child.wait()).await {
-        return reap(status, true);
+        return me.reaped(status, true).await;
     }
     warn!(
         "stop: no exit {:?} after SIGTERM, sending SIGKILL to the process group",
@@ -490,7 +560,7 @@ async fn watch(
     );
     let _ = killpg(pgid, Signal::SIGKILL);
     let status = child.wait().await;
-    reap(status, true)
+    me.reaped(status, true).await
 }
 
 /// The single writer to the child's stdin: urgent lines first, then queued ones. After taking
