@@ -119,6 +119,16 @@ pub enum Verb {
         #[command(flatten)]
         target: Target,
     },
+    /// Ask the running supervisor's metrics listener (`metrics_listen`) for `GET /healthz`,
+    /// or `GET /readyz` with `--ready`; print the body and exit 0 on 200, else 1. A Docker
+    /// HEALTHCHECK for images without curl.
+    Probe {
+        /// Readiness (`/readyz`) instead of liveness (`/healthz`).
+        #[arg(long)]
+        ready: bool,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Print the last 64 KiB of server NAME's stderr.
     Logs {
         /// The server name.
@@ -172,4 +182,35 @@ pub fn load_config(path: Option<PathBuf>) -> Result<config::Config, i32> {
         eprintln!("mcp-supervisor: invalid configuration: {e}");
         EXIT_CONFIG
     })
+}
+
+/// `GET path` on the metrics listener at `addr` (an unspecified address such as `0.0.0.0` is
+/// asked on loopback) within 5 s: the status code and the body.
+pub fn probe(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut addr = addr;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    let timeout = std::time::Duration::from_secs(5);
+    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut reply = Vec::new();
+    s.take(1 << 20).read_to_end(&mut reply)?;
+    let text = String::from_utf8_lossy(&reply);
+    let bad = || std::io::Error::other(format!("not an HTTP answer: {text:.80}"));
+    let code = text
+        .get(9..12)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(bad)?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    Ok((code, body.to_string()))
 }

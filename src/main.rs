@@ -86,6 +86,32 @@ fn main() {
         Verb::Restart { name, target } => operate(target, Op::Restart { name }, false),
         Verb::Reload { target } => operate(target, Op::Reload, false),
         Verb::Logs { name, target } => operate(target, Op::Logs { name }, false),
+        Verb::Probe { ready, target } => match cli::load_config(target.config) {
+            Err(code) => code,
+            Ok(c) => match c.supervisor.metrics_listen {
+                None => {
+                    eprintln!("mcp-supervisor probe: the configuration has no [supervisor] metrics_listen, where the probes are served");
+                    cli::EXIT_CONFIG
+                }
+                Some(addr) => {
+                    let path = if ready { "/readyz" } else { "/healthz" };
+                    match cli::probe(addr, path) {
+                        Ok((code, body)) => {
+                            print!("{body}");
+                            if code == 200 {
+                                0
+                            } else {
+                                cli::EXIT_FAILED
+                            }
+                        }
+                        Err(e) => {
+                            eprintln!("mcp-supervisor probe: GET {path} on {addr}: {e}");
+                            cli::EXIT_FAILED
+                        }
+                    }
+                }
+            },
+        },
         Verb::Metrics { target } => operate(target, Op::Metrics, false),
         Verb::Url { name, json, target } => match cli::load_config(target.config) {
             Ok(c) => match mcp_supervisor::http::url::endpoint(&c, &name) {

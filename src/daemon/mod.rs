@@ -163,6 +163,7 @@ impl Daemon {
         let path = socket_path(&self.dir, &name);
         let (params, params_rx) = watch::channel(session_limits(&cfg, &self.memory));
         let entry_cfg = Arc::new(cfg.clone());
+        crate::observe::readiness().declare(&name, cfg.required);
         let (handle, task) = server::start(cfg);
         let accept = self.accepting.child_token();
         info!(server = %name, socket = %path.display(), activated, "listening");
@@ -205,6 +206,7 @@ impl Daemon {
             return;
         };
         self.registry.remove(name);
+        crate::observe::readiness().forget(name);
         r.accept.cancel();
         if !r.activated {
             let _ = std::fs::remove_file(&r.path);
@@ -388,6 +390,7 @@ impl Daemon {
         let Some(r) = self.servers.get(name) else {
             return;
         };
+        crate::observe::readiness().declare(name, cfg.required);
         self.registry.insert(
             name,
             Entry {
@@ -641,13 +644,14 @@ impl Daemon {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen for metrics on {addr}"))?;
-            info!(%addr, "serving GET /metrics");
+            info!(%addr, "serving GET /metrics, /healthz and /readyz");
             self.tracker
                 .spawn(crate::observe::serve_http(listener, self.accepting.clone()));
         }
         // A status round trip proves each actor has spawned its child (it spawns before it
         // reads its inbox), so READY=1 means "sockets bound, children spawned" (R1).
         let status_line = summary(&self.registry).await;
+        crate::observe::readiness().set_bound(true);
         self.notifier.ready_with_status(&status_line);
         info!(servers = self.servers.len(), config = %self.config.path.display(), "mcp-supervisor running");
         if self.notifier.enabled() {
@@ -708,6 +712,7 @@ impl Daemon {
     /// Shutdown (F24-F25): stop accepting, stop every child in parallel through its ladder
     /// (a second signal SIGKILLs every group at once), then close connections and sockets.
     async fn shutdown(&mut self, signals: &mut Signals, watchdog: &mut Watchdog) {
+        crate::observe::readiness().set_stopping();
         self.accepting.cancel();
         let mut stops = Vec::new();
         for r in self.servers.values() {

@@ -1,9 +1,10 @@
-//! The `GET /metrics` listener: a minimal, bounded HTTP/1.x responder (connection cap,
-//! timeouts, accept backoff, tracked tasks).
+//! The metrics listener: `GET /metrics`, and the probes `GET /healthz` and `GET /readyz`
+//! (issue 17 §2); a minimal, bounded HTTP/1.x responder (connection cap, timeouts, accept
+//! backoff, tracked tasks).
 
 use super::*;
 
-/// Limits of the `GET /metrics` listener.
+/// Limits of the metrics listener.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct HttpLimits {
     /// Connections served at once; more are answered `503` and closed at once.
@@ -105,6 +106,40 @@ pub(super) async fn serve_http_with(
     tracker.wait().await;
 }
 
+/// The answer to a request line: `GET /metrics` (OpenMetrics text), `GET /healthz` (200
+/// `{"status":"ok"}` whenever this event loop answers; never tied to a child), `GET /readyz`
+/// (200 or 503 with [`super::ready::Report`]'s JSON body), anything else 404. A query string
+/// is ignored; `HEAD` is not served (kubelet and Docker use `GET`).
+pub(super) fn route(line: &[u8]) -> (&'static str, &'static str, String) {
+    let path = line
+        .strip_prefix(b"GET ")
+        .and_then(|rest| rest.split(|b| *b == b' ').next())
+        .map(|target| target.split(|b| *b == b'?').next().unwrap_or_default());
+    const JSON: &str = "application/json";
+    match path {
+        Some(b"/metrics") => (
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics().render(),
+        ),
+        Some(b"/healthz") => ("200 OK", JSON, "{\"status\":\"ok\"}\n".to_string()),
+        Some(b"/readyz") => {
+            let r = super::readiness().report();
+            let status = if r.ready {
+                "200 OK"
+            } else {
+                "503 Service Unavailable"
+            };
+            (status, JSON, format!("{}\n", r.body))
+        }
+        _ => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "served here: GET /metrics, /healthz, /readyz\n".to_string(),
+        ),
+    }
+}
+
 /// Reads one request head (within `timeout`) and answers it (within `timeout` again).
 pub(super) async fn answer_http(mut conn: tokio::net::TcpStream, timeout: std::time::Duration) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -134,20 +169,7 @@ pub(super) async fn answer_http(mut conn: tokio::net::TcpStream, timeout: std::t
         return;
     }
     let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
-    let wanted = line.starts_with(b"GET /metrics ") || line.starts_with(b"GET /metrics?");
-    let (status, ctype, body) = if wanted {
-        (
-            "200 OK",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics().render(),
-        )
-    } else {
-        (
-            "404 Not Found",
-            "text/plain; charset=utf-8",
-            "only GET /metrics is served here\n".to_string(),
-        )
-    };
+    let (status, ctype, body) = route(line);
     let reply = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()

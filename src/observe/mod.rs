@@ -16,7 +16,9 @@ use std::sync::OnceLock;
 
 pub mod histogram;
 mod http;
+pub mod ready;
 pub use http::serve_http;
+pub use ready::readiness;
 
 /// How a request ended. Every request that reaches the supervisor ends in exactly one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -607,6 +609,7 @@ impl ServerMetrics {
         for (g, name) in gauges.iter().zip(STATES) {
             g.set(i64::from(*name == state));
         }
+        readiness().set_state(&s.server, state);
     }
 }
 

@@ -16,4 +16,5 @@ mod lifecycle;
 mod mux;
 mod observe;
 mod ops;
+mod probes;
 mod reaping;
