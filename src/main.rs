@@ -33,7 +33,7 @@ fn main() {
                 Err(code) => code,
                 Ok(cfg) => {
                     // Held until the end of `main`: dropping it writes the queued log lines.
-                    let _log_writer = logging::init();
+                    let _log_writer = logging::init(cfg.supervisor.log_format);
                     let run = runtime().and_then(|rt| rt.block_on(daemon::run(cfg, plumbing)));
                     // The last requests' log lines, still queued for the log thread.
                     logging::requests::flush(std::time::Duration::from_secs(2));

@@ -249,3 +249,25 @@ fn http_keys_default_validate_and_refuse_a_remote_bind_unless_allowed() {
     .unwrap_err();
     assert_eq!(e.key, "supervisor.http_max_sessions");
 }
+
+#[test]
+fn container_keys_log_format_subreaper_and_required() {
+    let c = parse(
+        Path::new("/etc/s.toml"),
+        "[supervisor]\nlog_format = \"json\"\nsubreaper = false\n[defaults]\nrequired = true\n[servers.a]\ncommand = \"x\"\n[servers.b]\ncommand = \"x\"\nrequired = false\n",
+    )
+    .unwrap();
+    assert_eq!(c.supervisor.log_format, LogFormat::Json);
+    assert!(!c.supervisor.subreaper);
+    assert!(c.servers["a"].required && !c.servers["b"].required);
+    let c = parse(Path::new("/etc/s.toml"), "[servers.a]\ncommand = \"x\"\n").unwrap();
+    assert_eq!(c.supervisor.log_format, LogFormat::Auto);
+    assert!(c.supervisor.subreaper && !c.servers["a"].required);
+    let e = bad("[supervisor]\nlog_format = \"xml\"\n");
+    assert_eq!((e.line, e.key.as_str()), (2, "supervisor.log_format"));
+    assert!(e.message.contains("\"json\""), "{e}");
+    // Readiness is the daemon's: changing `required` never restarts the child.
+    let mut b = c.servers["a"].clone();
+    b.required = true;
+    assert!(c.servers["a"].same_child_but_roots(&b));
+}

@@ -1,6 +1,8 @@
-//! Logging setup: journald when our stderr is the journal (`JOURNAL_STREAM` matches stderr's
-//! `dev:ino`, R22), otherwise human-readable text on stderr, with ANSI colours only when stderr
-//! is a terminal (`NO_COLOR` turns them off there too). Level from `RUST_LOG`, default `info`.
+//! Logging setup (`[supervisor] log_format`, [`init`]): journald when our stderr is the
+//! journal (`JOURNAL_STREAM` matches stderr's `dev:ino`, R22); JSON lines on stderr when asked
+//! or when we run as a container's PID 1 or in a Kubernetes pod (issue 17 §3); otherwise
+//! human-readable text on stderr, with ANSI colours only when stderr is a terminal
+//! (`NO_COLOR` turns them off there too). Level from `RUST_LOG`, default `info`.
 //!
 //! Journal fields (issue 7 §6, R22): event and span fields are written under their own names,
 //! upper-cased, with no `F_` prefix (`with_field_prefix(None)`), so the actor span's `server`
@@ -15,6 +17,8 @@ use std::io::IsTerminal;
 use std::os::unix::fs::MetadataExt;
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::EnvFilter;
+
+pub use crate::config::LogFormat;
 
 /// `MESSAGE_ID` of "spawned": a child process was started (`CHILD_PID`, `RESTART_N`).
 pub const MSG_SPAWNED: &str = "1cde23195b07479bbeaa39bf488f9760";
@@ -61,13 +65,37 @@ fn stderr_wants_colour() -> bool {
 /// are dropped.
 const STDERR_QUEUE_LINES: usize = 16 * 1024;
 
-/// Installs the global subscriber. Text on stderr goes through a writer thread
-/// (`tracing-appender`, lossy): a stderr nobody reads (a stuck pipe) drops lines instead of
-/// blocking the daemon, whose one thread carries every relay (issue 15 §2). Keep the returned
-/// guard until exit: dropping it writes what is queued.
-pub fn init() -> Option<tracing_appender::non_blocking::WorkerGuard> {
+/// The format [`init`] uses for `format` here: `auto` is the journal when stderr is the
+/// journal, JSON when we are PID 1 (a container's entrypoint) or in a Kubernetes pod
+/// (`KUBERNETES_SERVICE_HOST`), else text.
+pub fn effective(format: LogFormat) -> LogFormat {
+    match format {
+        LogFormat::Auto if stderr_is_journal() => LogFormat::Journal,
+        LogFormat::Auto
+            if std::process::id() == 1 || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() =>
+        {
+            LogFormat::Json
+        }
+        LogFormat::Auto => LogFormat::Text,
+        f => f,
+    }
+}
+
+/// Installs the global subscriber for `format` (config `[supervisor] log_format`, see
+/// [`effective`]). Text and JSON on stderr go through a writer thread (`tracing-appender`,
+/// lossy): a stderr nobody reads (a stuck pipe) drops lines instead of blocking the daemon,
+/// whose one thread carries every relay (issue 15 §2). Keep the returned guard until exit:
+/// dropping it writes what is queued.
+///
+/// JSON (issue 17 §3) is one object per line with the fields the journal gets, flattened
+/// (`tracing-flat-json`): `timestamp` (RFC 3339, UTC), `level`, `code.file.path`,
+/// `code.line.number`, `message`, the event's fields and those of its spans (`server`,
+/// `child_pid`, `message_id`, `request_id`, ...), each key once (the innermost value wins).
+/// The request log's records are events too, so they come out in the same shape.
+pub fn init(format: LogFormat) -> Option<tracing_appender::non_blocking::WorkerGuard> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    if stderr_is_journal() {
+    let format = effective(format);
+    if format == LogFormat::Journal {
         if let Ok(layer) = tracing_journald::layer() {
             tracing_subscriber::registry()
                 .with(filter)
@@ -80,14 +108,22 @@ pub fn init() -> Option<tracing_appender::non_blocking::WorkerGuard> {
             return None;
         }
     }
-    let colour = stderr_wants_colour();
-    // Plain text into a file or pipe: the request log thread writes its lines itself.
-    requests::write_plain_stderr(!colour);
+    let colour = format == LogFormat::Text && stderr_wants_colour();
+    // Plain text into a file or pipe: the request log thread writes its lines itself. JSON
+    // and colour text: the records become events of the subscriber below.
+    requests::write_plain_stderr(format == LogFormat::Text && !colour);
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(true)
         .buffered_lines_limit(STDERR_QUEUE_LINES)
         .thread_name("log-writer")
         .finish(std::io::stderr());
+    if format == LogFormat::Json {
+        tracing_subscriber::registry()
+            .with(filter)
+            .with(tracing_flat_json::FlatJsonLayer::new(writer))
+            .init();
+        return Some(guard);
+    }
     tracing_subscriber::registry()
         .with(filter)
         .with(

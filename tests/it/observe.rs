@@ -297,3 +297,59 @@ fn a_stuck_stderr_never_stalls_the_relay_and_dropped_request_log_lines_are_count
         "{text}"
     );
 }
+
+#[test]
+fn json_logs_are_one_object_per_line_with_the_fields_the_journal_gets() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("supervisor.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[supervisor]\nsocket_dir = {:?}\nlog_format = \"json\"\n\n{}",
+            dir.path().join("run"),
+            fake_server("fake", &[], "")
+        ),
+    )
+    .unwrap();
+    let sup = Supervisor::spawn_with(dir, config, &[("RUST_LOG", "info")]);
+    assert!(wait_until(Duration::from_secs(10), || sup
+        .socket("fake")
+        .exists()));
+    let mut a = Client::connect(&sup.socket("fake"));
+    a.initialize("json-test", json!({}));
+    a.call(json!(1), "echo", json!({"text": "x"}));
+    assert!(
+        sup.wait_log("\"tool\":\"echo\"", Duration::from_secs(5)),
+        "{}",
+        sup.log()
+    );
+    let lines: Vec<serde_json::Value> = sup
+        .log()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let find = |msg: &str| {
+        lines
+            .iter()
+            .find(|l| l["message"] == msg)
+            .unwrap_or_else(|| panic!("no {msg:?} line in {lines:?}"))
+            .clone()
+    };
+    let spawned = find("spawned");
+    assert_eq!(spawned["server"], "fake", "{spawned}");
+    assert_eq!(spawned["message_id"], "1cde23195b07479bbeaa39bf488f9760");
+    assert!(spawned["child_pid"].as_u64().is_some(), "{spawned}");
+    assert_eq!(spawned["level"], "INFO");
+    assert!(spawned["timestamp"].as_str().unwrap().ends_with('Z'));
+    let call = lines
+        .iter()
+        .find(|l| l["message"] == "request finished" && l["method"] == "tools/call")
+        .unwrap_or_else(|| panic!("no request line: {lines:?}"));
+    assert_eq!(call["server"], "fake", "{call}");
+    assert_eq!(call["outcome"], "ok", "{call}");
+    assert_eq!(call["client_name"], "json-test", "{call}");
+    assert!(
+        call["request_id"].as_str().unwrap().starts_with("r-"),
+        "{call}"
+    );
+}
