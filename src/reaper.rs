@@ -42,8 +42,9 @@ use tracing::{debug, info, warn};
 /// The environment variable that marks a child instance and its descendants.
 pub const MARKER_VAR: &str = "MCP_SUPERVISOR_INSTANCE";
 
-/// How often the orphan sweep runs without a `SIGCHLD`.
-pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// How often the orphan sweep runs without a `SIGCHLD`: only a safety net, since the kernel
+/// signals the new parent also when it reparents an orphan that is already a zombie.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// What the supervisor is to the processes below it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,13 +290,35 @@ pub fn kill_escaped(server: &str, marker: &str, since: u64, pgid: i32) -> usize 
     killed
 }
 
+/// Our children: from `/proc/self/task/*/children` (one small file per thread of ours), or,
+/// when the kernel lacks those files (`CONFIG_PROC_CHILDREN`), from a scan of all of `/proc`.
+pub fn children() -> Vec<Proc> {
+    let me = std::process::id() as i32;
+    let mut pids = Vec::new();
+    let mut listed = false;
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for t in tasks.filter_map(|t| t.ok()) {
+            if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
+                listed = true;
+                pids.extend(
+                    text.split_ascii_whitespace()
+                        .filter_map(|p| p.parse::<i32>().ok()),
+                );
+            }
+        }
+    }
+    if !listed {
+        return all().into_iter().filter(|p| p.ppid == me).collect();
+    }
+    pids.into_iter()
+        .filter_map(stat)
+        .filter(|p| p.ppid == me)
+        .collect()
+}
+
 /// Reaps our zombie children that tokio does not own (adopted orphans). Returns how many.
 pub fn reap_orphans() -> usize {
-    let me = std::process::id() as i32;
-    let zombies: Vec<Proc> = all()
-        .into_iter()
-        .filter(|p| p.ppid == me && p.state == b'Z')
-        .collect();
+    let zombies: Vec<Proc> = children().into_iter().filter(|p| p.state == b'Z').collect();
     if zombies.is_empty() {
         return 0;
     }
@@ -314,7 +337,8 @@ pub fn reap_orphans() -> usize {
     reaped
 }
 
-/// The orphan sweep: on every `SIGCHLD` and every [`SWEEP_EVERY`] until `stop`. Only
+/// The orphan sweep: on every `SIGCHLD` and every [`SWEEP_EVERY`] until `stop`. A sweep
+/// reads only our children's `stat` files ([`children`]). Only
 /// useful when [`role`] adopts; returns at once otherwise.
 pub async fn run(stop: tokio_util::sync::CancellationToken) {
     if !role().adopts() {
@@ -369,9 +393,7 @@ pub fn finish(within: Duration) -> usize {
         let deadline = std::time::Instant::now() + within;
         loop {
             reap_orphans();
-            let waiting = all()
-                .iter()
-                .any(|p| p.ppid == me && !owned.contains(&p.pid));
+            let waiting = children().iter().any(|p| !owned.contains(&p.pid));
             if !waiting || std::time::Instant::now() >= deadline {
                 break;
             }
@@ -403,6 +425,28 @@ mod tests {
         let me = stat(std::process::id() as i32).expect("/proc/self");
         assert_eq!(me.pid, std::process::id() as i32);
         assert!(all().iter().any(|p| p.pid == me.pid));
+    }
+
+    #[test]
+    fn children_lists_a_child_and_its_zombie_until_it_is_reaped() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id() as i32;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let zombie = children().iter().any(|p| p.pid == pid && p.state == b'Z');
+            if zombie {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no zombie child {pid}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.wait().expect("reaped");
+        assert!(!children().iter().any(|p| p.pid == pid));
     }
 
     #[test]

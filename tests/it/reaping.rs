@@ -144,9 +144,12 @@ fn restart_many_times(mut sup: Supervisor) {
     );
 }
 
-/// Whether the log says the supervisor took `role`.
+/// Whether the log says the supervisor took `role` (text, or JSON: the default as PID 1).
 fn took_role(sup: &Supervisor, role: &str) -> bool {
-    sup.wait_log(&format!("role=\"{role}\""), Duration::from_secs(5))
+    wait_until(Duration::from_secs(5), || {
+        let log = sup.log();
+        log.contains(&format!("role=\"{role}\"")) || log.contains(&format!("\"role\":\"{role}\""))
+    })
 }
 
 #[test]
@@ -200,7 +203,13 @@ fn without_subreaper_escaped_grandchildren_are_still_killed_with_their_instance(
             sup.log()
         );
     }
-    assert!(!sup.log().contains("role=\"subreaper\""), "{}", sup.log());
+    // The role is logged before "mcp-supervisor running", and only when orphans come to us.
+    assert!(sup.wait_log("mcp-supervisor running", Duration::from_secs(5)));
+    assert!(
+        !sup.log().contains("reaping orphaned descendants"),
+        "{}",
+        sup.log()
+    );
 }
 
 #[test]
