@@ -445,15 +445,16 @@ fn start_tasks(
         stop_grace: cfg.stop_grace,
         kill_timeout: cfg.kill_timeout,
     };
-    let watched = Watched {
+    let mut watched = Watched {
         server: server.clone(),
         pid,
         marker: instance.marker,
         since: instance.since,
+        cleanup: None,
     };
     tokio::spawn(tracing::Instrument::instrument(
         async move {
-            let exit = watch(&mut child, watched, stop_rx, close_tx, ladder).await;
+            let exit = watch(&mut child, &mut watched, stop_rx, close_tx, ladder).await;
             // The group is gone, so both pipes reach EOF promptly; the reader's events are queued
             // before this one, so the final response is routed before the exit is handled.
             let settle = async {
@@ -462,6 +463,9 @@ fn start_tasks(
             };
             let _ = tokio::time::timeout(PIPES_SETTLE, settle).await;
             let _ = events.send(ChildEvent::Exited(generation, exit)).await;
+            if let Some(cleanup) = watched.cleanup.take() {
+                let _ = cleanup.await;
+            }
         },
         span,
     ));
@@ -482,6 +486,8 @@ struct Watched {
     pid: u32,
     marker: String,
     since: u64,
+    /// The search for escaped descendants, started when the leader is gone.
+    cleanup: Option<tokio::task::JoinHandle<usize>>,
 }
 
 impl Watched {
@@ -495,9 +501,12 @@ impl Watched {
     }
 
     /// The leader is gone: tokio has its status (so its pid leaves the owned table), the rest
-    /// of its group is SIGKILLed at once (R14; `ESRCH`, nothing left, is success), and so is
-    /// every descendant that escaped the group (issue 17 §1).
-    async fn reaped(&self, status: std::io::Result<ExitStatus>, requested: bool) -> Exit {
+    /// of its group is SIGKILLed at once (R14; `ESRCH`, nothing left, is success), and the
+    /// search for descendants that escaped the group starts on a blocking thread (issue 17
+    /// §1). It is not awaited here: the exit must reach the actor without waiting for a scan
+    /// of `/proc` (else a write to the dead child's stdin fails first and the exit is taken
+    /// for a requested stop); the watcher task awaits it after the exit is reported.
+    fn reaped(&mut self, status: std::io::Result<ExitStatus>, requested: bool) -> Exit {
         reaper::disown(self.pid);
         let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
         let (server, marker, since, pgid) = (
@@ -506,10 +515,9 @@ impl Watched {
             self.since,
             self.pid as i32,
         );
-        let _ = tokio::task::spawn_blocking(move || {
+        self.cleanup = Some(tokio::task::spawn_blocking(move || {
             reaper::kill_escaped(&server, &marker, since, pgid)
-        })
-        .await;
+        }));
         match status {
             Ok(s) => Exit::from_status(s, requested),
             Err(e) => {
@@ -529,20 +537,20 @@ impl Watched {
 /// SIGKILLed at once (R14, [`Watched::reaped`]).
 async fn watch(
     child: &mut tokio::process::Child,
-    me: Watched,
+    me: &mut Watched,
     stop_rx: oneshot::Receiver<()>,
     close_stdin: oneshot::Sender<()>,
     ladder: Ladder,
 ) -> Exit {
     let pgid = Pid::from_raw(me.pid as i32);
     tokio::select! {
-        status = child.wait() => return me.reaped(status, false).await,
+        status = child.wait() => return me.reaped(status, false),
         _ = stop_rx => {}
     }
     let _ = close_stdin.send(());
     debug!("stop: stdin closed, waiting {:?}", ladder.stop_grace);
     if let Ok(status) = tokio::time::timeout(ladder.stop_grace, child.wait()).await {
-        return me.reaped(status, true).await;
+        return me.reaped(status, true);
     }
     info!(
         "stop: no exit {:?} after closing stdin, sending SIGTERM to the process group",
@@ -552,7 +560,7 @@ async fn watch(
     let _ = killpg(pgid, Signal::SIGCONT);
     me.signal_escaped(Signal::SIGTERM).await;
     if let Ok(status) = tokio::time::timeout(ladder.kill_timeout, child.wait()).await {
-        return me.reaped(status, true).await;
+        return me.reaped(status, true);
     }
     warn!(
         "stop: no exit {:?} after SIGTERM, sending SIGKILL to the process group",
@@ -560,7 +568,7 @@ async fn watch(
     );
     let _ = killpg(pgid, Signal::SIGKILL);
     let status = child.wait().await;
-    me.reaped(status, true).await
+    me.reaped(status, true)
 }
 
 /// The single writer to the child's stdin: urgent lines first, then queued ones. After taking
