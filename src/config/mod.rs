@@ -18,10 +18,12 @@ use toml::Spanned;
 mod fields;
 mod http;
 mod locate;
+mod otel;
 mod values;
 
 pub use http::{HttpConfig, DEFAULT_HTTP_LISTEN};
 pub use locate::socket_dir_of;
+pub use otel::{traces_url, OtelConfig, TRACES_PATH};
 pub use values::{
     default_socket_dir, env_matches, parse_duration, parse_mode, resolve_group, resolve_user,
     UserInfo,
@@ -101,6 +103,9 @@ pub struct SupervisorConfig {
     /// `http = true`, each at `/mcp/NAME`. Default `127.0.0.1:8931`; `"off"` serves HTTP on
     /// the Unix sockets (`NAME.http.sock`) only. Only bound when some server has `http = true`.
     pub http: HttpConfig,
+    /// OpenTelemetry traces (issue 17 §4): `None` (the default) unless `otel_endpoint` is set.
+    /// Read at start: a reload that changes these keys takes effect at the next start.
+    pub otel: Option<OtelConfig>,
 }
 
 /// Whose roots a shared child sees (issue 13 §3, K28; README "Roots").
@@ -319,6 +324,9 @@ struct RawSupervisor {
     http_session_idle: Dur,
     http_max_sessions: Option<Spanned<usize>>,
     http_max_requests: Option<Spanned<usize>>,
+    otel_endpoint: Option<Spanned<String>>,
+    otel_service_name: Option<Spanned<String>>,
+    otel_headers: Option<Spanned<BTreeMap<String, String>>>,
 }
 
 type Dur = Option<Spanned<DurText>>;
@@ -609,8 +617,10 @@ impl Validator<'_> {
             None => None,
         };
         let http = self.http(raw)?;
+        let otel = self.otel(raw)?;
         Ok(SupervisorConfig {
             http,
+            otel,
             metrics_listen,
             socket_dir,
             max_clients: raw.max_clients.unwrap_or(256),

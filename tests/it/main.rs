@@ -16,3 +16,4 @@ mod lifecycle;
 mod mux;
 mod observe;
 mod ops;
+mod otel;
