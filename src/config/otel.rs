@@ -30,6 +30,13 @@ pub fn traces_url(endpoint: &str) -> Result<String, String> {
     let uri: hyper::Uri = endpoint.parse().map_err(|e| {
         format!("`{endpoint}` is not a URL ({e}); write e.g. \"http://127.0.0.1:4318\"")
     })?;
+    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+        // It would be logged with the endpoint, and is not sent as credentials anyway.
+        return Err(
+            "user information in the URL is not supported; put credentials in otel_headers, e.g. otel_headers = { authorization = \"Basic ...\" }"
+                .to_string(),
+        );
+    }
     match uri.scheme_str() {
         Some("http") => {}
         Some("https") => {

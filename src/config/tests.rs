@@ -295,6 +295,10 @@ fn bad_otel_keys_name_line_and_key() {
             "otel_endpoint = \"http://c:4318/?a=b\"",
             "supervisor.otel_endpoint",
         ),
+        (
+            "otel_endpoint = \"https://u:secret@c:4318\"",
+            "supervisor.otel_endpoint",
+        ),
         ("otel_endpoint = 4318", "supervisor.otel_endpoint"),
         ("otel_service_name = \"x\"", "supervisor.otel_service_name"),
         ("otel_headers = { a = \"b\" }", "supervisor.otel_headers"),
@@ -303,6 +307,7 @@ fn bad_otel_keys_name_line_and_key() {
             "[supervisor]\n{line}\n[servers.a]\ncommand = \"x\"\n"
         ));
         assert_eq!((e.line, e.key.as_str()), (2, key), "{line}: {e}");
+        assert!(!e.to_string().contains("secret"), "{e}");
     }
     for (extra, key) in [
         ("otel_service_name = \" \"", "supervisor.otel_service_name"),
