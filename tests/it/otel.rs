@@ -200,6 +200,25 @@ fn meta_call() -> Value {
     json!({"name": "meta", "arguments": {"key": "traceparent"}})
 }
 
+/// [`HttpSup::start`], but waiting until `http.addr` holds a whole address: the daemon writes
+/// it with `std::fs::write`, so a reader can find the file still empty.
+fn http_sup(supervisor_and_servers: &str) -> HttpSup {
+    let sup = Supervisor::start(&format!(
+        "http_listen = \"127.0.0.1:0\"\n{supervisor_and_servers}"
+    ));
+    let file = sup.dir.path().join("run/http.addr");
+    let mut addr = String::new();
+    let ok = wait_until(Duration::from_secs(10), || {
+        addr = std::fs::read_to_string(&file)
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        addr.parse::<std::net::SocketAddr>().is_ok()
+    });
+    assert!(ok, "no address in http.addr; log:\n{}", sup.log());
+    HttpSup { sup, addr }
+}
+
 const T1: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 const T2: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const T3: &str = "00-11112222333344445555666677778888-1234567890abcdef-01";
@@ -207,7 +226,7 @@ const T3: &str = "00-11112222333344445555666677778888-1234567890abcdef-01";
 #[test]
 fn otel_a_local_receiver_gets_one_span_per_request_parented_from_meta_or_headers() {
     let rx = Receiver::start();
-    let s = HttpSup::start(&format!(
+    let s = http_sup(&format!(
         "otel_endpoint = \"http://{}\"\notel_service_name = \"it-otel\"\n\n{}",
         rx.addr,
         fake_server("f", &[], "http = true")
