@@ -37,6 +37,8 @@ fn main() {
                     let run = runtime().and_then(|rt| rt.block_on(daemon::run(cfg, plumbing)));
                     // The last requests' log lines, still queued for the log thread.
                     logging::requests::flush(std::time::Duration::from_secs(2));
+                    // And the last spans (traces on only), with their own deadline.
+                    mcp_supervisor::observe::trace::flush(std::time::Duration::from_secs(2));
                     match run {
                         Ok(()) => 0,
                         Err(e) => {

@@ -19,11 +19,13 @@ mod fields;
 mod http;
 mod locate;
 mod logs;
+mod otel;
 mod values;
 
 pub use http::{HttpConfig, DEFAULT_HTTP_LISTEN};
 pub use locate::socket_dir_of;
 pub use logs::LogFormat;
+pub use otel::{traces_url, OtelConfig, TRACES_PATH};
 pub use values::{
     default_socket_dir, env_matches, parse_duration, parse_mode, resolve_group, resolve_user,
     UserInfo,
@@ -109,6 +111,9 @@ pub struct SupervisorConfig {
     /// leave a child's process group are reparented to us and killed with it (issue 17 §1).
     /// Default true; as PID 1 it does not apply (every orphan comes to PID 1).
     pub subreaper: bool,
+    /// OpenTelemetry traces (issue 17 §4): `None` (the default) unless `otel_endpoint` is set.
+    /// Read at start: a reload that changes these keys takes effect at the next start.
+    pub otel: Option<OtelConfig>,
 }
 
 /// Whose roots a shared child sees (issue 13 §3, K28; README "Roots").
@@ -334,6 +339,9 @@ struct RawSupervisor {
     http_max_requests: Option<Spanned<usize>>,
     log_format: Option<Spanned<String>>,
     subreaper: Option<bool>,
+    otel_endpoint: Option<Spanned<String>>,
+    otel_service_name: Option<Spanned<String>>,
+    otel_headers: Option<Spanned<BTreeMap<String, String>>>,
 }
 
 type Dur = Option<Spanned<DurText>>;
@@ -626,10 +634,12 @@ impl Validator<'_> {
         };
         let http = self.http(raw)?;
         let log_format = self.log_format(raw)?;
+        let otel = self.otel(raw)?;
         Ok(SupervisorConfig {
             http,
             log_format,
             subreaper: raw.subreaper.unwrap_or(true),
+            otel,
             metrics_listen,
             socket_dir,
             max_clients: raw.max_clients.unwrap_or(256),

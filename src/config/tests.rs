@@ -271,3 +271,84 @@ fn container_keys_log_format_subreaper_and_required() {
     b.required = true;
     assert!(c.servers["a"].same_child_but_roots(&b));
 }
+
+#[test]
+fn otel_is_off_by_default_and_a_base_endpoint_gets_the_traces_path() {
+    let c = parse(Path::new("s.toml"), "[servers.a]\ncommand = \"x\"\n").unwrap();
+    assert_eq!(c.supervisor.otel, None);
+    let c = parse(
+        Path::new("s.toml"),
+        "[supervisor]\notel_endpoint = \"http://127.0.0.1:4318\"\notel_service_name = \"pod-a\"\notel_headers = { \"x-api-key\" = \"k\" }\n[servers.a]\ncommand = \"x\"\n",
+    )
+    .unwrap();
+    let o = c.supervisor.otel.unwrap();
+    assert_eq!(o.traces_url, "http://127.0.0.1:4318/v1/traces");
+    assert_eq!(o.service_name.as_deref(), Some("pod-a"));
+    assert_eq!(o.headers, [("x-api-key".to_string(), "k".to_string())]);
+    for (given, url) in [
+        ("http://c:4318/", "http://c:4318/v1/traces"),
+        ("http://c:4318/otlp", "http://c:4318/otlp/v1/traces"),
+        (
+            "http://c:4318/otlp/v1/traces",
+            "http://c:4318/otlp/v1/traces",
+        ),
+        (
+            "http://[::1]:4318/v1/traces/",
+            "http://[::1]:4318/v1/traces",
+        ),
+    ] {
+        assert_eq!(traces_url(given).as_deref(), Ok(url), "{given}");
+    }
+}
+
+#[test]
+fn bad_otel_keys_name_line_and_key() {
+    for (line, key) in [
+        (
+            "otel_endpoint = \"https://c:4318\"",
+            "supervisor.otel_endpoint",
+        ),
+        ("otel_endpoint = \"c:4318\"", "supervisor.otel_endpoint"),
+        (
+            "otel_endpoint = \"http:///v1/traces\"",
+            "supervisor.otel_endpoint",
+        ),
+        (
+            "otel_endpoint = \"http://c:4318/?a=b\"",
+            "supervisor.otel_endpoint",
+        ),
+        (
+            "otel_endpoint = \"https://u:secret@c:4318\"",
+            "supervisor.otel_endpoint",
+        ),
+        ("otel_endpoint = 4318", "supervisor.otel_endpoint"),
+        ("otel_service_name = \"x\"", "supervisor.otel_service_name"),
+        ("otel_headers = { a = \"b\" }", "supervisor.otel_headers"),
+    ] {
+        let e = bad(&format!(
+            "[supervisor]\n{line}\n[servers.a]\ncommand = \"x\"\n"
+        ));
+        assert_eq!((e.line, e.key.as_str()), (2, key), "{line}: {e}");
+        assert!(!e.to_string().contains("secret"), "{e}");
+    }
+    for (extra, key) in [
+        ("otel_service_name = \" \"", "supervisor.otel_service_name"),
+        (
+            "otel_headers = { \"bad name\" = \"v\" }",
+            "supervisor.otel_headers.bad name",
+        ),
+        (
+            "otel_headers = { a = \"line\\nbreak\" }",
+            "supervisor.otel_headers.a",
+        ),
+    ] {
+        let e = bad(&format!(
+            "[supervisor]\notel_endpoint = \"http://c:4318\"\n{extra}\n[servers.a]\ncommand = \"x\"\n"
+        ));
+        assert_eq!((e.line, e.key.as_str()), (3, key), "{extra}: {e}");
+        assert!(
+            !e.to_string().contains("break"),
+            "header values are not repeated: {e}"
+        );
+    }
+}

@@ -268,6 +268,9 @@ impl Daemon {
         {
             warn!("socket_dir, socket_mode and socket_group changes take effect when the supervisor restarts");
         }
+        if old_s.otel != new_s.otel {
+            warn!("otel_* changes take effect when the supervisor restarts");
+        }
         let mut report = ReloadReport::default();
         for (name, cfg) in &new.servers {
             match self.config.servers.get(name) {
@@ -484,6 +487,10 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
     let perms = SocketPerms::from(&config.supervisor);
     prepare_socket_dir(&dir, perms)?;
     let _lock = lock_socket_dir(&dir)?;
+    // Before any actor exists: each reads once whether traces are on.
+    if let Some(otel) = &config.supervisor.otel {
+        crate::observe::trace::start(otel)?;
+    }
     let mut activated = HashMap::new();
     for (name, fd) in plumbing.listeners.drain(..) {
         if name != control::SOCKET_NAME && !config.servers.contains_key(&name) {

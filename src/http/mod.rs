@@ -322,6 +322,7 @@ async fn post(
             Err(e) => return rpc_error(StatusCode::BAD_REQUEST, None, e.code(), &e.to_string()),
         }
     }
+    trace_headers_into_meta(&headers, &mut parsed);
     let sse = accepts_sse(&headers);
     // The era is the body's (2026-07-28 `versioning`: "a request carrying modern per-request
     // `_meta` is served statelessly"); the headers are only checked against it.
@@ -446,6 +447,34 @@ async fn read_body(body: Body, max: usize, stall: Duration) -> Result<Bytes, Res
 /// (the era is the body's, as in the TypeScript SDK's classification), or the version header
 /// names a version after the handshake era on anything but `initialize` (then the envelope's
 /// absence is an error, never a silent fall back to the handshake era).
+/// Traces on (issue 17 §4): a valid `traceparent` header (with its `tracestate`) becomes
+/// `params._meta.traceparent` (and `tracestate`) of every request in the POST whose body has
+/// no `_meta.traceparent`, so the actor reads one place. A body that has one keeps it (the
+/// MCP conventions carry trace context per message in `_meta`; an invalid one starts a new
+/// trace); an invalid header is ignored. Traces off: nothing is read or changed.
+fn trace_headers_into_meta(headers: &HeaderMap, msgs: &mut [Message]) {
+    use crate::observe::trace::{self, context, TraceParent};
+    if !trace::enabled() {
+        return;
+    }
+    let Some(parent) =
+        header_str(headers, trace::META_TRACEPARENT).filter(|v| TraceParent::parse(v).is_some())
+    else {
+        return;
+    };
+    let mut meta = serde_json::Map::new();
+    meta.insert(trace::META_TRACEPARENT.into(), parent.into());
+    if let Some(state) = header_str(headers, trace::META_TRACESTATE).and_then(context::tracestate) {
+        meta.insert(trace::META_TRACESTATE.into(), state.into());
+    }
+    for m in msgs.iter_mut().filter(|m| m.kind == Kind::Request) {
+        let [own] = era::meta_strings(m.params.as_deref(), [trace::META_TRACEPARENT]);
+        if own.is_none() {
+            m.params = Some(era::add_envelope(m.params.as_deref(), &meta));
+        }
+    }
+}
+
 fn is_modern(headers: &HeaderMap, msgs: &[Message]) -> bool {
     let claim = msgs
         .iter()

@@ -17,6 +17,7 @@ use std::sync::OnceLock;
 pub mod histogram;
 mod http;
 pub mod ready;
+pub mod trace;
 pub use http::serve_http;
 pub use ready::readiness;
 
@@ -141,6 +142,8 @@ pub struct Metrics {
     /// `request_log_dropped_total`, brought up to [`crate::logging::requests::dropped`] at
     /// each render.
     log_dropped: Counter,
+    /// `trace_spans_dropped_total`, brought up to [`trace::dropped`] at each render.
+    spans_dropped: Counter,
 }
 
 /// Child states exported as `mcp_child_state{state=...}` (1 for the current one).
@@ -259,9 +262,16 @@ impl Metrics {
             "Request log lines dropped because the log could not keep up (issue 15 §2)",
             log_dropped.clone(),
         );
+        let spans_dropped = Counter::default();
+        registry.register(
+            "trace_spans_dropped",
+            "Spans lost because the export queue was full or their export failed (issue 17)",
+            spans_dropped.clone(),
+        );
         Metrics {
             registry,
             log_dropped,
+            spans_dropped,
             families: Families {
                 requests,
                 errors,
@@ -283,6 +293,10 @@ impl Metrics {
         let shown = self.log_dropped.get();
         if dropped > shown {
             self.log_dropped.inc_by(dropped - shown);
+        }
+        let (lost, shown) = (trace::dropped(), self.spans_dropped.get());
+        if lost > shown {
+            self.spans_dropped.inc_by(lost - shown);
         }
         let mut out = String::new();
         // Writing to a `String` cannot fail; if the encoder ever did, a scrape gets what was

@@ -16,5 +16,6 @@ mod lifecycle;
 mod mux;
 mod observe;
 mod ops;
+mod otel;
 mod probes;
 mod reaping;

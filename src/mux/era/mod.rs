@@ -107,6 +107,33 @@ pub fn envelope_field(params: Option<&RawValue>, key: &str) -> Option<Value> {
     serde_json::from_str(last(&meta, key)?.get()).ok()
 }
 
+/// String members `keys` of `params._meta`, read with one parse of `params` (the other
+/// members stay raw); `None` for a key that is absent or not a string. The raw text is
+/// searched first, so params that mention none of the keys are not parsed at all. Total,
+/// last duplicate wins (see [`envelope_version`]). Used for the trace context (issue 17 §4).
+pub fn meta_strings<const N: usize>(
+    params: Option<&RawValue>,
+    keys: [&str; N],
+) -> [Option<String>; N] {
+    let none = || std::array::from_fn(|_| None);
+    let Some(params) = params.filter(|p| keys.iter().any(|k| message::mentions(p.get(), k))) else {
+        return none();
+    };
+    let Some(meta) =
+        RawObject::parse(params).and_then(|obj| last(&obj, "_meta").and_then(RawObject::parse))
+    else {
+        return none();
+    };
+    keys.map(|k| last(&meta, k).and_then(|v| serde_json::from_str::<String>(v.get()).ok()))
+}
+
+/// The string member `key` of `params` itself (e.g. `name` of `prompts/get`); `None` when
+/// absent or not a string.
+pub fn param_string(params: Option<&RawValue>, key: &str) -> Option<String> {
+    let obj = RawObject::parse(params?)?;
+    serde_json::from_str(last(&obj, key)?.get()).ok()
+}
+
 /// The last member named `key` (duplicate keys: the last one counts, as in `JSON.parse`).
 fn last<'a>(obj: &'a RawObject, key: &str) -> Option<&'a RawValue> {
     obj.0

@@ -20,10 +20,10 @@ impl Server {
         }
         // One lookup: a duplicate finds the first request's entry, a new id opens its own.
         let generation = self.life.child().map(|c| c.generation());
-        let (now, log) = (self.now, self.request_log);
-        let opened = self
-            .ledger
-            .open(client, id_key(id), || tracked(&m, generation, now, log));
+        let (clock, log, traced) = ((self.now, self.wall), self.request_log, self.traced);
+        let opened = self.ledger.open(client, id_key(id), || {
+            tracked(&m, generation, clock, log, traced)
+        });
         if opened.is_err() {
             return self.refuse_duplicate(client, id, m.method());
         }

@@ -39,6 +39,18 @@ impl Server {
         let subscribe = subscribe_uri(&method, params.as_deref());
         let (client_era, child_era) = (self.client_era(client), self.child_era());
         let (params, log_level) = self.translate_params(client, params);
+        let key = id_key(&id);
+        // Traces on (issue 17 §4): the child gets our span as its parent, and the client's
+        // `tracestate`. Off, the params pass as they are, with no lookup.
+        let span = if self.traced {
+            self.ledger.span(client, &key)
+        } else {
+            None
+        };
+        let params = match span {
+            Some(span) => Some(era::add_envelope(params.as_deref(), &span.meta())),
+            None => params,
+        };
         let add_result_type = client_era == Era::Modern && child_era == Era::Handshake;
         // A listen stream lives until it is cancelled: no deadline.
         let timeout = if method == "subscriptions/listen" {
@@ -52,7 +64,6 @@ impl Server {
             && matches!(&*method, "tools/call" | "prompts/get" | "resources/read"))
         .then(|| params.clone())
         .flatten();
-        let key = id_key(&id);
         let owner = Owner::Client {
             client,
             id,

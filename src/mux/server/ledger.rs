@@ -19,6 +19,9 @@ pub(super) struct Tracked {
     pub(super) started: Instant,
     /// The child instance running when the request arrived, if any.
     pub(super) generation: Option<u64>,
+    /// The request's span when traces are on (issue 17 §4); `None`, and nothing allocated,
+    /// when they are off.
+    pub(super) span: Option<Box<trace::SpanStart>>,
 }
 
 /// Unfinished client requests, by client and canonical id text (`id_key`).
@@ -81,6 +84,11 @@ impl Ledger {
             .unwrap_or_default()
     }
 
+    /// The span of `client`'s open request `key`, when it is traced.
+    pub(super) fn span(&self, client: ClientId, key: &str) -> Option<&trace::SpanStart> {
+        self.open.get(&client)?.get(key)?.span.as_deref()
+    }
+
     /// Open requests, all clients (the simulation checks its bound).
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
@@ -100,6 +108,7 @@ mod tests {
             arg_keys: "".into(),
             started: Instant::now(),
             generation: None,
+            span: None,
         }
     }
 

@@ -37,7 +37,7 @@ use crate::mux::era::{self, ChildProtocol, Era, Handshake};
 use crate::mux::health::{Action, Health, HealthConfig, ProbeMethods};
 use crate::mux::ids::Inflight;
 use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent, Transport};
-use crate::observe::{metrics, Outcome, ServerMetrics};
+use crate::observe::{metrics, trace, Outcome, ServerMetrics};
 use bytes::Bytes;
 use held::{Held, HeldQueue};
 use io::{ChildIo, ProcessSpawner, Spawner};
@@ -469,6 +469,8 @@ struct Server {
     request_log: bool,
     /// Request log lines formatted and not yet handed to the log thread.
     log_lines: requests::LineBuffer,
+    /// Whether client requests get spans (issue 17 §4; read once: settings are read at start).
+    traced: bool,
     /// This server's metric series, resolved once (no lock or label allocation per message).
     metrics: ServerMetrics,
     history: ActorHistory,
@@ -552,6 +554,7 @@ impl Server {
             metrics: metrics().server(&cfg.name),
             request_log: requests::enabled(),
             log_lines: requests::LineBuffer::default(),
+            traced: trace::enabled(),
             pid,
             history,
             test_panic: test_panic_method(),

@@ -12,9 +12,24 @@ impl Server {
         outcome: Outcome,
         code: Option<i64>,
     ) {
-        let Some(t) = self.ledger.close(client, key) else {
+        let Some(mut t) = self.ledger.close(client, key) else {
             return;
         };
+        if let Some(span) = t.span.take() {
+            trace::submit(trace::span_data(
+                *span,
+                trace::Finish {
+                    server: &self.cfg.name,
+                    rid: t.rid,
+                    method: &t.method,
+                    id: key,
+                    tool: t.tool.as_deref(),
+                    outcome,
+                    code,
+                    end: self.wall,
+                },
+            ));
+        }
         let elapsed = self.now.saturating_duration_since(t.started);
         self.metrics
             .request(&t.method, outcome, code, elapsed.as_secs_f64());

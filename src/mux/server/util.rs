@@ -39,16 +39,30 @@ pub(super) fn level_name(level: usize) -> &'static str {
     era::LOG_LEVELS.get(level).copied().unwrap_or("debug")
 }
 
-/// The request-log entry of a client request arriving at `now` (issue 8), while child
-/// instance `generation` runs. The tool name and argument keys are read only when the
-/// request log is on (`log`): nothing else uses them.
-pub(super) fn tracked(m: &Message, generation: Option<u64>, now: Instant, log: bool) -> Tracked {
+/// The request-log entry of a client request arriving at `now` (`wall` on the wall clock;
+/// issue 8), while child instance `generation` runs. The tool name and argument keys are
+/// read only when the request log (`log`) or traces (`traced`) are on: nothing else uses
+/// them. The span is opened only when traces are on.
+pub(super) fn tracked(
+    m: &Message,
+    generation: Option<u64>,
+    (now, wall): (Instant, SystemTime),
+    log: bool,
+    traced: bool,
+) -> Tracked {
     let method = m.method.clone().unwrap_or_default();
-    let (tool, arg_keys) = if log && method == "tools/call" {
+    let (tool, arg_keys) = if (log || traced) && method == "tools/call" {
         tool_shape(m.params.as_deref())
     } else {
         (None, "".into())
     };
+    let span = traced.then(|| {
+        Box::new(crate::observe::trace::SpanStart::new(
+            m.params.as_deref(),
+            &method,
+            wall,
+        ))
+    });
     Tracked {
         rid: RequestId::random(),
         method,
@@ -56,6 +70,7 @@ pub(super) fn tracked(m: &Message, generation: Option<u64>, now: Instant, log: b
         arg_keys,
         started: now,
         generation,
+        span,
     }
 }
 
