@@ -4,6 +4,29 @@
 
 use super::*;
 
+/// Whose roots a shared child sees (issue 13 §3, K28; README "Roots").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientRoots {
+    /// A `roots/list` the child sends while a client's request is in flight goes to that
+    /// client (the owner rule; SEP-2260 ties `roots/list` to the request that caused it);
+    /// any other `roots/list` (at start, after a `list_changed`, no capable client in flight)
+    /// is answered with `roots`.
+    Caller,
+    /// Every `roots/list` is answered with `roots`: no client's roots ever reach the child.
+    None,
+}
+
+/// What to do when a child exits without being asked to (R8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartPolicy {
+    /// Restart after any exit (default: an unrequested clean exit is still lost service).
+    Always,
+    /// Restart after a non-zero exit, a signal or a timeout.
+    OnFailure,
+    /// Never restart.
+    Never,
+}
+
 impl Validator<'_> {
     /// A count that must be at least 1: the server's own value, else `[defaults]`, else
     /// `fallback`.

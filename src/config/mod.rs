@@ -22,6 +22,7 @@ mod logs;
 mod otel;
 mod values;
 
+pub use fields::{ClientRoots, RestartPolicy};
 pub use http::{HttpConfig, DEFAULT_HTTP_LISTEN};
 pub use locate::socket_dir_of;
 pub use logs::LogFormat;
@@ -114,29 +115,6 @@ pub struct SupervisorConfig {
     /// OpenTelemetry traces (issue 17 §4): `None` (the default) unless `otel_endpoint` is set.
     /// Read at start: a reload that changes these keys takes effect at the next start.
     pub otel: Option<OtelConfig>,
-}
-
-/// Whose roots a shared child sees (issue 13 §3, K28; README "Roots").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientRoots {
-    /// A `roots/list` the child sends while a client's request is in flight goes to that
-    /// client (the owner rule; SEP-2260 ties `roots/list` to the request that caused it);
-    /// any other `roots/list` (at start, after a `list_changed`, no capable client in flight)
-    /// is answered with `roots`.
-    Caller,
-    /// Every `roots/list` is answered with `roots`: no client's roots ever reach the child.
-    None,
-}
-
-/// What to do when a child exits without being asked to (R8).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RestartPolicy {
-    /// Restart after any exit (default: an unrequested clean exit is still lost service).
-    Always,
-    /// Restart after a non-zero exit, a signal or a timeout.
-    OnFailure,
-    /// Never restart.
-    Never,
 }
 
 /// One `[servers.NAME]` table after defaults are applied.

@@ -58,7 +58,15 @@ impl Daemon {
             .with_context(|| format!("cannot listen for HTTP on {addr} (http_listen)"))?;
         let bound = listener.local_addr().unwrap_or(addr);
         let file = self.dir.join(crate::http::url::ADDR_FILE);
-        if let Err(e) = std::fs::write(&file, format!("{bound}\n")) {
+        // Written aside and renamed, so a reader (`mcp-supervisor url`, a test) never sees it
+        // empty or half written.
+        let partial = self
+            .dir
+            .join(format!(".{}.partial", crate::http::url::ADDR_FILE));
+        let written = std::fs::write(&partial, format!("{bound}\n"))
+            .and_then(|()| std::fs::rename(&partial, &file));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&partial);
             warn!(path = %file.display(), error = %e, "cannot write the HTTP address file");
         }
         info!(addr = %bound, "serving Streamable HTTP at http://{bound}/mcp/NAME");
