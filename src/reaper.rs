@@ -14,10 +14,10 @@
 //! waits for "any child": it lists our zombie children in `/proc` and reaps, by pid, only
 //! those that are **not** in the table of pids tokio owns ([`spawn_guard`], [`disown`]). A
 //! spawn holds the table's lock from `fork` until its pid is recorded, so a child that dies
-//! at once is never taken for an orphan. The sweep runs on every `SIGCHLD` and once a second
-//! (signals coalesce).
+//! at once is never taken for an orphan. The sweep runs on every `SIGCHLD` and every 10 s
+//! (a safety net), on a blocking thread.
 //!
-//! **Escaped descendants.** Every child gets `MCP_SUPERVISOR_INSTANCE=<token>:<gen>:<server>`
+//! **Escaped descendants.** Every child gets `MCP_SUPERVISOR_INSTANCE=<token>:<n>:<server>`
 //! in its environment ([`marker`]; `token` is random per supervisor process, so several
 //! supervisors on one host never touch each other's processes). Descendants inherit it,
 //! whatever process group or session they move to. When an instance ends (its leader exited
@@ -107,9 +107,14 @@ pub fn token() -> &'static str {
     TOKEN.get_or_init(|| format!("{:016x}", rand::random::<u64>()))
 }
 
-/// The [`MARKER_VAR`] value of instance `generation` of `server`: `<token>:<gen>:<server>`.
-pub fn marker(server: &str, generation: u64) -> String {
-    format!("{}:{generation}:{server}", token())
+/// A fresh [`MARKER_VAR`] value for an instance of `server`: `<token>:<n>:<server>`, `n`
+/// counting every instance this supervisor spawns. Never the generation: a server removed
+/// by a reload and added back while the old actor still stops its child starts again at
+/// generation 1, and the old instance's cleanup would then kill the new one.
+pub fn marker(server: &str) -> String {
+    static INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    format!("{}:{n}:{server}", token())
 }
 
 fn owned() -> &'static Mutex<FxHashSet<i32>> {
@@ -262,16 +267,21 @@ pub fn signal_escaped(marker: &str, since: u64, pgid: i32, sig: Signal) -> Vec<P
 }
 
 /// After instance `marker` (process group `pgid`) ended: SIGKILLs what is left of it
-/// anywhere, repeated while new processes appear (a dying parent may fork), at most 5
-/// rounds. Logs the processes that had left the group (R28). Returns how many were killed.
+/// anywhere, looking again while new processes appear (a dying parent may fork), at most 5
+/// rounds. Logs the processes that had left the group once each (R28). Returns how many were
+/// killed.
 pub fn kill_escaped(server: &str, marker: &str, since: u64, pgid: i32) -> usize {
-    let mut killed = 0;
+    let mut killed: FxHashSet<i32> = FxHashSet::default();
     for _ in 0..5 {
-        let left = marked(marker, since);
-        if left.is_empty() {
+        // A process just sent SIGKILL may not be a zombie yet: only new ones count.
+        let fresh: Vec<Proc> = marked(marker, since)
+            .into_iter()
+            .filter(|p| !killed.contains(&p.pid))
+            .collect();
+        if fresh.is_empty() {
             break;
         }
-        let escaped: Vec<String> = left
+        let escaped: Vec<String> = fresh
             .iter()
             .filter(|p| p.pgid != pgid)
             .map(|p| format!("{}({})", p.pid, p.comm))
@@ -279,15 +289,15 @@ pub fn kill_escaped(server: &str, marker: &str, since: u64, pgid: i32) -> usize 
         if !escaped.is_empty() {
             warn!(server, processes = %escaped.join(" "), "killing descendants that escaped the child's process group");
         }
-        for p in &left {
+        for p in &fresh {
             let _ = kill(Pid::from_raw(p.pid), Signal::SIGKILL);
+            killed.insert(p.pid);
         }
-        killed += left.len();
     }
     if role().adopts() {
         reap_orphans();
     }
-    killed
+    killed.len()
 }
 
 /// Our children: from `/proc/self/task/*/children` (one small file per thread of ours), or,
@@ -347,7 +357,7 @@ pub async fn run(stop: tokio_util::sync::CancellationToken) {
     let mut chld = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) {
         Ok(s) => Some(s),
         Err(e) => {
-            warn!(error = %e, "cannot listen for SIGCHLD; adopted processes are reaped once a second");
+            warn!(error = %e, "cannot listen for SIGCHLD; adopted processes are reaped every 10 s");
             None
         }
     };
@@ -359,7 +369,8 @@ pub async fn run(stop: tokio_util::sync::CancellationToken) {
             _ = tick.tick() => {}
             Some(()) = async { match chld.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {}
         }
-        reap_orphans();
+        // Off the event loop: without `/proc/self/task/*/children` a sweep reads all of `/proc`.
+        let _ = tokio::task::spawn_blocking(reap_orphans).await;
     }
 }
 
@@ -478,10 +489,10 @@ mod tests {
 
     #[test]
     fn markers_differ_by_instance_and_share_the_supervisor_token() {
-        let a = marker("cua", 1);
-        let b = marker("cua", 2);
+        let a = marker("cua");
+        let b = marker("cua");
         assert_ne!(a, b);
         assert!(a.starts_with(token()) && b.starts_with(token()));
-        assert!(a.ends_with(":1:cua"));
+        assert!(a.ends_with(":cua"));
     }
 }

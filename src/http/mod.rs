@@ -469,7 +469,7 @@ fn trace_headers_into_meta(headers: &HeaderMap, msgs: &mut [Message]) {
     }
     for m in msgs.iter_mut().filter(|m| m.kind == Kind::Request) {
         let [own] = era::meta_strings(m.params.as_deref(), [trace::META_TRACEPARENT]);
-        if own.is_none() {
+        if own.is_none() && era::can_carry_meta(m.params.as_deref()) {
             m.params = Some(era::add_envelope(m.params.as_deref(), &meta));
         }
     }

@@ -46,7 +46,9 @@ pub fn endpoint(config: &Config, name: &str) -> Result<Endpoint, String> {
     let bound = std::fs::read_to_string(dir.join(ADDR_FILE))
         .ok()
         .and_then(|s| s.trim().parse::<std::net::SocketAddr>().ok());
-    let addr = bound.or(config.supervisor.http.listen);
+    // An address with port 0 is only known once the daemon has bound it and written the file:
+    // until then there is no URL (never `http://127.0.0.1:0/...`).
+    let addr = bound.or(config.supervisor.http.listen.filter(|a| a.port() != 0));
     let token_file = super::access::token_path(dir, cfg);
     let token = std::fs::read_to_string(&token_file)
         .ok()
@@ -76,7 +78,7 @@ pub fn render(name: &str, e: &Endpoint) -> String {
                 );
             }
         }
-        None => out += "URL:     none (http_listen = \"off\")\n",
+        None => out += "URL:     none (http_listen = \"off\", or a port 0 not bound yet)\n",
     }
     out += &format!(
         "Unix:    {} (HTTP over a Unix socket, path /mcp, no token)\n",

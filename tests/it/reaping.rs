@@ -227,6 +227,13 @@ fn as_pid1_sigint_stops_cleanly_and_exits_0() {
     for p in procs {
         assert!(!alive(p), "{p} outlived the supervisor");
     }
+    // PID 1's exit would kill the namespace anyway: the supervisor must have done it itself.
+    assert!(
+        sup.log()
+            .contains("killing descendants that escaped the child's process group"),
+        "log:\n{}",
+        sup.log()
+    );
 }
 
 #[test]

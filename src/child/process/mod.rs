@@ -276,7 +276,7 @@ pub fn spawn(
     events: mpsc::Sender<ChildEvent>,
     tail: StderrTail,
 ) -> Result<ChildHandle, SpawnError> {
-    let marker = reaper::marker(&cfg.name, generation);
+    let marker = reaper::marker(&cfg.name);
     let mut cmd = command(cfg, &marker)?;
     // The table of pids tokio owns stays locked from the fork until the pid is in it, so the
     // orphan sweep never reaps this child, even if it dies at once (src/reaper.rs).
@@ -300,6 +300,9 @@ pub fn spawn(
         child.stdout.take(),
         child.stderr.take(),
     ) else {
+        if let Some(pid) = child.id() {
+            reaper::disown(pid);
+        }
         let _ = child.start_kill();
         return Err(SpawnError {
             command: cfg.command.clone(),

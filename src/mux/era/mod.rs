@@ -218,6 +218,12 @@ pub fn strip_envelope(params: &RawValue) -> Cow<'_, RawValue> {
     to_raw(&RawObject(out)).map_or(Cow::Borrowed(params), Cow::Owned)
 }
 
+/// Whether `params` can carry `_meta`: absent, or a JSON object. By-position params (an
+/// array) cannot; trace context is then not added rather than the params replaced.
+pub fn can_carry_meta(params: Option<&RawValue>) -> bool {
+    params.is_none_or(|p| p.get().trim_start().starts_with('{'))
+}
+
 /// Sets the envelope members in `params._meta` (creating `params` and `_meta` as needed),
 /// replacing any the request already had; other members stay. MCP params are always an
 /// object: params that are not (an array, a scalar) are replaced by a new object, and so is a

@@ -42,7 +42,7 @@ impl Server {
         let key = id_key(&id);
         // Traces on (issue 17 §4): the child gets our span as its parent, and the client's
         // `tracestate`. Off, the params pass as they are, with no lookup.
-        let span = if self.traced {
+        let span = if self.traced && era::can_carry_meta(params.as_deref()) {
             self.ledger.span(client, &key)
         } else {
             None
