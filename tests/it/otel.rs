@@ -316,18 +316,15 @@ fn otel_a_local_receiver_gets_one_span_per_request_parented_from_meta_or_headers
     assert_eq!(got.attrs["error.type"], "-32602");
 
     // (c) HTTP: a 2026-07-28 POST whose body has no traceparent takes the header's.
+    const META_CALL_WITH_T3: [(&str, &str); 4] = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "meta"),
+        ("traceparent", T3),
+    ];
     let body = json!({"jsonrpc": "2.0", "id": "x-1", "method": "tools/call",
         "params": modern(json!({"name": "meta", "arguments": {"key": "traceparent"}}))});
-    let r = s.post(
-        "f",
-        &[
-            ("MCP-Protocol-Version", "2026-07-28"),
-            ("Mcp-Method", "tools/call"),
-            ("Mcp-Name", "meta"),
-            ("traceparent", T3),
-        ],
-        &body,
-    );
+    let r = s.post("f", &META_CALL_WITH_T3, &body);
     assert_eq!(r.status, 200);
     let resp = r.json();
     let got = one(&rx, "x-1");
@@ -341,16 +338,7 @@ fn otel_a_local_receiver_gets_one_span_per_request_parented_from_meta_or_headers
     let mut body = body.clone();
     body["id"] = json!("x-2");
     body["params"]["_meta"]["traceparent"] = json!(T1);
-    let r = s.post(
-        "f",
-        &[
-            ("MCP-Protocol-Version", "2026-07-28"),
-            ("Mcp-Method", "tools/call"),
-            ("Mcp-Name", "meta"),
-            ("traceparent", T3),
-        ],
-        &body,
-    );
+    let r = s.post("f", &META_CALL_WITH_T3, &body);
     let resp = r.json();
     let got = one(&rx, "x-2");
     assert_eq!(got.parent, ids(T1).1);

@@ -6,7 +6,6 @@
 //! signal forwarding, reaping.
 
 use crate::harness::*;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -15,17 +14,11 @@ const RESTARTS: usize = 50;
 
 /// The server: the fake server leaving a setsid grandchild that ignores SIGTERM and stdin
 /// EOF, so only the supervisor's marker-based cleanup can end it.
-fn escaper(pidfile: &Path, extra: &str) -> String {
+fn escaper() -> String {
     fake_server(
         "esc",
-        &[
-            "--setsid-grandchild",
-            "--pidfile",
-            pidfile.to_str().unwrap(),
-        ],
-        &format!(
-            "stop_grace = \"200ms\"\nkill_timeout = \"500ms\"\nbackoff_initial = \"10ms\"\nbackoff_max = \"100ms\"\n{extra}"
-        ),
+        &["--setsid-grandchild"],
+        "stop_grace = \"200ms\"\nkill_timeout = \"500ms\"\nbackoff_initial = \"10ms\"\nbackoff_max = \"100ms\"\n",
     )
 }
 
@@ -154,26 +147,20 @@ fn took_role(sup: &Supervisor, role: &str) -> bool {
 
 #[test]
 fn as_pid1_fifty_restarts_of_a_setsid_launcher_leave_no_zombie_and_no_grandchild() {
-    let work = tempfile::tempdir().unwrap();
-    let pf = work.path().join("pids");
-    let sup = Supervisor::start_in_pid_namespace(&escaper(&pf, ""));
+    let sup = Supervisor::start_in_pid_namespace(&escaper());
     assert!(took_role(&sup, "init"), "log:\n{}", sup.log());
     restart_many_times(sup);
 }
 
 #[test]
 fn as_subreaper_fifty_restarts_of_a_setsid_launcher_leave_no_zombie_and_no_grandchild() {
-    let work = tempfile::tempdir().unwrap();
-    let pf = work.path().join("pids");
-    let sup = Supervisor::start(&escaper(&pf, ""));
+    let sup = Supervisor::start(&escaper());
     assert!(took_role(&sup, "subreaper"), "log:\n{}", sup.log());
     restart_many_times(sup);
 }
 
 #[test]
 fn without_subreaper_escaped_grandchildren_are_still_killed_with_their_instance() {
-    let work = tempfile::tempdir().unwrap();
-    let pf = work.path().join("pids");
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("supervisor.toml");
     std::fs::write(
@@ -181,7 +168,7 @@ fn without_subreaper_escaped_grandchildren_are_still_killed_with_their_instance(
         format!(
             "[supervisor]\nsocket_dir = {:?}\nsubreaper = false\n\n{}",
             dir.path().join("run"),
-            escaper(&pf, "")
+            escaper()
         ),
     )
     .unwrap();
@@ -214,9 +201,7 @@ fn without_subreaper_escaped_grandchildren_are_still_killed_with_their_instance(
 
 #[test]
 fn as_pid1_sigint_stops_cleanly_and_exits_0() {
-    let work = tempfile::tempdir().unwrap();
-    let pf = work.path().join("pids");
-    let mut sup = Supervisor::start_in_pid_namespace(&escaper(&pf, ""));
+    let mut sup = Supervisor::start_in_pid_namespace(&escaper());
     next_ready(&sup, None);
     let (_, procs) = instance(&sup);
     sup.signal(libc::SIGINT);
