@@ -120,6 +120,23 @@ impl Supervisor {
         s
     }
 
+    /// Writes a config with a private socket_dir, the `[supervisor]` lines `keys` and the
+    /// server tables `servers`, and runs the binary on it with extra environment variables.
+    /// Does not wait for the sockets (as [`Supervisor::spawn_with`]).
+    pub fn spawn_config(keys: &str, servers: &str, env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("supervisor.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[supervisor]\nsocket_dir = {:?}\n{keys}\n\n{servers}",
+                dir.path().join("run")
+            ),
+        )
+        .unwrap();
+        Self::spawn_with(dir, config, env)
+    }
+
     /// Runs the binary on an existing config with extra environment variables.
     pub fn spawn_with(dir: tempfile::TempDir, config: PathBuf, env: &[(&str, &str)]) -> Self {
         Self::spawn(dir, config, env, true)

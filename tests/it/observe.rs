@@ -154,18 +154,11 @@ fn metrics_parse_as_prometheus_text_and_are_served_over_http() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("supervisor.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[supervisor]\nsocket_dir = {:?}\nmetrics_listen = \"127.0.0.1:{port}\"\n\n{}",
-            dir.path().join("run"),
-            fake_server("fake", &[], "probe_interval = \"100ms\"")
-        ),
-    )
-    .unwrap();
-    let sup = Supervisor::spawn_with(dir, config, &[]);
+    let sup = Supervisor::spawn_config(
+        &format!("metrics_listen = \"127.0.0.1:{port}\""),
+        &fake_server("fake", &[], "probe_interval = \"100ms\""),
+        &[],
+    );
     let mut a = Client::connect(&sup.socket("fake"));
     a.initialize("m", json!({}));
     a.call(json!(1), "echo", json!({"text": "x"}));
@@ -300,18 +293,11 @@ fn a_stuck_stderr_never_stalls_the_relay_and_dropped_request_log_lines_are_count
 
 #[test]
 fn json_logs_are_one_object_per_line_with_the_fields_the_journal_gets() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("supervisor.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[supervisor]\nsocket_dir = {:?}\nlog_format = \"json\"\n\n{}",
-            dir.path().join("run"),
-            fake_server("fake", &[], "")
-        ),
-    )
-    .unwrap();
-    let sup = Supervisor::spawn_with(dir, config, &[("RUST_LOG", "info")]);
+    let sup = Supervisor::spawn_config(
+        "log_format = \"json\"",
+        &fake_server("fake", &[], ""),
+        &[("RUST_LOG", "info")],
+    );
     assert!(wait_until(Duration::from_secs(10), || sup
         .socket("fake")
         .exists()));

@@ -75,19 +75,16 @@ fn restart(sup: &Supervisor, name: &str) {
 fn healthz_stays_200_while_every_child_crash_loops_and_readyz_turns_503_and_back() {
     let port = free_port();
     let work = tempfile::tempdir().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("supervisor.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[supervisor]\nsocket_dir = {:?}\nmetrics_listen = \"127.0.0.1:{port}\"\n\n{}\n{}",
-            dir.path().join("run"),
+    let sup = Supervisor::spawn_config(
+        &format!("metrics_listen = \"127.0.0.1:{port}\""),
+        &format!(
+            "{}
+{}",
             breakable(work.path(), "req", true),
-            breakable(work.path(), "opt", false),
+            breakable(work.path(), "opt", false)
         ),
-    )
-    .unwrap();
-    let sup = Supervisor::spawn_with(dir, config, &[]);
+        &[],
+    );
     let ready = |want: u16| {
         let mut last = None;
         let ok = wait_until(Duration::from_secs(10), || {

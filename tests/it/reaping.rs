@@ -161,18 +161,7 @@ fn as_subreaper_fifty_restarts_of_a_setsid_launcher_leave_no_zombie_and_no_grand
 
 #[test]
 fn without_subreaper_escaped_grandchildren_are_still_killed_with_their_instance() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("supervisor.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[supervisor]\nsocket_dir = {:?}\nsubreaper = false\n\n{}",
-            dir.path().join("run"),
-            escaper()
-        ),
-    )
-    .unwrap();
-    let sup = Supervisor::spawn_with(dir, config, &[]);
+    let sup = Supervisor::spawn_config("subreaper = false", &escaper(), &[]);
     assert!(wait_until(Duration::from_secs(10), || sup
         .socket("esc")
         .exists()));
