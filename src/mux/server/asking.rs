@@ -225,6 +225,9 @@ impl Server {
             .get(&round)
             .is_some_and(|p| !p.queued.is_empty());
         if more {
+            // The next round is this retry's: a 2026-07-28 HTTP retry is a new client, and the
+            // round may be owned by a detached one that nobody reads any more.
+            self.hand_round_to(round, client);
             self.deliver_round(round, &id);
         } else {
             self.unpark(round, client, id, m);
@@ -362,6 +365,26 @@ impl Server {
                 self.inflight
                     .insert(child_rid, key, deadline, removed.value);
             }
+        }
+    }
+
+    /// `round` now belongs to `client` (the request that continues it): its next
+    /// `input_required` answer goes there, and the parked entry is keyed to it, so the client
+    /// leaving ends or detaches the round like any of its own.
+    fn hand_round_to(&mut self, round: u64, client: ClientId) {
+        let Some(p) = self.parked.get_mut(&round) else {
+            return;
+        };
+        if p.client == client {
+            return;
+        }
+        p.client = client;
+        let child_rid = p.child_rid;
+        let deadline = self.now + self.cfg.request_timeout;
+        if let Some(removed) = self.inflight.remove(child_rid) {
+            let key = Some((client, format!("{STATE_PREFIX}{round}")));
+            self.inflight
+                .insert(child_rid, key, deadline, removed.value);
         }
     }
 
