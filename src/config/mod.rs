@@ -20,6 +20,7 @@ mod http;
 mod locate;
 mod logs;
 mod otel;
+mod raw;
 mod values;
 
 pub use fields::{ClientRoots, RestartPolicy};
@@ -27,6 +28,7 @@ pub use http::{HttpConfig, DEFAULT_HTTP_LISTEN};
 pub use locate::socket_dir_of;
 pub use logs::LogFormat;
 pub use otel::{traces_url, OtelConfig, TRACES_PATH};
+use raw::{Dur, RawFile, RawServer, RawSupervisor};
 pub use values::{
     default_socket_dir, env_matches, parse_duration, parse_mode, resolve_group, resolve_user,
     UserInfo,
@@ -282,111 +284,6 @@ impl fmt::Display for ConfigError {
         }
         write!(f, ": {}", self.message)
     }
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawFile {
-    #[serde(default)]
-    supervisor: RawSupervisor,
-    #[serde(default)]
-    defaults: Option<Spanned<RawServer>>,
-    #[serde(default)]
-    servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawSupervisor {
-    socket_dir: Option<String>,
-    max_clients: Option<usize>,
-    socket_mode: Option<Spanned<String>>,
-    socket_group: Option<Spanned<String>>,
-    allowed_uids: Option<Vec<u32>>,
-    allowed_gids: Option<Vec<u32>>,
-    operator_uids: Option<Vec<u32>>,
-    operator_gids: Option<Vec<u32>>,
-    client_memory: Option<usize>,
-    metrics_listen: Option<Spanned<String>>,
-    http_listen: Option<Spanned<String>>,
-    http_allow_remote: Option<bool>,
-    http_allowed_origins: Option<Vec<String>>,
-    http_allowed_hosts: Option<Vec<String>>,
-    http_session_idle: Dur,
-    http_max_sessions: Option<Spanned<usize>>,
-    http_max_requests: Option<Spanned<usize>>,
-    log_format: Option<Spanned<String>>,
-    subreaper: Option<bool>,
-    otel_endpoint: Option<Spanned<String>>,
-    otel_service_name: Option<Spanned<String>>,
-    otel_headers: Option<Spanned<BTreeMap<String, String>>>,
-}
-
-type Dur = Option<Spanned<DurText>>;
-
-/// A duration as written: a string, or a bare number that is then refused with a message
-/// saying how to write it (`probe_timeout = 10` is the likely mistake).
-#[derive(Deserialize, Clone, Debug)]
-#[serde(untagged)]
-enum DurText {
-    Text(String),
-    Int(i64),
-    Float(f64),
-}
-
-impl DurText {
-    fn text(&self) -> String {
-        match self {
-            DurText::Text(s) => s.clone(),
-            DurText::Int(i) => i.to_string(),
-            DurText::Float(f) => f.to_string(),
-        }
-    }
-}
-
-#[derive(Deserialize, Default, Clone)]
-#[serde(deny_unknown_fields)]
-struct RawServer {
-    command: Option<Spanned<String>>,
-    args: Option<Vec<String>>,
-    env: Option<BTreeMap<String, String>>,
-    cwd: Option<String>,
-    clean_env: Option<bool>,
-    env_allow: Option<Vec<String>>,
-    restart: Option<Spanned<String>>,
-    start_timeout: Dur,
-    request_timeout: Dur,
-    method_timeouts: Option<BTreeMap<String, Spanned<DurText>>>,
-    probe_interval: Dur,
-    probe_timeout: Dur,
-    probe_failures: Option<Spanned<u32>>,
-    backoff_initial: Dur,
-    backoff_max: Dur,
-    backoff_reset_after: Dur,
-    stop_grace: Dur,
-    kill_timeout: Dur,
-    max_message_size: Option<Spanned<usize>>,
-    queue_limit: Option<usize>,
-    max_subscriptions: Option<Spanned<usize>>,
-    queue_wait: Dur,
-    max_inflight: Option<Spanned<usize>>,
-    client_max_inflight: Option<Spanned<usize>>,
-    client_queue: Option<Spanned<usize>>,
-    client_stall_timeout: Dur,
-    client_idle_timeout: Dur,
-    client_capabilities: Option<toml::Table>,
-    mark_unavailable: Option<bool>,
-    protocol: Option<Spanned<String>>,
-    era_probe_timeout: Dur,
-    roots: Option<Spanned<Vec<String>>>,
-    client_roots: Option<Spanned<String>>,
-    allowed_uids: Option<Vec<u32>>,
-    allowed_gids: Option<Vec<u32>>,
-    user: Option<Spanned<String>>,
-    group: Option<Spanned<String>>,
-    http: Option<bool>,
-    http_token_file: Option<String>,
-    required: Option<bool>,
 }
 
 /// The longest Unix socket path (`sun_path` is 108 bytes including the terminating NUL).

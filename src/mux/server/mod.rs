@@ -53,6 +53,7 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+use subs::Listener;
 use subtable::{Hold, Subscriptions};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn, Instrument};
@@ -290,49 +291,6 @@ struct Pending {
     method: Cow<'static, str>,
     /// When it was written to the child (the health rule for overdue requests).
     written: Instant,
-}
-
-/// A modern client's `subscriptions/listen` stream, served by the supervisor from a handshake
-/// child's session-wide notifications (issue 6 §3).
-#[derive(Debug)]
-struct Listener {
-    client: ClientId,
-    /// The listen request's id: the stream's subscription id.
-    id: Box<RawValue>,
-    tools: bool,
-    prompts: bool,
-    resources: bool,
-    uris: Vec<String>,
-}
-
-impl Listener {
-    /// Whether this stream asked for the notification `method` (about `uri`).
-    fn wants(&self, method: &str, uri: Option<&str>) -> bool {
-        match method {
-            "notifications/tools/list_changed" => self.tools,
-            "notifications/prompts/list_changed" => self.prompts,
-            "notifications/resources/list_changed" => self.resources,
-            "notifications/resources/updated" => {
-                uri.is_some_and(|u| self.uris.iter().any(|x| x == u))
-            }
-            _ => false,
-        }
-    }
-
-    /// `method` on this stream: its params with `_meta.subscriptionId` set to the stream's id.
-    fn notification(&self, method: &str, params: Option<&RawValue>) -> Bytes {
-        let mut p = params
-            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
-            .unwrap_or(json!({}));
-        if !p.is_object() {
-            p = json!({});
-        }
-        let id: Value = serde_json::from_str(self.id.get()).unwrap_or(Value::Null);
-        if let Some(o) = p.as_object_mut() {
-            o.insert("_meta".into(), json!({ era::META_SUBSCRIPTION_ID: id }));
-        }
-        Out::request(None, method, Some(&raw(&p))).encode()
-    }
 }
 
 /// A child's request forwarded to a client.

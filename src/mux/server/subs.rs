@@ -199,3 +199,46 @@ impl Server {
         }
     }
 }
+
+/// A modern client's `subscriptions/listen` stream, served by the supervisor from a handshake
+/// child's session-wide notifications (issue 6 §3).
+#[derive(Debug)]
+pub(super) struct Listener {
+    pub(super) client: ClientId,
+    /// The listen request's id: the stream's subscription id.
+    pub(super) id: Box<RawValue>,
+    pub(super) tools: bool,
+    pub(super) prompts: bool,
+    pub(super) resources: bool,
+    pub(super) uris: Vec<String>,
+}
+
+impl Listener {
+    /// Whether this stream asked for the notification `method` (about `uri`).
+    pub(super) fn wants(&self, method: &str, uri: Option<&str>) -> bool {
+        match method {
+            "notifications/tools/list_changed" => self.tools,
+            "notifications/prompts/list_changed" => self.prompts,
+            "notifications/resources/list_changed" => self.resources,
+            "notifications/resources/updated" => {
+                uri.is_some_and(|u| self.uris.iter().any(|x| x == u))
+            }
+            _ => false,
+        }
+    }
+
+    /// `method` on this stream: its params with `_meta.subscriptionId` set to the stream's id.
+    pub(super) fn notification(&self, method: &str, params: Option<&RawValue>) -> Bytes {
+        let mut p = params
+            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+            .unwrap_or(json!({}));
+        if !p.is_object() {
+            p = json!({});
+        }
+        let id: Value = serde_json::from_str(self.id.get()).unwrap_or(Value::Null);
+        if let Some(o) = p.as_object_mut() {
+            o.insert("_meta".into(), json!({ era::META_SUBSCRIPTION_ID: id }));
+        }
+        Out::request(None, method, Some(&raw(&p))).encode()
+    }
+}

@@ -1,0 +1,109 @@
+//! The configuration file as TOML gives it: every key optional and spanned, so validation
+//! (`mod.rs`, `fields.rs`, ...) can name file, line and key.
+
+use super::*;
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFile {
+    #[serde(default)]
+    pub(super) supervisor: RawSupervisor,
+    #[serde(default)]
+    pub(super) defaults: Option<Spanned<RawServer>>,
+    #[serde(default)]
+    pub(super) servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSupervisor {
+    pub(super) socket_dir: Option<String>,
+    pub(super) max_clients: Option<usize>,
+    pub(super) socket_mode: Option<Spanned<String>>,
+    pub(super) socket_group: Option<Spanned<String>>,
+    pub(super) allowed_uids: Option<Vec<u32>>,
+    pub(super) allowed_gids: Option<Vec<u32>>,
+    pub(super) operator_uids: Option<Vec<u32>>,
+    pub(super) operator_gids: Option<Vec<u32>>,
+    pub(super) client_memory: Option<usize>,
+    pub(super) metrics_listen: Option<Spanned<String>>,
+    pub(super) http_listen: Option<Spanned<String>>,
+    pub(super) http_allow_remote: Option<bool>,
+    pub(super) http_allowed_origins: Option<Vec<String>>,
+    pub(super) http_allowed_hosts: Option<Vec<String>>,
+    pub(super) http_session_idle: Dur,
+    pub(super) http_max_sessions: Option<Spanned<usize>>,
+    pub(super) http_max_requests: Option<Spanned<usize>>,
+    pub(super) log_format: Option<Spanned<String>>,
+    pub(super) subreaper: Option<bool>,
+    pub(super) otel_endpoint: Option<Spanned<String>>,
+    pub(super) otel_service_name: Option<Spanned<String>>,
+    pub(super) otel_headers: Option<Spanned<BTreeMap<String, String>>>,
+}
+
+pub(super) type Dur = Option<Spanned<DurText>>;
+
+/// A duration as written: a string, or a bare number that is then refused with a message
+/// saying how to write it (`probe_timeout = 10` is the likely mistake).
+#[derive(Deserialize, Clone, Debug)]
+#[serde(untagged)]
+pub(super) enum DurText {
+    Text(String),
+    Int(i64),
+    Float(f64),
+}
+
+impl DurText {
+    pub(super) fn text(&self) -> String {
+        match self {
+            DurText::Text(s) => s.clone(),
+            DurText::Int(i) => i.to_string(),
+            DurText::Float(f) => f.to_string(),
+        }
+    }
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    pub(super) command: Option<Spanned<String>>,
+    pub(super) args: Option<Vec<String>>,
+    pub(super) env: Option<BTreeMap<String, String>>,
+    pub(super) cwd: Option<String>,
+    pub(super) clean_env: Option<bool>,
+    pub(super) env_allow: Option<Vec<String>>,
+    pub(super) restart: Option<Spanned<String>>,
+    pub(super) start_timeout: Dur,
+    pub(super) request_timeout: Dur,
+    pub(super) method_timeouts: Option<BTreeMap<String, Spanned<DurText>>>,
+    pub(super) probe_interval: Dur,
+    pub(super) probe_timeout: Dur,
+    pub(super) probe_failures: Option<Spanned<u32>>,
+    pub(super) backoff_initial: Dur,
+    pub(super) backoff_max: Dur,
+    pub(super) backoff_reset_after: Dur,
+    pub(super) stop_grace: Dur,
+    pub(super) kill_timeout: Dur,
+    pub(super) max_message_size: Option<Spanned<usize>>,
+    pub(super) queue_limit: Option<usize>,
+    pub(super) max_subscriptions: Option<Spanned<usize>>,
+    pub(super) queue_wait: Dur,
+    pub(super) max_inflight: Option<Spanned<usize>>,
+    pub(super) client_max_inflight: Option<Spanned<usize>>,
+    pub(super) client_queue: Option<Spanned<usize>>,
+    pub(super) client_stall_timeout: Dur,
+    pub(super) client_idle_timeout: Dur,
+    pub(super) client_capabilities: Option<toml::Table>,
+    pub(super) mark_unavailable: Option<bool>,
+    pub(super) protocol: Option<Spanned<String>>,
+    pub(super) era_probe_timeout: Dur,
+    pub(super) roots: Option<Spanned<Vec<String>>>,
+    pub(super) client_roots: Option<Spanned<String>>,
+    pub(super) allowed_uids: Option<Vec<u32>>,
+    pub(super) allowed_gids: Option<Vec<u32>>,
+    pub(super) user: Option<Spanned<String>>,
+    pub(super) group: Option<Spanned<String>>,
+    pub(super) http: Option<bool>,
+    pub(super) http_token_file: Option<String>,
+    pub(super) required: Option<bool>,
+}
