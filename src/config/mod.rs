@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
 
+mod demand;
 mod fields;
 mod http;
 mod locate;
@@ -23,6 +24,7 @@ mod otel;
 mod raw;
 mod values;
 
+pub use demand::StartMode;
 pub use fields::{ClientRoots, RestartPolicy};
 pub use http::{HttpConfig, DEFAULT_HTTP_LISTEN};
 pub use locate::socket_dir_of;
@@ -229,6 +231,16 @@ pub struct ServerConfig {
     /// `required = true`: `GET /readyz` answers 503 until this server is ready (issue 17 §2).
     /// Default false: an optional server's outage never takes the pod out of a Service.
     pub required: bool,
+    /// `start`: spawn at supervisor start (`eager`, default) or on the first request that needs
+    /// the child (`on-demand`, issue 18 §1).
+    pub start: StartMode,
+    /// `idle_stop`: a ready child no client has used for this long, holding no subscription or
+    /// listen stream, is stopped through the ladder and shown `idle` (issue 18 §2). Default
+    /// none.
+    pub idle_stop: Option<Duration>,
+    /// The record of the last run (handshake, lists) of an on-demand server:
+    /// `<state_dir>/NAME.cache.json` (issue 18 §1).
+    pub cache_file: PathBuf,
 }
 
 impl ServerConfig {
@@ -254,8 +266,11 @@ impl ServerConfig {
         // The HTTP endpoint is the daemon's, not the child's (issue 16): no restart for it.
         a.http = other.http;
         a.http_token_file.clone_from(&other.http_token_file);
-        // Readiness is the daemon's too.
+        // Readiness is the daemon's too, and so are when the child starts and stops.
         a.required = other.required;
+        a.start = other.start;
+        a.idle_stop = other.idle_stop;
+        a.cache_file.clone_from(&other.cache_file);
         a == *other
     }
 }
@@ -360,7 +375,11 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
                 "server names must match [a-z0-9_-]+ (and `control` is reserved for the control socket)",
             ));
         }
-        servers.insert(n.clone(), v.server(n, server, &defaults)?);
+        let mut cfg = v.server(n, server, &defaults)?;
+        cfg.cache_file = v
+            .state_dir(&raw.supervisor, &supervisor.socket_dir)
+            .join(format!("{n}.cache.json"));
+        servers.insert(n.clone(), cfg);
         // A socket path must fit `sun_path` (108 bytes with its NUL): caught here rather than
         // as a bind error after start (issue 14 Why 6).
         let sock = supervisor.socket_dir.join(format!("{n}.sock"));
@@ -646,6 +665,10 @@ impl Validator<'_> {
                 resolve_group(g).map(|_| ())
             })?,
             http: s.http.or(d.http).unwrap_or(false),
+            start: self.start_mode(name, s, d)?,
+            idle_stop: self.idle_stop(name, s, d)?,
+            // Set by `parse` once `[supervisor]` is known.
+            cache_file: PathBuf::new(),
             required: s.required.or(d.required).unwrap_or(false),
             http_token_file: s
                 .http_token_file

@@ -39,6 +39,7 @@ pub(super) struct RawSupervisor {
     pub(super) otel_endpoint: Option<Spanned<String>>,
     pub(super) otel_service_name: Option<Spanned<String>>,
     pub(super) otel_headers: Option<Spanned<BTreeMap<String, String>>>,
+    pub(super) state_dir: Option<String>,
 }
 
 pub(super) type Dur = Option<Spanned<DurText>>;
@@ -106,4 +107,6 @@ pub(super) struct RawServer {
     pub(super) http: Option<bool>,
     pub(super) http_token_file: Option<String>,
     pub(super) required: Option<bool>,
+    pub(super) start: Option<Spanned<String>>,
+    pub(super) idle_stop: Dur,
 }

@@ -6,5 +6,6 @@ pub mod batch;
 pub mod era;
 pub mod health;
 pub mod ids;
+pub mod record;
 pub mod server;
 pub mod session;

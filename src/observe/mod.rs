@@ -148,7 +148,7 @@ pub struct Metrics {
 
 /// Child states exported as `mcp_child_state{state=...}` (1 for the current one).
 pub const STATES: &[&str] = &[
-    "starting", "ready", "backoff", "stopping", "stopped", "failed",
+    "starting", "ready", "backoff", "stopping", "stopped", "failed", "idle",
 ];
 
 /// Probe events, the `result` label of `mcp_supervisor_probes_total`.

@@ -94,7 +94,8 @@ impl Readiness {
         let not_ready: Vec<&str> = inner
             .servers
             .iter()
-            .filter(|(_, e)| e.required && e.state != "ready")
+            // An idle server (on demand, issue 18) serves: its next request starts it.
+            .filter(|(_, e)| e.required && !matches!(e.state, "ready" | "idle"))
             .map(|(n, _)| n.as_str())
             .collect();
         let ready = inner.bound && !inner.stopping && not_ready.is_empty();

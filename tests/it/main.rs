@@ -5,6 +5,7 @@ mod harness;
 
 mod basics;
 mod core;
+mod demand;
 mod eras;
 mod health;
 mod hostile;

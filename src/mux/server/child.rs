@@ -79,6 +79,7 @@ impl Server {
         else {
             return;
         };
+        self.used();
         if let (Some(sent), Some(r)) = (&retry_params, &m.result) {
             if self.start_round(client, &id, method, sent, r.as_bytes(), progress, log_level) {
                 return;
@@ -94,7 +95,10 @@ impl Server {
                 .ok()
                 .filter(shareable)
             {
-                self.lists.insert(list, v);
+                if self.lists.get(list) != Some(&v) {
+                    self.lists.insert(list, v);
+                    self.save_record();
+                }
             }
         }
         let (line, outcome, code) = match (&m.result, &m.error) {
@@ -193,6 +197,9 @@ impl Server {
         };
         let changed = self.lists.get(method) != Some(&v);
         self.lists.insert(method, v);
+        if changed {
+            self.save_record();
+        }
         if changed && announce {
             let note = era::LISTS
                 .iter()

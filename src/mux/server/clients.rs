@@ -165,7 +165,9 @@ impl Server {
             Era::Modern if !ready => hs.result.clone(),
             Era::Modern => return false,
         };
-        if !ready {
+        if self.life.state() == State::Idle {
+            self.mark_cached(&mut result);
+        } else if !ready {
             self.mark_unavailable(&mut result);
         }
         self.respond_result(client, id, "server/discover", result, Outcome::Ok);
@@ -250,6 +252,13 @@ impl Server {
         let held_room = self.held.has_room();
         match self.life.state() {
             State::Ready => self.forward(client, m),
+            State::Idle => {
+                // A request the record cannot answer: the child starts (issue 18 §1).
+                self.start_on_demand(m.method());
+                if self.life.state() != State::Idle {
+                    self.route_by_state(client, id, m);
+                }
+            }
             // A server that was never ready and is backing off gets a fast, explicit error
             // (K19); one that was ready is likely back soon, so its requests wait.
             State::Backoff if self.handshake.is_none() && !self.life.probe_respawn() => {
@@ -285,7 +294,7 @@ impl Server {
 
     /// Holds a request until the child is ready, for at most `queue_wait`.
     fn hold(&mut self, client: ClientId, m: Message) {
-        let deadline = self.now + self.cfg.queue_wait;
+        let deadline = self.hold_deadline();
         // Only called with room (`route_by_state`); a full queue would refuse it, never grow.
         let _ = self.held.push(client, m, deadline);
     }
@@ -311,6 +320,8 @@ impl Server {
     pub(super) fn client_initialize(&mut self, client: ClientId, m: Message) {
         let Some(id) = m.id.clone() else { return };
         let Some(hs) = self.handshake.clone() else {
+            // No record of an earlier run: the handshake needs the child (issue 18 §1).
+            self.start_on_demand("initialize");
             if self.life.state() != State::Starting && !self.life.probe_respawn() {
                 // Never ready, and not even trying right now: say why at once (K18, K19).
                 let status = self.outage_status();
@@ -347,7 +358,10 @@ impl Server {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        let result = hs.initialize_result(asked);
+        let mut result = hs.initialize_result(asked);
+        if self.life.state() == State::Idle {
+            self.mark_cached(&mut result);
+        }
         if hs.era == Era::Handshake && asked != hs.protocol_version {
             info!(client = %client, client_name = %name, requested = asked, negotiated = %hs.protocol_version,
                 "client asked for another protocol version; answering with the one the child speaks");

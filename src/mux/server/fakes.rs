@@ -143,3 +143,19 @@ pub(super) fn good_answer(a: &Asked) -> String {
     };
     json!({"jsonrpc": "2.0", "id": a.id, "result": result}).to_string()
 }
+
+/// The exact text of a response line's top-level `id` (as the client wrote it).
+pub(super) fn id_text(line: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Id<'a> {
+        #[serde(borrow)]
+        id: &'a RawValue,
+    }
+    serde_json::from_slice::<Id>(line)
+        .map(|i| i.id.get().to_string())
+        .unwrap_or_default()
+}
+
+pub(super) fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}

@@ -26,6 +26,7 @@ impl Server {
             );
             return self.refuse_limit(client, &id, &msg);
         }
+        self.used();
         let child_id = self.inflight.allocate();
         let (params, progress) = match params.as_deref() {
             Some(p) => match message::swap_progress_token(p, || raw_u64(child_id)) {

@@ -35,6 +35,9 @@ pub(super) enum Life {
     Failed { retry_at: Option<Instant> },
     /// Not running and not scheduled to run.
     Stopped,
+    /// Not running; the next client request that needs the child starts it (`start =
+    /// "on-demand"` before its first start, or after an `idle_stop`; issue 18).
+    Idle,
 }
 
 /// What was running when the child exited.
@@ -56,6 +59,7 @@ impl Life {
             Life::Backoff { .. } => State::Backoff,
             Life::Failed { .. } => State::Failed,
             Life::Stopped => State::Stopped,
+            Life::Idle => State::Idle,
         }
     }
 

@@ -182,6 +182,10 @@ impl Server {
         self.held.set_limit(cfg.queue_limit);
         self.cfg = cfg;
         self.verdict = None;
+        if self.life.state() == State::Idle {
+            // Nothing runs: the next request starts the new command.
+            return;
+        }
         self.operator_restart();
     }
 
@@ -218,6 +222,12 @@ impl Server {
             .any(|(_, _, _, p)| matches!(p.owner, Owner::Discover { probe: true }));
         if self.health.exited(exit.requested) {
             warn!("the child exited while a `ping` probe was outstanding; it will not be sent `ping` again (liveness is confirmed with advertised requests instead)");
+        }
+        if cause == Some(StopCause::Idle) {
+            // Not an outage: no exit record, no failure, no backoff (issue 18 §2).
+            info!(message_id = MSG_EXITED, child_pid = child.pid(), reason = %reason, "stopped: idle");
+            self.fail_inflight("idle", &reason, None);
+            return self.after_idle_stop();
         }
         self.record_exit(exit.code, exit.signal, &reason);
         let tail = self.tail.last_lines(3);
@@ -394,6 +404,7 @@ impl Server {
             restart_n = self.restarts, protocol_version = %hs.protocol_version, "ready");
         self.handshake = Some(hs);
         self.life.ready(self.now);
+        self.demand_ready();
         self.failed_starts = 0;
         self.listen = None;
         self.open_listen();

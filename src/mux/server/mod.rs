@@ -61,6 +61,7 @@ use tracing::{debug, error, info, warn, Instrument};
 mod asking;
 mod child;
 mod clients;
+mod demand;
 #[cfg(test)]
 mod fakes;
 mod forward;
@@ -100,6 +101,8 @@ pub enum State {
     Stopped,
     /// Gave up (permanent error or too many failed starts); retried every 10 minutes.
     Failed,
+    /// Not running, by design: started by the next request that needs it (issue 18).
+    Idle,
 }
 
 /// The last exit, for status and errors.
@@ -230,6 +233,8 @@ enum StopCause {
     Shutdown,
     Stop,
     Restart,
+    /// `idle_stop` passed with nobody using the child (issue 18 §2): not a failure.
+    Idle,
 }
 
 impl StopCause {
@@ -242,6 +247,7 @@ impl StopCause {
             StopCause::HandshakeRejected => "handshake-rejected",
             StopCause::Shutdown | StopCause::Stop => "stopped",
             StopCause::Restart => "restart-requested",
+            StopCause::Idle => "idle-stop",
         }
     }
 }
@@ -479,6 +485,8 @@ struct Server {
     parked: BTreeMap<u64, asking::Parked>,
     next_ask: u64,
     next_round: u64,
+    /// On-demand start and idle stop (issue 18 §1-2).
+    demand: demand::Demand,
     // Health.
     health: Health,
     /// Request-log lines for invalid client input: 20 per 10 s, the rest counted.
@@ -552,6 +560,7 @@ impl Server {
             invalid_log: crate::logging::LogBudget::new(20, Duration::from_secs(10)),
             next_round: 1,
             upstream: BTreeMap::new(),
+            demand: demand::Demand::new(Instant::now()),
             health,
         }
     }
@@ -599,8 +608,12 @@ impl Server {
         sessions: &mut mpsc::Receiver<SessionEvent>,
         commands: &mut mpsc::Receiver<Command>,
     ) {
+        let record = match self.cfg.start {
+            crate::config::StartMode::OnDemand => crate::mux::record::load(&self.cfg).await,
+            crate::config::StartMode::Eager => None,
+        };
         self.tick_clock();
-        self.spawn();
+        self.begin(record);
         let (mut sessions_open, mut commands_open) = (true, true);
         let mut exported_state = None;
         loop {

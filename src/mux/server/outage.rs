@@ -145,6 +145,7 @@ impl Server {
             State::Backoff => "backoff",
             State::Failed => "failed",
             State::Stopping | State::Stopped => "stopped",
+            State::Idle => "idle",
             State::Ready => "ready",
         }
     }
@@ -174,7 +175,10 @@ impl Server {
             return false;
         };
         let mut result = cached.clone();
-        if *list == "tools/list" && self.cfg.mark_unavailable {
+        if self.life.state() == State::Idle {
+            // Idle is not an outage (issue 18 §1): the next call starts the child.
+            self.mark_cached(&mut result);
+        } else if *list == "tools/list" && self.cfg.mark_unavailable {
             let note = self.unavailable_note();
             if let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) {
                 for t in tools {

@@ -702,4 +702,5 @@ fn one_client_cannot_take_all_of_max_inflight() {
     assert_eq!(responses(&sim, b).len(), 1);
 }
 
+mod demand;
 mod rounds;

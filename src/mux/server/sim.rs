@@ -19,8 +19,8 @@
 //!
 //! `MCPSUP_SIM_SEED=N` replays one seed; `MCPSUP_SIM_EVENTS=N` sets the total (default 10^6).
 
+use super::fakes::{env_u64, id_text, lock, FakeSpawner, World};
 use super::fakes::{good_answer, modern_call};
-use super::fakes::{lock, FakeSpawner, World};
 use super::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -99,8 +99,10 @@ pub(super) struct Sim {
 }
 
 impl Sim {
+    /// Odd seeds run the server on demand with a short `idle_stop` (issue 18).
     fn new(seed: u64) -> Sim {
-        Sim::with_config(CONFIG, seed)
+        let demand = format!("{CONFIG}start = \"on-demand\"\nidle_stop = \"1500ms\"\n");
+        Sim::with_config(if seed % 2 == 1 { &demand } else { CONFIG }, seed)
     }
 
     /// A simulation of the server `sim` configured by `toml`, started at virtual time zero.
@@ -126,7 +128,7 @@ impl Sim {
             StdRng::seed_from_u64(seed ^ 0x5eed),
         );
         server.now = start;
-        server.spawn();
+        server.begin(None);
         let mut sim = Sim {
             rng: StdRng::seed_from_u64(seed),
             server,
@@ -704,22 +706,6 @@ impl Sim {
             self.child_writes(a.generation, line);
         }
     }
-}
-
-/// The exact text of a response line's top-level `id` (as the client wrote it).
-fn id_text(line: &[u8]) -> String {
-    #[derive(serde::Deserialize)]
-    struct Id<'a> {
-        #[serde(borrow)]
-        id: &'a RawValue,
-    }
-    serde_json::from_slice::<Id>(line)
-        .map(|i| i.id.get().to_string())
-        .unwrap_or_default()
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
 #[test]

@@ -17,6 +17,7 @@ impl Server {
             self.upstream.values().map(|u| u.deadline).min(),
             probe_due,
             self.life.stdout_closed().map(|t| t + STDOUT_CLOSED_GRACE),
+            self.idle_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -59,6 +60,7 @@ impl Server {
         self.expire_upstream();
         if self.life.state() == State::Ready {
             self.check_health(now);
+            self.check_idle();
         }
     }
 

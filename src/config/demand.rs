@@ -1,0 +1,78 @@
+//! Keys of issue 18 §1-2: when a child starts (`start`), when an unused one stops
+//! (`idle_stop`), and where what a child said is kept between runs (`[supervisor] state_dir`).
+
+use super::*;
+
+/// When a server's child is spawned (issue 18 §1; README "Servers on demand").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartMode {
+    /// At supervisor start and after every exit the restart policy restarts (default).
+    Eager,
+    /// When the first client request that needs the child arrives. Until then `initialize`,
+    /// `server/discover` and first pages of the lists are answered from the last run's record
+    /// (`<state_dir>/NAME.cache.json`), marked as from cache.
+    OnDemand,
+}
+
+impl Validator<'_> {
+    /// `start`: `"eager"` (default) or `"on-demand"`.
+    pub(super) fn start_mode(
+        &self,
+        name: &str,
+        s: &RawServer,
+        d: &RawServer,
+    ) -> Result<StartMode, ConfigError> {
+        Ok(match s.start.as_ref().or(d.start.as_ref()) {
+            None => StartMode::Eager,
+            Some(v) => match v.get_ref().as_str() {
+                "eager" => StartMode::Eager,
+                "on-demand" => StartMode::OnDemand,
+                other => {
+                    return Err(self.err(
+                        v.span(),
+                        &format!("servers.{name}.start"),
+                        &format!("`{other}` is not one of eager, on-demand"),
+                    ))
+                }
+            },
+        })
+    }
+
+    /// `idle_stop`: a duration (`"10m"`), or `"off"` (the default: never stopped for idling).
+    pub(super) fn idle_stop(
+        &self,
+        name: &str,
+        s: &RawServer,
+        d: &RawServer,
+    ) -> Result<Option<Duration>, ConfigError> {
+        let key = format!("servers.{name}.idle_stop");
+        match s.idle_stop.as_ref().or(d.idle_stop.as_ref()) {
+            None => Ok(None),
+            Some(v) if v.get_ref().text() == "off" => Ok(None),
+            Some(_) => self
+                .duration(&key, &s.idle_stop, &d.idle_stop, Duration::ZERO)
+                .map(Some),
+        }
+    }
+
+    /// `[supervisor] state_dir`: where each on-demand server's record of its last run is kept.
+    /// Default: systemd's `$STATE_DIRECTORY` (its first entry) when set, else `socket_dir`.
+    /// A relative path is taken relative to the config file's directory.
+    pub(super) fn state_dir(&self, raw: &RawSupervisor, socket_dir: &Path) -> PathBuf {
+        let named = raw
+            .state_dir
+            .clone()
+            .or_else(|| {
+                std::env::var("STATE_DIRECTORY")
+                    .ok()
+                    .and_then(|v| v.split(':').next().map(str::to_string))
+                    .filter(|v| !v.is_empty())
+            })
+            .map(PathBuf::from);
+        match named {
+            Some(p) if p.is_relative() => self.path.parent().unwrap_or(Path::new(".")).join(p),
+            Some(p) => p,
+            None => socket_dir.to_path_buf(),
+        }
+    }
+}

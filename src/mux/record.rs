@@ -1,0 +1,216 @@
+//! What an on-demand server's child said in its last run, kept on disk (issue 18 §1) so
+//! `initialize`, `server/discover` and the first pages of the lists can be answered before the
+//! child has started, and a client that only lists tools never starts it.
+//!
+//! The file is `<state_dir>/NAME.cache.json` (mode 0600), JSON:
+//! `{"version":1,"command":…,"args":[…],"cwd":…|null,"saved_at":"RFC 3339",
+//!   "era":"handshake"|"2026-07-28","handshake":{the initialize or server/discover result},
+//!   "lists":{"tools/list":{result},…}}`.
+//! A record made by another `command`/`args`/`cwd` is ignored (a changed server may offer
+//! other tools); `env` is not compared and never written (it may hold secrets). Written with
+//! a temporary file and a rename, so a crash leaves the old record or the new one.
+//!
+//! I/O runs on a writer task ([`Writer`]) and at actor start ([`load`]), never in the
+//! actor's message handling.
+
+use crate::config::ServerConfig;
+use crate::mux::era::{self, Era, Handshake};
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+/// The format's version; a record of another version is ignored.
+const VERSION: u64 = 1;
+
+/// A record read back: the handshake and lists of the last run, and when it was written.
+#[derive(Debug)]
+pub struct Record {
+    /// The child's handshake (era, result) as it was.
+    pub handshake: Handshake,
+    /// First pages of the lists, by method (`era::LISTS` names).
+    pub lists: BTreeMap<&'static str, Value>,
+    /// RFC 3339 time the record was written.
+    pub saved_at: String,
+}
+
+/// The JSON text of a record of `cfg`'s child.
+pub fn encode(
+    cfg: &ServerConfig,
+    hs: &Handshake,
+    lists: &BTreeMap<&'static str, Value>,
+    saved_at: &str,
+) -> Vec<u8> {
+    let era = match hs.era {
+        Era::Handshake => "handshake",
+        Era::Modern => era::MODERN_VERSION,
+    };
+    let lists: Map<String, Value> = lists
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), v.clone()))
+        .collect();
+    let v = json!({
+        "version": VERSION,
+        "command": cfg.command,
+        "args": cfg.args,
+        "cwd": cfg.cwd,
+        "saved_at": saved_at,
+        "era": era,
+        "handshake": hs.result,
+        "lists": lists,
+    });
+    serde_json::to_vec_pretty(&v).unwrap_or_default()
+}
+
+/// Parses a record's text for `cfg`. `Err` says why it is not usable (another version, another
+/// command, not a record); the caller logs it and starts without one.
+pub fn decode(cfg: &ServerConfig, text: &[u8]) -> Result<Record, String> {
+    let v: Value = serde_json::from_slice(text).map_err(|e| format!("not JSON: {e}"))?;
+    if v.get("version").and_then(Value::as_u64) != Some(VERSION) {
+        return Err(format!("not a version {VERSION} record"));
+    }
+    let same = v.get("command").and_then(Value::as_str) == Some(cfg.command.as_str())
+        && v.get("args") == Some(&json!(cfg.args))
+        && v.get("cwd") == Some(&json!(cfg.cwd));
+    if !same {
+        return Err("it was made by another command, args or cwd".into());
+    }
+    let result = v.get("handshake").cloned().unwrap_or(Value::Null);
+    let handshake = match v.get("era").and_then(Value::as_str) {
+        Some("handshake") => {
+            Handshake::from_result(result).ok_or("its handshake is not an initialize result")?
+        }
+        Some(e) if e == era::MODERN_VERSION && result.is_object() => {
+            Handshake::from_discover(result)
+        }
+        _ => return Err("unknown era".into()),
+    };
+    let mut lists = BTreeMap::new();
+    if let Some(o) = v.get("lists").and_then(Value::as_object) {
+        for (method, _, _) in era::LISTS {
+            if let Some(r) = o.get(*method).filter(|r| r.is_object()) {
+                lists.insert(*method, r.clone());
+            }
+        }
+    }
+    let saved_at = v
+        .get("saved_at")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    Ok(Record {
+        handshake,
+        lists,
+        saved_at,
+    })
+}
+
+/// Reads `cfg`'s record, if there is a usable one (a missing file is the first run).
+pub async fn load(cfg: &ServerConfig) -> Option<Record> {
+    let text = match tokio::fs::read(&cfg.cache_file).await {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            warn!(path = %cfg.cache_file.display(), error = %e, "cannot read the record of the last run; the first request starts the child");
+            return None;
+        }
+    };
+    match decode(cfg, &text) {
+        Ok(r) => {
+            debug!(path = %cfg.cache_file.display(), saved_at = %r.saved_at, "read the record of the last run");
+            Some(r)
+        }
+        Err(why) => {
+            warn!(path = %cfg.cache_file.display(), "the record of the last run is not used: {why}");
+            None
+        }
+    }
+}
+
+/// Writes records in the background, the latest one wins (a watch channel: a burst of list
+/// changes costs one write).
+#[derive(Debug)]
+pub struct Writer {
+    tx: watch::Sender<Option<Vec<u8>>>,
+}
+
+impl Writer {
+    /// A writer for `path`, on the current tokio runtime; `None` outside one (the
+    /// simulation).
+    pub fn start(path: PathBuf) -> Option<Self> {
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        let (tx, mut rx) = watch::channel::<Option<Vec<u8>>>(None);
+        rt.spawn(async move {
+            while rx.changed().await.is_ok() {
+                let Some(bytes) = rx.borrow_and_update().clone() else {
+                    continue;
+                };
+                let path = path.clone();
+                let written = tokio::task::spawn_blocking(move || write_atomic(&path, &bytes))
+                    .await
+                    .map_err(|e| std::io::Error::other(e.to_string()))
+                    .and_then(|r| r);
+                if let Err(e) = written {
+                    warn!(error = %e, "cannot write the record of this run (on-demand answers before the next start will be missing)");
+                }
+            }
+        });
+        Some(Writer { tx })
+    }
+
+    /// Queues `bytes` to be written (replacing any not written yet).
+    pub fn save(&self, bytes: Vec<u8>) {
+        let _ = self.tx.send(Some(bytes));
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory (mode 0600), then
+/// renames it over `path`.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> ServerConfig {
+        let text = "[servers.a]\ncommand = \"/bin/true\"\nargs = [\"x\"]\nstart = \"on-demand\"\n";
+        crate::config::parse(Path::new("/tmp/s.toml"), text)
+            .ok()
+            .and_then(|c| c.servers.get("a").cloned())
+            .unwrap_or_else(|| unreachable!("the test config parses"))
+    }
+
+    #[test]
+    fn a_record_round_trips_and_another_command_is_refused() {
+        let c = cfg();
+        let hs = Handshake::from_result(json!({"protocolVersion": "2025-06-18",
+            "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}}))
+        .unwrap_or_else(|| unreachable!());
+        let mut lists = BTreeMap::new();
+        lists.insert("tools/list", json!({"tools": [{"name": "t"}]}));
+        let text = encode(&c, &hs, &lists, "2026-12-01T00:00:00Z");
+        let r = decode(&c, &text).unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(r.handshake.protocol_version, "2025-06-18");
+        assert_eq!(r.lists.get("tools/list"), lists.get("tools/list"));
+        assert_eq!(r.saved_at, "2026-12-01T00:00:00Z");
+        let mut other = c.clone();
+        other.args = vec!["y".into()];
+        assert!(decode(&other, &text).is_err());
+        assert!(decode(&c, b"{}").is_err());
+        assert!(decode(&c, b"\xff").is_err());
+    }
+}

@@ -1,0 +1,189 @@
+//! Servers on demand and idle stops (issue 18 §1-2).
+//!
+//! - `start = "on-demand"`: the actor begins in `idle` with the record of the last run
+//!   ([`crate::mux::record`]) as its handshake and lists. `initialize`, `ping`,
+//!   `server/discover`, `logging/setLevel` and the first page of `tools/list`,
+//!   `prompts/list`, `resources/list`, `resources/templates/list` are answered from it
+//!   (marked `_meta["mcp-supervisor/cache"]`); any other request, a cursor, a list never
+//!   seen, or an `initialize` with no record starts the child ([`Server::start_on_demand`]).
+//!   Requests that arrive while it starts wait up to `start_timeout`, then go through.
+//! - `idle_stop`: a ready child is stopped through the ladder when no client request has
+//!   reached it, and no answer come back from it, for that long, and nothing holds it
+//!   ([`Server::busy`]: requests in flight or held, questions asked of clients, resource
+//!   subscriptions, listen streams). Its exit leaves the server `idle`: no failure, no
+//!   backoff, no restart counted, `last_exit` untouched.
+
+use super::*;
+use crate::config::StartMode;
+use crate::mux::record::{self, Record, Writer};
+
+/// What the actor keeps for on-demand starts and idle stops.
+#[derive(Debug)]
+pub(super) struct Demand {
+    /// The last moment the child was used: a client request forwarded to it, or its answer
+    /// to one delivered. The idle clock runs from here.
+    last_use: Instant,
+    /// The running instance was started by a request (its waiters get `start_timeout`).
+    started_by_request: bool,
+    /// When the record now answered from was written (RFC 3339), if it came from disk.
+    saved_at: Option<String>,
+    /// Writes the record of this run (on-demand servers only; `None` in the simulation).
+    writer: Option<Writer>,
+}
+
+impl Demand {
+    pub(super) fn new(now: Instant) -> Self {
+        Demand {
+            last_use: now,
+            started_by_request: false,
+            saved_at: None,
+            writer: None,
+        }
+    }
+}
+
+impl Server {
+    /// The actor's first step: spawn now (`eager`), or wait in `idle` for a request with the
+    /// last run's `record`, if any (`on-demand`).
+    pub(super) fn begin(&mut self, record: Option<Record>) {
+        if self.cfg.start == StartMode::Eager {
+            return self.spawn();
+        }
+        self.demand.writer = Writer::start(self.cfg.cache_file.clone());
+        if let Some(r) = record {
+            if self.cfg.protocol == ChildProtocol::Auto {
+                self.verdict = Some(r.handshake.era);
+            }
+            self.handshake = Some(r.handshake);
+            self.lists = r.lists;
+            self.demand.saved_at = Some(r.saved_at);
+        }
+        info!(
+            cached = self.handshake.is_some(),
+            "waiting for the first request that needs the child (start = on-demand)"
+        );
+        self.life = Life::Idle;
+    }
+
+    /// Starts the child for a client request, when it is idle.
+    pub(super) fn start_on_demand(&mut self, method: &str) {
+        if self.life.state() != State::Idle {
+            return;
+        }
+        info!(method, "starting the child on demand");
+        self.demand.started_by_request = true;
+        self.spawn();
+    }
+
+    /// How long a request held now may wait: `start_timeout` from the spawn when a request
+    /// started the child (an `npx` server may take that long), else `queue_wait`.
+    pub(super) fn hold_deadline(&self) -> Instant {
+        match self.life.start_deadline() {
+            Some(t) if self.demand.started_by_request => t.max(self.now + self.cfg.queue_wait),
+            _ => self.now + self.cfg.queue_wait,
+        }
+    }
+
+    /// The child was used now (a request forwarded, or its answer delivered).
+    pub(super) fn used(&mut self) {
+        self.demand.last_use = self.now;
+    }
+
+    /// When the ready child becomes idle enough to stop, if `idle_stop` is set.
+    pub(super) fn idle_deadline(&self) -> Option<Instant> {
+        let after = self.cfg.idle_stop?;
+        (self.life.state() == State::Ready).then_some(self.demand.last_use + after)
+    }
+
+    /// Whether something still holds the child: client requests in flight or held, the
+    /// child's questions waiting for clients, subscriptions, served or routed listen streams.
+    pub(super) fn busy(&self) -> bool {
+        let client_request = self.inflight.iter().any(|(_, _, _, p)| {
+            matches!(p.owner, Owner::Client { .. } | Owner::Parked { .. })
+                && p.method != "subscriptions/listen"
+        });
+        let listening = self
+            .inflight
+            .iter()
+            .any(|(_, c, _, p)| c.is_some() && p.method == "subscriptions/listen");
+        client_request
+            || listening
+            || self.held.len() > 0
+            || !self.upstream.is_empty()
+            || !self.rounds.is_empty()
+            || !self.parked.is_empty()
+            || self.subs.uris().next().is_some()
+            || !self.listeners.is_empty()
+    }
+
+    /// At a timer: stops the ready child when `idle_stop` passed and nothing holds it. While
+    /// something holds it, the idle clock starts again.
+    pub(super) fn check_idle(&mut self) {
+        let Some(at) = self.idle_deadline() else {
+            return;
+        };
+        if at > self.now {
+            return;
+        }
+        if self.busy() {
+            self.used();
+            return;
+        }
+        info!(
+            idle_s = self.cfg.idle_stop.map(|d| d.as_secs_f64()),
+            "no client used the child for idle_stop; stopping it"
+        );
+        self.stop_child(StopCause::Idle);
+    }
+
+    /// After the exit of an idle stop: `idle`, or straight back up when requests arrived
+    /// during the stop (they were held).
+    pub(super) fn after_idle_stop(&mut self) {
+        self.demand.started_by_request = false;
+        if self.held.len() > 0 {
+            info!("requests arrived during the idle stop; starting the child again");
+            self.life = Life::Idle;
+            self.start_on_demand("held");
+        } else {
+            self.life = Life::Idle;
+        }
+    }
+
+    /// Marks a result answered from the record while the child is idle:
+    /// `_meta["mcp-supervisor/cache"] = {"server", "status": "idle", "saved_at"}`.
+    pub(super) fn mark_cached(&self, result: &mut Value) {
+        let Some(o) = result.as_object_mut() else {
+            return;
+        };
+        let meta = o.entry("_meta").or_insert_with(|| json!({}));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert(
+                "mcp-supervisor/cache".into(),
+                json!({"server": self.cfg.name, "status": "idle",
+                    "saved_at": self.demand.saved_at}),
+            );
+        }
+    }
+
+    /// The child answered its handshake: the record is written, and later holds wait
+    /// `queue_wait` again.
+    pub(super) fn demand_ready(&mut self) {
+        self.demand.started_by_request = false;
+        self.save_record();
+    }
+
+    /// Queues the record of this run for writing (on-demand servers, after the handshake and
+    /// whenever a list changes).
+    pub(super) fn save_record(&mut self) {
+        if self.demand.writer.is_none() && self.cfg.start == StartMode::OnDemand {
+            // A reload made this server on-demand.
+            self.demand.writer = Writer::start(self.cfg.cache_file.clone());
+        }
+        let (Some(w), Some(hs)) = (&self.demand.writer, &self.handshake) else {
+            return;
+        };
+        let at = humantime::format_rfc3339_seconds(self.wall).to_string();
+        w.save(record::encode(&self.cfg, hs, &self.lists, &at));
+        self.demand.saved_at = Some(at);
+    }
+}

@@ -1,0 +1,213 @@
+//! Servers on demand and idle stops (issue 18 §1-2) on the fake clock.
+
+use super::*;
+
+/// BASE's handshake child, started on demand and stopped after 10 s unused; calls may take
+/// a minute.
+fn on_demand() -> String {
+    r#"
+[servers.sim]
+command = "/nonexistent/sim-child"
+protocol = "2025-11-25"
+request_timeout = "60s"
+queue_wait = "1s"
+queue_limit = 8
+backoff_initial = "100ms"
+start_timeout = "5s"
+start = "on-demand"
+idle_stop = "10s"
+"#
+    .to_string()
+}
+
+fn spawns(sim: &Sim) -> usize {
+    lock_world_spawned(sim).len()
+}
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":"i","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+const LIST: &str = r#"{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{}}"#;
+
+/// Moves the clock by `ms` and fires the timer.
+fn after(sim: &mut Sim, ms: u64) {
+    sim.now += Duration::from_millis(ms);
+    sim.input(Input::Timer);
+}
+
+/// An on-demand simulation holding the record of an earlier run (as `begin` loads it).
+fn with_record() -> Sim {
+    let mut sim = Sim::with_config(&on_demand(), 21);
+    let hs = Handshake::from_result(json!({"protocolVersion": "2025-11-25",
+        "capabilities": {"tools": {"listChanged": true}},
+        "serverInfo": {"name": "sim", "version": "1"}}));
+    let mut lists = BTreeMap::new();
+    lists.insert(
+        "tools/list",
+        json!({"tools": [{"name": "echo", "description": "Echo"}]}),
+    );
+    sim.server
+        .begin(hs.map(|handshake| crate::mux::record::Record {
+            handshake,
+            lists,
+            saved_at: "2026-12-01T00:00:00Z".into(),
+        }));
+    sim
+}
+
+#[test]
+fn an_on_demand_server_answers_the_handshake_and_lists_from_its_record_without_spawning() {
+    let mut sim = with_record();
+    assert_eq!(sim.server.life.state(), State::Idle);
+    let a = sim.connect();
+    sim.send(a, INIT);
+    sim.send(a, LIST);
+    sim.send(a, r#"{"jsonrpc":"2.0","id":"p","method":"ping"}"#);
+    let r = responses(&sim, a);
+    assert_eq!(r.len(), 3, "{r:?}");
+    assert_eq!(r[0]["result"]["serverInfo"]["name"], "sim", "{r:?}");
+    assert_eq!(
+        r[0]["result"]["_meta"]["mcp-supervisor/cache"]["status"], "idle",
+        "{r:?}"
+    );
+    assert_eq!(
+        r[1]["result"]["tools"][0]["description"], "Echo",
+        "not marked unavailable"
+    );
+    assert_eq!(
+        r[1]["result"]["_meta"]["mcp-supervisor/cache"]["saved_at"],
+        "2026-12-01T00:00:00Z"
+    );
+    assert_eq!(spawns(&sim), 0, "nothing needed the child");
+    assert_eq!(sim.server.life.state(), State::Idle);
+    assert_eq!(sim.server.backoff.failures(), 0);
+    // A later page is not in the record: that one needs the child.
+    sim.send(
+        a,
+        r#"{"jsonrpc":"2.0","id":"n","method":"tools/list","params":{"cursor":"2"}}"#,
+    );
+    assert_eq!(spawns(&sim), 1);
+}
+
+#[test]
+fn a_call_starts_the_child_once_for_every_waiting_client_and_idle_stop_is_no_failure() {
+    let mut sim = with_record();
+    let clients: Vec<ClientId> = (0..3).map(|_| sim.connect()).collect();
+    for (n, c) in clients.iter().enumerate() {
+        sim.send(*c, &call(*c, n as u64));
+    }
+    assert_eq!(spawns(&sim), 1, "one spawn for three calls");
+    assert_eq!(sim.server.life.state(), State::Starting);
+    // The child takes 4 s to answer its handshake: past queue_wait (1 s), within
+    // start_timeout (5 s), which is what a request that started the child waits.
+    after(&mut sim, 4_000);
+    for c in &clients {
+        assert!(responses(&sim, *c).is_empty(), "still waiting at 4 s");
+    }
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    for c in &clients {
+        let r = responses(&sim, *c);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(
+            r[0]["result"]["content"][0]["text"],
+            format!("{}-x", c.0),
+            "{r:?}"
+        );
+    }
+    assert_eq!(sim.server.life.state(), State::Ready);
+    let generation = sim.current_generation().unwrap_or(0);
+    // 9.9 s unused: still running; 10 s: stopped through the ladder.
+    after(&mut sim, 9_900);
+    assert!(sim.stops().is_empty(), "not idle yet");
+    after(&mut sim, 200);
+    assert_eq!(sim.stops(), vec![generation], "stopped when idle");
+    sim.child_exits(false);
+    assert_eq!(sim.server.life.state(), State::Idle);
+    assert_eq!(
+        sim.server.backoff.failures(),
+        0,
+        "an idle stop is no failure"
+    );
+    assert_eq!(sim.server.restarts, 0);
+    assert!(sim.server.last_exit.is_none(), "not an outage");
+    // Lists still answer from memory, marked idle; the next call starts it again.
+    let a = clients[0];
+    sim.send(a, LIST);
+    assert_eq!(
+        responses(&sim, a).pop().unwrap_or(Value::Null)["result"]["_meta"]["mcp-supervisor/cache"]
+            ["status"],
+        "idle"
+    );
+    sim.send(a, &call(a, 9));
+    assert_eq!(spawns(&sim), 2);
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    let r = responses(&sim, a).pop().unwrap_or(Value::Null);
+    assert_eq!(r["id"], 9, "{r}");
+    assert_eq!(r["result"]["content"][0]["text"], format!("{}-x", a.0));
+}
+
+#[test]
+fn with_no_record_the_first_initialize_starts_the_child_and_waits_for_it() {
+    let mut sim = Sim::with_config(&on_demand(), 22);
+    assert_eq!(sim.server.life.state(), State::Idle);
+    let a = sim.connect();
+    sim.send(a, INIT);
+    assert_eq!(spawns(&sim), 1);
+    assert!(responses(&sim, a).is_empty());
+    answer_all(&mut sim);
+    let r = responses(&sim, a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["result"]["protocolVersion"], "2025-11-25", "{r:?}");
+    assert!(
+        r[0]["result"].get("_meta").is_none(),
+        "from the child: {r:?}"
+    );
+}
+
+#[test]
+fn a_held_subscription_or_a_call_in_flight_keeps_the_child_from_idling() {
+    let mut sim = with_record();
+    let a = sim.connect();
+    sim.send(a, &call(a, 1));
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    // A call the child has not answered: 30 s pass, no idle stop.
+    sim.send(a, &call(a, 2));
+    after(&mut sim, 30_000);
+    assert!(sim.stops().is_empty(), "a call is in flight");
+    answer_all(&mut sim);
+    // A subscription held: no idle stop either.
+    sim.send(
+        a,
+        r#"{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"file:///x"}}"#,
+    );
+    answer_all(&mut sim);
+    after(&mut sim, 30_000);
+    after(&mut sim, 30_000);
+    assert!(sim.stops().is_empty(), "a subscription is held");
+    // Its client leaves: the subscription goes, and 10 s later so does the child.
+    sim.clients.remove(&a);
+    sim.input(Input::Session(SessionEvent::Disconnected(a)));
+    after(&mut sim, 10_000);
+    after(&mut sim, 10_000);
+    assert_eq!(sim.stops().len(), 1, "idle once nothing holds it");
+}
+
+#[test]
+fn a_request_during_the_idle_stop_waits_and_starts_the_child_again() {
+    let mut sim = with_record();
+    let a = sim.connect();
+    sim.send(a, &call(a, 1));
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    after(&mut sim, 10_000);
+    assert_eq!(sim.server.life.state(), State::Stopping);
+    sim.send(a, &call(a, 2));
+    sim.child_exits(false);
+    assert_eq!(spawns(&sim), 2, "started again at once");
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    let r = responses(&sim, a).pop().unwrap_or(Value::Null);
+    assert_eq!(r["id"], 2, "{r}");
+    assert_eq!(sim.server.backoff.failures(), 0);
+}

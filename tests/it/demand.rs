@@ -1,0 +1,132 @@
+//! Servers on demand and idle stops (issue 18 §1-2), with the real binary: a server whose
+//! record of an earlier run answers `initialize` and `tools/list` never spawns; a call spawns
+//! it once for every waiting client; `idle_stop` stops it and `status` shows `idle`; no
+//! failure is counted in any of it.
+
+use crate::harness::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// The on-demand server `od`: the fake server (slow to start, so concurrent calls all arrive
+/// during the start), its starts recorded in `pidfile`, idle after 1 s.
+fn servers(pidfile: &std::path::Path) -> String {
+    fake_server(
+        "od",
+        &[
+            "--init-delay",
+            "700",
+            "--pidfile",
+            &pidfile.to_string_lossy(),
+        ],
+        "start = \"on-demand\"\nidle_stop = \"1s\"\nstart_timeout = \"20s\"",
+    )
+}
+
+fn wait_state(s: &Supervisor, state: &str) -> Value {
+    let mut last = Value::Null;
+    let ok = wait_until(Duration::from_secs(15), || {
+        last = s.server_status("od");
+        last["state"] == state
+    });
+    assert!(ok, "never {state}: {last}\nlog:\n{}", s.log());
+    last
+}
+
+fn no_failure(st: &Value) {
+    assert_eq!(st["consecutive_failures"], 0, "{st}");
+    assert_eq!(st["restarts"], 0, "{st}");
+    assert!(
+        st["last_exit"].is_null(),
+        "an idle stop is not an exit: {st}"
+    );
+}
+
+#[test]
+fn an_on_demand_server_spawns_once_for_concurrent_calls_lists_from_its_record_and_idles() {
+    let state = tempfile::tempdir().unwrap();
+    let pids = state.path().join("pids");
+    let keys = format!("state_dir = {:?}", state.path());
+
+    // First run: nothing is known yet, so the first `initialize` starts the child.
+    let mut first = Supervisor::spawn_config(&keys, &servers(&pids), &[]);
+    assert!(wait_until(Duration::from_secs(10), || first
+        .socket("od")
+        .exists()));
+    let st = wait_state(&first, "idle");
+    assert!(st["pid"].is_null(), "{st}");
+    assert!(pidfile(&pids).is_empty(), "spawned before any request");
+    let mut c = first.client("od");
+    let tools = c.request(json!(1), "tools/list", json!({}));
+    assert_eq!(tools["result"]["tools"][0]["name"], "echo", "{tools}");
+    assert_eq!(pidfile(&pids).len(), 1);
+    // Unused for idle_stop: stopped, shown idle, the child gone.
+    let st = wait_state(&first, "idle");
+    no_failure(&st);
+    let pid = pidfile(&pids)[0].0;
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(pid)),
+        "pid {pid} still runs"
+    );
+    let record = state.path().join("od.cache.json");
+    assert!(record.exists(), "the record of the run was written");
+    drop(c);
+    assert_eq!(first.stop(), Some(0));
+
+    // Second run: `initialize` and `tools/list` come from the record; nothing spawns.
+    let second = Supervisor::spawn_config(&keys, &servers(&pids), &[]);
+    assert!(wait_until(Duration::from_secs(10), || second
+        .socket("od")
+        .exists()));
+    let mut a = second.connect("od");
+    let init = a.initialize("lister", json!({}));
+    assert_eq!(init["result"]["serverInfo"]["name"], "fake", "{init}");
+    assert_eq!(
+        init["result"]["_meta"]["mcp-supervisor/cache"]["status"], "idle",
+        "{init}"
+    );
+    let tools = a.request(json!(1), "tools/list", json!({}));
+    assert_eq!(tools["result"]["tools"][0]["name"], "echo", "{tools}");
+    assert!(tools["result"]["_meta"]["mcp-supervisor/cache"]["saved_at"].is_string());
+    let d = tools["result"]["tools"][0]["description"]
+        .as_str()
+        .unwrap_or("");
+    assert!(!d.contains("unavailable"), "idle is not an outage: {d}");
+    let st = second.server_status("od");
+    assert_eq!(st["state"], "idle", "{st}");
+    assert_eq!(pidfile(&pids).len(), 1, "listing tools started the child");
+
+    // Six clients call at once: one spawn serves them all.
+    let callers: Vec<_> = (0..6)
+        .map(|n| {
+            let mut c = second.client("od");
+            c.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": format!("caller {n}")}}}));
+            c
+        })
+        .collect();
+    for (n, mut c) in callers.into_iter().enumerate() {
+        let r = c.response(&json!(7));
+        assert_eq!(Client::text(&r), format!("caller {n}"), "{r}");
+    }
+    assert_eq!(
+        pidfile(&pids).len(),
+        2,
+        "one spawn for six concurrent calls"
+    );
+    assert_eq!(
+        second.log().matches("starting the child on demand").count(),
+        1
+    );
+    let st = wait_state(&second, "idle");
+    no_failure(&st);
+    let pid = pidfile(&pids)[1].0;
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(pid)),
+        "pid {pid} still runs"
+    );
+    // The listing client is still connected and is answered; a call starts it again.
+    let again = a.call(json!(2), "echo", json!({"text": "back"}));
+    assert_eq!(Client::text(&again), "back", "{again}");
+    assert_eq!(pidfile(&pids).len(), 3);
+    no_failure(&second.server_status("od"));
+}
