@@ -352,3 +352,28 @@ fn bad_otel_keys_name_line_and_key() {
         );
     }
 }
+
+#[test]
+fn start_idle_stop_and_state_dir_issue_18() {
+    let c = parse(
+        Path::new("/etc/m/s.toml"),
+        "[supervisor]\nsocket_dir = \"/run/x\"\nstate_dir = \"state\"\n[defaults]\nstart = \"on-demand\"\n[servers.a]\ncommand = \"x\"\nidle_stop = \"10m\"\n[servers.b]\ncommand = \"y\"\nstart = \"eager\"\nidle_stop = \"off\"\n",
+    )
+    .unwrap();
+    let (a, b) = (&c.servers["a"], &c.servers["b"]);
+    assert_eq!(a.start, StartMode::OnDemand);
+    assert_eq!(a.idle_stop, Some(Duration::from_secs(600)));
+    assert_eq!(a.cache_file, PathBuf::from("/etc/m/state/a.cache.json"));
+    assert_eq!((b.start, b.idle_stop), (StartMode::Eager, None));
+    // Neither key restarts the child when a reload changes it.
+    let mut a2 = a.clone();
+    a2.start = StartMode::Eager;
+    a2.idle_stop = None;
+    assert!(a2.same_child_but_roots(a));
+    let e = bad("[servers.a]\ncommand = \"x\"\nstart = \"lazy\"\n");
+    assert_eq!((e.line, e.key.as_str()), (3, "servers.a.start"));
+    let e = bad("[servers.a]\ncommand = \"x\"\n\nidle_stop = \"0s\"\n");
+    assert_eq!((e.line, e.key.as_str()), (4, "servers.a.idle_stop"));
+    let e = bad("[servers.a]\ncommand = \"x\"\nidle_stop = 5\n");
+    assert_eq!(e.key, "servers.a.idle_stop");
+}
