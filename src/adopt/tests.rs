@@ -1,0 +1,1 @@
+//! Unit tests of adopt: classification and the byte-preserving edits.
