@@ -8,7 +8,7 @@
 //!    macOS paths. Missing files are fine; a file that does not parse is an error naming it
 //!    (and the line), and nothing is written.
 //! 2. **Classify** (`entry.rs`): each entry is a stdio server `adopt` understands (a
-//!    [`entry::Spec`]), one that already attaches, or one left untouched with a reason (remote
+//!    `Spec`), one that already attaches, or one left untouched with a reason (remote
 //!    HTTP/SSE, `${...}` variables the client expands, `envFile`, disabled, malformed...).
 //! 3. **Plan** (`plan.rs`): entries with the same command, args, env and cwd become one server
 //!    (also one already in the supervisor config); names come from the client keys. The plan is
@@ -34,8 +34,7 @@ mod supervisor;
 #[cfg(test)]
 mod tests;
 
-pub use entry::{classify, Dialect, Spec, Verdict};
-pub use plan::sanitize;
+use entry::{classify, Dialect, Verdict};
 
 use sources::{ClientFile, Format, Places};
 use std::io::{BufRead, IsTerminal, Write};

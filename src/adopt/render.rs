@@ -11,13 +11,19 @@ use std::path::Path;
 
 /// What the plan is made of.
 pub struct View<'a> {
+    /// Shown as `~`.
     pub home: &'a Path,
+    /// Every client file looked for.
     pub files: &'a [ClientFile],
     /// Indexes into `files` of the files that exist, with their text.
     pub read: &'a [(usize, String)],
+    /// Every entry of those files, classified.
     pub found: &'a [Found],
+    /// Names and merging.
     pub plan: &'a Plan,
+    /// The supervisor config as found.
     pub config: &'a Current,
+    /// Where backups go.
     pub state: &'a Path,
 }
 
