@@ -14,6 +14,7 @@
     )
 )]
 
+pub mod adopt;
 pub mod attach;
 pub mod child;
 pub mod cli;

@@ -6,7 +6,7 @@ use clap::Parser;
 use mcp_supervisor::cli::{self, Cli, Target, Verb};
 use mcp_supervisor::control::{self, Op};
 use mcp_supervisor::systemd::Plumbing;
-use mcp_supervisor::{attach, config, daemon, logging};
+use mcp_supervisor::{adopt, attach, config, daemon, logging};
 
 fn main() {
     let cli = Cli::parse();
@@ -132,6 +132,36 @@ fn main() {
             },
             Err(code) => code,
         },
+        Verb::Adopt {
+            config,
+            project,
+            home,
+            yes,
+            dry_run,
+            undo,
+            force,
+        } => {
+            let options = adopt::Options {
+                config,
+                project,
+                home,
+                yes,
+                dry_run,
+                undo,
+                force,
+            };
+            match adopt::run(&options) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("mcp-supervisor adopt: {e}");
+                    if e.is_usage() {
+                        cli::EXIT_CONFIG
+                    } else {
+                        cli::EXIT_FAILED
+                    }
+                }
+            }
+        }
     };
     std::process::exit(code);
 }

@@ -3,6 +3,7 @@
 
 mod harness;
 
+mod adopt;
 mod basics;
 mod core;
 mod demand;

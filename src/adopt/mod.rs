@@ -1,0 +1,429 @@
+//! `mcp-supervisor adopt` (issue 18 §4): moves the stdio MCP servers of a desktop's clients
+//! (Claude Desktop, Claude Code, Cursor, VS Code, Codex) into the supervisor config and points
+//! each client entry at `mcp-supervisor attach NAME`; `adopt --undo` puts every file back.
+//!
+//! # Theory of operation
+//!
+//! 1. **Find** (`sources.rs`): the files of every client, user and project scope, on Linux and
+//!    macOS paths. Missing files are fine; a file that does not parse is an error naming it
+//!    (and the line), and nothing is written.
+//! 2. **Classify** (`entry.rs`): each entry is a stdio server `adopt` understands (a
+//!    `Spec`), one that already attaches, or one left untouched with a reason (remote
+//!    HTTP/SSE, `${...}` variables the client expands, `envFile`, disabled, malformed...).
+//! 3. **Plan** (`plan.rs`): entries with the same command, args, env and cwd become one server
+//!    (also one already in the supervisor config); names come from the client keys. The plan is
+//!    printed: servers, where each comes from, what is left alone, the env keys copied (never
+//!    their values), the files to change.
+//! 4. **Edit in memory** (`jsonc.rs`, `codex.rs`, `supervisor.rs`): each client file with its
+//!    adopted entries rewritten, every other byte kept; the supervisor config with the new
+//!    `[servers.NAME]` tables appended. Each result is read back and checked.
+//! 5. **Confirm** (`--yes`, or `y` on a terminal; never waits on a pipe), then **back up and
+//!    write** (`backup.rs`): copies and a manifest first, then atomic writes.
+//!
+//! Never: prints an env value; touches a file it did not plan to change; writes anything when a
+//! check fails.
+
+mod backup;
+mod codex;
+mod entry;
+mod jsonc;
+mod plan;
+mod render;
+mod sources;
+mod supervisor;
+#[cfg(test)]
+mod tests;
+
+use entry::{classify, Dialect, Verdict};
+
+use sources::{ClientFile, Format, Places};
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+/// What the `adopt` verb was asked to do (its flags, README "Moving a desktop onto the
+/// supervisor").
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// `--config`: the supervisor config to write (default as `run`'s).
+    pub config: Option<PathBuf>,
+    /// `--project`: the project whose files are read (default: the current directory).
+    pub project: Option<PathBuf>,
+    /// `--home`: the home directory the user files are under (default `$HOME`). With it,
+    /// `$XDG_CONFIG_HOME`, `$XDG_STATE_HOME`, `$CODEX_HOME` and `$MCP_SUPERVISOR_CONFIG` are
+    /// ignored: every default path is under it.
+    pub home: Option<PathBuf>,
+    /// `--yes`: apply without asking.
+    pub yes: bool,
+    /// `--dry-run`: print the plan (or what `--undo` would restore) and write nothing.
+    pub dry_run: bool,
+    /// `--undo`: restore the files of the latest adoption.
+    pub undo: bool,
+    /// `--force` (with `--undo`): restore files changed since the adoption too.
+    pub force: bool,
+}
+
+/// How an adopted client entry is rewritten: `command` and `args` replace the entry's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewrite {
+    /// The absolute path of `mcp-supervisor`.
+    pub command: String,
+    /// `["attach", NAME]`, plus `["--config", PATH]` off the default location.
+    pub args: Vec<String>,
+}
+
+/// Why `adopt` stopped. [`AdoptError::is_usage`] tells bad input (exit 2) from failure (1).
+#[derive(Debug, thiserror::Error)]
+pub enum AdoptError {
+    /// A file that does not parse, or not in the shape its client documents.
+    #[error("{}{}: {message}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
+    BadFile {
+        /// The file.
+        path: PathBuf,
+        /// The 1-based line, when the parser gives it.
+        line: Option<usize>,
+        /// What is wrong.
+        message: String,
+    },
+    /// Bad flags or directories.
+    #[error("{0}")]
+    Usage(String),
+    /// Reading or writing a file failed.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// `read`, `write`, `create`, `remove`.
+        action: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The plan was not applied (no `--yes` without a terminal, or not confirmed).
+    #[error("{0}")]
+    NotConfirmed(String),
+    /// `--undo` found files changed since the adoption (and no `--force`).
+    #[error("not undone: changed since adopt wrote them (`--undo --force` overwrites them):{}", list(.0))]
+    Changed(Vec<PathBuf>),
+    /// `--undo` with no adoption left to undo.
+    #[error("nothing to undo: no adoption in {}", .0.display())]
+    NothingToUndo(PathBuf),
+    /// A file changed on disk between reading and writing.
+    #[error("{} changed while adopt ran; nothing was written, run it again", .0.display())]
+    Raced(PathBuf),
+    /// An edit did not read back as intended (a bug); nothing was written.
+    #[error("internal error editing {}: {message}; nothing was written", path.display())]
+    Internal {
+        /// The file.
+        path: PathBuf,
+        /// What differed.
+        message: String,
+    },
+}
+
+fn list(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| format!("\n  {}", p.display()))
+        .collect()
+}
+
+impl AdoptError {
+    /// Bad input (a file, a flag): exit 2; anything else exits 1.
+    pub fn is_usage(&self) -> bool {
+        matches!(self, AdoptError::BadFile { .. } | AdoptError::Usage(_))
+    }
+}
+
+/// Everything `adopt` works with, resolved from the options and the environment.
+struct Setup {
+    places: Places,
+    config: PathBuf,
+    /// Whether `attach` needs `--config PATH` (the config is off the plain default).
+    config_flag: bool,
+    state: PathBuf,
+    exe: PathBuf,
+}
+
+fn setup(o: &Options) -> Result<Setup, AdoptError> {
+    let var = |k: &str| {
+        if o.home.is_some() {
+            None
+        } else {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        }
+    };
+    let home = match o
+        .home
+        .clone()
+        .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
+    {
+        Some(h) => absolute(&h)?,
+        None => {
+            return Err(AdoptError::Usage(
+                "no home directory: set HOME or pass --home".into(),
+            ))
+        }
+    };
+    let project = match &o.project {
+        Some(p) => p.clone(),
+        None => std::env::current_dir().map_err(|e| AdoptError::Io {
+            path: PathBuf::from("."),
+            action: "read",
+            source: e,
+        })?,
+    };
+    // Claude Code keys its local scope by the real path of the project.
+    let project = std::fs::canonicalize(&project)
+        .ok()
+        .filter(|p| p.is_dir())
+        .ok_or_else(|| {
+            AdoptError::Usage(format!("--project {}: not a directory", project.display()))
+        })?;
+    let config_home = var("XDG_CONFIG_HOME").unwrap_or_else(|| home.join(".config"));
+    let codex_home = var("CODEX_HOME").unwrap_or_else(|| home.join(".codex"));
+    let state = var("XDG_STATE_HOME")
+        .unwrap_or_else(|| home.join(".local/state"))
+        .join("mcp-supervisor/adopt");
+    let root = nix::unistd::geteuid().is_root();
+    // What `attach` finds with no `--config` in a client started from the desktop (no
+    // MCP_SUPERVISOR_CONFIG, no XDG_CONFIG_HOME there, as a rule).
+    let plain = if root {
+        PathBuf::from("/etc/mcp-supervisor/supervisor.toml")
+    } else {
+        home.join(".config/mcp-supervisor/supervisor.toml")
+    };
+    let config = match &o.config {
+        Some(c) => absolute(c)?,
+        None if o.home.is_some() => plain.clone(),
+        None => absolute(&crate::cli::default_config_path())?,
+    };
+    let exe = std::env::current_exe().map_err(|e| AdoptError::Io {
+        path: PathBuf::from("/proc/self/exe"),
+        action: "read",
+        source: e,
+    })?;
+    Ok(Setup {
+        places: Places {
+            home,
+            project,
+            config_home,
+            codex_home,
+        },
+        config_flag: config != plain,
+        config,
+        state,
+        exe,
+    })
+}
+
+fn absolute(p: &Path) -> Result<PathBuf, AdoptError> {
+    std::path::absolute(p).map_err(|e| AdoptError::Usage(format!("{}: {e}", p.display())))
+}
+
+/// Runs `adopt` (or `adopt --undo`) with `o`, printing the plan and the outcome on stdout.
+pub fn run(o: &Options) -> Result<(), AdoptError> {
+    let s = setup(o)?;
+    if o.undo {
+        return undo(&s, o);
+    }
+    let files = sources::client_files(&s.places);
+    let mut read: Vec<(usize, String)> = Vec::new();
+    let mut found: Vec<plan::Found> = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        let Some(text) = read_optional(&f.path)? else {
+            continue;
+        };
+        found.extend(gather(i, f, &text)?);
+        read.push((i, text));
+    }
+    let current = supervisor::read(&s.config)?;
+    let plan = plan::make(&current.servers, &found);
+    let view = render::View {
+        home: &s.places.home,
+        files: &files,
+        read: &read,
+        found: &found,
+        plan: &plan,
+        config: &current,
+        state: &s.state,
+    };
+    print!("{}", render::plan(&view));
+    if plan.servers.is_empty() {
+        println!("\nNothing to adopt: no client file has a stdio server left to move.");
+        return Ok(());
+    }
+    let changes = edit(&s, &files, &read, &found, &plan, &current)?;
+    if o.dry_run {
+        println!("\nDry run: nothing was written.");
+        return Ok(());
+    }
+    confirm(o.yes)?;
+    // A client may have saved its file while the plan was shown.
+    for c in &changes {
+        if read_optional(&c.path)?.map(String::into_bytes) != c.before {
+            return Err(AdoptError::Raced(c.path.clone()));
+        }
+    }
+    let dir = backup::save(&s.state, &changes)?;
+    backup::apply(&changes)?;
+    print!("{}", render::done(&view, &dir, &s.config, s.config_flag));
+    Ok(())
+}
+
+fn read_optional(path: &Path) -> Result<Option<String>, AdoptError> {
+    match std::fs::read(path) {
+        Ok(b) => String::from_utf8(b)
+            .map(Some)
+            .map_err(|_| AdoptError::BadFile {
+                path: path.to_path_buf(),
+                line: None,
+                message: "not UTF-8 text".to_string(),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(AdoptError::Io {
+            path: path.to_path_buf(),
+            action: "read",
+            source: e,
+        }),
+    }
+}
+
+/// The entries of one client file, classified.
+fn gather(index: usize, f: &ClientFile, text: &str) -> Result<Vec<plan::Found>, AdoptError> {
+    let mut out = Vec::new();
+    let (json, toml) = match f.format {
+        Format::Json => (Some(jsonc::parse(&f.path, text)?), None),
+        Format::Toml => (None, Some(codex::parse(&f.path, text)?)),
+    };
+    for (si, section) in f.sections.iter().enumerate() {
+        let entries = match (&json, &toml) {
+            (Some(d), _) => d.entries(&section.pointer),
+            (_, Some(d)) => d.entries(&section.pointer),
+            _ => jsonc::Entries::Missing,
+        };
+        let found = |key: String, verdict| plan::Found {
+            file: index,
+            section: si,
+            key,
+            verdict,
+        };
+        let entries = match entries {
+            jsonc::Entries::Missing => continue,
+            jsonc::Entries::Malformed(why) => {
+                out.push(found(
+                    String::new(),
+                    Verdict::Skip(format!("malformed: {why}")),
+                ));
+                continue;
+            }
+            jsonc::Entries::Found(e) => e,
+        };
+        let dialect = Dialect {
+            interpolates: section.client.interpolates(),
+            codex: f.format == Format::Toml,
+            project: section.runs_in(f),
+        };
+        for (key, value) in &entries {
+            let twice = entries.iter().filter(|(k, _)| k == key).count() > 1;
+            let verdict = if twice {
+                Verdict::Skip("the key appears more than once in this object".into())
+            } else {
+                classify(value, dialect)
+            };
+            out.push(found(key.clone(), verdict));
+        }
+    }
+    Ok(out)
+}
+
+/// Every file's new content, computed and checked before anything is written.
+fn edit(
+    s: &Setup,
+    files: &[ClientFile],
+    read: &[(usize, String)],
+    found: &[plan::Found],
+    plan: &plan::Plan,
+    current: &supervisor::Current,
+) -> Result<Vec<backup::Change>, AdoptError> {
+    let mut changes = Vec::new();
+    for (i, text) in read {
+        let Some(file) = files.get(*i) else {
+            continue;
+        };
+        let mut edits = Vec::new();
+        for (fi, f) in found.iter().enumerate().filter(|(_, f)| f.file == *i) {
+            let (Some(server), Some(section)) = (plan.server_of(fi), file.sections.get(f.section))
+            else {
+                continue;
+            };
+            let mut args = vec!["attach".to_string(), server.name.clone()];
+            if s.config_flag {
+                args.push("--config".to_string());
+                args.push(s.config.to_string_lossy().into_owned());
+            }
+            let rw = Rewrite {
+                command: s.exe.to_string_lossy().into_owned(),
+                args,
+            };
+            edits.push((section.pointer.clone(), f.key.clone(), rw));
+        }
+        if edits.is_empty() {
+            continue;
+        }
+        let after = match file.format {
+            Format::Json => jsonc::rewrite(&file.path, text, &edits)?,
+            Format::Toml => codex::rewrite(&file.path, text, &edits)?,
+        };
+        changes.push(backup::Change {
+            path: file.path.clone(),
+            before: Some(text.clone().into_bytes()),
+            after: after.into_bytes(),
+        });
+    }
+    let new: Vec<_> = plan
+        .new_servers()
+        .map(|server| {
+            (
+                server,
+                render::sources_of(server, files, found, &s.places.home),
+            )
+        })
+        .collect();
+    if !new.is_empty() {
+        let after = supervisor::append(current, &new)?;
+        changes.push(backup::Change {
+            path: current.path.clone(),
+            before: current.text.clone().map(String::into_bytes),
+            after: after.into_bytes(),
+        });
+    }
+    Ok(changes)
+}
+
+/// `--yes`, or a `y` typed on a terminal; never waits on a pipe.
+fn confirm(yes: bool) -> Result<(), AdoptError> {
+    if yes {
+        return Ok(());
+    }
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return Err(AdoptError::NotConfirmed(
+            "not applied: stdin is not a terminal; pass --yes to apply".into(),
+        ));
+    }
+    print!("\nApply this plan? [y/N] ");
+    let _ = std::io::stdout().flush();
+    let mut line = String::new();
+    let _ = stdin.lock().read_line(&mut line);
+    match line.trim() {
+        "y" | "Y" | "yes" => Ok(()),
+        _ => Err(AdoptError::NotConfirmed("not applied".into())),
+    }
+}
+
+fn undo(s: &Setup, o: &Options) -> Result<(), AdoptError> {
+    let (dir, done) = backup::undo(&s.state, o.force, o.dry_run)?;
+    print!("{}", render::undone(&dir, &done, &s.places.home, o.dry_run));
+    Ok(())
+}
