@@ -169,6 +169,9 @@ impl Server {
     /// `queue_wait` again.
     pub(super) fn demand_ready(&mut self) {
         self.demand.started_by_request = false;
+        // The idle clock starts at readiness at the latest (a start whose only request was
+        // answered here, such as `initialize`, forwarded nothing).
+        self.used();
         self.save_record();
     }
 

@@ -191,7 +191,11 @@ impl Server {
 
     pub(super) fn stop_child(&mut self, cause: StopCause) {
         if self.life.child().is_some_and(|c| !c.stopping()) {
-            warn!(reason = cause.reason(), "stopping the child");
+            if cause == StopCause::Idle {
+                info!(reason = cause.reason(), "stopping the child");
+            } else {
+                warn!(reason = cause.reason(), "stopping the child");
+            }
             // No probes, no forwarding while the ladder runs; the exit decides what next.
             self.life.stop(cause, false);
         }

@@ -211,3 +211,22 @@ fn a_request_during_the_idle_stop_waits_and_starts_the_child_again() {
     assert_eq!(r["id"], 2, "{r}");
     assert_eq!(sim.server.backoff.failures(), 0);
 }
+
+#[test]
+fn the_idle_clock_starts_at_readiness_when_nothing_was_forwarded() {
+    let mut sim = Sim::with_config(&on_demand(), 23);
+    after(&mut sim, 8_000);
+    let a = sim.connect();
+    // Only `initialize`: it starts the child (no record) and is answered here.
+    sim.send(a, INIT);
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    assert_eq!(sim.server.life.state(), State::Ready);
+    after(&mut sim, 9_000);
+    assert!(
+        sim.stops().is_empty(),
+        "idle_stop counts from readiness, not from the actor's start"
+    );
+    after(&mut sim, 1_100);
+    assert_eq!(sim.stops().len(), 1);
+}
