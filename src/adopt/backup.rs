@@ -85,7 +85,12 @@ fn now() -> (String, String) {
 /// Saves the backups and the manifest of `changes` under `root` (the adoption directory's
 /// parent); returns the new adoption directory.
 pub fn save(root: &Path, changes: &[Change]) -> Result<PathBuf, AdoptError> {
-    fs::create_dir_all(root).map_err(io(root, "create"))?;
+    // The backups hold the clients' env values (secrets): the directories are the user's only.
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(root)
+        .map_err(io(root, "create"))?;
     let (created, stamp) = now();
     let mut dir = root.join(&stamp);
     let mut n = 2;

@@ -167,10 +167,10 @@ fn resolve(mut s: Spec, project: Option<&Path>) -> Verdict {
         return Verdict::Adopt(s);
     };
     if relative_command {
-        s.command = dir.join(&s.command).to_string_lossy().into_owned();
+        s.command = lexical_join(dir, &s.command);
     }
     match &s.cwd {
-        Some(c) if relative_cwd => s.cwd = Some(dir.join(c).to_string_lossy().into_owned()),
+        Some(c) if relative_cwd => s.cwd = Some(lexical_join(dir, c)),
         Some(_) => {}
         None if relative_command || s.args.iter().any(|a| names_project_path(a, dir)) => {
             s.cwd = Some(dir.to_string_lossy().into_owned());
@@ -191,4 +191,16 @@ fn names_project_path(arg: &str, dir: &Path) -> bool {
         && Path::new(arg).is_relative()
         && !arg.contains("://")
         && dir.join(arg).exists()
+}
+
+/// `dir` joined with the relative `path`, with `.` components dropped (`./bin/srv` in
+/// `/p` is `/p/bin/srv`); `..` is kept, since a symlink may stand before it.
+fn lexical_join(dir: &Path, path: &str) -> String {
+    let mut out = dir.to_path_buf();
+    for c in Path::new(path).components() {
+        if c != std::path::Component::CurDir {
+            out.push(c);
+        }
+    }
+    out.to_string_lossy().into_owned()
 }

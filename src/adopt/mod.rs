@@ -104,7 +104,7 @@ pub enum AdoptError {
     #[error("not undone: changed since adopt wrote them (`--undo --force` overwrites them):{}", list(.0))]
     Changed(Vec<PathBuf>),
     /// `--undo` with no adoption left to undo.
-    #[error("nothing to undo: no adoption in {}", .0.display())]
+    #[error("nothing to undo: no adoption in {} that is not undone already", .0.display())]
     NothingToUndo(PathBuf),
     /// A file changed on disk between reading and writing.
     #[error("{} changed while adopt ran; nothing was written, run it again", .0.display())]
@@ -267,7 +267,16 @@ pub fn run(o: &Options) -> Result<(), AdoptError> {
     }
     let dir = backup::save(&s.state, &changes)?;
     backup::apply(&changes)?;
-    print!("{}", render::done(&view, &dir, &s.config, s.config_flag));
+    // The undo hint names `--home` when it was given: the backups are found under it.
+    let home = o
+        .home
+        .as_ref()
+        .map(|h| format!(" --home {}", h.display()))
+        .unwrap_or_default();
+    print!(
+        "{}",
+        render::done(&view, &dir, &s.config, s.config_flag, &home)
+    );
     Ok(())
 }
 

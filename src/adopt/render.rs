@@ -203,7 +203,13 @@ pub fn plan(v: &View<'_>) -> String {
 }
 
 /// After writing: the summary and the next steps.
-pub fn done(v: &View<'_>, backup: &Path, config: &Path, config_flag: bool) -> String {
+pub fn done(
+    v: &View<'_>,
+    backup: &Path,
+    config: &Path,
+    config_flag: bool,
+    home_flag: &str,
+) -> String {
     let flag = if config_flag {
         format!(" --config {}", config.display())
     } else {
@@ -227,7 +233,7 @@ pub fn done(v: &View<'_>, backup: &Path, config: &Path, config_flag: bool) -> St
         }
     }
     format!(
-        "\nAdopted: {} client entries, {new} new servers in {}.\nBackups: {}\n\nNext:\n  1. Reload the supervisor if it runs (`mcp-supervisor reload{flag}`), else start it\n     (`mcp-supervisor run{flag}`, or its systemd unit).\n  2. Restart {} so they start `mcp-supervisor attach`.\n  To put every file back: `mcp-supervisor adopt --undo`.\n",
+        "\nAdopted: {} client entries, {new} new servers in {}.\nBackups: {}\n\nNext:\n  1. Reload the supervisor if it runs (`mcp-supervisor reload{flag}`), else start it\n     (`mcp-supervisor run{flag}`, or its systemd unit).\n  2. Restart {} so they start `mcp-supervisor attach`.\n  To put every file back: `mcp-supervisor adopt --undo{home_flag}`.\n",
         v.found
             .iter()
             .enumerate()

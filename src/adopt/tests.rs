@@ -122,7 +122,11 @@ fn relative_paths_resolve_against_the_project_and_set_its_cwd() {
     let cwd = Some(p.to_string_lossy().into_owned());
     // A relative command: absolute, and the project as cwd.
     let s = spec(classify(&json!({"command": "./bin/srv"}), project));
-    assert_eq!(s.command, p.join("./bin/srv").to_string_lossy());
+    assert_eq!(
+        s.command,
+        p.join("bin/srv").to_string_lossy(),
+        "no `./` left in it"
+    );
     assert_eq!(s.cwd, cwd);
     // An argument naming a project file, `.`, or `./x`: cwd.
     for arg in ["build/index.js", ".", "./data", "../x"] {

@@ -295,8 +295,10 @@ async fn start(ctx: &Ctx, name: &str, restart: bool) -> Response {
         let Some(s) = query(&e.handle).await else {
             return unreachable_server(name);
         };
-        let settled = !matches!(s.state, State::Starting | State::Stopping)
-            && (!restart || s.restarts > before.restarts);
+        // A restart of an idle server is a start (nothing ran): no restart is counted.
+        let restarted = !restart || s.restarts > before.restarts || before.state == State::Idle;
+        let settled =
+            !matches!(s.state, State::Starting | State::Stopping | State::Idle) && restarted;
         if settled || Instant::now() >= end {
             break s;
         }

@@ -130,3 +130,23 @@ fn an_on_demand_server_spawns_once_for_concurrent_calls_lists_from_its_record_an
     assert_eq!(pidfile(&pids).len(), 3);
     no_failure(&second.server_status("od"));
 }
+
+/// An on-demand command that cannot run is `failed` at start, as an eager one would be, not
+/// `idle` (which would count as ready) until its first use.
+#[test]
+fn an_on_demand_server_whose_command_cannot_run_is_failed_at_start() {
+    let s = Supervisor::spawn_config(
+        "",
+        "[servers.od]\ncommand = \"/nonexistent/mcp-server\"\nstart = \"on-demand\"\n",
+        &[],
+    );
+    let st = wait_state(&s, "failed");
+    assert_eq!(st["last_exit"]["reason"], "spawn-error", "{st}");
+    assert!(
+        st["stderr_tail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("/nonexistent/mcp-server"),
+        "{st}"
+    );
+}

@@ -65,6 +65,16 @@ impl Server {
         self.life = Life::Idle;
     }
 
+    /// An on-demand command that cannot run (see [`missing_command`]): `failed` at once, as a
+    /// spawn of it would be.
+    pub(super) fn cannot_start(&mut self, why: &str) {
+        error!(error = %why, "the on-demand command cannot run");
+        self.record_exit(None, None, "spawn-error");
+        self.tail.clear();
+        self.tail.note(why);
+        self.enter_failed(&format!("{why}; fix the command and run `start`"));
+    }
+
     /// Starts the child for a client request, when it is idle.
     pub(super) fn start_on_demand(&mut self, method: &str) {
         if self.life.state() != State::Idle {
@@ -189,4 +199,30 @@ impl Server {
         w.save(record::encode(&self.cfg, hs, &self.lists, &at));
         self.demand.saved_at = Some(at);
     }
+}
+
+/// Why `cfg.command` cannot run, if it cannot: a path with `/` must be an executable file; a
+/// bare name must be one in a directory of `PATH` (the child's `env` PATH when set, else the
+/// supervisor's). A few `stat` calls, at actor start only.
+pub(super) fn missing_command(cfg: &ServerConfig) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let runs = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if cfg.command.contains('/') {
+        let p = std::path::Path::new(&cfg.command);
+        let p = match &cfg.cwd {
+            Some(dir) if p.is_relative() => dir.join(p),
+            _ => p.to_path_buf(),
+        };
+        return (!runs(&p)).then(|| format!("`{}` is not an executable file", p.display()));
+    }
+    let path = cfg
+        .env
+        .get("PATH")
+        .cloned()
+        .or_else(|| std::env::var("PATH").ok())
+        .unwrap_or_default();
+    let found = std::env::split_paths(&path).any(|d| runs(&d.join(&cfg.command)));
+    (!found).then(|| format!("`{}` is not found in PATH ({path})", cfg.command))
 }

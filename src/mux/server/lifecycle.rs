@@ -134,6 +134,10 @@ impl Server {
     }
 
     pub(super) fn operator_restart(&mut self) {
+        if self.life.state() == State::Idle {
+            // Nothing to restart: a start, not a restart.
+            return self.operator_start();
+        }
         info!("restart requested");
         self.backoff.reset();
         self.failed_starts = 0;
@@ -183,7 +187,10 @@ impl Server {
         self.cfg = cfg;
         self.verdict = None;
         if self.life.state() == State::Idle {
-            // Nothing runs: the next request starts the new command.
+            // Nothing runs: the next request starts the new command, and what the old one
+            // said (its handshake, its lists, the record) no longer describes it.
+            self.handshake = None;
+            self.lists.clear();
             return;
         }
         self.operator_restart();
@@ -229,7 +236,8 @@ impl Server {
         }
         if cause == Some(StopCause::Idle) {
             // Not an outage: no exit record, no failure, no backoff (issue 18 §2).
-            info!(message_id = MSG_EXITED, child_pid = child.pid(), reason = %reason, "stopped: idle");
+            // No MESSAGE_ID: the journal's "exited" query lists outages, and this is none.
+            info!(child_pid = child.pid(), "stopped: idle");
             self.fail_inflight("idle", &reason, None);
             return self.after_idle_stop();
         }

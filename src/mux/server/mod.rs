@@ -614,6 +614,13 @@ impl Server {
         };
         self.tick_clock();
         self.begin(record);
+        if self.life.state() == State::Idle {
+            // Not spawned, so not tested: a command that cannot run is said now, not at the
+            // first use (an idle server counts as ready).
+            if let Some(why) = demand::missing_command(&self.cfg) {
+                self.cannot_start(&why);
+            }
+        }
         let (mut sessions_open, mut commands_open) = (true, true);
         let mut exported_state = None;
         loop {

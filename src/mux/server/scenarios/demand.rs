@@ -230,3 +230,35 @@ fn the_idle_clock_starts_at_readiness_when_nothing_was_forwarded() {
     after(&mut sim, 1_100);
     assert_eq!(sim.stops().len(), 1);
 }
+
+#[test]
+fn a_reload_that_changes_the_command_of_an_idle_server_forgets_its_record() {
+    let mut sim = with_record();
+    let mut cfg = sim.server.cfg.clone();
+    cfg.args = vec!["--other".into()];
+    let (tx, _rx) = tokio::sync::oneshot::channel();
+    sim.input(Input::Command(Command::Reconfigure(Box::new(cfg), tx)));
+    assert_eq!(
+        sim.server.life.state(),
+        State::Idle,
+        "nothing runs, nothing restarts"
+    );
+    let a = sim.connect();
+    sim.send(a, INIT);
+    assert_eq!(spawns(&sim), 1, "the old record no longer answers");
+    answer_all(&mut sim);
+    let r = responses(&sim, a).pop().unwrap_or(Value::Null);
+    assert!(
+        r["result"].get("_meta").is_none(),
+        "from the new child: {r}"
+    );
+}
+
+#[test]
+fn restart_of_an_idle_server_is_a_start_and_counts_no_restart() {
+    let mut sim = with_record();
+    let (tx, _rx) = tokio::sync::oneshot::channel();
+    sim.input(Input::Command(Command::Restart(tx)));
+    assert_eq!(spawns(&sim), 1);
+    assert_eq!(sim.server.restarts, 0);
+}
