@@ -17,13 +17,17 @@ use toml::Spanned;
 
 mod fields;
 mod http;
+mod limits;
 mod locate;
 mod logs;
 mod otel;
 mod values;
 
+use values::DurText;
+
 pub use fields::{ClientRoots, RestartPolicy};
 pub use http::{HttpConfig, DEFAULT_HTTP_LISTEN};
+pub use limits::{LimitMode, Limits, MEMORY_MAX_MIN};
 pub use locate::socket_dir_of;
 pub use logs::LogFormat;
 pub use otel::{traces_url, OtelConfig, TRACES_PATH};
@@ -115,6 +119,8 @@ pub struct SupervisorConfig {
     /// OpenTelemetry traces (issue 17 §4): `None` (the default) unless `otel_endpoint` is set.
     /// Read at start: a reload that changes these keys takes effect at the next start.
     pub otel: Option<OtelConfig>,
+    /// `limits`: how `memory_max`/`tasks_max` are enforced (issue 18 §3). Read at start.
+    pub limits: LimitMode,
 }
 
 /// One `[servers.NAME]` table after defaults are applied.
@@ -227,6 +233,8 @@ pub struct ServerConfig {
     /// `required = true`: `GET /readyz` answers 503 until this server is ready (issue 17 §2).
     /// Default false: an optional server's outage never takes the pod out of a Service.
     pub required: bool,
+    /// `memory_max`, `tasks_max`, `open_files_max` (issue 18 §3). Default: none.
+    pub limits: Limits,
 }
 
 impl ServerConfig {
@@ -320,29 +328,10 @@ struct RawSupervisor {
     otel_endpoint: Option<Spanned<String>>,
     otel_service_name: Option<Spanned<String>>,
     otel_headers: Option<Spanned<BTreeMap<String, String>>>,
+    limits: Option<Spanned<String>>,
 }
 
 type Dur = Option<Spanned<DurText>>;
-
-/// A duration as written: a string, or a bare number that is then refused with a message
-/// saying how to write it (`probe_timeout = 10` is the likely mistake).
-#[derive(Deserialize, Clone, Debug)]
-#[serde(untagged)]
-enum DurText {
-    Text(String),
-    Int(i64),
-    Float(f64),
-}
-
-impl DurText {
-    fn text(&self) -> String {
-        match self {
-            DurText::Text(s) => s.clone(),
-            DurText::Int(i) => i.to_string(),
-            DurText::Float(f) => f.to_string(),
-        }
-    }
-}
 
 #[derive(Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields)]
@@ -387,6 +376,9 @@ struct RawServer {
     http: Option<bool>,
     http_token_file: Option<String>,
     required: Option<bool>,
+    memory_max: Option<Spanned<limits::LimitText>>,
+    tasks_max: Option<Spanned<limits::LimitText>>,
+    open_files_max: Option<Spanned<limits::LimitText>>,
 }
 
 /// The longest Unix socket path (`sun_path` is 108 bytes including the terminating NUL).
@@ -617,6 +609,7 @@ impl Validator<'_> {
             http,
             log_format,
             subreaper: raw.subreaper.unwrap_or(true),
+            limits: self.limit_mode(raw)?,
             otel,
             metrics_listen,
             socket_dir,
@@ -750,6 +743,7 @@ impl Validator<'_> {
             })?,
             http: s.http.or(d.http).unwrap_or(false),
             required: s.required.or(d.required).unwrap_or(false),
+            limits: self.limits(name, s, d)?,
             http_token_file: s
                 .http_token_file
                 .clone()

@@ -4,6 +4,26 @@
 
 use super::*;
 
+/// A duration as written: a string, or a bare number that is then refused with a message
+/// saying how to write it (`probe_timeout = 10` is the likely mistake).
+#[derive(Deserialize, Clone, Debug)]
+#[serde(untagged)]
+pub(super) enum DurText {
+    Text(String),
+    Int(i64),
+    Float(f64),
+}
+
+impl DurText {
+    pub(super) fn text(&self) -> String {
+        match self {
+            DurText::Text(s) => s.clone(),
+            DurText::Int(i) => i.to_string(),
+            DurText::Float(f) => f.to_string(),
+        }
+    }
+}
+
 /// Parses `"500ms"`, `"30s"`, `"2m"`, `"1h 30m"` (humantime syntax). A bare number is refused:
 /// durations carry units.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
