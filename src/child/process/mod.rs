@@ -110,10 +110,10 @@ impl Exit {
     }
 
     /// A clean exit: code 0, or a stop signal the supervisor itself sent (R8).
+    /// A limit's kill never is, even during a stop.
     pub fn clean(&self) -> bool {
-        self.code == Some(0)
-            || (self.requested
-                && matches!(self.signal, Some(s) if s == libc::SIGTERM || s == libc::SIGKILL || s == libc::SIGINT || s == libc::SIGPIPE))
+        let stop_signal = matches!(self.signal, Some(s) if s == libc::SIGTERM || s == libc::SIGKILL || s == libc::SIGINT || s == libc::SIGPIPE);
+        self.limit.is_none() && (self.code == Some(0) || (self.requested && stop_signal))
     }
 }
 

@@ -34,4 +34,9 @@ fn exit_reasons() {
         ..k
     };
     assert_eq!(tasks.reason(), "tasks-limit");
+    assert!(!Exit {
+        requested: true,
+        ..tasks
+    }
+    .clean());
 }
