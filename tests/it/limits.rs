@@ -164,7 +164,11 @@ fn a_server_over_tasks_max_is_killed_with_all_its_processes() {
     assert!(st["consecutive_failures"].as_u64().unwrap() >= 1, "{st}");
     pids.extend(pidfile_pids(&pidfile));
     pids.push(leader as i32);
-    assert!(pids.len() > 8, "the tool started its processes: {pids:?}");
+    pids.sort_unstable();
+    pids.dedup();
+    // Over 8 tasks means at least 8 copies were started, each listed once it was (one may have
+    // been killed between its start and the line).
+    assert!(pids.len() >= 8, "the tool started its processes: {pids:?}");
     for p in &pids {
         assert!(
             wait_until(Duration::from_secs(5), || !alive(*p)),
@@ -182,7 +186,7 @@ fn a_server_over_tasks_max_is_killed_with_all_its_processes() {
     assert!(ok, "{}", sup.server_status("forks"));
 }
 
-/// Pids the sleepers wrote (each appends `<pid> <ms>` at startup).
+/// Pids the tool listed (it appends `<pid> <ms>` as it starts each copy).
 fn pidfile_pids(path: &std::path::Path) -> Vec<i32> {
     pidfile(path).into_iter().map(|(p, _)| p).collect()
 }
