@@ -199,7 +199,7 @@ pub fn all() -> Vec<Proc> {
 
 /// Whether `/proc/PID/environ` holds exactly the entry `entry` (`NAME=value`), or, with
 /// `prefix`, an entry starting with it. Unreadable (gone, or another user's) is `false`.
-fn environ_has(pid: i32, entry: &[u8], prefix: bool) -> bool {
+pub(crate) fn environ_has(pid: i32, entry: &[u8], prefix: bool) -> bool {
     let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
         return false;
     };
@@ -214,7 +214,7 @@ fn environ_has(pid: i32, entry: &[u8], prefix: bool) -> bool {
 
 /// The processes among `procs` for which `pick` holds, plus all their descendants (by
 /// parent pid), each once.
-fn with_descendants(procs: &[Proc], pick: impl Fn(&Proc) -> bool) -> Vec<Proc> {
+pub(crate) fn with_descendants(procs: &[Proc], pick: impl Fn(&Proc) -> bool) -> Vec<Proc> {
     let mut children: FxHashMap<i32, Vec<usize>> = FxHashMap::default();
     for (i, p) in procs.iter().enumerate() {
         children.entry(p.ppid).or_default().push(i);

@@ -301,6 +301,7 @@ mod tests {
             stderr_tail: String::new(),
             actor_restarts: 0,
             last_actor_panic: None,
+            limits: None,
         }
     }
 

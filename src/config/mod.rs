@@ -18,6 +18,7 @@ use toml::Spanned;
 mod demand;
 mod fields;
 mod http;
+mod limits;
 mod locate;
 mod logs;
 mod otel;
@@ -27,6 +28,7 @@ mod values;
 pub use demand::StartMode;
 pub use fields::{ClientRoots, RestartPolicy};
 pub use http::{HttpConfig, DEFAULT_HTTP_LISTEN};
+pub use limits::{LimitMode, Limits, MEMORY_MAX_MIN};
 pub use locate::socket_dir_of;
 pub use logs::LogFormat;
 pub use otel::{traces_url, OtelConfig, TRACES_PATH};
@@ -119,6 +121,8 @@ pub struct SupervisorConfig {
     /// OpenTelemetry traces (issue 17 §4): `None` (the default) unless `otel_endpoint` is set.
     /// Read at start: a reload that changes these keys takes effect at the next start.
     pub otel: Option<OtelConfig>,
+    /// `limits`: how `memory_max`/`tasks_max` are enforced (issue 18 §3). Read at start.
+    pub limits: LimitMode,
 }
 
 /// One `[servers.NAME]` table after defaults are applied.
@@ -241,6 +245,8 @@ pub struct ServerConfig {
     /// The record of the last run (handshake, lists) of an on-demand server:
     /// `<state_dir>/NAME.cache.json` (issue 18 §1).
     pub cache_file: PathBuf,
+    /// `memory_max`, `tasks_max`, `open_files_max` (issue 18 §3). Default: none.
+    pub limits: Limits,
 }
 
 impl ServerConfig {
@@ -533,6 +539,7 @@ impl Validator<'_> {
             http,
             log_format,
             subreaper: raw.subreaper.unwrap_or(true),
+            limits: self.limit_mode(raw)?,
             otel,
             metrics_listen,
             socket_dir,
@@ -670,6 +677,7 @@ impl Validator<'_> {
             // Set by `parse` once `[supervisor]` is known.
             cache_file: PathBuf::new(),
             required: s.required.or(d.required).unwrap_or(false),
+            limits: self.limits(name, s, d)?,
             http_token_file: s
                 .http_token_file
                 .clone()

@@ -40,6 +40,7 @@ pub(super) struct RawSupervisor {
     pub(super) otel_service_name: Option<Spanned<String>>,
     pub(super) otel_headers: Option<Spanned<BTreeMap<String, String>>>,
     pub(super) state_dir: Option<String>,
+    pub(super) limits: Option<Spanned<String>>,
 }
 
 pub(super) type Dur = Option<Spanned<DurText>>;
@@ -109,4 +110,7 @@ pub(super) struct RawServer {
     pub(super) required: Option<bool>,
     pub(super) start: Option<Spanned<String>>,
     pub(super) idle_stop: Dur,
+    pub(super) memory_max: Option<Spanned<limits::LimitText>>,
+    pub(super) tasks_max: Option<Spanned<limits::LimitText>>,
+    pub(super) open_files_max: Option<Spanned<limits::LimitText>>,
 }

@@ -377,3 +377,60 @@ fn start_idle_stop_and_state_dir_issue_18() {
     let e = bad("[servers.a]\ncommand = \"x\"\nidle_stop = 5\n");
     assert_eq!(e.key, "servers.a.idle_stop");
 }
+
+#[test]
+fn limits_parse_sizes_and_counts_and_defaults_apply() {
+    let c = parse(
+        Path::new("s.toml"),
+        "[defaults]\nmemory_max = \"512M\"\ntasks_max = 64\n[servers.a]\ncommand = \"x\"\nopen_files_max = 1024\n[servers.b]\ncommand = \"y\"\nmemory_max = \"256MiB\"\ntasks_max = \"max\"\n[servers.c]\ncommand = \"z\"\nmemory_max = 1073741824\n",
+    )
+    .unwrap();
+    assert_eq!(c.supervisor.limits, LimitMode::Auto);
+    let a = c.servers["a"].limits;
+    assert_eq!(a.memory_max, Some(512_000_000));
+    assert_eq!(a.tasks_max, Some(64));
+    assert_eq!(a.open_files_max, Some(1024));
+    let b = c.servers["b"].limits;
+    assert_eq!(b.memory_max, Some(256 << 20));
+    assert_eq!(b.tasks_max, None, "\"max\" lifts the [defaults] limit");
+    assert_eq!(c.servers["c"].limits.memory_max, Some(1 << 30));
+    let none = parse(Path::new("s.toml"), "[servers.a]\ncommand = \"x\"\n").unwrap();
+    assert!(none.servers["a"].limits.is_empty());
+    // A limit is part of the child: changing it restarts the child on reload.
+    let mut other = c.servers["a"].clone();
+    other.limits.tasks_max = Some(65);
+    assert!(!other.same_child(&c.servers["a"]));
+    assert!(!other.same_child_but_roots(&c.servers["a"]));
+}
+
+#[test]
+fn bad_limits_name_line_and_key() {
+    let e = bad("[servers.a]\ncommand = \"x\"\nmemory_max = \"lots\"\n");
+    assert_eq!((e.line, e.key.as_str()), (3, "servers.a.memory_max"));
+    assert!(e.message.contains("512M"), "{e}");
+    // A bare number is bytes: 512 is under the minimum, and the message says to add a unit.
+    let e = bad("[servers.a]\ncommand = \"x\"\n\nmemory_max = 512\n");
+    assert_eq!((e.line, e.key.as_str()), (4, "servers.a.memory_max"));
+    assert!(e.message.contains("unit"), "{e}");
+    let e = bad("[defaults]\ntasks_max = 0\n[servers.a]\ncommand = \"x\"\n");
+    assert_eq!((e.line, e.key.as_str()), (2, "servers.a.tasks_max"));
+    let e = bad("[servers.a]\ncommand = \"x\"\nopen_files_max = \"many\"\n");
+    assert_eq!(e.key, "servers.a.open_files_max");
+    let e = bad("[servers.a]\ncommand = \"x\"\nmemory_max = -5\n");
+    assert_eq!(e.key, "servers.a.memory_max");
+    let e = bad("[supervisor]\nlimits = \"cgroups\"\n");
+    assert_eq!((e.line, e.key.as_str()), (2, "supervisor.limits"));
+    assert!(e.message.contains("auto, cgroup, rlimit"), "{e}");
+    for (text, mode) in [
+        ("cgroup", LimitMode::Cgroup),
+        ("rlimit", LimitMode::Rlimit),
+        ("auto", LimitMode::Auto),
+    ] {
+        let c = parse(
+            Path::new("s.toml"),
+            &format!("[supervisor]\nlimits = \"{text}\"\n"),
+        )
+        .unwrap();
+        assert_eq!(c.supervisor.limits, mode);
+    }
+}

@@ -268,8 +268,8 @@ impl Daemon {
         {
             warn!("socket_dir, socket_mode and socket_group changes take effect when the supervisor restarts");
         }
-        if old_s.otel != new_s.otel {
-            warn!("otel_* changes take effect when the supervisor restarts");
+        if old_s.otel != new_s.otel || old_s.limits != new_s.limits {
+            warn!("otel_* and limits changes take effect when the supervisor restarts");
         }
         let mut report = ReloadReport::default();
         for (name, cfg) in &new.servers {
@@ -481,6 +481,8 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
             "reaping orphaned descendants (PID 1 or child subreaper)"
         );
     }
+    // Before any child exists too: a cgroup v2 subtree for the limits, or none (issue 18 §3).
+    crate::child::limits::setup(config.supervisor.limits)?;
     let sweep = CancellationToken::new();
     let sweeper = tokio::spawn(crate::reaper::run(sweep.clone()));
     let dir = config.supervisor.socket_dir.clone();

@@ -130,6 +130,7 @@ struct Families {
     in_flight: Family<ServerLabels, Gauge>,
     clients: Family<ServerLabels, Gauge>,
     restarts: Family<ReasonLabels, Counter>,
+    limit_kills: Family<ReasonLabels, Counter>,
     probes: Family<ProbeLabels, Counter>,
     state: Family<StateLabels, Gauge>,
     bytes: Family<DirectionLabels, Counter>,
@@ -238,6 +239,12 @@ impl Metrics {
             "Child exits followed by a restart, by reason",
             restarts.clone(),
         );
+        let limit_kills = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "child_limit_kills",
+            "Children ended by a resource limit, by reason (oom-killed, memory-limit, tasks-limit)",
+            limit_kills.clone(),
+        );
         let probes = Family::<ProbeLabels, Counter>::default();
         registry.register(
             "probes",
@@ -279,6 +286,7 @@ impl Metrics {
                 in_flight,
                 clients,
                 restarts,
+                limit_kills,
                 probes,
                 state,
                 bytes,
@@ -372,6 +380,18 @@ impl Metrics {
     pub fn restart(&self, server: &str, reason: &str) {
         self.families
             .restarts
+            .get_or_create(&ReasonLabels {
+                server: server.into(),
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// A child ended by a resource limit: `reason` is `oom-killed`, `memory-limit` or
+    /// `tasks-limit` (issue 18 §3, [`crate::child::limits::LimitKill`]).
+    pub fn limit_kill(&self, server: &str, reason: &str) {
+        self.families
+            .limit_kills
             .get_or_create(&ReasonLabels {
                 server: server.into(),
                 reason: reason.into(),

@@ -15,6 +15,7 @@ mod interop;
 mod interop_http;
 mod interop_matrix;
 mod lifecycle;
+mod limits;
 mod mux;
 mod observe;
 mod ops;

@@ -10,6 +10,7 @@
 //! R16 (stderr always drained, lines capped, rate-limited, logged at info), R17 (one writer,
 //! bounded queue, a write blocked 10 s means hung), R18 (environment), field cases K17, K20.
 
+use crate::child::limits::{Exec, Guard, LimitKill, Prepared, Usage};
 use crate::config::{env_matches, ServerConfig, ENV_NEVER};
 use crate::jsonrpc::framing::{Frame, LineBatch, LineDecoder, BATCH_SLICES};
 use crate::jsonrpc::message::{self, Message};
@@ -80,6 +81,9 @@ pub struct Exit {
     pub signal: Option<i32>,
     /// Whether the supervisor asked for the stop.
     pub requested: bool,
+    /// The resource limit that ended it, if one did (issue 18 §3): its reason replaces the
+    /// signal's.
+    pub limit: Option<LimitKill>,
 }
 
 impl Exit {
@@ -88,11 +92,16 @@ impl Exit {
             code: s.code(),
             signal: s.signal(),
             requested,
+            limit: None,
         }
     }
 
     /// `exited(1)`, `signal(SIGKILL)`: the form used in logs, errors and status.
+    /// A limit's kill is `oom-killed`, `memory-limit` or `tasks-limit`.
     pub fn reason(&self) -> String {
+        if let Some(l) = self.limit {
+            return l.reason().into();
+        }
         match (self.code, self.signal) {
             (Some(c), _) => format!("exited({c})"),
             (_, Some(s)) => format!("signal({})", signal_name(s)),
@@ -101,10 +110,10 @@ impl Exit {
     }
 
     /// A clean exit: code 0, or a stop signal the supervisor itself sent (R8).
+    /// A limit's kill never is, even during a stop.
     pub fn clean(&self) -> bool {
-        self.code == Some(0)
-            || (self.requested
-                && matches!(self.signal, Some(s) if s == libc::SIGTERM || s == libc::SIGKILL || s == libc::SIGINT || s == libc::SIGPIPE))
+        let stop_signal = matches!(self.signal, Some(s) if s == libc::SIGTERM || s == libc::SIGKILL || s == libc::SIGINT || s == libc::SIGPIPE);
+        self.limit.is_none() && (self.code == Some(0) || (self.requested && stop_signal))
     }
 }
 
@@ -204,6 +213,7 @@ pub struct ChildHandle {
     stdin: Option<mpsc::Sender<Bytes>>,
     urgent: Option<mpsc::Sender<Bytes>>,
     stop: Option<oneshot::Sender<()>>,
+    limits: Guard,
 }
 
 /// Outcome of queueing a message for the child's stdin.
@@ -258,6 +268,11 @@ impl ChildHandle {
     pub fn stopping(&self) -> bool {
         self.stop.is_none()
     }
+
+    /// The tree's memory and tasks at the last sample of its limits' watchdog, if any.
+    pub fn usage(&self) -> Option<Usage> {
+        self.limits.usage()
+    }
 }
 
 /// Stop ladder timings (R14).
@@ -277,7 +292,14 @@ pub fn spawn(
     tail: StderrTail,
 ) -> Result<ChildHandle, SpawnError> {
     let marker = reaper::marker(&cfg.name);
-    let mut cmd = command(cfg, &marker)?;
+    let spawn_error = |source| SpawnError {
+        command: cfg.command.clone(),
+        source,
+        cwd: None,
+    };
+    // The instance's cgroup (when it has one) exists before the fork (issue 18 §3).
+    let mut limits = Prepared::new(cfg, &marker).map_err(spawn_error)?;
+    let mut cmd = command(cfg, &marker, limits.take_exec())?;
     // The table of pids tokio owns stays locked from the fork until the pid is in it, so the
     // orphan sweep never reaps this child, even if it dies at once (src/reaper.rs).
     let mut owned = reaper::spawn_guard();
@@ -312,12 +334,14 @@ pub fn spawn(
     };
     // The leader's start time bounds the search for its descendants (reaper::marked).
     let since = reaper::stat(pid as i32).map_or(0, |p| p.start);
+    let guard = limits.start(&cfg.name, pid as i32, &marker, since, tail.clone());
     Ok(start_tasks(
         cfg,
         Instance {
             generation,
             marker,
             since,
+            guard,
         },
         events,
         tail,
@@ -328,8 +352,8 @@ pub fn spawn(
 
 /// The command for `cfg`: its own process group, pipes, the environment (`clean_env`,
 /// `env_allow`, never the plumbing variables, always the instance `marker` as
-/// [`reaper::MARKER_VAR`]), the working directory and the identity.
-fn command(cfg: &ServerConfig, marker: &str) -> Result<Command, SpawnError> {
+/// [`reaper::MARKER_VAR`]), the working directory, the limits' `exec` and the identity.
+fn command(cfg: &ServerConfig, marker: &str, exec: Option<Exec>) -> Result<Command, SpawnError> {
     let mut cmd = Command::new(&cfg.command);
     cmd.args(&cfg.args)
         .stdin(Stdio::piped())
@@ -367,6 +391,12 @@ fn command(cfg: &ServerConfig, marker: &str) -> Result<Command, SpawnError> {
     if let Some(cwd) = &cfg.cwd {
         cmd.current_dir(cwd);
     }
+    if let Some(exec) = exec {
+        // SAFETY: as below; first, while still the supervisor's identity (limits::Exec).
+        unsafe {
+            cmd.pre_exec(move || exec.apply());
+        }
+    }
     if let Some(r) = run_as {
         let cwd = cfg
             .cwd
@@ -396,6 +426,8 @@ struct Instance {
     marker: String,
     /// The leader's start time (clock ticks since boot; 0 when unknown).
     since: u64,
+    /// Its limits (issue 18 §3).
+    guard: Guard,
 }
 
 /// Starts the four tasks of a spawned instance (stdin writer, stdout reader, stderr drain,
@@ -454,6 +486,7 @@ fn start_tasks(
         pid,
         marker: instance.marker,
         since: instance.since,
+        guard: instance.guard.clone(),
         cleanup: None,
     };
     tokio::spawn(tracing::Instrument::instrument(
@@ -480,6 +513,7 @@ fn start_tasks(
         stdin: Some(stdin_tx),
         urgent: Some(urgent_tx),
         stop: Some(stop_tx),
+        limits: instance.guard,
     }
 }
 

@@ -1,8 +1,10 @@
 //! The watcher of one child instance: waits for the leader, runs the stop ladder (R14), and
 //! ends what the instance leaves behind: the rest of its process group at once, and the
-//! descendants that escaped the group (issue 17 §1, [`crate::reaper`]).
+//! descendants that escaped the group (issue 17 §1, [`crate::reaper`]). Meanwhile the
+//! instance's limits are enforced ([`crate::child::limits::Guard`], issue 18 §3).
 
 use super::{Exit, Ladder};
+use crate::child::limits::Guard;
 use crate::reaper;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -17,6 +19,8 @@ pub(super) struct Watched {
     pub(super) pid: u32,
     pub(super) marker: String,
     pub(super) since: u64,
+    /// Its limits: the watchdog, the verdict on its exit, its cgroup's removal.
+    pub(super) guard: Guard,
     /// The search for escaped descendants, started when the leader is gone.
     pub(super) cleanup: Option<tokio::task::JoinHandle<usize>>,
 }
@@ -37,19 +41,12 @@ impl Watched {
     /// §1). It is not awaited here: the exit must reach the actor without waiting for a scan
     /// of `/proc` (else a write to the dead child's stdin fails first and the exit is taken
     /// for a requested stop); the watcher task awaits it after the exit is reported.
-    fn reaped(&mut self, status: std::io::Result<ExitStatus>, requested: bool) -> Exit {
+    /// The exit carries the limit that ended the instance, if one did (issue 18 §3); the
+    /// cleanup also removes the instance's cgroup.
+    async fn reaped(&mut self, status: std::io::Result<ExitStatus>, requested: bool) -> Exit {
         reaper::disown(self.pid);
         let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
-        let (server, marker, since, pgid) = (
-            self.server.clone(),
-            self.marker.clone(),
-            self.since,
-            self.pid as i32,
-        );
-        self.cleanup = Some(tokio::task::spawn_blocking(move || {
-            reaper::kill_escaped(&server, &marker, since, pgid)
-        }));
-        match status {
+        let mut exit = match status {
             Ok(s) => Exit::from_status(s, requested),
             Err(e) => {
                 warn!(error = %e, "waiting for the child failed");
@@ -57,9 +54,25 @@ impl Watched {
                     code: None,
                     signal: None,
                     requested,
+                    limit: None,
                 }
             }
-        }
+        };
+        // Before the cleanup removes the cgroup whose events it may read.
+        exit.limit = self.guard.verdict(&exit).await;
+        let (server, marker, since, pgid) = (
+            self.server.clone(),
+            self.marker.clone(),
+            self.since,
+            self.pid as i32,
+        );
+        let guard = self.guard.clone();
+        self.cleanup = Some(tokio::task::spawn_blocking(move || {
+            let killed = reaper::kill_escaped(&server, &marker, since, pgid);
+            guard.cleanup();
+            killed
+        }));
+        exit
     }
 }
 
@@ -74,14 +87,20 @@ pub(super) async fn watch(
     ladder: Ladder,
 ) -> Exit {
     let pgid = Pid::from_raw(me.pid as i32);
+    let guard = me.guard.clone();
     tokio::select! {
-        status = child.wait() => return me.reaped(status, false),
+        status = child.wait() => return me.reaped(status, false).await,
         _ = stop_rx => {}
+        // Over a limit: the watchdog killed the tree; the exit says which limit.
+        _ = guard.enforce() => {
+            let status = child.wait().await;
+            return me.reaped(status, false).await;
+        }
     }
     let _ = close_stdin.send(());
     debug!("stop: stdin closed, waiting {:?}", ladder.stop_grace);
     if let Ok(status) = tokio::time::timeout(ladder.stop_grace, child.wait()).await {
-        return me.reaped(status, true);
+        return me.reaped(status, true).await;
     }
     info!(
         "stop: no exit {:?} after closing stdin, sending SIGTERM to the process group",
@@ -91,7 +110,7 @@ pub(super) async fn watch(
     let _ = killpg(pgid, Signal::SIGCONT);
     me.signal_escaped(Signal::SIGTERM).await;
     if let Ok(status) = tokio::time::timeout(ladder.kill_timeout, child.wait()).await {
-        return me.reaped(status, true);
+        return me.reaped(status, true).await;
     }
     warn!(
         "stop: no exit {:?} after SIGTERM, sending SIGKILL to the process group",
@@ -99,5 +118,5 @@ pub(super) async fn watch(
     );
     let _ = killpg(pgid, Signal::SIGKILL);
     let status = child.wait().await;
-    me.reaped(status, true)
+    me.reaped(status, true).await
 }

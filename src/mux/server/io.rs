@@ -20,6 +20,10 @@ pub(crate) trait ChildIo: Send {
     fn stop(&mut self);
     /// Whether the stop ladder was started.
     fn stopping(&self) -> bool;
+    /// Its tree's memory and tasks at the last sample of its limits (none by default).
+    fn usage(&self) -> Option<crate::child::limits::Usage> {
+        None
+    }
 }
 
 /// Starts child instances.
@@ -54,6 +58,9 @@ impl ChildIo for ChildHandle {
     }
     fn stopping(&self) -> bool {
         ChildHandle::stopping(self)
+    }
+    fn usage(&self) -> Option<crate::child::limits::Usage> {
+        ChildHandle::usage(self)
     }
 }
 

@@ -112,7 +112,8 @@ pub struct LastExit {
     pub code: Option<i32>,
     /// Signal number, if a signal ended it.
     pub signal: Option<i32>,
-    /// `exited(1)`, `signal(SIGKILL)`, `start-timeout`, `probe-timeout`, `spawn-error`, ...
+    /// `exited(1)`, `signal(SIGKILL)`, `start-timeout`, `probe-timeout`, `spawn-error`,
+    /// `oom-killed`, `memory-limit`, `tasks-limit`, ...
     pub reason: String,
     /// Wall-clock time of the exit, RFC 3339.
     pub at: String,
@@ -155,6 +156,8 @@ pub struct Status {
     pub actor_restarts: u64,
     /// The last such panic's message, null if none.
     pub last_actor_panic: Option<String>,
+    /// Resource limits, their mechanism and the last sample (issue 18 §3); null without.
+    pub limits: Option<crate::child::limits::LimitStatus>,
 }
 
 /// Commands from the daemon and the control socket (systemctl-like verbs).
@@ -752,6 +755,10 @@ impl Server {
             stderr_tail: self.tail.text(),
             actor_restarts: self.history.restarts,
             last_actor_panic: self.history.last_panic.clone(),
+            limits: crate::child::limits::status(
+                &self.cfg.limits,
+                self.life.child().and_then(|c| c.usage()),
+            ),
         }
     }
 }

@@ -565,6 +565,7 @@ impl Sim {
             code: (!requested).then_some(1),
             signal: requested.then_some(libc::SIGTERM),
             requested,
+            limit: None,
         };
         self.input(Input::Child(ChildEvent::Exited(generation, exit)));
     }
