@@ -250,6 +250,17 @@ impl Supervisor {
         })
     }
 
+    /// `mcp-supervisor metrics -c CONFIG` output (the Prometheus text).
+    pub fn metrics(&self) -> String {
+        let out = Command::new(SUPERVISOR)
+            .args(["metrics", "-c"])
+            .arg(&self.config)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "metrics failed: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     /// Path of server `name`'s socket.
     pub fn socket(&self, name: &str) -> PathBuf {
         self.dir.path().join("run").join(format!("{name}.sock"))

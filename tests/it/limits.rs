@@ -7,22 +7,10 @@
 use crate::harness::*;
 use mcp_supervisor::child::limits::cgroup::{self, Detection};
 use serde_json::{json, Value};
-use std::process::Command;
 use std::time::Duration;
 
 /// Restarts come quickly, so a test waits for seconds, not a minute.
 const FAST: &str = "backoff_initial = \"100ms\"\nbackoff_max = \"200ms\"\nstop_grace = \"200ms\"\nkill_timeout = \"500ms\"\n";
-
-/// `mcp-supervisor metrics` text.
-fn metrics(sup: &Supervisor) -> String {
-    let out = Command::new(SUPERVISOR)
-        .args(["metrics", "-c"])
-        .arg(&sup.config)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "metrics failed: {out:?}");
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// The value of the limit kills counter of `server` for `reason` (0 when absent).
 fn limit_kills(text: &str, server: &str, reason: &str) -> f64 {
@@ -116,7 +104,7 @@ fn memory_hog_is_ended(keys: &str, expected: &str) {
         Client::text(&c.call(json!(2), "echo", json!({"text": "back"}))),
         "back"
     );
-    let text = metrics(&sup);
+    let text = sup.metrics();
     assert_eq!(limit_kills(&text, "hog", expected), 1.0, "{text}");
     assert!(
         sup.log().contains(&format!("reason=\"{expected}\""))
@@ -178,7 +166,7 @@ fn a_server_over_tasks_max_is_killed_with_all_its_processes() {
     }
     let next = ready_pid(&sup, "forks", Some(leader));
     assert_ne!(next, leader);
-    assert_eq!(limit_kills(&metrics(&sup), "forks", "tasks-limit"), 1.0);
+    assert_eq!(limit_kills(&sup.metrics(), "forks", "tasks-limit"), 1.0);
     // The new instance is under the limit and is sampled.
     let ok = wait_until(Duration::from_secs(5), || {
         sup.server_status("forks")["limits"]["tasks"].as_u64() == Some(1)

@@ -7,17 +7,6 @@ use std::io::{Read, Write};
 use std::process::Command;
 use std::time::Duration;
 
-/// `mcp-supervisor metrics -c CONFIG` output.
-fn metrics(sup: &Supervisor) -> String {
-    let out = Command::new(SUPERVISOR)
-        .args(["metrics", "-c"])
-        .arg(&sup.config)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "metrics failed: {out:?}");
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// The value of the sample whose line starts with `series` (exact labels), or 0.
 fn sample(text: &str, series: &str) -> f64 {
     text.lines()
@@ -70,7 +59,7 @@ fn every_outcome_class_is_counted_end_to_end() {
     // unreachable: the child is killed mid-call
     let r = a.call(json!(6), "crash", json!({}));
     assert_eq!(r["result"]["isError"], true, "{r}");
-    let text = metrics(&sup);
+    let text = sup.metrics();
     assert_eq!(requests(&text, "tools/call", "ok"), 1.0, "{text}");
     assert_eq!(requests(&text, "tools/call", "tool_error"), 1.0, "{text}");
     assert_eq!(requests(&text, "other", "protocol_error"), 1.0, "{text}");
@@ -124,7 +113,7 @@ fn every_outcome_class_is_counted_end_to_end() {
         Client::text(&a.call(json!(next), "echo", json!({"text": "again"}))) == "again"
     });
     assert!(back, "the child came back");
-    let text = metrics(&sup);
+    let text = sup.metrics();
     assert_eq!(requests(&text, "tools/call", "ok"), 2.0, "{text}");
     assert!(
         sample(
@@ -284,7 +273,7 @@ fn a_stuck_stderr_never_stalls_the_relay_and_dropped_request_log_lines_are_count
         Client::text(&d.call(json!(1), "echo", json!({"text": "y"}))),
         "y"
     );
-    let text = metrics(&sup);
+    let text = sup.metrics();
     assert!(
         sample(&text, "mcp_supervisor_request_log_dropped_total") > 0.0,
         "{text}"
