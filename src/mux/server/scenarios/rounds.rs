@@ -3,6 +3,18 @@
 
 use super::*;
 
+/// A 2026-07-28 HTTP request's `tools/call` (id `c1`) on a ready handshake child (seed
+/// `seed`): the simulation, the request's client, the child's generation, the call as the
+/// child got it.
+fn http_call(seed: u64) -> (Sim, ClientId, u64, super::super::sim::Asked) {
+    let mut sim = ready(BASE, seed);
+    let generation = sim.current_generation().unwrap_or(0);
+    let a = sim.connect_via(crate::mux::session::Transport::HttpRequest);
+    sim.send(a, &modern_call(a, "c1", json!({})));
+    let call = sim.asked.pop().expect("the call reached the child");
+    (sim, a, generation, call)
+}
+
 /// K26 over HTTP (issue 16): a 2026-07-28 HTTP request is a client of its own, gone once its
 /// `input_required` answer is written; the parked call survives that, is not cancelled toward
 /// the child, and the retry (a new POST, so a new client) owns it. A socket client cannot
@@ -10,11 +22,7 @@ use super::*;
 #[test]
 fn case_k26_an_http_requests_round_outlives_its_client_and_the_next_request_resumes_it() {
     use crate::mux::session::Transport;
-    let mut sim = ready(BASE, 13);
-    let generation = sim.current_generation().unwrap_or(0);
-    let a = sim.connect_via(Transport::HttpRequest);
-    sim.send(a, &modern_call(a, "c1", json!({})));
-    let call = sim.asked.pop().expect("the call reached the child");
+    let (mut sim, a, generation, call) = http_call(13);
     sim.child_writes(
         generation,
         r#"{"jsonrpc":"2.0","id":"s1","method":"roots/list"}"#.into(),
@@ -89,11 +97,7 @@ fn case_k26_an_http_requests_round_outlives_its_client_and_the_next_request_resu
 #[test]
 fn case_k26_a_question_queued_behind_a_round_reaches_the_http_request_that_retries() {
     use crate::mux::session::Transport;
-    let mut sim = ready(BASE, 14);
-    let generation = sim.current_generation().unwrap_or(0);
-    let a = sim.connect_via(Transport::HttpRequest);
-    sim.send(a, &modern_call(a, "c1", json!({})));
-    let call = sim.asked.pop().expect("the call reached the child");
+    let (mut sim, a, generation, call) = http_call(14);
     sim.child_writes(
         generation,
         r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{}}"#.into(),
