@@ -131,6 +131,7 @@ struct Families {
     clients: Family<ServerLabels, Gauge>,
     restarts: Family<ReasonLabels, Counter>,
     limit_kills: Family<ReasonLabels, Counter>,
+    demand: Family<ReasonLabels, Counter>,
     probes: Family<ProbeLabels, Counter>,
     state: Family<StateLabels, Gauge>,
     bytes: Family<DirectionLabels, Counter>,
@@ -245,6 +246,12 @@ impl Metrics {
             "Children ended by a resource limit, by reason (oom-killed, memory-limit, tasks-limit)",
             limit_kills.clone(),
         );
+        let demand = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "child_demand_events",
+            "On-demand starts and idle stops (issue 18), by reason (on-demand-start, idle-stop)",
+            demand.clone(),
+        );
         let probes = Family::<ProbeLabels, Counter>::default();
         registry.register(
             "probes",
@@ -287,6 +294,7 @@ impl Metrics {
                 clients,
                 restarts,
                 limit_kills,
+                demand,
                 probes,
                 state,
                 bytes,
@@ -581,6 +589,19 @@ impl ServerMetrics {
                 })
             })
             .set(gauge_value(n));
+    }
+
+    /// An on-demand start or an idle stop (`reason`: `on-demand-start`, `idle-stop`; issue
+    /// 18). Rare: resolved through the family each time.
+    pub fn demand(&self, reason: &str) {
+        let s = &*self.0;
+        s.families
+            .demand
+            .get_or_create(&ReasonLabels {
+                server: s.server.clone(),
+                reason: reason.into(),
+            })
+            .inc();
     }
 
     /// A restart scheduled after an exit with this reason (one of [`RESTART_REASONS`], or any

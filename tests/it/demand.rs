@@ -129,6 +129,19 @@ fn an_on_demand_server_spawns_once_for_concurrent_calls_lists_from_its_record_an
     assert_eq!(Client::text(&again), "back", "{again}");
     assert_eq!(pidfile(&pids).len(), 3);
     no_failure(&second.server_status("od"));
+    // Both on-demand starts and the idle stop are counted.
+    let text = second.metrics();
+    let count = |reason: &str| {
+        let series = format!(
+            "mcp_supervisor_child_demand_events_total{{server=\"od\",reason=\"{reason}\"}} "
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    assert_eq!(count("on-demand-start"), 2.0, "{text}");
+    assert_eq!(count("idle-stop"), 1.0, "{text}");
 }
 
 /// An on-demand command that cannot run is `failed` at start, as an eager one would be, not
