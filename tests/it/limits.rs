@@ -106,6 +106,10 @@ fn memory_hog_is_ended(keys: &str, expected: &str) {
     );
     let text = sup.metrics();
     assert_eq!(limit_kills(&text, "hog", expected), 1.0, "{text}");
+    // The restart it caused is filed under the limit, not under `signal`.
+    let restarts =
+        format!("mcp_supervisor_child_restarts_total{{server=\"hog\",reason=\"{expected}\"}} 1");
+    assert!(text.lines().any(|l| l == restarts), "{text}");
     assert!(
         sup.log().contains(&format!("reason=\"{expected}\""))
             || sup.log().contains(&format!("reason={expected}")),

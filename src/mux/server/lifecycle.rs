@@ -275,9 +275,11 @@ impl Server {
             probing_era,
         );
         if self.life.state() == State::Backoff && cause != Some(StopCause::Restart) {
-            let class = match (status, exit.signal) {
-                ("exited", Some(_)) => "signal",
-                (s, _) => s,
+            let class = match (status, exit.signal, exit.limit) {
+                // A limit's kill is a SIGKILL, but the operator's question is which limit.
+                (_, _, Some(limit)) => limit.reason(),
+                ("exited", Some(_), None) => "signal",
+                (s, _, None) => s,
             };
             self.metrics.restart(class);
         }
