@@ -23,6 +23,12 @@ fn servers(pidfile: &std::path::Path) -> String {
 }
 
 fn wait_state(s: &Supervisor, state: &str) -> Value {
+    // The control socket is bound before any server's: `status` answers once `od.sock` is there.
+    assert!(
+        wait_until(Duration::from_secs(10), || s.socket("od").exists()),
+        "no socket; log:\n{}",
+        s.log()
+    );
     let mut last = Value::Null;
     let ok = wait_until(Duration::from_secs(15), || {
         last = s.server_status("od");
