@@ -354,17 +354,7 @@ impl Server {
     /// `requestState` (the parked request's deadline still bounds them).
     pub(super) fn detach_rounds_of(&mut self, client: ClientId) {
         for round in self.rounds_of(client) {
-            let Some(p) = self.parked.get_mut(&round) else {
-                continue;
-            };
-            p.client = DETACHED;
-            let child_rid = p.child_rid;
-            let deadline = self.now + self.cfg.request_timeout;
-            if let Some(removed) = self.inflight.remove(child_rid) {
-                let key = Some((DETACHED, format!("{STATE_PREFIX}{round}")));
-                self.inflight
-                    .insert(child_rid, key, deadline, removed.value);
-            }
+            self.hand_round_to(round, DETACHED);
         }
     }
 
