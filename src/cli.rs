@@ -139,31 +139,7 @@ pub enum Verb {
     /// Move the stdio MCP servers of Claude Desktop, Claude Code, Cursor, VS Code and Codex
     /// into the supervisor config and point each client entry at `mcp-supervisor attach NAME`
     /// (a plan first; backups of every file; `--undo` restores them).
-    Adopt {
-        /// Supervisor config to add the servers to (same default as `run`; created if missing).
-        #[arg(short, long)]
-        config: Option<PathBuf>,
-        /// Project whose `.mcp.json`, `.cursor/mcp.json` and `.vscode/mcp.json` are read
-        /// [default: the current directory].
-        #[arg(long)]
-        project: Option<PathBuf>,
-        /// Home directory of the user files [default: $HOME]; with it every default path is
-        /// under it ($XDG_*, $CODEX_HOME and $MCP_SUPERVISOR_CONFIG are ignored).
-        #[arg(long)]
-        home: Option<PathBuf>,
-        /// Apply without asking (needed when stdin is not a terminal).
-        #[arg(long, short = 'y', conflicts_with = "dry_run")]
-        yes: bool,
-        /// Print the plan (or what --undo would restore) and write nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Restore every file of the latest adoption byte for byte.
-        #[arg(long)]
-        undo: bool,
-        /// With --undo: also restore files changed since the adoption.
-        #[arg(long, requires = "undo")]
-        force: bool,
-    },
+    Adopt(crate::adopt::Options),
 }
 
 /// How the operator verbs find the daemon: its configuration (for `socket_dir`), as `run`.

@@ -135,36 +135,17 @@ fn main() {
             },
             Err(code) => code,
         },
-        Verb::Adopt {
-            config,
-            project,
-            home,
-            yes,
-            dry_run,
-            undo,
-            force,
-        } => {
-            let options = adopt::Options {
-                config,
-                project,
-                home,
-                yes,
-                dry_run,
-                undo,
-                force,
-            };
-            match adopt::run(&options) {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("mcp-supervisor adopt: {e}");
-                    if e.is_usage() {
-                        cli::EXIT_CONFIG
-                    } else {
-                        cli::EXIT_FAILED
-                    }
+        Verb::Adopt(options) => match adopt::run(&options) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("mcp-supervisor adopt: {e}");
+                if e.is_usage() {
+                    cli::EXIT_CONFIG
+                } else {
+                    cli::EXIT_FAILED
                 }
             }
-        }
+        },
     };
     std::process::exit(code);
 }

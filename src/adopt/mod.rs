@@ -40,25 +40,32 @@ use sources::{ClientFile, Format, Places};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
-/// What the `adopt` verb was asked to do (its flags, README "Moving a desktop onto the
-/// supervisor").
-#[derive(Debug, Clone, Default)]
+/// What the `adopt` verb was asked to do: its flags, parsed by clap (README "Moving a desktop
+/// onto the supervisor"); the doc comments below are the `--help` text.
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct Options {
-    /// `--config`: the supervisor config to write (default as `run`'s).
+    /// Supervisor config to add the servers to (same default as `run`; created if missing).
+    #[arg(short, long)]
     pub config: Option<PathBuf>,
-    /// `--project`: the project whose files are read (default: the current directory).
+    /// Project whose `.mcp.json`, `.cursor/mcp.json` and `.vscode/mcp.json` are read
+    /// [default: the current directory].
+    #[arg(long)]
     pub project: Option<PathBuf>,
-    /// `--home`: the home directory the user files are under (default `$HOME`). With it,
-    /// `$XDG_CONFIG_HOME`, `$XDG_STATE_HOME`, `$CODEX_HOME` and `$MCP_SUPERVISOR_CONFIG` are
-    /// ignored: every default path is under it.
+    /// Home directory of the user files [default: $HOME]; with it every default path is
+    /// under it ($XDG_*, $CODEX_HOME and $MCP_SUPERVISOR_CONFIG are ignored).
+    #[arg(long)]
     pub home: Option<PathBuf>,
-    /// `--yes`: apply without asking.
+    /// Apply without asking (needed when stdin is not a terminal).
+    #[arg(long, short = 'y', conflicts_with = "dry_run")]
     pub yes: bool,
-    /// `--dry-run`: print the plan (or what `--undo` would restore) and write nothing.
+    /// Print the plan (or what --undo would restore) and write nothing.
+    #[arg(long)]
     pub dry_run: bool,
-    /// `--undo`: restore the files of the latest adoption.
+    /// Restore every file of the latest adoption byte for byte.
+    #[arg(long)]
     pub undo: bool,
-    /// `--force` (with `--undo`): restore files changed since the adoption too.
+    /// With --undo: also restore files changed since the adoption.
+    #[arg(long, requires = "undo")]
     pub force: bool,
 }
 
