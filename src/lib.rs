@@ -21,6 +21,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod deadline;
 pub mod http;
 pub mod jsonrpc;
 pub mod logging;
