@@ -1,7 +1,8 @@
 //! Child processes: [`process`] spawns, pumps and stops one instance; [`backoff`] decides when
-//! to spawn the next; [`limits`] enforces the per-server resource limits. Nothing here knows
+//! to spawn the next, [`budget`] how many spawns the whole daemon may make; [`limits`] enforces the per-server resource limits. Nothing here knows
 //! about clients.
 
 pub mod backoff;
+pub mod budget;
 pub mod limits;
 pub mod process;

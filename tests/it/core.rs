@@ -403,3 +403,86 @@ fn a_json_rpc_batch_is_answered_as_one_array_line() {
     assert_eq!(Client::text(&r), "after", "{r}");
     assert!(a.backlog.is_empty(), "{:?}", a.backlog);
 }
+
+/// The actor's supervisor (issue 26 §2): an actor that panics at every spawn (the child is
+/// forked, then the actor dies, as `now + start_timeout` once overflowed) is restarted with
+/// backoff, not in the same poll, and after 5 panics the server is `failed` with the panic
+/// message; the other server of the daemon serves meanwhile; `start` clears it.
+#[test]
+fn an_actor_that_panics_at_every_spawn_backs_off_then_fails_and_start_clears_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let p = pids.to_str().unwrap();
+    let config = dir.path().join("supervisor.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[supervisor]\nsocket_dir = {:?}\n\n{}\n{}",
+            dir.path().join("run"),
+            fake_server("bad", &["--pidfile", p], "protocol = \"2025-11-25\"\n"),
+            fake_server("good", &[], "protocol = \"2025-11-25\"\n"),
+        ),
+    )
+    .unwrap();
+    let sup = Supervisor::spawn_with(
+        tempfile::tempdir().unwrap(),
+        config,
+        &[("MCP_SUPERVISOR_TEST_PANIC", "@spawn:bad")],
+    );
+    let good = dir.path().join("run").join("good.sock");
+    assert!(wait_until(Duration::from_secs(10), || good.exists()));
+    let mut c = Client::connect(&good);
+    c.initialize("c", json!({}));
+    // The other server answers while `bad` panics and backs off.
+    for i in 0..3 {
+        let r = c.call(json!(i), "echo", json!({"text": "alive"}));
+        assert_eq!(Client::text(&r), "alive", "{r}");
+    }
+    // Five panics with delays of about 1, 2, 4 and 8 s between them, then failed.
+    let failed = wait_until(Duration::from_secs(40), || {
+        sup.server_status("bad")["state"] == "failed"
+    });
+    let st = sup.server_status("bad");
+    assert!(failed, "never failed: {st}\n{}", sup.log());
+    assert_eq!(st["actor_restarts"], 5, "{st}");
+    assert!(
+        st["last_actor_panic"]
+            .as_str()
+            .unwrap_or("")
+            .contains("@spawn:bad"),
+        "{st}"
+    );
+    // One spawn per actor: the restarts were paced, not a fork loop in one poll.
+    assert_eq!(pidfile(&pids).len(), 5, "spawns: {:?}", pidfile(&pids));
+    for (pid, _) in pidfile(&pids) {
+        assert!(
+            wait_until(Duration::from_secs(15), || !alive(pid)),
+            "child {pid} left behind"
+        );
+    }
+    // A client of the failed server is told why at once, not left hanging.
+    let mut d = Client::connect(&dir.path().join("run").join("bad.sock"));
+    let told = d.recv_timeout(Duration::from_secs(5)).expect("an error");
+    assert!(
+        told["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("mcp-supervisor start bad"),
+        "{told}"
+    );
+    assert!(d.closed_within(Duration::from_secs(5)));
+    let r = c.call(json!(9), "echo", json!({"text": "still"}));
+    assert_eq!(Client::text(&r), "still", "{r}");
+    // `start` clears the verdict: a fresh actor spawns again.
+    let out = std::process::Command::new(SUPERVISOR)
+        .args(["start", "bad", "-c"])
+        .arg(&sup.config)
+        .output()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || pidfile(&pids).len() == 6),
+        "no spawn after start: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        sup.log()
+    );
+}

@@ -22,6 +22,8 @@ pub(super) struct World {
     pub(super) spawned: Vec<Instant>,
     /// Every line written to a child, kept for scenario tests: (generation, line).
     pub(super) written: Vec<(u64, Bytes)>,
+    /// The daemon's spawn budget (R11), when a scenario turns it on (off by default).
+    pub(super) budget: Option<crate::child::budget::Bucket>,
 }
 
 pub(super) struct FakeChild {
@@ -75,6 +77,13 @@ pub(super) struct FakeSpawner {
 }
 
 impl Spawner for FakeSpawner {
+    fn admit(&mut self, now: Instant) -> Result<(), Instant> {
+        match &mut lock(&self.world).budget {
+            Some(b) => b.take(now),
+            None => Ok(()),
+        }
+    }
+
     fn spawn(
         &mut self,
         _cfg: &ServerConfig,

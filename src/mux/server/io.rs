@@ -28,6 +28,12 @@ pub(crate) trait ChildIo: Send {
 
 /// Starts child instances.
 pub(crate) trait Spawner: Send {
+    /// Whether a spawn may happen at `now` under the daemon's spawn budget (R11), or when the
+    /// next one may. The simulation's fakes always may.
+    fn admit(&mut self, _now: Instant) -> Result<(), Instant> {
+        Ok(())
+    }
+
     /// Spawns instance `generation` of `cfg`; its events go to the actor's child inbox.
     fn spawn(
         &mut self,
@@ -71,6 +77,10 @@ pub(crate) struct ProcessSpawner {
 }
 
 impl Spawner for ProcessSpawner {
+    fn admit(&mut self, now: Instant) -> Result<(), Instant> {
+        crate::child::budget::admit(now)
+    }
+
     fn spawn(
         &mut self,
         cfg: &ServerConfig,

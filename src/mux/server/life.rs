@@ -29,8 +29,13 @@ pub(super) enum Life {
         stdout_closed: Option<Instant>,
     },
     /// Waiting to spawn at `until`. `probe_respawn`: the last instance exited on the era probe,
-    /// which is a verdict, not an outage.
-    Backoff { until: Instant, probe_respawn: bool },
+    /// which is a verdict, not an outage. `restart`: the spawn replaces an instance (counted
+    /// in `restarts`); false for a first start that only waits for the daemon's spawn budget.
+    Backoff {
+        until: Instant,
+        probe_respawn: bool,
+        restart: bool,
+    },
     /// Gave up; retried at `retry_at` (never, when the restart policy says so).
     Failed { retry_at: Option<Instant> },
     /// Not running and not scheduled to run.
@@ -107,6 +112,30 @@ impl Life {
             | Life::Ready { stdout_closed, .. }
             | Life::Stopping { stdout_closed, .. } => *stdout_closed = at,
             _ => {}
+        }
+    }
+
+    /// Whether the pending spawn (`backoff`) replaces an instance, so counts as a restart.
+    pub(super) fn spawn_is_restart(&self) -> bool {
+        matches!(self, Life::Backoff { restart: true, .. })
+    }
+
+    /// Moves the pending spawn to `at` (the daemon's spawn budget is spent until then, R11):
+    /// a `backoff` or `failed` state keeps what it was waiting for; any other state without a
+    /// child waits in `backoff` for a first start (not a restart). A state with a child is
+    /// left alone.
+    pub(super) fn defer_spawn(&mut self, at: Instant) {
+        match self {
+            Life::Backoff { until, .. } => *until = at,
+            Life::Failed { retry_at } => *retry_at = Some(at),
+            Life::Stopped | Life::Idle => {
+                *self = Life::Backoff {
+                    until: at,
+                    probe_respawn: false,
+                    restart: false,
+                }
+            }
+            Life::Starting { .. } | Life::Ready { .. } | Life::Stopping { .. } => {}
         }
     }
 
@@ -304,6 +333,7 @@ mod tests {
         let mut l = Life::Backoff {
             until: now,
             probe_respawn: true,
+            restart: true,
         };
         assert!(!l.stop(StopCause::Stop, true));
         assert!(l.take().is_none());

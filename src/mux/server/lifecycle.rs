@@ -4,7 +4,34 @@
 use super::*;
 
 impl Server {
+    /// Spawns the next instance now, or, when the daemon's spawn budget is spent (R11), as
+    /// soon as it allows (the state waits in `backoff`; no failure is counted).
     pub(super) fn spawn(&mut self) {
+        if self.admit_spawn() {
+            self.spawn_now();
+        }
+    }
+
+    /// Whether the spawn budget allows a spawn now; if not, the pending spawn is moved to when
+    /// it does and this says so in the log.
+    pub(super) fn admit_spawn(&mut self) -> bool {
+        match self.spawner.admit(self.now) {
+            Ok(()) => true,
+            Err(at) => {
+                let wait = at.saturating_duration_since(self.now);
+                info!(
+                    spawn_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                    "the daemon's spawn budget is spent ({} per second, burst {}); spawning later",
+                    crate::child::budget::RATE,
+                    crate::child::budget::BURST
+                );
+                self.life.defer_spawn(at);
+                false
+            }
+        }
+    }
+
+    pub(super) fn spawn_now(&mut self) {
         self.generation += 1;
         self.tail.clear();
         match self
@@ -20,7 +47,13 @@ impl Server {
                     "spawned"
                 );
                 self.pid.store(child.pid(), Ordering::SeqCst);
-                let deadline = self.now + self.cfg.start_timeout;
+                if self.test_panic.as_deref().and_then(|t| t.strip_prefix(SPAWN_PANIC))
+                    == Some(self.cfg.name.as_str())
+                {
+                    // Where `now + start_timeout` once overflowed (issue 26 §2).
+                    test_panic(&format!("{SPAWN_PANIC}{}", self.cfg.name));
+                }
+                let deadline = crate::deadline::after(self.now, self.cfg.start_timeout);
                 self.life = Life::Starting {
                     child,
                     deadline,
@@ -324,13 +357,16 @@ impl Server {
             );
             // Still never two spawns closer than backoff_initial (R9).
             self.life = Life::Backoff {
-                until: (child.spawned_at() + self.cfg.backoff_initial).max(now),
+                until: crate::deadline::after(child.spawned_at(), self.cfg.backoff_initial)
+                    .max(now),
                 probe_respawn: true,
+                restart: true,
             };
         } else if cause == Some(StopCause::Restart) {
             self.life = Life::Backoff {
                 until: now,
                 probe_respawn: false,
+                restart: true,
             };
         } else if ready_since.is_none() {
             self.failed_starts += 1;
@@ -370,8 +406,9 @@ impl Server {
                 .backoff
                 .on_exit(now, child.spawned_at(), ready_since, &mut self.rng);
             self.life = Life::Backoff {
-                until: now + delay,
+                until: crate::deadline::after(now, delay),
                 probe_respawn: false,
+                restart: true,
             };
             info!(message_id = MSG_BACKOFF, restart_n = self.restarts + 1,
                 backoff_ms = delay.as_millis() as u64, attempt = self.backoff.failures(),
@@ -395,8 +432,9 @@ impl Server {
     pub(super) fn schedule_restart(&mut self, now: Instant, _ready: bool) {
         let delay = self.backoff.on_exit(now, now, None, &mut self.rng);
         self.life = Life::Backoff {
-            until: now + delay,
+            until: crate::deadline::after(now, delay),
             probe_respawn: false,
+            restart: true,
         };
         info!(
             message_id = MSG_BACKOFF,

@@ -77,6 +77,7 @@ mod scenarios;
 mod sim;
 mod subs;
 mod subtable;
+mod supervise;
 mod timers;
 mod util;
 
@@ -214,7 +215,7 @@ pub fn start(cfg: ServerConfig) -> (ServerHandle, tokio::task::JoinHandle<()>) {
     let (ctx, crx) = mpsc::channel(16);
     let span = tracing::info_span!("server", server = %cfg.name);
     let pid = Arc::new(AtomicU32::new(0));
-    let task = tokio::spawn(supervise(cfg, srx, crx, pid.clone()).instrument(span));
+    let task = tokio::spawn(supervise::supervise(cfg, srx, crx, pid.clone()).instrument(span));
     (
         ServerHandle {
             sessions: stx,
@@ -361,47 +362,14 @@ struct ActorHistory {
     last_panic: Option<String>,
 }
 
-/// Runs the actor and restarts it if it panics (issue 12 §2): the inboxes outlive the actor,
-/// so the server's socket and handle stay valid. After a panic, the dead actor's clients are
-/// told why and disconnected (they may reconnect at once), its child is stopped through the
-/// ladder and waited for, and a fresh actor starts with the server's current configuration.
-async fn supervise(
-    cfg: ServerConfig,
-    mut sessions: mpsc::Receiver<SessionEvent>,
-    mut commands: mpsc::Receiver<Command>,
-    pid: Arc<AtomicU32>,
-) {
-    use futures_util::FutureExt;
-    let mut cfg = cfg;
-    let mut history = ActorHistory::default();
-    loop {
-        let mut server = Server::new(cfg, pid.clone(), history.clone());
-        let run = std::panic::AssertUnwindSafe(server.run(&mut sessions, &mut commands));
-        let Err(panic) = run.catch_unwind().await else {
-            return;
-        };
-        let why = panic_message(&*panic);
-        error!(panic = %why, "the server's actor panicked; restarting it");
-        metrics().restart(&server.cfg.name, "actor-panic");
-        history.restarts += 1;
-        history.last_panic = Some(why.clone());
-        server.after_panic(&why).await;
-        cfg = server.cfg.clone();
-    }
-}
-
-/// The text of a panic payload.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic with no message".to_string())
-}
+/// The test hook's value (`@spawn:NAME`) that panics server NAME's actor right after each
+/// spawn (the child exists), where `now + start_timeout` once overflowed.
+const SPAWN_PANIC: &str = "@spawn:";
 
 /// A test hook (`MCP_SUPERVISOR_TEST_PANIC=<method>`, read at actor start): a client request
-/// for that method panics the actor, so tests can prove the actor is supervised. Unset in
-/// production; nothing else reads it.
+/// for that method panics the actor, so tests can prove the actor is supervised; the value
+/// [`SPAWN_PANIC`]`NAME` panics right after every spawn of NAME instead. Unset in production; nothing else
+/// reads it.
 fn test_panic_method() -> Option<String> {
     std::env::var("MCP_SUPERVISOR_TEST_PANIC")
         .ok()
@@ -572,7 +540,7 @@ impl Server {
     /// and enough to tell the clients, stop the child through the ladder and wait for it.
     async fn after_panic(&mut self, why: &str) {
         let msg = format!(
-            "mcp-supervisor: the actor of server `{}` failed ({why}); it restarts now, reconnect",
+            "mcp-supervisor: the actor of server `{}` failed ({why}); it restarts shortly, reconnect",
             self.cfg.name
         );
         for c in self.clients.values() {
@@ -591,7 +559,11 @@ impl Server {
         let mut child = ended.child;
         child.stop();
         let generation = child.generation();
-        let budget = self.cfg.stop_grace + self.cfg.kill_timeout + Duration::from_secs(5);
+        let budget = crate::deadline::sum(&[
+            self.cfg.stop_grace,
+            self.cfg.kill_timeout,
+            Duration::from_secs(5),
+        ]);
         let waited = tokio::time::timeout(budget, async {
             while let Some(ev) = self.events_rx.recv().await {
                 if matches!(ev, ChildEvent::Exited(g, _) if g == generation) {
@@ -604,6 +576,16 @@ impl Server {
             warn!("the child of the failed actor did not exit within the stop budget");
         }
         self.pid.store(0, Ordering::SeqCst);
+    }
+
+    /// The server's name.
+    fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    /// The configuration this actor ran with (a fresh actor takes it after a panic).
+    fn into_config(self) -> ServerConfig {
+        self.cfg
     }
 
     async fn run(

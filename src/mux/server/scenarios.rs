@@ -3,7 +3,7 @@
 //! scripted scenario per rule. What only real processes show (pipes, signals, process groups,
 //! sockets, real SDKs) stays in `tests/it/`.
 
-use super::fakes::good_answer;
+use super::fakes::{good_answer, lock};
 use super::sim::Sim;
 use super::*;
 
@@ -102,6 +102,45 @@ fn lock_world_spawned(sim: &Sim) -> Vec<Instant> {
         .lock()
         .map(|w| w.spawned.clone())
         .unwrap_or_default()
+}
+
+/// R11 (issue 26 §2): with the daemon's spawn budget on, a child that dies as soon as it is
+/// ready, with no backoff, is respawned at most 8 times at once and then 4 times per second;
+/// the wait is `backoff` (the next spawn is shown), counts no failure, and every spawn after
+/// the first is a restart.
+#[test]
+fn the_daemon_spawn_budget_paces_a_restart_loop_at_four_per_second_after_a_burst_of_eight() {
+    let toml = BASE
+        .replace("backoff_initial = \"100ms\"", "backoff_initial = \"0s\"")
+        .replace("backoff_max = \"1s\"", "backoff_max = \"0s\"");
+    let mut sim = Sim::with_config(&toml, 11);
+    lock(&sim.world).budget = Some(crate::child::budget::Bucket::default());
+    let mut deferred = false;
+    for step in 0..300u64 {
+        answer_all(&mut sim);
+        if sim.server.life.state() == State::Ready {
+            sim.child_exits(true);
+        }
+        if sim.server.life.state() == State::Backoff && sim.server.life.child().is_none() {
+            deferred |= sim.server.status().retry_in_ms.is_some();
+        }
+        sim.at(step * 10);
+    }
+    let spawned = lock_world_spawned(&sim);
+    let t0 = spawned[0];
+    let within = |ms: u64| {
+        spawned
+            .iter()
+            .filter(|t| t.saturating_duration_since(t0) < Duration::from_millis(ms))
+            .count()
+    };
+    assert!(deferred, "the budget made the server wait in backoff");
+    assert!(within(10) <= 8, "burst: {}", within(10));
+    // 3 s: the burst of 8 plus 4 per second (a token may land on the boundary).
+    let n = within(3000);
+    assert!((18..=21).contains(&n), "{n} spawns in 3 s");
+    assert_eq!(sim.server.restarts as usize, spawned.len() - 1);
+    assert_ne!(sim.server.life.state(), State::Failed);
 }
 
 #[test]

@@ -47,11 +47,12 @@ impl Server {
         }
         if matches!(self.life.state(), State::Backoff | State::Failed)
             && self.life.next_spawn().is_some_and(|t| t <= now)
+            && self.admit_spawn()
         {
-            if self.life.state() == State::Backoff {
+            if self.life.spawn_is_restart() {
                 self.restarts += 1;
             }
-            self.spawn();
+            self.spawn_now();
         }
         while let Some(r) = self.inflight.pop_expired(now) {
             self.on_deadline(r.id, r.value);
