@@ -870,21 +870,48 @@ fn case_k16_outage_gap_serves_last_known_tools_and_explicit_call_failures() {
     assert_eq!(fx.instances(), 2);
 }
 
-/// Kill -9 the child during a call from A while B is idle; with `change`, the tools file is
-/// edited first so the replacement advertises another list.
-fn kill_during_call(change: bool) {
+/// A 2026-07-28 client holding a `subscriptions/listen` stream for tool list changes (served
+/// by the supervisor on a handshake-era child).
+fn modern_listener(fx: &Fx) -> Client {
+    let mut c = fx.sup.connect("fake");
+    c.send(&json!({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen", "params": {
+        "notifications": {"toolsListChanged": true},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "listener", "version": "1"},
+        }}}));
+    c.notification(
+        "notifications/subscriptions/acknowledged",
+        Duration::from_secs(5),
+    )
+    .expect("the listen stream is acknowledged");
+    c
+}
+
+/// Kill -9 the child during a call from A while B is idle and C (a 2026 client) holds a
+/// listen stream; with `change`, the tools file is edited first so the replacement advertises
+/// another list. With `announce`, every instance announces `tools/list_changed` at startup
+/// (issue 26 §7: that alone must reach nobody).
+fn kill_during_call(change: bool, announce: bool) {
     let files = tempfile::tempdir().unwrap();
     let tools_file = files.path().join("tools");
     std::fs::write(&tools_file, "echo,add").unwrap();
     let tf = tools_file.to_string_lossy().to_string();
-    let fx = Fx::start(
-        &["--tools-file", &tf, "--stderr-line", "fake boot banner"],
-        "backoff_initial = \"300ms\"\n",
-    );
+    let mut args = vec!["--tools-file", &tf, "--stderr-line", "fake boot banner"];
+    if announce {
+        args.push("--announce-at-start");
+    }
+    let fx = Fx::start(&args, "backoff_initial = \"300ms\"\n");
     let mut a = fx.connect_client();
     let mut b = fx.connect_client();
     assert_eq!(tool_names(&tools_list(&mut a)), vec!["echo", "add"]);
     assert_eq!(tool_names(&tools_list(&mut b)), vec!["echo", "add"]);
+    // The first instance's announcement, if it came after A or B was initialized, came before
+    // their list answers: forget it, only the restart's count.
+    a.backlog.clear();
+    b.backlog.clear();
+    let mut c = modern_listener(&fx);
     let pid = pid_of(&mut a);
     let id = json!("a-slow");
     a.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
@@ -942,29 +969,45 @@ fn kill_during_call(change: bool) {
             "B is told the list changed across the restart"
         );
         assert!(got_list_changed(&mut a, Duration::from_secs(5)));
+        let n = c
+            .notification("notifications/tools/list_changed", Duration::from_secs(5))
+            .expect("the 2026 client is told on its listen stream");
+        assert_eq!(
+            n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "L",
+            "{n}"
+        );
         assert_eq!(tool_names(&tools_list(&mut b)), vec!["echo", "add", "pid"]);
         assert!(
             !got_list_changed(&mut b, Duration::from_millis(500)),
             "exactly one list_changed"
         );
+        assert!(!got_list_changed(&mut c, Duration::from_millis(100)));
     } else {
         assert!(
             !got_list_changed(&mut b, Duration::from_millis(500)),
-            "no list_changed when the list did not change"
+            "no list_changed when the list did not change, though the child announced one"
         );
         assert!(!got_list_changed(&mut a, Duration::from_millis(100)));
+        assert!(!got_list_changed(&mut c, Duration::from_millis(100)));
         assert_eq!(tool_names(&tools_list(&mut b)), vec!["echo", "add"]);
     }
 }
 
 #[test]
 fn kill9_during_a_call_fails_it_promptly_and_clients_recover_without_list_changed() {
-    kill_during_call(false);
+    kill_during_call(false, true);
 }
 
 #[test]
 fn kill9_during_a_call_then_changed_tools_sends_one_list_changed() {
-    kill_during_call(true);
+    kill_during_call(true, true);
+}
+
+/// Issue 26 §7: the change found after a restart reaches a 2026 client's listen stream too,
+/// with no announcement of the child's to carry it.
+#[test]
+fn kill9_then_changed_tools_reaches_a_2026_listen_stream_without_the_child_announcing() {
+    kill_during_call(true, false);
 }
 
 #[test]

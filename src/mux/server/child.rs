@@ -210,9 +210,26 @@ impl Server {
                     list = method,
                     "the list changed across the restart; notifying clients"
                 );
+                // On the stream each client's era uses (issue 26 §7): handshake clients get
+                // the notification, 2026 clients on their `subscriptions/listen` streams.
                 self.broadcast(&Out::request(None, note, None).encode(), |_| true);
+                self.feed_listeners(note, None, None);
             }
         }
+    }
+
+    /// Whether a `list_changed` the child sent for `list` is a fresh instance's startup
+    /// announcement, folded into the supervisor's own check after a restart (issue 26 §7):
+    /// the child is still starting, or the re-read of that list after readiness (`announce`)
+    /// is in flight. That re-read is answered after the notification on the same stdout, so
+    /// it sees whatever the child announced, and clients hear of it exactly when the list
+    /// differs from the last instance's. Outside that window the child's word is passed on as
+    /// it is (a change past the first page, or in resource templates, cannot be compared).
+    fn startup_announcement(&self, list: &str) -> bool {
+        self.life.state() == State::Starting
+            || self.inflight.iter().any(|(_, _, _, p)| {
+                matches!(p.owner, Owner::Refresh { method, announce: true } if method == list)
+            })
     }
 
     /// The answer to the opening `server/discover` (issue 6 §1): a result or -32022 means the
@@ -370,9 +387,15 @@ impl Server {
                 let list = era::LISTS
                     .iter()
                     .find(|(_, n, _)| *n == method)
-                    .map(|(l, _, _)| *l)
-                    .filter(|l| !self.refreshing(l));
-                if let Some(list) = list {
+                    .map(|(l, _, _)| *l);
+                if list.is_some_and(|l| self.startup_announcement(l)) {
+                    debug!(
+                        notification = %method,
+                        "the fresh child announced a list at startup; the supervisor's check decides"
+                    );
+                    return;
+                }
+                if let Some(list) = list.filter(|l| !self.refreshing(l)) {
                     // Keep the cached list current for outage answers; the child announced it.
                     // One refresh per list at a time: a flood of announcements cannot grow the
                     // in-flight table.
@@ -571,6 +594,9 @@ impl Server {
                     }
                 }
                 "notifications/subscriptions/acknowledged" => {}
+                _ if era::LISTS
+                    .iter()
+                    .any(|(l, n, _)| *n == method && self.startup_announcement(l)) => {}
                 _ => self.broadcast(&line, |c| c.era != Some(Era::Modern)),
             }
             return true;
