@@ -52,7 +52,10 @@ impl Bucket {
                 self.credit = left;
                 Ok(())
             }
-            None => Err(crate::deadline::after(now, COST.saturating_sub(self.credit))),
+            None => Err(crate::deadline::after(
+                now,
+                COST.saturating_sub(self.credit),
+            )),
         }
     }
 }

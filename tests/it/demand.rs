@@ -169,3 +169,58 @@ fn an_on_demand_server_whose_command_cannot_run_is_failed_at_start() {
         "{st}"
     );
 }
+
+/// Issue 26 §7: an on-demand server whose start fails (here: a missing variable, fixed later)
+/// is never `failed` for ten minutes by one burst of demand. Each failed start leaves it `idle`
+/// with the exit and its stderr in `status`; a call inside the backoff delay gets the outage
+/// answer with `retry_after`; the first call after it, once the cause is fixed, is served.
+#[test]
+fn a_failed_lazy_start_recovers_on_the_first_call_after_its_backoff_once_fixed() {
+    let files = tempfile::tempdir().unwrap();
+    let fixed = files.path().join("fixed");
+    let pids = files.path().join("pids");
+    let script = format!(
+        "echo started >> {p}; if [ -e {f} ]; then exec {fake}; else echo 'Error: EXAMPLE_TOKEN is not set' >&2; exit 1; fi",
+        p = pids.display(),
+        f = fixed.display(),
+        fake = FAKE,
+    );
+    let servers = format!(
+        "[servers.od]\ncommand = \"/bin/sh\"\nargs = [\"-c\", {script:?}]\nstart = \"on-demand\"\n\
+         backoff_initial = \"300ms\"\nbackoff_max = \"600ms\"\nprotocol = \"2025-11-25\"\n"
+    );
+    let s = Supervisor::spawn_config("", &servers, &[]);
+    wait_state(&s, "idle");
+    let starts = || {
+        std::fs::read_to_string(&pids)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    let mut c = s.connect("od");
+    // Eight calls in a burst: each either starts the child once or is told it is down.
+    for i in 0..8 {
+        c.send(&json!({"jsonrpc": "2.0", "id": i, "method": "tools/list"}));
+        let r = c.response(&json!(i));
+        assert!(r.get("error").is_some(), "an outage answer: {r}");
+    }
+    assert!(starts() <= 8, "{} starts", starts());
+    let st = wait_state(&s, "idle");
+    assert_eq!(st["last_exit"]["reason"], "exited(1)", "{st}");
+    assert!(
+        st["stderr_tail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("EXAMPLE_TOKEN"),
+        "status says why: {st}"
+    );
+    // Fixed: within backoff_max the next call is served; never a ten-minute `failed`.
+    std::fs::write(&fixed, "").unwrap();
+    let mut last = Value::Null;
+    let served = wait_until(Duration::from_secs(10), || {
+        c.send(&json!({"jsonrpc": "2.0", "id": "after", "method": "tools/list"}));
+        last = c.response(&json!("after"));
+        last.get("result").is_some()
+    });
+    assert!(served, "never served after the fix: {last}\nlog:\n{}", s.log());
+    assert_ne!(s.server_status("od")["state"], "failed");
+}

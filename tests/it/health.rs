@@ -874,13 +874,15 @@ fn case_k16_outage_gap_serves_last_known_tools_and_explicit_call_failures() {
 /// by the supervisor on a handshake-era child).
 fn modern_listener(fx: &Fx) -> Client {
     let mut c = fx.sup.connect("fake");
-    c.send(&json!({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen", "params": {
+    c.send(
+        &json!({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen", "params": {
         "notifications": {"toolsListChanged": true},
         "_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {},
             "io.modelcontextprotocol/clientInfo": {"name": "listener", "version": "1"},
-        }}}));
+        }}}),
+    );
     c.notification(
         "notifications/subscriptions/acknowledged",
         Duration::from_secs(5),

@@ -252,11 +252,18 @@ impl Server {
         let held_room = self.held.has_room();
         match self.life.state() {
             State::Ready => self.forward(client, m),
+            // The last start failed and its backoff delay has not passed (issue 26 §7).
+            State::Idle if self.lazy_retry_pending() => {
+                self.outage_reply(client, id, m.method(), "failed");
+            }
             State::Idle => {
                 // A request the record cannot answer: the child starts (issue 18 §1).
                 self.start_on_demand(m.method());
                 if self.life.state() != State::Idle {
                     self.route_by_state(client, id, m);
+                } else {
+                    // The spawn itself failed: the start is over, and said so.
+                    self.outage_reply(client, id, m.method(), "failed");
                 }
             }
             // A server that was never ready and is backing off gets a fast, explicit error

@@ -25,8 +25,12 @@ pub(super) struct Demand {
     last_use: Instant,
     /// The running instance was started by a request (its waiters get `start_timeout`).
     started_by_request: bool,
-    /// When the record now answered from was written (RFC 3339), if it came from disk.
+    /// When the handshake and lists now answered from were taken (RFC 3339): read from the
+    /// record on disk, or the last time this actor updated them.
     saved_at: Option<String>,
+    /// After a failed start of an on-demand child (issue 26 §7): the first request from this
+    /// moment starts it again; requests before it get the outage answer with `retry_after`.
+    retry_at: Option<Instant>,
     /// Writes the record of this run (on-demand servers only; `None` in the simulation).
     writer: Option<Writer>,
 }
@@ -37,6 +41,7 @@ impl Demand {
             last_use: now,
             started_by_request: false,
             saved_at: None,
+            retry_at: None,
             writer: None,
         }
     }
@@ -75,15 +80,58 @@ impl Server {
         self.enter_failed(&format!("{why}; fix the command and run `start`"));
     }
 
-    /// Starts the child for a client request, when it is idle.
+    /// Starts the child for a client request, when it is idle (and, after a failed start,
+    /// once its backoff delay passed: [`Server::lazy_retry_pending`]).
     pub(super) fn start_on_demand(&mut self, method: &str) {
-        if self.life.state() != State::Idle {
+        if self.life.state() != State::Idle || self.lazy_retry_pending() {
             return;
         }
+        self.demand.retry_at = None;
         info!(method, "starting the child on demand");
         self.metrics.demand("on-demand-start");
         self.demand.started_by_request = true;
         self.spawn();
+    }
+
+    /// Whether the failed start of an on-demand child is still inside its backoff delay: a
+    /// request now gets the outage answer (with `retry_after`) instead of a start.
+    pub(super) fn lazy_retry_pending(&self) -> bool {
+        self.demand.retry_at.is_some_and(|t| t > self.now)
+    }
+
+    /// When the next start may happen: the lifecycle's next spawn (`backoff`, `failed`), or,
+    /// idle after a failed on-demand start, when the next request may start it.
+    pub(super) fn next_attempt(&self) -> Option<Instant> {
+        self.life.next_spawn().or(match self.life.state() {
+            State::Idle => self.demand.retry_at,
+            _ => None,
+        })
+    }
+
+    /// Whether a failed start is judged as an on-demand one ([`Server::after_failed_lazy_start`]):
+    /// the server starts on demand, or this instance was started by a request.
+    pub(super) fn lazy_start(&self) -> bool {
+        self.cfg.start == StartMode::OnDemand || self.demand.started_by_request
+    }
+
+    /// An on-demand start failed (the spawn, or the child exited or timed out before it was ready;
+    /// issue 26 §7): no automatic retry and never the ten-minute `failed`, which would disable
+    /// the server long after its cause is fixed. It goes back to `idle` (the record still
+    /// answers what it can), and the first request after the backoff delay (capped at
+    /// `backoff_max`) starts it again; `status` keeps the exit and its stderr tail.
+    pub(super) fn after_failed_lazy_start(&mut self, spawned_at: Instant, reason: &str) {
+        let delay = self
+            .backoff
+            .on_exit(self.now, spawned_at, None, &mut self.rng);
+        self.demand.retry_at = Some(crate::deadline::after(self.now, delay));
+        self.demand.started_by_request = false;
+        warn!(
+            reason,
+            retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            attempt = self.backoff.failures(),
+            "the on-demand start failed; the first request after the backoff delay starts it again"
+        );
+        self.life = Life::Idle;
     }
 
     /// How long a request held now may wait: `start_timeout` from the spawn when a request
@@ -181,6 +229,7 @@ impl Server {
     /// `queue_wait` again.
     pub(super) fn demand_ready(&mut self) {
         self.demand.started_by_request = false;
+        self.demand.retry_at = None;
         // The idle clock starts at readiness at the latest (a start whose only request was
         // answered here, such as `initialize`, forwarded nothing).
         self.used();
@@ -194,11 +243,13 @@ impl Server {
             // A reload made this server on-demand.
             self.demand.writer = Writer::start(self.cfg.cache_file.clone());
         }
-        let (Some(w), Some(hs)) = (&self.demand.writer, &self.handshake) else {
-            return;
-        };
+        let Some(hs) = &self.handshake else { return };
+        // Kept whether or not a record is written: an eager server that went idle after an
+        // idle stop answers from memory, and says when that copy was taken.
         let at = humantime::format_rfc3339_seconds(self.wall).to_string();
-        w.save(record::encode(&self.cfg, hs, &self.lists, &at));
+        if let Some(w) = &self.demand.writer {
+            w.save(record::encode(&self.cfg, hs, &self.lists, &at));
+        }
         self.demand.saved_at = Some(at);
     }
 }

@@ -47,7 +47,10 @@ impl Server {
                     "spawned"
                 );
                 self.pid.store(child.pid(), Ordering::SeqCst);
-                if self.test_panic.as_deref().and_then(|t| t.strip_prefix(SPAWN_PANIC))
+                if self
+                    .test_panic
+                    .as_deref()
+                    .and_then(|t| t.strip_prefix(SPAWN_PANIC))
                     == Some(self.cfg.name.as_str())
                 {
                     // Where `now + start_timeout` once overflowed (issue 26 §2).
@@ -85,7 +88,10 @@ impl Server {
                 // Spawn errors have no stderr; keep the reason where users look for it.
                 self.tail.clear();
                 self.tail.note(&e.to_string());
-                if e.permanent() {
+                if self.lazy_start() {
+                    self.after_failed_lazy_start(self.now, "spawn-error");
+                    self.fail_held("failed");
+                } else if e.permanent() {
                     self.enter_failed(&format!("{e}; fix the command and run `start`"));
                 } else {
                     self.schedule_restart(self.now, false);
@@ -317,11 +323,10 @@ impl Server {
             self.metrics.restart(class);
         }
         let retry_after = self
-            .life
-            .next_spawn()
+            .next_attempt()
             .map(|t| t.saturating_duration_since(now));
         self.fail_inflight(status, &reason, retry_after);
-        if self.life.state() == State::Failed
+        if matches!(self.life.state(), State::Failed | State::Idle)
             || (self.handshake.is_none() && !self.life.probe_respawn())
         {
             // Requests held for a child that never became ready learn why at once (K18).
@@ -368,6 +373,8 @@ impl Server {
                 probe_respawn: false,
                 restart: true,
             };
+        } else if ready_since.is_none() && self.lazy_start() {
+            self.after_failed_lazy_start(child.spawned_at(), reason);
         } else if ready_since.is_none() {
             self.failed_starts += 1;
             let permanent = matches!(exit.code, Some(126 | 127 | 78));

@@ -730,8 +730,7 @@ impl Server {
             ping_served: health.ping_served,
             consecutive_failures: self.backoff.failures(),
             retry_in_ms: self
-                .life
-                .next_spawn()
+                .next_attempt()
                 .map(|t| t.saturating_duration_since(now).as_millis() as u64),
             last_exit: self.last_exit.clone(),
             stderr_tail: self.tail.text(),

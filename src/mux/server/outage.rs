@@ -207,8 +207,7 @@ impl Server {
         status: &str,
     ) {
         let retry = self
-            .life
-            .next_spawn()
+            .next_attempt()
             .map(|t| t.saturating_duration_since(self.now));
         let reason = self
             .last_exit
@@ -332,8 +331,11 @@ impl Server {
     }
 
     pub(super) fn fail_held(&mut self, status: &str) {
+        let retry = self
+            .next_attempt()
+            .map(|t| t.saturating_duration_since(self.now));
         for h in self.held.drain() {
-            self.fail_one_held(h, status, status, None);
+            self.fail_one_held(h, status, status, retry);
         }
     }
 

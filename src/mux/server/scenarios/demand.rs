@@ -13,6 +13,7 @@ request_timeout = "60s"
 queue_wait = "1s"
 queue_limit = 8
 backoff_initial = "100ms"
+backoff_max = "1s"
 start_timeout = "5s"
 start = "on-demand"
 idle_stop = "10s"
@@ -261,4 +262,52 @@ fn restart_of_an_idle_server_is_a_start_and_counts_no_restart() {
     sim.input(Input::Command(Command::Restart(tx)));
     assert_eq!(spawns(&sim), 1);
     assert_eq!(sim.server.restarts, 0);
+}
+
+/// Issue 26 §7: a failed on-demand start is retried by the first demand after its backoff
+/// delay, never by a burst of automatic attempts ending in the ten-minute `failed`; calls in
+/// between get the outage answer with `retry_after`, and the held ones fail at once.
+#[test]
+fn a_failed_lazy_start_is_retried_by_the_first_demand_after_its_backoff_never_failed() {
+    let mut sim = with_record();
+    let a = sim.connect();
+    // Ten starts in a row fail, each the instant the child was spawned by a request.
+    for round in 0..10u64 {
+        sim.send(a, &call(a, 100 + round));
+        assert_eq!(spawns(&sim), round as usize + 1, "one spawn per demand");
+        sim.child_exits(true);
+        assert_eq!(sim.server.life.state(), State::Idle, "back to idle");
+        let st = sim.server.status();
+        assert_eq!(
+            st.last_exit.as_ref().map(|e| e.reason.as_str()),
+            Some("exited(1)")
+        );
+        let retry = st.retry_in_ms.expect("when the next start may happen");
+        // The held call failed at once, saying when to retry.
+        let r = responses(&sim, a);
+        let last = r.last().expect("an answer");
+        assert!(
+            last["error"]["data"]["retry_after_ms"].is_u64() || last["result"]["isError"] == true,
+            "{last}"
+        );
+        // A call inside the delay: the outage answer, no spawn.
+        sim.send(a, &call(a, 200 + round));
+        assert_eq!(
+            spawns(&sim),
+            round as usize + 1,
+            "no spawn inside the delay"
+        );
+        assert!(retry <= 1_200, "capped at backoff_max (1 s, +20%): {retry}");
+        after(&mut sim, retry + 1);
+        assert_eq!(spawns(&sim), round as usize + 1, "nothing starts by itself");
+    }
+    assert_ne!(sim.server.life.state(), State::Failed);
+    // Fixed: the next demand starts it and the call is answered.
+    sim.send(a, &call(a, 999));
+    answer_all(&mut sim);
+    answer_all(&mut sim);
+    assert_eq!(sim.server.life.state(), State::Ready);
+    let r = responses(&sim, a);
+    assert_eq!(r.last().map(|v| v["id"].clone()), Some(json!(999)), "{r:?}");
+    assert!(r.last().is_some_and(|v| v.get("result").is_some()), "{r:?}");
 }
