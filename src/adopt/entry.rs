@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// A stdio server as the supervisor will run it: `[servers.NAME]` `command`, `args`, `env`,
-/// `cwd`. Two entries with equal specs are the same server (merged into one).
+/// `cwd`, `user`. Two entries with equal specs are the same server (merged into one).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Spec {
     /// The program (a bare name looked up in `PATH`, or an absolute path).
@@ -20,6 +20,10 @@ pub struct Spec {
     pub env: BTreeMap<String, String>,
     /// Its working directory (absolute), when it matters.
     pub cwd: Option<String>,
+    /// The uid it runs as (`user`, with `allowed_uids` that uid): the owner of the file it was
+    /// adopted from when root adopts another user's files (issue 26 §3). `None`: as the
+    /// supervisor. Set by the caller of [`classify`], which reads no owner.
+    pub user: Option<u32>,
 }
 
 /// What `adopt` does with one client entry.
@@ -128,6 +132,7 @@ pub fn classify(value: &Value, d: Dialect<'_>) -> Verdict {
             args,
             env,
             cwd,
+            user: None,
         },
         d.project,
     )

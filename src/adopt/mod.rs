@@ -20,8 +20,14 @@
 //! 5. **Confirm** (`--yes`, or `y` on a terminal; never waits on a pipe), then **back up and
 //!    write** (`backup.rs`): copies and a manifest first, then atomic writes.
 //!
+//! Every file is read and replaced through `safe.rs` (issue 26 §3): walked from `/` without
+//! following a link someone else planted, each directory and file owner-checked, changes made
+//! on descriptors. Run by root on another user's home or project, the servers found there run
+//! as that user (`user`, `allowed_uids`), their client entries name the socket, and the
+//! backups stay in root's own state directory.
+//!
 //! Never: prints an env value; touches a file it did not plan to change; writes anything when a
-//! check fails.
+//! check fails; gives a server more privilege than the client that ran it had.
 
 mod backup;
 mod codex;
@@ -29,6 +35,7 @@ mod entry;
 mod jsonc;
 mod plan;
 mod render;
+mod safe;
 mod sources;
 mod supervisor;
 #[cfg(test)]
@@ -36,6 +43,7 @@ mod tests;
 
 use entry::{classify, Dialect, Verdict};
 
+use safe::{Place, Trust};
 use sources::{ClientFile, Format, Places};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -52,7 +60,8 @@ pub struct Options {
     #[arg(long)]
     pub project: Option<PathBuf>,
     /// Home directory of the user files [default: $HOME]; with it every default path is
-    /// under it ($XDG_*, $CODEX_HOME and $MCP_SUPERVISOR_CONFIG are ignored).
+    /// under it ($XDG_CONFIG_HOME, $CODEX_HOME and $MCP_SUPERVISOR_CONFIG are ignored). As
+    /// root, another user's home: their servers then run as them.
     #[arg(long)]
     pub home: Option<PathBuf>,
     /// Apply without asking (needed when stdin is not a terminal).
@@ -74,7 +83,8 @@ pub struct Options {
 pub struct Rewrite {
     /// The absolute path of `mcp-supervisor`.
     pub command: String,
-    /// `["attach", NAME]`, plus `["--config", PATH]` off the default location.
+    /// `["attach", NAME]`, plus `["--config", PATH]` off the default location, or
+    /// `["--socket", PATH]` for a server adopted from another user's files.
     pub args: Vec<String>,
 }
 
@@ -116,6 +126,19 @@ pub enum AdoptError {
     /// A file changed on disk between reading and writing.
     #[error("{} changed while adopt ran; nothing was written, run it again", .0.display())]
     Raced(PathBuf),
+    /// The temporary file of a replacement was swapped before it was renamed into place (by
+    /// whoever can write that directory); the files written before it stay written.
+    #[error("{} was swapped while adopt wrote it; `mcp-supervisor adopt --undo` puts back what was written", .0.display())]
+    Swapped(PathBuf),
+    /// A link, an owner or a mode `adopt` does not trust (issue 26 §3), e.g. a symbolic link
+    /// another user planted, a file of a third user, a manifest adopt did not write.
+    #[error("refusing {}: it {why}; nothing was changed", path.display())]
+    Untrusted {
+        /// The path refused.
+        path: PathBuf,
+        /// Why, starting with a verb: "is a symbolic link owned by uid 1000...".
+        why: String,
+    },
     /// An edit did not read back as intended (a bug); nothing was written.
     #[error("internal error editing {}: {message}; nothing was written", path.display())]
     Internal {
@@ -136,7 +159,10 @@ fn list(paths: &[PathBuf]) -> String {
 impl AdoptError {
     /// Bad input (a file, a flag): exit 2; anything else exits 1.
     pub fn is_usage(&self) -> bool {
-        matches!(self, AdoptError::BadFile { .. } | AdoptError::Usage(_))
+        matches!(
+            self,
+            AdoptError::BadFile { .. } | AdoptError::Usage(_) | AdoptError::Untrusted { .. }
+        )
     }
 }
 
@@ -146,8 +172,47 @@ struct Setup {
     config: PathBuf,
     /// Whether `attach` needs `--config PATH` (the config is off the plain default).
     config_flag: bool,
+    /// The running user's own `<state>/mcp-supervisor/adopt` (never under `--home`).
     state: PathBuf,
     exe: PathBuf,
+}
+
+/// The owner whose files a directory (`flag`: `--home`, `--project`) holds: its uid, checked
+/// against who runs `adopt`. Root may adopt anyone's files (their servers then run as them);
+/// anyone else only their own, or root's (which run as them, as their client ran them).
+fn owner_of(flag: &str, dir: &Path, uid: u32) -> Result<u32, AdoptError> {
+    let me = safe::me();
+    if uid == me || uid == 0 || me == 0 {
+        return Ok(uid);
+    }
+    Err(AdoptError::Usage(format!(
+        "{flag} {} is owned by uid {uid}, not by you (uid {me}): only root adopts another user's servers (they then run as that user)",
+        dir.display()
+    )))
+}
+
+/// The running user's state directory: `$XDG_STATE_HOME` (when absolute), else
+/// `<home>/.local/state` with the home from the password database (root's own, whatever `$HOME`
+/// a `sudo` kept), else `$HOME`.
+fn state_home() -> Result<PathBuf, AdoptError> {
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+    {
+        return Ok(x);
+    }
+    let own = nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten()
+        .map(|u| u.dir)
+        .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
+        .filter(|h| h.is_absolute())
+        .ok_or_else(|| {
+            AdoptError::Usage(
+                "no state directory for the backups: set XDG_STATE_HOME to an absolute path".into(),
+            )
+        })?;
+    Ok(own.join(".local/state"))
 }
 
 fn setup(o: &Options) -> Result<Setup, AdoptError> {
@@ -180,18 +245,26 @@ fn setup(o: &Options) -> Result<Setup, AdoptError> {
             source: e,
         })?,
     };
-    // Claude Code keys its local scope by the real path of the project.
-    let project = std::fs::canonicalize(&project)
-        .ok()
-        .filter(|p| p.is_dir())
-        .ok_or_else(|| {
+    // Claude Code keys its local scope by the real path of the project (found without
+    // following a link someone else planted).
+    let project = absolute(&project)?;
+    // `--undo` reads neither: its files and their owners come from its manifest.
+    let (project, project_owner, home_owner) = if o.undo {
+        (project, safe::me(), safe::me())
+    } else {
+        let (project, uid) = safe::directory_owner(&project)?.ok_or_else(|| {
             AdoptError::Usage(format!("--project {}: not a directory", project.display()))
         })?;
+        let project_owner = owner_of("--project", &project, uid)?;
+        let home_owner = match safe::directory_owner(&home)? {
+            Some((_, uid)) => owner_of("--home", &home, uid)?,
+            None => safe::me(),
+        };
+        (project, project_owner, home_owner)
+    };
     let config_home = var("XDG_CONFIG_HOME").unwrap_or_else(|| home.join(".config"));
     let codex_home = var("CODEX_HOME").unwrap_or_else(|| home.join(".codex"));
-    let state = var("XDG_STATE_HOME")
-        .unwrap_or_else(|| home.join(".local/state"))
-        .join("mcp-supervisor/adopt");
+    let state = state_home()?.join("mcp-supervisor/adopt");
     let root = nix::unistd::geteuid().is_root();
     // What `attach` finds with no `--config` in a client started from the desktop (no
     // MCP_SUPERVISOR_CONFIG, no XDG_CONFIG_HOME there, as a rule).
@@ -216,6 +289,8 @@ fn setup(o: &Options) -> Result<Setup, AdoptError> {
             project,
             config_home,
             codex_home,
+            home_owner,
+            project_owner,
         },
         config_flag: config != plain,
         config,
@@ -238,14 +313,16 @@ pub fn run(o: &Options) -> Result<(), AdoptError> {
     let mut read: Vec<(usize, String)> = Vec::new();
     let mut found: Vec<plan::Found> = Vec::new();
     for (i, f) in files.iter().enumerate() {
-        let Some(text) = read_optional(&f.path)? else {
+        let Some(r) = read_file(&f.path, f.trust())? else {
             continue;
         };
+        let text = text_of(&f.path, r.bytes)?;
         found.extend(gather(i, f, &text)?);
         read.push((i, text));
     }
     let current = supervisor::read(&s.config)?;
     let plan = plan::make(&current.servers, &found);
+    let sockets = supervisor::sockets_for(&current, &plan)?;
     let view = render::View {
         home: &s.places.home,
         files: &files,
@@ -254,55 +331,49 @@ pub fn run(o: &Options) -> Result<(), AdoptError> {
         plan: &plan,
         config: &current,
         state: &s.state,
+        sockets,
     };
     print!("{}", render::plan(&view));
     if plan.servers.is_empty() {
         println!("\nNothing to adopt: no client file has a stdio server left to move.");
         return Ok(());
     }
-    let changes = edit(&s, &files, &read, &found, &plan, &current)?;
+    let mut changes = edit(&s, &files, &read, &found, &plan, &current, sockets)?;
     if o.dry_run {
         println!("\nDry run: nothing was written.");
         return Ok(());
     }
     confirm(o.yes)?;
-    // A client may have saved its file while the plan was shown.
-    for c in &changes {
-        if read_optional(&c.path)?.map(String::into_bytes) != c.before {
+    // A client may have saved its file while the plan was shown; the mode and owner kept are
+    // the ones found now.
+    for c in &mut changes {
+        let now = read_file(&c.path, c.trust)?;
+        if now.as_ref().map(|r| &r.bytes) != c.before.as_ref() {
             return Err(AdoptError::Raced(c.path.clone()));
         }
+        c.meta = now.map(|r| r.meta);
     }
     let dir = backup::save(&s.state, &changes)?;
     backup::apply(&changes)?;
-    // The undo hint names `--home` when it was given: the backups are found under it.
-    let home = o
-        .home
-        .as_ref()
-        .map(|h| format!(" --home {}", h.display()))
-        .unwrap_or_default();
-    print!(
-        "{}",
-        render::done(&view, &dir, &s.config, s.config_flag, &home)
-    );
+    print!("{}", render::done(&view, &dir, &s.config, s.config_flag));
     Ok(())
 }
 
-fn read_optional(path: &Path) -> Result<Option<String>, AdoptError> {
-    match std::fs::read(path) {
-        Ok(b) => String::from_utf8(b)
-            .map(Some)
-            .map_err(|_| AdoptError::BadFile {
-                path: path.to_path_buf(),
-                line: None,
-                message: "not UTF-8 text".to_string(),
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(AdoptError::Io {
-            path: path.to_path_buf(),
-            action: "read",
-            source: e,
-        }),
+/// Reads `path` under `trust` (see `safe.rs`); `None` when it or a directory on the way is
+/// missing.
+fn read_file(path: &Path, trust: Trust) -> Result<Option<safe::Contents>, AdoptError> {
+    match Place::find(path, trust, None)? {
+        Some(p) => p.read(),
+        None => Ok(None),
     }
+}
+
+fn text_of(path: &Path, bytes: Vec<u8>) -> Result<String, AdoptError> {
+    String::from_utf8(bytes).map_err(|_| AdoptError::BadFile {
+        path: path.to_path_buf(),
+        line: None,
+        message: "not UTF-8 text".to_string(),
+    })
 }
 
 /// The entries of one client file, classified.
@@ -345,7 +416,14 @@ fn gather(index: usize, f: &ClientFile, text: &str) -> Result<Vec<plan::Found>, 
             let verdict = if twice {
                 Verdict::Skip("the key appears more than once in this object".into())
             } else {
-                classify(value, dialect)
+                match classify(value, dialect) {
+                    // Its client ran it as the owner of the file: so does the supervisor.
+                    Verdict::Adopt(spec) => Verdict::Adopt(entry::Spec {
+                        user: f.run_as(),
+                        ..spec
+                    }),
+                    other => other,
+                }
             };
             out.push(found(key.clone(), verdict));
         }
@@ -361,6 +439,7 @@ fn edit(
     found: &[plan::Found],
     plan: &plan::Plan,
     current: &supervisor::Current,
+    sockets: supervisor::Sockets,
 ) -> Result<Vec<backup::Change>, AdoptError> {
     let mut changes = Vec::new();
     for (i, text) in read {
@@ -374,7 +453,16 @@ fn edit(
                 continue;
             };
             let mut args = vec!["attach".to_string(), server.name.clone()];
-            if s.config_flag {
+            if server.spec.user.is_some() {
+                // That user cannot read this config (it is root's): the socket itself.
+                args.push("--socket".to_string());
+                args.push(
+                    current
+                        .socket_of(&server.name)
+                        .to_string_lossy()
+                        .into_owned(),
+                );
+            } else if s.config_flag {
                 args.push("--config".to_string());
                 args.push(s.config.to_string_lossy().into_owned());
             }
@@ -393,7 +481,9 @@ fn edit(
         };
         changes.push(backup::Change {
             path: file.path.clone(),
+            trust: file.trust(),
             before: Some(text.clone().into_bytes()),
+            meta: None,
             after: after.into_bytes(),
         });
     }
@@ -406,11 +496,13 @@ fn edit(
             )
         })
         .collect();
-    if !new.is_empty() {
-        let after = supervisor::append(current, &new)?;
+    if !new.is_empty() || sockets == supervisor::Sockets::AddMode {
+        let after = supervisor::append(current, &new, sockets)?;
         changes.push(backup::Change {
             path: current.path.clone(),
+            trust: supervisor::trust(),
             before: current.text.clone().map(String::into_bytes),
+            meta: None,
             after: after.into_bytes(),
         });
     }

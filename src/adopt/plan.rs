@@ -163,6 +163,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             cwd: None,
+            user: None,
         }
     }
 

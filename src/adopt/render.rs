@@ -5,7 +5,7 @@ use super::backup::Undone;
 use super::entry::Verdict;
 use super::plan::{command_line, Found, Plan, Server};
 use super::sources::{show, ClientFile};
-use super::supervisor::Current;
+use super::supervisor::{self, Current, Sockets};
 use std::fmt::Write;
 use std::path::Path;
 
@@ -25,6 +25,30 @@ pub struct View<'a> {
     pub config: &'a Current,
     /// Where backups go.
     pub state: &'a Path,
+    /// What `[supervisor]`'s socket settings need for the users servers run as.
+    pub sockets: Sockets,
+}
+
+/// `user = "alice", allowed_uids = [1000]`: how a server adopted from another user's files
+/// runs, as written into its table.
+fn runs_as(uid: u32) -> String {
+    format!(
+        "user = {:?}, allowed_uids = [{uid}]",
+        supervisor::user_value(uid)
+    )
+}
+
+/// The warning when the secrets copied go into a config others can read (issue 26 §3).
+fn readable_warning(v: &View<'_>) -> Option<String> {
+    let secrets = v.plan.new_servers().any(|s| !s.spec.env.is_empty());
+    let mode = v.config.meta.map(|m| m.mode)?;
+    (secrets && mode & 0o044 != 0).then(|| {
+        let cfg = show(&v.config.path, v.home);
+        format!(
+            "warning: {cfg} is mode {mode:04o}: others can read the secrets written into it (`chmod 600 {}`)",
+            v.config.path.display()
+        )
+    })
 }
 
 /// `Cursor (project) ./.cursor/mcp.json "key"`: where an entry is.
@@ -105,6 +129,13 @@ pub fn plan(v: &View<'_>) -> String {
             "new"
         };
         let _ = writeln!(out, "  {}  [{status}]  {}", s.name, command_line(&s.spec));
+        if let Some(uid) = s.spec.user {
+            let _ = writeln!(
+                out,
+                "      runs as: {} (uid {uid} owns the files it comes from)",
+                runs_as(uid)
+            );
+        }
         if let Some(cwd) = &s.spec.cwd {
             let _ = writeln!(out, "      cwd: {cwd}");
         }
@@ -170,6 +201,9 @@ pub fn plan(v: &View<'_>) -> String {
         for s in secrets {
             let _ = writeln!(out, "{s}");
         }
+        if let Some(w) = readable_warning(v) {
+            let _ = writeln!(out, "{w}");
+        }
     }
     let changed: Vec<String> = v
         .read
@@ -187,6 +221,23 @@ pub fn plan(v: &View<'_>) -> String {
             out,
             "\nEach adopted entry becomes `mcp-supervisor attach NAME` (absolute path); its env, envFile\nand cwd move to the supervisor config, its other keys stay."
         );
+        let users = supervisor::users_of(v.plan);
+        if !users.is_empty() {
+            let list: Vec<String> = users.iter().map(|u| format!("uid {u}")).collect();
+            let _ = writeln!(
+                out,
+                "Servers from another user's files ({}) run as that user, and only that user (and root)\nmay connect; their entries become `mcp-supervisor attach NAME --socket {}/NAME.sock`\n(that user cannot read this config).",
+                list.join(", "),
+                v.config.socket_dir.display()
+            );
+            if v.sockets == Sockets::AddMode {
+                let _ = writeln!(
+                    out,
+                    "[supervisor] socket_mode = \"{}\" is added to {cfg}: they must be able to open the sockets;\neach server's allowed_uids still decides who is served (SO_PEERCRED).",
+                    supervisor::OPEN_SOCKET_MODE
+                );
+            }
+        }
         let _ = writeln!(
             out,
             "Files to change, backed up first under {}:",
@@ -195,7 +246,7 @@ pub fn plan(v: &View<'_>) -> String {
         for c in changed {
             let _ = writeln!(out, "  {c}");
         }
-        if v.plan.new_servers().next().is_some() {
+        if v.plan.new_servers().next().is_some() || v.sockets == Sockets::AddMode {
             let _ = writeln!(out, "  {cfg}");
         }
     }
@@ -203,13 +254,7 @@ pub fn plan(v: &View<'_>) -> String {
 }
 
 /// After writing: the summary and the next steps.
-pub fn done(
-    v: &View<'_>,
-    backup: &Path,
-    config: &Path,
-    config_flag: bool,
-    home_flag: &str,
-) -> String {
+pub fn done(v: &View<'_>, backup: &Path, config: &Path, config_flag: bool) -> String {
     let flag = if config_flag {
         format!(" --config {}", config.display())
     } else {
@@ -232,8 +277,11 @@ pub fn done(
             }
         }
     }
+    let warning = readable_warning(v)
+        .map(|w| format!("{w}\n"))
+        .unwrap_or_default();
     format!(
-        "\nAdopted: {} client entries, {new} new servers in {}.\nBackups: {}\n\nNext:\n  1. Reload the supervisor if it runs (`mcp-supervisor reload{flag}`), else start it\n     (`mcp-supervisor run{flag}`, or its systemd unit).\n  2. Restart {} so they start `mcp-supervisor attach`.\n  To put every file back: `mcp-supervisor adopt --undo{home_flag}`.\n",
+        "\nAdopted: {} client entries, {new} new servers in {}.\n{warning}Backups: {}\n\nNext:\n  1. Reload the supervisor if it runs (`mcp-supervisor reload{flag}`), else start it\n     (`mcp-supervisor run{flag}`, or its systemd unit).\n  2. Restart {} so they start `mcp-supervisor attach`.\n  To put every file back: `mcp-supervisor adopt --undo`.\n",
         v.found
             .iter()
             .enumerate()

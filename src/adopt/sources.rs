@@ -27,6 +27,7 @@
 //!   `cwd`, `enabled`, `startup_timeout_sec`, `tool_timeout_sec`, ... or `url` (streamable HTTP).
 //!   No interpolation.
 
+use super::safe::Trust;
 use std::path::{Path, PathBuf};
 
 /// The MCP clients whose configurations `adopt` reads.
@@ -122,6 +123,23 @@ pub struct ClientFile {
     /// The project directory when the file's entries run there (relative paths are resolved
     /// against it).
     pub project: Option<PathBuf>,
+    /// The uid whose file it is: the owner of the home for user files, of the project for
+    /// project files (issue 26 §3).
+    pub owner: u32,
+}
+
+impl ClientFile {
+    /// Who may own the file and the directories on its way (see `safe.rs`).
+    pub fn trust(&self) -> Trust {
+        Trust::Files { owner: self.owner }
+    }
+
+    /// The uid its servers run as when it is not the running user's (nor root's): root
+    /// adopting another user's file. Its client ran them as that user, and so does the
+    /// supervisor.
+    pub fn run_as(&self) -> Option<u32> {
+        (self.owner != 0 && self.owner != super::safe::me()).then_some(self.owner)
+    }
 }
 
 /// The directories the paths are built from.
@@ -135,6 +153,10 @@ pub struct Places {
     pub config_home: PathBuf,
     /// `$CODEX_HOME` (only without `--home`), else `<home>/.codex`.
     pub codex_home: PathBuf,
+    /// The owner of the home (its files, `$XDG_CONFIG_HOME`'s and `$CODEX_HOME`'s included).
+    pub home_owner: u32,
+    /// The owner of the project.
+    pub project_owner: u32,
 }
 
 fn keys(k: &[&str]) -> Vec<String> {
@@ -160,6 +182,11 @@ pub fn client_files(p: &Places) -> Vec<ClientFile> {
         format: Format::Json,
         sections,
         project: in_project.then(|| p.project.clone()),
+        owner: if in_project {
+            p.project_owner
+        } else {
+            p.home_owner
+        },
     };
     let mac = p.home.join("Library/Application Support");
     let servers = ["mcpServers"];
@@ -188,6 +215,7 @@ pub fn client_files(p: &Places) -> Vec<ClientFile> {
             ],
             // Only the local-scope section runs in the project; see `Section::runs_in`.
             project: Some(p.project.clone()),
+            owner: p.home_owner,
         },
         json(
             p.project.join(".mcp.json"),
@@ -227,6 +255,7 @@ pub fn client_files(p: &Places) -> Vec<ClientFile> {
         format: Format::Toml,
         sections: vec![user(Client::Codex, &["mcp_servers"])],
         project: None,
+        owner: p.home_owner,
     });
     let mut seen: Vec<PathBuf> = Vec::new();
     files.retain(|f| {

@@ -3,7 +3,9 @@
 //! tested in `plan.rs`.
 
 use super::entry::{classify, Dialect, Spec, Verdict};
+use super::safe::{self, Meta, Place, Trust};
 use super::sources::{client_files, Client, Places, Scope};
+use super::supervisor::Sockets;
 use super::{backup, codex, jsonc, supervisor, AdoptError, Rewrite};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -293,6 +295,7 @@ fn server(name: &str, env: &[(&str, &str)], cwd: Option<&str>) -> super::plan::S
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             cwd: cwd.map(String::from),
+            user: None,
         },
         existing: false,
         from: vec![],
@@ -311,11 +314,16 @@ fn supervisor_config_is_appended_to_and_validated() {
         args: vec!["mcp-server-time".into()],
         env: [("TZ".to_string(), "UTC".to_string())].into(),
         cwd: None,
+        user: None,
     };
     assert_eq!(current.servers, vec![("clock".to_string(), Some(clock))]);
     let gh = server("gh", &[("TOKEN", "secret \"quoted\"")], Some("/p"));
-    let out =
-        supervisor::append(&current, &[(&gh, vec!["Cursor (user) x \"gh\"".into()])]).unwrap();
+    let out = supervisor::append(
+        &current,
+        &[(&gh, vec!["Cursor (user) x \"gh\"".into()])],
+        Sockets::Enough,
+    )
+    .unwrap();
     assert!(out.starts_with(old), "{out}");
     assert!(
         out.contains("\n# adopted from Cursor (user) x \"gh\"\n[servers.gh]\n"),
@@ -335,7 +343,7 @@ fn a_new_supervisor_config_starts_with_a_header_and_validates() {
     let current = supervisor::read(&path).unwrap();
     assert!(current.text.is_none());
     let a = server("a", &[], None);
-    let out = supervisor::append(&current, &[(&a, vec!["src".into()])]).unwrap();
+    let out = supervisor::append(&current, &[(&a, vec!["src".into()])], Sockets::Enough).unwrap();
     assert!(out.starts_with("# mcp-supervisor configuration"), "{out}");
     assert!(
         out.contains("\n\n# adopted from src\n[servers.a]\n"),
@@ -363,6 +371,8 @@ fn client_files_cover_linux_and_macos_and_both_scopes() {
         project: "/p".into(),
         config_home: "/h/.config".into(),
         codex_home: "/h/.codex".into(),
+        home_owner: 1000,
+        project_owner: 1001,
     };
     let files = client_files(&places);
     let paths: Vec<&Path> = files.iter().map(|f| f.path.as_path()).collect();
@@ -424,7 +434,7 @@ fn atomic_writes_keep_the_mode_and_write_through_symlinks() {
     std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o640)).unwrap();
     let link = dir.path().join("link.json");
     std::os::unix::fs::symlink(&real, &link).unwrap();
-    backup::write_atomic(&link, b"new", None).unwrap();
+    write_user_file(&link, b"new", safe::me()).unwrap();
     assert!(std::fs::symlink_metadata(&link)
         .unwrap()
         .file_type()
@@ -432,7 +442,7 @@ fn atomic_writes_keep_the_mode_and_write_through_symlinks() {
     assert_eq!(std::fs::read(&real).unwrap(), b"new");
     assert_eq!(mode(&real), 0o640);
     let fresh = dir.path().join("sub/new.toml");
-    backup::write_atomic(&fresh, b"x", None).unwrap();
+    write_user_file(&fresh, b"x", safe::me()).unwrap();
     assert_eq!(mode(&fresh), 0o600);
     let names: Vec<PathBuf> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -449,16 +459,8 @@ fn undo_restores_removes_and_refuses_changed_files() {
     let b = dir.path().join("b.toml");
     std::fs::write(&a, "before").unwrap();
     let changes = vec![
-        backup::Change {
-            path: a.clone(),
-            before: Some(b"before".to_vec()),
-            after: b"after".to_vec(),
-        },
-        backup::Change {
-            path: b.clone(),
-            before: None,
-            after: b"created".to_vec(),
-        },
+        change(&a, Some(b"before"), b"after"),
+        change(&b, None, b"created"),
     ];
     backup::save(&state, &changes).unwrap();
     backup::apply(&changes).unwrap();
@@ -493,14 +495,171 @@ fn undo_of_an_interrupted_adoption_leaves_unwritten_files_alone() {
     let state = dir.path().join("state");
     let a = dir.path().join("a.json");
     std::fs::write(&a, "before").unwrap();
-    let changes = vec![backup::Change {
-        path: a.clone(),
-        before: Some(b"before".to_vec()),
-        after: b"after".to_vec(),
-    }];
+    let changes = vec![change(&a, Some(b"before"), b"after")];
     backup::save(&state, &changes).unwrap();
     // Never applied (as if adopt died after the manifest).
     let (_, done) = backup::undo(&state, false, false).unwrap();
     assert_eq!(done, vec![backup::Undone::Unchanged(a.clone())]);
     assert_eq!(std::fs::read(&a).unwrap(), b"before");
+}
+
+/// Finding 3 of issue 26: the directory of a client file is its owner's, who can swap the
+/// temporary file adopt writes there for a link to a root-only file at any moment. Whatever
+/// she swaps, and whenever, the root-only file keeps its content, mode and owner.
+#[test]
+fn a_temporary_file_swapped_for_a_link_never_redirects_the_write_mode_or_owner() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let secret_dir = dir.path().join("root-only");
+    std::fs::create_dir(&secret_dir).unwrap();
+    let secret = secret_dir.join("secret");
+    std::fs::write(&secret, "root only").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let users = dir.path().join("user");
+    std::fs::create_dir(&users).unwrap();
+    let target = users.join("mcp.json");
+    let root = nix::unistd::geteuid().is_root();
+    // As root the directory and the file are another user's, as when root adopts her files.
+    let owner = if root { 4242 } else { safe::me() };
+    if root {
+        std::os::unix::fs::lchown(&users, Some(owner), Some(owner)).unwrap();
+    }
+    let reset = || {
+        let _ = std::fs::remove_file(&target);
+        std::fs::write(&target, "old").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
+        if root {
+            std::os::unix::fs::lchown(&target, Some(owner), Some(owner)).unwrap();
+        }
+    };
+    reset();
+    // The attacker: every other file that appears in her directory becomes a link to the
+    // secret, as fast as she can.
+    let stop = Arc::new(AtomicBool::new(false));
+    let attacker = {
+        let (stop, users, secret) = (stop.clone(), users.clone(), secret.clone());
+        std::thread::spawn(move || {
+            let mut swapped = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(entries) = std::fs::read_dir(&users) else {
+                    continue;
+                };
+                for e in entries.flatten() {
+                    let p = e.path();
+                    let regular = std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file());
+                    if p.file_name() != Some("mcp.json".as_ref()) && regular {
+                        let _ = std::fs::remove_file(&p);
+                        if std::os::unix::fs::symlink(&secret, &p).is_ok() {
+                            // Her link is hers.
+                            let _ = std::os::unix::fs::lchown(&p, Some(owner), Some(owner));
+                            swapped += 1;
+                        }
+                    }
+                }
+            }
+            swapped
+        })
+    };
+    for i in 0..300 {
+        // An error (the swap was noticed) is fine; a changed secret is not.
+        let _ = write_user_file(&target, format!("new {i}").as_bytes(), owner);
+        let m = std::fs::metadata(&secret).unwrap();
+        assert_eq!(std::fs::read(&secret).unwrap(), b"root only", "round {i}");
+        assert_eq!(m.permissions().mode() & 0o7777, 0o600, "round {i}: mode");
+        if root {
+            assert_eq!((m.uid(), m.gid()), (0, 0), "round {i}: owner");
+        }
+        if std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_file()) {
+            reset();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swapped = attacker.join().unwrap();
+    assert!(
+        swapped > 0,
+        "the attacker never got a temporary file to swap"
+    );
+}
+
+/// What is at `path` now, read as adopt reads the files of `owner`.
+fn found(path: &Path, owner: u32) -> Option<safe::Contents> {
+    let place = Place::find(path, Trust::Files { owner }, None).unwrap()?;
+    place.read().unwrap()
+}
+
+/// Replaces the file `path` of `owner` as `adopt` does: keeping the mode and owner found.
+fn write_user_file(path: &Path, bytes: &[u8], owner: u32) -> Result<(), AdoptError> {
+    let trust = Trust::Files { owner };
+    let meta: Option<Meta> = match Place::find(path, trust, None)? {
+        Some(p) => p.read()?.map(|c| c.meta),
+        None => None,
+    };
+    backup::write_atomic(path, bytes, trust, meta)
+}
+
+/// A change of the running user's file `path` as `adopt` plans it.
+fn change(path: &Path, before: Option<&[u8]>, after: &[u8]) -> backup::Change {
+    backup::Change {
+        path: path.to_path_buf(),
+        trust: Trust::Files { owner: safe::me() },
+        before: before.map(<[u8]>::to_vec),
+        meta: found(path, safe::me()).map(|c| c.meta),
+        after: after.to_vec(),
+    }
+}
+
+#[test]
+fn walks_refuse_directories_others_can_write_and_state_others_can_change() {
+    use std::os::unix::fs::PermissionsExt;
+    let set = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let me = safe::me();
+    // A client file in a directory everyone can write (not sticky): refused, named.
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::write(open.join("mcp.json"), "{}").unwrap();
+    set(&open, 0o777);
+    let e = Place::find(&open.join("mcp.json"), Trust::Files { owner: me }, None).unwrap_err();
+    assert!(
+        matches!(&e, AdoptError::Untrusted { path, why } if path == &open && why.contains("writable by others")),
+        "{e}"
+    );
+    assert!(e.is_usage(), "exit 2");
+    // Sticky (as /tmp): fine.
+    set(&open, 0o1777);
+    assert!(found(&open.join("mcp.json"), me).is_some());
+    // `..` is resolved on the descriptors, and checked like the rest.
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    assert!(found(&dir.path().join("sub/../open/mcp.json"), me).is_some());
+    // The state: a directory or a file its group may write is not trusted.
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::write(state.join("manifest.json"), "{}").unwrap();
+    set(&state, 0o770);
+    assert!(safe::Dir::open(&state, Trust::Private, None).is_err());
+    set(&state, 0o700);
+    let d = safe::Dir::open(&state, Trust::Private, None)
+        .unwrap()
+        .unwrap();
+    set(&state.join("manifest.json"), 0o620);
+    let e = d.entry("manifest.json").unwrap().read().unwrap_err();
+    assert!(
+        e.to_string().contains("writable by others (mode 0620)"),
+        "{e}"
+    );
+    set(&state.join("manifest.json"), 0o600);
+    assert!(d.entry("manifest.json").unwrap().read().unwrap().is_some());
+    assert!(d.entry("../x").is_err(), "one plain name only");
+    // A FIFO where a file is expected is refused, not waited on.
+    let fifo = dir.path().join("fifo.json");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let p = Place::find(&fifo, Trust::Files { owner: me }, None)
+        .unwrap()
+        .unwrap();
+    let e = p.read().unwrap_err();
+    assert!(e.to_string().contains("not a regular file"), "{e}");
 }

@@ -138,6 +138,8 @@ struct Desk {
     home: PathBuf,
     project: PathBuf,
     config: PathBuf,
+    /// `$XDG_STATE_HOME` of the user running `adopt` (its backups), outside the home read.
+    state_home: PathBuf,
 }
 
 fn copy_tree(from: &Path, to: &Path, project: &str) {
@@ -165,6 +167,7 @@ impl Desk {
         copy_tree(&Path::new(FIXTURES).join("project"), &project, &p);
         Desk {
             config: root.join("etc/supervisor.toml"),
+            state_home: root.join("state"),
             _dir: dir,
             home,
             project,
@@ -185,8 +188,8 @@ impl Desk {
 
     /// `mcp-supervisor adopt --home H --project P --config C ARGS`, stdin not a terminal.
     fn adopt(&self, args: &[&str]) -> Out {
-        let out = Command::new(SUPERVISOR)
-            .arg("adopt")
+        let mut cmd = Command::new(SUPERVISOR);
+        cmd.arg("adopt")
             .arg("--home")
             .arg(&self.home)
             .arg("--project")
@@ -195,31 +198,16 @@ impl Desk {
             .arg(&self.config)
             .args(args)
             .env("HOME", &self.home)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let out = Out {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        };
-        for s in SECRETS {
-            assert!(
-                !out.stdout.contains(s) && !out.stderr.contains(s),
-                "an env value was printed:\n{}{}",
-                out.stdout,
-                out.stderr
-            );
-        }
-        out
+            .env("XDG_STATE_HOME", &self.state_home);
+        run(cmd)
     }
 
     /// Every file of the desktop (not the adopt state), with its bytes and mode.
     fn snapshot(&self) -> BTreeMap<PathBuf, (Vec<u8>, u32)> {
-        fn walk(dir: &Path, skip: &Path, out: &mut BTreeMap<PathBuf, (Vec<u8>, u32)>) {
+        fn walk(dir: &Path, skip: &[PathBuf], out: &mut BTreeMap<PathBuf, (Vec<u8>, u32)>) {
             for e in std::fs::read_dir(dir).unwrap() {
                 let p = e.unwrap().path();
-                if p == skip {
+                if skip.contains(&p) {
                     continue;
                 }
                 if p.is_dir() {
@@ -231,17 +219,38 @@ impl Desk {
             }
         }
         let mut out = BTreeMap::new();
-        walk(&self.root(), &self.home.join(".local"), &mut out);
+        let skip = [self.home.join(".local"), self.state_home.clone()];
+        walk(&self.root(), &skip, &mut out);
         out
     }
 
     fn state(&self) -> PathBuf {
-        self.home.join(".local/state/mcp-supervisor/adopt")
+        self.state_home.join("mcp-supervisor/adopt")
     }
 
     fn adoptions(&self) -> usize {
         std::fs::read_dir(self.state()).map_or(0, |d| d.count())
     }
+}
+
+/// Runs `cmd` with stdin not a terminal; fails the test if an env value of the fixtures was
+/// printed.
+fn run(mut cmd: Command) -> Out {
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    let out = Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    for s in SECRETS {
+        assert!(
+            !out.stdout.contains(s) && !out.stderr.contains(s),
+            "an env value was printed:\n{}{}",
+            out.stdout,
+            out.stderr
+        );
+    }
+    out
 }
 
 /// A JSON or JSONC text as a value.
@@ -683,6 +692,7 @@ fn adopt_entry_serves_mcp_through_attach_as_the_client_would_start_it() {
         .arg("--config")
         .arg(&config)
         .arg("--yes")
+        .env("XDG_STATE_HOME", root.join("state"))
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -749,4 +759,741 @@ fn adopt_entry_serves_mcp_through_attach_as_the_client_would_start_it() {
     }
     assert!(exited, "attach did not exit after its stdin closed");
     sup.stop();
+}
+
+// --- Root adopting another user's files (issue 26 §3) -------------------------------------
+//
+// The attacker is the user whose home and project root adopts: uid ALICE owns them and plants
+// what she likes there (links, foreign files, a forged manifest). These tests need root to
+// give files to another uid; elsewhere they say why they are skipped. CI runs as root.
+
+/// The user whose files root adopts.
+const ALICE: u32 = 4242;
+/// Another unprivileged user.
+const MALLORY: u32 = 4343;
+
+/// Whether this test can run: it needs root to give files to other uids.
+fn as_root(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    eprintln!(
+        "{test}: skipped: not running as root, and it needs root to make files of another uid (CI runs it as root)"
+    );
+    false
+}
+
+/// `chown -hR uid:uid path` (links themselves, not their targets).
+fn chown_tree(path: &Path, uid: u32) {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    if meta.is_dir() {
+        for e in std::fs::read_dir(path).unwrap() {
+            chown_tree(&e.unwrap().path(), uid);
+        }
+    }
+}
+
+fn owner(p: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p).unwrap().uid()
+}
+
+/// Owner of every file and directory under `dir`.
+fn owners(dir: &Path) -> BTreeMap<PathBuf, u32> {
+    let mut out = BTreeMap::new();
+    out.insert(dir.to_path_buf(), owner(dir));
+    if std::fs::symlink_metadata(dir).unwrap().is_dir() {
+        for e in std::fs::read_dir(dir).unwrap() {
+            out.extend(owners(&e.unwrap().path()));
+        }
+    }
+    out
+}
+
+/// A root-only file (0600, root's) that holds servers and a secret of root's: what the user
+/// points her links at.
+struct Victim {
+    path: PathBuf,
+    bytes: Vec<u8>,
+}
+
+const VICTIM: &str = "{\n  \"mcpServers\": {\n    \"root-tool\": {\"command\": \"/usr/sbin/root-tool\", \"env\": {\"ROOT_TOKEN\": \"root-only-value\"}}\n  }\n}\n";
+
+impl Victim {
+    fn new(dir: &Path, name: &str) -> Victim {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, VICTIM).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        Victim {
+            path,
+            bytes: VICTIM.as_bytes().to_vec(),
+        }
+    }
+
+    /// Its content, mode and owner are what root left.
+    fn assert_untouched(&self, what: &str) {
+        let meta = std::fs::symlink_metadata(&self.path).unwrap();
+        assert!(meta.is_file(), "{what}: {} replaced", self.path.display());
+        assert_eq!(
+            std::fs::read(&self.path).unwrap(),
+            self.bytes,
+            "{what}: the root-only file was rewritten"
+        );
+        assert_eq!(
+            meta.permissions().mode() & 0o7777,
+            0o600,
+            "{what}: its mode"
+        );
+        assert_eq!(owner(&self.path), 0, "{what}: its owner");
+    }
+}
+
+impl Desk {
+    /// The home and the project given to `uid`, as that user's own files.
+    fn give_to(&self, uid: u32) {
+        chown_tree(&self.home, uid);
+        chown_tree(&self.project, uid);
+    }
+
+    fn config_value(&self) -> toml::Table {
+        toml::from_str(&std::fs::read_to_string(&self.config).unwrap()).unwrap()
+    }
+}
+
+/// The block of each server in a printed plan: its line and the indented lines under it.
+fn plan_blocks(plan: &str) -> BTreeMap<String, String> {
+    let servers = plan
+        .split("\nServers (")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no servers in\n{plan}"));
+    let servers = servers.split("\n\n").next().unwrap();
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    let mut current = None;
+    for line in servers.lines().skip(1) {
+        if let Some(rest) = line.strip_prefix("  ").filter(|r| !r.starts_with(' ')) {
+            let name = rest.split("  ").next().unwrap().to_string();
+            out.insert(name.clone(), format!("{line}\n"));
+            current = Some(name);
+        } else if let Some(name) = &current {
+            out.get_mut(name).unwrap().push_str(&format!("{line}\n"));
+        }
+    }
+    out
+}
+
+#[test]
+fn adopt_as_root_of_another_users_home_and_project_runs_their_servers_as_that_user() {
+    if !as_root("adopt_as_root_of_another_users_home_and_project") {
+        return;
+    }
+    let desk = Desk::new();
+    desk.give_to(ALICE);
+    let cursor = desk.path("home/.cursor/mcp.json");
+    std::fs::set_permissions(&cursor, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let before = desk.snapshot();
+    let owned_before = owners(&desk.root());
+
+    // The plan says whom each server runs as, before anything is written.
+    let out = desk.adopt(&["--dry-run"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let blocks = plan_blocks(&out.stdout);
+    assert_eq!(blocks.len(), 9, "{}", out.stdout);
+    for (name, block) in &blocks {
+        assert!(
+            block.contains(&format!("user = \"{ALICE}\", allowed_uids = [{ALICE}]")),
+            "{name} does not say it runs as uid {ALICE}:\n{block}"
+        );
+    }
+    assert!(
+        out.stdout.contains("socket_mode = \"0666\""),
+        "the plan names the socket mode that lets the user in:\n{}",
+        out.stdout
+    );
+    assert_eq!(desk.snapshot(), before);
+
+    let out = desk.adopt(&["--yes"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    // The supervisor config: every adopted server runs as the owner, who alone may connect.
+    let cfg = desk.config_value();
+    let servers = cfg["servers"].as_table().unwrap();
+    assert_eq!(servers.len(), 9);
+    for (name, s) in servers {
+        assert_eq!(s["user"].as_str(), Some("4242"), "{name}");
+        assert_eq!(
+            s["allowed_uids"].as_array().unwrap(),
+            &vec![toml::Value::Integer(ALICE.into())],
+            "{name}"
+        );
+    }
+    assert_eq!(cfg["supervisor"]["socket_mode"].as_str(), Some("0666"));
+    let check = Command::new(SUPERVISOR)
+        .arg("check-config")
+        .arg(&desk.config)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    // The client entries name the socket: the user cannot read root's config.
+    let project = desk.project.to_string_lossy().into_owned();
+    for (rel, pointer, key, name) in ADOPTED {
+        let doc = value_of(rel, &desk.text(rel));
+        let e = entry(&doc, pointer, key, &project);
+        assert_eq!(
+            e["args"],
+            json!([
+                "attach",
+                name,
+                "--socket",
+                format!("/run/mcp-supervisor/{name}.sock")
+            ]),
+            "{rel} {key}"
+        );
+    }
+    // The user's files stay hers, with their modes; root's backups stay root's, outside her home.
+    assert_eq!(owner(&cursor), ALICE);
+    let owned_after = owners(&desk.home);
+    for (p, uid) in &owned_after {
+        assert_eq!(*uid, ALICE, "{} changed owner", p.display());
+    }
+    assert!(
+        !desk.home.join(".local").exists(),
+        "nothing in the user's home"
+    );
+    assert_eq!(desk.adoptions(), 1);
+    for (p, uid) in owners(&desk.state()) {
+        assert_eq!(uid, 0, "{} is not root's", p.display());
+    }
+
+    // Undo: every file back byte for byte, with its mode and its owner.
+    let out = desk.adopt(&["--undo"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(desk.snapshot(), before);
+    let owned_now = owners(&desk.root());
+    for (p, uid) in &owned_before {
+        assert_eq!(owned_now.get(p), Some(uid), "{}", p.display());
+    }
+}
+
+#[test]
+fn adopt_as_root_of_another_users_project_only_runs_the_project_servers_as_that_user() {
+    if !as_root("adopt_as_root_of_another_users_project_only") {
+        return;
+    }
+    let desk = Desk::new();
+    chown_tree(&desk.project, MALLORY);
+    let out = desk.adopt(&["--dry-run"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let blocks = plan_blocks(&out.stdout);
+    let runs_as = |name: &str| {
+        let b = blocks
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in\n{}", out.stdout));
+        b.contains(&format!("user = \"{MALLORY}\""))
+    };
+    // The project's servers run as its owner; the home's (root's) as before. The same command
+    // in both is two servers: they do not run as the same user.
+    assert!(runs_as("project-tools"));
+    assert!(runs_as("playwright"));
+    assert!(runs_as("filesystem-2"));
+    assert!(!runs_as("filesystem"));
+    assert!(!runs_as("github"));
+    assert!(
+        !runs_as("local-db"),
+        "Claude Code's local scope is in the home file"
+    );
+
+    // A project inside the user's home (whatever owns the project directory itself): hers.
+    let home = desk.root().join("alice");
+    let nested = home.join("src/proj");
+    std::fs::create_dir_all(&nested).unwrap();
+    std::fs::write(
+        nested.join(".mcp.json"),
+        r#"{"mcpServers": {"tool": {"command": "/usr/bin/tool"}}}"#,
+    )
+    .unwrap();
+    chown_tree(&home, ALICE);
+    std::os::unix::fs::lchown(&nested, Some(0), Some(0)).unwrap();
+    std::os::unix::fs::lchown(nested.join(".mcp.json"), Some(0), Some(0)).unwrap();
+    let adopt_project = |project: &Path| {
+        let mut cmd = Command::new(SUPERVISOR);
+        cmd.arg("adopt")
+            .arg("--home")
+            .arg(desk.root().join("no-home"))
+            .arg("--project")
+            .arg(project)
+            .arg("--config")
+            .arg(&desk.config)
+            .arg("--dry-run")
+            .env("XDG_STATE_HOME", &desk.state_home);
+        run(cmd)
+    };
+    let out = adopt_project(&nested);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let blocks = plan_blocks(&out.stdout);
+    assert!(
+        blocks["tool"].contains(&format!("user = \"{ALICE}\"")),
+        "{}",
+        out.stdout
+    );
+    // A third user's directory inside hers: refused.
+    let third = home.join("src/mallory");
+    std::fs::create_dir_all(&third).unwrap();
+    chown_tree(&third, MALLORY);
+    let out = adopt_project(&third);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("owned by uid 4343"), "{}", out.stderr);
+}
+
+/// Each way the user redirects root's reads and writes into a root-only file, or hands root a
+/// file of a third user, is refused: exit 2, the file and the reason named, nothing written.
+#[test]
+fn adopt_as_root_refuses_links_the_user_planted_and_files_of_a_third_user() {
+    if !as_root("adopt_as_root_refuses_links_the_user_planted") {
+        return;
+    }
+    type Plant = fn(&Desk, &Victim) -> PathBuf;
+    let cases: &[(&str, Plant, &str)] = &[
+        (
+            "a link as a client file",
+            |d, v| {
+                let p = d.home.join(".claude.json");
+                std::fs::remove_file(&p).unwrap();
+                std::os::unix::fs::symlink(&v.path, &p).unwrap();
+                p
+            },
+            "symbolic link",
+        ),
+        (
+            "a link as a directory of a client file",
+            |d, v| {
+                let p = d.home.join(".cursor");
+                std::fs::remove_dir_all(&p).unwrap();
+                std::os::unix::fs::symlink(v.path.parent().unwrap(), &p).unwrap();
+                std::fs::rename(&v.path, v.path.with_file_name("mcp.json")).unwrap();
+                p
+            },
+            "symbolic link",
+        ),
+        (
+            "a link as a project file",
+            |d, v| {
+                let p = d.project.join(".mcp.json");
+                std::fs::remove_file(&p).unwrap();
+                std::os::unix::fs::symlink(&v.path, &p).unwrap();
+                p
+            },
+            "symbolic link",
+        ),
+        (
+            "a third user's file in the home",
+            |d, _| {
+                let p = d.home.join(".codex/config.toml");
+                std::os::unix::fs::lchown(&p, Some(MALLORY), Some(MALLORY)).unwrap();
+                p
+            },
+            "owned by uid 4343",
+        ),
+    ];
+    for (what, plant, why) in cases {
+        let desk = Desk::new();
+        let mut victim = Victim::new(&desk.root().join("root-only"), "secret.json");
+        let planted = plant(&desk, &victim);
+        if !victim.path.exists() {
+            victim.path = victim.path.with_file_name("mcp.json");
+        }
+        desk.give_to(ALICE);
+        if why.contains("4343") {
+            std::os::unix::fs::lchown(&planted, Some(MALLORY), Some(MALLORY)).unwrap();
+        }
+        let before = desk.snapshot();
+        let out = desk.adopt(&["--yes"]);
+        assert_eq!(out.code, 2, "{what}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.contains(&planted.to_string_lossy().into_owned())
+                && out.stderr.contains(why),
+            "{what}: the refusal names {} and says {why:?}: {}",
+            planted.display(),
+            out.stderr
+        );
+        assert!(
+            !out.stdout.contains("root-tool") && !out.stderr.contains("root-only-value"),
+            "{what}: nothing of the root file is shown:\n{}",
+            out.stdout
+        );
+        victim.assert_untouched(what);
+        assert_eq!(desk.snapshot(), before, "{what}");
+        assert!(!desk.config.exists(), "{what}");
+        assert_eq!(desk.adoptions(), 0, "{what}");
+    }
+}
+
+/// An adoption the user forged: its manifest names a root-only file and its "backup" holds her
+/// text. `--undo` restores only adoptions in the running user's own state directory, whose
+/// directories, manifest and backups are that user's and writable by nobody else.
+#[test]
+fn adopt_undo_refuses_a_manifest_or_backup_it_did_not_write() {
+    use sha2::{Digest, Sha256};
+    if !as_root("adopt_undo_refuses_a_manifest_or_backup_it_did_not_write") {
+        return;
+    }
+    let hex = |b: &[u8]| -> String {
+        Sha256::digest(b)
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect()
+    };
+    /// Writes a forged adoption under `state` (the `.../mcp-supervisor/adopt` directory).
+    fn forge(state: &Path, victim: &Victim, sha: &dyn Fn(&[u8]) -> String) -> PathBuf {
+        let dir = state.join("29990101T000000Z");
+        std::fs::create_dir_all(&dir).unwrap();
+        let forged = b"written by the user\n";
+        std::fs::write(dir.join("0-secret.json"), forged).unwrap();
+        let manifest = json!({
+            "version": 1,
+            "created": "2999-01-01T00:00:00Z",
+            "undone": null,
+            "files": [{
+                "path": victim.path,
+                "existed": true,
+                "backup": "0-secret.json",
+                "mode": 0o666,
+                "sha256": sha(&victim.bytes),
+                "before_sha256": sha(forged),
+            }]
+        });
+        std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
+        for p in [&dir, &dir.join("0-secret.json"), &dir.join("manifest.json")] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        std::fs::set_permissions(
+            dir.join("manifest.json"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        dir
+    }
+
+    // 1. Where adopt used to keep them with --home: in the user's home. Root's undo does not
+    //    look there.
+    let desk = Desk::new();
+    let victim = Victim::new(&desk.root().join("root-only"), "secret.json");
+    let in_home = desk.home.join(".local/state/mcp-supervisor/adopt");
+    forge(&in_home, &victim, &hex);
+    desk.give_to(ALICE);
+    let out = desk.adopt(&["--undo"]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("nothing to undo"), "{}", out.stderr);
+    victim.assert_untouched("a manifest in the user's home");
+
+    // 2.-4. In root's state directory, but not root's own, or writable by others.
+    type Spoil = fn(&Path);
+    let cases: &[(&str, Spoil, &str)] = &[
+        (
+            "the adoption directory and its manifest are the user's",
+            |dir| chown_tree(dir, ALICE),
+            "owned by uid 4242",
+        ),
+        (
+            "the manifest is writable by others",
+            |dir| {
+                std::fs::set_permissions(
+                    dir.join("manifest.json"),
+                    std::fs::Permissions::from_mode(0o666),
+                )
+                .unwrap()
+            },
+            "writable by others",
+        ),
+        (
+            "the backup is the user's",
+            |dir| chown_tree(&dir.join("0-secret.json"), ALICE),
+            "owned by uid 4242",
+        ),
+        (
+            "the state directory is writable by others",
+            |dir| {
+                std::fs::set_permissions(
+                    dir.parent().unwrap(),
+                    std::fs::Permissions::from_mode(0o777),
+                )
+                .unwrap()
+            },
+            "writable by others",
+        ),
+    ];
+    for (what, spoil, why) in cases {
+        let desk = Desk::new();
+        let victim = Victim::new(&desk.root().join("root-only"), "secret.json");
+        let state = desk.state();
+        std::fs::create_dir_all(&state).unwrap();
+        for d in [
+            &desk.state_home,
+            &state.parent().unwrap().to_path_buf(),
+            &state,
+        ] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        let dir = forge(&state, &victim, &hex);
+        spoil(&dir);
+        // Without --home, as root would run it on its own desktop.
+        let mut cmd = Command::new(SUPERVISOR);
+        cmd.args(["adopt", "--undo"])
+            .env("HOME", desk.root())
+            .env("XDG_STATE_HOME", &desk.state_home);
+        let out = run(cmd);
+        assert_eq!(out.code, 2, "{what}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.contains(why) && out.stderr.contains("refusing"),
+            "{what}: wanted {why:?}: {}",
+            out.stderr
+        );
+        victim.assert_untouched(what);
+    }
+}
+
+#[test]
+fn adopt_warns_when_the_secrets_go_into_a_config_others_can_read() {
+    let desk = Desk::new();
+    std::fs::create_dir_all(desk.config.parent().unwrap()).unwrap();
+    let mine = format!("[supervisor]\nsocket_dir = {:?}\n", desk.root().join("run"));
+    std::fs::write(&desk.config, &mine).unwrap();
+    std::fs::set_permissions(&desk.config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = desk.adopt(&["--dry-run"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let warning = "is mode 0644: others can read the secrets";
+    assert!(out.stdout.contains(warning), "{}", out.stdout);
+    let out = desk.adopt(&["--yes"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let outcome = out.stdout.split("\nAdopted:").nth(1).unwrap();
+    assert!(
+        outcome.contains(warning),
+        "the outcome repeats it:\n{outcome}"
+    );
+    assert_eq!(desk.adopt(&["--undo"]).code, 0);
+
+    // A config only its owner reads gets no warning.
+    std::fs::set_permissions(&desk.config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = desk.adopt(&["--dry-run"]);
+    assert!(!out.stdout.contains("others can read"), "{}", out.stdout);
+}
+
+/// The end of the story: root's supervisor runs the server adopted from the user's files as
+/// that user, the user's client connects through the rewritten entry, and a third user who
+/// can now open the socket file is still refused by `allowed_uids`.
+#[test]
+fn adopt_as_root_the_owner_connects_through_the_rewritten_entry_and_no_one_else() {
+    use std::os::unix::process::CommandExt;
+    if !as_root("adopt_as_root_the_owner_connects") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    // The user must be able to reach the socket directory.
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (home, project) = (root.join("home"), root.join("project"));
+    std::fs::create_dir_all(home.join(".config/Claude")).unwrap();
+    std::fs::create_dir_all(&project).unwrap();
+    let desktop = home.join(".config/Claude/claude_desktop_config.json");
+    let entry = json!({"mcpServers": {"Fake Server": {
+        "command": FAKE, "args": [], "env": {"ADOPT_MARK": "alice-secret"}}}});
+    std::fs::write(&desktop, serde_json::to_string_pretty(&entry).unwrap()).unwrap();
+    chown_tree(&home, ALICE);
+    chown_tree(&project, ALICE);
+    let config = root.join("supervisor.toml");
+    std::fs::write(
+        &config,
+        format!("[supervisor]\nsocket_dir = {:?}\n", root.join("run")),
+    )
+    .unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut cmd = Command::new(SUPERVISOR);
+    cmd.arg("adopt")
+        .arg("--home")
+        .arg(&home)
+        .arg("--project")
+        .arg(&project)
+        .arg("--config")
+        .arg(&config)
+        .arg("--yes")
+        .env("XDG_STATE_HOME", root.join("state"));
+    let out = run(cmd);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+
+    let mut sup = Supervisor::spawn_with(dir, config, &[]);
+    let up = wait_until(Duration::from_secs(10), || {
+        sup.socket("fake-server").exists()
+    });
+    if !up {
+        sup.stop();
+        panic!("no socket for fake-server; log:\n{}", sup.log());
+    }
+    let rewritten: Value =
+        serde_json::from_str(&std::fs::read_to_string(&desktop).unwrap()).unwrap();
+    let e = &rewritten["mcpServers"]["Fake Server"];
+    let args: Vec<String> = e["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    let client_as = |uid: u32| {
+        Command::new(e["command"].as_str().unwrap())
+            .args(&args)
+            .uid(uid)
+            .gid(uid)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let talk = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "alice-desktop", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "env", "arguments": {"name": "ADOPT_MARK"}}}),
+    ];
+
+    // The owner: served, by a child running as her.
+    let mut client = client_as(ALICE);
+    let rx = lines(client.stdout.take().unwrap());
+    let mut stdin = client.stdin.take().unwrap();
+    for m in &talk {
+        writeln!(stdin, "{m}").unwrap();
+    }
+    stdin.flush().unwrap();
+    let init = response(&rx, 1);
+    assert!(init["result"]["serverInfo"].is_object(), "{init}");
+    assert_eq!(Client::text(&response(&rx, 2)), "alice-secret");
+    let pid = sup.server_status("fake-server")["pid"].as_u64().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert_eq!(
+        uid_line.split_whitespace().nth(1),
+        Some("4242"),
+        "the child runs as the owner of the files: {uid_line}"
+    );
+    drop(stdin);
+    let exited = wait_until(Duration::from_secs(10), || {
+        client.try_wait().unwrap().is_some()
+    });
+    if !exited {
+        let _ = client.kill();
+    }
+    assert!(exited, "attach did not exit after its stdin closed");
+
+    // Another user: the socket file opens (mode 0666), the supervisor closes the connection.
+    let mut other = client_as(MALLORY);
+    let rx = lines(other.stdout.take().unwrap());
+    let mut stdin = other.stdin.take().unwrap();
+    let _ = writeln!(stdin, "{}", talk[0]);
+    let _ = stdin.flush();
+    let ended = wait_until(Duration::from_secs(10), || {
+        other.try_wait().unwrap().is_some()
+    });
+    if !ended {
+        let _ = other.kill();
+    }
+    assert!(ended, "the refused client's attach did not end");
+    assert!(rx.try_recv().is_err(), "uid {MALLORY} got an answer");
+    assert!(
+        wait_until(Duration::from_secs(10), || sup
+            .log()
+            .contains("refused a connection from uid 4343")),
+        "{}",
+        sup.log()
+    );
+    sup.stop();
+}
+
+/// `adopt` run as a user (not root): another user's home is refused, since their servers
+/// would run as her; her own files, through her own dotfile links, round-trip as ever.
+#[test]
+fn adopt_as_a_user_refuses_another_users_home_and_follows_her_own_links() {
+    use std::os::unix::process::CommandExt;
+    if !as_root("adopt_as_a_user_refuses_another_users_home") {
+        return;
+    }
+    let desk = Desk::new();
+    std::fs::set_permissions(desk.root(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let as_alice = |args: &[&str]| {
+        let mut cmd = Command::new(SUPERVISOR);
+        cmd.arg("adopt")
+            .arg("--home")
+            .arg(&desk.home)
+            .arg("--project")
+            .arg(&desk.project)
+            .arg("--config")
+            .arg(&desk.config)
+            .args(args)
+            .env_clear()
+            .env("HOME", &desk.home)
+            .env("XDG_STATE_HOME", &desk.state_home)
+            .uid(ALICE)
+            .gid(ALICE);
+        run(cmd)
+    };
+
+    // Mallory's home: refused, nothing read into a plan.
+    desk.give_to(MALLORY);
+    let out = as_alice(&["--dry-run"]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr
+            .contains("owned by uid 4343, not by you (uid 4242)")
+            && out.stderr.contains("only root"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+
+    // Her own desk, her Cursor file a link into her dotfiles: written through, undone.
+    let dotfiles = desk.home.join("dotfiles");
+    std::fs::create_dir(&dotfiles).unwrap();
+    std::fs::rename(
+        desk.home.join(".cursor/mcp.json"),
+        dotfiles.join("cursor.json"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        "../dotfiles/cursor.json",
+        desk.home.join(".cursor/mcp.json"),
+    )
+    .unwrap();
+    for d in [desk.root().join("etc"), desk.state_home.clone()] {
+        std::fs::create_dir_all(&d).unwrap();
+        chown_tree(&d, ALICE);
+    }
+    desk.give_to(ALICE);
+    let before = desk.snapshot();
+    let out = as_alice(&["--yes"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(!out.stdout.contains("runs as:"), "{}", out.stdout);
+    let cursor = jsonc(&std::fs::read_to_string(dotfiles.join("cursor.json")).unwrap());
+    assert_eq!(cursor["mcpServers"]["fs"]["args"][1], "filesystem");
+    assert!(
+        std::fs::symlink_metadata(desk.home.join(".cursor/mcp.json"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let cfg = desk.config_value();
+    assert!(cfg["servers"]["github"].get("user").is_none());
+    assert!(
+        cfg.get("supervisor").is_none(),
+        "no socket_mode for her own servers"
+    );
+    assert_eq!(owner(&desk.config), ALICE);
+    let out = as_alice(&["--undo"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(desk.snapshot(), before);
 }
