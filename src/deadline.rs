@@ -42,7 +42,10 @@ mod tests {
     #[test]
     fn an_ordinary_deadline_is_exact() {
         let now = Instant::now();
-        assert_eq!(after(now, Duration::from_secs(5)), now + Duration::from_secs(5));
+        assert_eq!(
+            after(now, Duration::from_secs(5)),
+            now + Duration::from_secs(5)
+        );
     }
 
     #[test]

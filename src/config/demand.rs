@@ -49,9 +49,7 @@ impl Validator<'_> {
         match s.idle_stop.as_ref().or(d.idle_stop.as_ref()) {
             None => Ok(None),
             Some(v) if v.get_ref().text() == "off" => Ok(None),
-            Some(_) => self
-                .duration(&key, &s.idle_stop, &d.idle_stop, Duration::ZERO)
-                .map(Some),
+            Some(_) => self.duration(&keys::IDLE_STOP, &key, &s.idle_stop, &d.idle_stop),
         }
     }
 

@@ -1,4 +1,4 @@
-//! Keys of a server table that need more than a default: counts that must be positive, the
+//! Keys of a server table that need more than a default: sizes and counts within their bounds, the
 //! command path, the restart policy, per-method timeouts, the protocol, roots, the identity,
 //! client capabilities. Each error names file, line and key.
 
@@ -28,22 +28,34 @@ pub enum RestartPolicy {
 }
 
 impl Validator<'_> {
-    /// A count that must be at least 1: the server's own value, else `[defaults]`, else
-    /// `fallback`.
-    pub(super) fn positive<T: Copy + PartialEq + From<u8>>(
+    /// A size or count key (`key`, written under `path`): the own value, else `default`'s,
+    /// held to the key's bound ([`Key::check_number`]); `None` when neither sets it.
+    pub(super) fn count<T: Copy + TryInto<u64>>(
         &self,
-        key: &str,
+        key: &Key,
+        path: &str,
         own: &Option<Spanned<T>>,
         default: &Option<Spanned<T>>,
-        fallback: T,
+    ) -> Result<Option<T>, ConfigError> {
+        let Some(v) = own.as_ref().or(default.as_ref()) else {
+            return Ok(None);
+        };
+        let n = (*v.get_ref()).try_into().unwrap_or(u64::MAX);
+        key.check_number(n)
+            .map_err(|m| self.err(v.span(), path, &m))?;
+        Ok(Some(*v.get_ref()))
+    }
+
+    /// A `[supervisor]` size or count: the value, else the table's default.
+    pub(super) fn supervisor_count<T: Copy + TryInto<u64> + TryFrom<u64> + Default>(
+        &self,
+        key: &Key,
+        v: &Option<Spanned<T>>,
     ) -> Result<T, ConfigError> {
-        match own.as_ref().or(default.as_ref()) {
-            Some(v) if *v.get_ref() == T::from(0) => {
-                Err(self.err(v.span(), key, "must be at least 1"))
-            }
-            Some(v) => Ok(*v.get_ref()),
-            None => Ok(fallback),
-        }
+        Ok(self
+            .count(key, &key.path(None), v, &None)?
+            .or_else(|| key.default_number().and_then(|n| T::try_from(n).ok()))
+            .unwrap_or_default())
     }
 
     /// `command`: required and not empty; `dir/prog` is relative to the config file, like
@@ -176,13 +188,12 @@ impl Validator<'_> {
             .flatten()
         {
             for (method, value) in table {
-                let d = parse_duration(&value.get_ref().text()).map_err(|m| {
-                    self.err(
-                        value.span(),
-                        &format!("servers.{name}.method_timeouts.{method}"),
-                        &m,
-                    )
-                })?;
+                let path = format!("servers.{name}.method_timeouts.{method}");
+                let text = value.get_ref().text();
+                let d = parse_duration(&text).map_err(|m| self.err(value.span(), &path, &m))?;
+                keys::METHOD_TIMEOUT
+                    .check_duration(&text, d)
+                    .map_err(|m| self.err(value.span(), &path, &m))?;
                 method_timeouts.insert(method.clone(), d);
             }
         }

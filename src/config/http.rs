@@ -58,21 +58,23 @@ impl Validator<'_> {
             }
             None => DEFAULT_HTTP_LISTEN.parse().ok(),
         };
-        let positive = |v: &Option<Spanned<usize>>, key: &str, fallback| {
-            self.positive(key, v, &None, fallback)
-        };
         Ok(HttpConfig {
             listen,
             allowed_origins: raw.http_allowed_origins.clone().unwrap_or_default(),
             allowed_hosts: raw.http_allowed_hosts.clone().unwrap_or_default(),
-            session_idle: self.duration(
-                "supervisor.http_session_idle",
-                &raw.http_session_idle,
-                &None,
-                Duration::from_secs(30 * 60),
-            )?,
-            max_sessions: positive(&raw.http_max_sessions, "supervisor.http_max_sessions", 256)?,
-            max_requests: positive(&raw.http_max_requests, "supervisor.http_max_requests", 256)?,
+            session_idle: self
+                .duration(
+                    &keys::HTTP_SESSION_IDLE,
+                    "supervisor.http_session_idle",
+                    &raw.http_session_idle,
+                    &None,
+                )?
+                .or(keys::HTTP_SESSION_IDLE.default_duration())
+                .unwrap_or_default(),
+            max_sessions: self
+                .supervisor_count(&keys::HTTP_MAX_SESSIONS, &raw.http_max_sessions)?,
+            max_requests: self
+                .supervisor_count(&keys::HTTP_MAX_REQUESTS, &raw.http_max_requests)?,
         })
     }
 }

@@ -18,6 +18,7 @@ use toml::Spanned;
 mod demand;
 mod fields;
 mod http;
+pub mod keys;
 mod limits;
 mod locate;
 mod logs;
@@ -28,6 +29,7 @@ mod values;
 pub use demand::StartMode;
 pub use fields::{ClientRoots, RestartPolicy};
 pub use http::{HttpConfig, DEFAULT_HTTP_LISTEN};
+use keys::Key;
 pub use limits::{LimitMode, Limits, MEMORY_MAX_MIN};
 pub use locate::socket_dir_of;
 pub use logs::LogFormat;
@@ -543,47 +545,35 @@ impl Validator<'_> {
             otel,
             metrics_listen,
             socket_dir,
-            max_clients: raw.max_clients.unwrap_or(256),
+            max_clients: self.supervisor_count(&keys::MAX_CLIENTS, &raw.max_clients)?,
             socket_mode,
             socket_group,
             allowed_uids: raw.allowed_uids.clone().unwrap_or_default(),
             allowed_gids: raw.allowed_gids.clone().unwrap_or_default(),
             operator_uids: raw.operator_uids.clone().unwrap_or_default(),
-            client_memory: raw.client_memory.unwrap_or(256 << 20),
+            client_memory: self.supervisor_count(&keys::CLIENT_MEMORY, &raw.client_memory)?,
             operator_gids: raw.operator_gids.clone().unwrap_or_default(),
         })
     }
 
+    /// A duration key (`key`, written under `path`): the own value, else `default`'s,
+    /// parsed and held to the key's bound ([`keys::Key::check_duration`]); `None` when
+    /// neither sets it.
     fn duration(
         &self,
-        key: &str,
+        key: &Key,
+        path: &str,
         own: &Dur,
         default: &Dur,
-        fallback: Duration,
-    ) -> Result<Duration, ConfigError> {
-        match own.as_ref().or(default.as_ref()) {
-            Some(s) => {
-                let d =
-                    parse_duration(&s.get_ref().text()).map_err(|m| self.err(s.span(), key, &m))?;
-                // A zero deadline or interval fires at once: `probe_timeout = "0s"` would kill
-                // a healthy child (issue 14 Why 6). `backoff_*` and `stop_grace` may be zero.
-                let may_be_zero = [
-                    "backoff_initial",
-                    "backoff_max",
-                    "backoff_reset_after",
-                    "stop_grace",
-                    "kill_timeout",
-                    "queue_wait",
-                ]
-                .iter()
-                .any(|k| key.ends_with(&format!(".{k}")));
-                if d.is_zero() && !may_be_zero {
-                    return Err(self.err(s.span(), key, "must be greater than 0"));
-                }
-                Ok(d)
-            }
-            None => Ok(fallback),
-        }
+    ) -> Result<Option<Duration>, ConfigError> {
+        let Some(s) = own.as_ref().or(default.as_ref()) else {
+            return Ok(None);
+        };
+        let text = s.get_ref().text();
+        let d = parse_duration(&text).map_err(|m| self.err(s.span(), path, &m))?;
+        key.check_duration(&text, d)
+            .map_err(|m| self.err(s.span(), path, &m))?;
+        Ok(Some(d))
     }
 
     fn server(
@@ -600,16 +590,21 @@ impl Validator<'_> {
         let mut env = d.env.clone().unwrap_or_default();
         env.extend(s.env.clone().unwrap_or_default());
         let method_timeouts = self.method_timeouts(name, s, d)?;
-        // `dur!(key, default ms)` and `positive!(key, default)`: the server's own value, else
-        // `[defaults]`, else the default; errors name the key.
+        // `dur!(field, KEY)` and `count!(field, KEY)`: the server's own value, else
+        // `[defaults]`, else the table's default, held to the table's bound; errors name the
+        // key.
         macro_rules! dur {
-            ($f:ident, $ms:expr) => {
-                self.duration(&k(stringify!($f)), &s.$f, &d.$f, Duration::from_millis($ms))?
+            ($f:ident, $key:expr) => {
+                self.duration(&$key, &k($key.name), &s.$f, &d.$f)?
+                    .or($key.default_duration())
+                    .unwrap_or_default()
             };
         }
-        macro_rules! positive {
-            ($f:ident, $fallback:expr) => {
-                self.positive(&k(stringify!($f)), &s.$f, &d.$f, $fallback)?
+        macro_rules! count {
+            ($f:ident, $key:expr) => {
+                self.count(&$key, &k($key.name), &s.$f, &d.$f)?
+                    .or_else(|| $key.default_number().and_then(|n| n.try_into().ok()))
+                    .unwrap_or_default()
             };
         }
         let cfg = ServerConfig {
@@ -630,37 +625,35 @@ impl Validator<'_> {
                 .or(d.env_allow.clone())
                 .unwrap_or_else(|| DEFAULT_ENV_ALLOW.iter().map(|s| s.to_string()).collect()),
             restart,
-            start_timeout: dur!(start_timeout, 60_000),
-            request_timeout: dur!(request_timeout, 120_000),
+            start_timeout: dur!(start_timeout, keys::START_TIMEOUT),
+            request_timeout: dur!(request_timeout, keys::REQUEST_TIMEOUT),
             method_timeouts,
-            probe_interval: dur!(probe_interval, 30_000),
-            probe_timeout: dur!(probe_timeout, 10_000),
-            probe_failures: positive!(probe_failures, 3),
-            backoff_initial: dur!(backoff_initial, 1_000),
-            backoff_max: dur!(backoff_max, 60_000),
-            backoff_reset_after: dur!(backoff_reset_after, 60_000),
-            stop_grace: dur!(stop_grace, 2_000),
-            kill_timeout: dur!(kill_timeout, 5_000),
-            max_message_size: positive!(max_message_size, 64 << 20),
-            queue_limit: s.queue_limit.or(d.queue_limit).unwrap_or(64),
-            max_subscriptions: positive!(max_subscriptions, 256),
-            queue_wait: dur!(queue_wait, 5_000),
-            max_inflight: positive!(max_inflight, 256),
+            probe_interval: dur!(probe_interval, keys::PROBE_INTERVAL),
+            probe_timeout: dur!(probe_timeout, keys::PROBE_TIMEOUT),
+            probe_failures: count!(probe_failures, keys::PROBE_FAILURES),
+            backoff_initial: dur!(backoff_initial, keys::BACKOFF_INITIAL),
+            backoff_max: dur!(backoff_max, keys::BACKOFF_MAX),
+            backoff_reset_after: dur!(backoff_reset_after, keys::BACKOFF_RESET_AFTER),
+            stop_grace: dur!(stop_grace, keys::STOP_GRACE),
+            kill_timeout: dur!(kill_timeout, keys::KILL_TIMEOUT),
+            max_message_size: count!(max_message_size, keys::MAX_MESSAGE_SIZE),
+            queue_limit: count!(queue_limit, keys::QUEUE_LIMIT),
+            max_subscriptions: count!(max_subscriptions, keys::MAX_SUBSCRIPTIONS),
+            queue_wait: dur!(queue_wait, keys::QUEUE_WAIT),
+            max_inflight: count!(max_inflight, keys::MAX_INFLIGHT),
             client_max_inflight: 0,
-            client_queue: positive!(client_queue, 1024),
-            client_stall_timeout: dur!(client_stall_timeout, 30_000),
-            client_idle_timeout: match s
-                .client_idle_timeout
-                .as_ref()
-                .or(d.client_idle_timeout.as_ref())
-            {
-                Some(_) => Some(dur!(client_idle_timeout, 0)),
-                None => None,
-            },
+            client_queue: count!(client_queue, keys::CLIENT_QUEUE),
+            client_stall_timeout: dur!(client_stall_timeout, keys::CLIENT_STALL_TIMEOUT),
+            client_idle_timeout: self.duration(
+                &keys::CLIENT_IDLE_TIMEOUT,
+                &k("client_idle_timeout"),
+                &s.client_idle_timeout,
+                &d.client_idle_timeout,
+            )?,
             client_capabilities: fields::client_capabilities(s, d),
             mark_unavailable: s.mark_unavailable.or(d.mark_unavailable).unwrap_or(true),
             protocol: self.protocol(name, s, d)?,
-            era_probe_timeout: dur!(era_probe_timeout, 10_000),
+            era_probe_timeout: dur!(era_probe_timeout, keys::ERA_PROBE_TIMEOUT),
             roots: self.roots(name, s, d)?,
             client_roots: self.client_roots(name, s, d)?,
             allowed_uids: s.allowed_uids.clone().or(d.allowed_uids.clone()),
@@ -692,24 +685,49 @@ impl Validator<'_> {
                 }),
         };
         let mut cfg = cfg;
-        let share = (cfg.max_inflight * 3 / 4).max(1);
-        cfg.client_max_inflight = positive!(client_max_inflight, share).min(cfg.max_inflight);
+        // `client_max_inflight` above `max_inflight` is taken as `max_inflight` (keys::RULES).
+        let share = (cfg.max_inflight.saturating_mul(3) / 4).max(1);
+        cfg.client_max_inflight = self
+            .count(
+                &keys::CLIENT_MAX_INFLIGHT,
+                &k("client_max_inflight"),
+                &s.client_max_inflight,
+                &d.client_max_inflight,
+            )?
+            .unwrap_or(share)
+            .min(cfg.max_inflight);
+        // keys::RULES: the error names backoff_max where it is written, else backoff_initial
+        // (which alone took the delay over backoff_max's default).
         if cfg.backoff_max < cfg.backoff_initial {
-            let at = s
-                .backoff_max
-                .as_ref()
-                .or(d.backoff_max.as_ref())
-                .map(|x| x.span())
-                .unwrap_or(span);
-            return Err(self.err(
-                at,
-                &k("backoff_max"),
-                "must not be less than backoff_initial",
-            ));
+            let max = s.backoff_max.as_ref().or(d.backoff_max.as_ref());
+            let initial = s.backoff_initial.as_ref().or(d.backoff_initial.as_ref());
+            return Err(match (max, initial) {
+                (None, Some(i)) => self.err(
+                    i.span(),
+                    &k("backoff_initial"),
+                    &format!(
+                        "must not be more than backoff_max ({}, its default)",
+                        keys::show_duration(cfg.backoff_max)
+                    ),
+                ),
+                (Some(m), _) => self.err(
+                    m.span(),
+                    &k("backoff_max"),
+                    "must not be less than backoff_initial",
+                ),
+                // The defaults keep the rule; reached only if they stop to.
+                (None, None) => self.err(
+                    span,
+                    &k("backoff_max"),
+                    "must not be less than backoff_initial",
+                ),
+            });
         }
         Ok(cfg)
     }
 }
 
+#[cfg(test)]
+mod props;
 #[cfg(test)]
 mod tests;

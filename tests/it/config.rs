@@ -1,0 +1,191 @@
+//! The configuration against the real binary (issue 26 §1 and §8): every key of the table at
+//! its upper bound runs a daemon that serves a request, one past it `check-config` exits 2
+//! naming file, line and key.
+
+use crate::harness::*;
+use mcp_supervisor::config::keys::{self, Bound, Key, Section, KEYS};
+use serde_json::json;
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs the binary with `args` (killed after 10 s): exit code and stdout + stderr.
+fn cli(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(SUPERVISOR)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut v = String::new();
+        let _ = out.read_to_string(&mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = String::new();
+        let _ = err.read_to_string(&mut v);
+        v
+    });
+    let end = Instant::now() + Duration::from_secs(10);
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.code();
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (
+        code,
+        format!("{}{}", t_out.join().unwrap(), t_err.join().unwrap()),
+    )
+}
+
+/// The TOML value at a row's upper bound, and one past it.
+fn at_and_past(k: &Key) -> Option<(String, String)> {
+    match k.bound {
+        Bound::None => None,
+        Bound::Duration { max, .. } => Some((
+            format!("\"{}\"", keys::show_duration(max)),
+            format!("\"{}ns\"", max.as_nanos() + 1),
+        )),
+        Bound::Number { max, .. } => Some((max.to_string(), (max + 1).to_string())),
+    }
+}
+
+/// The most `open_files_max` this process may give a child: the bound when it may raise its
+/// hard limit (CAP_SYS_RESOURCE, up to `fs.nr_open`), else its own hard limit (a container's
+/// root often lacks the capability).
+fn open_files_at_most() -> u64 {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) into an initialised struct.
+    let hard = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0 {
+        rl.rlim_max
+    } else {
+        0
+    };
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+        .unwrap_or(u64::MAX);
+    const CAP_SYS_RESOURCE: u32 = 24;
+    let may_raise = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0);
+    let Bound::Number { max, .. } = keys::OPEN_FILES_MAX.bound else {
+        unreachable!()
+    };
+    if may_raise {
+        max.min(nr_open)
+    } else {
+        max.min(hard)
+    }
+}
+
+#[test]
+fn every_key_at_its_upper_bound_runs_a_daemon_that_serves_a_request() {
+    let mut supervisor = String::new();
+    let mut server = String::new();
+    let mut methods = String::new();
+    for k in KEYS {
+        let Some((at, _)) = at_and_past(k) else {
+            continue;
+        };
+        let at = if k.name == "open_files_max" {
+            open_files_at_most().to_string()
+        } else {
+            at
+        };
+        match k.section {
+            Section::Supervisor => supervisor.push_str(&format!("{} = {at}\n", k.name)),
+            Section::MethodTimeout => methods.push_str(&format!("\"tools/call\" = {at}")),
+            Section::Server | Section::ServerOnly => {
+                server.push_str(&format!("{} = {at}\n", k.name))
+            }
+        }
+    }
+    // HTTP on too, so its bounded keys apply to a live endpoint (any free port).
+    let text = format!(
+        "{supervisor}http_listen = \"127.0.0.1:0\"\n\n{}",
+        fake_server(
+            "fake",
+            &[],
+            &format!("{server}http = true\nmethod_timeouts = {{ {methods} }}\n")
+        )
+    );
+    let sup = Supervisor::start(&text);
+    let mut c = sup.client("fake");
+    let r = c.call(json!(1), "echo", json!({"text": "at the bounds"}));
+    assert_eq!(
+        Client::text(&r),
+        "at the bounds",
+        "{r}\nconfig:\n{text}\nlog:\n{}",
+        sup.log()
+    );
+    let status = sup.server_status("fake");
+    assert_eq!(status["state"], "ready", "{status}");
+}
+
+#[test]
+fn every_key_one_past_its_upper_bound_fails_check_config_naming_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for k in KEYS {
+        let Some((_, past)) = at_and_past(k) else {
+            continue;
+        };
+        let (text, line, key) = match k.section {
+            Section::Supervisor => (
+                format!(
+                    "[supervisor]\n{} = {past}\n\n[servers.a]\ncommand = \"x\"\n",
+                    k.name
+                ),
+                2,
+                k.path(None),
+            ),
+            Section::MethodTimeout => (
+                format!("[servers.a]\ncommand = \"x\"\nmethod_timeouts = {{ \"tools/call\" = {past} }}\n"),
+                3,
+                "servers.a.method_timeouts.tools/call".to_string(),
+            ),
+            Section::Server | Section::ServerOnly => (
+                format!("[servers.a]\ncommand = \"x\"\n{} = {past}\n", k.name),
+                3,
+                k.path(Some("a")),
+            ),
+        };
+        let path = dir.path().join(format!("{}.toml", k.name));
+        std::fs::write(&path, &text).unwrap();
+        let p = path.to_str().unwrap();
+        let (code, out) = cli(&["check-config", p]);
+        assert_eq!(code, Some(2), "{}: {out}", k.name);
+        let want = format!("{p}:{line}: key `{key}`");
+        assert!(out.contains(&want), "{}: wanted {want:?} in {out}", k.name);
+        assert!(out.contains("the most it may be"), "{}: {out}", k.name);
+        checked += 1;
+    }
+    assert!(checked >= 30, "only {checked} bounded keys");
+    // `run` refuses the same file before anything starts.
+    let p = dir.path().join("start_timeout.toml");
+    let (code, out) = cli(&["run", "-c", p.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("servers.a.start_timeout"), "{out}");
+    assert!(Path::new(&p).exists());
+}
