@@ -80,7 +80,7 @@ impl ReloadGate {
         }
         // The reload RELOAD_BURST ago opens the window; `recent` holds at most that many.
         match self.recent.iter().rev().nth(RELOAD_BURST - 1) {
-            Some(t) => (*t + RELOAD_WINDOW).max(now),
+            Some(t) => crate::deadline::after(*t, RELOAD_WINDOW).max(now),
             None => now,
         }
     }
