@@ -62,11 +62,11 @@ impl Validator<'_> {
     /// socket_dir; a bare name is looked up in PATH.
     pub(super) fn command(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         span: std::ops::Range<usize>,
     ) -> Result<String, ConfigError> {
-        let k = |field: &str| format!("servers.{name}.{field}");
+        let k = |field: &str| t.key(field, true);
         Ok(match &s.command {
             Some(c) if !c.get_ref().trim().is_empty() => {
                 let c = c.get_ref();
@@ -91,7 +91,7 @@ impl Validator<'_> {
     /// `restart`: always (default), on-failure or never.
     pub(super) fn restart(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         d: &RawServer,
     ) -> Result<RestartPolicy, ConfigError> {
@@ -104,7 +104,7 @@ impl Validator<'_> {
                 other => {
                     return Err(self.err(
                         r.span(),
-                        &format!("servers.{name}.restart"),
+                        &t.key("restart", s.restart.is_some()),
                         &format!("`{other}` is not one of always, on-failure, never"),
                     ))
                 }
@@ -116,7 +116,7 @@ impl Validator<'_> {
     /// named after its last component).
     pub(super) fn roots(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         d: &RawServer,
     ) -> Result<Vec<Value>, ConfigError> {
@@ -143,7 +143,7 @@ impl Validator<'_> {
             } else {
                 return Err(self.err(
                     list.span(),
-                    &format!("servers.{name}.roots"),
+                    &t.key("roots", s.roots.is_some()),
                     &format!("`{entry}` is neither a URI (file:///...) nor an absolute path"),
                 ));
             };
@@ -155,7 +155,7 @@ impl Validator<'_> {
     /// `client_roots`: `caller` (default) or `none`.
     pub(super) fn client_roots(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         d: &RawServer,
     ) -> Result<ClientRoots, ConfigError> {
@@ -167,7 +167,7 @@ impl Validator<'_> {
                 other => {
                     return Err(self.err(
                         r.span(),
-                        &format!("servers.{name}.client_roots"),
+                        &t.key("client_roots", s.client_roots.is_some()),
                         &format!("`{other}` is not one of caller, none"),
                     ))
                 }
@@ -178,17 +178,15 @@ impl Validator<'_> {
     /// `method_timeouts`: the defaults' table, then the server's (which wins).
     pub(super) fn method_timeouts(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         d: &RawServer,
     ) -> Result<BTreeMap<String, Duration>, ConfigError> {
         let mut method_timeouts = BTreeMap::new();
-        for table in [&d.method_timeouts, &s.method_timeouts]
-            .into_iter()
-            .flatten()
-        {
+        for (own, table) in [(false, &d.method_timeouts), (true, &s.method_timeouts)] {
+            let Some(table) = table else { continue };
             for (method, value) in table {
-                let path = format!("servers.{name}.method_timeouts.{method}");
+                let path = format!("{}.{method}", t.key("method_timeouts", own));
                 let text = value.get_ref().text();
                 let d = parse_duration(&text).map_err(|m| self.err(value.span(), &path, &m))?;
                 keys::METHOD_TIMEOUT
@@ -203,7 +201,7 @@ impl Validator<'_> {
     /// `protocol`: auto (default), 2026-07-28 or a handshake revision.
     pub(super) fn protocol(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         d: &RawServer,
     ) -> Result<crate::mux::era::ChildProtocol, ConfigError> {
@@ -212,7 +210,7 @@ impl Validator<'_> {
             Some(p) => crate::mux::era::ChildProtocol::parse(p.get_ref()).ok_or_else(|| {
                 self.err(
                     p.span(),
-                    &format!("servers.{name}.protocol"),
+                    &t.key("protocol", s.protocol.is_some()),
                     &format!(
                         "`{}` is not auto, 2026-07-28 or a handshake revision ({})",
                         p.get_ref(),
@@ -223,17 +221,20 @@ impl Validator<'_> {
         }
     }
 
-    /// `user` or `group` (`field`): checked to exist now with `resolve`, kept as written.
+    /// `user` or `group` (`field`): the own value (`own`), else `default`'s, checked to exist
+    /// now with `resolve`, kept as written.
     pub(super) fn identity(
         &self,
-        name: &str,
+        t: Table,
         field: &str,
-        value: Option<&Spanned<String>>,
+        own: Option<&Spanned<String>>,
+        default: Option<&Spanned<String>>,
         resolve: impl Fn(&str) -> Result<(), String>,
     ) -> Result<Option<String>, ConfigError> {
-        let Some(v) = value else { return Ok(None) };
-        resolve(v.get_ref())
-            .map_err(|m| self.err(v.span(), &format!("servers.{name}.{field}"), &m))?;
+        let Some(v) = own.or(default) else {
+            return Ok(None);
+        };
+        resolve(v.get_ref()).map_err(|m| self.err(v.span(), &t.key(field, own.is_some()), &m))?;
         Ok(Some(v.get_ref().clone()))
     }
 }

@@ -119,7 +119,7 @@ impl Validator<'_> {
     /// `memory_max`, `tasks_max`, `open_files_max`: the server's own, else `[defaults]`'s.
     pub(super) fn limits(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         d: &RawServer,
     ) -> Result<Limits, ConfigError> {
@@ -131,7 +131,7 @@ impl Validator<'_> {
             let Some(v) = own.as_ref().or(default.as_ref()) else {
                 return Ok(None);
             };
-            let path = format!("servers.{name}.{}", key.name);
+            let path = t.key(key.name, own.is_some());
             let n = parse(v.get_ref()).map_err(|m| self.err(v.span(), &path, &m))?;
             if let Some(n) = n {
                 key.check_number(n)

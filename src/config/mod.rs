@@ -364,6 +364,8 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
                     "`args` belongs in [servers.NAME]",
                 ));
             }
+            // On its own first, so its errors name `defaults.KEY` even when no server uses it.
+            v.server(Table(None), d, &RawServer::default())?;
             d.get_ref().clone()
         }
         None => RawServer::default(),
@@ -383,7 +385,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
                 "server names must match [a-z0-9_-]+ (and `control` is reserved for the control socket)",
             ));
         }
-        let mut cfg = v.server(n, server, &defaults)?;
+        let mut cfg = v.server(Table(Some(n)), server, &defaults)?;
         cfg.cache_file = v
             .state_dir(&raw.supervisor, &supervisor.socket_dir)
             .join(format!("{n}.cache.json"));
@@ -413,6 +415,24 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
 struct Validator<'a> {
     path: &'a Path,
     text: &'a str,
+}
+
+/// Whose values `Validator::server` reads, and so whose keys its errors name: server NAME's own
+/// table falling back to `[defaults]` (`Table(Some(NAME))`), or `[defaults]` alone
+/// (`Table(None)`), validated on its own so that its errors name `defaults.KEY` at its line,
+/// even when no server uses the value.
+#[derive(Debug, Clone, Copy)]
+struct Table<'a>(Option<&'a str>);
+
+impl Table<'_> {
+    /// The dotted key of `field` where its value is written: `servers.NAME.field` when the
+    /// server's own table sets it (`own`), else `defaults.field`.
+    fn key(self, field: &str, own: bool) -> String {
+        match self.0 {
+            Some(name) if own => format!("servers.{name}.{field}"),
+            _ => format!("defaults.{field}"),
+        }
+    }
 }
 
 impl Validator<'_> {
@@ -576,39 +596,43 @@ impl Validator<'_> {
         Ok(Some(d))
     }
 
+    /// One server's configuration from its own table `s` and `[defaults]` (`d`); with
+    /// `Table(None)`, `s` is `[defaults]` itself (and `d` empty), validated on its own.
     fn server(
         &self,
-        name: &str,
+        t: Table,
         s: &Spanned<RawServer>,
         d: &RawServer,
     ) -> Result<ServerConfig, ConfigError> {
         let span = s.span();
         let s = s.get_ref();
-        let k = |field: &str| format!("servers.{name}.{field}");
-        let command = self.command(name, s, span.clone())?;
-        let restart = self.restart(name, s, d)?;
+        let command = match t.0 {
+            Some(_) => self.command(t, s, span.clone())?,
+            None => String::new(),
+        };
+        let restart = self.restart(t, s, d)?;
         let mut env = d.env.clone().unwrap_or_default();
         env.extend(s.env.clone().unwrap_or_default());
-        let method_timeouts = self.method_timeouts(name, s, d)?;
+        let method_timeouts = self.method_timeouts(t, s, d)?;
         // `dur!(field, KEY)` and `count!(field, KEY)`: the server's own value, else
         // `[defaults]`, else the table's default, held to the table's bound; errors name the
         // key.
         macro_rules! dur {
             ($f:ident, $key:expr) => {
-                self.duration(&$key, &k($key.name), &s.$f, &d.$f)?
+                self.duration(&$key, &t.key($key.name, s.$f.is_some()), &s.$f, &d.$f)?
                     .or($key.default_duration())
                     .unwrap_or_default()
             };
         }
         macro_rules! count {
             ($f:ident, $key:expr) => {
-                self.count(&$key, &k($key.name), &s.$f, &d.$f)?
+                self.count(&$key, &t.key($key.name, s.$f.is_some()), &s.$f, &d.$f)?
                     .or_else(|| $key.default_number().and_then(|n| n.try_into().ok()))
                     .unwrap_or_default()
             };
         }
         let cfg = ServerConfig {
-            name: name.to_string(),
+            name: t.0.unwrap_or_default().to_string(),
             command,
             args: s.args.clone().unwrap_or_default(),
             env,
@@ -646,31 +670,31 @@ impl Validator<'_> {
             client_stall_timeout: dur!(client_stall_timeout, keys::CLIENT_STALL_TIMEOUT),
             client_idle_timeout: self.duration(
                 &keys::CLIENT_IDLE_TIMEOUT,
-                &k("client_idle_timeout"),
+                &t.key("client_idle_timeout", s.client_idle_timeout.is_some()),
                 &s.client_idle_timeout,
                 &d.client_idle_timeout,
             )?,
             client_capabilities: fields::client_capabilities(s, d),
             mark_unavailable: s.mark_unavailable.or(d.mark_unavailable).unwrap_or(true),
-            protocol: self.protocol(name, s, d)?,
+            protocol: self.protocol(t, s, d)?,
             era_probe_timeout: dur!(era_probe_timeout, keys::ERA_PROBE_TIMEOUT),
-            roots: self.roots(name, s, d)?,
-            client_roots: self.client_roots(name, s, d)?,
+            roots: self.roots(t, s, d)?,
+            client_roots: self.client_roots(t, s, d)?,
             allowed_uids: s.allowed_uids.clone().or(d.allowed_uids.clone()),
             allowed_gids: s.allowed_gids.clone().or(d.allowed_gids.clone()),
-            user: self.identity(name, "user", s.user.as_ref().or(d.user.as_ref()), |u| {
+            user: self.identity(t, "user", s.user.as_ref(), d.user.as_ref(), |u| {
                 resolve_user(u).map(|_| ())
             })?,
-            group: self.identity(name, "group", s.group.as_ref().or(d.group.as_ref()), |g| {
+            group: self.identity(t, "group", s.group.as_ref(), d.group.as_ref(), |g| {
                 resolve_group(g).map(|_| ())
             })?,
             http: s.http.or(d.http).unwrap_or(false),
-            start: self.start_mode(name, s, d)?,
-            idle_stop: self.idle_stop(name, s, d)?,
+            start: self.start_mode(t, s, d)?,
+            idle_stop: self.idle_stop(t, s, d)?,
             // Set by `parse` once `[supervisor]` is known.
             cache_file: PathBuf::new(),
             required: s.required.or(d.required).unwrap_or(false),
-            limits: self.limits(name, s, d)?,
+            limits: self.limits(t, s, d)?,
             http_token_file: s
                 .http_token_file
                 .clone()
@@ -690,7 +714,7 @@ impl Validator<'_> {
         cfg.client_max_inflight = self
             .count(
                 &keys::CLIENT_MAX_INFLIGHT,
-                &k("client_max_inflight"),
+                &t.key("client_max_inflight", s.client_max_inflight.is_some()),
                 &s.client_max_inflight,
                 &d.client_max_inflight,
             )?
@@ -701,10 +725,19 @@ impl Validator<'_> {
         if cfg.backoff_max < cfg.backoff_initial {
             let max = s.backoff_max.as_ref().or(d.backoff_max.as_ref());
             let initial = s.backoff_initial.as_ref().or(d.backoff_initial.as_ref());
+            let own_initial = s.backoff_initial.is_some() && s.backoff_max.is_none();
             return Err(match (max, initial) {
+                (Some(_), Some(i)) if own_initial => self.err(
+                    i.span(),
+                    &t.key("backoff_initial", true),
+                    &format!(
+                        "must not be more than backoff_max ({}, from [defaults])",
+                        keys::show_duration(cfg.backoff_max)
+                    ),
+                ),
                 (None, Some(i)) => self.err(
                     i.span(),
-                    &k("backoff_initial"),
+                    &t.key("backoff_initial", s.backoff_initial.is_some()),
                     &format!(
                         "must not be more than backoff_max ({}, its default)",
                         keys::show_duration(cfg.backoff_max)
@@ -712,13 +745,13 @@ impl Validator<'_> {
                 ),
                 (Some(m), _) => self.err(
                     m.span(),
-                    &k("backoff_max"),
+                    &t.key("backoff_max", s.backoff_max.is_some()),
                     "must not be less than backoff_initial",
                 ),
                 // The defaults keep the rule; reached only if they stop to.
                 (None, None) => self.err(
                     span,
-                    &k("backoff_max"),
+                    &t.key("backoff_max", true),
                     "must not be less than backoff_initial",
                 ),
             });

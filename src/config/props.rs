@@ -73,12 +73,26 @@ fn placements(key: &Key, value: &str) -> Vec<(String, String)> {
             } else {
                 format!("{server}{} = {value}\n", key.name)
             };
-            vec![(own, key.path(Some("a")))]
+            vec![
+                (own, key.path(Some("a"))),
+                (
+                    format!("[defaults]\n{} = {value}\n{server}", key.name),
+                    key.path(None),
+                ),
+            ]
         }
-        Section::MethodTimeout => vec![(
-            format!("{server}[servers.a.method_timeouts]\n\"tools/call\" = {value}\n"),
-            "servers.a.method_timeouts.tools/call".to_string(),
-        )],
+        Section::MethodTimeout => vec![
+            (
+                format!("{server}[servers.a.method_timeouts]\n\"tools/call\" = {value}\n"),
+                "servers.a.method_timeouts.tools/call".to_string(),
+            ),
+            (
+                format!(
+                    "[defaults]\n[defaults.method_timeouts]\n\"tools/call\" = {value}\n{server}"
+                ),
+                "defaults.method_timeouts.tools/call".to_string(),
+            ),
+        ],
     }
 }
 

@@ -155,7 +155,7 @@ fn user_and_group_are_resolved() {
     let e = bad("[servers.a]\ncommand = \"x\"\nuser = \"no-such-user-xyz\"\n");
     assert_eq!((e.line, e.key.as_str()), (3, "servers.a.user"));
     let e = bad("[defaults]\ngroup = \"no-such-group-xyz\"\n[servers.a]\ncommand = \"x\"\n");
-    assert_eq!((e.line, e.key.as_str()), (2, "servers.a.group"));
+    assert_eq!((e.line, e.key.as_str()), (2, "defaults.group"));
 }
 
 #[test]
@@ -455,7 +455,7 @@ fn bad_limits_name_line_and_key() {
     assert_eq!((e.line, e.key.as_str()), (4, "servers.a.memory_max"));
     assert!(e.message.contains("unit"), "{e}");
     let e = bad("[defaults]\ntasks_max = 0\n[servers.a]\ncommand = \"x\"\n");
-    assert_eq!((e.line, e.key.as_str()), (2, "servers.a.tasks_max"));
+    assert_eq!((e.line, e.key.as_str()), (2, "defaults.tasks_max"));
     let e = bad("[servers.a]\ncommand = \"x\"\nopen_files_max = \"many\"\n");
     assert_eq!(e.key, "servers.a.open_files_max");
     let e = bad("[servers.a]\ncommand = \"x\"\nmemory_max = -5\n");
@@ -804,4 +804,49 @@ fn readme_lists_every_key_with_the_tables_default_and_bound() {
             );
         }
     }
+}
+
+#[test]
+fn an_error_in_defaults_names_defaults_key_at_the_defaults_line() {
+    for (line, key) in [
+        ("start_timeout = \"abc\"", "defaults.start_timeout"),
+        ("start_timeout = \"2h\"", "defaults.start_timeout"),
+        ("probe_failures = 0", "defaults.probe_failures"),
+        ("restart = \"sometimes\"", "defaults.restart"),
+        ("protocol = \"1999\"", "defaults.protocol"),
+        ("roots = [\"relative\"]", "defaults.roots"),
+        ("client_roots = \"all\"", "defaults.client_roots"),
+        ("start = \"lazy\"", "defaults.start"),
+        ("idle_stop = \"0s\"", "defaults.idle_stop"),
+        ("tasks_max = 0", "defaults.tasks_max"),
+        ("memory_max = \"lots\"", "defaults.memory_max"),
+        ("user = \"no-such-user-xyz\"", "defaults.user"),
+        ("group = \"no-such-group-xyz\"", "defaults.group"),
+        (
+            "method_timeouts = { \"tools/call\" = \"0s\" }",
+            "defaults.method_timeouts.tools/call",
+        ),
+        ("backoff_initial = \"2m\"", "defaults.backoff_initial"),
+    ] {
+        // With a server that takes the value, and with none at all.
+        for servers in ["[servers.a]\ncommand = \"x\"\n", ""] {
+            let e = bad(&format!("[supervisor]\n[defaults]\n{line}\n{servers}"));
+            assert_eq!((e.line, e.key.as_str()), (3, key), "{line}: {e}");
+        }
+    }
+    // A server's own value is still named as the server's.
+    let e =
+        bad("[defaults]\nprobe_failures = 2\n[servers.a]\ncommand = \"x\"\nprobe_failures = 0\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (5, "servers.a.probe_failures"),
+        "{e}"
+    );
+    // backoff_max in [defaults] below a server's own backoff_initial: the server's key.
+    let e = bad("[defaults]\nbackoff_max = \"10s\"\n[servers.a]\ncommand = \"x\"\nbackoff_initial = \"20s\"\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (5, "servers.a.backoff_initial"),
+        "{e}"
+    );
 }

@@ -189,3 +189,22 @@ fn every_key_one_past_its_upper_bound_fails_check_config_naming_file_line_and_ke
     assert!(out.contains("servers.a.start_timeout"), "{out}");
     assert!(Path::new(&p).exists());
 }
+
+#[test]
+fn an_error_in_defaults_is_named_as_the_defaults_key_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.toml");
+    std::fs::write(
+        &path,
+        "[supervisor]\n\n[defaults]\nrequest_timeout = \"soon\"\n\n[servers.a]\ncommand = \"x\"\n",
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let (code, out) = cli(&["check-config", p]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains(&format!("{p}:4: key `defaults.request_timeout`")),
+        "{out}"
+    );
+    assert!(!out.contains("servers.a"), "{out}");
+}
