@@ -350,23 +350,23 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
     let supervisor = v.supervisor(&raw.supervisor)?;
     let defaults = match &raw.defaults {
         Some(d) => {
-            if let Some(c) = &d.get_ref().command {
+            if let Some(c) = &d.command {
                 return Err(v.err(
                     c.span(),
                     "defaults.command",
                     "`command` belongs in [servers.NAME]",
                 ));
             }
-            if d.get_ref().args.is_some() {
+            if let Some(a) = &d.args {
                 return Err(v.err(
-                    d.span(),
+                    a.span(),
                     "defaults.args",
                     "`args` belongs in [servers.NAME]",
                 ));
             }
             // On its own first, so its errors name `defaults.KEY` even when no server uses it.
-            v.server(Table(None), d, &RawServer::default())?;
-            d.get_ref().clone()
+            v.server(Table(None), 0..0, d, &RawServer::default())?;
+            d.clone()
         }
         None => RawServer::default(),
     };
@@ -385,7 +385,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
                 "server names must match [a-z0-9_-]+ (and `control` is reserved for the control socket)",
             ));
         }
-        let mut cfg = v.server(Table(Some(n)), server, &defaults)?;
+        let mut cfg = v.server(Table(Some(n)), server.span(), server.get_ref(), &defaults)?;
         cfg.cache_file = v
             .state_dir(&raw.supervisor, &supervisor.socket_dir)
             .join(format!("{n}.cache.json"));
@@ -596,16 +596,15 @@ impl Validator<'_> {
         Ok(Some(d))
     }
 
-    /// One server's configuration from its own table `s` and `[defaults]` (`d`); with
-    /// `Table(None)`, `s` is `[defaults]` itself (and `d` empty), validated on its own.
+    /// One server's configuration from its own table `s` (at `span`) and `[defaults]` (`d`);
+    /// with `Table(None)`, `s` is `[defaults]` itself (and `d` empty), validated on its own.
     fn server(
         &self,
         t: Table,
-        s: &Spanned<RawServer>,
+        span: std::ops::Range<usize>,
+        s: &RawServer,
         d: &RawServer,
     ) -> Result<ServerConfig, ConfigError> {
-        let span = s.span();
-        let s = s.get_ref();
         let command = match t.0 {
             Some(_) => self.command(t, s, span.clone())?,
             None => String::new(),
@@ -634,7 +633,7 @@ impl Validator<'_> {
         let cfg = ServerConfig {
             name: t.0.unwrap_or_default().to_string(),
             command,
-            args: s.args.clone().unwrap_or_default(),
+            args: s.args.clone().map(Spanned::into_inner).unwrap_or_default(),
             env,
             cwd: s.cwd.clone().or(d.cwd.clone()).map(PathBuf::from),
             // A child run as another `user` starts from a clean environment unless the operator

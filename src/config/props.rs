@@ -87,9 +87,7 @@ fn placements(key: &Key, value: &str) -> Vec<(String, String)> {
                 "servers.a.method_timeouts.tools/call".to_string(),
             ),
             (
-                format!(
-                    "[defaults]\n[defaults.method_timeouts]\n\"tools/call\" = {value}\n{server}"
-                ),
+                format!("[defaults.method_timeouts]\n\"tools/call\" = {value}\n{server}"),
                 "defaults.method_timeouts.tools/call".to_string(),
             ),
         ],

@@ -8,8 +8,10 @@ use super::*;
 pub(super) struct RawFile {
     #[serde(default)]
     pub(super) supervisor: RawSupervisor,
+    /// Not `Spanned`: toml cannot span a table made only by its sub-tables' headers
+    /// (`[defaults.env]` alone), and would refuse the file.
     #[serde(default)]
-    pub(super) defaults: Option<Spanned<RawServer>>,
+    pub(super) defaults: Option<RawServer>,
     #[serde(default)]
     pub(super) servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
 }
@@ -69,7 +71,7 @@ impl DurText {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawServer {
     pub(super) command: Option<Spanned<String>>,
-    pub(super) args: Option<Vec<String>>,
+    pub(super) args: Option<Spanned<Vec<String>>>,
     pub(super) env: Option<BTreeMap<String, String>>,
     pub(super) cwd: Option<String>,
     pub(super) clean_env: Option<bool>,

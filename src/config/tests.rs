@@ -850,3 +850,26 @@ fn an_error_in_defaults_names_defaults_key_at_the_defaults_line() {
         "{e}"
     );
 }
+
+#[test]
+fn a_defaults_sub_table_needs_no_defaults_header() {
+    let c = parse(
+        Path::new("s.toml"),
+        "[defaults.env]\nA = \"b\"\n[defaults.method_timeouts]\n\"tools/call\" = \"5m\"\n[servers.a]\ncommand = \"x\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.servers["a"].env["A"], "b");
+    assert_eq!(
+        c.servers["a"].timeout_for("tools/call"),
+        Duration::from_secs(300)
+    );
+    let e =
+        bad("[defaults.method_timeouts]\n\"tools/call\" = \"0s\"\n[servers.a]\ncommand = \"x\"\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (2, "defaults.method_timeouts.tools/call"),
+        "{e}"
+    );
+    let e = bad("[servers.a]\ncommand = \"x\"\n[defaults]\n\nargs = [\"-v\"]\n");
+    assert_eq!((e.line, e.key.as_str()), (5, "defaults.args"), "{e}");
+}
