@@ -345,7 +345,11 @@ fn read(path: &Path) -> Result<String, ConfigError> {
 
 /// Validates TOML text; `path` names the file in errors and anchors a relative `socket_dir`.
 pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-    let v = Validator { path, text };
+    let v = Validator {
+        path,
+        text,
+        host: true,
+    };
     let raw: RawFile = toml::from_str(text).map_err(|e| v.toml_error(&e))?;
     let supervisor = v.supervisor(&raw.supervisor)?;
     let defaults = match &raw.defaults {
@@ -415,6 +419,8 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
 struct Validator<'a> {
     path: &'a Path,
     text: &'a str,
+    /// Whether to check what exists on this host (files named by the configuration).
+    host: bool,
 }
 
 /// Whose values `Validator::server` reads, and so whose keys its errors name: server NAME's own
@@ -694,18 +700,7 @@ impl Validator<'_> {
             cache_file: PathBuf::new(),
             required: s.required.or(d.required).unwrap_or(false),
             limits: self.limits(t, s, d)?,
-            http_token_file: s
-                .http_token_file
-                .clone()
-                .or(d.http_token_file.clone())
-                .map(|p| {
-                    let p = PathBuf::from(p);
-                    if p.is_relative() {
-                        self.path.parent().unwrap_or(Path::new(".")).join(p)
-                    } else {
-                        p
-                    }
-                }),
+            http_token_file: self.token_file(t, s, d)?,
         };
         let mut cfg = cfg;
         // `client_max_inflight` above `max_inflight` is taken as `max_inflight` (keys::RULES).

@@ -108,7 +108,7 @@ pub(super) struct RawServer {
     pub(super) user: Option<Spanned<String>>,
     pub(super) group: Option<Spanned<String>>,
     pub(super) http: Option<bool>,
-    pub(super) http_token_file: Option<String>,
+    pub(super) http_token_file: Option<Spanned<String>>,
     pub(super) required: Option<bool>,
     pub(super) start: Option<Spanned<String>>,
     pub(super) idle_stop: Dur,

@@ -873,3 +873,43 @@ fn a_defaults_sub_table_needs_no_defaults_header() {
     let e = bad("[servers.a]\ncommand = \"x\"\n[defaults]\n\nargs = [\"-v\"]\n");
     assert_eq!((e.line, e.key.as_str()), (5, "defaults.args"), "{e}");
 }
+
+#[test]
+fn an_explicit_http_token_file_must_exist_and_hold_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("s.toml");
+    let text = |extra: &str| format!("[servers.a]\ncommand = \"x\"\nhttp = true\n{extra}\n");
+    let load_text = |t: &str| {
+        std::fs::write(&f, t).unwrap();
+        load(&f)
+    };
+    let e = load_text(&text("http_token_file = \"missing.token\"")).unwrap_err();
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (4, "servers.a.http_token_file"),
+        "{e}"
+    );
+    assert!(e.message.contains("missing.token"), "{e}");
+    assert!(e.message.contains("does not exist"), "{e}");
+    // From [defaults]: named there.
+    let e = load_text("[defaults]\nhttp_token_file = \"/nonexistent/t\"\n[servers.a]\ncommand = \"x\"\nhttp = true\n").unwrap_err();
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (2, "defaults.http_token_file"),
+        "{e}"
+    );
+    // A directory, or a token too short, is refused without repeating the token.
+    let e = load_text(&text(&format!("http_token_file = {:?}", dir.path()))).unwrap_err();
+    assert!(e.message.contains("not a regular file"), "{e}");
+    std::fs::write(dir.path().join("short.token"), "s3cr3t\n").unwrap();
+    let e = load_text(&text("http_token_file = \"short.token\"")).unwrap_err();
+    assert_eq!(e.key, "servers.a.http_token_file", "{e}");
+    assert!(e.message.contains("16"), "{e}");
+    assert!(!e.to_string().contains("s3cr3t"), "{e}");
+    std::fs::write(dir.path().join("good.token"), "0123456789abcdef0123\n").unwrap();
+    load_text(&text("http_token_file = \"good.token\"")).unwrap();
+    // Not served over HTTP: the file is never read, so not checked; the default file is
+    // created at start when missing.
+    load_text("[servers.a]\ncommand = \"x\"\nhttp_token_file = \"missing.token\"\n").unwrap();
+    load_text(&text("")).unwrap();
+}

@@ -208,3 +208,32 @@ fn an_error_in_defaults_is_named_as_the_defaults_key_at_its_line() {
     );
     assert!(!out.contains("servers.a"), "{out}");
 }
+
+#[test]
+fn a_missing_http_token_file_fails_check_config_and_run_naming_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.toml");
+    let token = dir.path().join("token");
+    std::fs::write(
+        &path,
+        format!(
+            "[supervisor]\nsocket_dir = {:?}\n\n[servers.a]\ncommand = {FAKE:?}\nhttp = true\nhttp_token_file = {token:?}\n",
+            dir.path().join("run")
+        ),
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    for args in [vec!["check-config", p], vec!["run", "-c", p]] {
+        let (code, out) = cli(&args);
+        assert_eq!(code, Some(2), "{args:?}: {out}");
+        assert!(
+            out.contains(&format!("{p}:7: key `servers.a.http_token_file`")),
+            "{args:?}: {out}"
+        );
+        assert!(out.contains("does not exist"), "{args:?}: {out}");
+    }
+    // Once the operator wrote it, the file passes.
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let (code, out) = cli(&["check-config", p]);
+    assert_eq!(code, Some(0), "{out}");
+}
