@@ -222,7 +222,7 @@ impl Validator<'_> {
     }
 
     /// `user` or `group` (`field`): the own value (`own`), else `default`'s, checked to exist
-    /// now with `resolve`, kept as written.
+    /// now with `resolve` (unless the checks are portable), kept as written.
     pub(super) fn identity(
         &self,
         t: Table,
@@ -234,7 +234,10 @@ impl Validator<'_> {
         let Some(v) = own.or(default) else {
             return Ok(None);
         };
-        resolve(v.get_ref()).map_err(|m| self.err(v.span(), &t.key(field, own.is_some()), &m))?;
+        if self.host {
+            resolve(v.get_ref())
+                .map_err(|m| self.err(v.span(), &t.key(field, own.is_some()), &m))?;
+        }
         Ok(Some(v.get_ref().clone()))
     }
 }

@@ -312,9 +312,29 @@ impl fmt::Display for ConfigError {
 /// The longest Unix socket path (`sun_path` is 108 bytes including the terminating NUL).
 pub const SUN_PATH_MAX: usize = 107;
 
+/// What validation checks besides the file's syntax and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Checks {
+    /// Also what this host has: users and groups exist (`user`, `group`, `socket_group`), and
+    /// the files the configuration says must exist (an operator's `http_token_file`). What
+    /// `run`, `reload` and `check-config` use.
+    #[default]
+    Host,
+    /// Syntax and values only (`check-config --portable`): for a file that runs elsewhere (a
+    /// container image, a Kubernetes ConfigMap, a documentation snippet). The `Config` is for
+    /// checking only: a `socket_group` name this host lacks becomes `None`, `user` and `group`
+    /// are kept as written unresolved.
+    Portable,
+}
+
 /// Reads and validates a file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    parse(path, &read(path)?)
+    load_with(path, Checks::Host)
+}
+
+/// Reads and validates a file with the given checks.
+pub fn load_with(path: &Path, checks: Checks) -> Result<Config, ConfigError> {
+    parse_with(path, &read(path)?, checks)
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {
@@ -345,10 +365,15 @@ fn read(path: &Path) -> Result<String, ConfigError> {
 
 /// Validates TOML text; `path` names the file in errors and anchors a relative `socket_dir`.
 pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    parse_with(path, text, Checks::Host)
+}
+
+/// Validates TOML text with the given checks (see [`parse`]).
+pub fn parse_with(path: &Path, text: &str, checks: Checks) -> Result<Config, ConfigError> {
     let v = Validator {
         path,
         text,
-        host: true,
+        host: checks == Checks::Host,
     };
     let raw: RawFile = toml::from_str(text).map_err(|e| v.toml_error(&e))?;
     let supervisor = v.supervisor(&raw.supervisor)?;
@@ -541,10 +566,11 @@ impl Validator<'_> {
             None => 0o600,
         };
         let socket_group = match &raw.socket_group {
-            Some(g) => Some(
+            Some(g) if self.host => Some(
                 resolve_group(g.get_ref())
                     .map_err(|msg| self.err(g.span(), "supervisor.socket_group", &msg))?,
             ),
+            Some(g) => resolve_group(g.get_ref()).ok(),
             None => None,
         };
         let metrics_listen = match &raw.metrics_listen {

@@ -913,3 +913,33 @@ fn an_explicit_http_token_file_must_exist_and_hold_a_token() {
     load_text("[servers.a]\ncommand = \"x\"\nhttp_token_file = \"missing.token\"\n").unwrap();
     load_text(&text("")).unwrap();
 }
+
+#[test]
+fn portable_checks_values_but_not_users_groups_or_files_of_this_host() {
+    let text = "[supervisor]\nsocket_group = \"no-such-group-xyz\"\n[defaults]\nuser = \"no-such-user-xyz\"\n[servers.a]\ncommand = \"x\"\ngroup = \"no-such-group-xyz\"\nhttp = true\nhttp_token_file = \"/nonexistent/token\"\n";
+    let e = parse(Path::new("s.toml"), text).unwrap_err();
+    assert_eq!(e.key, "supervisor.socket_group", "{e}");
+    let c = parse_with(Path::new("s.toml"), text, Checks::Portable).unwrap();
+    assert_eq!(c.supervisor.socket_group, None);
+    assert_eq!(c.servers["a"].user.as_deref(), Some("no-such-user-xyz"));
+    assert_eq!(c.servers["a"].group.as_deref(), Some("no-such-group-xyz"));
+    // Values are still checked.
+    let e = parse_with(
+        Path::new("s.toml"),
+        "[servers.a]\ncommand = \"x\"\nuser = \"nobody-here\"\nstart_timeout = \"2h\"\n",
+        Checks::Portable,
+    )
+    .unwrap_err();
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (4, "servers.a.start_timeout"),
+        "{e}"
+    );
+    let e = parse_with(
+        Path::new("s.toml"),
+        "[servers.a]\ncommand = \"\"\n",
+        Checks::Portable,
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "servers.a.command");
+}

@@ -237,3 +237,27 @@ fn a_missing_http_token_file_fails_check_config_and_run_naming_file_line_and_key
     let (code, out) = cli(&["check-config", p]);
     assert_eq!(code, Some(0), "{out}");
 }
+
+#[test]
+fn check_config_portable_checks_values_but_not_this_hosts_users_groups_and_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.toml");
+    let p = path.to_str().unwrap();
+    let elsewhere = "[supervisor]\nsocket_group = \"no-such-group-xyz\"\n\n[servers.a]\ncommand = \"npx\"\nuser = \"no-such-user-xyz\"\nhttp = true\nhttp_token_file = \"/var/run/secrets/nowhere/token\"\n";
+    std::fs::write(&path, elsewhere).unwrap();
+    let (code, out) = cli(&["check-config", p]);
+    assert_eq!(code, Some(2), "{out}");
+    let (code, out) = cli(&["check-config", "--portable", p]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("portable"), "{out}");
+    // Every value is still checked.
+    std::fs::write(&path, format!("{elsewhere}start_timeout = \"2h\"\n")).unwrap();
+    let (code, out) = cli(&["check-config", "--portable", "-c", p]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains(&format!("{p}:9: key `servers.a.start_timeout`")),
+        "{out}"
+    );
+    let (_, help) = cli(&["check-config", "--help"]);
+    assert!(help.contains("--portable"), "{help}");
+}
