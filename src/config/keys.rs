@@ -694,6 +694,8 @@ pub const KEYS: &[Key] = &[
         "operators: peer primary gids allowed to use `control.sock`"),
     key!("metrics_listen", Supervisor, Kind::Address, Default::Prose("none"),
         "`host:port` serving `GET /metrics`, `/healthz` and `/readyz`, without authentication; read at start"),
+    key!("metrics_allow_remote", Supervisor, Kind::Flag, Default::Flag(false),
+        "must be `true` for a non-loopback `metrics_listen`, whose endpoints have no authentication"),
     key!("log_format", Supervisor, Kind::Choice(&["auto", "text", "json", "journal"]), Default::Toml("\"auto\""),
         "where and how the daemon logs; read at start"),
     key!("subreaper", Supervisor, Kind::Flag, Default::Flag(true),

@@ -574,16 +574,30 @@ impl Validator<'_> {
             None => None,
         };
         let metrics_listen = match &raw.metrics_listen {
-            Some(a) => Some(a.get_ref().parse().map_err(|e| {
-                self.err(
-                    a.span(),
-                    "supervisor.metrics_listen",
-                    &format!(
-                        "`{}` is not host:port ({e}); write e.g. \"127.0.0.1:9464\"",
-                        a.get_ref()
-                    ),
-                )
-            })?),
+            Some(a) => {
+                let addr: std::net::SocketAddr = a.get_ref().parse().map_err(|e| {
+                    self.err(
+                        a.span(),
+                        "supervisor.metrics_listen",
+                        &format!(
+                            "`{}` is not host:port ({e}); write e.g. \"127.0.0.1:9464\"",
+                            a.get_ref()
+                        ),
+                    )
+                })?;
+                // As `http_listen` (issue 26 §8): /metrics, /healthz and /readyz have no
+                // authentication, so serving them beyond this host is said out loud.
+                if !addr.ip().is_loopback() && raw.metrics_allow_remote != Some(true) {
+                    return Err(self.err(
+                        a.span(),
+                        "supervisor.metrics_listen",
+                        &format!(
+                            "{addr} is not a loopback address: set metrics_allow_remote = true to serve /metrics, /healthz and /readyz beyond this host (they have no authentication)"
+                        ),
+                    ));
+                }
+                Some(addr)
+            }
             None => None,
         };
         let http = self.http(raw)?;

@@ -29,6 +29,7 @@ pub(super) struct RawSupervisor {
     pub(super) operator_gids: Option<Vec<u32>>,
     pub(super) client_memory: Option<Spanned<usize>>,
     pub(super) metrics_listen: Option<Spanned<String>>,
+    pub(super) metrics_allow_remote: Option<bool>,
     pub(super) http_listen: Option<Spanned<String>>,
     pub(super) http_allow_remote: Option<bool>,
     pub(super) http_allowed_origins: Option<Vec<String>>,

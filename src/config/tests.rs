@@ -943,3 +943,33 @@ fn portable_checks_values_but_not_users_groups_or_files_of_this_host() {
     .unwrap_err();
     assert_eq!(e.key, "servers.a.command");
 }
+
+#[test]
+fn a_remote_metrics_listen_needs_metrics_allow_remote() {
+    let e = bad("[supervisor]\n\nmetrics_listen = \"0.0.0.0:9464\"\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (3, "supervisor.metrics_listen"),
+        "{e}"
+    );
+    assert!(e.message.contains("metrics_allow_remote = true"), "{e}");
+    let e = bad("[supervisor]\nmetrics_listen = \"[::]:9464\"\nmetrics_allow_remote = false\n");
+    assert_eq!(e.key, "supervisor.metrics_listen", "{e}");
+    let c = parse(
+        Path::new("s.toml"),
+        "[supervisor]\nmetrics_listen = \"0.0.0.0:9464\"\nmetrics_allow_remote = true\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.supervisor.metrics_listen,
+        Some("0.0.0.0:9464".parse().unwrap())
+    );
+    for local in ["127.0.0.1:9464", "[::1]:9464", "127.0.0.2:0"] {
+        let c = parse(
+            Path::new("s.toml"),
+            &format!("[supervisor]\nmetrics_listen = \"{local}\"\n"),
+        )
+        .unwrap();
+        assert!(c.supervisor.metrics_listen.is_some());
+    }
+}

@@ -261,3 +261,38 @@ fn check_config_portable_checks_values_but_not_this_hosts_users_groups_and_files
     let (_, help) = cli(&["check-config", "--help"]);
     assert!(help.contains("--portable"), "{help}");
 }
+
+#[test]
+fn a_remote_metrics_listen_is_refused_without_metrics_allow_remote_and_served_with_it() {
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.toml");
+    let p = path.to_str().unwrap();
+    let text = format!("[supervisor]\nmetrics_listen = \"0.0.0.0:{port}\"\n");
+    std::fs::write(&path, &text).unwrap();
+    for args in [vec!["check-config", p], vec!["run", "-c", p]] {
+        let (code, out) = cli(&args);
+        assert_eq!(code, Some(2), "{args:?}: {out}");
+        assert!(
+            out.contains(&format!("{p}:2: key `supervisor.metrics_listen`")),
+            "{args:?}: {out}"
+        );
+        assert!(out.contains("metrics_allow_remote = true"), "{out}");
+    }
+    // Said out loud, it is served (asked here on loopback, which 0.0.0.0 covers).
+    let sup = Supervisor::spawn_config(
+        &format!("metrics_listen = \"0.0.0.0:{port}\"\nmetrics_allow_remote = true"),
+        &fake_server("fake", &[], ""),
+        &[],
+    );
+    let mut last = (None, String::new());
+    let ok = wait_until(Duration::from_secs(10), || {
+        last = cli(&["probe", "-c", sup.config.to_str().unwrap()]);
+        last.0 == Some(0)
+    });
+    assert!(ok, "probe: {last:?}\nlog:\n{}", sup.log());
+}
