@@ -32,6 +32,9 @@ fn main() {
                     0
                 }
                 Ok(c) => {
+                    if let Some(w) = config::exposure(&c) {
+                        eprintln!("mcp-supervisor: warning: {w}");
+                    }
                     println!("{}: ok ({} servers)", path.display(), c.servers.len());
                     0
                 }

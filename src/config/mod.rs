@@ -16,6 +16,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 mod demand;
+mod exposure;
 mod fields;
 mod http;
 pub mod keys;
@@ -27,6 +28,7 @@ mod raw;
 mod values;
 
 pub use demand::StartMode;
+pub use exposure::exposure;
 pub use fields::{ClientRoots, RestartPolicy};
 pub use http::{HttpConfig, DEFAULT_HTTP_LISTEN};
 use keys::Key;
@@ -76,6 +78,10 @@ pub struct Config {
     pub supervisor: SupervisorConfig,
     /// Servers by name, in name order.
     pub servers: BTreeMap<String, ServerConfig>,
+    /// The keys that set values which may be secrets (a non-empty `env` table, or
+    /// `otel_headers`), as dotted paths where they are written (`servers.NAME.env`,
+    /// `defaults.env`, `supervisor.otel_headers`): what [`exposure`] names.
+    pub secrets: Vec<String>,
 }
 
 /// `[supervisor]`.
@@ -434,10 +440,28 @@ pub fn parse_with(path: &Path, text: &str, checks: Checks) -> Result<Config, Con
             ));
         }
     }
+    let mut secrets = Vec::new();
+    if raw
+        .supervisor
+        .otel_headers
+        .as_ref()
+        .is_some_and(|h| !h.get_ref().is_empty())
+    {
+        secrets.push("supervisor.otel_headers".to_string());
+    }
+    if defaults.env.as_ref().is_some_and(|e| !e.is_empty()) {
+        secrets.push("defaults.env".to_string());
+    }
+    for (name, server) in &raw.servers {
+        if server.get_ref().env.as_ref().is_some_and(|e| !e.is_empty()) {
+            secrets.push(format!("servers.{}.env", name.get_ref()));
+        }
+    }
     Ok(Config {
         path: path.to_path_buf(),
         supervisor,
         servers,
+        secrets,
     })
 }
 

@@ -973,3 +973,36 @@ fn a_remote_metrics_listen_needs_metrics_allow_remote() {
         assert!(c.supervisor.metrics_listen.is_some());
     }
 }
+
+#[test]
+fn a_file_with_secrets_that_others_can_read_is_named_with_its_mode_and_keys_never_values() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("s.toml");
+    let chmod = |mode| std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+    std::fs::write(
+        &f,
+        "[supervisor]\notel_endpoint = \"http://127.0.0.1:4318\"\notel_headers = { authorization = \"Basic c2VjcmV0\" }\n[defaults]\nenv = { A = \"x\" }\n[servers.a]\ncommand = \"x\"\nenv = { GITHUB_TOKEN = \"ghp_supersecret\" }\n[servers.b]\ncommand = \"x\"\n",
+    )
+    .unwrap();
+    chmod(0o644);
+    let c = load(&f).unwrap();
+    let w = exposure(&c).expect("a warning");
+    assert!(w.contains(&f.display().to_string()), "{w}");
+    assert!(w.contains("0644") && w.contains("group and others"), "{w}");
+    for key in ["supervisor.otel_headers", "defaults.env", "servers.a.env"] {
+        assert!(w.contains(key), "{key}: {w}");
+    }
+    assert!(!w.contains("servers.b"), "b sets nothing itself: {w}");
+    for value in ["ghp_supersecret", "c2VjcmV0", "GITHUB_TOKEN"] {
+        assert!(!w.contains(value), "{value}: {w}");
+    }
+    chmod(0o640);
+    assert!(exposure(&c).is_some_and(|w| w.contains("0640") && w.contains("group")));
+    chmod(0o600);
+    assert_eq!(exposure(&c), None);
+    // Nothing secret in it: no warning, whatever the mode.
+    std::fs::write(&f, "[servers.a]\ncommand = \"x\"\nenv = {}\n").unwrap();
+    chmod(0o644);
+    assert_eq!(exposure(&load(&f).unwrap()), None);
+}

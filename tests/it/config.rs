@@ -296,3 +296,50 @@ fn a_remote_metrics_listen_is_refused_without_metrics_allow_remote_and_served_wi
     });
     assert!(ok, "probe: {last:?}\nlog:\n{}", sup.log());
 }
+
+#[test]
+fn a_config_with_secrets_that_others_can_read_is_warned_about_by_check_config_and_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let servers = fake_server("fake", &[], "env = { API_KEY = \"sk-live-do-not-log\" }");
+    let mut sup = Supervisor::start(&servers);
+    std::fs::set_permissions(&sup.config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let p = sup.config.to_str().unwrap().to_string();
+    let (code, out) = cli(&["check-config", &p]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("warning"), "{out}");
+    assert!(
+        out.contains(&format!("{p} is mode 0644, readable by group and others")),
+        "{out}"
+    );
+    assert!(out.contains("servers.fake.env"), "{out}");
+    assert!(
+        !out.contains("sk-live") && !out.contains("API_KEY"),
+        "{out}"
+    );
+    // The daemon says it too, at the next reload.
+    let (code, out) = cli(&["reload", "-c", &p]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        sup.wait_log("readable by group and others", Duration::from_secs(10)),
+        "{}",
+        sup.log()
+    );
+    assert!(!sup.log().contains("sk-live"), "{}", sup.log());
+    sup.stop();
+    // Readable by its owner only: no warning.
+    std::fs::set_permissions(&sup.config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (code, out) = cli(&["check-config", &p]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(!out.contains("warning"), "{out}");
+    // `run` warns at start (a copy readable by its group; same socket_dir, now free).
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("s.toml");
+    std::fs::copy(&sup.config, &config).unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let again = Supervisor::spawn_with(dir, config, &[]);
+    assert!(
+        again.wait_log("readable by its group", Duration::from_secs(10)),
+        "{}",
+        again.log()
+    );
+}
