@@ -63,6 +63,11 @@ pub enum Verb {
         /// The file to check, as the other verbs take it.
         #[arg(short, long, conflicts_with = "path")]
         config: Option<PathBuf>,
+        /// Check the syntax and every value, but nothing of this host: users and groups need
+        /// not exist, nor files the configuration names (an `http_token_file`). For a file
+        /// that runs elsewhere: a container image, a Kubernetes ConfigMap, a docs snippet.
+        #[arg(long)]
+        portable: bool,
     },
     /// Show every server (or NAME): era, state, pid, uptime, restarts, clients, last exit.
     Status {

@@ -11,10 +11,30 @@ use mcp_supervisor::{adopt, attach, config, daemon, logging};
 fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
-        Verb::CheckConfig { path, config } => {
+        Verb::CheckConfig {
+            path,
+            config,
+            portable,
+        } => {
             let path = path.or(config).unwrap_or_else(cli::default_config_path);
-            match config::load(&path) {
+            let checks = if portable {
+                config::Checks::Portable
+            } else {
+                config::Checks::Host
+            };
+            match config::load_with(&path, checks) {
+                Ok(c) if portable => {
+                    println!(
+                        "{}: ok ({} servers; portable: users, groups and files of this host not checked)",
+                        path.display(),
+                        c.servers.len()
+                    );
+                    0
+                }
                 Ok(c) => {
+                    if let Some(w) = config::exposure(&c) {
+                        eprintln!("mcp-supervisor: warning: {w}");
+                    }
                     println!("{}: ok ({} servers)", path.display(), c.servers.len());
                     0
                 }

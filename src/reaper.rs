@@ -401,7 +401,7 @@ pub fn finish(within: Duration) -> usize {
         let _ = kill(Pid::from_raw(p.pid), Signal::SIGKILL);
     }
     if adopts {
-        let deadline = std::time::Instant::now() + within;
+        let deadline = crate::deadline::after(std::time::Instant::now(), within);
         loop {
             reap_orphans();
             let waiting = children().iter().any(|p| !owned.contains(&p.pid));

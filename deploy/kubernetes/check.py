@@ -15,7 +15,8 @@
    ports, http_token_file is on the token volume, socket_dir is inside a memory-backed emptyDir
    (not its root), the Service's names are in http_allowed_hosts, and
    terminationGracePeriodSeconds covers preStop + the slowest stop ladder + 2 s of HTTP close.
-   Then `mcp-supervisor check-config` (the binary given by --binary) accepts it.
+   Then `mcp-supervisor check-config --portable` (the binary given by --binary) accepts it:
+   syntax and values, not the users, groups and files of the host running this check.
 
 Exit 0 when all is well, 1 otherwise; every problem is printed.
 """
@@ -564,7 +565,9 @@ def check_config_against(name, built, cm_name, toml_path, binary):
             ok(f"{where}: grace {grace} s > preStop {pre} + ladder {ladder:g} + HTTP close {HTTP_CLOSE_S} = {need:g} s; ports, socket_dir, token, hosts agree")
     if binary and toml_path not in CHECKED_CONFIGS:
         CHECKED_CONFIGS.add(toml_path)
-        r = subprocess.run([binary, "check-config", str(toml_path)], capture_output=True, text=True)
+        # --portable: the file runs in the pod, not here (its token file is on a Secret mounted
+        # there, its users and groups are the image's), so only its syntax and values are checked.
+        r = subprocess.run([binary, "check-config", "--portable", str(toml_path)], capture_output=True, text=True)
         out = (r.stdout + r.stderr).strip()
         if r.returncode != 0:
             problem(what, f"{binary} check-config exited {r.returncode}: {out}")

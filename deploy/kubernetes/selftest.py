@@ -62,6 +62,8 @@ CASES = [
      "volume `supervisor-tmp` is mounted by no container"),
     ("config check-config rejects (bad duration)", "sidecar/supervisor.toml",
      'stop_grace = "2s"', "stop_grace = 2", "check-config exited 2"),
+    ("remote metrics without the allow flag", "base/supervisor.toml",
+     "metrics_allow_remote = true\n", "", "metrics_allow_remote = true to serve"),
 ]
 
 

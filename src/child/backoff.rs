@@ -57,7 +57,8 @@ impl Backoff {
     pub fn nominal(&self, n: u32) -> Duration {
         let factor = 2f64.powi(n.saturating_sub(1).min(62) as i32);
         let d = self.initial.as_secs_f64() * factor;
-        Duration::from_secs_f64(d.min(self.max.as_secs_f64()))
+        // Saturating: a float past `Duration::MAX` (only past the configured bounds) is `max`.
+        Duration::try_from_secs_f64(d.min(self.max.as_secs_f64())).unwrap_or(self.max)
     }
 
     /// Records an exit and returns the delay until the next spawn.
@@ -78,7 +79,8 @@ impl Backoff {
         }
         self.n = self.n.saturating_add(1);
         let jitter = rng.gen_range(JITTER.0..=JITTER.1);
-        let delay = self.nominal(self.n).mul_f64(jitter);
+        let nominal = self.nominal(self.n);
+        let delay = Duration::try_from_secs_f64(nominal.as_secs_f64() * jitter).unwrap_or(nominal);
         let floor = self
             .initial
             .saturating_sub(now.saturating_duration_since(last_spawn));
@@ -160,5 +162,17 @@ mod tests {
         let d = bo.on_exit(ready + Duration::from_secs(61), t0, Some(ready), &mut rng);
         assert_eq!(bo.failures(), 1);
         assert!(d <= Duration::from_millis(1200));
+    }
+
+    #[test]
+    fn huge_delays_saturate_instead_of_panicking() {
+        // Past every configured bound (config::keys): the arithmetic still holds.
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut bo = Backoff::new(Duration::MAX, Duration::MAX, Duration::MAX);
+        let t0 = Instant::now();
+        for _ in 0..70 {
+            let d = bo.on_exit(t0, t0, None, &mut rng);
+            assert!(d >= Duration::from_secs(u64::MAX / 2), "{d:?}");
+        }
     }
 }

@@ -18,7 +18,7 @@ impl Validator<'_> {
     /// `start`: `"eager"` (default) or `"on-demand"`.
     pub(super) fn start_mode(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         d: &RawServer,
     ) -> Result<StartMode, ConfigError> {
@@ -30,7 +30,7 @@ impl Validator<'_> {
                 other => {
                     return Err(self.err(
                         v.span(),
-                        &format!("servers.{name}.start"),
+                        &t.key("start", s.start.is_some()),
                         &format!("`{other}` is not one of eager, on-demand"),
                     ))
                 }
@@ -41,17 +41,15 @@ impl Validator<'_> {
     /// `idle_stop`: a duration (`"10m"`), or `"off"` (the default: never stopped for idling).
     pub(super) fn idle_stop(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         d: &RawServer,
     ) -> Result<Option<Duration>, ConfigError> {
-        let key = format!("servers.{name}.idle_stop");
+        let key = t.key("idle_stop", s.idle_stop.is_some());
         match s.idle_stop.as_ref().or(d.idle_stop.as_ref()) {
             None => Ok(None),
             Some(v) if v.get_ref().text() == "off" => Ok(None),
-            Some(_) => self
-                .duration(&key, &s.idle_stop, &d.idle_stop, Duration::ZERO)
-                .map(Some),
+            Some(_) => self.duration(&keys::IDLE_STOP, &key, &s.idle_stop, &d.idle_stop),
         }
     }
 

@@ -1,4 +1,4 @@
-//! Keys of a server table that need more than a default: counts that must be positive, the
+//! Keys of a server table that need more than a default: sizes and counts within their bounds, the
 //! command path, the restart policy, per-method timeouts, the protocol, roots, the identity,
 //! client capabilities. Each error names file, line and key.
 
@@ -28,33 +28,45 @@ pub enum RestartPolicy {
 }
 
 impl Validator<'_> {
-    /// A count that must be at least 1: the server's own value, else `[defaults]`, else
-    /// `fallback`.
-    pub(super) fn positive<T: Copy + PartialEq + From<u8>>(
+    /// A size or count key (`key`, written under `path`): the own value, else `default`'s,
+    /// held to the key's bound ([`Key::check_number`]); `None` when neither sets it.
+    pub(super) fn count<T: Copy + TryInto<u64>>(
         &self,
-        key: &str,
+        key: &Key,
+        path: &str,
         own: &Option<Spanned<T>>,
         default: &Option<Spanned<T>>,
-        fallback: T,
+    ) -> Result<Option<T>, ConfigError> {
+        let Some(v) = own.as_ref().or(default.as_ref()) else {
+            return Ok(None);
+        };
+        let n = (*v.get_ref()).try_into().unwrap_or(u64::MAX);
+        key.check_number(n)
+            .map_err(|m| self.err(v.span(), path, &m))?;
+        Ok(Some(*v.get_ref()))
+    }
+
+    /// A `[supervisor]` size or count: the value, else the table's default.
+    pub(super) fn supervisor_count<T: Copy + TryInto<u64> + TryFrom<u64> + Default>(
+        &self,
+        key: &Key,
+        v: &Option<Spanned<T>>,
     ) -> Result<T, ConfigError> {
-        match own.as_ref().or(default.as_ref()) {
-            Some(v) if *v.get_ref() == T::from(0) => {
-                Err(self.err(v.span(), key, "must be at least 1"))
-            }
-            Some(v) => Ok(*v.get_ref()),
-            None => Ok(fallback),
-        }
+        Ok(self
+            .count(key, &key.path(None), v, &None)?
+            .or_else(|| key.default_number().and_then(|n| T::try_from(n).ok()))
+            .unwrap_or_default())
     }
 
     /// `command`: required and not empty; `dir/prog` is relative to the config file, like
     /// socket_dir; a bare name is looked up in PATH.
     pub(super) fn command(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         span: std::ops::Range<usize>,
     ) -> Result<String, ConfigError> {
-        let k = |field: &str| format!("servers.{name}.{field}");
+        let k = |field: &str| t.key(field, true);
         Ok(match &s.command {
             Some(c) if !c.get_ref().trim().is_empty() => {
                 let c = c.get_ref();
@@ -79,7 +91,7 @@ impl Validator<'_> {
     /// `restart`: always (default), on-failure or never.
     pub(super) fn restart(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         d: &RawServer,
     ) -> Result<RestartPolicy, ConfigError> {
@@ -92,7 +104,7 @@ impl Validator<'_> {
                 other => {
                     return Err(self.err(
                         r.span(),
-                        &format!("servers.{name}.restart"),
+                        &t.key("restart", s.restart.is_some()),
                         &format!("`{other}` is not one of always, on-failure, never"),
                     ))
                 }
@@ -104,7 +116,7 @@ impl Validator<'_> {
     /// named after its last component).
     pub(super) fn roots(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         d: &RawServer,
     ) -> Result<Vec<Value>, ConfigError> {
@@ -131,7 +143,7 @@ impl Validator<'_> {
             } else {
                 return Err(self.err(
                     list.span(),
-                    &format!("servers.{name}.roots"),
+                    &t.key("roots", s.roots.is_some()),
                     &format!("`{entry}` is neither a URI (file:///...) nor an absolute path"),
                 ));
             };
@@ -143,7 +155,7 @@ impl Validator<'_> {
     /// `client_roots`: `caller` (default) or `none`.
     pub(super) fn client_roots(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         d: &RawServer,
     ) -> Result<ClientRoots, ConfigError> {
@@ -155,7 +167,7 @@ impl Validator<'_> {
                 other => {
                     return Err(self.err(
                         r.span(),
-                        &format!("servers.{name}.client_roots"),
+                        &t.key("client_roots", s.client_roots.is_some()),
                         &format!("`{other}` is not one of caller, none"),
                     ))
                 }
@@ -166,23 +178,20 @@ impl Validator<'_> {
     /// `method_timeouts`: the defaults' table, then the server's (which wins).
     pub(super) fn method_timeouts(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         d: &RawServer,
     ) -> Result<BTreeMap<String, Duration>, ConfigError> {
         let mut method_timeouts = BTreeMap::new();
-        for table in [&d.method_timeouts, &s.method_timeouts]
-            .into_iter()
-            .flatten()
-        {
+        for (own, table) in [(false, &d.method_timeouts), (true, &s.method_timeouts)] {
+            let Some(table) = table else { continue };
             for (method, value) in table {
-                let d = parse_duration(&value.get_ref().text()).map_err(|m| {
-                    self.err(
-                        value.span(),
-                        &format!("servers.{name}.method_timeouts.{method}"),
-                        &m,
-                    )
-                })?;
+                let path = format!("{}.{method}", t.key("method_timeouts", own));
+                let text = value.get_ref().text();
+                let d = parse_duration(&text).map_err(|m| self.err(value.span(), &path, &m))?;
+                keys::METHOD_TIMEOUT
+                    .check_duration(&text, d)
+                    .map_err(|m| self.err(value.span(), &path, &m))?;
                 method_timeouts.insert(method.clone(), d);
             }
         }
@@ -192,7 +201,7 @@ impl Validator<'_> {
     /// `protocol`: auto (default), 2026-07-28 or a handshake revision.
     pub(super) fn protocol(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         d: &RawServer,
     ) -> Result<crate::mux::era::ChildProtocol, ConfigError> {
@@ -201,7 +210,7 @@ impl Validator<'_> {
             Some(p) => crate::mux::era::ChildProtocol::parse(p.get_ref()).ok_or_else(|| {
                 self.err(
                     p.span(),
-                    &format!("servers.{name}.protocol"),
+                    &t.key("protocol", s.protocol.is_some()),
                     &format!(
                         "`{}` is not auto, 2026-07-28 or a handshake revision ({})",
                         p.get_ref(),
@@ -212,17 +221,23 @@ impl Validator<'_> {
         }
     }
 
-    /// `user` or `group` (`field`): checked to exist now with `resolve`, kept as written.
+    /// `user` or `group` (`field`): the own value (`own`), else `default`'s, checked to exist
+    /// now with `resolve` (unless the checks are portable), kept as written.
     pub(super) fn identity(
         &self,
-        name: &str,
+        t: Table,
         field: &str,
-        value: Option<&Spanned<String>>,
+        own: Option<&Spanned<String>>,
+        default: Option<&Spanned<String>>,
         resolve: impl Fn(&str) -> Result<(), String>,
     ) -> Result<Option<String>, ConfigError> {
-        let Some(v) = value else { return Ok(None) };
-        resolve(v.get_ref())
-            .map_err(|m| self.err(v.span(), &format!("servers.{name}.{field}"), &m))?;
+        let Some(v) = own.or(default) else {
+            return Ok(None);
+        };
+        if self.host {
+            resolve(v.get_ref())
+                .map_err(|m| self.err(v.span(), &t.key(field, own.is_some()), &m))?;
+        }
         Ok(Some(v.get_ref().clone()))
     }
 }

@@ -58,21 +58,80 @@ impl Validator<'_> {
             }
             None => DEFAULT_HTTP_LISTEN.parse().ok(),
         };
-        let positive = |v: &Option<Spanned<usize>>, key: &str, fallback| {
-            self.positive(key, v, &None, fallback)
-        };
         Ok(HttpConfig {
             listen,
             allowed_origins: raw.http_allowed_origins.clone().unwrap_or_default(),
             allowed_hosts: raw.http_allowed_hosts.clone().unwrap_or_default(),
-            session_idle: self.duration(
-                "supervisor.http_session_idle",
-                &raw.http_session_idle,
-                &None,
-                Duration::from_secs(30 * 60),
-            )?,
-            max_sessions: positive(&raw.http_max_sessions, "supervisor.http_max_sessions", 256)?,
-            max_requests: positive(&raw.http_max_requests, "supervisor.http_max_requests", 256)?,
+            session_idle: self
+                .duration(
+                    &keys::HTTP_SESSION_IDLE,
+                    "supervisor.http_session_idle",
+                    &raw.http_session_idle,
+                    &None,
+                )?
+                .or(keys::HTTP_SESSION_IDLE.default_duration())
+                .unwrap_or_default(),
+            max_sessions: self
+                .supervisor_count(&keys::HTTP_MAX_SESSIONS, &raw.http_max_sessions)?,
+            max_requests: self
+                .supervisor_count(&keys::HTTP_MAX_REQUESTS, &raw.http_max_requests)?,
         })
+    }
+}
+
+/// The fewest characters an operator's token may have (`http::access::ensure_token` refuses a
+/// shorter one at start; checked here first so `check-config` says so).
+pub const TOKEN_MIN: usize = 16;
+
+impl Validator<'_> {
+    /// `http_token_file` (own, else `[defaults]`'s), relative to the config file. When the
+    /// server is served over HTTP (`http = true`) the file is read at start and never created,
+    /// so it must exist now, be a regular file and, when it can be read here, hold a token of
+    /// at least [`TOKEN_MIN`] characters (issue 26 §8: a missing one passed `check-config`).
+    /// Errors never repeat the token.
+    pub(super) fn token_file(
+        &self,
+        t: Table,
+        s: &RawServer,
+        d: &RawServer,
+    ) -> Result<Option<PathBuf>, ConfigError> {
+        let Some(v) = s.http_token_file.as_ref().or(d.http_token_file.as_ref()) else {
+            return Ok(None);
+        };
+        let p = PathBuf::from(v.get_ref());
+        let p = if p.is_relative() {
+            self.path.parent().unwrap_or(Path::new(".")).join(p)
+        } else {
+            p
+        };
+        if s.http.or(d.http) != Some(true) || !self.host {
+            return Ok(Some(p));
+        }
+        let key = t.key("http_token_file", s.http_token_file.is_some());
+        let fail = |m: String| self.err(v.span(), &key, &m);
+        match std::fs::metadata(&p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(fail(format!(
+                    "{} does not exist: an operator's token file is never created; write a token of at least {TOKEN_MIN} characters into it, or remove the key to use the generated <socket_dir>/NAME.http.token",
+                    p.display()
+                )))
+            }
+            Err(e) => return Err(fail(format!("cannot read {}: {e}", p.display()))),
+            Ok(m) if !m.is_file() => {
+                return Err(fail(format!("{} is not a regular file", p.display())))
+            }
+            Ok(_) => {}
+        }
+        // Unreadable here (another user's file, checked by an operator) is not an error: the
+        // supervisor may run as that user.
+        if let Ok(text) = std::fs::read_to_string(&p) {
+            if text.trim().len() < TOKEN_MIN {
+                return Err(fail(format!(
+                    "{} holds a token shorter than {TOKEN_MIN} characters",
+                    p.display()
+                )));
+            }
+        }
+        Ok(Some(p))
     }
 }

@@ -119,26 +119,36 @@ impl Validator<'_> {
     /// `memory_max`, `tasks_max`, `open_files_max`: the server's own, else `[defaults]`'s.
     pub(super) fn limits(
         &self,
-        name: &str,
+        t: Table,
         s: &RawServer,
         d: &RawServer,
     ) -> Result<Limits, ConfigError> {
         type Parse = fn(&LimitText) -> Result<Option<u64>, String>;
-        let one = |field: &str,
+        let one = |key: &Key,
                    own: &Option<Spanned<LimitText>>,
                    default: &Option<Spanned<LimitText>>,
                    parse: Parse| {
-            match own.as_ref().or(default.as_ref()) {
-                None => Ok(None),
-                Some(v) => parse(v.get_ref())
-                    .map_err(|m| self.err(v.span(), &format!("servers.{name}.{field}"), &m)),
+            let Some(v) = own.as_ref().or(default.as_ref()) else {
+                return Ok(None);
+            };
+            let path = t.key(key.name, own.is_some());
+            let n = parse(v.get_ref()).map_err(|m| self.err(v.span(), &path, &m))?;
+            if let Some(n) = n {
+                key.check_number(n)
+                    .map_err(|m| self.err(v.span(), &path, &m))?;
             }
+            Ok(n)
         };
         Ok(Limits {
-            memory_max: one("memory_max", &s.memory_max, &d.memory_max, parse_memory)?,
-            tasks_max: one("tasks_max", &s.tasks_max, &d.tasks_max, parse_count)?,
+            memory_max: one(
+                &keys::MEMORY_MAX,
+                &s.memory_max,
+                &d.memory_max,
+                parse_memory,
+            )?,
+            tasks_max: one(&keys::TASKS_MAX, &s.tasks_max, &d.tasks_max, parse_count)?,
             open_files_max: one(
-                "open_files_max",
+                &keys::OPEN_FILES_MAX,
                 &s.open_files_max,
                 &d.open_files_max,
                 parse_count,

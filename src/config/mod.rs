@@ -16,8 +16,10 @@ use std::time::Duration;
 use toml::Spanned;
 
 mod demand;
+mod exposure;
 mod fields;
 mod http;
+pub mod keys;
 mod limits;
 mod locate;
 mod logs;
@@ -26,8 +28,10 @@ mod raw;
 mod values;
 
 pub use demand::StartMode;
+pub use exposure::exposure;
 pub use fields::{ClientRoots, RestartPolicy};
 pub use http::{HttpConfig, DEFAULT_HTTP_LISTEN};
+use keys::Key;
 pub use limits::{LimitMode, Limits, MEMORY_MAX_MIN};
 pub use locate::socket_dir_of;
 pub use logs::LogFormat;
@@ -74,6 +78,10 @@ pub struct Config {
     pub supervisor: SupervisorConfig,
     /// Servers by name, in name order.
     pub servers: BTreeMap<String, ServerConfig>,
+    /// The keys that set values which may be secrets (a non-empty `env` table, or
+    /// `otel_headers`), as dotted paths where they are written (`servers.NAME.env`,
+    /// `defaults.env`, `supervisor.otel_headers`): what [`exposure`] names.
+    pub secrets: Vec<String>,
 }
 
 /// `[supervisor]`.
@@ -310,9 +318,29 @@ impl fmt::Display for ConfigError {
 /// The longest Unix socket path (`sun_path` is 108 bytes including the terminating NUL).
 pub const SUN_PATH_MAX: usize = 107;
 
+/// What validation checks besides the file's syntax and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Checks {
+    /// Also what this host has: users and groups exist (`user`, `group`, `socket_group`), and
+    /// the files the configuration says must exist (an operator's `http_token_file`). What
+    /// `run`, `reload` and `check-config` use.
+    #[default]
+    Host,
+    /// Syntax and values only (`check-config --portable`): for a file that runs elsewhere (a
+    /// container image, a Kubernetes ConfigMap, a documentation snippet). The `Config` is for
+    /// checking only: a `socket_group` name this host lacks becomes `None`, `user` and `group`
+    /// are kept as written unresolved.
+    Portable,
+}
+
 /// Reads and validates a file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    parse(path, &read(path)?)
+    load_with(path, Checks::Host)
+}
+
+/// Reads and validates a file with the given checks.
+pub fn load_with(path: &Path, checks: Checks) -> Result<Config, ConfigError> {
+    parse_with(path, &read(path)?, checks)
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {
@@ -343,26 +371,37 @@ fn read(path: &Path) -> Result<String, ConfigError> {
 
 /// Validates TOML text; `path` names the file in errors and anchors a relative `socket_dir`.
 pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-    let v = Validator { path, text };
+    parse_with(path, text, Checks::Host)
+}
+
+/// Validates TOML text with the given checks (see [`parse`]).
+pub fn parse_with(path: &Path, text: &str, checks: Checks) -> Result<Config, ConfigError> {
+    let v = Validator {
+        path,
+        text,
+        host: checks == Checks::Host,
+    };
     let raw: RawFile = toml::from_str(text).map_err(|e| v.toml_error(&e))?;
     let supervisor = v.supervisor(&raw.supervisor)?;
     let defaults = match &raw.defaults {
         Some(d) => {
-            if let Some(c) = &d.get_ref().command {
+            if let Some(c) = &d.command {
                 return Err(v.err(
                     c.span(),
                     "defaults.command",
                     "`command` belongs in [servers.NAME]",
                 ));
             }
-            if d.get_ref().args.is_some() {
+            if let Some(a) = &d.args {
                 return Err(v.err(
-                    d.span(),
+                    a.span(),
                     "defaults.args",
                     "`args` belongs in [servers.NAME]",
                 ));
             }
-            d.get_ref().clone()
+            // On its own first, so its errors name `defaults.KEY` even when no server uses it.
+            v.server(Table(None), 0..0, d, &RawServer::default())?;
+            d.clone()
         }
         None => RawServer::default(),
     };
@@ -381,7 +420,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
                 "server names must match [a-z0-9_-]+ (and `control` is reserved for the control socket)",
             ));
         }
-        let mut cfg = v.server(n, server, &defaults)?;
+        let mut cfg = v.server(Table(Some(n)), server.span(), server.get_ref(), &defaults)?;
         cfg.cache_file = v
             .state_dir(&raw.supervisor, &supervisor.socket_dir)
             .join(format!("{n}.cache.json"));
@@ -401,16 +440,54 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
             ));
         }
     }
+    let mut secrets = Vec::new();
+    if raw
+        .supervisor
+        .otel_headers
+        .as_ref()
+        .is_some_and(|h| !h.get_ref().is_empty())
+    {
+        secrets.push("supervisor.otel_headers".to_string());
+    }
+    if defaults.env.as_ref().is_some_and(|e| !e.is_empty()) {
+        secrets.push("defaults.env".to_string());
+    }
+    for (name, server) in &raw.servers {
+        if server.get_ref().env.as_ref().is_some_and(|e| !e.is_empty()) {
+            secrets.push(format!("servers.{}.env", name.get_ref()));
+        }
+    }
     Ok(Config {
         path: path.to_path_buf(),
         supervisor,
         servers,
+        secrets,
     })
 }
 
 struct Validator<'a> {
     path: &'a Path,
     text: &'a str,
+    /// Whether to check what exists on this host (files named by the configuration).
+    host: bool,
+}
+
+/// Whose values `Validator::server` reads, and so whose keys its errors name: server NAME's own
+/// table falling back to `[defaults]` (`Table(Some(NAME))`), or `[defaults]` alone
+/// (`Table(None)`), validated on its own so that its errors name `defaults.KEY` at its line,
+/// even when no server uses the value.
+#[derive(Debug, Clone, Copy)]
+struct Table<'a>(Option<&'a str>);
+
+impl Table<'_> {
+    /// The dotted key of `field` where its value is written: `servers.NAME.field` when the
+    /// server's own table sets it (`own`), else `defaults.field`.
+    fn key(self, field: &str, own: bool) -> String {
+        match self.0 {
+            Some(name) if own => format!("servers.{name}.{field}"),
+            _ => format!("defaults.{field}"),
+        }
+    }
 }
 
 impl Validator<'_> {
@@ -513,23 +590,38 @@ impl Validator<'_> {
             None => 0o600,
         };
         let socket_group = match &raw.socket_group {
-            Some(g) => Some(
+            Some(g) if self.host => Some(
                 resolve_group(g.get_ref())
                     .map_err(|msg| self.err(g.span(), "supervisor.socket_group", &msg))?,
             ),
+            Some(g) => resolve_group(g.get_ref()).ok(),
             None => None,
         };
         let metrics_listen = match &raw.metrics_listen {
-            Some(a) => Some(a.get_ref().parse().map_err(|e| {
-                self.err(
-                    a.span(),
-                    "supervisor.metrics_listen",
-                    &format!(
-                        "`{}` is not host:port ({e}); write e.g. \"127.0.0.1:9464\"",
-                        a.get_ref()
-                    ),
-                )
-            })?),
+            Some(a) => {
+                let addr: std::net::SocketAddr = a.get_ref().parse().map_err(|e| {
+                    self.err(
+                        a.span(),
+                        "supervisor.metrics_listen",
+                        &format!(
+                            "`{}` is not host:port ({e}); write e.g. \"127.0.0.1:9464\"",
+                            a.get_ref()
+                        ),
+                    )
+                })?;
+                // As `http_listen` (issue 26 §8): /metrics, /healthz and /readyz have no
+                // authentication, so serving them beyond this host is said out loud.
+                if !addr.ip().is_loopback() && raw.metrics_allow_remote != Some(true) {
+                    return Err(self.err(
+                        a.span(),
+                        "supervisor.metrics_listen",
+                        &format!(
+                            "{addr} is not a loopback address: set metrics_allow_remote = true to serve /metrics, /healthz and /readyz beyond this host (they have no authentication)"
+                        ),
+                    ));
+                }
+                Some(addr)
+            }
             None => None,
         };
         let http = self.http(raw)?;
@@ -543,79 +635,75 @@ impl Validator<'_> {
             otel,
             metrics_listen,
             socket_dir,
-            max_clients: raw.max_clients.unwrap_or(256),
+            max_clients: self.supervisor_count(&keys::MAX_CLIENTS, &raw.max_clients)?,
             socket_mode,
             socket_group,
             allowed_uids: raw.allowed_uids.clone().unwrap_or_default(),
             allowed_gids: raw.allowed_gids.clone().unwrap_or_default(),
             operator_uids: raw.operator_uids.clone().unwrap_or_default(),
-            client_memory: raw.client_memory.unwrap_or(256 << 20),
+            client_memory: self.supervisor_count(&keys::CLIENT_MEMORY, &raw.client_memory)?,
             operator_gids: raw.operator_gids.clone().unwrap_or_default(),
         })
     }
 
+    /// A duration key (`key`, written under `path`): the own value, else `default`'s,
+    /// parsed and held to the key's bound ([`keys::Key::check_duration`]); `None` when
+    /// neither sets it.
     fn duration(
         &self,
-        key: &str,
+        key: &Key,
+        path: &str,
         own: &Dur,
         default: &Dur,
-        fallback: Duration,
-    ) -> Result<Duration, ConfigError> {
-        match own.as_ref().or(default.as_ref()) {
-            Some(s) => {
-                let d =
-                    parse_duration(&s.get_ref().text()).map_err(|m| self.err(s.span(), key, &m))?;
-                // A zero deadline or interval fires at once: `probe_timeout = "0s"` would kill
-                // a healthy child (issue 14 Why 6). `backoff_*` and `stop_grace` may be zero.
-                let may_be_zero = [
-                    "backoff_initial",
-                    "backoff_max",
-                    "backoff_reset_after",
-                    "stop_grace",
-                    "kill_timeout",
-                    "queue_wait",
-                ]
-                .iter()
-                .any(|k| key.ends_with(&format!(".{k}")));
-                if d.is_zero() && !may_be_zero {
-                    return Err(self.err(s.span(), key, "must be greater than 0"));
-                }
-                Ok(d)
-            }
-            None => Ok(fallback),
-        }
+    ) -> Result<Option<Duration>, ConfigError> {
+        let Some(s) = own.as_ref().or(default.as_ref()) else {
+            return Ok(None);
+        };
+        let text = s.get_ref().text();
+        let d = parse_duration(&text).map_err(|m| self.err(s.span(), path, &m))?;
+        key.check_duration(&text, d)
+            .map_err(|m| self.err(s.span(), path, &m))?;
+        Ok(Some(d))
     }
 
+    /// One server's configuration from its own table `s` (at `span`) and `[defaults]` (`d`);
+    /// with `Table(None)`, `s` is `[defaults]` itself (and `d` empty), validated on its own.
     fn server(
         &self,
-        name: &str,
-        s: &Spanned<RawServer>,
+        t: Table,
+        span: std::ops::Range<usize>,
+        s: &RawServer,
         d: &RawServer,
     ) -> Result<ServerConfig, ConfigError> {
-        let span = s.span();
-        let s = s.get_ref();
-        let k = |field: &str| format!("servers.{name}.{field}");
-        let command = self.command(name, s, span.clone())?;
-        let restart = self.restart(name, s, d)?;
+        let command = match t.0 {
+            Some(_) => self.command(t, s, span.clone())?,
+            None => String::new(),
+        };
+        let restart = self.restart(t, s, d)?;
         let mut env = d.env.clone().unwrap_or_default();
         env.extend(s.env.clone().unwrap_or_default());
-        let method_timeouts = self.method_timeouts(name, s, d)?;
-        // `dur!(key, default ms)` and `positive!(key, default)`: the server's own value, else
-        // `[defaults]`, else the default; errors name the key.
+        let method_timeouts = self.method_timeouts(t, s, d)?;
+        // `dur!(field, KEY)` and `count!(field, KEY)`: the server's own value, else
+        // `[defaults]`, else the table's default, held to the table's bound; errors name the
+        // key.
         macro_rules! dur {
-            ($f:ident, $ms:expr) => {
-                self.duration(&k(stringify!($f)), &s.$f, &d.$f, Duration::from_millis($ms))?
+            ($f:ident, $key:expr) => {
+                self.duration(&$key, &t.key($key.name, s.$f.is_some()), &s.$f, &d.$f)?
+                    .or($key.default_duration())
+                    .unwrap_or_default()
             };
         }
-        macro_rules! positive {
-            ($f:ident, $fallback:expr) => {
-                self.positive(&k(stringify!($f)), &s.$f, &d.$f, $fallback)?
+        macro_rules! count {
+            ($f:ident, $key:expr) => {
+                self.count(&$key, &t.key($key.name, s.$f.is_some()), &s.$f, &d.$f)?
+                    .or_else(|| $key.default_number().and_then(|n| n.try_into().ok()))
+                    .unwrap_or_default()
             };
         }
         let cfg = ServerConfig {
-            name: name.to_string(),
+            name: t.0.unwrap_or_default().to_string(),
             command,
-            args: s.args.clone().unwrap_or_default(),
+            args: s.args.clone().map(Spanned::into_inner).unwrap_or_default(),
             env,
             cwd: s.cwd.clone().or(d.cwd.clone()).map(PathBuf::from),
             // A child run as another `user` starts from a clean environment unless the operator
@@ -630,86 +718,107 @@ impl Validator<'_> {
                 .or(d.env_allow.clone())
                 .unwrap_or_else(|| DEFAULT_ENV_ALLOW.iter().map(|s| s.to_string()).collect()),
             restart,
-            start_timeout: dur!(start_timeout, 60_000),
-            request_timeout: dur!(request_timeout, 120_000),
+            start_timeout: dur!(start_timeout, keys::START_TIMEOUT),
+            request_timeout: dur!(request_timeout, keys::REQUEST_TIMEOUT),
             method_timeouts,
-            probe_interval: dur!(probe_interval, 30_000),
-            probe_timeout: dur!(probe_timeout, 10_000),
-            probe_failures: positive!(probe_failures, 3),
-            backoff_initial: dur!(backoff_initial, 1_000),
-            backoff_max: dur!(backoff_max, 60_000),
-            backoff_reset_after: dur!(backoff_reset_after, 60_000),
-            stop_grace: dur!(stop_grace, 2_000),
-            kill_timeout: dur!(kill_timeout, 5_000),
-            max_message_size: positive!(max_message_size, 64 << 20),
-            queue_limit: s.queue_limit.or(d.queue_limit).unwrap_or(64),
-            max_subscriptions: positive!(max_subscriptions, 256),
-            queue_wait: dur!(queue_wait, 5_000),
-            max_inflight: positive!(max_inflight, 256),
+            probe_interval: dur!(probe_interval, keys::PROBE_INTERVAL),
+            probe_timeout: dur!(probe_timeout, keys::PROBE_TIMEOUT),
+            probe_failures: count!(probe_failures, keys::PROBE_FAILURES),
+            backoff_initial: dur!(backoff_initial, keys::BACKOFF_INITIAL),
+            backoff_max: dur!(backoff_max, keys::BACKOFF_MAX),
+            backoff_reset_after: dur!(backoff_reset_after, keys::BACKOFF_RESET_AFTER),
+            stop_grace: dur!(stop_grace, keys::STOP_GRACE),
+            kill_timeout: dur!(kill_timeout, keys::KILL_TIMEOUT),
+            max_message_size: count!(max_message_size, keys::MAX_MESSAGE_SIZE),
+            queue_limit: count!(queue_limit, keys::QUEUE_LIMIT),
+            max_subscriptions: count!(max_subscriptions, keys::MAX_SUBSCRIPTIONS),
+            queue_wait: dur!(queue_wait, keys::QUEUE_WAIT),
+            max_inflight: count!(max_inflight, keys::MAX_INFLIGHT),
             client_max_inflight: 0,
-            client_queue: positive!(client_queue, 1024),
-            client_stall_timeout: dur!(client_stall_timeout, 30_000),
-            client_idle_timeout: match s
-                .client_idle_timeout
-                .as_ref()
-                .or(d.client_idle_timeout.as_ref())
-            {
-                Some(_) => Some(dur!(client_idle_timeout, 0)),
-                None => None,
-            },
+            client_queue: count!(client_queue, keys::CLIENT_QUEUE),
+            client_stall_timeout: dur!(client_stall_timeout, keys::CLIENT_STALL_TIMEOUT),
+            client_idle_timeout: self.duration(
+                &keys::CLIENT_IDLE_TIMEOUT,
+                &t.key("client_idle_timeout", s.client_idle_timeout.is_some()),
+                &s.client_idle_timeout,
+                &d.client_idle_timeout,
+            )?,
             client_capabilities: fields::client_capabilities(s, d),
             mark_unavailable: s.mark_unavailable.or(d.mark_unavailable).unwrap_or(true),
-            protocol: self.protocol(name, s, d)?,
-            era_probe_timeout: dur!(era_probe_timeout, 10_000),
-            roots: self.roots(name, s, d)?,
-            client_roots: self.client_roots(name, s, d)?,
+            protocol: self.protocol(t, s, d)?,
+            era_probe_timeout: dur!(era_probe_timeout, keys::ERA_PROBE_TIMEOUT),
+            roots: self.roots(t, s, d)?,
+            client_roots: self.client_roots(t, s, d)?,
             allowed_uids: s.allowed_uids.clone().or(d.allowed_uids.clone()),
             allowed_gids: s.allowed_gids.clone().or(d.allowed_gids.clone()),
-            user: self.identity(name, "user", s.user.as_ref().or(d.user.as_ref()), |u| {
+            user: self.identity(t, "user", s.user.as_ref(), d.user.as_ref(), |u| {
                 resolve_user(u).map(|_| ())
             })?,
-            group: self.identity(name, "group", s.group.as_ref().or(d.group.as_ref()), |g| {
+            group: self.identity(t, "group", s.group.as_ref(), d.group.as_ref(), |g| {
                 resolve_group(g).map(|_| ())
             })?,
             http: s.http.or(d.http).unwrap_or(false),
-            start: self.start_mode(name, s, d)?,
-            idle_stop: self.idle_stop(name, s, d)?,
+            start: self.start_mode(t, s, d)?,
+            idle_stop: self.idle_stop(t, s, d)?,
             // Set by `parse` once `[supervisor]` is known.
             cache_file: PathBuf::new(),
             required: s.required.or(d.required).unwrap_or(false),
-            limits: self.limits(name, s, d)?,
-            http_token_file: s
-                .http_token_file
-                .clone()
-                .or(d.http_token_file.clone())
-                .map(|p| {
-                    let p = PathBuf::from(p);
-                    if p.is_relative() {
-                        self.path.parent().unwrap_or(Path::new(".")).join(p)
-                    } else {
-                        p
-                    }
-                }),
+            limits: self.limits(t, s, d)?,
+            http_token_file: self.token_file(t, s, d)?,
         };
         let mut cfg = cfg;
-        let share = (cfg.max_inflight * 3 / 4).max(1);
-        cfg.client_max_inflight = positive!(client_max_inflight, share).min(cfg.max_inflight);
+        // `client_max_inflight` above `max_inflight` is taken as `max_inflight` (keys::RULES).
+        let share = (cfg.max_inflight.saturating_mul(3) / 4).max(1);
+        cfg.client_max_inflight = self
+            .count(
+                &keys::CLIENT_MAX_INFLIGHT,
+                &t.key("client_max_inflight", s.client_max_inflight.is_some()),
+                &s.client_max_inflight,
+                &d.client_max_inflight,
+            )?
+            .unwrap_or(share)
+            .min(cfg.max_inflight);
+        // keys::RULES: the error names backoff_max where it is written, else backoff_initial
+        // (which alone took the delay over backoff_max's default).
         if cfg.backoff_max < cfg.backoff_initial {
-            let at = s
-                .backoff_max
-                .as_ref()
-                .or(d.backoff_max.as_ref())
-                .map(|x| x.span())
-                .unwrap_or(span);
-            return Err(self.err(
-                at,
-                &k("backoff_max"),
-                "must not be less than backoff_initial",
-            ));
+            let max = s.backoff_max.as_ref().or(d.backoff_max.as_ref());
+            let initial = s.backoff_initial.as_ref().or(d.backoff_initial.as_ref());
+            let own_initial = s.backoff_initial.is_some() && s.backoff_max.is_none();
+            return Err(match (max, initial) {
+                (Some(_), Some(i)) if own_initial => self.err(
+                    i.span(),
+                    &t.key("backoff_initial", true),
+                    &format!(
+                        "must not be more than backoff_max ({}, from [defaults])",
+                        keys::show_duration(cfg.backoff_max)
+                    ),
+                ),
+                (None, Some(i)) => self.err(
+                    i.span(),
+                    &t.key("backoff_initial", s.backoff_initial.is_some()),
+                    &format!(
+                        "must not be more than backoff_max ({}, its default)",
+                        keys::show_duration(cfg.backoff_max)
+                    ),
+                ),
+                (Some(m), _) => self.err(
+                    m.span(),
+                    &t.key("backoff_max", s.backoff_max.is_some()),
+                    "must not be less than backoff_initial",
+                ),
+                // The defaults keep the rule; reached only if they stop to.
+                (None, None) => self.err(
+                    span,
+                    &t.key("backoff_max", true),
+                    "must not be less than backoff_initial",
+                ),
+            });
         }
         Ok(cfg)
     }
 }
 
+#[cfg(test)]
+mod props;
 #[cfg(test)]
 mod tests;

@@ -8,8 +8,10 @@ use super::*;
 pub(super) struct RawFile {
     #[serde(default)]
     pub(super) supervisor: RawSupervisor,
+    /// Not `Spanned`: toml cannot span a table made only by its sub-tables' headers
+    /// (`[defaults.env]` alone), and would refuse the file.
     #[serde(default)]
-    pub(super) defaults: Option<Spanned<RawServer>>,
+    pub(super) defaults: Option<RawServer>,
     #[serde(default)]
     pub(super) servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
 }
@@ -18,15 +20,16 @@ pub(super) struct RawFile {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawSupervisor {
     pub(super) socket_dir: Option<String>,
-    pub(super) max_clients: Option<usize>,
+    pub(super) max_clients: Option<Spanned<usize>>,
     pub(super) socket_mode: Option<Spanned<String>>,
     pub(super) socket_group: Option<Spanned<String>>,
     pub(super) allowed_uids: Option<Vec<u32>>,
     pub(super) allowed_gids: Option<Vec<u32>>,
     pub(super) operator_uids: Option<Vec<u32>>,
     pub(super) operator_gids: Option<Vec<u32>>,
-    pub(super) client_memory: Option<usize>,
+    pub(super) client_memory: Option<Spanned<usize>>,
     pub(super) metrics_listen: Option<Spanned<String>>,
+    pub(super) metrics_allow_remote: Option<bool>,
     pub(super) http_listen: Option<Spanned<String>>,
     pub(super) http_allow_remote: Option<bool>,
     pub(super) http_allowed_origins: Option<Vec<String>>,
@@ -69,7 +72,7 @@ impl DurText {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawServer {
     pub(super) command: Option<Spanned<String>>,
-    pub(super) args: Option<Vec<String>>,
+    pub(super) args: Option<Spanned<Vec<String>>>,
     pub(super) env: Option<BTreeMap<String, String>>,
     pub(super) cwd: Option<String>,
     pub(super) clean_env: Option<bool>,
@@ -87,7 +90,7 @@ pub(super) struct RawServer {
     pub(super) stop_grace: Dur,
     pub(super) kill_timeout: Dur,
     pub(super) max_message_size: Option<Spanned<usize>>,
-    pub(super) queue_limit: Option<usize>,
+    pub(super) queue_limit: Option<Spanned<usize>>,
     pub(super) max_subscriptions: Option<Spanned<usize>>,
     pub(super) queue_wait: Dur,
     pub(super) max_inflight: Option<Spanned<usize>>,
@@ -106,7 +109,7 @@ pub(super) struct RawServer {
     pub(super) user: Option<Spanned<String>>,
     pub(super) group: Option<Spanned<String>>,
     pub(super) http: Option<bool>,
-    pub(super) http_token_file: Option<String>,
+    pub(super) http_token_file: Option<Spanned<String>>,
     pub(super) required: Option<bool>,
     pub(super) start: Option<Spanned<String>>,
     pub(super) idle_stop: Dur,

@@ -18,6 +18,48 @@ fn minimal_server_gets_documented_defaults() {
     assert_eq!(a.stop_grace, Duration::from_secs(2));
     assert_eq!(a.kill_timeout, Duration::from_secs(5));
     assert_eq!(a.restart, RestartPolicy::Always);
+    // Every default the table gives a number is what a server without the key gets.
+    for (key, got) in [
+        (keys::START_TIMEOUT, a.start_timeout),
+        (keys::REQUEST_TIMEOUT, a.request_timeout),
+        (keys::PROBE_INTERVAL, a.probe_interval),
+        (keys::PROBE_TIMEOUT, a.probe_timeout),
+        (keys::BACKOFF_INITIAL, a.backoff_initial),
+        (keys::BACKOFF_MAX, a.backoff_max),
+        (keys::BACKOFF_RESET_AFTER, a.backoff_reset_after),
+        (keys::STOP_GRACE, a.stop_grace),
+        (keys::KILL_TIMEOUT, a.kill_timeout),
+        (keys::QUEUE_WAIT, a.queue_wait),
+        (keys::CLIENT_STALL_TIMEOUT, a.client_stall_timeout),
+        (keys::ERA_PROBE_TIMEOUT, a.era_probe_timeout),
+        (keys::HTTP_SESSION_IDLE, c.supervisor.http.session_idle),
+    ] {
+        assert_eq!(key.default_duration(), Some(got), "{}", key.name);
+    }
+    for (key, got) in [
+        (keys::PROBE_FAILURES, u64::from(a.probe_failures)),
+        (keys::MAX_MESSAGE_SIZE, a.max_message_size as u64),
+        (keys::QUEUE_LIMIT, a.queue_limit as u64),
+        (keys::MAX_SUBSCRIPTIONS, a.max_subscriptions as u64),
+        (keys::MAX_INFLIGHT, a.max_inflight as u64),
+        (keys::CLIENT_QUEUE, a.client_queue as u64),
+        (keys::MAX_CLIENTS, c.supervisor.max_clients as u64),
+        (keys::CLIENT_MEMORY, c.supervisor.client_memory as u64),
+        (
+            keys::HTTP_MAX_SESSIONS,
+            c.supervisor.http.max_sessions as u64,
+        ),
+        (
+            keys::HTTP_MAX_REQUESTS,
+            c.supervisor.http.max_requests as u64,
+        ),
+    ] {
+        assert_eq!(key.default_number(), Some(got), "{}", key.name);
+    }
+    assert_eq!(
+        (a.client_max_inflight, a.client_idle_timeout, a.idle_stop),
+        (192, None, None)
+    );
 }
 
 #[test]
@@ -113,7 +155,7 @@ fn user_and_group_are_resolved() {
     let e = bad("[servers.a]\ncommand = \"x\"\nuser = \"no-such-user-xyz\"\n");
     assert_eq!((e.line, e.key.as_str()), (3, "servers.a.user"));
     let e = bad("[defaults]\ngroup = \"no-such-group-xyz\"\n[servers.a]\ncommand = \"x\"\n");
-    assert_eq!((e.line, e.key.as_str()), (2, "servers.a.group"));
+    assert_eq!((e.line, e.key.as_str()), (2, "defaults.group"));
 }
 
 #[test]
@@ -413,7 +455,7 @@ fn bad_limits_name_line_and_key() {
     assert_eq!((e.line, e.key.as_str()), (4, "servers.a.memory_max"));
     assert!(e.message.contains("unit"), "{e}");
     let e = bad("[defaults]\ntasks_max = 0\n[servers.a]\ncommand = \"x\"\n");
-    assert_eq!((e.line, e.key.as_str()), (2, "servers.a.tasks_max"));
+    assert_eq!((e.line, e.key.as_str()), (2, "defaults.tasks_max"));
     let e = bad("[servers.a]\ncommand = \"x\"\nopen_files_max = \"many\"\n");
     assert_eq!(e.key, "servers.a.open_files_max");
     let e = bad("[servers.a]\ncommand = \"x\"\nmemory_max = -5\n");
@@ -433,4 +475,534 @@ fn bad_limits_name_line_and_key() {
         .unwrap();
         assert_eq!(c.supervisor.limits, mode);
     }
+}
+
+/// The field names of a serde struct, read from its `Deserialize` impl: a deserializer that
+/// records the `fields` serde passes to `deserialize_struct` and stops there.
+fn field_names<T: for<'de> serde::Deserialize<'de>>() -> Vec<&'static str> {
+    use serde::de::{self, Visitor};
+
+    #[derive(Debug)]
+    struct Stop;
+    impl fmt::Display for Stop {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("stop")
+        }
+    }
+    impl std::error::Error for Stop {}
+    impl de::Error for Stop {
+        fn custom<M: fmt::Display>(_: M) -> Self {
+            Stop
+        }
+    }
+    struct Names<'a>(&'a mut Vec<&'static str>);
+    impl<'de> de::Deserializer<'de> for Names<'_> {
+        type Error = Stop;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+            Err(Stop)
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Stop> {
+            self.0.extend(fields);
+            Err(Stop)
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
+    let mut names = Vec::new();
+    let _ = T::deserialize(Names(&mut names));
+    names
+}
+
+#[test]
+fn every_raw_key_has_exactly_one_row_and_every_row_a_key() {
+    use keys::{Section, KEYS};
+    let rows = |sections: &[Section]| {
+        let mut names: Vec<&str> = KEYS
+            .iter()
+            .filter(|k| sections.contains(&k.section))
+            .map(|k| k.name)
+            .collect();
+        names.sort_unstable();
+        names
+    };
+    let mut supervisor = field_names::<raw::RawSupervisor>();
+    supervisor.sort_unstable();
+    assert!(!supervisor.is_empty());
+    assert_eq!(rows(&[Section::Supervisor]), supervisor);
+    let mut server = field_names::<raw::RawServer>();
+    server.sort_unstable();
+    assert!(server.contains(&"start_timeout"));
+    assert_eq!(rows(&[Section::Server, Section::ServerOnly]), server);
+    assert_eq!(rows(&[Section::MethodTimeout]), ["METHOD"]);
+}
+
+#[test]
+fn every_number_row_has_a_bound_and_a_reason_and_its_default_within() {
+    use keys::{Bound, Kind, KEYS};
+    for k in KEYS {
+        let numeric = matches!(k.kind, Kind::Duration | Kind::Size | Kind::Count);
+        assert_eq!(
+            numeric,
+            k.bound != Bound::None,
+            "{}: a duration, size or count has a bound, nothing else",
+            k.name
+        );
+        assert_eq!(numeric, !k.why.is_empty(), "{}: a bound says why", k.name);
+        if let Some(d) = k.default_duration() {
+            assert_eq!(k.kind, Kind::Duration, "{}", k.name);
+            assert_eq!(k.check_duration("default", d), Ok(()), "{}", k.name);
+        }
+        if let Some(n) = k.default_number() {
+            assert_eq!(k.check_number(n), Ok(()), "{}", k.name);
+        }
+        if let Bound::Duration { max, .. } = k.bound {
+            // Far from what `Instant` can hold, also three of them summed (stop budgets).
+            assert!(max <= Duration::from_secs(7 * 86_400), "{}", k.name);
+        }
+        assert!(!k.meaning.is_empty(), "{}", k.name);
+    }
+}
+
+#[test]
+fn case_issue_26_a_huge_start_timeout_is_refused_naming_line_key_and_bound() {
+    let e = bad("[servers.a]\ncommand = \"x\"\nstart_timeout = \"400000000000y\"\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (3, "servers.a.start_timeout"),
+        "{e}"
+    );
+    assert!(e.message.contains("more than 1h"), "{e}");
+    assert!(e.message.contains("400000000000y"), "{e}");
+}
+
+#[test]
+fn every_bounded_key_takes_its_bound_and_refuses_one_past_it() {
+    use keys::{Bound, Section, KEYS};
+    for k in KEYS {
+        let (at, past) = match k.bound {
+            Bound::None => continue,
+            Bound::Duration { max, .. } => (
+                format!("\"{}\"", keys::show_duration(max)),
+                format!("\"{}ns\"", max.as_nanos() + 1),
+            ),
+            Bound::Number { max, .. } => (max.to_string(), (max + 1).to_string()),
+        };
+        let text = |v: &str| match k.section {
+            Section::Supervisor => format!(
+                "[supervisor]\n{} = {v}\n[servers.a]\ncommand = \"x\"\n",
+                k.name
+            ),
+            Section::MethodTimeout => {
+                format!("[servers.a]\ncommand = \"x\"\n[servers.a.method_timeouts]\n\"tools/call\" = {v}\n")
+            }
+            _ => format!("[servers.a]\ncommand = \"x\"\n{} = {v}\n", k.name),
+        };
+        // At the bound: accepted (backoff_initial needs backoff_max at least as long).
+        let extra = if k.name == "backoff_initial" {
+            "backoff_max = \"1d\"\n"
+        } else {
+            ""
+        };
+        if let Err(e) = parse(Path::new("s.toml"), &format!("{}{extra}", text(&at))) {
+            panic!("{} = {at} is refused: {e}", k.name);
+        }
+        let e = bad(&text(&past));
+        let line = if k.section == Section::MethodTimeout {
+            4
+        } else {
+            2 + usize::from(k.section != Section::Supervisor)
+        };
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (
+                line,
+                k.path(Some("a")).replace("METHOD", "tools/call").as_str()
+            ),
+            "{e}"
+        );
+        assert!(e.message.contains("the most it may be"), "{}: {e}", k.name);
+        assert!(
+            e.message.contains(k.why),
+            "{}: the reason is given: {e}",
+            k.name
+        );
+    }
+}
+
+#[test]
+fn zero_is_refused_where_it_would_fire_at_once_and_allowed_for_delays() {
+    for key in [
+        "request_timeout",
+        "probe_interval",
+        "client_stall_timeout",
+        "era_probe_timeout",
+    ] {
+        let e = bad(&format!("[servers.a]\ncommand = \"x\"\n{key} = \"0s\"\n"));
+        assert_eq!(e.key, format!("servers.a.{key}"));
+        assert_eq!(e.message, "must be greater than 0");
+    }
+    let e = bad("[servers.a]\ncommand = \"x\"\nmethod_timeouts = { \"tools/call\" = \"0s\" }\n");
+    assert_eq!(e.key, "servers.a.method_timeouts.tools/call", "{e}");
+    let c = parse(
+        Path::new("s.toml"),
+        "[servers.a]\ncommand = \"x\"\nbackoff_initial = \"0s\"\nstop_grace = \"0s\"\nkill_timeout = \"0s\"\nqueue_wait = \"0s\"\nqueue_limit = 0\n",
+    )
+    .unwrap();
+    assert_eq!(c.servers["a"].stop_grace, Duration::ZERO);
+    assert_eq!(c.servers["a"].queue_limit, 0);
+}
+
+#[test]
+fn backoff_initial_over_the_default_backoff_max_names_backoff_initial() {
+    let e = bad("[servers.a]\ncommand = \"x\"\nbackoff_initial = \"2m\"\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (3, "servers.a.backoff_initial"),
+        "{e}"
+    );
+    assert!(e.message.contains("60s"), "{e}");
+    let e = bad("[servers.a]\ncommand = \"x\"\nbackoff_initial = \"2m\"\nbackoff_max = \"1m\"\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (4, "servers.a.backoff_max"),
+        "{e}"
+    );
+}
+
+#[test]
+fn counts_and_sizes_past_their_bounds_are_refused_before_any_arithmetic() {
+    for (line, key) in [
+        (
+            "max_inflight = 9223372036854775807",
+            "servers.a.max_inflight",
+        ),
+        ("client_queue = 1000000", "servers.a.client_queue"),
+        (
+            "max_message_size = 17179869184",
+            "servers.a.max_message_size",
+        ),
+        ("max_message_size = 100", "servers.a.max_message_size"),
+        ("memory_max = \"16EiB\"", "servers.a.memory_max"),
+        ("tasks_max = 9223372036854775807", "servers.a.tasks_max"),
+        ("open_files_max = 2147483648", "servers.a.open_files_max"),
+    ] {
+        let e = bad(&format!("[servers.a]\ncommand = \"x\"\n{line}\n"));
+        assert_eq!((e.line, e.key.as_str()), (3, key), "{line}: {e}");
+    }
+    for (line, key) in [
+        ("max_clients = 0", "supervisor.max_clients"),
+        (
+            "max_clients = 9223372036854775807",
+            "supervisor.max_clients",
+        ),
+        ("client_memory = 1024", "supervisor.client_memory"),
+        (
+            "http_max_requests = 1000000",
+            "supervisor.http_max_requests",
+        ),
+        (
+            "http_session_idle = \"30d\"",
+            "supervisor.http_session_idle",
+        ),
+    ] {
+        let e = bad(&format!("[supervisor]\n{line}\n"));
+        assert_eq!((e.line, e.key.as_str()), (2, key), "{line}: {e}");
+    }
+}
+
+#[test]
+fn the_table_renders_defaults_and_bounds_as_the_docs_write_them() {
+    assert_eq!(keys::START_TIMEOUT.default_text(), "\"60s\"");
+    assert_eq!(keys::START_TIMEOUT.bound_text(), "above 0, up to 1h");
+    assert_eq!(keys::HTTP_SESSION_IDLE.default_text(), "\"30m\"");
+    assert_eq!(keys::STOP_GRACE.bound_text(), "0 to 1h");
+    assert_eq!(keys::MAX_MESSAGE_SIZE.bound_text(), "1 KiB to 1 GiB");
+    assert_eq!(keys::MAX_INFLIGHT.bound_text(), "1 to 65536");
+    assert_eq!(keys::show_duration(Duration::from_millis(1500)), "1500ms");
+    assert_eq!(keys::show_duration(Duration::from_secs(7 * 86_400)), "7d");
+}
+
+/// README's two key tables (`| key | default | bound | meaning |`): (keys of the row, default
+/// cell, bound cell), for the table under `heading`.
+fn readme_rows(heading: &str) -> Vec<(Vec<String>, String, String)> {
+    let readme = include_str!("../../README.md");
+    let Some((_, after)) = readme.split_once(heading) else {
+        panic!("README has no {heading}");
+    };
+    after
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            let cells: Vec<String> = l
+                .split(" | ")
+                .map(|c| c.trim_matches(['|', ' ']).to_string())
+                .collect();
+            let names = cells[0]
+                .split(", ")
+                .map(|n| n.trim_matches('`').to_string())
+                .collect();
+            (names, cells[1].clone(), cells[2].clone())
+        })
+        .collect()
+}
+
+#[test]
+fn readme_lists_every_key_with_the_tables_default_and_bound() {
+    use keys::{Default, Section, KEYS};
+    for (heading, sections) in [
+        ("### `[supervisor]`", &[Section::Supervisor][..]),
+        (
+            "### `[defaults]` and `[servers.NAME]`",
+            &[Section::Server, Section::ServerOnly][..],
+        ),
+    ] {
+        let rows = readme_rows(heading);
+        let mut seen = Vec::new();
+        for (names, default, bound) in &rows {
+            for name in names {
+                let Some(k) = KEYS
+                    .iter()
+                    .find(|k| k.name == name && sections.contains(&k.section))
+                else {
+                    panic!("README {heading} has a row `{name}` that is no key");
+                };
+                seen.push(k.name);
+                // The values of `method_timeouts` are bounded in its row.
+                let want = if k.name == "method_timeouts" {
+                    format!("each {}", keys::METHOD_TIMEOUT.bound_text())
+                } else {
+                    k.bound_text()
+                };
+                assert_eq!(bound, &want, "README {heading} `{name}`: the bound");
+                if matches!(
+                    k.default,
+                    Default::Duration(_) | Default::Number(_) | Default::Flag(_)
+                ) {
+                    assert!(
+                        default.contains(&format!("`{}`", k.default_text())),
+                        "README {heading} `{name}`: default {default:?}, the table says {}",
+                        k.default_text()
+                    );
+                }
+            }
+        }
+        for k in KEYS.iter().filter(|k| sections.contains(&k.section)) {
+            assert!(
+                seen.contains(&k.name),
+                "README {heading} has no row for `{}`",
+                k.name
+            );
+        }
+    }
+}
+
+#[test]
+fn an_error_in_defaults_names_defaults_key_at_the_defaults_line() {
+    for (line, key) in [
+        ("start_timeout = \"abc\"", "defaults.start_timeout"),
+        ("start_timeout = \"2h\"", "defaults.start_timeout"),
+        ("probe_failures = 0", "defaults.probe_failures"),
+        ("restart = \"sometimes\"", "defaults.restart"),
+        ("protocol = \"1999\"", "defaults.protocol"),
+        ("roots = [\"relative\"]", "defaults.roots"),
+        ("client_roots = \"all\"", "defaults.client_roots"),
+        ("start = \"lazy\"", "defaults.start"),
+        ("idle_stop = \"0s\"", "defaults.idle_stop"),
+        ("tasks_max = 0", "defaults.tasks_max"),
+        ("memory_max = \"lots\"", "defaults.memory_max"),
+        ("user = \"no-such-user-xyz\"", "defaults.user"),
+        ("group = \"no-such-group-xyz\"", "defaults.group"),
+        (
+            "method_timeouts = { \"tools/call\" = \"0s\" }",
+            "defaults.method_timeouts.tools/call",
+        ),
+        ("backoff_initial = \"2m\"", "defaults.backoff_initial"),
+    ] {
+        // With a server that takes the value, and with none at all.
+        for servers in ["[servers.a]\ncommand = \"x\"\n", ""] {
+            let e = bad(&format!("[supervisor]\n[defaults]\n{line}\n{servers}"));
+            assert_eq!((e.line, e.key.as_str()), (3, key), "{line}: {e}");
+        }
+    }
+    // A server's own value is still named as the server's.
+    let e =
+        bad("[defaults]\nprobe_failures = 2\n[servers.a]\ncommand = \"x\"\nprobe_failures = 0\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (5, "servers.a.probe_failures"),
+        "{e}"
+    );
+    // backoff_max in [defaults] below a server's own backoff_initial: the server's key.
+    let e = bad("[defaults]\nbackoff_max = \"10s\"\n[servers.a]\ncommand = \"x\"\nbackoff_initial = \"20s\"\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (5, "servers.a.backoff_initial"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_defaults_sub_table_needs_no_defaults_header() {
+    let c = parse(
+        Path::new("s.toml"),
+        "[defaults.env]\nA = \"b\"\n[defaults.method_timeouts]\n\"tools/call\" = \"5m\"\n[servers.a]\ncommand = \"x\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.servers["a"].env["A"], "b");
+    assert_eq!(
+        c.servers["a"].timeout_for("tools/call"),
+        Duration::from_secs(300)
+    );
+    let e =
+        bad("[defaults.method_timeouts]\n\"tools/call\" = \"0s\"\n[servers.a]\ncommand = \"x\"\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (2, "defaults.method_timeouts.tools/call"),
+        "{e}"
+    );
+    let e = bad("[servers.a]\ncommand = \"x\"\n[defaults]\n\nargs = [\"-v\"]\n");
+    assert_eq!((e.line, e.key.as_str()), (5, "defaults.args"), "{e}");
+}
+
+#[test]
+fn an_explicit_http_token_file_must_exist_and_hold_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("s.toml");
+    let text = |extra: &str| format!("[servers.a]\ncommand = \"x\"\nhttp = true\n{extra}\n");
+    let load_text = |t: &str| {
+        std::fs::write(&f, t).unwrap();
+        load(&f)
+    };
+    let e = load_text(&text("http_token_file = \"missing.token\"")).unwrap_err();
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (4, "servers.a.http_token_file"),
+        "{e}"
+    );
+    assert!(e.message.contains("missing.token"), "{e}");
+    assert!(e.message.contains("does not exist"), "{e}");
+    // From [defaults]: named there.
+    let e = load_text("[defaults]\nhttp_token_file = \"/nonexistent/t\"\n[servers.a]\ncommand = \"x\"\nhttp = true\n").unwrap_err();
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (2, "defaults.http_token_file"),
+        "{e}"
+    );
+    // A directory, or a token too short, is refused without repeating the token.
+    let e = load_text(&text(&format!("http_token_file = {:?}", dir.path()))).unwrap_err();
+    assert!(e.message.contains("not a regular file"), "{e}");
+    std::fs::write(dir.path().join("short.token"), "s3cr3t\n").unwrap();
+    let e = load_text(&text("http_token_file = \"short.token\"")).unwrap_err();
+    assert_eq!(e.key, "servers.a.http_token_file", "{e}");
+    assert!(e.message.contains("16"), "{e}");
+    assert!(!e.to_string().contains("s3cr3t"), "{e}");
+    std::fs::write(dir.path().join("good.token"), "0123456789abcdef0123\n").unwrap();
+    load_text(&text("http_token_file = \"good.token\"")).unwrap();
+    // Not served over HTTP: the file is never read, so not checked; the default file is
+    // created at start when missing.
+    load_text("[servers.a]\ncommand = \"x\"\nhttp_token_file = \"missing.token\"\n").unwrap();
+    load_text(&text("")).unwrap();
+}
+
+#[test]
+fn portable_checks_values_but_not_users_groups_or_files_of_this_host() {
+    let text = "[supervisor]\nsocket_group = \"no-such-group-xyz\"\n[defaults]\nuser = \"no-such-user-xyz\"\n[servers.a]\ncommand = \"x\"\ngroup = \"no-such-group-xyz\"\nhttp = true\nhttp_token_file = \"/nonexistent/token\"\n";
+    let e = parse(Path::new("s.toml"), text).unwrap_err();
+    assert_eq!(e.key, "supervisor.socket_group", "{e}");
+    let c = parse_with(Path::new("s.toml"), text, Checks::Portable).unwrap();
+    assert_eq!(c.supervisor.socket_group, None);
+    assert_eq!(c.servers["a"].user.as_deref(), Some("no-such-user-xyz"));
+    assert_eq!(c.servers["a"].group.as_deref(), Some("no-such-group-xyz"));
+    // Values are still checked.
+    let e = parse_with(
+        Path::new("s.toml"),
+        "[servers.a]\ncommand = \"x\"\nuser = \"nobody-here\"\nstart_timeout = \"2h\"\n",
+        Checks::Portable,
+    )
+    .unwrap_err();
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (4, "servers.a.start_timeout"),
+        "{e}"
+    );
+    let e = parse_with(
+        Path::new("s.toml"),
+        "[servers.a]\ncommand = \"\"\n",
+        Checks::Portable,
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "servers.a.command");
+}
+
+#[test]
+fn a_remote_metrics_listen_needs_metrics_allow_remote() {
+    let e = bad("[supervisor]\n\nmetrics_listen = \"0.0.0.0:9464\"\n");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (3, "supervisor.metrics_listen"),
+        "{e}"
+    );
+    assert!(e.message.contains("metrics_allow_remote = true"), "{e}");
+    let e = bad("[supervisor]\nmetrics_listen = \"[::]:9464\"\nmetrics_allow_remote = false\n");
+    assert_eq!(e.key, "supervisor.metrics_listen", "{e}");
+    let c = parse(
+        Path::new("s.toml"),
+        "[supervisor]\nmetrics_listen = \"0.0.0.0:9464\"\nmetrics_allow_remote = true\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.supervisor.metrics_listen,
+        Some("0.0.0.0:9464".parse().unwrap())
+    );
+    for local in ["127.0.0.1:9464", "[::1]:9464", "127.0.0.2:0"] {
+        let c = parse(
+            Path::new("s.toml"),
+            &format!("[supervisor]\nmetrics_listen = \"{local}\"\n"),
+        )
+        .unwrap();
+        assert!(c.supervisor.metrics_listen.is_some());
+    }
+}
+
+#[test]
+fn a_file_with_secrets_that_others_can_read_is_named_with_its_mode_and_keys_never_values() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("s.toml");
+    let chmod = |mode| std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+    std::fs::write(
+        &f,
+        "[supervisor]\notel_endpoint = \"http://127.0.0.1:4318\"\notel_headers = { authorization = \"Basic c2VjcmV0\" }\n[defaults]\nenv = { A = \"x\" }\n[servers.a]\ncommand = \"x\"\nenv = { GITHUB_TOKEN = \"ghp_supersecret\" }\n[servers.b]\ncommand = \"x\"\n",
+    )
+    .unwrap();
+    chmod(0o644);
+    let c = load(&f).unwrap();
+    let w = exposure(&c).expect("a warning");
+    assert!(w.contains(&f.display().to_string()), "{w}");
+    assert!(w.contains("0644") && w.contains("group and others"), "{w}");
+    for key in ["supervisor.otel_headers", "defaults.env", "servers.a.env"] {
+        assert!(w.contains(key), "{key}: {w}");
+    }
+    assert!(!w.contains("servers.b"), "b sets nothing itself: {w}");
+    for value in ["ghp_supersecret", "c2VjcmV0", "GITHUB_TOKEN"] {
+        assert!(!w.contains(value), "{value}: {w}");
+    }
+    chmod(0o640);
+    assert!(exposure(&c).is_some_and(|w| w.contains("0640") && w.contains("group")));
+    chmod(0o600);
+    assert_eq!(exposure(&c), None);
+    // Nothing secret in it: no warning, whatever the mode.
+    std::fs::write(&f, "[servers.a]\ncommand = \"x\"\nenv = {}\n").unwrap();
+    chmod(0o644);
+    assert_eq!(exposure(&load(&f).unwrap()), None);
 }

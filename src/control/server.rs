@@ -247,8 +247,7 @@ async fn stop(ctx: &Ctx, name: &str) -> Response {
     if e.handle.commands.send(Command::Stop(tx)).await.is_err() {
         return unreachable_server(name);
     }
-    let budget = e.cfg.stop_grace + e.cfg.kill_timeout + Duration::from_secs(5);
-    let _ = tokio::time::timeout(budget, rx).await;
+    let _ = tokio::time::timeout(stop_budget(&e.cfg), rx).await;
     match query(&e.handle).await {
         Some(s) if s.state == State::Stopped => Response {
             servers: Some(to_values(&[s])),
@@ -285,12 +284,7 @@ async fn start(ctx: &Ctx, name: &str, restart: bool) -> Response {
     if e.handle.commands.send(cmd).await.is_err() || rx.await.is_err() {
         return unreachable_server(name);
     }
-    let budget = e.cfg.start_timeout
-        + e.cfg.stop_grace
-        + e.cfg.kill_timeout
-        + e.cfg.backoff_initial
-        + Duration::from_secs(2);
-    let end = Instant::now() + budget;
+    let end = start_deadline(Instant::now(), &e.cfg);
     let last = loop {
         let Some(s) = query(&e.handle).await else {
             return unreachable_server(name);
@@ -331,10 +325,61 @@ async fn start(ctx: &Ctx, name: &str, restart: bool) -> Response {
     }
 }
 
+/// How long `stop` waits for the child to exit: the whole stop ladder (`stop_grace`, then
+/// `kill_timeout`) plus 5 s to reap and report.
+fn stop_budget(cfg: &ServerConfig) -> Duration {
+    crate::deadline::sum(&[cfg.stop_grace, cfg.kill_timeout, Duration::from_secs(5)])
+}
+
+/// Until when `start` and `restart` wait for the server to settle, from `now`: the start
+/// (`start_timeout`), a stop ladder before it (restart), the spawn floor (`backoff_initial`),
+/// plus 2 s.
+fn start_deadline(now: Instant, cfg: &ServerConfig) -> Instant {
+    let budget = crate::deadline::sum(&[
+        cfg.start_timeout,
+        cfg.stop_grace,
+        cfg.kill_timeout,
+        cfg.backoff_initial,
+        Duration::from_secs(2),
+    ]);
+    crate::deadline::after(now, budget)
+}
+
 /// `ready`, `backoff`, ...: the status vocabulary.
 pub fn state_name(s: State) -> String {
     serde_json::to_value(s)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{start_deadline, stop_budget};
+    use std::time::{Duration, Instant};
+
+    fn cfg() -> crate::config::ServerConfig {
+        crate::config::parse(
+            std::path::Path::new("s.toml"),
+            "[servers.a]\ncommand = \"x\"\n",
+        )
+        .map(|c| c.servers["a"].clone())
+        .unwrap()
+    }
+
+    #[test]
+    fn budgets_are_the_ladder_and_the_start_and_never_overflow() {
+        let mut c = cfg();
+        assert_eq!(stop_budget(&c), Duration::from_secs(2 + 5 + 5));
+        let now = Instant::now();
+        assert_eq!(
+            start_deadline(now, &c),
+            now + Duration::from_secs(60 + 2 + 5 + 1 + 2)
+        );
+        // Values no file may hold (the bounds refuse them) still cannot panic the verbs.
+        c.stop_grace = Duration::MAX;
+        c.start_timeout = Duration::MAX;
+        assert_eq!(stop_budget(&c), Duration::MAX);
+        assert!(start_deadline(now, &c) > now + Duration::from_secs(3600));
+    }
 }

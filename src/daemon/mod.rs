@@ -80,7 +80,7 @@ impl ReloadGate {
         }
         // The reload RELOAD_BURST ago opens the window; `recent` holds at most that many.
         match self.recent.iter().rev().nth(RELOAD_BURST - 1) {
-            Some(t) => (*t + RELOAD_WINDOW).max(now),
+            Some(t) => crate::deadline::after(*t, RELOAD_WINDOW).max(now),
             None => now,
         }
     }
@@ -261,6 +261,9 @@ impl Daemon {
             kind: ErrorKind::InvalidConfig,
             message: e.to_string(),
         })?;
+        if let Some(w) = crate::config::exposure(&new) {
+            warn!("{w}");
+        }
         let (old_s, new_s) = (&self.config.supervisor, &new.supervisor);
         if old_s.socket_dir != new_s.socket_dir
             || old_s.socket_mode != new_s.socket_mode
@@ -468,6 +471,9 @@ async fn summary(registry: &Registry) -> String {
 pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
     for note in &plumbing.notes {
         warn!("{note}");
+    }
+    if let Some(w) = crate::config::exposure(&config) {
+        warn!("{w}");
     }
     let notifier = Notifier::new(plumbing.notify_socket.as_ref()).unwrap_or_else(|e| {
         warn!(error = %e, "NOTIFY_SOCKET is unusable; not notifying systemd");

@@ -220,7 +220,7 @@ pub fn flush(timeout: Duration) {
         return;
     };
     let (done_tx, done_rx) = mpsc::channel();
-    let deadline = std::time::Instant::now() + timeout;
+    let deadline = crate::deadline::after(std::time::Instant::now(), timeout);
     // The queue may be full: retry until the thread makes room, within the timeout.
     let mut msg = Msg::Flush(done_tx);
     loop {

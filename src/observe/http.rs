@@ -82,7 +82,7 @@ pub(super) async fn serve_http_with(
                     _ = tokio::time::sleep(pause) => {}
                     _ = stop.cancelled() => break,
                 }
-                pause = (pause * 2).min(limits.backoff_max);
+                pause = pause.saturating_mul(2).min(limits.backoff_max);
                 continue;
             }
         };

@@ -5,6 +5,7 @@ mod harness;
 
 mod adopt;
 mod basics;
+mod config;
 mod core;
 mod demand;
 mod eras;

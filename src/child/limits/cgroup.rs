@@ -412,7 +412,7 @@ impl InstanceCgroup {
     /// Kills what is left in it and removes it, waiting at most `within` for it to empty.
     /// Returns whether it is gone.
     pub fn remove(&self, within: Duration) -> bool {
-        let deadline = Instant::now() + within;
+        let deadline = crate::deadline::after(Instant::now(), within);
         loop {
             if !self.pids().is_empty() {
                 self.kill();

@@ -418,7 +418,7 @@ impl Guard {
         if !self.0.limits.tree() {
             return std::future::pending().await;
         }
-        let start = tokio::time::Instant::now() + LIMIT_SAMPLE;
+        let start = crate::deadline::after_tokio(tokio::time::Instant::now(), LIMIT_SAMPLE);
         let mut tick = tokio::time::interval_at(start, LIMIT_SAMPLE);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -339,7 +339,7 @@ pub fn start(cfg: &OtelConfig) -> anyhow::Result<()> {
 /// exits, so the last requests' spans are not lost to an exit).
 pub fn flush(timeout: Duration) {
     let Some(tx) = SINK.get() else { return };
-    let deadline = std::time::Instant::now() + timeout;
+    let deadline = crate::deadline::after(std::time::Instant::now(), timeout);
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let mut msg = Msg::Flush(done_tx);
     // The queue may be full: retry until the thread makes room, within the deadline.
@@ -391,7 +391,8 @@ fn run(exporter: opentelemetry_otlp::SpanExporter, mut rx: mpsc::Receiver<Msg>, 
             match msg {
                 Some(Msg::Span(s)) => {
                     if batch.is_empty() {
-                        due = tokio::time::Instant::now() + BATCH_DELAY;
+                        due =
+                            crate::deadline::after_tokio(tokio::time::Instant::now(), BATCH_DELAY);
                     }
                     batch.push(*s);
                     if batch.len() >= MAX_BATCH {
