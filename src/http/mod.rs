@@ -42,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 pub mod access;
+pub mod admit;
 mod session;
 mod stateless;
 mod stream;
