@@ -10,19 +10,36 @@
 //!   backlog delivered when a stream opens ([`BACKLOG`] lines; the oldest are dropped and
 //!   counted in the log).
 //!
+//! A session answers only the [`Caller`] that opened it: a request naming it from another
+//! (another transport, token or uid) gets the same 404 as an unknown id (issue 26 §5). Its
+//! id is logged at debug level only.
+//!
+//! When a server's `http_max_sessions` sessions are open, `initialize` ends the session idle
+//! longest among those with no stream open ([`make_room`]), rather than being refused.
+//!
 //! A POST stream dropped with requests unanswered (the client closed it) sends
 //! `notifications/cancelled` for each to the actor, as if the client had (issue 16 §3); late
 //! answers to them are dropped.
 
+use super::access::Caller;
 use super::stream::{self, OnDrop};
-use super::*;
+use super::{
+    accepts_sse, header, header_str, json_body, log_allowed, plain, rpc_error, trim_newline,
+    Charge, Entry, Front, HeaderMap, HeaderValue, IntoResponse, Response, StatusCode,
+    SESSION_HEADER, VERSION_HEADER,
+};
 use crate::jsonrpc::framing::Line;
+use crate::jsonrpc::message::{self, code, Kind, Message};
+use crate::mux::era;
 use crate::mux::ids::id_key;
-use crate::mux::session::{ClientId, ClientTx, Outbox, SessionEvent, Transport};
-use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::sync::Weak;
-use std::time::Instant;
+use crate::mux::session::{ClientId, ClientTx, Outbox, Peer, SessionEvent, Transport};
+use bytes::Bytes;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
 
 /// Lines kept for a session with no open stream.
 pub const BACKLOG: usize = 256;
@@ -38,6 +55,8 @@ pub struct HttpSession {
     pub id: String,
     /// The server it belongs to.
     pub server: String,
+    /// Who opened it: the only caller it answers.
+    owner: Caller,
     client: ClientId,
     events: mpsc::Sender<SessionEvent>,
     routes: Mutex<Routes>,
@@ -70,22 +89,72 @@ struct PostStream {
     tokens: Vec<String>,
 }
 
-/// The session `sid` of `server`, if open.
-pub(super) fn find(front: &Front, server: &str, sid: &str) -> Option<Arc<HttpSession>> {
+/// The session `sid` of `server`, if open and opened by `caller` (to anyone else it does not
+/// exist).
+pub(super) fn find(
+    front: &Front,
+    server: &str,
+    sid: &str,
+    caller: Caller,
+) -> Option<Arc<HttpSession>> {
     let s = front
         .sessions
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .get(sid)
         .cloned()?;
-    (s.server == server && !s.ended.is_cancelled()).then_some(s)
+    if s.server != server || s.ended.is_cancelled() {
+        return None;
+    }
+    if s.owner != caller {
+        debug!(server, client = %s.client, session = %s.id, "HTTP request naming a session another peer opened: answered as unknown");
+        return None;
+    }
+    Some(s)
 }
 
-/// Opens a session: a new client of the actor, and its pump. `None` when the actor is gone.
+/// Makes room for one more session of `server` under `max` (`http_max_sessions`): when `max`
+/// are open, the one idle longest among those with no stream open is ended. `false` when
+/// every one has a stream open (the newcomer is then refused).
+pub(super) async fn make_room(front: &Front, server: &str, max: usize) -> bool {
+    let now = Instant::now();
+    let victim = {
+        let mut all = front.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = all
+            .values()
+            .filter(|s| s.server == server && !s.ended.is_cancelled());
+        if mine.clone().count() < max {
+            return true;
+        }
+        let Some((sid, idle)) = mine
+            .filter_map(|s| s.idle_since().map(|t| (s.id.clone(), t)))
+            .min_by_key(|(_, t)| *t)
+        else {
+            return false;
+        };
+        // Out of the table now, so a concurrent `initialize` does not pick it too.
+        all.remove(&sid)
+            .map(|s| (s, now.saturating_duration_since(idle)))
+    };
+    let Some((s, idle)) = victim else {
+        return false;
+    };
+    if let Some(suppressed) = log_allowed(&front.limits_log) {
+        info!(server, client = %s.client, idle_s = idle.as_secs(), max, suppressed,
+            "HTTP sessions full (http_max_sessions): ended the longest-idle one with no stream open to make room for a new one");
+    }
+    s.ended.cancel();
+    let _ = s.events.send(SessionEvent::Disconnected(s.client)).await;
+    true
+}
+
+/// Opens a session for `caller`: a new client of the actor, and its pump. `None` when the
+/// actor is gone.
 pub(super) async fn open(
     front: &Arc<Front>,
     entry: &Entry,
     peer: Peer,
+    owner: Caller,
 ) -> Option<Arc<HttpSession>> {
     let id = random_hex(16);
     let client = ClientId::next();
@@ -102,6 +171,7 @@ pub(super) async fn open(
     let s = Arc::new(HttpSession {
         id: id.clone(),
         server: entry.cfg.name.clone(),
+        owner,
         client,
         events,
         routes: Mutex::new(Routes {
@@ -115,13 +185,14 @@ pub(super) async fn open(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(id, s.clone());
-    info!(server = %s.server, client = %client, session = %s.id, uid = peer.uid, "HTTP session opened");
+    info!(server = %s.server, client = %client, uid = peer.uid, "HTTP session opened");
+    debug!(client = %client, session = %s.id, "HTTP session id");
     tokio::spawn(pump(Arc::downgrade(front), s.clone(), outbox));
     Some(s)
 }
 
 /// GET: the session's stream for the child's requests and notifications.
-pub(super) fn get(front: &Front, server: &str, headers: &HeaderMap) -> Response {
+pub(super) fn get(front: &Front, server: &str, caller: Caller, headers: &HeaderMap) -> Response {
     let Some(sid) = header_str(headers, SESSION_HEADER) else {
         if header_str(headers, VERSION_HEADER)
             .is_some_and(|v| !era::HANDSHAKE_VERSIONS.contains(&v))
@@ -135,7 +206,7 @@ pub(super) fn get(front: &Front, server: &str, headers: &HeaderMap) -> Response 
             "Bad Request: Mcp-Session-Id header is required",
         );
     };
-    let Some(s) = find(front, server, sid) else {
+    let Some(s) = find(front, server, sid, caller) else {
         return not_found();
     };
     if !accepts_sse(headers) {
@@ -180,14 +251,19 @@ pub(super) fn get(front: &Front, server: &str, headers: &HeaderMap) -> Response 
 
 /// DELETE: ends the session like a socket client's departure (its requests are cancelled
 /// toward the child).
-pub(super) async fn delete(front: &Front, server: &str, headers: &HeaderMap) -> Response {
+pub(super) async fn delete(
+    front: &Front,
+    server: &str,
+    caller: Caller,
+    headers: &HeaderMap,
+) -> Response {
     let Some(sid) = header_str(headers, SESSION_HEADER) else {
         return method_not_allowed("DELETE needs an Mcp-Session-Id (2026-07-28 has no sessions)");
     };
-    let Some(s) = find(front, server, sid) else {
+    let Some(s) = find(front, server, sid, caller) else {
         return not_found();
     };
-    info!(server = %s.server, session = %s.id, "HTTP session deleted by the client");
+    info!(server = %s.server, client = %s.client, "HTTP session deleted by the client");
     s.ended.cancel();
     let _ = s.events.send(SessionEvent::Disconnected(s.client)).await;
     StatusCode::OK.into_response()
@@ -218,10 +294,11 @@ impl HttpSession {
 
     /// A POST in this session: notifications and responses are passed on (202); requests get
     /// their answers on this POST's response, as SSE when `sse` (with their progress), else
-    /// as one JSON body (an array for a batch).
+    /// as one JSON body (an array for a batch). The body's `Charge` on `client_memory` ends
+    /// once the actor has the messages.
     pub(super) async fn post(
         self: &Arc<Self>,
-        msgs: Vec<Message>,
+        (msgs, charge): (Vec<Message>, Charge),
         batch: bool,
         sse: bool,
     ) -> Response {
@@ -279,6 +356,7 @@ impl HttpSession {
                 );
             }
         }
+        drop(charge);
         let Some((n, mut rx, expected)) = stream else {
             return StatusCode::ACCEPTED.into_response();
         };
@@ -395,7 +473,7 @@ impl HttpSession {
             return;
         }
         for id in cancels {
-            debug!(session = %self.id, id = id.get(), "HTTP response stream closed before its answer: cancelling the request");
+            debug!(client = %self.client, id = id.get(), "HTTP response stream closed before its answer: cancelling the request");
             let params = serde_json::json!({
                 "requestId": serde_json::from_str::<serde_json::Value>(id.get()).unwrap_or_default(),
                 "reason": "the HTTP response stream was closed",
@@ -444,7 +522,7 @@ impl HttpSession {
                                 // A client that does not read its stream is closed, as a slow
                                 // socket client is (R17); its other requests are cancelled.
                                 drop(r);
-                                warn!(session = %self.id, "HTTP response stream not read ({STREAM_QUEUE} lines queued): closing it");
+                                warn!(client = %self.client, "HTTP response stream not read ({STREAM_QUEUE} lines queued): closing it");
                                 self.stream_gone(n);
                                 return;
                             }
@@ -461,7 +539,7 @@ impl HttpSession {
                         // A response nobody awaits (its stream ended): dropped, never given to
                         // another stream. Only id-less errors (`id: null`) go on below.
                         None if k != "null" => {
-                            debug!(session = %self.id, id = %k, "response for no open stream dropped");
+                            debug!(client = %self.client, id = %k, "response for no open stream dropped");
                             return;
                         }
                         None => None,
@@ -474,7 +552,7 @@ impl HttpSession {
                     Some(n) => Some(n),
                     None => {
                         // Its request was answered or its stream closed: nobody waits for it.
-                        debug!(session = %self.id, "progress for a finished request dropped");
+                        debug!(client = %self.client, "progress for a finished request dropped");
                         return;
                     }
                 }
@@ -496,7 +574,7 @@ impl HttpSession {
         }
         if r.backlog.len() >= BACKLOG {
             r.backlog.pop_front();
-            warn!(session = %self.id, "HTTP session has no open stream and {BACKLOG} lines waiting: dropped the oldest");
+            warn!(client = %self.client, "HTTP session has no open stream and {BACKLOG} lines waiting: dropped the oldest");
         }
         r.backlog.push_back(msg);
     }
@@ -510,12 +588,20 @@ impl HttpSession {
         r.by_token.clear();
     }
 
+    /// When the session last had a request or a stream, if it has no stream open now.
+    fn idle_since(&self) -> Option<Instant> {
+        let r = self.lock();
+        let open = !r.streams.is_empty() || r.get.as_ref().is_some_and(|g| !g.is_closed());
+        if open {
+            return None;
+        }
+        r.last_active
+    }
+
     /// Idle: no open stream and nothing for `idle`.
     fn idle_for(&self, idle: Duration, now: Instant) -> bool {
-        let r = self.lock();
-        r.streams.is_empty()
-            && r.get.as_ref().is_none_or(|g| g.is_closed())
-            && r.last_active.is_some_and(|t| now.duration_since(t) >= idle)
+        self.idle_since()
+            .is_some_and(|t| now.saturating_duration_since(t) >= idle)
     }
 }
 
@@ -547,7 +633,7 @@ async fn pump(front: Weak<Front>, s: Arc<HttpSession>, mut outbox: Outbox) {
     if by_client {
         let _ = s.events.send(SessionEvent::Disconnected(s.client)).await;
     }
-    info!(server = %s.server, session = %s.id, "HTTP session ended");
+    info!(server = %s.server, client = %s.client, "HTTP session ended");
 }
 
 /// Ends sessions idle past `http_session_idle`, every [`REAP_EVERY`], while the front lives.
@@ -570,7 +656,7 @@ pub(super) async fn reap(front: Weak<Front>) {
             .collect();
         drop(f);
         for s in expired {
-            info!(server = %s.server, session = %s.id, idle_s = idle.as_secs(), "HTTP session idle past http_session_idle: ending it");
+            info!(server = %s.server, client = %s.client, idle_s = idle.as_secs(), "HTTP session idle past http_session_idle: ending it");
             s.ended.cancel();
             let _ = s.events.send(SessionEvent::Disconnected(s.client)).await;
         }
@@ -619,6 +705,7 @@ mod props {
         let s = Arc::new(HttpSession {
             id: "test".into(),
             server: "s".into(),
+            owner: Caller::Unix { uid: 0 },
             client: ClientId(1),
             events,
             routes: Mutex::new(Routes::default()),
