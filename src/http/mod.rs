@@ -146,6 +146,8 @@ pub struct Front {
     refusals_log: Mutex<LogBudget>,
     /// Log lines about failed token attempts ([`REFUSALS_LOGGED`]).
     tokens_log: Mutex<LogBudget>,
+    /// Log lines about a child's questions no stream of their session could carry.
+    questions_log: Mutex<LogBudget>,
     /// Log lines about bodies refused over `client_memory` and sessions ended to make room.
     limits_log: Mutex<LogBudget>,
     /// Cancelled at shutdown: every stream and session ends.
@@ -177,6 +179,7 @@ impl Front {
             memory,
             refusals_log: Mutex::new(LogBudget::new(REFUSALS_LOGGED, REFUSALS_WINDOW)),
             tokens_log: Mutex::new(LogBudget::new(REFUSALS_LOGGED, REFUSALS_WINDOW)),
+            questions_log: Mutex::new(LogBudget::new(REFUSALS_LOGGED, REFUSALS_WINDOW)),
             limits_log: Mutex::new(LogBudget::new(REFUSALS_LOGGED, REFUSALS_WINDOW)),
             stop,
         });

@@ -1251,6 +1251,88 @@ fn http_refusals_and_failed_tokens_are_logged_rate_limited_and_never_the_token()
     assert!(told, "no count of suppressed lines\n{}", s.sup.log());
 }
 
+/// Issue 26 §7: a further GET stream on a session is served (the specification allows a
+/// stream or 405; 409 is neither), and each message goes on one stream: the newest open.
+#[test]
+fn http_a_further_get_stream_is_served_and_messages_go_on_the_newest() {
+    let s = HttpSup::start(&fake_server("f", &[], "http = true"));
+    let sid = s.session("f");
+    let mut older = get_stream(&s, "f", &sid);
+    assert_eq!(older.status, 200);
+    let mut newer = get_stream(&s, "f", &sid);
+    assert_eq!(newer.status, 200, "a second GET stream was refused");
+    assert_eq!(newer.header("content-type"), Some("text/event-stream"));
+    // A handshake child's log messages go to every handshake client: this session has no
+    // POST open, so its newest GET stream carries them.
+    let mut sock = s.sup.client("f");
+    sock.call(json!(1), "log", json!({"data": "first"}));
+    let got = newer
+        .event(Duration::from_secs(10))
+        .expect("on the newest stream");
+    assert_eq!(got["method"], "notifications/message", "{got}");
+    assert_eq!(got["params"]["data"], "first");
+    assert!(
+        older.event(Duration::from_millis(500)).is_none(),
+        "a message went on two streams"
+    );
+    // The newest closed: the one still open carries them.
+    drop(newer);
+    let mut n = 1;
+    let reached = wait_until(Duration::from_secs(20), || {
+        n += 1;
+        sock.call(json!(n), "log", json!({"data": n}));
+        older.event(Duration::from_millis(200)).is_some()
+    });
+    assert!(reached, "the older stream never carried a message");
+}
+
+/// Issue 26 §7: a child's question to a handshake-era client whose POST accepts only JSON
+/// reaches it on its GET stream; with no stream able to carry it, the child is answered an
+/// error at once (its own fallback runs) and the log says why.
+#[test]
+fn http_a_childs_question_to_a_json_only_client_uses_its_get_stream_or_fails_at_once() {
+    let s = HttpSup::start(&fake_server(
+        "f",
+        &[],
+        "http = true\nrequest_timeout = \"120s\"",
+    ));
+    let auth = format!("Bearer {}", s.token("f"));
+    let json_only = |sid: &str, body: &Value| {
+        let mut h = in_session(sid).to_vec();
+        h.extend([
+            ("Accept", "application/json"),
+            ("Authorization", auth.as_str()),
+        ]);
+        request(&s.tcp(), "POST", "/mcp/f", &h, &body.to_string())
+    };
+    let sid = s.session_with("f", json!({"elicitation": {}}));
+    let mut stream = get_stream(&s, "f", &sid);
+    assert_eq!(stream.status, 200);
+    let answer = std::thread::scope(|sc| {
+        let asking =
+            sc.spawn(|| json_only(&sid, &call(6, "confirm", json!({"question": "go?"}))).json());
+        let asked = stream
+            .event(Duration::from_secs(10))
+            .expect("the child's question on the GET stream");
+        assert_eq!(asked["method"], "elicitation/create", "{asked}");
+        let reply = json!({"jsonrpc":"2.0","id":asked["id"],"result":{"action":"accept","content":{"ok":true}}});
+        assert_eq!(s.post("f", &in_session(&sid), &reply).status, 202);
+        asking.join().unwrap()
+    });
+    assert!(text(&answer).starts_with("confirmed:"), "{answer}");
+    // A session with no stream that can carry the question: the child hears an error at once
+    // (the fake server's fallback answers `error:...`), long before request_timeout.
+    let other = s.session_with("f", json!({"elicitation": {}}));
+    let v = json_only(&other, &call(7, "confirm", json!({"question": "go?"}))).json();
+    assert!(text(&v).starts_with("error:"), "{v}");
+    assert!(
+        s.sup
+            .wait_log("no stream can carry it", Duration::from_secs(5)),
+        "{}",
+        s.sup.log()
+    );
+}
+
 /// A keep-alive HTTP/1.1 connection to a Unix socket as another uid: `socat` run by `setpriv`
 /// (the tests run as root), its stdin and stdout the connection.
 struct AsUid {
