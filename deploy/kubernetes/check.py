@@ -8,7 +8,8 @@
    kubernetes-validate ships, strictly (unknown fields are errors), for each version asked.
    A kind it has no schema for is an error, except PodMonitor (a CRD), which is checked
    against a structural subset of its schema written below.
-3. Cross-references no schema sees: selectors match pod labels, named ports exist, volumes are
+3. Cross-references no schema sees: selectors match pod labels (NetworkPolicy podSelector
+   too), named ports exist (Service targets, probes, PodMonitor, NetworkPolicy rules), volumes are
    mounted, ConfigMap volumes name a generated ConfigMap, the scrape annotation's port is the
    metrics port.
 4. Each generated supervisor.toml agrees with its manifests: listen ports are the container
@@ -440,6 +441,19 @@ def cross_check(name, built):
                     if ep.get("port") and not any(ep["port"] in port_names(c) for pd in matched for c in containers(pd)):
                         problem(what, f"port `{ep['port']}` is no named port of the selected pods")
             ok(f"{what}: selects {', '.join(pd['kind'] + '/' + pd['metadata']['name'] for pd in matched)}")
+        if kind == "NetworkPolicy":
+            spec = d.get("spec") or {}
+            matched = [pd for _, pd in pods if selects(spec.get("podSelector") or {}, pod_labels(pd))]
+            if not matched:
+                problem(what, f"podSelector {spec.get('podSelector')} matches no pod of this kustomization")
+                continue
+            for rule in spec.get("ingress") or []:
+                for rp in rule.get("ports") or []:
+                    port = rp.get("port")
+                    if isinstance(port, str) and not all(
+                            any(port in port_names(c) for c in containers(pd)) for pd in matched):
+                        problem(what, f"ingress port `{port}` is no named port of every selected pod")
+            ok(f"{what}: selects {', '.join(pd['kind'] + '/' + pd['metadata']['name'] for pd in matched)}, named ports exist")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -324,7 +324,9 @@ impl Daemon {
             .operators
             .write()
             .unwrap_or_else(|p| p.into_inner()) = operator_access(new_s);
-        // Live sessions of peers no longer allowed end now (issue 14 §2).
+        // Live sessions of peers no longer allowed end now (issue 14 §2), and their HTTP
+        // connections on NAME.http.sock close (issue 26 §5).
+        self.shared.close_revoked_http();
         for (name, access) in &revised {
             if let Some(r) = self.servers.get(name) {
                 if r.handle
@@ -508,9 +510,10 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
     }
     let registry = Registry::default();
     let connections = CancellationToken::new();
+    let memory = Arc::new(session::MemoryBudget::new(config.supervisor.client_memory));
     let mut daemon = Daemon {
         dir: dir.clone(),
-        memory: Arc::new(session::MemoryBudget::new(config.supervisor.client_memory)),
+        memory: memory.clone(),
         perms,
         shared: Arc::new(Shared {
             clients: RwLock::new(
@@ -526,6 +529,7 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
                 Duration::from_secs(10),
             )),
             max_clients: AtomicUsize::new(config.supervisor.max_clients),
+            http_peers: Default::default(),
         }),
         registry: registry.clone(),
         servers: BTreeMap::new(),
@@ -538,6 +542,7 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
         front: crate::http::Front::new(
             registry.clone(),
             config.supervisor.http.clone(),
+            memory,
             connections.clone(),
         ),
         http_tcp: false,

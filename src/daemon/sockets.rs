@@ -361,9 +361,70 @@ pub(super) struct Shared {
     /// Operator access (`control.sock`).
     pub(super) operators: RwLock<Access>,
     pub(super) max_clients: AtomicUsize,
+    /// The HTTP connections open on the servers' `NAME.http.sock`, so that a reload that
+    /// revokes a peer closes them (issue 26 §5; [`Shared::close_revoked_http`]).
+    pub(super) http_peers: std::sync::Mutex<HttpPeers>,
+}
+
+/// The connections open on every `NAME.http.sock`: by a number of their own, the server,
+/// the peer, and the token that closes the connection.
+#[derive(Debug, Default)]
+pub(super) struct HttpPeers {
+    next: u64,
+    open: HashMap<u64, (String, Peer, CancellationToken)>,
 }
 
 impl Shared {
+    fn http_peers(&self) -> std::sync::MutexGuard<'_, HttpPeers> {
+        // Every change is one insert or remove: a poisoned lock holds a consistent map.
+        self.http_peers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records an HTTP connection of `peer` to server `server`'s `NAME.http.sock`: its
+    /// number (for [`Shared::forget_http`]) and the token that closes it.
+    fn register_http(&self, server: &str, peer: Peer) -> (u64, CancellationToken) {
+        let mut p = self.http_peers();
+        let n = p.next;
+        p.next = p.next.wrapping_add(1);
+        let revoked = CancellationToken::new();
+        p.open
+            .insert(n, (server.to_string(), peer, revoked.clone()));
+        (n, revoked)
+    }
+
+    fn forget_http(&self, n: u64) {
+        self.http_peers().open.remove(&n);
+    }
+
+    /// Closes every `NAME.http.sock` connection whose peer the client access in force no
+    /// longer permits (called by a reload once the new lists are in place, as
+    /// `Command::Permit` ends their sessions in the actors). Returns how many were closed.
+    pub(super) fn close_revoked_http(&self) -> usize {
+        let revoked: Vec<(String, Peer, CancellationToken)> = {
+            let mut p = self.http_peers();
+            let gone: Vec<u64> = p
+                .open
+                .iter()
+                .filter(|(_, (server, peer, _))| {
+                    !self.permits(Role::Server(server), peer.uid, peer.gid)
+                })
+                .map(|(n, _)| *n)
+                .collect();
+            gone.iter().filter_map(|n| p.open.remove(n)).collect()
+        };
+        // One line per server and uid.
+        let mut by_peer: BTreeMap<(String, u32), usize> = BTreeMap::new();
+        for (server, peer, token) in &revoked {
+            token.cancel();
+            *by_peer.entry((server.clone(), peer.uid)).or_default() += 1;
+        }
+        for ((server, uid), connections) in by_peer {
+            warn!(server = %server, peer_uid = uid, connections,
+                "closed the HTTP connections of uid {uid}: no longer allowed after a reload");
+        }
+        revoked.len()
+    }
+
     fn permits(&self, role: Role<'_>, uid: u32, gid: u32) -> bool {
         match role {
             Role::Control => self
@@ -515,7 +576,8 @@ pub(super) async fn control_loop(
 }
 
 /// Accepts connections on server `name`'s `NAME.http.sock` (the same `SO_PEERCRED` check as
-/// `NAME.sock`) and serves HTTP on each until `stop` fires (issue 16 §1, §4).
+/// `NAME.sock`) and serves HTTP on each until `stop` fires (issue 16 §1, §4), or until a
+/// reload no longer allows its peer ([`Shared::close_revoked_http`], issue 26 §5).
 pub(super) async fn http_accept_loop(
     listener: UnixListener,
     name: String,
@@ -534,13 +596,17 @@ pub(super) async fn http_accept_loop(
         }
         live.fetch_add(1, Ordering::Relaxed);
         let live = live.clone();
+        let (n, revoked) = shared.register_http(&name, peer);
         let via = crate::http::Via::Unix {
             server: name.clone(),
             peer,
+            revoked: revoked.clone(),
         };
         let front = front.clone();
+        let shared = shared.clone();
         tracker.spawn(async move {
-            crate::http::serve_connection(stream, front, via).await;
+            crate::http::serve_connection(stream, front, via, revoked.cancelled_owned()).await;
+            shared.forget_http(n);
             live.fetch_sub(1, Ordering::Relaxed);
         });
     }

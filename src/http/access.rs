@@ -9,58 +9,110 @@
 //!
 //! On `NAME.http.sock` the peer already passed `SO_PEERCRED` and the allow-lists; `Origin` is
 //! still checked. Token files: [`ensure_token`].
+//!
+//! A request that passes is from a [`Caller`], which a session is bound to (issue 26 §5).
+//! Refusals are logged (issue 26 §6): a foreign Host or Origin, and a missing or wrong token
+//! (never the token itself), each at most [`super::REFUSALS_LOGGED`] lines per
+//! [`super::REFUSALS_WINDOW`],
+//! the next line saying how many were suppressed.
 
-use super::*;
+use super::{
+    header, header_str, log_allowed, loggable, plain, session, Front, HeaderMap, HeaderValue,
+    HttpConfig, Response, ServerConfig, StatusCode, Via,
+};
+use sha2::Digest;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use subtle::ConstantTimeEq;
+use tracing::{info, warn};
 
-/// Checks a request's credentials and origin; `Err` is the answer to send instead.
+/// Who a request that passed the access check comes from, as far as sessions are concerned:
+/// a session answers only the caller that opened it (issue 26 §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// TCP, with the server's bearer token: its SHA-256 (a rotated token is another caller).
+    Tcp {
+        /// SHA-256 of the token the request carried.
+        token: [u8; 32],
+    },
+    /// `NAME.http.sock`, from this uid (`SO_PEERCRED`).
+    Unix {
+        /// The peer's uid.
+        uid: u32,
+    },
+}
+
+/// Checks a request's credentials and origin: the [`Caller`], or the answer to send instead.
 pub(super) fn check(
     front: &Front,
     settings: &HttpConfig,
     via: &Via,
     server: &str,
     headers: &HeaderMap,
-) -> Result<(), Box<Response>> {
+) -> Result<Caller, Box<Response>> {
+    let server = loggable(server);
+    let addr = match via {
+        Via::Tcp { addr, .. } => Some(*addr),
+        Via::Unix { .. } => None,
+    };
     if let Some(origin) = header_str(headers, "origin") {
         if !origin_allowed(origin, &settings.allowed_origins) {
-            warn!(server, origin, "HTTP request refused: Origin not allowed");
+            if let Some(suppressed) = log_allowed(&front.refusals_log) {
+                let origin = loggable(origin);
+                warn!(server, origin, peer = ?addr, suppressed, "HTTP request refused: Origin not allowed");
+            }
             return Err(Box::new(plain(
                 StatusCode::FORBIDDEN,
                 "Forbidden: Origin not allowed (add it to http_allowed_origins)",
             )));
         }
     }
-    if !matches!(via, Via::Tcp) {
-        return Ok(());
-    }
+    let Some(addr) = addr else {
+        let uid = match via {
+            Via::Unix { peer, .. } => peer.uid,
+            Via::Tcp { .. } => 0,
+        };
+        return Ok(Caller::Unix { uid });
+    };
     let host = header_str(headers, "host").unwrap_or("");
     if !host_allowed(host, &settings.allowed_hosts) {
-        warn!(server, host, "HTTP request refused: Host not allowed");
+        if let Some(suppressed) = log_allowed(&front.refusals_log) {
+            let host = loggable(host);
+            warn!(server, host, peer = %addr, suppressed, "HTTP request refused: Host not allowed");
+        }
         return Err(Box::new(plain(
             StatusCode::FORBIDDEN,
             "Forbidden: Host not allowed (add it to http_allowed_hosts)",
         )));
     }
-    let Some(want) = front.token(server) else {
-        // Unknown server, or its token file could not be read: refuse the same way, so a
-        // scan cannot tell which names exist.
-        return Err(Box::new(unauthorized()));
+    let given = header_str(headers, "authorization").map(|v| {
+        v.strip_prefix("Bearer ")
+            .or_else(|| v.strip_prefix("bearer "))
+            .map(str::trim)
+    });
+    let known = front.token(server);
+    let matched = match (&known, given) {
+        (Some(want), Some(Some(given))) => bool::from(given.as_bytes().ct_eq(want.as_bytes())),
+        _ => false,
     };
-    let given = header_str(headers, "authorization")
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(str::trim)
-        .unwrap_or("");
-    if bool::from(given.as_bytes().ct_eq(want.as_bytes())) {
-        Ok(())
-    } else {
-        Err(Box::new(unauthorized()))
+    if matched {
+        let token = sha2::Sha256::digest(given.flatten().unwrap_or("").as_bytes()).into();
+        return Ok(Caller::Tcp { token });
     }
+    if let Some(suppressed) = log_allowed(&front.tokens_log) {
+        // Never the token: only which kind of failure it was.
+        let why = match (given, known.is_some()) {
+            (None, _) => "no bearer token",
+            (Some(None), _) => "an Authorization header that is not Bearer",
+            (Some(Some(_)), true) => "wrong bearer token",
+            // Unknown server, or its token file could not be read: the client is told the
+            // same as for a wrong token, so a scan cannot tell which names exist.
+            (Some(Some(_)), false) => "a bearer token for a server with no HTTP token",
+        };
+        warn!(server, peer = %addr, suppressed, "HTTP request refused: {why}");
+    }
+    Err(Box::new(unauthorized()))
 }
 
 fn unauthorized() -> Response {

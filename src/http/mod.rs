@@ -19,7 +19,25 @@
 //!
 //! Access ([`access`]): on TCP a bearer token per server is required, and `Host` and `Origin`
 //! are checked (DNS rebinding); on the Unix socket `NAME.http.sock`, `SO_PEERCRED` and the
-//! allow-lists apply as on `NAME.sock`, and `Origin` is checked.
+//! allow-lists apply as on `NAME.sock`, and `Origin` is checked. A session answers only the
+//! peer that opened it ([`access::Caller`]: the same token on TCP, the same uid on the Unix
+//! socket); a reload that revokes a uid closes its Unix connections (`daemon::sockets`).
+//!
+//! What no anonymous peer can exhaust (issue 26 §4):
+//! - TCP connections that have not passed the access check yet live in a pool of
+//!   [`ANONYMOUS_CONNECTIONS`] where a newcomer ends the oldest ([`admit`]), and must pass it
+//!   within [`ANONYMOUS_TIMEOUT`] of their accept; the first request that passes moves the
+//!   connection to one of [`MAX_CONNECTIONS`] seats. Half-sent heads without a token cannot
+//!   keep a client that has one out.
+//! - Request bodies are charged to the daemon-wide `client_memory` budget while they are read
+//!   and until their messages are handed to the actor; one that would take the total beyond
+//!   it is read to its end without being kept and answered 503 (-32002, `Retry-After: 1`).
+//! - When `http_max_sessions` sessions of a server are open, `initialize` ends the one idle
+//!   longest among those with no stream open (`session::make_room`); only when every one has a
+//!   stream open is the newcomer refused (503, -32002).
+//! - Refused Host/Origin requests and failed token attempts are logged at most
+//!   [`REFUSALS_LOGGED`] per [`REFUSALS_WINDOW`] each, with a count of the suppressed ones
+//!   (never the token).
 //!
 //! HTTP itself is hyper's (HTTP/1.1 with a header-read timeout); SSE framing and keep-alive
 //! comments are axum's `Sse`.
@@ -27,8 +45,9 @@
 use crate::config::{HttpConfig, ServerConfig};
 use crate::control::server::{Entry, Registry};
 use crate::jsonrpc::message::{self, code, Kind, Message};
+use crate::logging::LogBudget;
 use crate::mux::era;
-use crate::mux::session::Peer;
+use crate::mux::session::{MemoryBudget, Peer};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -42,6 +61,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 pub mod access;
+pub mod admit;
 mod session;
 mod stateless;
 mod stream;
@@ -61,22 +81,50 @@ pub const HEADER_MISMATCH: i64 = -32020;
 /// SSE keep-alive comment interval on long streams (issue 16 §3): proxies with idle timeouts
 /// of 30-60 s keep the stream open.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
-/// How long a client may take to send a request head (hyper's `header_read_timeout`).
+/// How long a client may take to send a request head, and how long a kept-alive connection
+/// may wait for its next one (hyper's `header_read_timeout`).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
-/// HTTP connections served at once per listener; more are closed at once.
+/// The most a connection's read buffer holds (hyper's `max_buf_size`; at least 8 KiB): a
+/// request head beyond it is refused (431), and a body is read in pieces of at most this.
+/// With [`ANONYMOUS_CONNECTIONS`], it bounds what half-sent heads hold to 8 MiB.
+const READ_BUFFER: usize = 64 * 1024;
+/// Authenticated HTTP connections served at once per listener (on TCP: connections a request
+/// of which passed the access check; on `NAME.http.sock`: every connection, `SO_PEERCRED`
+/// having passed). On TCP, a request that would need one more gets 503 and its connection is
+/// closed; on the Unix socket, the connection is closed at accept.
 pub const MAX_CONNECTIONS: usize = 1024;
+/// TCP connections that have not passed the access check yet (no complete request head, or
+/// no valid token yet), at most: a newcomer beyond this ends the oldest (issue 26 §4).
+pub const ANONYMOUS_CONNECTIONS: usize = 128;
+/// How long after its accept a TCP connection may stay without a request that passed the
+/// access check: then it is closed, answered or not (issue 26 §4; the first head of a
+/// well-behaved client comes in milliseconds).
+pub const ANONYMOUS_TIMEOUT: Duration = Duration::from_secs(5);
+/// Log lines about refused Host/Origin requests, and (separately) about failed token
+/// attempts, per [`REFUSALS_WINDOW`]; the rest are counted and the next line says how many.
+pub const REFUSALS_LOGGED: u32 = 20;
+/// See [`REFUSALS_LOGGED`].
+pub const REFUSALS_WINDOW: Duration = Duration::from_secs(10);
 
 /// How a request reached us.
 #[derive(Debug, Clone)]
 pub enum Via {
     /// The TCP listener (`http_listen`): any server, by path; token, Host and Origin checked.
-    Tcp,
+    Tcp {
+        /// The peer's address (for the log).
+        addr: std::net::SocketAddr,
+        /// Anonymous until a request of this connection passes the access check.
+        admission: Arc<admit::Admission>,
+    },
     /// A server's `NAME.http.sock`, whose peer passed the `SO_PEERCRED` check.
     Unix {
         /// The server this socket serves.
         server: String,
         /// Who connected.
         peer: Peer,
+        /// Cancelled when a reload no longer allows this peer: its requests are refused and
+        /// its connection closed.
+        revoked: CancellationToken,
     },
 }
 
@@ -92,13 +140,29 @@ pub struct Front {
     requests: Mutex<HashMap<String, usize>>,
     /// The identity given to TCP clients in the actor (token-authenticated: the daemon's own).
     me: Peer,
+    /// The daemon-wide `client_memory` budget, which request bodies are charged to.
+    memory: Arc<MemoryBudget>,
+    /// Log lines about refused Host/Origin requests ([`REFUSALS_LOGGED`]).
+    refusals_log: Mutex<LogBudget>,
+    /// Log lines about failed token attempts ([`REFUSALS_LOGGED`]).
+    tokens_log: Mutex<LogBudget>,
+    /// Log lines about a child's questions no stream of their session could carry.
+    questions_log: Mutex<LogBudget>,
+    /// Log lines about bodies refused over `client_memory` and sessions ended to make room.
+    limits_log: Mutex<LogBudget>,
     /// Cancelled at shutdown: every stream and session ends.
     stop: CancellationToken,
 }
 
 impl Front {
-    /// A front over `registry` with these settings; `stop` ends every stream.
-    pub fn new(registry: Registry, settings: HttpConfig, stop: CancellationToken) -> Arc<Front> {
+    /// A front over `registry` with these settings; request bodies are charged to `memory`
+    /// (`client_memory`); `stop` ends every stream.
+    pub fn new(
+        registry: Registry,
+        settings: HttpConfig,
+        memory: Arc<MemoryBudget>,
+        stop: CancellationToken,
+    ) -> Arc<Front> {
         let me = Peer {
             uid: nix::unistd::geteuid().as_raw(),
             gid: nix::unistd::getegid().as_raw(),
@@ -112,6 +176,11 @@ impl Front {
             sessions: Mutex::new(HashMap::new()),
             requests: Mutex::new(HashMap::new()),
             me,
+            memory,
+            refusals_log: Mutex::new(LogBudget::new(REFUSALS_LOGGED, REFUSALS_WINDOW)),
+            tokens_log: Mutex::new(LogBudget::new(REFUSALS_LOGGED, REFUSALS_WINDOW)),
+            questions_log: Mutex::new(LogBudget::new(REFUSALS_LOGGED, REFUSALS_WINDOW)),
+            limits_log: Mutex::new(LogBudget::new(REFUSALS_LOGGED, REFUSALS_WINDOW)),
             stop,
         });
         tokio::spawn(session::reap(Arc::downgrade(&front)));
@@ -150,21 +219,34 @@ impl Front {
             .get(name)
             .cloned()
     }
+}
 
-    /// Open handshake-era sessions of `server`.
-    fn sessions_of(&self, server: &str) -> usize {
-        self.sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter(|s| s.server == server)
-            .count()
+/// Whether `budget` allows one more log line now: `Some(suppressed since the last one)`.
+fn log_allowed(budget: &Mutex<LogBudget>) -> Option<u64> {
+    budget
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .allow(std::time::Instant::now())
+}
+
+/// An attacker's header value as it may be logged: at most 128 characters (the log is
+/// JSON-escaped or Debug-quoted by the subscriber).
+fn loggable(v: &str) -> &str {
+    match v.char_indices().nth(128) {
+        Some((at, _)) => v.get(..at).unwrap_or(v),
+        None => v,
     }
 }
 
-/// Serves HTTP/1.1 on one accepted connection until it closes or `stop` fires.
-pub async fn serve_connection<I>(io: I, front: Arc<Front>, via: Via)
-where
+/// Serves HTTP/1.1 on one accepted connection until it closes, `close` completes (the
+/// connection is dropped at once: revoked, or anonymous for too long) or the front's `stop`
+/// fires (a graceful close of at most 2 s).
+pub async fn serve_connection<I>(
+    io: I,
+    front: Arc<Front>,
+    via: Via,
+    close: impl std::future::Future<Output = ()>,
+) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let stop = front.stop.clone();
@@ -177,6 +259,7 @@ where
     builder
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(READ_BUFFER)
         .keep_alive(true);
     let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(io), service);
     tokio::pin!(conn);
@@ -186,6 +269,7 @@ where
                 debug!(error = %e, "HTTP connection ended with an error");
             }
         }
+        () = close => debug!("HTTP connection closed"),
         _ = stop.cancelled() => {
             conn.as_mut().graceful_shutdown();
             let _ = tokio::time::timeout(Duration::from_secs(2), conn).await;
@@ -193,15 +277,21 @@ where
     }
 }
 
-/// Accepts TCP connections for the endpoint until `stop` fires (at most
-/// [`MAX_CONNECTIONS`] at once; a failing `accept` is retried after a pause).
+/// Accepts TCP connections for the endpoint until `stop` fires. Each starts anonymous (one
+/// of [`ANONYMOUS_CONNECTIONS`], the oldest ended for a newcomer, closed [`ANONYMOUS_TIMEOUT`]
+/// after its accept unless a request of it passed the access check) and then holds one of
+/// [`MAX_CONNECTIONS`] seats (module documentation). A failing `accept` is retried after a
+/// pause.
 pub async fn serve_tcp(
     listener: tokio::net::TcpListener,
     front: Arc<Front>,
     stop: CancellationToken,
     tracker: tokio_util::task::TaskTracker,
 ) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let anonymous = admit::Pool::new(ANONYMOUS_CONNECTIONS);
+    let seats = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    // One line per 10 s while the anonymous pool overflows (a flood, or a crowd).
+    let mut crowded = LogBudget::new(1, Duration::from_secs(10));
     loop {
         let (stream, addr) = tokio::select! {
             r = listener.accept() => match r {
@@ -214,15 +304,38 @@ pub async fn serve_tcp(
             },
             _ = stop.cancelled() => return,
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            debug!(%addr, "HTTP connection refused: {MAX_CONNECTIONS} open");
-            continue;
-        };
+        let (place, evicted) = anonymous.admit();
+        if let Some(oldest) = evicted {
+            oldest.cancel();
+            if let Some(suppressed) = crowded.allow(std::time::Instant::now()) {
+                warn!(
+                    limit = ANONYMOUS_CONNECTIONS,
+                    suppressed,
+                    "{ANONYMOUS_CONNECTIONS} HTTP connections without a valid token are open: ending the oldest to make room for each new one"
+                );
+            }
+        }
         let _ = stream.set_nodelay(true);
+        let admission = Arc::new(admit::Admission::anonymous(place, seats.clone()));
+        let via = Via::Tcp {
+            addr,
+            admission: admission.clone(),
+        };
         let front = front.clone();
         tracker.spawn(async move {
-            serve_connection(stream, front, Via::Tcp).await;
-            drop(permit);
+            let close = async {
+                let (ended, authenticated) = (admission.ended(), admission.authenticated());
+                tokio::select! {
+                    _ = ended.cancelled() => {}
+                    _ = tokio::time::sleep(ANONYMOUS_TIMEOUT) => {
+                        if authenticated.is_cancelled() {
+                            // Authenticated in time: only the peer or `stop` ends it now.
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                }
+            };
+            serve_connection(stream, front, via, close).await;
         });
     }
 }
@@ -231,7 +344,7 @@ pub async fn serve_tcp(
 async fn handle(front: Arc<Front>, via: Via, req: Request<Body>) -> Response {
     let path = req.uri().path().to_string();
     let (server, peer) = match &via {
-        Via::Tcp => match path
+        Via::Tcp { .. } => match path
             .strip_prefix("/mcp/")
             .map(|n| n.trim_end_matches('/'))
             .filter(|n| !n.is_empty() && !n.contains('/'))
@@ -244,7 +357,17 @@ async fn handle(front: Arc<Front>, via: Via, req: Request<Body>) -> Response {
                 )
             }
         },
-        Via::Unix { server, peer } => {
+        Via::Unix {
+            server,
+            peer,
+            revoked,
+        } => {
+            if revoked.is_cancelled() {
+                return close_connection(plain(
+                    StatusCode::FORBIDDEN,
+                    "Forbidden: this uid is no longer allowed (allowed_uids/allowed_gids)",
+                ));
+            }
             let ok = matches!(path.as_str(), "/" | "/mcp" | "/mcp/")
                 || path
                     .strip_prefix("/mcp/")
@@ -256,8 +379,23 @@ async fn handle(front: Arc<Front>, via: Via, req: Request<Body>) -> Response {
         }
     };
     let settings = front.settings();
-    if let Err(refusal) = access::check(&front, &settings, &via, &server, req.headers()) {
-        return *refusal;
+    let caller = match access::check(&front, &settings, &via, &server, req.headers()) {
+        Ok(c) => c,
+        Err(refusal) => return *refusal,
+    };
+    if let Via::Tcp { admission, .. } = &via {
+        if admission.authenticate().is_err() {
+            debug!("HTTP request refused: {MAX_CONNECTIONS} authenticated connections open");
+            let mut r = rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                code::LIMIT_EXCEEDED,
+                &format!("{MAX_CONNECTIONS} HTTP connections are open; retry shortly"),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return close_connection(r);
+        }
     }
     let entry = match front.registry.get(&server) {
         Some(e) if e.cfg.http => e,
@@ -266,10 +404,11 @@ async fn handle(front: Arc<Front>, via: Via, req: Request<Body>) -> Response {
     let method = req.method().clone();
     let (parts, body) = req.into_parts();
     let headers = parts.headers;
+    let who = Who { peer, caller };
     match method {
-        Method::POST => post(&front, &settings, entry, peer, headers, body).await,
-        Method::GET => session::get(&front, &server, &headers),
-        Method::DELETE => session::delete(&front, &server, &headers).await,
+        Method::POST => post(&front, &settings, entry, who, headers, body).await,
+        Method::GET => session::get(&front, &server, caller, &headers),
+        Method::DELETE => session::delete(&front, &server, caller, &headers).await,
         _ => {
             let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "use POST, GET or DELETE");
             r.headers_mut()
@@ -279,18 +418,31 @@ async fn handle(front: Arc<Front>, via: Via, req: Request<Body>) -> Response {
     }
 }
 
+/// Who sent a request: the identity the actor sees, and the one sessions are bound to.
+#[derive(Debug, Clone, Copy)]
+struct Who {
+    peer: Peer,
+    caller: access::Caller,
+}
+
 /// A POST: parsed, then given to its session, a new session (`initialize`), or answered as a
 /// 2026-07-28 request.
 async fn post(
     front: &Arc<Front>,
     settings: &HttpConfig,
     entry: Entry,
-    peer: Peer,
+    who: Who,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let cfg = entry.cfg.clone();
-    let body = match read_body(body, cfg.max_message_size, cfg.client_stall_timeout).await {
+    let limits = BodyLimits {
+        max: cfg.max_message_size,
+        stall: cfg.client_stall_timeout,
+        memory: &front.memory,
+        log: &front.limits_log,
+    };
+    let (body, charge) = match read_body(body, limits).await {
         Ok(b) => b,
         Err(refusal) => return refusal,
     };
@@ -322,6 +474,8 @@ async fn post(
             Err(e) => return rpc_error(StatusCode::BAD_REQUEST, None, e.code(), &e.to_string()),
         }
     }
+    // The messages share the body's buffer: `charge` goes with them until the actor has them.
+    drop(body);
     trace_headers_into_meta(&headers, &mut parsed);
     let sse = accepts_sse(&headers);
     // The era is the body's (2026-07-28 `versioning`: "a request carrying modern per-request
@@ -340,7 +494,16 @@ async fn post(
         let Some(m) = parsed.pop() else {
             return plain(StatusCode::BAD_REQUEST, "empty request");
         };
-        return stateless::post(front, settings, &entry, peer, &headers, m, sse).await;
+        return stateless::post(
+            front,
+            settings,
+            &entry,
+            who.peer,
+            &headers,
+            (m, charge),
+            sse,
+        )
+        .await;
     }
     if modern_header {
         // `initialize` under a 2026-07-28 version header.
@@ -352,34 +515,34 @@ async fn post(
         );
     }
     if let Some(sid) = header_str(&headers, SESSION_HEADER) {
-        let Some(s) = session::find(front, &entry.cfg.name, sid) else {
+        let Some(s) = session::find(front, &entry.cfg.name, sid, who.caller) else {
             return session::not_found();
         };
         if let Some(bad) = bad_handshake_version(&headers) {
             return bad;
         }
-        return s.post(parsed, is_batch, sse).await;
+        return s.post((parsed, charge), is_batch, sse).await;
     }
     let initialize = parsed
         .iter()
         .any(|m| m.kind == Kind::Request && m.method() == "initialize");
     if initialize {
-        if front.sessions_of(&cfg.name) >= settings.max_sessions {
+        if !session::make_room(front, &cfg.name, settings.max_sessions).await {
             return rpc_error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 None,
                 code::LIMIT_EXCEEDED,
                 &format!(
-                    "server `{}` has http_max_sessions ({}) HTTP sessions open",
+                    "server `{}` has http_max_sessions ({}) HTTP sessions open, each with a stream open",
                     cfg.name, settings.max_sessions
                 ),
             );
         }
-        let s = match session::open(front, &entry, peer).await {
+        let s = match session::open(front, &entry, who.peer, who.caller).await {
             Some(s) => s,
             None => return unavailable(&cfg),
         };
-        let mut r = s.post(parsed, is_batch, sse).await;
+        let mut r = s.post((parsed, charge), is_batch, sse).await;
         if let Ok(v) = HeaderValue::from_str(&s.id) {
             r.headers_mut().insert(SESSION_HEADER, v);
         }
@@ -396,12 +559,70 @@ async fn post(
     )
 }
 
-/// Reads a POST body of at most `max` bytes (413 beyond), with at most `stall` between two
-/// pieces of it (408 after: a client that stops mid-body cannot hold the connection, as
-/// `client_stall_timeout` does on the socket).
-async fn read_body(body: Body, max: usize, stall: Duration) -> Result<Bytes, Response> {
+/// What a POST body may take.
+#[derive(Clone, Copy)]
+struct BodyLimits<'a> {
+    /// `max_message_size`: 413 beyond.
+    max: usize,
+    /// `client_stall_timeout`: the longest pause between two pieces of the body (408 after).
+    stall: Duration,
+    /// `client_memory`: what every body being read or held, and every socket client's
+    /// unfinished line, may hold together (503 beyond).
+    memory: &'a Arc<MemoryBudget>,
+    /// The log lines of refusals.
+    log: &'a Mutex<LogBudget>,
+}
+
+/// The bytes of one request body charged to `client_memory`, given back when dropped.
+#[derive(Debug)]
+struct Charge {
+    memory: Arc<MemoryBudget>,
+    held: usize,
+}
+
+impl Charge {
+    /// Charges `now` bytes (it held `self.held`); `false` when that takes the budget's total
+    /// beyond its limit (nothing is then held any more).
+    fn grow(&mut self, now: usize) -> bool {
+        self.memory.update(self.held, now);
+        self.held = now;
+        if self.memory.used() > self.memory.limit() {
+            self.memory.update(self.held, 0);
+            self.held = 0;
+            return false;
+        }
+        true
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.memory.update(self.held, 0);
+    }
+}
+
+/// Reads a POST body within `limits` (see [`BodyLimits`]; a client that stops mid-body
+/// cannot hold the connection, as `client_stall_timeout` does on the socket). The body and
+/// its [`Charge`] on `client_memory`, or the answer to send instead:
+/// - 413 (-32600) beyond `max_message_size`;
+/// - 408 (-32600) after `client_stall_timeout` without a byte;
+/// - 503 (-32002, `Retry-After: 1`) when holding it would take `client_memory` beyond its
+///   limit: the rest of the body is then read and dropped (so the client reads the answer
+///   rather than a reset connection), within the same size and time limits.
+async fn read_body(body: Body, limits: BodyLimits<'_>) -> Result<(Bytes, Charge), Response> {
+    let BodyLimits {
+        max,
+        stall,
+        memory,
+        log,
+    } = limits;
     let mut body = http_body_util::Limited::new(body, max);
     let mut buf = bytes::BytesMut::new();
+    let mut charge = Charge {
+        memory: memory.clone(),
+        held: 0,
+    };
+    let mut over_budget = false;
     loop {
         match tokio::time::timeout(stall, body.frame()).await {
             Err(_) => {
@@ -415,11 +636,42 @@ async fn read_body(body: Body, max: usize, stall: Duration) -> Result<Bytes, Res
                     ),
                 ))
             }
-            Ok(None) => return Ok(buf.freeze()),
+            Ok(None) if over_budget => {
+                let mut r = rpc_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    None,
+                    code::LIMIT_EXCEEDED,
+                    &format!(
+                        "the supervisor's client_memory budget ({} bytes) is held by request bodies and clients' unfinished input; retry shortly",
+                        memory.limit()
+                    ),
+                );
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                return Err(r);
+            }
+            Ok(None) => return Ok((buf.freeze(), charge)),
             Ok(Some(Ok(frame))) => {
-                if let Ok(data) = frame.into_data() {
-                    buf.extend_from_slice(&data);
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if over_budget {
+                    continue;
                 }
+                if !charge.grow(buf.len().saturating_add(data.len())) {
+                    if let Some(suppressed) = log_allowed(log) {
+                        warn!(
+                            held_bytes = buf.len(),
+                            total_bytes = memory.used(),
+                            suppressed,
+                            "HTTP request body over the supervisor's client_memory budget: refusing it (503)"
+                        );
+                    }
+                    over_budget = true;
+                    buf = bytes::BytesMut::new();
+                    continue;
+                }
+                buf.extend_from_slice(&data);
             }
             Ok(Some(Err(e))) => {
                 let too_big = e
@@ -555,6 +807,13 @@ pub(crate) fn plain(status: StatusCode, text: &'static str) -> Response {
         text,
     )
         .into_response()
+}
+
+/// `r`, after which the connection is closed (`Connection: close`).
+fn close_connection(mut r: Response) -> Response {
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
 }
 
 /// A JSON-RPC error as the body of an HTTP answer with `status`.

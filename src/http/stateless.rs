@@ -11,10 +11,18 @@
 //! 2026-07-28 revision does not have is 404 with -32601.
 
 use super::stream::{self, OnDrop};
-use super::*;
+use super::{
+    header_str, json_body, plain, rpc_error, trim_newline, unavailable, Charge, Entry, Front,
+    HeaderMap, HttpConfig, IntoResponse, Response, StatusCode, HEADER_MISMATCH, METHOD_HEADER,
+    NAME_HEADER, VERSION_HEADER,
+};
+use crate::jsonrpc::message::{self, code, Kind, Message};
+use crate::mux::era;
 use crate::mux::ids::id_key;
-use crate::mux::session::{ClientId, ClientTx, SessionEvent, Transport};
+use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent, Transport};
+use bytes::Bytes;
 use serde_json::Value;
+use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// The client requests of 2026-07-28 (`initialize`, `ping`, `logging/setLevel` and
@@ -143,14 +151,15 @@ fn refusal(headers: &HeaderMap, m: &Message) -> Option<(StatusCode, i64, String,
     None
 }
 
-/// Answers one 2026-07-28 POST.
+/// Answers one 2026-07-28 POST; the body's `Charge` on `client_memory` ends once the actor
+/// has the request.
 pub(super) async fn post(
     front: &Arc<Front>,
     settings: &HttpConfig,
     entry: &Entry,
     peer: Peer,
     headers: &HeaderMap,
-    m: Message,
+    (m, charge): (Message, Charge),
     sse: bool,
 ) -> Response {
     match m.kind {
@@ -232,6 +241,7 @@ pub(super) async fn post(
     {
         return unavailable(&entry.cfg);
     }
+    drop(charge);
     let kicked = outbox.kicked();
     if !sse {
         // JSON: the one answer (notifications have nowhere to go and are dropped).

@@ -261,6 +261,12 @@ impl MemoryBudget {
     pub fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
     }
+
+    /// The budget in bytes (`client_memory`). HTTP request bodies must stay within it as a
+    /// whole (`crate::http`, issue 26 §4), not only the large holders.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
 }
 
 /// What one connection may use (from the server's configuration at accept time).

@@ -1,60 +1,86 @@
 //! The metrics listener: `GET /metrics`, and the probes `GET /healthz` and `GET /readyz`
-//! (issue 17 §2); a minimal, bounded HTTP/1.x responder (connection cap, timeouts, accept
-//! backoff, tracked tasks).
+//! (issue 17 §2), on hyper like the HTTP endpoint (issue 26 §4).
+//!
+//! `/healthz` is the liveness probe of a Kubernetes pod, and the port is open to whoever can
+//! reach the pod: no connection flood may make it fail (40 idle connections once made it
+//! answer 503, which would have had the pod restarted). So:
+//! - every connection is in one [`Pool`] of [`Limits::connections`] places in which a
+//!   newcomer always has a place (the oldest connection is closed for it): idle and half-sent
+//!   heads only shorten each other's lives, and a probe, which sends its head at once, is
+//!   answered;
+//! - a connection serves one request (`Connection: close`), must send its head (at most
+//!   [`HEAD_MAX`] bytes) within [`Limits::head`], and is closed [`Limits::lifetime`] after its
+//!   accept, answered or not;
+//! - the probes need nothing else: their answers are a few bytes, computed at once;
+//! - `/metrics` renders and sends at most [`Limits::metrics_at_once`] answers at once (each
+//!   holds its permit until its connection ends); more get `503` with `Retry-After: 1`, and
+//!   never take anything from the probes.
+//!
+//! A failing `accept` (`EMFILE`, `ENOBUFS`, ...) is retried after a pause doubling from
+//! [`Limits::backoff_min`] to [`Limits::backoff_max`] (reset by the next success), logged at
+//! most once per [`Limits::log_every`], instead of spinning. Connection tasks are tracked:
+//! when `stop` fires they end, and [`serve_http`] returns once they have.
 
-use super::*;
+use super::metrics;
+use crate::http::admit::Pool;
+use axum::body::Body;
+use axum::http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 
-/// Limits of the metrics listener.
+/// Limits of the metrics listener (module documentation).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct HttpLimits {
-    /// Connections served at once; more are answered `503` and closed at once.
-    pub(super) max_connections: usize,
-    /// How long a client may take to send its request head, and again to take the answer.
-    pub(super) timeout: std::time::Duration,
+pub(super) struct Limits {
+    /// Connections open at once; a newcomer beyond them closes the oldest.
+    pub(super) connections: usize,
+    /// How long a connection may take to send its request head.
+    pub(super) head: Duration,
+    /// How long a connection may live in all (its head, and taking its answer).
+    pub(super) lifetime: Duration,
+    /// `/metrics` answers in progress at once; more get 503.
+    pub(super) metrics_at_once: usize,
     /// The first pause after a failed `accept`, doubled while failures go on.
-    pub(super) backoff_min: std::time::Duration,
+    pub(super) backoff_min: Duration,
     /// The longest pause after a failed `accept`.
-    pub(super) backoff_max: std::time::Duration,
+    pub(super) backoff_max: Duration,
     /// At most one log line per this long about failing `accept`s.
-    pub(super) log_every: std::time::Duration,
+    pub(super) log_every: Duration,
 }
 
-pub(super) const HTTP_LIMITS: HttpLimits = HttpLimits {
-    max_connections: 32,
-    timeout: std::time::Duration::from_secs(5),
-    backoff_min: std::time::Duration::from_millis(10),
-    backoff_max: std::time::Duration::from_secs(1),
-    log_every: std::time::Duration::from_secs(10),
+/// The largest request head read, in bytes (hyper's `max_buf_size`, at least 8 KiB): with
+/// [`Limits::connections`], what a flood can make the listener hold is 1 MiB.
+const HEAD_MAX: usize = 16 * 1024;
+
+/// The limits `metrics_listen` is served with.
+pub(super) const LIMITS: Limits = Limits {
+    connections: 64,
+    head: Duration::from_secs(2),
+    lifetime: Duration::from_secs(5),
+    metrics_at_once: 4,
+    backoff_min: Duration::from_millis(10),
+    backoff_max: Duration::from_secs(1),
+    log_every: Duration::from_secs(10),
 };
 
-/// Largest request head read, in bytes.
-pub(super) const HTTP_HEAD_MAX: usize = 16 * 1024;
-
-/// The answer to a connection over the cap.
-pub(super) const HTTP_BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\nConnection: close\r\n\r\n";
-
-/// Serves `GET /metrics` (OpenMetrics text) on `listener` until `stop` is cancelled. A minimal
-/// HTTP/1.x responder: one request per connection, anything else gets 404.
-///
-/// Bounded: at most 32 connections at once (more get `503` and are closed at once, never
-/// queued), 5 s to send the request head and 5 s to take the answer, a head of at most 16 KiB.
-/// A failing `accept` (`EMFILE`, `ENOBUFS`, ...) is retried after a pause of 10 ms doubling to
-/// 1 s (reset by the next success) and logged at most once per 10 s, instead of spinning.
-/// Connection tasks are tracked: when `stop` fires they end, and this returns once they have.
-pub async fn serve_http(
-    listener: tokio::net::TcpListener,
-    stop: tokio_util::sync::CancellationToken,
-) {
-    serve_http_with(listener, stop, HTTP_LIMITS).await;
+/// Serves `GET /metrics` (OpenMetrics text), `GET /healthz` and `GET /readyz` on `listener`
+/// until `stop` is cancelled: at most 64 connections (a newcomer closes the oldest), 2 s to
+/// send the head, 5 s in all, one request each, 4 `/metrics` answers at once (module
+/// documentation).
+pub async fn serve_http(listener: tokio::net::TcpListener, stop: CancellationToken) {
+    serve_http_with(listener, stop, LIMITS).await;
 }
 
 pub(super) async fn serve_http_with(
     listener: tokio::net::TcpListener,
-    stop: tokio_util::sync::CancellationToken,
-    limits: HttpLimits,
+    stop: CancellationToken,
+    limits: Limits,
 ) {
     let tracker = tokio_util::task::TaskTracker::new();
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let pool = Pool::new(limits.connections);
+    let renders = Arc::new(Semaphore::new(limits.metrics_at_once));
     let mut pause = limits.backoff_min;
     let mut last_log: Option<tokio::time::Instant> = None;
     let mut unlogged = 0u64;
@@ -86,19 +112,21 @@ pub(super) async fn serve_http_with(
                 continue;
             }
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            // Over the cap: refuse at once rather than queue (a scraper retries; a flood must
-            // not hold descriptors). A fresh socket's send buffer is empty, so this never waits.
-            let _ = conn.try_write(HTTP_BUSY);
-            continue;
-        };
+        let (place, oldest) = pool.admit();
+        if let Some(oldest) = oldest {
+            oldest.cancel();
+        }
         let stop = stop.clone();
+        let renders = renders.clone();
         tracker.spawn(async move {
-            let _permit = permit;
+            let ended = place.ended();
             tokio::select! {
-                _ = answer_http(conn, limits.timeout) => {}
+                _ = serve_one(conn, limits, renders) => {}
+                _ = ended.cancelled() => {}
+                _ = tokio::time::sleep(limits.lifetime) => {}
                 _ = stop.cancelled() => {}
             }
+            drop(place);
         });
     }
     tracker.close();
@@ -106,77 +134,91 @@ pub(super) async fn serve_http_with(
     tracker.wait().await;
 }
 
-/// The answer to a request line: `GET /metrics` (OpenMetrics text), `GET /healthz` (200
-/// `{"status":"ok"}` whenever this event loop answers; never tied to a child), `GET /readyz`
-/// (200 or 503 with [`super::ready::Report`]'s JSON body), anything else 404. A query string
-/// is ignored; `HEAD` is not served (kubelet and Docker use `GET`).
-pub(super) fn route(line: &[u8]) -> (&'static str, &'static str, String) {
-    let path = line
-        .strip_prefix(b"GET ")
-        .and_then(|rest| rest.split(|b| *b == b' ').next())
-        .map(|target| target.split(|b| *b == b'?').next().unwrap_or_default());
+/// Serves one request on `conn` (hyper, no keep-alive): the `/metrics` permit it may take is
+/// held until the connection ends.
+async fn serve_one(conn: tokio::net::TcpStream, limits: Limits, renders: Arc<Semaphore>) {
+    let held: Arc<Mutex<Option<OwnedSemaphorePermit>>> = Arc::default();
+    let slot = held.clone();
+    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        let answer = answer(&req, &renders, &slot);
+        async move { Ok::<_, Infallible>(answer) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.head)
+        .max_buf_size(HEAD_MAX)
+        .keep_alive(false);
+    let _ = builder
+        .serve_connection(hyper_util::rt::TokioIo::new(conn), service)
+        .await;
+    drop(held);
+}
+
+/// The answer to one request: `GET /metrics` (OpenMetrics text; 503 when
+/// [`Limits::metrics_at_once`] are in progress), `GET /healthz` (200 `{"status":"ok"}`
+/// whenever this event loop answers; never tied to a child), `GET /readyz` (200 or 503 with
+/// [`super::ready::Report`]'s JSON body), another path 404, another method 405. A query
+/// string is ignored.
+fn answer(
+    req: &Request<hyper::body::Incoming>,
+    renders: &Arc<Semaphore>,
+    held: &Mutex<Option<OwnedSemaphorePermit>>,
+) -> Response<Body> {
     const JSON: &str = "application/json";
-    match path {
-        Some(b"/metrics") => (
-            "200 OK",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics().render(),
-        ),
-        Some(b"/healthz") => ("200 OK", JSON, "{\"status\":\"ok\"}\n".to_string()),
-        Some(b"/readyz") => {
+    if req.method() != Method::GET {
+        let mut r = reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain; charset=utf-8",
+            "use GET\n".into(),
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET"));
+        return r;
+    }
+    match req.uri().path() {
+        "/healthz" => reply(StatusCode::OK, JSON, "{\"status\":\"ok\"}\n".into()),
+        "/readyz" => {
             let r = super::readiness().report();
             let status = if r.ready {
-                "200 OK"
+                StatusCode::OK
             } else {
-                "503 Service Unavailable"
+                StatusCode::SERVICE_UNAVAILABLE
             };
-            (status, JSON, format!("{}\n", r.body))
+            reply(status, JSON, format!("{}\n", r.body))
         }
-        _ => (
-            "404 Not Found",
+        "/metrics" => match renders.clone().try_acquire_owned() {
+            Ok(permit) => {
+                *held.lock().unwrap_or_else(|p| p.into_inner()) = Some(permit);
+                reply(
+                    StatusCode::OK,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    metrics().render(),
+                )
+            }
+            Err(_) => {
+                let mut r = reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain; charset=utf-8",
+                    "busy: other /metrics answers are in progress; retry\n".into(),
+                );
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                r
+            }
+        },
+        _ => reply(
+            StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "served here: GET /metrics, /healthz, /readyz\n".to_string(),
+            "served here: GET /metrics, /healthz, /readyz\n".into(),
         ),
     }
 }
 
-/// Reads one request head (within `timeout`) and answers it (within `timeout` again).
-pub(super) async fn answer_http(mut conn: tokio::net::TcpStream, timeout: std::time::Duration) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut head = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    let read = async {
-        loop {
-            // Only the new bytes (and the 3 before them) can complete the blank line.
-            let from = head.len().saturating_sub(3);
-            let n = match conn.read(&mut buf).await {
-                Ok(0) | Err(_) => return false,
-                Ok(n) => n,
-            };
-            head.extend_from_slice(buf.get(..n).unwrap_or_default());
-            if head
-                .get(from..)
-                .is_some_and(|t| t.windows(4).any(|w| w == b"\r\n\r\n"))
-            {
-                return true;
-            }
-            if head.len() >= HTTP_HEAD_MAX {
-                return true;
-            }
-        }
-    };
-    if !matches!(tokio::time::timeout(timeout, read).await, Ok(true)) {
-        return;
-    }
-    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
-    let (status, ctype, body) = route(line);
-    let reply = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let write = async {
-        let _ = conn.write_all(reply.as_bytes()).await;
-        let _ = conn.shutdown().await;
-    };
-    let _ = tokio::time::timeout(timeout, write).await;
+fn reply(status: StatusCode, ctype: &'static str, body: String) -> Response<Body> {
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+    r
 }

@@ -158,17 +158,28 @@ pub fn request(
     headers: &[(&str, &str)],
     body: &str,
 ) -> Resp {
+    try_request(dest, method, path, headers, body)
+        .unwrap_or_else(|e| panic!("{method} {path}: no answer: {e}"))
+}
+
+/// [`request`], with the failure to connect or to read an answer as an error (a connection
+/// closed by the server unanswered, a head that takes more than 30 s).
+pub fn try_request(
+    dest: &Dest,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<Resp> {
     let (mut stream, host): (Box<dyn Stream>, String) = match dest {
         Dest::Tcp(a) => {
-            let s = std::net::TcpStream::connect(a).expect("connect");
-            s.set_read_timeout(Some(Duration::from_millis(200)))
-                .unwrap();
+            let s = std::net::TcpStream::connect(a)?;
+            s.set_read_timeout(Some(Duration::from_millis(200)))?;
             (Box::new(s), a.clone())
         }
         Dest::Unix(p) => {
-            let s = std::os::unix::net::UnixStream::connect(p).expect("connect unix");
-            s.set_read_timeout(Some(Duration::from_millis(200)))
-                .unwrap();
+            let s = std::os::unix::net::UnixStream::connect(p)?;
+            s.set_read_timeout(Some(Duration::from_millis(200)))?;
             (Box::new(s), "localhost".into())
         }
     };
@@ -183,15 +194,15 @@ pub fn request(
         head += &format!("{k}: {v}\r\n");
     }
     head += "\r\n";
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body.as_bytes()).unwrap();
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body.as_bytes())?;
     let mut inner = BufReader::new(stream);
     let deadline = Instant::now() + Duration::from_secs(30);
-    let read_line = |inner: &mut BufReader<Box<dyn Stream>>| -> String {
+    let read_line = |inner: &mut BufReader<Box<dyn Stream>>| -> std::io::Result<String> {
         let mut line = String::new();
         loop {
             match inner.read_line(&mut line) {
-                Ok(_) => return line,
+                Ok(_) => return Ok(line),
                 Err(e)
                     if Instant::now() < deadline
                         && (e.kind() == std::io::ErrorKind::WouldBlock
@@ -199,19 +210,24 @@ pub fn request(
                 {
                     continue
                 }
-                Err(e) => panic!("reading the response head: {e}"),
+                Err(e) => return Err(e),
             }
         }
     };
-    let status_line = read_line(&mut inner);
+    let status_line = read_line(&mut inner)?;
     let status: u16 = status_line
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("bad status line {status_line:?}"),
+            )
+        })?;
     let mut hdrs = Vec::new();
     loop {
-        let l = read_line(&mut inner);
+        let l = read_line(&mut inner)?;
         let l = l.trim_end();
         if l.is_empty() {
             break;
@@ -235,11 +251,11 @@ pub fn request(
     } else {
         Mode::Close
     };
-    Resp {
+    Ok(Resp {
         status,
         headers: hdrs,
         body: BufReader::new(Body { inner, mode }),
-    }
+    })
 }
 
 /// A supervisor whose servers' `http = true` are served on an ephemeral loopback port.
@@ -839,4 +855,694 @@ fn http_bodies_are_bounded_in_size_and_in_time() {
         &call(2, "echo", json!({"text": "still"})),
     );
     assert_eq!(text(&r.json()), "still");
+}
+
+// ----- issue 26: what an anonymous peer, a token holder or a revoked uid can do ----------------
+
+/// The session headers of a handshake-era session.
+fn in_session(sid: &str) -> [(&str, &str); 2] {
+    [
+        ("Mcp-Session-Id", sid),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ]
+}
+
+/// Opens session `sid`'s GET stream over TCP (with the token).
+fn get_stream(s: &HttpSup, name: &str, sid: &str) -> Resp {
+    let auth = format!("Bearer {}", s.token(name));
+    request(
+        &s.tcp(),
+        "GET",
+        &format!("/mcp/{name}"),
+        &[
+            ("Authorization", &auth),
+            ("Accept", "text/event-stream"),
+            ("Mcp-Session-Id", sid),
+            ("MCP-Protocol-Version", "2025-06-18"),
+        ],
+        "",
+    )
+}
+
+/// Lines of the supervisor's log above debug level.
+fn above_debug(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| l.contains(" INFO ") || l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect()
+}
+
+/// Issue 26 §4: request heads half sent without a token, more than the endpoint's 1,024
+/// connections and held open, neither lock out a client that has the token nor stay for long.
+#[test]
+fn http_half_sent_heads_without_a_token_do_not_lock_out_a_client_with_one() {
+    let s = HttpSup::start(&fake_server("f", &[], "http = true"));
+    let mut held = Vec::new();
+    for _ in 0..1100 {
+        let mut c = std::net::TcpStream::connect(&s.addr).unwrap();
+        c.write_all(b"POST /mcp/f HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
+            .unwrap();
+        held.push(c);
+    }
+    // A well-behaved client, while every one of those is held: served.
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"it","version":"1"}}});
+    let auth = format!("Bearer {}", s.token("f"));
+    let r = try_request(
+        &s.tcp(),
+        "POST",
+        "/mcp/f",
+        &[
+            ("Authorization", &auth),
+            ("Accept", "application/json, text/event-stream"),
+        ],
+        &init.to_string(),
+    );
+    let r = r.unwrap_or_else(|e| {
+        panic!(
+            "a client with the token was refused during the flood: {e}\nlog:\n{}",
+            s.sup.log()
+        )
+    });
+    assert_eq!(r.status, 200);
+    let sid = r.header("mcp-session-id").expect("a session").to_string();
+    let v = s
+        .post(
+            "f",
+            &in_session(&sid),
+            &call(1, "echo", json!({"text": "served"})),
+        )
+        .json();
+    assert_eq!(text(&v), "served");
+    // The newest of the half-sent heads is closed soon, unanswered: heads without a token
+    // cannot hold a connection for long.
+    let last = held.last_mut().unwrap();
+    last.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut got = Vec::new();
+    let r = last.read_to_end(&mut got);
+    assert!(
+        r.is_ok() && got.is_empty(),
+        "a half-sent head without a token was kept (or answered): {r:?} {:?}",
+        String::from_utf8_lossy(&got)
+    );
+}
+
+/// Issue 26 §4: request bodies are charged to `client_memory` while they are read and held;
+/// beyond it they are refused (503, a JSON-RPC error naming `client_memory`), so twelve
+/// parallel bodies of 6 MiB cannot take the supervisor past its budget.
+#[test]
+fn http_parallel_large_bodies_stay_within_client_memory() {
+    const MIB: usize = 1 << 20;
+    let s = HttpSup::start(&format!(
+        "client_memory = {}\n\n{}",
+        16 * MIB,
+        fake_server("f", &[], "http = true\nmax_message_size = 67108864")
+    ));
+    let mut m = call(1, "pid", json!({"pad": "x".repeat(6 * MIB)}));
+    m["params"] = modern(m["params"].clone());
+    let body = std::sync::Arc::new(m.to_string());
+    let auth = format!("Bearer {}", s.token("f"));
+    let head = format!(
+        "POST /mcp/f HTTP/1.1\r\nHost: {}\r\nAuthorization: {auth}\r\nAccept: application/json\r\n\
+         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: pid\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        s.addr,
+        body.len()
+    );
+    let n = 12;
+    // The supervisor's peak resident memory so far, in KiB.
+    let peak = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", s.sup.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+            .unwrap()
+    };
+    let before = peak();
+    let all_sent = std::sync::Arc::new(std::sync::Barrier::new(n));
+    let answers: Vec<(u16, String)> = std::thread::scope(|sc| {
+        let threads: Vec<_> = (0..n)
+            .map(|_| {
+                let (body, head, all_sent) = (body.clone(), head.clone(), all_sent.clone());
+                let addr = s.addr.clone();
+                sc.spawn(move || {
+                    let mut c = std::net::TcpStream::connect(&addr).unwrap();
+                    c.write_all(head.as_bytes()).unwrap();
+                    // Everything but the last byte, then wait for the others: every body is
+                    // in the supervisor's hands at once.
+                    let (most, last) = body.as_bytes().split_at(body.len() - 1);
+                    c.write_all(most).unwrap();
+                    all_sent.wait();
+                    c.write_all(last).unwrap();
+                    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                    let mut out = String::new();
+                    let _ = c.read_to_string(&mut out);
+                    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+                    let body = out.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+                    (status, body.to_string())
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let grown_kib = peak().saturating_sub(before);
+    let served = answers.iter().filter(|(c, _)| *c == 200).count();
+    let refused: Vec<&String> = answers
+        .iter()
+        .filter(|(c, _)| *c == 503)
+        .map(|(_, b)| b)
+        .collect();
+    assert_eq!(
+        served + refused.len(),
+        n,
+        "every body is served or refused: {:?}",
+        answers.iter().map(|a| a.0).collect::<Vec<_>>()
+    );
+    assert!(served >= 1, "the budget holds at least one body");
+    assert!(!refused.is_empty(), "nothing refused beyond client_memory");
+    for b in refused {
+        let v: Value = serde_json::from_str(b).unwrap_or_else(|e| panic!("{e}: {b}"));
+        assert_eq!(v["error"]["code"], -32002, "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("client_memory")),
+            "{v}"
+        );
+    }
+    // The bodies alone are 12 x 6 MiB = 72 MiB; the budget is 16 MiB. (A body that passes is
+    // copied on its way to the child, id rewritten and era translated: outside the budget,
+    // and bounded by the few that pass.)
+    assert!(
+        grown_kib < 72 * 1024,
+        "the supervisor's peak RSS grew by {} MiB",
+        grown_kib / 1024
+    );
+    // And the endpoint serves as before.
+    let mut m = call(2, "echo", json!({"text": "after"}));
+    m["params"] = modern(m["params"].clone());
+    let r = s.post("f", &modern_headers("tools/call", Some("echo")), &m);
+    assert_eq!(text(&r.json()), "after");
+}
+
+/// Issue 26 §4: when `http_max_sessions` are open, `initialize` ends the longest-idle session
+/// with no open stream instead of being refused; only when every session has a stream open
+/// is the newcomer refused.
+#[test]
+fn http_when_sessions_are_full_the_longest_idle_one_without_a_stream_is_ended() {
+    let s = HttpSup::start(&format!(
+        "http_max_sessions = 2\n\n{}",
+        fake_server("f", &[], "http = true")
+    ));
+    let a = s.session("f");
+    let mut a_stream = get_stream(&s, "f", &a);
+    assert_eq!(a_stream.status, 200);
+    let b = s.session("f");
+    // Full: b (idle, no stream) makes room for c.
+    let c = s.session("f");
+    let r = s.post("f", &in_session(&b), &call(1, "echo", json!({"text": "b"})));
+    assert_eq!(r.status, 404, "the idle session was not the one ended");
+    for sid in [&a, &c] {
+        let v = s
+            .post(
+                "f",
+                &in_session(sid),
+                &call(2, "echo", json!({"text": "kept"})),
+            )
+            .json();
+        assert_eq!(text(&v), "kept");
+    }
+    assert!(
+        s.sup
+            .wait_log("ended the longest-idle one", Duration::from_secs(5)),
+        "{}",
+        s.sup.log()
+    );
+    // Every session has a stream open: the newcomer is refused, and nobody is ended.
+    let mut c_stream = get_stream(&s, "f", &c);
+    assert_eq!(c_stream.status, 200);
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"it","version":"1"}}});
+    let r = s.post("f", &[], &init);
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["error"]["code"], -32002);
+    for sid in [&a, &c] {
+        let v = s
+            .post(
+                "f",
+                &in_session(sid),
+                &call(3, "echo", json!({"text": "still"})),
+            )
+            .json();
+        assert_eq!(text(&v), "still");
+    }
+    assert!(a_stream.event(Duration::from_millis(10)).is_none());
+    assert!(c_stream.event(Duration::from_millis(10)).is_none());
+}
+
+/// Issue 26 §5: a session answers only the peer that opened it (the same transport, and the
+/// same token on TCP, the same uid on `NAME.http.sock`), and its id is logged at debug only.
+#[test]
+fn http_a_session_answers_only_the_peer_that_opened_it() {
+    let s = HttpSup::start(&fake_server("f", &[], "http = true"));
+    let accept = ("Accept", "application/json, text/event-stream");
+    let echo = call(1, "echo", json!({"text": "x"})).to_string();
+    // Opened over TCP with the token: unknown on the Unix socket.
+    let sid = s.session("f");
+    let h = in_session(&sid);
+    let over_unix = |verb: &str, sid_h: &[(&str, &str)], body: &str| {
+        let mut hh = vec![accept];
+        hh.extend_from_slice(sid_h);
+        request(&s.unix("f"), verb, "/mcp", &hh, body).status
+    };
+    assert_eq!(over_unix("POST", &h, &echo), 404);
+    assert_eq!(over_unix("GET", &h, ""), 404);
+    assert_eq!(over_unix("DELETE", &h, ""), 404);
+    // ... and still the TCP client's.
+    let v = s
+        .post("f", &h, &call(2, "echo", json!({"text": "mine"})))
+        .json();
+    assert_eq!(text(&v), "mine");
+    // Opened over the Unix socket: TCP with the token cannot use it.
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"it","version":"1"}}});
+    let r = request(&s.unix("f"), "POST", "/mcp", &[accept], &init.to_string());
+    assert_eq!(r.status, 200);
+    let usid = r.header("mcp-session-id").unwrap().to_string();
+    assert_eq!(
+        s.post("f", &in_session(&usid), &call(3, "echo", json!({})))
+            .status,
+        404
+    );
+    assert_eq!(over_unix("POST", &in_session(&usid), &echo), 200);
+    // The token rotates (its file deleted, then a reload): the session opened with the old
+    // token does not answer the new one.
+    let old = s.token("f");
+    std::fs::remove_file(s.sup.dir.path().join("run/f.http.token")).unwrap();
+    let out = std::process::Command::new(SUPERVISOR)
+        .args(["reload", "-c"])
+        .arg(&s.sup.config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(s.sup.dir.path().join("run/f.http.token"))
+            .is_ok_and(|t| !t.trim().is_empty() && t.trim() != old)
+    }));
+    assert_eq!(s.post("f", &h, &call(4, "echo", json!({}))).status, 404);
+    // Session ids never reach the log above debug.
+    let log = s.sup.log();
+    for id in [&sid, &usid] {
+        let leaked: Vec<&str> = above_debug(&log)
+            .into_iter()
+            .filter(|l| l.contains(id.as_str()))
+            .collect();
+        assert!(
+            leaked.is_empty(),
+            "session id logged above debug: {leaked:?}"
+        );
+    }
+}
+
+/// Issue 26 §6: refused Host and Origin requests are logged at most 20 per 10 s with a count
+/// of what was suppressed; failed token attempts are logged the same way, never the token.
+#[test]
+fn http_refusals_and_failed_tokens_are_logged_rate_limited_and_never_the_token() {
+    let s = HttpSup::start(&fake_server("f", &[], "http = true"));
+    let auth = format!("Bearer {}", s.token("f"));
+    let accept = ("Accept", "application/json, text/event-stream");
+    for i in 0..60 {
+        let origin = format!("http://evil{i}.example");
+        let r = request(
+            &s.tcp(),
+            "POST",
+            "/mcp/f",
+            &[("Authorization", &auth), accept, ("Origin", &origin)],
+            "{}",
+        );
+        assert_eq!(r.status, 403);
+        let wrong = format!("Bearer not-the-token-{i:04}");
+        let r = request(
+            &s.tcp(),
+            "POST",
+            "/mcp/f",
+            &[("Authorization", &wrong), accept],
+            "{}",
+        );
+        assert_eq!(r.status, 401);
+    }
+    let r = request(&s.tcp(), "POST", "/mcp/f", &[accept], "{}");
+    assert_eq!(r.status, 401);
+    assert!(
+        s.sup.wait_log(
+            "HTTP request refused: wrong bearer token",
+            Duration::from_secs(5)
+        ),
+        "a failed token attempt was not logged\n{}",
+        s.sup.log()
+    );
+    let count = |needle: &str| {
+        s.sup
+            .log()
+            .lines()
+            .filter(|l| l.contains("HTTP request refused: ") && l.contains(needle))
+            .count()
+    };
+    let (origins, tokens) = (count("Origin not allowed"), count("bearer token"));
+    assert!(origins <= 20, "{origins} Origin lines");
+    assert!(tokens <= 20, "{tokens} token lines");
+    assert!(
+        !s.sup.log().contains("not-the-token-"),
+        "an attempted token reached the log"
+    );
+    assert!(
+        !s.sup.log().contains(&s.token("f")),
+        "the token reached the log"
+    );
+    // Once the window has passed, the next refusal says how many were suppressed.
+    let mut last = Instant::now() - Duration::from_secs(1);
+    let told = wait_until(Duration::from_secs(25), || {
+        if last.elapsed() >= Duration::from_millis(500) {
+            last = Instant::now();
+            let r = request(
+                &s.tcp(),
+                "POST",
+                "/mcp/f",
+                &[
+                    ("Authorization", &auth),
+                    accept,
+                    ("Origin", "http://late.example"),
+                ],
+                "{}",
+            );
+            assert_eq!(r.status, 403);
+        }
+        s.sup.log().lines().any(|l| {
+            l.contains("Origin not allowed")
+                && l.contains("suppressed=")
+                && !l.contains("suppressed=0")
+        })
+    });
+    assert!(told, "no count of suppressed lines\n{}", s.sup.log());
+}
+
+/// Issue 26 §7: a further GET stream on a session is served (the specification allows a
+/// stream or 405; 409 is neither), and each message goes on one stream: the newest open.
+#[test]
+fn http_a_further_get_stream_is_served_and_messages_go_on_the_newest() {
+    let s = HttpSup::start(&fake_server("f", &[], "http = true"));
+    let sid = s.session("f");
+    let mut older = get_stream(&s, "f", &sid);
+    assert_eq!(older.status, 200);
+    let mut newer = get_stream(&s, "f", &sid);
+    assert_eq!(newer.status, 200, "a second GET stream was refused");
+    assert_eq!(newer.header("content-type"), Some("text/event-stream"));
+    // A handshake child's log messages go to every handshake client: this session has no
+    // POST open, so its newest GET stream carries them.
+    let mut sock = s.sup.client("f");
+    sock.call(json!(1), "log", json!({"data": "first"}));
+    let got = newer
+        .event(Duration::from_secs(10))
+        .expect("on the newest stream");
+    assert_eq!(got["method"], "notifications/message", "{got}");
+    assert_eq!(got["params"]["data"], "first");
+    assert!(
+        older.event(Duration::from_millis(500)).is_none(),
+        "a message went on two streams"
+    );
+    // The newest closed: the one still open carries them.
+    drop(newer);
+    let mut n = 1;
+    let reached = wait_until(Duration::from_secs(20), || {
+        n += 1;
+        sock.call(json!(n), "log", json!({"data": n}));
+        older.event(Duration::from_millis(200)).is_some()
+    });
+    assert!(reached, "the older stream never carried a message");
+}
+
+/// Issue 26 §7: a child's question to a handshake-era client whose POST accepts only JSON
+/// reaches it on its GET stream; with no stream able to carry it, the child is answered an
+/// error at once (its own fallback runs) and the log says why.
+#[test]
+fn http_a_childs_question_to_a_json_only_client_uses_its_get_stream_or_fails_at_once() {
+    let s = HttpSup::start(&fake_server(
+        "f",
+        &[],
+        "http = true\nrequest_timeout = \"120s\"",
+    ));
+    let auth = format!("Bearer {}", s.token("f"));
+    let json_only = |sid: &str, body: &Value| {
+        let mut h = in_session(sid).to_vec();
+        h.extend([
+            ("Accept", "application/json"),
+            ("Authorization", auth.as_str()),
+        ]);
+        request(&s.tcp(), "POST", "/mcp/f", &h, &body.to_string())
+    };
+    let sid = s.session_with("f", json!({"elicitation": {}}));
+    let mut stream = get_stream(&s, "f", &sid);
+    assert_eq!(stream.status, 200);
+    let answer = std::thread::scope(|sc| {
+        let asking =
+            sc.spawn(|| json_only(&sid, &call(6, "confirm", json!({"question": "go?"}))).json());
+        let asked = stream
+            .event(Duration::from_secs(10))
+            .expect("the child's question on the GET stream");
+        assert_eq!(asked["method"], "elicitation/create", "{asked}");
+        let reply = json!({"jsonrpc":"2.0","id":asked["id"],"result":{"action":"accept","content":{"ok":true}}});
+        assert_eq!(s.post("f", &in_session(&sid), &reply).status, 202);
+        asking.join().unwrap()
+    });
+    assert!(text(&answer).starts_with("confirmed:"), "{answer}");
+    // A session with no stream that can carry the question: the child hears an error at once
+    // (the fake server's fallback answers `error:...`), long before request_timeout.
+    let other = s.session_with("f", json!({"elicitation": {}}));
+    let v = json_only(&other, &call(7, "confirm", json!({"question": "go?"}))).json();
+    assert!(text(&v).starts_with("error:"), "{v}");
+    assert!(
+        s.sup
+            .wait_log("no stream can carry it", Duration::from_secs(5)),
+        "{}",
+        s.sup.log()
+    );
+}
+
+/// A keep-alive HTTP/1.1 connection to a Unix socket as another uid: `socat` run by `setpriv`
+/// (the tests run as root), its stdin and stdout the connection.
+struct AsUid {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    got: std::sync::mpsc::Receiver<Vec<u8>>,
+    buf: Vec<u8>,
+}
+
+impl AsUid {
+    fn connect(uid: u32, path: &std::path::Path) -> AsUid {
+        let mut child = std::process::Command::new("setpriv")
+            .args([
+                &format!("--reuid={uid}"),
+                &format!("--regid={uid}"),
+                "--clear-groups",
+                "socat",
+                "-",
+            ])
+            .arg(format!("UNIX-CONNECT:{}", path.display()))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut out = child.stdout.take().unwrap();
+        let (tx, got) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut b = [0u8; 8192];
+            while let Ok(n) = out.read(&mut b) {
+                if n == 0 || tx.send(b[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        AsUid {
+            stdin: child.stdin.take(),
+            child,
+            got,
+            buf: Vec::new(),
+        }
+    }
+
+    fn send(&mut self, headers: &[(&str, &str)], body: &str) {
+        let mut head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in headers {
+            head += &format!("{k}: {v}\r\n");
+        }
+        head += "\r\n";
+        let stdin = self.stdin.as_mut().unwrap();
+        let _ = stdin.write_all(head.as_bytes());
+        let _ = stdin.write_all(body.as_bytes());
+        let _ = stdin.flush();
+    }
+
+    /// The next response (one with a `Content-Length`): status, headers, body; `None` when
+    /// the connection closes, or nothing complete comes within `timeout`.
+    fn response(&mut self, timeout: Duration) -> Option<(u16, String, String)> {
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(at) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&self.buf[..at]).into_owned();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case("content-length")
+                            .then(|| v.trim().parse().ok())?
+                    })
+                    .unwrap_or(0);
+                if self.buf.len() >= at + 4 + len {
+                    let body =
+                        String::from_utf8_lossy(&self.buf[at + 4..at + 4 + len]).into_owned();
+                    self.buf.drain(..at + 4 + len);
+                    let status = head.get(9..12)?.parse().ok()?;
+                    return Some((status, head, body));
+                }
+            }
+            let left = end.checked_duration_since(Instant::now())?;
+            match self.got.recv_timeout(left) {
+                Ok(b) => self.buf.extend(b),
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Whether the connection was closed (by the supervisor) within `timeout`.
+    fn closed_within(&mut self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        loop {
+            let Some(left) = end.checked_duration_since(Instant::now()) else {
+                return false;
+            };
+            match self.got.recv_timeout(left) {
+                Ok(b) => self.buf.extend(b),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return true,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return false,
+            }
+        }
+    }
+}
+
+impl Drop for AsUid {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue 26 §5: a reload that takes a uid out of `allowed_uids` closes that uid's HTTP
+/// connections on `NAME.http.sock` (kept-alive ones too) and ends its sessions, as it ends its
+/// socket sessions; meanwhile, its session answers no other uid.
+#[test]
+fn http_a_reload_that_revokes_a_uid_closes_its_http_connections_and_sessions() {
+    let tools = ["setpriv", "socat"];
+    if unsafe { libc::geteuid() } != 0
+        || tools.iter().any(|t| {
+            std::process::Command::new(t)
+                .arg("-V")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_err()
+        })
+    {
+        eprintln!("skipped: needs root, setpriv and socat to connect as another uid");
+        return;
+    }
+    let servers = fake_server("f", &[], "http = true");
+    let s = HttpSup::start(&format!(
+        "socket_mode = \"0666\"\nallowed_uids = [65534]\n\n{servers}"
+    ));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(s.sup.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&s.sup.config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let path = s.sup.dir.path().join("run/f.http.sock");
+    let mut nobody = AsUid::connect(65534, &path);
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"nobody","version":"1"}}});
+    nobody.send(&[], &init.to_string());
+    let (status, head, _) = nobody
+        .response(Duration::from_secs(10))
+        .expect("uid 65534 is allowed");
+    assert_eq!(status, 200, "{head}");
+    let sid = head
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp-session-id: "))
+        .expect("a session id")
+        .trim()
+        .to_string();
+    // Its session is its own: root, on the same socket, does not find it.
+    let r = request(
+        &s.unix("f"),
+        "POST",
+        "/mcp",
+        &[("Accept", "application/json"), ("Mcp-Session-Id", &sid)],
+        &call(1, "echo", json!({})).to_string(),
+    );
+    assert_eq!(r.status, 404, "another uid used the session");
+    let mut tools_list =
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":modern(json!({}))});
+    let modern_h = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/list"),
+    ];
+    nobody.send(&modern_h, &tools_list.to_string());
+    let (status, _, _) = nobody
+        .response(Duration::from_secs(10))
+        .expect("kept alive");
+    assert_eq!(status, 200);
+    // The uid is revoked by a reload.
+    let cfg = std::fs::read_to_string(&s.sup.config).unwrap();
+    std::fs::write(&s.sup.config, cfg.replace("allowed_uids = [65534]\n", "")).unwrap();
+    let out = std::process::Command::new(SUPERVISOR)
+        .args(["reload", "-c"])
+        .arg(&s.sup.config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    tools_list["id"] = json!(3);
+    nobody.send(&modern_h, &tools_list.to_string());
+    assert!(
+        nobody.closed_within(Duration::from_secs(10)),
+        "the revoked uid's connection is still served: {:?}",
+        String::from_utf8_lossy(&nobody.buf)
+    );
+    assert!(
+        !String::from_utf8_lossy(&nobody.buf).contains("\"tools\""),
+        "answered after the revocation"
+    );
+    assert!(
+        s.sup
+            .wait_log("no longer allowed after a reload", Duration::from_secs(5)),
+        "{}",
+        s.sup.log()
+    );
+    assert!(
+        s.sup.wait_log(
+            "closed the HTTP connections of uid 65534",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        s.sup.log()
+    );
 }

@@ -150,3 +150,52 @@ fn healthz_stays_200_while_every_child_crash_loops_and_readyz_turns_503_and_back
     assert_eq!(probe_cli(&sup, true).0, Some(0));
     assert_eq!(get(port, "/nope").map(|r| r.0), Some(404));
 }
+
+/// Issue 26 §4: idle and half-open connections to the metrics port, far more than it serves at
+/// once and held open, never make `/healthz` fail (it is the liveness probe: any pod that can
+/// reach the port could otherwise get ours restarted); `/readyz` and `/metrics` answer too.
+#[test]
+fn healthz_stays_200_while_idle_and_half_open_connections_flood_the_metrics_port() {
+    let port = free_port();
+    let sup = Supervisor::spawn_config(
+        &format!("metrics_listen = \"127.0.0.1:{port}\""),
+        &fake_server("f", &[], ""),
+        &[],
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || get(port, "/readyz")
+            .is_some_and(|r| r.0 == 200)),
+        "{}",
+        sup.log()
+    );
+    let mut held = Vec::new();
+    for i in 0..400 {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        match i % 3 {
+            0 => {}                                                    // idle: not a byte
+            1 => c.write_all(b"GET /heal").unwrap(),                   // half a request line
+            _ => c.write_all(b"GET /metrics HTTP/1.1\r\nHo").unwrap(), // half a head
+        }
+        held.push(c);
+    }
+    for _ in 0..20 {
+        let h = get(port, "/healthz");
+        assert_eq!(h.as_ref().map(|r| r.0), Some(200), "{h:?}\n{}", sup.log());
+    }
+    let r = get(port, "/readyz");
+    assert_eq!(r.as_ref().map(|r| r.0), Some(200), "{r:?}");
+    let m = get(port, "/metrics");
+    assert_eq!(m.as_ref().map(|r| r.0), Some(200), "{m:?}");
+    assert!(m.unwrap().1.contains("mcp_supervisor_"));
+    // The flood's connections are closed soon, unanswered.
+    let last = held.last_mut().unwrap();
+    last.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut got = Vec::new();
+    let r = last.read_to_end(&mut got);
+    assert!(
+        r.is_ok() && got.is_empty(),
+        "a half-sent head was kept or answered: {r:?} {:?}",
+        String::from_utf8_lossy(&got)
+    );
+}
