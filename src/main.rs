@@ -66,7 +66,7 @@ fn main() {
                             eprintln!("mcp-supervisor: {e:#}");
                             if e.downcast_ref::<daemon::AlreadyRunning>().is_some() {
                                 cli::EXIT_ALREADY_RUNNING
-                            } else if e.downcast_ref::<daemon::SocketDirRefused>().is_some()
+                            } else if e.downcast_ref::<daemon::DirRefused>().is_some()
                                 || e.downcast_ref::<mcp_supervisor::child::limits::LimitsUnavailable>()
                                     .is_some()
                             {

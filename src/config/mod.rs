@@ -91,6 +91,10 @@ pub struct SupervisorConfig {
     /// variable is set and we are not root, else `/run/mcp-supervisor`. A relative path is taken
     /// relative to the config file's directory.
     pub socket_dir: PathBuf,
+    /// `state_dir`: where on-demand servers keep the record of their last run
+    /// (`NAME.cache.json`). Default: systemd's `$STATE_DIRECTORY`, else `socket_dir`. It gets
+    /// `socket_dir`'s ownership checks when some server needs it (issue 26 §5).
+    pub state_dir: PathBuf,
     /// Connected clients per server beyond which new connections are refused (R24). Default 256.
     pub max_clients: usize,
     /// Mode of every socket the supervisor binds (server sockets and `control.sock`). Default
@@ -421,9 +425,7 @@ pub fn parse_with(path: &Path, text: &str, checks: Checks) -> Result<Config, Con
             ));
         }
         let mut cfg = v.server(Table(Some(n)), server.span(), server.get_ref(), &defaults)?;
-        cfg.cache_file = v
-            .state_dir(&raw.supervisor, &supervisor.socket_dir)
-            .join(format!("{n}.cache.json"));
+        cfg.cache_file = supervisor.state_dir.join(format!("{n}.cache.json"));
         servers.insert(n.clone(), cfg);
         // A socket path must fit `sun_path` (108 bytes with its NUL): caught here rather than
         // as a bind error after start (issue 14 Why 6).
@@ -634,6 +636,7 @@ impl Validator<'_> {
             limits: self.limit_mode(raw)?,
             otel,
             metrics_listen,
+            state_dir: self.state_dir(raw, &socket_dir),
             socket_dir,
             max_clients: self.supervisor_count(&keys::MAX_CLIENTS, &raw.max_clients)?,
             socket_mode,

@@ -46,7 +46,7 @@ mod sockets;
 use sockets::{accept_loop, control_loop, SessionParams, Shared};
 pub use sockets::{
     bind_socket, client_access, lock_socket_dir, operator_access, prepare_socket_dir,
-    server_access, socket_path, SocketDirRefused, SocketPerms,
+    prepare_state_dir, server_access, socket_path, DirRefused, SocketPerms,
 };
 
 /// At most this many reloads run per [`RELOAD_WINDOW`] (R3); more requests wait, coalesced.
@@ -289,6 +289,11 @@ impl Daemon {
             .filter(|n| !new.servers.contains_key(*n))
             .cloned()
             .collect();
+        // The records' directory, if a server now needs it, is checked before anything changes.
+        prepare_records_dir(&new, &self.dir).map_err(|e| ErrorBody {
+            kind: ErrorKind::InvalidConfig,
+            message: format!("{e:#}"),
+        })?;
         // Bind every new socket first: if one cannot be bound, nothing changes.
         let mut bound = Vec::new();
         for name in &report.added {
@@ -422,6 +427,20 @@ impl Daemon {
     }
 }
 
+/// Checks `state_dir` ([`prepare_state_dir`]) when a server of `config` keeps a record there
+/// (`start = "on-demand"`) and it is not `socket_dir` (checked already).
+fn prepare_records_dir(config: &Config, socket_dir: &Path) -> Result<()> {
+    let dir = &config.supervisor.state_dir;
+    let needed = config
+        .servers
+        .values()
+        .any(|s| s.start == crate::config::StartMode::OnDemand);
+    if needed && dir != socket_dir {
+        prepare_state_dir(dir)?;
+    }
+    Ok(())
+}
+
 /// A server's per-connection limits, with the daemon-wide client memory budget.
 fn session_limits(
     cfg: &ServerConfig,
@@ -497,6 +516,7 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
     let perms = SocketPerms::from(&config.supervisor);
     prepare_socket_dir(&dir, perms)?;
     let _lock = lock_socket_dir(&dir)?;
+    prepare_records_dir(&config, &dir)?;
     // Before any actor exists: each reads once whether traces are on.
     if let Some(otel) = &config.supervisor.otel {
         crate::observe::trace::start(otel)?;

@@ -32,15 +32,19 @@ impl Default for SocketPerms {
     }
 }
 
-/// A `socket_dir` the supervisor will not use (issue 14 §1): exit 2, with what is wrong and how
-/// to fix it.
+/// A `socket_dir` or `state_dir` the supervisor will not use (issue 14 §1, issue 26 §5): exit
+/// 2, with what is wrong and how to fix it.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct SocketDirRefused(pub String);
+pub struct DirRefused(pub String);
 
 fn refuse(dir: &Path, what: &str, fix: &str) -> anyhow::Error {
-    SocketDirRefused(format!(
-        "socket_dir {}: {what}; refusing to put sockets there ({fix})",
+    refuse_key("socket_dir", "put sockets there", dir, what, fix)
+}
+
+fn refuse_key(key: &str, purpose: &str, dir: &Path, what: &str, fix: &str) -> anyhow::Error {
+    DirRefused(format!(
+        "{key} {}: {what}; refusing to {purpose} ({fix})",
         dir.display()
     ))
     .into()
@@ -72,7 +76,7 @@ fn needed_dir_bits(perms: SocketPerms) -> u32 {
 /// - a pre-existing directory we own gets the search bits and group the sockets need (what
 ///   `RuntimeDirectoryMode=0700` leaves is fixed, not silently unusable).
 ///
-/// Errors are [`SocketDirRefused`] (exit 2) naming the problem and the fix.
+/// Errors are [`DirRefused`] (exit 2) naming the problem and the fix.
 pub fn prepare_socket_dir(dir: &Path, perms: SocketPerms) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     let me = nix::unistd::geteuid().as_raw();
@@ -107,7 +111,7 @@ pub fn prepare_socket_dir(dir: &Path, perms: SocketPerms) -> Result<()> {
         }
         Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", dir.display())),
     }
-    check_ancestors(dir, me)?;
+    check_ancestors(dir, me, "socket_dir", "put sockets there")?;
     let file = {
         use std::os::unix::fs::OpenOptionsExt;
         std::fs::OpenOptions::new()
@@ -174,6 +178,69 @@ pub fn prepare_socket_dir(dir: &Path, perms: SocketPerms) -> Result<()> {
     Ok(())
 }
 
+/// Makes sure `state_dir`, where on-demand servers keep the record of their last run (read
+/// back and served to clients), is ours as `socket_dir` is (issue 26 §5): created 0700 when
+/// missing; never a symbolic link; owned by the supervisor's euid or root; writable by nobody
+/// else; every ancestor safe ([`check_ancestors`]). Errors are [`DirRefused`] (exit 2).
+pub fn prepare_state_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let me = nix::unistd::geteuid().as_raw();
+    let refuse =
+        |what: &str, fix: &str| refuse_key("state_dir", "keep records there", dir, what, fix);
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(refuse(
+                "is a symbolic link",
+                "set state_dir to the real directory, owned by the supervisor's user",
+            ))
+        }
+        Ok(m) if !m.is_dir() => {
+            return Err(refuse(
+                "exists and is not a directory",
+                "remove it or choose another path",
+            ))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent() {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("cannot create {}", parent.display()))?;
+            }
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir)
+                .with_context(|| format!("cannot create state directory {}", dir.display()))?;
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", dir.display())),
+    }
+    check_ancestors(dir, me, "state_dir", "keep records there")?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(dir)
+        .with_context(|| format!("cannot open state directory {}", dir.display()))?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("cannot inspect {}", dir.display()))?;
+    let mode = meta.mode() & 0o7777;
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(refuse(
+            &format!(
+                "is owned by uid {}, not by the supervisor's uid {me} or root",
+                meta.uid()
+            ),
+            "use a directory the supervisor's user owns (systemd's StateDirectory=), or chown it",
+        ));
+    }
+    if mode & 0o022 != 0 {
+        return Err(refuse(
+            &format!("can be written by its group or others (mode {mode:04o})"),
+            "chmod go-w it: they could plant or replace the records clients are served from",
+        ));
+    }
+    Ok(())
+}
+
 /// What [`prepare_socket_dir`] reads of the opened directory.
 struct DirStat {
     st_mode: u32,
@@ -182,14 +249,32 @@ struct DirStat {
 }
 
 /// Every ancestor of `dir` is owned by root or `me` and not writable by anyone else unless it
-/// is sticky (`/tmp`): nobody can rename `dir` away and put another in its place.
-fn check_ancestors(dir: &Path, me: u32) -> Result<()> {
+/// is sticky (`/tmp`), and no ancestor is a symbolic link owned by someone else: nobody can
+/// rename `dir` away and put another in its place. `key` and `purpose` name it in errors.
+fn check_ancestors(dir: &Path, me: u32, key: &str, purpose: &str) -> Result<()> {
     let abs = if dir.is_absolute() {
         dir.to_path_buf()
     } else {
         std::env::current_dir()?.join(dir)
     };
     for a in abs.ancestors().skip(1) {
+        // A link in the path is as good as its owner: whoever owns it can point it elsewhere
+        // when it sits in their own directory (issue 26 §5). Its target is checked below.
+        if let Ok(l) = std::fs::symlink_metadata(a) {
+            if l.file_type().is_symlink() && l.uid() != 0 && l.uid() != me {
+                return Err(refuse_key(
+                    key,
+                    purpose,
+                    dir,
+                    &format!(
+                        "its parent {} is a symbolic link owned by uid {}, not by root or the supervisor's uid {me}",
+                        a.display(),
+                        l.uid()
+                    ),
+                    "use the real path, under directories only root and the supervisor's user own",
+                ));
+            }
+        }
         let Ok(m) = std::fs::metadata(a) else {
             continue;
         };
@@ -198,7 +283,9 @@ fn check_ancestors(dir: &Path, me: u32) -> Result<()> {
         let others_write = mode & 0o022 != 0;
         let owner_ok = m.uid() == 0 || m.uid() == me;
         if !owner_ok || (others_write && !sticky) {
-            return Err(refuse(
+            return Err(refuse_key(
+                key,
+                purpose,
                 dir,
                 &format!(
                     "its parent {} (owner uid {}, mode {:04o}) can be changed by another user, who could swap the directory",

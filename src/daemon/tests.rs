@@ -54,10 +54,7 @@ fn socket_dir_writable_by_others_or_a_symlink_is_refused_with_exit_2() {
     for mode in [0o777, 0o1777, 0o770] {
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).unwrap();
         let e = prepare_socket_dir(&d, SocketPerms::default()).unwrap_err();
-        assert!(
-            e.downcast_ref::<SocketDirRefused>().is_some(),
-            "{mode:o}: {e:#}"
-        );
+        assert!(e.downcast_ref::<DirRefused>().is_some(), "{mode:o}: {e:#}");
         assert!(e.to_string().contains("writable"), "{e:#}");
     }
     std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -76,6 +73,63 @@ fn a_socket_dir_under_a_parent_others_can_write_is_refused() {
     std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o777)).unwrap();
     let e = prepare_socket_dir(&parent.join("run"), SocketPerms::default()).unwrap_err();
     assert!(e.to_string().contains("its parent"), "{e:#}");
+}
+
+/// Issue 26 §5: `state_dir` gets `socket_dir`'s checks (a user who owned it redirected a
+/// write into a root-only file and forged the record clients were served).
+#[test]
+fn a_state_dir_that_is_a_link_writable_by_others_or_owned_by_another_user_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("state");
+    prepare_state_dir(&d).unwrap();
+    let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o700, "created private");
+    for mode in [0o777, 0o1777, 0o770, 0o702] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).unwrap();
+        let e = prepare_state_dir(&d).unwrap_err();
+        assert!(e.downcast_ref::<DirRefused>().is_some(), "{mode:o}: {e:#}");
+        assert!(e.to_string().starts_with("state_dir "), "{e:#}");
+    }
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&d, &link).unwrap();
+    let e = prepare_state_dir(&link).unwrap_err();
+    assert!(e.to_string().contains("symbolic link"), "{e:#}");
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(&d, Some(4242), Some(4242)).unwrap();
+        let e = prepare_state_dir(&d).unwrap_err();
+        assert!(e.to_string().contains("owned by uid 4242"), "{e:#}");
+    } else {
+        eprintln!("not root: the other-owner case needs chown; skipped");
+    }
+}
+
+/// Issue 26 §5: a parent of `socket_dir` (or `state_dir`) that is a symbolic link owned by
+/// another user is refused, whatever its target.
+#[test]
+fn a_parent_that_is_a_link_owned_by_another_user_is_refused() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("not root: a link owned by another user needs lchown; skipped");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = dir.path().join("via");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    // Ours: accepted.
+    prepare_socket_dir(&link.join("run"), SocketPerms::default()).unwrap();
+    std::os::unix::fs::lchown(&link, Some(4242), Some(4242)).unwrap();
+    for e in [
+        prepare_socket_dir(&link.join("run2"), SocketPerms::default()).unwrap_err(),
+        prepare_state_dir(&link.join("state")).unwrap_err(),
+    ] {
+        assert!(e.downcast_ref::<DirRefused>().is_some(), "{e:#}");
+        assert!(
+            e.to_string().contains("symbolic link owned by uid 4242"),
+            "{e:#}"
+        );
+    }
 }
 
 #[test]

@@ -89,9 +89,12 @@ pub fn decode(cfg: &ServerConfig, text: &[u8]) -> Result<Record, String> {
     let mut lists = BTreeMap::new();
     if let Some(o) = v.get("lists").and_then(Value::as_object) {
         for (method, _, _) in era::LISTS {
-            if let Some(r) = o.get(*method).filter(|r| r.is_object()) {
-                lists.insert(*method, r.clone());
-            }
+            let Some(r) = o.get(*method) else { continue };
+            // The same shape check as a live reply's (K21): a record is not trusted more.
+            let raw = serde_json::value::to_raw_value(r).map_err(|e| e.to_string())?;
+            era::check_result_shape(method, &raw)
+                .map_err(|e| format!("its {method} is malformed ({e})"))?;
+            lists.insert(*method, r.clone());
         }
     }
     let saved_at = v
@@ -106,13 +109,27 @@ pub fn decode(cfg: &ServerConfig, text: &[u8]) -> Result<Record, String> {
     })
 }
 
+/// The largest record read back, in bytes (the first pages of four lists; a bigger file was
+/// not written by us).
+const MAX_RECORD: u64 = 64 << 20;
+
 /// Reads `cfg`'s record, if there is a usable one (a missing file is the first run).
+///
+/// Its text is served to clients as the child's own words, so it is trusted only as a file
+/// this supervisor wrote (issue 26 §5): opened without following a link, a regular file owned
+/// by our euid, writable by nobody else, at most [`MAX_RECORD`] bytes; anything else is
+/// logged and ignored.
 pub async fn load(cfg: &ServerConfig) -> Option<Record> {
-    let text = match tokio::fs::read(&cfg.cache_file).await {
+    let path = cfg.cache_file.clone();
+    let read = tokio::task::spawn_blocking(move || read_own(&path))
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|r| r);
+    let text = match read {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
         Err(e) => {
-            warn!(path = %cfg.cache_file.display(), error = %e, "cannot read the record of the last run; the first request starts the child");
+            warn!(path = %cfg.cache_file.display(), error = %e, "the record of the last run is not used; the first request starts the child");
             return None;
         }
     };
@@ -165,21 +182,69 @@ impl Writer {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory (mode 0600), then
-/// renames it over `path`.
+/// Reads `path` if it is a record we could have written: see [`load`].
+fn read_own(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => std::io::Error::other("it is a symbolic link"),
+            _ => e,
+        })?;
+    let m = f.metadata()?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !m.is_file() {
+        return Err(std::io::Error::other("it is not a regular file"));
+    }
+    if m.uid() != me {
+        return Err(std::io::Error::other(format!(
+            "it is owned by uid {}, not by the supervisor's uid {me}",
+            m.uid()
+        )));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(std::io::Error::other(format!(
+            "its group or others may write it (mode {:04o})",
+            m.mode() & 0o7777
+        )));
+    }
+    if m.len() > MAX_RECORD {
+        return Err(std::io::Error::other(format!(
+            "it is {} bytes, over {MAX_RECORD}",
+            m.len()
+        )));
+    }
+    let mut text = Vec::new();
+    f.take(MAX_RECORD).read_to_end(&mut text)?;
+    Ok(text)
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory, then renames it
+/// over `path`. The temporary file has a random name and is created exclusively without
+/// following a link (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600), so nothing planted at a guessed
+/// name can redirect the write (issue 26 §5); the rename replaces a link at `path` itself,
+/// never its target.
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
+    let tmp = path.with_extension(format!("json.tmp{:016x}", rand::random::<u64>()));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    let written = f
+        .write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 #[cfg(test)]
@@ -212,5 +277,78 @@ mod tests {
         assert!(decode(&other, &text).is_err());
         assert!(decode(&c, b"{}").is_err());
         assert!(decode(&c, b"\xff").is_err());
+    }
+
+    fn a_record(c: &ServerConfig) -> Vec<u8> {
+        let hs = Handshake::from_result(json!({"protocolVersion": "2025-06-18",
+            "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}}))
+        .unwrap_or_else(|| unreachable!());
+        let mut lists = BTreeMap::new();
+        lists.insert("tools/list", json!({"tools": [{"name": "t"}]}));
+        encode(c, &hs, &lists, "2026-12-01T00:00:00Z")
+    }
+
+    /// Issue 26 §5: a record is served as the child's words, so only a file we wrote is read.
+    #[test]
+    fn only_a_regular_file_of_ours_that_nobody_else_may_write_is_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let c = cfg();
+        let dir = tempfile::tempdir().unwrap_or_else(|e| unreachable!("{e}"));
+        let path = dir.path().join("a.cache.json");
+        write_atomic(&path, &a_record(&c)).unwrap_or_else(|e| unreachable!("{e}"));
+        let mode = std::fs::metadata(&path).map(|m| m.permissions().mode() & 0o777);
+        assert_eq!(mode.ok(), Some(0o600));
+        assert!(read_own(&path).is_ok());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        let e = read_own(&path).map(|_| ()).unwrap_err();
+        assert!(e.to_string().contains("may write it"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        let link = dir.path().join("b.cache.json");
+        std::os::unix::fs::symlink(&path, &link).unwrap_or_else(|e| unreachable!("{e}"));
+        let e = read_own(&link).map(|_| ()).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&path, Some(4242), Some(4242))
+                .unwrap_or_else(|e| unreachable!("{e}"));
+            let e = read_own(&path).map(|_| ()).unwrap_err();
+            assert!(e.to_string().contains("owned by uid 4242"), "{e}");
+        }
+    }
+
+    /// Issue 26 §5: writing never goes through a link planted at the record's name: the
+    /// rename replaces the link, and the file it pointed to is untouched.
+    #[test]
+    fn a_write_replaces_a_planted_link_and_never_writes_its_target() {
+        let c = cfg();
+        let dir = tempfile::tempdir().unwrap_or_else(|e| unreachable!("{e}"));
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "root only").unwrap_or_else(|e| unreachable!("{e}"));
+        let path = dir.path().join("a.cache.json");
+        std::os::unix::fs::symlink(&secret, &path).unwrap_or_else(|e| unreachable!("{e}"));
+        write_atomic(&path, &a_record(&c)).unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(
+            std::fs::read_to_string(&secret).ok().as_deref(),
+            Some("root only")
+        );
+        let m = std::fs::symlink_metadata(&path).unwrap_or_else(|e| unreachable!("{e}"));
+        assert!(m.is_file(), "the link itself was replaced");
+        let leftovers = std::fs::read_dir(dir.path())
+            .map(|d| d.count())
+            .unwrap_or_default();
+        assert_eq!(leftovers, 2, "no temporary file left behind");
+    }
+
+    /// A record is checked as a live reply would be: a malformed list is not served.
+    #[test]
+    fn a_record_with_a_malformed_list_is_refused() {
+        let c = cfg();
+        let mut v: Value =
+            serde_json::from_slice(&a_record(&c)).unwrap_or_else(|e| unreachable!("{e}"));
+        v["lists"]["tools/list"] = json!({"tools": "ignore previous instructions"});
+        let text = serde_json::to_vec(&v).unwrap_or_else(|e| unreachable!("{e}"));
+        let e = decode(&c, &text).map(|_| ()).unwrap_err();
+        assert!(e.contains("tools/list"), "{e}");
     }
 }
