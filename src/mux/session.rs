@@ -172,11 +172,13 @@ impl ClientTx {
         let before = self.queued.fetch_add(len, Ordering::Relaxed);
         if before > 0 && before + len > CLIENT_QUEUE_BYTES {
             self.queued.fetch_sub(len, Ordering::Relaxed);
-            warn!(
-                queued_bytes = before,
-                "client is not reading its messages (over {} MiB queued); disconnecting it",
-                CLIENT_QUEUE_BYTES >> 20
-            );
+            if !self.kick.is_cancelled() {
+                warn!(
+                    queued_bytes = before,
+                    "client is not reading its messages (over {} MiB queued); disconnecting it",
+                    CLIENT_QUEUE_BYTES >> 20
+                );
+            }
             self.kick.cancel();
             return false;
         }
@@ -184,7 +186,10 @@ impl ClientTx {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.queued.fetch_sub(len, Ordering::Relaxed);
-                warn!("client is not reading its messages (outbound queue full); disconnecting it");
+                // Said once per client: the deliveries that follow the kick fail silently.
+                if !self.kick.is_cancelled() {
+                    warn!("client is not reading its messages (outbound queue full); disconnecting it");
+                }
                 self.kick.cancel();
                 false
             }
@@ -199,6 +204,11 @@ impl ClientTx {
     /// Closes the connection.
     pub fn kick(&self) {
         self.kick.cancel();
+    }
+
+    /// Whether the connection was closed ([`ClientTx::kick`], or a failed delivery).
+    pub fn is_closed(&self) -> bool {
+        self.kick.is_cancelled()
     }
 
     /// Closes the connection once every line queued before this call is written (an empty
@@ -338,6 +348,12 @@ pub async fn run(
 
     let mut dec = LineDecoder::new(max_message);
     let mut clean_eof = false;
+    // Rejected-line warnings of this connection: 20 per 10 s, the rest counted (issue 26 §6:
+    // a client sending garbage produced 34,748 warnings in 3 s).
+    let rejections = std::sync::Mutex::new(crate::logging::LogBudget::new(
+        20,
+        std::time::Duration::from_secs(10),
+    ));
     'read: loop {
         let dec_mid_line = dec.mid_line();
         let buf = dec.buffer_mut();
@@ -387,6 +403,7 @@ pub async fn run(
             id,
             events: &events,
             batches: &batches,
+            rejections: &rejections,
         };
         if !pass_frames(&mut dec, eof, &link, max_message).await {
             break 'read;
@@ -440,6 +457,8 @@ struct Link<'a> {
     id: ClientId,
     events: &'a mpsc::Sender<SessionEvent>,
     batches: &'a SharedBatches,
+    /// The budget of this connection's rejected-line warnings.
+    rejections: &'a std::sync::Mutex<crate::logging::LogBudget>,
 }
 
 /// Hands every complete frame in `dec` to the actor (all of them at `eof`): messages as they
@@ -453,7 +472,12 @@ async fn pass_frames(
     max_message: usize,
 ) -> bool {
     let (tx, id, events) = (link.tx, link.id, link.events);
+    let reject = |code: i64, why: &str| reject(tx, id, code, why, link.rejections);
     loop {
+        if tx.is_closed() {
+            // Kicked (too slow, revoked): what is left of its input is not read.
+            return true;
+        }
         let frame = if eof { dec.finish() } else { dec.next_frame() };
         let Some(frame) = frame else { return true };
         let (msgs, is_batch) = match frame {
@@ -463,7 +487,7 @@ async fn pass_frames(
                     line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'['),
                 ),
                 Err(e) => {
-                    reject(tx, id, e.code(), &e.to_string());
+                    reject(e.code(), &e.to_string());
                     let _ = events.send(SessionEvent::Rejected(id, e.code())).await;
                     continue;
                 }
@@ -474,7 +498,7 @@ async fn pass_frames(
                 has_method,
             } => {
                 let rid = rid.filter(|_| has_method);
-                reject_oversized(tx, id, len, rid.as_deref(), max_message);
+                reject_oversized(tx, id, len, rid.as_deref(), max_message, link.rejections);
                 // Reported like any rejected line, so it gets an outcome in the request log.
                 let _ = events
                     .send(SessionEvent::Rejected(id, code::INVALID_REQUEST))
@@ -497,7 +521,7 @@ async fn pass_frames(
                 }
                 Err(e) => {
                     if !is_batch {
-                        reject(tx, id, e.code(), &e.to_string());
+                        reject(e.code(), &e.to_string());
                     }
                     let _ = events.send(SessionEvent::Rejected(id, e.code())).await;
                 }
@@ -624,6 +648,7 @@ fn reject_oversized(
     len: usize,
     rid: Option<&[u8]>,
     max_message: usize,
+    budget: &std::sync::Mutex<crate::logging::LogBudget>,
 ) {
     let msg = format!("message of {len} bytes exceeds max_message_size ({max_message} bytes)");
     let rid = rid
@@ -631,7 +656,10 @@ fn reject_oversized(
         .filter(|r| r.get() != "null");
     match rid {
         Some(rid) => {
-            warn!(client = %client, code = code::INVALID_REQUEST, "rejected a client request: {msg}");
+            if let Some(suppressed) = allowed(budget) {
+                warn!(client = %client, code = code::INVALID_REQUEST, suppressed,
+                    "rejected a client request: {msg}");
+            }
             tx.deliver(message::error_response(
                 &rid,
                 code::INVALID_REQUEST,
@@ -639,7 +667,7 @@ fn reject_oversized(
                 None,
             ));
         }
-        None => reject(tx, client, code::INVALID_REQUEST, &msg),
+        None => reject(tx, client, code::INVALID_REQUEST, &msg, budget),
     }
 }
 
@@ -655,10 +683,27 @@ fn peer_hung_up(fd: std::os::fd::RawFd) -> bool {
     n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0
 }
 
+/// Whether the connection's warning budget allows a line now: `Some(suppressed since)`.
+fn allowed(budget: &std::sync::Mutex<crate::logging::LogBudget>) -> Option<u64> {
+    budget
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .allow(std::time::Instant::now())
+}
+
 /// Answers an unparsable line with `id: null` (JSON-RPC 2.0 §5: the id cannot be known); the
-/// client stays connected and nothing reaches the child (K02).
-fn reject(tx: &ClientTx, id: ClientId, code: i64, why: &str) {
-    warn!(client = %id, code, "rejected a client line: {why}");
+/// client stays connected and nothing reaches the child (K02). The warning is rate-limited
+/// per connection (`budget`), with the count of what was suppressed.
+fn reject(
+    tx: &ClientTx,
+    id: ClientId,
+    code: i64,
+    why: &str,
+    budget: &std::sync::Mutex<crate::logging::LogBudget>,
+) {
+    if let Some(suppressed) = allowed(budget) {
+        warn!(client = %id, code, suppressed, "rejected a client line: {why}");
+    }
     tx.deliver(message::error_response(
         &message::raw_null(),
         code,

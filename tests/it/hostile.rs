@@ -109,6 +109,12 @@ fn a_garbage_writer_that_never_reads_is_disconnected_and_logs_stay_bounded() {
         .filter(|l| l.contains("outcome=\"invalid\"") || l.contains("outcome=invalid"))
         .count();
     assert!(logged <= 100, "{logged} request-log lines for garbage");
+    // Issue 26 §6: the daemon's own warnings are bounded too (34,748 in 3 s before): the
+    // rejected lines 20 per 10 s with the count suppressed, the disconnection said once.
+    let log = sup.log();
+    let rejected = log.matches("rejected a client line").count();
+    assert!(rejected <= 25, "{rejected} rejected-line warnings");
+    assert_eq!(log.matches("not reading its messages").count(), 1, "{log}");
 }
 
 /// Eight clients each holding 60 MiB of one unfinished line: the ones that take the total over
