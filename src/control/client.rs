@@ -43,7 +43,7 @@ pub fn request(socket: &Path, req: &Request) -> Result<Response, ClientError> {
         .map_err(|e| ClientError::Broken(e.to_string()))?;
     let refused = || {
         ClientError::Broken(format!(
-            "the supervisor closed the connection without answering (is this user allowed to use {}? see `allowed_uids` in the configuration)",
+            "the supervisor closed the connection without answering (is this user an operator of {}? see `operator_uids`/`operator_gids` in [supervisor] of the configuration)",
             socket.display()
         ))
     };

@@ -262,11 +262,11 @@ impl Health {
     /// The next moment [`Health::tick`] has something to do, for a ready child.
     pub fn next_wake(&self, m: ProbeMethods) -> Option<Instant> {
         match self.awaited {
-            Some(a) => Some(a.window + self.cfg.probe_timeout),
+            Some(a) => Some(crate::deadline::after(a.window, self.cfg.probe_timeout)),
             None if self.overdue => self.probe_method(m).map(|_| self.last_heard),
             None => self
                 .probe_method(m)
-                .map(|_| self.last_heard + self.cfg.probe_interval),
+                .map(|_| crate::deadline::after(self.last_heard, self.cfg.probe_interval)),
         }
     }
 
@@ -285,14 +285,14 @@ impl Health {
             let due = if self.overdue {
                 true
             } else {
-                now >= self.last_heard + self.cfg.probe_interval
+                now >= crate::deadline::after(self.last_heard, self.cfg.probe_interval)
             };
             return match self.probe_method(m) {
                 Some(method) if due => Action::Probe(method),
                 _ => Action::None,
             };
         };
-        if now < a.window + self.cfg.probe_timeout {
+        if now < crate::deadline::after(a.window, self.cfg.probe_timeout) {
             return Action::None;
         }
         // A full window passed with the probe unanswered (hearing anything would have ended

@@ -486,3 +486,24 @@ fn an_actor_that_panics_at_every_spawn_backs_off_then_fails_and_start_clears_it(
         sup.log()
     );
 }
+
+/// Issue 26 §8: the log line of a request that failed names its method (it was empty for a
+/// request past its deadline), and the call still gets the -32001 error.
+#[test]
+fn a_request_past_its_deadline_is_logged_with_its_method() {
+    let sup = Supervisor::start(&fake_server(
+        "fake",
+        &[],
+        "request_timeout = \"1s\"\nprotocol = \"2025-11-25\"\n",
+    ));
+    let mut a = sup.client("fake");
+    let r = a.call(json!(1), "slow", json!({"ms": 5000}));
+    assert_eq!(r["error"]["code"], -32001, "{r}");
+    assert!(sup.wait_log("request failed", Duration::from_secs(5)));
+    let log = sup.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("request failed"))
+        .unwrap_or_default();
+    assert!(line.contains("tools/call"), "{line}");
+}

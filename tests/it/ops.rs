@@ -888,9 +888,12 @@ fn another_uid_is_refused_and_logged() {
         stdout.contains("\"serverInfo\""),
         "allowed peer got {stdout:?}"
     );
-    // A client is not an operator (issue 14 §2): control.sock still refuses it...
+    // A client is not an operator (issue 14 §2): control.sock still refuses it, and says which
+    // keys decide (issue 26 §8: it named allowed_uids, which this uid is already in).
     let (code, _, stderr) = as_nobody(&["status", "-c", &config], "");
     assert_eq!(code, 1, "a client used control.sock: {stderr}");
+    assert!(stderr.contains("operator_uids"), "{stderr}");
+    assert!(!stderr.contains("allowed_uids"), "{stderr}");
     // ...until operator_uids names it.
     rewrite(
         &sup,

@@ -107,7 +107,7 @@ impl Server {
         self.next_round += 1;
         let secret = rand::Rng::gen::<u64>(&mut self.rng);
         let key = Some((client, format!("{STATE_PREFIX}{round}")));
-        let deadline = self.now + self.cfg.request_timeout;
+        let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
         let pending = Pending {
             owner: Owner::Parked { round },
             method: removed.value.method.clone(),
@@ -279,7 +279,7 @@ impl Server {
                 None => self.answer_client(&p.method, owner, &last),
             },
             None => {
-                let deadline = self.now + self.cfg.timeout_for(&p.method);
+                let deadline = crate::deadline::after(self.now, self.cfg.timeout_for(&p.method));
                 let pending = Pending {
                     owner,
                     method: p.method.into(),
@@ -313,7 +313,7 @@ impl Server {
         // deadline passes; its late questions are void now.
         let void: Vec<Ask> = p.queued.drain(..).collect();
         p.last = Some(m);
-        let deadline = self.now + self.cfg.request_timeout;
+        let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
         let pending = Pending {
             owner: Owner::Parked { round },
             method: p.method.clone().into(),
@@ -370,7 +370,7 @@ impl Server {
         }
         p.client = client;
         let child_rid = p.child_rid;
-        let deadline = self.now + self.cfg.request_timeout;
+        let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
         if let Some(removed) = self.inflight.remove(child_rid) {
             let key = Some((client, format!("{STATE_PREFIX}{round}")));
             self.inflight

@@ -171,10 +171,9 @@ impl Server {
                         Era::Modern,
                         "initialize was refused in favour of 2026-07-28",
                     );
-                    let deadline = self
-                        .life
-                        .start_deadline()
-                        .unwrap_or_else(|| self.now + self.cfg.start_timeout);
+                    let deadline = self.life.start_deadline().unwrap_or_else(|| {
+                        crate::deadline::after(self.now, self.cfg.start_timeout)
+                    });
                     self.send_discover(false, deadline);
                 } else {
                     error!(error = %e.get(), "the child rejected initialize");
@@ -313,7 +312,7 @@ impl Server {
         let n = self.next_upstream;
         self.next_upstream += 1;
         let line = Out::request(Some(&raw_u64(n)), &method, m.params.as_deref()).encode();
-        let deadline = self.now + self.cfg.request_timeout;
+        let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
         self.upstream.insert(
             (owner, n),
             Upstream {
@@ -399,7 +398,7 @@ impl Server {
                     // Keep the cached list current for outage answers; the child announced it.
                     // One refresh per list at a time: a flood of announcements cannot grow the
                     // in-flight table.
-                    let far = self.now + self.cfg.request_timeout;
+                    let far = crate::deadline::after(self.now, self.cfg.request_timeout);
                     self.send_to_child(
                         Owner::Refresh {
                             method: list,

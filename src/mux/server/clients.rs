@@ -350,7 +350,7 @@ impl Server {
                 );
             }
             // Never ready yet: wait for the child (bounded by start_timeout, issue 5 §5).
-            let deadline = self.now + self.cfg.start_timeout;
+            let deadline = crate::deadline::after(self.now, self.cfg.start_timeout);
             let _ = self.held.push(client, m, deadline);
             return;
         };
@@ -415,7 +415,7 @@ impl Server {
             self.child_log_level = want;
             if self.life.state() == State::Ready {
                 let p = raw(&json!({"level": level_name(want.unwrap_or(0))}));
-                let deadline = self.now + self.cfg.request_timeout;
+                let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
                 self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
             }
         }

@@ -138,8 +138,10 @@ impl Server {
     /// started the child (an `npx` server may take that long), else `queue_wait`.
     pub(super) fn hold_deadline(&self) -> Instant {
         match self.life.start_deadline() {
-            Some(t) if self.demand.started_by_request => t.max(self.now + self.cfg.queue_wait),
-            _ => self.now + self.cfg.queue_wait,
+            Some(t) if self.demand.started_by_request => {
+                t.max(crate::deadline::after(self.now, self.cfg.queue_wait))
+            }
+            _ => crate::deadline::after(self.now, self.cfg.queue_wait),
         }
     }
 
@@ -151,7 +153,8 @@ impl Server {
     /// When the ready child becomes idle enough to stop, if `idle_stop` is set.
     pub(super) fn idle_deadline(&self) -> Option<Instant> {
         let after = self.cfg.idle_stop?;
-        (self.life.state() == State::Ready).then_some(self.demand.last_use + after)
+        (self.life.state() == State::Ready)
+            .then_some(crate::deadline::after(self.demand.last_use, after))
     }
 
     /// Whether something still holds the child: client requests in flight or held, the

@@ -59,7 +59,7 @@ impl Server {
         } else {
             self.cfg.timeout_for(&method)
         };
-        let deadline = self.now + timeout;
+        let deadline = crate::deadline::after(self.now, timeout);
         let retry_params = (client_era == Era::Handshake
             && child_era == Era::Modern
             && matches!(&*method, "tools/call" | "prompts/get" | "resources/read"))
@@ -165,7 +165,7 @@ impl Server {
         }
         let round = self.next_round;
         self.next_round += 1;
-        let deadline = self.now + self.cfg.request_timeout;
+        let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
         self.rounds.insert(
             round,
             Round {
@@ -253,7 +253,7 @@ impl Server {
             Some((p, _)) => p,
             None => params,
         };
-        let deadline = self.now + self.cfg.timeout_for(&r.method);
+        let deadline = crate::deadline::after(self.now, self.cfg.timeout_for(&r.method));
         let owner = Owner::Client {
             client: r.client,
             id: r.id.clone(),
@@ -318,7 +318,7 @@ impl Server {
         {
             self.child_log_level = Some(level);
             let p = raw(&json!({"level": level_name(level)}));
-            let deadline = self.now + self.cfg.request_timeout;
+            let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
             self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
         }
     }

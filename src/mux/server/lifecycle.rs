@@ -77,7 +77,8 @@ impl Server {
                         self.send_initialize(era::HANDSHAKE_VERSION)
                     }
                     (ChildProtocol::Auto, None) => {
-                        let probe_deadline = self.now + self.cfg.era_probe_timeout;
+                        let probe_deadline =
+                            crate::deadline::after(self.now, self.cfg.era_probe_timeout);
                         self.send_discover(true, probe_deadline.min(deadline));
                     }
                 }
@@ -104,7 +105,7 @@ impl Server {
         let deadline = self
             .life
             .start_deadline()
-            .unwrap_or_else(|| self.now + self.cfg.start_timeout);
+            .unwrap_or_else(|| crate::deadline::after(self.now, self.cfg.start_timeout));
         let params = raw(&era::initialize_params(
             version,
             &self.cfg.client_capabilities,
@@ -482,7 +483,7 @@ impl Server {
     /// After a restart: replay log level and subscriptions, then re-read the lists and announce
     /// only real changes (issue 5 §4).
     pub(super) fn restarts_after_ready(&mut self) {
-        let far = self.now + self.cfg.request_timeout;
+        let far = crate::deadline::after(self.now, self.cfg.request_timeout);
         let handshake_child = self.child_era() == Era::Handshake;
         if let Some(level) = self.child_log_level.filter(|_| handshake_child) {
             let p = raw(&json!({"level": level_name(level)}));
@@ -524,7 +525,7 @@ impl Server {
             .filter(|(m, _, cap)| hs.has(cap) && !self.lists.contains_key(m))
             .map(|(m, _, _)| *m)
             .collect();
-        let far = self.now + self.cfg.request_timeout;
+        let far = crate::deadline::after(self.now, self.cfg.request_timeout);
         for method in missing {
             self.send_to_child(
                 Owner::Refresh {

@@ -135,7 +135,29 @@ impl Server {
     }
 
     pub(super) fn outage_status(&self) -> &'static str {
-        self.outage_status_of(self.life.state())
+        match self.life.stop_cause() {
+            // The supervisor is stopping a child that did not answer in time: that is what
+            // a waiting client must read, not `stopped` (issue 26 §8).
+            Some(StopCause::StartTimeout | StopCause::ProbeTimeout) => "timeout",
+            _ => self.outage_status_of(self.life.state()),
+        }
+    }
+
+    /// The reason an outage answer gives now: the supervisor's own cause while it stops a
+    /// child that timed out (`start-timeout: ...`), else the last exit, else `fallback`.
+    pub(super) fn outage_reason(&self, fallback: &str) -> String {
+        match self.life.stop_cause() {
+            Some(StopCause::StartTimeout) => format!(
+                "start-timeout: no answer to the handshake within {}",
+                format_secs(self.cfg.start_timeout)
+            ),
+            Some(StopCause::ProbeTimeout) => "probe-timeout".to_string(),
+            _ => self
+                .last_exit
+                .as_ref()
+                .map(|e| e.reason.clone())
+                .unwrap_or_else(|| fallback.to_string()),
+        }
     }
 
     /// The state's name in status and metrics; also the outage `status` for a waiting state.
@@ -209,11 +231,7 @@ impl Server {
         let retry = self
             .next_attempt()
             .map(|t| t.saturating_duration_since(self.now));
-        let reason = self
-            .last_exit
-            .as_ref()
-            .map(|e| e.reason.clone())
-            .unwrap_or_else(|| status.to_string());
+        let reason = self.outage_reason(status);
         self.outage_respond(
             client,
             id,
@@ -269,7 +287,9 @@ impl Server {
             text.push_str(&format!(" stderr={last:?}"));
         }
         warn!(request_id = %request_id, method, status, reason, "request failed: {text}");
-        if method == "tools/call" {
+        // A call past its own deadline stays the -32001 error of every method (README: the
+        // deadline rule); outages of `tools/call` are tool results.
+        if method == "tools/call" && code != code::REQUEST_TIMEOUT {
             let result = json!({
                 "content": [{"type": "text", "text": text}],
                 "isError": true,
@@ -350,11 +370,7 @@ impl Server {
     ) {
         let Some(id) = h.msg.id.clone() else { return };
         if h.msg.method() == "initialize" && self.handshake.is_none() {
-            let reason = self
-                .last_exit
-                .as_ref()
-                .map(|e| e.reason.clone())
-                .unwrap_or_else(|| unanswered.into());
+            let reason = self.outage_reason(unanswered);
             self.outage_respond(
                 h.client,
                 &id,

@@ -162,6 +162,26 @@ fn a_request_held_while_the_child_starts_fails_at_queue_wait_with_the_outage_rec
     assert_eq!(r[0]["error"]["data"]["server"], "sim", "{r:?}");
 }
 
+/// Issue 26 §8: a client's `initialize` held through a start that times out is told
+/// `timeout` / `start-timeout`, not `stopped` / "no answer to initialize yet".
+#[test]
+fn an_initialize_held_through_a_start_timeout_is_told_start_timeout() {
+    let mut sim = Sim::with_config(BASE, 2);
+    let a = sim.connect();
+    sim.send(
+        a,
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}"#,
+    );
+    sim.at(4999);
+    assert!(responses(&sim, a).is_empty(), "held until start_timeout");
+    sim.at(5000);
+    let r = responses(&sim, a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["error"]["data"]["status"], "timeout", "{r:?}");
+    let reason = r[0]["error"]["data"]["reason"].as_str().unwrap_or("");
+    assert!(reason.starts_with("start-timeout"), "{r:?}");
+}
+
 #[test]
 fn held_requests_beyond_queue_limit_fail_at_once_and_the_rest_are_forwarded_when_ready() {
     let mut sim = Sim::with_config(BASE, 3);

@@ -64,7 +64,7 @@ impl Server {
         for uri in &honoured_uris {
             let new = self.subs.add(client, uri, Hold::Stream);
             if new && self.life.state() == State::Ready {
-                let far = self.now + self.cfg.request_timeout;
+                let far = crate::deadline::after(self.now, self.cfg.request_timeout);
                 self.send_to_child(
                     Owner::Internal,
                     "resources/subscribe",
@@ -160,7 +160,7 @@ impl Server {
     /// Tells a ready handshake child that nobody holds `uri` any more.
     pub(super) fn unsubscribe_child(&mut self, uri: &str) {
         if self.life.state() == State::Ready && self.child_era() == Era::Handshake {
-            let far = self.now + self.cfg.request_timeout;
+            let far = crate::deadline::after(self.now, self.cfg.request_timeout);
             self.send_to_child(
                 Owner::Internal,
                 "resources/unsubscribe",

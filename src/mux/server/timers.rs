@@ -128,7 +128,7 @@ impl Server {
                 self.outage_respond(
                     client,
                     &id,
-                    "",
+                    &p.method,
                     "timeout",
                     &reason,
                     None,
