@@ -311,3 +311,22 @@ fn a_failed_lazy_start_is_retried_by_the_first_demand_after_its_backoff_never_fa
     assert_eq!(r.last().map(|v| v["id"].clone()), Some(json!(999)), "{r:?}");
     assert!(r.last().is_some_and(|v| v.get("result").is_some()), "{r:?}");
 }
+
+/// Issue 26 §8: an eager server with `idle_stop` (no record on disk) answers lists from memory
+/// while idle, and says when that copy was taken: `saved_at` is a time, never null.
+#[test]
+fn lists_answered_from_memory_after_an_idle_stop_say_when_they_were_taken() {
+    let toml = on_demand().replace("start = \"on-demand\"\n", "");
+    let mut sim = ready(&toml, 23);
+    let a = sim.connect();
+    sim.send(a, LIST);
+    answer_all(&mut sim);
+    after(&mut sim, 10_100);
+    sim.child_exits(false);
+    assert_eq!(sim.server.life.state(), State::Idle);
+    sim.send(a, LIST);
+    let r = responses(&sim, a).pop().unwrap_or(Value::Null);
+    let cache = &r["result"]["_meta"]["mcp-supervisor/cache"];
+    assert_eq!(cache["status"], "idle", "{r}");
+    assert!(cache["saved_at"].is_string(), "{r}");
+}
