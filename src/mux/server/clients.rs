@@ -329,7 +329,14 @@ impl Server {
         let Some(hs) = self.handshake.clone() else {
             // No record of an earlier run: the handshake needs the child (issue 18 §1).
             self.start_on_demand("initialize");
-            if self.life.state() != State::Starting && !self.life.probe_respawn() {
+            // A first instance the supervisor is stopping to restart (its stdin failed, its
+            // stdout closed, ...) is still trying: its exit decides, and says why (K18).
+            let trying = match self.life.state() {
+                State::Starting => true,
+                State::Stopping => self.restarting(),
+                _ => self.life.probe_respawn(),
+            };
+            if !trying {
                 // Never ready, and not even trying right now: say why at once (K18, K19).
                 let status = self.outage_status();
                 return self.outage_reply(client, &id, "initialize", status);

@@ -151,7 +151,12 @@ impl Server {
                 "start-timeout: no answer to the handshake within {}",
                 format_secs(self.cfg.start_timeout)
             ),
-            Some(StopCause::ProbeTimeout) => "probe-timeout".to_string(),
+            Some(
+                c @ (StopCause::ProbeTimeout
+                | StopCause::StdinFailed
+                | StopCause::StdoutClosed
+                | StopCause::HandshakeRejected),
+            ) => c.reason().to_string(),
             _ => self
                 .last_exit
                 .as_ref()

@@ -182,6 +182,32 @@ fn an_initialize_held_through_a_start_timeout_is_told_start_timeout() {
     assert!(reason.starts_with("start-timeout"), "{r:?}");
 }
 
+/// K18, a race seen in CI: the first instance died before reading stdin, so the write of its
+/// opener failed and the supervisor is stopping it when a client's `initialize` arrives. The
+/// request waits for the exit and is told the exit, not `stopped`.
+#[test]
+fn case_k18_an_initialize_during_the_stop_after_a_failed_stdin_write_is_told_the_exit() {
+    let mut sim = Sim::with_config(BASE, 2);
+    let generation = sim.current_generation().unwrap_or(0);
+    sim.input(Input::Child(ChildEvent::StdinFailed(
+        generation,
+        "Broken pipe (os error 32)".into(),
+    )));
+    assert_eq!(sim.server.life.state(), State::Stopping);
+    let a = sim.connect();
+    sim.send(
+        a,
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}"#,
+    );
+    assert!(responses(&sim, a).is_empty(), "waits for the exit");
+    sim.child_exits(true);
+    let r = responses(&sim, a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["error"]["data"]["status"], "exited", "{r:?}");
+    let reason = r[0]["error"]["data"]["reason"].as_str().unwrap_or("");
+    assert!(reason.starts_with("stdin-failed"), "{r:?}");
+}
+
 #[test]
 fn held_requests_beyond_queue_limit_fail_at_once_and_the_rest_are_forwarded_when_ready() {
     let mut sim = Sim::with_config(BASE, 3);
