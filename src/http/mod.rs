@@ -527,7 +527,7 @@ async fn post(
         .iter()
         .any(|m| m.kind == Kind::Request && m.method() == "initialize");
     if initialize {
-        if !session::make_room(front, &cfg.name, settings.max_sessions).await {
+        if !session::make_room(front, &cfg.name, settings.max_sessions, who.caller).await {
             return rpc_error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 None,

@@ -23,7 +23,9 @@
 //! id is logged at debug level only.
 //!
 //! When a server's `http_max_sessions` sessions are open, `initialize` ends the session idle
-//! longest among those with no stream open ([`make_room`]), rather than being refused.
+//! longest among those with no stream open ([`make_room`]), rather than being refused; and a
+//! caller holding [`caller_share`] (three quarters) of them ends its own least active one, so
+//! one token holder never keeps the others out (issue 26 §4).
 //!
 //! A POST stream dropped with requests unanswered (the client closed it) sends
 //! `notifications/cancelled` for each to the actor, as if the client had (issue 16 §3); late
@@ -126,35 +128,56 @@ pub(super) fn find(
     Some(s)
 }
 
-/// Makes room for one more session of `server` under `max` (`http_max_sessions`): when `max`
-/// are open, the one idle longest among those with no stream open is ended. `false` when
-/// every one has a stream open (the newcomer is then refused).
-pub(super) async fn make_room(front: &Front, server: &str, max: usize) -> bool {
+/// The most sessions of one server a single [`Caller`] (one token on TCP, one uid on
+/// `NAME.http.sock`) may hold: three quarters of `http_max_sessions`, at least 1, so one
+/// token holder can never take the whole table (issue 26 §4).
+pub fn caller_share(max: usize) -> usize {
+    max.saturating_sub(max / 4).max(1)
+}
+
+/// Makes room for one more session of `server` opened by `caller` (`max`:
+/// `http_max_sessions`). A caller already holding [`caller_share`] sessions ends its own
+/// least recently active one (one with no stream open first, else the oldest activity, even
+/// with a stream open: it is the caller's own). Otherwise, when `max` are open, the one idle
+/// longest among those with no stream open is ended. `false` when every one has a stream open
+/// (the newcomer is then refused).
+pub(super) async fn make_room(front: &Front, server: &str, max: usize, caller: Caller) -> bool {
     let now = Instant::now();
     let victim = {
         let mut all = front.sessions.lock().unwrap_or_else(|p| p.into_inner());
         let mine = all
             .values()
             .filter(|s| s.server == server && !s.ended.is_cancelled());
-        if mine.clone().count() < max {
+        let own = mine.clone().filter(|s| s.owner == caller);
+        let (sid, why) = if own.clone().count() >= caller_share(max) {
+            match own.min_by_key(|s| s.eviction_rank()) {
+                Some(s) => (
+                    s.id.clone(),
+                    "its caller holds its share of http_max_sessions",
+                ),
+                None => return true,
+            }
+        } else if mine.clone().count() < max {
             return true;
-        }
-        let Some((sid, idle)) = mine
-            .filter_map(|s| s.idle_since().map(|t| (s.id.clone(), t)))
-            .min_by_key(|(_, t)| *t)
-        else {
-            return false;
+        } else {
+            match mine
+                .filter_map(|s| s.idle_since().map(|t| (s.id.clone(), t)))
+                .min_by_key(|(_, t)| *t)
+            {
+                Some((sid, _)) => (sid, "http_max_sessions are open"),
+                None => return false,
+            }
         };
         // Out of the table now, so a concurrent `initialize` does not pick it too.
-        all.remove(&sid)
-            .map(|s| (s, now.saturating_duration_since(idle)))
+        all.remove(&sid).map(|s| (s, why))
     };
-    let Some((s, idle)) = victim else {
+    let Some((s, why)) = victim else {
         return false;
     };
+    let idle = now.saturating_duration_since(s.eviction_rank().1.unwrap_or(now));
     if let Some(suppressed) = log_allowed(&front.limits_log) {
         info!(server, client = %s.client, idle_s = idle.as_secs(), max, suppressed,
-            "HTTP sessions full (http_max_sessions): ended the longest-idle one with no stream open to make room for a new one");
+            "HTTP sessions full ({why}): ended the longest-idle one to make room for a new one");
     }
     s.ended.cancel();
     let _ = s.events.send(SessionEvent::Disconnected(s.client)).await;
@@ -655,6 +678,14 @@ impl HttpSession {
             return None;
         }
         r.last_active
+    }
+
+    /// The order in which a caller's own sessions are ended for its newcomer: those with no
+    /// stream open first, then the least recently active.
+    fn eviction_rank(&self) -> (bool, Option<Instant>) {
+        let r = self.lock();
+        let open = !r.streams.is_empty() || r.gets.iter().any(|g| !g.is_closed());
+        (open, r.last_active)
     }
 
     /// Idle: no open stream and nothing for `idle`.

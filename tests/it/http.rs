@@ -1101,6 +1101,62 @@ fn http_when_sessions_are_full_the_longest_idle_one_without_a_stream_is_ended() 
     assert!(c_stream.event(Duration::from_millis(10)).is_none());
 }
 
+/// Issue 26 §4: one token may hold at most three quarters of `http_max_sessions` (3 of 4
+/// here), even with a stream open on each: its next `initialize` ends its own least active
+/// session, never another caller's, so a peer on `NAME.http.sock` always finds room.
+#[test]
+fn http_one_token_holds_at_most_its_share_of_sessions_and_never_ends_another_callers() {
+    let s = HttpSup::start(&format!(
+        "http_max_sessions = 4
+
+{}",
+        fake_server("f", &[], "http = true")
+    ));
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let sid = s.session("f");
+        let stream = get_stream(&s, "f", &sid);
+        assert_eq!(stream.status, 200);
+        held.push((sid, stream));
+    }
+    // At its share, with a stream open on each: its own oldest (the first) makes room.
+    let fourth = s.session("f");
+    let r = s.post("f", &in_session(&held[0].0), &call(1, "echo", json!({})));
+    assert_eq!(r.status, 404, "the token's own oldest session was ended");
+    for sid in [&held[1].0, &held[2].0, &fourth] {
+        let v = s
+            .post(
+                "f",
+                &in_session(sid),
+                &call(2, "echo", json!({"text": "kept"})),
+            )
+            .json();
+        assert_eq!(text(&v), "kept");
+    }
+    // Another caller (a uid on the Unix socket) gets the remaining slot ...
+    let accept = ("Accept", "application/json, text/event-stream");
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"it","version":"1"}}});
+    let r = request(&s.unix("f"), "POST", "/mcp", &[accept], &init.to_string());
+    assert_eq!(r.status, 200);
+    let usid = r.header("mcp-session-id").unwrap().to_string();
+    // ... and keeps it while the token holder goes on opening sessions.
+    for _ in 0..3 {
+        let _ = s.session("f");
+    }
+    let echo = call(3, "echo", json!({"text": "mine"})).to_string();
+    let mut h = vec![accept];
+    h.extend_from_slice(&in_session(&usid));
+    let r = request(&s.unix("f"), "POST", "/mcp", &h, &echo);
+    assert_eq!(r.status, 200, "the other caller's session was ended");
+    assert!(
+        s.sup
+            .wait_log("its caller holds its share", Duration::from_secs(5)),
+        "{}",
+        s.sup.log()
+    );
+}
+
 /// Issue 26 §5: a session answers only the peer that opened it (the same transport, and the
 /// same token on TCP, the same uid on `NAME.http.sock`), and its id is logged at debug only.
 #[test]
