@@ -1179,3 +1179,91 @@ fn a_cwd_the_child_cannot_enter_is_blamed_not_the_command() {
         assert!(ok, "{name}: the cwd is not named:\n{last}");
     }
 }
+
+/// Issue 27 §3: nothing blocks the loop. Every spawn of server `slow` is held 4 s in the real
+/// off-thread spawn path (the test hook `MCP_SUPERVISOR_TEST_SPAWN_DELAY`, slept where identity
+/// lookups, cgroup writes and fork/exec run). Meanwhile server `fast` answers calls, `status`
+/// answers and shows `slow` starting with no pid, `/healthz` answers 200, and `WATCHDOG=1`
+/// keeps its 100 ms rhythm; then `slow` becomes ready and serves the client that waited for it.
+/// (With the spawn on the runtime thread, all of these waited the whole 4 s.)
+#[test]
+fn a_spawn_held_for_seconds_blocks_no_other_server_nor_the_probes_nor_the_watchdog() {
+    let dir = tempfile::tempdir().unwrap();
+    let notify = Notify::bind(dir.path());
+    let path = notify.path.to_str().unwrap().to_string();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let servers = format!(
+        "{}{}",
+        fake_server("slow", &[], ""),
+        fake_server("fast", &[], "")
+    );
+    let sup = start_in(
+        dir,
+        &format!("metrics_listen = \"127.0.0.1:{port}\""),
+        &servers,
+        &[
+            ("NOTIFY_SOCKET", &path),
+            ("WATCHDOG_USEC", "200000"),
+            ("MCP_SUPERVISOR_TEST_SPAWN_DELAY", "slow:4000"),
+        ],
+    );
+    let held_since = Instant::now();
+    // `slow`'s client asks first; its answer waits for the held spawn.
+    let mut s = sup.connect("slow");
+    s.send(
+        &json!({"jsonrpc": "2.0", "id": "init", "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "waiter", "version": "1"}}}),
+    );
+    let mut f = sup.client("fast");
+    f.initialize("c", json!({}));
+    for i in 0..5 {
+        let r = f.call(json!(i), "echo", json!({"text": format!("fast {i}")}));
+        assert_eq!(Client::text(&r), format!("fast {i}"), "{r}");
+    }
+    let mut h = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    h.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(h, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = h.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let st = sup.server_status("slow");
+    assert_eq!(st["state"], "starting", "{st}");
+    assert!(st["pid"].is_null(), "{st}");
+    assert_eq!(sup.server_status("fast")["state"], "ready");
+    // All of that happened while `slow`'s spawn was still held.
+    assert!(
+        held_since.elapsed() < Duration::from_millis(3500),
+        "the other server's answers took {:?}; the spawn must not block them",
+        held_since.elapsed()
+    );
+    // The watchdog kept its rhythm through the held spawn.
+    let from = notify.all().len();
+    assert!(wait_until(Duration::from_secs(10), || {
+        sup.server_status("slow")["state"] == "ready"
+    }));
+    let pings: Vec<Instant> = notify.all()[from..]
+        .iter()
+        .filter(|(_, m)| m == "WATCHDOG=1\n")
+        .map(|(t, _)| *t)
+        .collect();
+    assert!(pings.len() >= 5, "{:?}", notify.all());
+    for w in pings.windows(2) {
+        assert!(
+            w[1] - w[0] < Duration::from_secs(1),
+            "gap {:?}",
+            w[1] - w[0]
+        );
+    }
+    // The waiting client gets its handshake, and the slow server serves.
+    let init = s.response(&json!("init"));
+    assert!(init["result"]["serverInfo"].is_object(), "{init}");
+    s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let r = s.call(json!(1), "echo", json!({"text": "slow"}));
+    assert_eq!(Client::text(&r), "slow", "{r}");
+    assert!(!sup.server_status("slow")["pid"].is_null());
+}

@@ -56,6 +56,9 @@ const STDOUT_BUFFER_KEEP: usize = 1024 * 1024;
 /// Something that happened to a child instance.
 #[derive(Debug)]
 pub enum ChildEvent {
+    /// Instance `generation` was spawned off the runtime thread, or its spawn failed
+    /// (issue 27 §3). Queued ahead of every other event of that instance.
+    Spawned(u64, Result<ChildHandle, SpawnError>),
     /// A message parsed from stdout.
     Message(u64, Message),
     /// A line over the size limit was discarded; `id` is its recovered envelope id, if any.
@@ -284,13 +287,58 @@ pub struct Ladder {
     pub kill_timeout: Duration,
 }
 
-/// Spawns one instance of `cfg` as generation `generation`; its events go to `events`.
-pub fn spawn(
+/// The test hook that holds a spawn (`MCP_SUPERVISOR_TEST_SPAWN_DELAY=NAME:MS`): [`launch`] of
+/// server NAME sleeps MS milliseconds first, on the blocking thread it runs on, as a slow
+/// directory service or a stalled cgroup write would (issue 27 §3). Unset in production.
+const SPAWN_DELAY_VAR: &str = "MCP_SUPERVISOR_TEST_SPAWN_DELAY";
+
+/// The delay [`SPAWN_DELAY_VAR`] sets for server `name`, if any.
+fn test_spawn_delay(name: &str) -> Option<Duration> {
+    let v = std::env::var(SPAWN_DELAY_VAR).ok()?;
+    let (server, ms) = v.split_once(':')?;
+    (server == name).then(|| Duration::from_millis(ms.parse().unwrap_or(0)))
+}
+
+/// A forked and executed instance whose pipe tasks have not started yet: what [`launch`]
+/// hands from the blocking thread back to the runtime, where [`Launched::start`] starts them.
+#[derive(Debug)]
+pub struct Launched {
+    instance: Instance,
+    child: tokio::process::Child,
+    pipes: Pipes,
+    tail: StderrTail,
+    /// What the tasks need of the configuration.
+    server: String,
+    max_message_size: usize,
+    ladder: Ladder,
+    spawned_at: Instant,
+}
+
+impl Launched {
+    /// Process id (= process group id) of the instance.
+    pub fn pid(&self) -> u32 {
+        self.pipes.0
+    }
+
+    /// Starts the instance's tasks (stdin writer, stdout reader, stderr drain, watcher), whose
+    /// events go to `events`. Must run inside the runtime; never blocks.
+    pub fn start(self, events: mpsc::Sender<ChildEvent>) -> ChildHandle {
+        start_tasks(self, events)
+    }
+}
+
+/// Spawns one instance of `cfg` as generation `generation`: the blocking half (issue 27 §3),
+/// meant for a blocking thread: identity lookups (NSS), the cgroup's directory and files,
+/// fork and exec, a `/proc` read. [`Launched::start`] then starts its tasks on the runtime.
+/// Needs a tokio runtime context (a `spawn_blocking` thread has one) for the pipes.
+pub fn launch(
     cfg: &ServerConfig,
     generation: u64,
-    events: mpsc::Sender<ChildEvent>,
     tail: StderrTail,
-) -> Result<ChildHandle, SpawnError> {
+) -> Result<Launched, SpawnError> {
+    if let Some(delay) = test_spawn_delay(&cfg.name) {
+        std::thread::sleep(delay);
+    }
     let marker = reaper::marker(&cfg.name);
     let spawn_error = |source| SpawnError {
         command: cfg.command.clone(),
@@ -314,6 +362,7 @@ pub fn spawn(
         // Blame the working directory when it is the problem, not the command (issue 14 Why 6).
         cwd: identity::cwd_problem(cfg),
     })?;
+    let spawned_at = Instant::now();
     // All three pipes were requested and the child was not waited for yet, so these are
     // always present; if not, the instance is killed and reported as a failed spawn.
     let (Some(pid), Some(stdin), Some(stdout), Some(stderr)) = (
@@ -335,19 +384,35 @@ pub fn spawn(
     // The leader's start time bounds the search for its descendants (reaper::marked).
     let since = reaper::stat(pid as i32).map_or(0, |p| p.start);
     let guard = limits.start(&cfg.name, pid as i32, &marker, since, tail.clone());
-    Ok(start_tasks(
-        cfg,
-        Instance {
+    Ok(Launched {
+        instance: Instance {
             generation,
             marker,
             since,
             guard,
         },
-        events,
-        tail,
         child,
-        (pid, stdin, stdout, stderr),
-    ))
+        pipes: (pid, stdin, stdout, stderr),
+        tail,
+        server: cfg.name.clone(),
+        max_message_size: cfg.max_message_size,
+        ladder: Ladder {
+            stop_grace: cfg.stop_grace,
+            kill_timeout: cfg.kill_timeout,
+        },
+        spawned_at,
+    })
+}
+
+/// Spawns one instance of `cfg` as generation `generation` on the calling thread (both
+/// halves: [`launch`], then [`Launched::start`]); its events go to `events`.
+pub fn spawn(
+    cfg: &ServerConfig,
+    generation: u64,
+    events: mpsc::Sender<ChildEvent>,
+    tail: StderrTail,
+) -> Result<ChildHandle, SpawnError> {
+    Ok(launch(cfg, generation, tail)?.start(events))
 }
 
 /// The command for `cfg`: its own process group, pipes, the environment (`clean_env`,
@@ -420,6 +485,7 @@ type Pipes = (
 );
 
 /// Who an instance is, for finding its descendants ([`reaper::marked`]).
+#[derive(Debug)]
 struct Instance {
     generation: u64,
     /// Its [`reaper::MARKER_VAR`] value.
@@ -432,20 +498,22 @@ struct Instance {
 
 /// Starts the four tasks of a spawned instance (stdin writer, stdout reader, stderr drain,
 /// watcher) and returns its handle.
-fn start_tasks(
-    cfg: &ServerConfig,
-    instance: Instance,
-    events: mpsc::Sender<ChildEvent>,
-    tail: StderrTail,
-    mut child: tokio::process::Child,
-    (pid, stdin, stdout, stderr): Pipes,
-) -> ChildHandle {
+fn start_tasks(launched: Launched, events: mpsc::Sender<ChildEvent>) -> ChildHandle {
+    let Launched {
+        instance,
+        mut child,
+        pipes: (pid, stdin, stdout, stderr),
+        tail,
+        server,
+        max_message_size,
+        ladder,
+        spawned_at,
+    } = launched;
     let generation = instance.generation;
     let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
     let (urgent_tx, urgent_rx) = mpsc::channel(STDIN_QUEUE);
     let (stop_tx, stop_rx) = oneshot::channel();
     let (close_tx, close_rx) = oneshot::channel();
-    let server = cfg.name.clone();
     let span = tracing::info_span!("child", server = %server, child_pid = pid);
 
     tokio::spawn(tracing::Instrument::instrument(
@@ -461,7 +529,7 @@ fn start_tasks(
     ));
     let (stdout_done_tx, stdout_done) = oneshot::channel();
     let out_events = events.clone();
-    let max = cfg.max_message_size;
+    let max = max_message_size;
     tokio::spawn(tracing::Instrument::instrument(
         async move {
             read_stdout(stdout, max, generation, out_events).await;
@@ -477,10 +545,6 @@ fn start_tasks(
         },
         span.clone(),
     ));
-    let ladder = Ladder {
-        stop_grace: cfg.stop_grace,
-        kill_timeout: cfg.kill_timeout,
-    };
     let mut watched = Watched {
         server: server.clone(),
         pid,
@@ -509,7 +573,7 @@ fn start_tasks(
     ChildHandle {
         generation,
         pid,
-        spawned_at: Instant::now(),
+        spawned_at,
         stdin: Some(stdin_tx),
         urgent: Some(urgent_tx),
         stop: Some(stop_tx),

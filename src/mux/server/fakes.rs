@@ -4,6 +4,7 @@
 
 use super::sim::Asked;
 use super::*;
+use std::collections::VecDeque;
 use std::sync::Mutex;
 
 /// What the fake children share with the simulation.
@@ -24,6 +25,10 @@ pub(super) struct World {
     pub(super) written: Vec<(u64, Bytes)>,
     /// The daemon's spawn budget (R11), when a scenario turns it on (off by default).
     pub(super) budget: Option<crate::child::budget::Bucket>,
+    /// Spawns started and not yet reported to the actor (`Input::Spawned`), in order.
+    pub(super) pending: VecDeque<(u64, Result<FakeChild, process::SpawnError>)>,
+    /// Spawns are slow: their outcomes wait in `pending` until this is cleared (issue 27 §3).
+    pub(super) hold_spawns: bool,
 }
 
 pub(super) struct FakeChild {
@@ -84,19 +89,16 @@ impl Spawner for FakeSpawner {
         }
     }
 
-    fn spawn(
-        &mut self,
-        _cfg: &ServerConfig,
-        generation: u64,
-        _tail: StderrTail,
-    ) -> Result<Box<dyn ChildIo>, process::SpawnError> {
+    fn start(&mut self, _cfg: &ServerConfig, generation: u64, _tail: StderrTail) {
         let mut w = lock(&self.world);
         if std::mem::take(&mut w.fail_next_spawn) {
-            return Err(process::SpawnError {
+            let failed = Err(process::SpawnError {
                 command: "sim".into(),
                 source: std::io::Error::other("simulated spawn failure"),
                 cwd: None,
             });
+            w.pending.push_back((generation, failed));
+            return;
         }
         assert!(
             w.live.is_empty(),
@@ -108,13 +110,24 @@ impl Spawner for FakeSpawner {
         let at = *self.now.lock().unwrap_or_else(|p| p.into_inner());
         w.spawned.push(at);
         let spawned_at = *self.now.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(Box::new(FakeChild {
+        let child = FakeChild {
             generation,
             spawned_at,
             world: self.world.clone(),
             stopping: false,
-        }))
+        };
+        w.pending.push_back((generation, Ok(child)));
     }
+}
+
+/// The next spawn outcome to report to the actor, unless spawns are held.
+pub(super) fn next_spawned(world: &Mutex<World>) -> Option<(u64, SpawnOutcome)> {
+    let mut w = lock(world);
+    if w.hold_spawns {
+        return None;
+    }
+    let (generation, spawned) = w.pending.pop_front()?;
+    Some((generation, spawned.map(|c| Box::new(c) as Box<dyn ChildIo>)))
 }
 
 /// A 2026 client's `tools/call` of `echo` with `text`, declaring sampling, elicitation and

@@ -34,13 +34,10 @@ pub(crate) trait Spawner: Send {
         Ok(())
     }
 
-    /// Spawns instance `generation` of `cfg`; its events go to the actor's child inbox.
-    fn spawn(
-        &mut self,
-        cfg: &ServerConfig,
-        generation: u64,
-        tail: StderrTail,
-    ) -> Result<Box<dyn ChildIo>, process::SpawnError>;
+    /// Starts spawning instance `generation` of `cfg`, off the actor's thread (issue 27 §3):
+    /// returns at once; the outcome reaches the actor as `Input::Spawned`, ahead of every
+    /// event of that instance, which go to the actor's child inbox.
+    fn start(&mut self, cfg: &ServerConfig, generation: u64, tail: StderrTail);
 }
 
 impl ChildIo for ChildHandle {
@@ -81,13 +78,34 @@ impl Spawner for ProcessSpawner {
         crate::child::budget::admit(now)
     }
 
-    fn spawn(
-        &mut self,
-        cfg: &ServerConfig,
-        generation: u64,
-        tail: StderrTail,
-    ) -> Result<Box<dyn ChildIo>, process::SpawnError> {
-        let child = process::spawn(cfg, generation, self.events.clone(), tail)?;
-        Ok(Box::new(child))
+    /// The blocking half ([`process::launch`]: identity lookups, cgroup setup, fork and exec)
+    /// runs on tokio's blocking pool; back on the runtime, a slot of the child inbox is
+    /// reserved *before* the instance's tasks start, and `ChildEvent::Spawned` is sent into it
+    /// with no await in between, so on the daemon's current-thread runtime it precedes every
+    /// event of the instance. If the actor is gone, the instance is started and its handle
+    /// dropped, which stops it: a spawn can never leak a process.
+    fn start(&mut self, cfg: &ServerConfig, generation: u64, tail: StderrTail) {
+        let cfg = cfg.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let command = cfg.command.clone();
+            let launched =
+                tokio::task::spawn_blocking(move || process::launch(&cfg, generation, tail))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(process::SpawnError {
+                            command,
+                            source: std::io::Error::other(format!("the spawn thread failed: {e}")),
+                            cwd: None,
+                        })
+                    });
+            match events.reserve().await {
+                Ok(permit) => {
+                    let spawned = launched.map(|l| l.start(events.clone()));
+                    permit.send(ChildEvent::Spawned(generation, spawned));
+                }
+                Err(_) => drop(launched.map(|l| l.start(events.clone()))),
+            }
+        });
     }
 }

@@ -7,6 +7,15 @@ use super::*;
 
 /// Where the server is in its lifecycle, with what each state owns.
 pub(super) enum Life {
+    /// Instance `generation` is being spawned off the actor's thread (issue 27 §3): identity
+    /// lookups, cgroup setup, fork and exec; its outcome arrives as an `Input::Spawned`.
+    /// `deadline`: `start_timeout`, counted from the request to spawn. `cancel`: a stop asked
+    /// meanwhile, carried out as soon as the instance exists (shown as `stopping`).
+    Spawning {
+        generation: u64,
+        deadline: Instant,
+        cancel: Option<StopCause>,
+    },
     /// Spawned; the handshake is not answered yet. `deadline`: `start_timeout` (when it
     /// passes, the stop moves the server to `Stopping`).
     Starting {
@@ -58,7 +67,10 @@ impl Life {
     /// The state's name (`status`, metrics, outage records).
     pub(super) fn state(&self) -> State {
         match self {
-            Life::Starting { .. } => State::Starting,
+            Life::Spawning { cancel: None, .. } | Life::Starting { .. } => State::Starting,
+            Life::Spawning {
+                cancel: Some(_), ..
+            } => State::Stopping,
             Life::Ready { .. } => State::Ready,
             Life::Stopping { .. } => State::Stopping,
             Life::Backoff { .. } => State::Backoff,
@@ -90,7 +102,12 @@ impl Life {
     /// The `start_timeout` deadline, while starting.
     pub(super) fn start_deadline(&self) -> Option<Instant> {
         match self {
-            Life::Starting { deadline, .. } => Some(*deadline),
+            Life::Starting { deadline, .. }
+            | Life::Spawning {
+                deadline,
+                cancel: None,
+                ..
+            } => Some(*deadline),
             _ => None,
         }
     }
@@ -135,7 +152,10 @@ impl Life {
                     restart: false,
                 }
             }
-            Life::Starting { .. } | Life::Ready { .. } | Life::Stopping { .. } => {}
+            Life::Spawning { .. }
+            | Life::Starting { .. }
+            | Life::Ready { .. }
+            | Life::Stopping { .. } => {}
         }
     }
 
@@ -181,6 +201,12 @@ impl Life {
     /// decides what follows the exit). Returns whether a child is being stopped.
     pub(super) fn stop(&mut self, cause: StopCause, overrule: bool) -> bool {
         match self {
+            Life::Spawning { cancel, .. } => {
+                if cancel.is_none() || overrule {
+                    *cancel = Some(cause);
+                }
+                true
+            }
             Life::Stopping { cause: c, .. } => {
                 if overrule {
                     *c = cause;
@@ -215,6 +241,84 @@ impl Life {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Whether an instance exists or is being spawned (a start would make a second one).
+    pub(super) fn has_instance(&self) -> bool {
+        matches!(self, Life::Spawning { .. }) || self.child().is_some()
+    }
+
+    /// Whether a stop would start one: an instance (or a spawn) not already being stopped.
+    pub(super) fn can_stop(&self) -> bool {
+        match self {
+            Life::Spawning { cancel, .. } => cancel.is_none(),
+            _ => self.child().is_some_and(|c| !c.stopping()),
+        }
+    }
+
+    /// The generation being spawned, if a spawn is under way.
+    pub(super) fn spawning(&self) -> Option<u64> {
+        match self {
+            Life::Spawning { generation, .. } => Some(*generation),
+            _ => None,
+        }
+    }
+
+    /// Instance `generation` was spawned: `starting` with it (its `start_timeout` counted
+    /// from the request to spawn), or, when a stop was asked meanwhile, `stopping` it at once
+    /// for that cause. A result for a spawn no longer awaited is handed back (dropping it
+    /// stops the instance).
+    pub(super) fn spawned(
+        &mut self,
+        generation: u64,
+        child: Box<dyn ChildIo>,
+    ) -> Result<Option<StopCause>, Box<dyn ChildIo>> {
+        let Life::Spawning {
+            generation: g,
+            deadline,
+            cancel,
+        } = *self
+        else {
+            return Err(child);
+        };
+        if g != generation {
+            return Err(child);
+        }
+        let mut child = child;
+        *self = match cancel {
+            None => Life::Starting {
+                child,
+                deadline,
+                stdout_closed: None,
+            },
+            Some(cause) => {
+                child.stop();
+                Life::Stopping {
+                    child,
+                    cause,
+                    ready_since: None,
+                    stdout_closed: None,
+                }
+            }
+        };
+        Ok(cancel)
+    }
+
+    /// The spawn of instance `generation` failed: `stopped` until the caller decides what
+    /// follows, with the stop asked meanwhile, if any; `None` (nothing changed) when that
+    /// spawn was not awaited.
+    pub(super) fn spawn_failed(&mut self, generation: u64) -> Option<Option<StopCause>> {
+        match *self {
+            Life::Spawning {
+                generation: g,
+                cancel,
+                ..
+            } if g == generation => {
+                *self = Life::Stopped;
+                Some(cancel)
+            }
+            _ => None,
         }
     }
 

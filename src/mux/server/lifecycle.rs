@@ -31,72 +31,112 @@ impl Server {
         }
     }
 
+    /// Starts spawning the next instance, off the actor's thread (issue 27 §3): the state is
+    /// `starting` (`Life::Spawning`) until [`Server::on_spawned`] gets the outcome.
     pub(super) fn spawn_now(&mut self) {
         self.generation += 1;
         self.tail.clear();
-        match self
-            .spawner
-            .spawn(&self.cfg, self.generation, self.tail.clone())
-        {
+        self.life = Life::Spawning {
+            generation: self.generation,
+            deadline: crate::deadline::after(self.now, self.cfg.start_timeout),
+            cancel: None,
+        };
+        self.spawner
+            .start(&self.cfg, self.generation, self.tail.clone());
+    }
+
+    /// The outcome of the spawn of instance `generation`: open the session with it (or stop
+    /// it at once for a stop asked meanwhile), or handle the spawn error. A result of a spawn
+    /// no longer awaited is dropped, which stops its instance.
+    pub(super) fn on_spawned(&mut self, generation: u64, spawned: SpawnOutcome) {
+        match spawned {
             Ok(child) => {
-                info!(
-                    message_id = MSG_SPAWNED,
-                    child_pid = child.pid(),
-                    restart_n = self.restarts,
-                    generation = self.generation,
-                    "spawned"
-                );
-                self.pid.store(child.pid(), Ordering::SeqCst);
-                if self
-                    .test_panic
-                    .as_deref()
-                    .and_then(|t| t.strip_prefix(SPAWN_PANIC))
-                    == Some(self.cfg.name.as_str())
-                {
-                    // Where `now + start_timeout` once overflowed (issue 26 §2).
-                    test_panic(&format!("{SPAWN_PANIC}{}", self.cfg.name));
-                }
-                let deadline = crate::deadline::after(self.now, self.cfg.start_timeout);
-                self.life = Life::Starting {
-                    child,
-                    deadline,
-                    stdout_closed: None,
-                };
-                self.health.restart(self.now);
-                // The first message pins a dual-era child and kills an old strict one: decide
-                // the era before anything else is sent (protocol.md Implications 4).
-                match (&self.cfg.protocol, self.verdict) {
-                    (ChildProtocol::Handshake(v), _) => {
-                        let v = v.clone();
-                        self.send_initialize(&v);
+                let pid = child.pid();
+                match self.life.spawned(generation, child) {
+                    Err(stale) => {
+                        warn!(
+                            child_pid = stale.pid(),
+                            "an instance no longer wanted was spawned; stopping it"
+                        );
                     }
-                    (ChildProtocol::Modern, _) | (ChildProtocol::Auto, Some(Era::Modern)) => {
-                        self.send_discover(false, deadline)
-                    }
-                    (ChildProtocol::Auto, Some(Era::Handshake)) => {
-                        self.send_initialize(era::HANDSHAKE_VERSION)
-                    }
-                    (ChildProtocol::Auto, None) => {
-                        let probe_deadline =
-                            crate::deadline::after(self.now, self.cfg.era_probe_timeout);
-                        self.send_discover(true, probe_deadline.min(deadline));
+                    Ok(cancel) => {
+                        info!(
+                            message_id = MSG_SPAWNED,
+                            child_pid = pid,
+                            restart_n = self.restarts,
+                            generation,
+                            "spawned"
+                        );
+                        self.pid.store(pid, Ordering::SeqCst);
+                        match cancel {
+                            None => self.open_session(),
+                            Some(cause) => {
+                                info!(
+                                    reason = cause.reason(),
+                                    "a stop was asked during the spawn; stopping the new instance"
+                                )
+                            }
+                        }
                     }
                 }
             }
             Err(e) => {
+                let Some(cancel) = self.life.spawn_failed(generation) else {
+                    return;
+                };
                 error!(error = %e, permanent = e.permanent(), "spawn failed");
                 self.record_exit(None, None, "spawn-error");
                 // Spawn errors have no stderr; keep the reason where users look for it.
                 self.tail.clear();
                 self.tail.note(&e.to_string());
-                if self.lazy_start() {
-                    self.after_failed_lazy_start(self.now, "spawn-error");
-                    self.fail_held("failed");
-                } else if e.permanent() {
-                    self.enter_failed(&format!("{e}; fix the command and run `start`"));
-                } else {
-                    self.schedule_restart(self.now, false);
+                match cancel {
+                    // The stop asked meanwhile decides: nothing to stop, it stays stopped.
+                    Some(StopCause::Shutdown | StopCause::Stop) => {}
+                    _ if self.lazy_start() => {
+                        self.after_failed_lazy_start(self.now, "spawn-error");
+                        self.fail_held("failed");
+                    }
+                    _ if e.permanent() => {
+                        self.enter_failed(&format!("{e}; fix the command and run `start`"))
+                    }
+                    _ => self.schedule_restart(self.now, false),
                 }
+            }
+        }
+    }
+
+    /// A fresh instance is `starting`: restart the health clock and send the first message,
+    /// which pins a dual-era child and kills an old strict one, so the era is decided before
+    /// anything else is sent (protocol.md Implications 4).
+    fn open_session(&mut self) {
+        if self
+            .test_panic
+            .as_deref()
+            .and_then(|t| t.strip_prefix(SPAWN_PANIC))
+            == Some(self.cfg.name.as_str())
+        {
+            // Where `now + start_timeout` once overflowed (issue 26 §2).
+            test_panic(&format!("{SPAWN_PANIC}{}", self.cfg.name));
+        }
+        let deadline = self
+            .life
+            .start_deadline()
+            .unwrap_or_else(|| crate::deadline::after(self.now, self.cfg.start_timeout));
+        self.health.restart(self.now);
+        match (&self.cfg.protocol, self.verdict) {
+            (ChildProtocol::Handshake(v), _) => {
+                let v = v.clone();
+                self.send_initialize(&v);
+            }
+            (ChildProtocol::Modern, _) | (ChildProtocol::Auto, Some(Era::Modern)) => {
+                self.send_discover(false, deadline)
+            }
+            (ChildProtocol::Auto, Some(Era::Handshake)) => {
+                self.send_initialize(era::HANDSHAKE_VERSION)
+            }
+            (ChildProtocol::Auto, None) => {
+                let probe_deadline = crate::deadline::after(self.now, self.cfg.era_probe_timeout);
+                self.send_discover(true, probe_deadline.min(deadline));
             }
         }
     }
@@ -167,7 +207,7 @@ impl Server {
     pub(super) fn operator_start(&mut self) {
         self.backoff.reset();
         self.failed_starts = 0;
-        if self.life.child().is_none() {
+        if !self.life.has_instance() {
             info!("start requested");
             self.spawn();
         }
@@ -181,7 +221,7 @@ impl Server {
         info!("restart requested");
         self.backoff.reset();
         self.failed_starts = 0;
-        if self.life.child().is_some() {
+        if self.life.has_instance() {
             self.stop_child(StopCause::Restart);
         } else {
             self.restarts += 1;
@@ -237,7 +277,7 @@ impl Server {
     }
 
     pub(super) fn stop_child(&mut self, cause: StopCause) {
-        if self.life.child().is_some_and(|c| !c.stopping()) {
+        if self.life.can_stop() {
             if cause == StopCause::Idle {
                 info!(reason = cause.reason(), "stopping the child");
             } else {
@@ -540,6 +580,10 @@ impl Server {
     }
 
     pub(super) fn on_child_event(&mut self, ev: ChildEvent) {
+        if let ChildEvent::Spawned(g, spawned) = ev {
+            // The shell makes these `Input::Spawned`; the same outcome either way.
+            return self.on_spawned(g, spawned.map(|h| Box::new(h) as Box<dyn ChildIo>));
+        }
         let current = self.life.child().map(|c| c.generation());
         let generation = match &ev {
             ChildEvent::Message(g, _)
@@ -547,7 +591,8 @@ impl Server {
             | ChildEvent::Malformed(g, _, _)
             | ChildEvent::StdoutClosed(g)
             | ChildEvent::StdinFailed(g, _)
-            | ChildEvent::Exited(g, _) => *g,
+            | ChildEvent::Exited(g, _)
+            | ChildEvent::Spawned(g, _) => *g,
         };
         if Some(generation) != current {
             return;
@@ -577,6 +622,7 @@ impl Server {
                 self.stop_child(StopCause::StdinFailed);
             }
             ChildEvent::Exited(_, exit) => self.on_exit(exit),
+            ChildEvent::Spawned(..) => {}
         }
     }
 

@@ -383,9 +383,14 @@ fn test_panic(method: &str) -> ! {
     panic!("test hook: MCP_SUPERVISOR_TEST_PANIC={method}")
 }
 
+/// What a spawn ended with: the new instance, or why there is none.
+type SpawnOutcome = Result<Box<dyn ChildIo>, process::SpawnError>;
+
 /// One input to the actor, taken by the shell ([`Server::run`]) from its inboxes and timer.
 enum Input {
     Child(ChildEvent),
+    /// The outcome of a spawn started by [`Spawner::start`], for instance `generation`.
+    Spawned(u64, SpawnOutcome),
     Session(SessionEvent),
     SessionsClosed,
     Command(Command),
@@ -553,10 +558,16 @@ impl Server {
             c.tx.close_after_drain();
         }
         self.clients.clear();
-        let Some(ended) = self.life.take() else {
-            return;
+        let mut child = match (self.life.spawning(), self.life.take()) {
+            (_, Some(ended)) => ended.child,
+            // A spawn under way: wait for its instance, so no second one runs beside the
+            // next actor's (dropping the result would stop it too, but unawaited).
+            (Some(generation), None) => match self.spawned_instance(generation).await {
+                Some(child) => child,
+                None => return,
+            },
+            (None, None) => return,
         };
-        let mut child = ended.child;
         child.stop();
         let generation = child.generation();
         let budget = crate::deadline::sum(&[
@@ -576,6 +587,23 @@ impl Server {
             warn!("the child of the failed actor did not exit within the stop budget");
         }
         self.pid.store(0, Ordering::SeqCst);
+    }
+
+    /// Waits (at most `start_timeout` and 5 s) for the outcome of the spawn of `generation`:
+    /// its instance, or none if it failed or did not come.
+    async fn spawned_instance(&mut self, generation: u64) -> Option<Box<dyn ChildIo>> {
+        let budget = crate::deadline::sum(&[self.cfg.start_timeout, Duration::from_secs(5)]);
+        let wait = async {
+            while let Some(ev) = self.events_rx.recv().await {
+                if let ChildEvent::Spawned(g, spawned) = ev {
+                    if g == generation {
+                        return spawned.ok().map(|h| Box::new(h) as Box<dyn ChildIo>);
+                    }
+                }
+            }
+            None
+        };
+        tokio::time::timeout(budget, wait).await.ok().flatten()
     }
 
     /// The server's name.
@@ -636,6 +664,10 @@ impl Server {
             let wake = self.next_wake();
             let input = tokio::select! {
                 ev = self.events_rx.recv() => match ev {
+                    Some(ChildEvent::Spawned(g, spawned)) => Input::Spawned(
+                        g,
+                        spawned.map(|h| Box::new(h) as Box<dyn ChildIo>),
+                    ),
                     Some(ev) => Input::Child(ev),
                     None => continue,
                 },
@@ -671,6 +703,7 @@ impl Server {
     fn handle(&mut self, input: Input) {
         match input {
             Input::Child(ev) => self.on_child_event(ev),
+            Input::Spawned(generation, spawned) => self.on_spawned(generation, spawned),
             Input::Session(ev) => self.on_session(ev),
             Input::SessionsClosed | Input::CommandsClosed => {
                 self.exiting = true;

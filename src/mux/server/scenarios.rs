@@ -789,3 +789,4 @@ fn one_client_cannot_take_all_of_max_inflight() {
 
 mod demand;
 mod rounds;
+mod spawning;
