@@ -99,6 +99,10 @@ fn open_files_at_most() -> u64 {
     }
 }
 
+/// Every bounded key at its bound at once, in a daemon started eagerly and in one started on
+/// demand (where the first call starts the child: the lazy start's deadlines at their bounds
+/// too): each serves a call. One daemon per mode rather than per key keeps the run short; the
+/// in-process property test (`config/props.rs`) takes each key alone.
 #[test]
 fn every_key_at_its_upper_bound_runs_a_daemon_that_serves_a_request() {
     let mut supervisor = String::new();
@@ -121,26 +125,30 @@ fn every_key_at_its_upper_bound_runs_a_daemon_that_serves_a_request() {
             }
         }
     }
-    // HTTP on too, so its bounded keys apply to a live endpoint (any free port).
-    let text = format!(
-        "{supervisor}http_listen = \"127.0.0.1:0\"\n\n{}",
-        fake_server(
-            "fake",
-            &[],
-            &format!("{server}http = true\nmethod_timeouts = {{ {methods} }}\n")
-        )
-    );
-    let sup = Supervisor::start(&text);
-    let mut c = sup.client("fake");
-    let r = c.call(json!(1), "echo", json!({"text": "at the bounds"}));
-    assert_eq!(
-        Client::text(&r),
-        "at the bounds",
-        "{r}\nconfig:\n{text}\nlog:\n{}",
-        sup.log()
-    );
-    let status = sup.server_status("fake");
-    assert_eq!(status["state"], "ready", "{status}");
+    for start in ["eager", "on-demand"] {
+        // HTTP on too, so its bounded keys apply to a live endpoint (any free port).
+        let text = format!(
+            "{supervisor}http_listen = \"127.0.0.1:0\"\n\n{}",
+            fake_server(
+                "fake",
+                &[],
+                &format!(
+                    "{server}http = true\nstart = \"{start}\"\nmethod_timeouts = {{ {methods} }}\n"
+                )
+            )
+        );
+        let sup = Supervisor::start(&text);
+        let mut c = sup.client("fake");
+        let r = c.call(json!(1), "echo", json!({"text": "at the bounds"}));
+        assert_eq!(
+            Client::text(&r),
+            "at the bounds",
+            "{start}: {r}\nconfig:\n{text}\nlog:\n{}",
+            sup.log()
+        );
+        let status = sup.server_status("fake");
+        assert_eq!(status["state"], "ready", "{start}: {status}");
+    }
 }
 
 #[test]
