@@ -27,5 +27,6 @@ pub mod jsonrpc;
 pub mod logging;
 pub mod mux;
 pub mod observe;
+pub mod protocol;
 pub mod reaper;
 pub mod systemd;

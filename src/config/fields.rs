@@ -204,17 +204,17 @@ impl Validator<'_> {
         t: Table,
         s: &RawServer,
         d: &RawServer,
-    ) -> Result<crate::mux::era::ChildProtocol, ConfigError> {
+    ) -> Result<crate::protocol::ChildProtocol, ConfigError> {
         match s.protocol.as_ref().or(d.protocol.as_ref()) {
-            None => Ok(crate::mux::era::ChildProtocol::Auto),
-            Some(p) => crate::mux::era::ChildProtocol::parse(p.get_ref()).ok_or_else(|| {
+            None => Ok(crate::protocol::ChildProtocol::Auto),
+            Some(p) => crate::protocol::ChildProtocol::parse(p.get_ref()).ok_or_else(|| {
                 self.err(
                     p.span(),
                     &t.key("protocol", s.protocol.is_some()),
                     &format!(
                         "`{}` is not auto, 2026-07-28 or a handshake revision ({})",
                         p.get_ref(),
-                        crate::mux::era::HANDSHAKE_VERSIONS.join(", ")
+                        crate::protocol::HANDSHAKE_VERSIONS.join(", ")
                     ),
                 )
             }),

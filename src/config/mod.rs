@@ -213,7 +213,7 @@ pub struct ServerConfig {
     /// Which protocol era to drive the child in: `"auto"` (default: probe with
     /// `server/discover` first and remember the verdict), a handshake revision
     /// (`"2024-11-05"` .. `"2025-11-25"`), or `"2026-07-28"` (issue 6 §1).
-    pub protocol: crate::mux::era::ChildProtocol,
+    pub protocol: crate::protocol::ChildProtocol,
     /// How long `auto` waits for an answer to its `server/discover` probe before it decides the
     /// child is of the handshake era. Default 10 s (a slow-starting `uvx`/Python server must
     /// have time to answer; a legacy server that ignores unknown requests costs this once).

@@ -49,7 +49,8 @@ pub fn id_key_ref(id: &RawValue) -> std::borrow::Cow<'_, str> {
 struct Slot<T> {
     /// The owning client and its id for the request (compact JSON text), if a client owns it.
     client: Option<(ClientId, String)>,
-    deadline: Instant,
+    /// `None`: no deadline (a listen stream lives until it is cancelled).
+    deadline: Option<Instant>,
     value: T,
 }
 
@@ -97,11 +98,12 @@ impl<T> Inflight<T> {
 
     /// Records request `id` (from [`Inflight::allocate`]). `client` is the owner and its own id
     /// text; a client that reuses an id still in flight gets the newer entry for cancels.
+    /// `deadline`: when it expires, or `None` for never (a listen stream).
     pub fn insert(
         &mut self,
         id: u64,
         client: Option<(ClientId, String)>,
-        deadline: Instant,
+        deadline: Option<Instant>,
         value: T,
     ) {
         if let Some((c, key)) = &client {
@@ -110,7 +112,9 @@ impl<T> Inflight<T> {
                 .or_default()
                 .insert(key.clone(), id);
         }
-        self.deadlines.insert((deadline, id));
+        if let Some(deadline) = deadline {
+            self.deadlines.insert((deadline, id));
+        }
         self.slots.insert(
             id,
             Slot {
@@ -134,7 +138,9 @@ impl<T> Inflight<T> {
     /// Removes `id` from every index (a response, a timeout, a cancel).
     pub fn remove(&mut self, id: u64) -> Option<Removed<T>> {
         let slot = self.slots.remove(&id)?;
-        self.deadlines.remove(&(slot.deadline, id));
+        if let Some(deadline) = slot.deadline {
+            self.deadlines.remove(&(deadline, id));
+        }
         if let Some((c, key)) = &slot.client {
             // A client's index stays while it is connected, even when empty, so a client
             // with one request at a time does not allocate a table per request; it goes with
@@ -200,7 +206,7 @@ impl<T> Inflight<T> {
     }
 
     /// Every entry: child-side id, owner, deadline, payload.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, Option<ClientId>, Instant, &T)> {
+    pub fn iter(&self) -> impl Iterator<Item = (u64, Option<ClientId>, Option<Instant>, &T)> {
         self.slots.iter().map(|(id, s)| {
             (
                 *id,
@@ -225,11 +231,11 @@ impl<T> Inflight<T> {
     fn check_invariants(&self) {
         assert_eq!(
             self.deadlines.len(),
-            self.slots.len(),
+            self.slots.values().filter(|s| s.deadline.is_some()).count(),
             "deadline index out of step"
         );
         for (d, id) in &self.deadlines {
-            assert_eq!(self.slots.get(id).map(|s| s.deadline), Some(*d));
+            assert_eq!(self.slots.get(id).and_then(|s| s.deadline), Some(*d));
         }
         for (c, m) in &self.by_client {
             for (key, id) in m {
@@ -287,7 +293,9 @@ mod tests {
                     Op::Request { client, id } => {
                         let cid = table.allocate();
                         prop_assert!(issued.insert(cid), "child-side id reused");
-                        let deadline = t0 + Duration::from_millis(100 + (step as u64 * 37) % 1500);
+                        // Every seventh has no deadline (a listen stream): never expired.
+                        let deadline = (step % 7 != 3)
+                            .then(|| t0 + Duration::from_millis(100 + (step as u64 * 37) % 1500));
                         table.insert(cid, Some((ClientId(client), id.to_string())), deadline, client);
                         model.insert(cid, (client, id));
                     }

@@ -219,7 +219,9 @@ pub struct ChildHandle {
     limits: Guard,
 }
 
-/// Outcome of queueing a message for the child's stdin.
+/// Outcome of queueing a message for the child's stdin. Must be looked at: a full queue
+/// drops the line (issue 27 §7).
+#[must_use = "a full queue drops the line; say so or fail the request"]
 #[derive(Debug, PartialEq, Eq)]
 pub enum Queued {
     /// Accepted.

@@ -113,7 +113,8 @@ impl Server {
             method: removed.value.method.clone(),
             written: removed.value.written,
         };
-        self.inflight.insert(child_rid, key, deadline, pending);
+        self.inflight
+            .insert(child_rid, key, Some(deadline), pending);
         self.parked.insert(
             round,
             Parked {
@@ -285,8 +286,12 @@ impl Server {
                     method: p.method.into(),
                     written: removed.value.written,
                 };
-                self.inflight
-                    .insert(p.child_rid, Some((client, id_key(&id))), deadline, pending);
+                self.inflight.insert(
+                    p.child_rid,
+                    Some((client, id_key(&id))),
+                    Some(deadline),
+                    pending,
+                );
             }
         }
     }
@@ -320,7 +325,8 @@ impl Server {
             written: self.now,
         };
         let key = Some((p.client, format!("{STATE_PREFIX}{round}")));
-        self.inflight.insert(child_rid, key, deadline, pending);
+        self.inflight
+            .insert(child_rid, key, Some(deadline), pending);
         for a in void {
             self.answer_child_error(&a.child_id, code::INTERNAL_ERROR, "the request ended");
         }
@@ -340,11 +346,12 @@ impl Server {
         }
         if cancel && p.last.is_none() {
             let cancel = raw(&json!({"requestId": p.child_rid, "reason": why}));
-            if let Some(c) = self.life.child() {
-                c.send_urgent(
-                    Out::request(None, "notifications/cancelled", Some(&cancel)).encode(),
-                );
-            }
+            let line = Out::request(None, "notifications/cancelled", Some(&cancel)).encode();
+            self.write_child(
+                line,
+                Lane::Urgent,
+                "notifications/cancelled for a parked request",
+            );
         }
     }
 
@@ -374,7 +381,7 @@ impl Server {
         if let Some(removed) = self.inflight.remove(child_rid) {
             let key = Some((client, format!("{STATE_PREFIX}{round}")));
             self.inflight
-                .insert(child_rid, key, deadline, removed.value);
+                .insert(child_rid, key, Some(deadline), removed.value);
         }
     }
 
@@ -405,9 +412,8 @@ impl Server {
     }
 
     /// Answers the child's request `child_id` with `result`.
-    fn answer_child(&self, child_id: &RawValue, result: &Value) {
-        if let Some(c) = self.life.child() {
-            c.send_urgent(message::result_response(child_id, result));
-        }
+    fn answer_child(&mut self, child_id: &RawValue, result: &Value) {
+        let line = message::result_response(child_id, result);
+        self.write_child(line, Lane::Urgent, "an answer to the child's request");
     }
 }

@@ -151,9 +151,7 @@ impl Server {
             {
                 Some(hs) => {
                     let line = Out::request(None, "notifications/initialized", None).encode();
-                    if let Some(c) = self.life.child() {
-                        c.send(line);
-                    }
+                    self.write_child(line, Lane::Normal, "notifications/initialized");
                     self.on_ready(hs);
                 }
                 None => {
@@ -269,9 +267,8 @@ impl Server {
         let method = m.method().to_string();
         if method == "ping" {
             // Answered here, at once, with or without clients (K07).
-            if let Some(c) = self.life.child() {
-                c.send_urgent(message::result_response(&child_id, &json!({})));
-            }
+            let line = message::result_response(&child_id, &json!({}));
+            self.write_child(line, Lane::Urgent, "the answer to the child's ping");
             return;
         }
         if self.upstream.len() + self.asks_waiting() >= self.cfg.max_inflight {
@@ -295,9 +292,8 @@ impl Server {
                 roots = self.cfg.roots.len(),
                 "roots/list answered with the configured roots"
             );
-            if let Some(c) = self.life.child() {
-                c.send_urgent(message::result_response(&child_id, &self.roots_result()));
-            }
+            let line = message::result_response(&child_id, &self.roots_result());
+            self.write_child(line, Lane::Urgent, "the configured roots");
             return;
         }
         let Some((owner, via)) = picked else {
@@ -356,9 +352,35 @@ impl Server {
         json!({"roots": self.cfg.roots})
     }
 
-    pub(super) fn answer_child_error(&self, child_id: &RawValue, code: i64, msg: &str) {
-        if let Some(c) = self.life.child() {
-            c.send_urgent(message::error_response(child_id, code, msg, None));
+    pub(super) fn answer_child_error(&mut self, child_id: &RawValue, code: i64, msg: &str) {
+        let line = message::error_response(child_id, code, msg, None);
+        self.write_child(line, Lane::Urgent, "an error answer to the child's request");
+    }
+
+    /// Writes `line` to the running child's stdin queue (`lane`), if a child runs; `what`
+    /// names it for the log. A full queue (the child has not read [`process::STDIN_QUEUE`]
+    /// lines) drops the line and says so, within the log budget: the stdin writer's own
+    /// [`process::STDIN_STALL`] ends a child that never reads again. A closed queue means the
+    /// child is exiting; its exit decides what follows, so that is only a debug line.
+    pub(super) fn write_child(&mut self, line: Bytes, lane: Lane, what: &str) {
+        let Some(c) = self.life.child() else {
+            return;
+        };
+        let queued = match lane {
+            Lane::Normal => c.send(line),
+            Lane::Urgent => c.send_urgent(line),
+        };
+        match queued {
+            Queued::Ok => {}
+            Queued::Closed => debug!("not written to the child (its input is closed): {what}"),
+            Queued::Full => {
+                if let Some(suppressed) = self.dropped_log.allow(self.now) {
+                    warn!(
+                        suppressed,
+                        "the child is not reading its input (its queue is full); dropped: {what}"
+                    );
+                }
+            }
         }
     }
 

@@ -454,16 +454,12 @@ impl Server {
                     Some(&raw(&Value::Object(p))),
                 )
                 .encode();
-                if let Some(c) = self.life.child() {
-                    c.send_urgent(line);
-                }
+                self.write_child(line, Lane::Urgent, "a client's notifications/cancelled");
             }
             _ => {
                 if self.life.state() == State::Ready {
                     let line = Out::request(None, m.method(), m.params.as_deref()).encode();
-                    if let Some(c) = self.life.child() {
-                        c.send(line);
-                    }
+                    self.write_child(line, Lane::Normal, "a client's notification");
                 }
             }
         }
@@ -512,9 +508,11 @@ impl Server {
             (_, Some(e)) => Out::error(&child_id, e).encode(),
             _ => return,
         };
-        if let Some(c) = self.life.child() {
-            c.send(line);
-        }
+        self.write_child(
+            line,
+            Lane::Normal,
+            "a client's answer to the child's request",
+        );
     }
 
     pub(super) fn drop_client(&mut self, client: ClientId) {
@@ -545,9 +543,12 @@ impl Server {
         self.metrics.set_clients(self.clients.len());
         for r in self.inflight.remove_client(client) {
             let p = raw(&json!({"requestId": r.id, "reason": "client disconnected"}));
-            if let Some(ch) = self.life.child() {
-                ch.send_urgent(Out::request(None, "notifications/cancelled", Some(&p)).encode());
-            }
+            let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
+            self.write_child(
+                line,
+                Lane::Urgent,
+                "notifications/cancelled for a departed client",
+            );
         }
         // Release its subscriptions.
         let freed = self.subs.remove_client(client);

@@ -54,12 +54,8 @@ impl Server {
         };
         let add_result_type = client_era == Era::Modern && child_era == Era::Handshake;
         // A listen stream lives until it is cancelled: no deadline.
-        let timeout = if method == "subscriptions/listen" {
-            Duration::from_secs(365 * 24 * 3600)
-        } else {
-            self.cfg.timeout_for(&method)
-        };
-        let deadline = crate::deadline::after(self.now, timeout);
+        let deadline = (method != "subscriptions/listen")
+            .then(|| crate::deadline::after(self.now, self.cfg.timeout_for(&method)));
         let retry_params = (client_era == Era::Handshake
             && child_era == Era::Modern
             && matches!(&*method, "tools/call" | "prompts/get" | "resources/read"))
@@ -270,7 +266,7 @@ impl Server {
             owner,
             &r.method,
             Some(params),
-            deadline,
+            Some(deadline),
         );
     }
 
@@ -330,10 +326,10 @@ impl Server {
         owner: Owner,
         method: &str,
         params: Option<Box<RawValue>>,
-        deadline: Instant,
+        deadline: impl Into<Option<Instant>>,
     ) -> Option<u64> {
         let child_id = self.inflight.allocate();
-        self.send_with_id(child_id, None, owner, method, params, deadline)
+        self.send_with_id(child_id, None, owner, method, params, deadline.into())
     }
 
     /// [`Server::send_to_child`] with an id already allocated; `key` is the owning client's
@@ -345,7 +341,7 @@ impl Server {
         owner: Owner,
         method: &str,
         params: Option<Box<RawValue>>,
-        deadline: Instant,
+        deadline: Option<Instant>,
     ) -> Option<u64> {
         let params = if self.child_era() == Era::Modern
             && !matches!(owner, Owner::Client { .. })

@@ -246,11 +246,8 @@ impl Server {
             info!("roots changed; telling the child (notifications/roots/list_changed)");
             self.cfg = cfg;
             if self.life.state() == State::Ready && self.child_era() == Era::Handshake {
-                if let Some(c) = self.life.child() {
-                    c.send_urgent(
-                        Out::request(None, "notifications/roots/list_changed", None).encode(),
-                    );
-                }
+                let line = Out::request(None, "notifications/roots/list_changed", None).encode();
+                self.write_child(line, Lane::Urgent, "notifications/roots/list_changed");
             }
             return;
         }

@@ -226,6 +226,15 @@ pub fn start(cfg: ServerConfig) -> (ServerHandle, tokio::task::JoinHandle<()>) {
     )
 }
 
+/// Which of the child's stdin queues a line goes to.
+#[derive(Debug, Clone, Copy)]
+enum Lane {
+    /// Behind earlier lines.
+    Normal,
+    /// Ahead of ordinary traffic (cancels, answers to the child's requests).
+    Urgent,
+}
+
 /// Why the supervisor itself stopped the child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum StopCause {
@@ -467,6 +476,8 @@ struct Server {
     health: Health,
     /// Request-log lines for invalid client input: 20 per 10 s, the rest counted.
     invalid_log: crate::logging::LogBudget,
+    /// Warnings for lines dropped on a full stdin queue: 20 per 10 s, the rest counted.
+    dropped_log: crate::logging::LogBudget,
 }
 
 impl Server {
@@ -534,6 +545,7 @@ impl Server {
             parked: BTreeMap::new(),
             next_ask: 0,
             invalid_log: crate::logging::LogBudget::new(20, Duration::from_secs(10)),
+            dropped_log: crate::logging::LogBudget::new(20, Duration::from_secs(10)),
             next_round: 1,
             upstream: BTreeMap::new(),
             demand: demand::Demand::new(Instant::now()),

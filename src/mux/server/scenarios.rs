@@ -790,3 +790,52 @@ fn one_client_cannot_take_all_of_max_inflight() {
 mod demand;
 mod rounds;
 mod spawning;
+
+/// Found in issue 27 §7 ("no deadline" as a type): a client's listen stream to a 2026 child
+/// had a year's deadline, and a client request within its deadline excuses the child's
+/// silence, so a hung 2026 child with a listen stream open was never probed and never
+/// declared dead. A listen stream has no deadline now, and excuses nothing.
+#[test]
+fn a_hung_2026_child_holding_a_clients_listen_stream_is_probed_and_stopped() {
+    let toml = BASE.replace("protocol = \"2025-11-25\"", "protocol = \"2026-07-28\"");
+    let mut sim = Sim::with_config(&toml, 12);
+    // The child answers the opener as a 2026 server, and the list reads.
+    for _ in 0..4 {
+        while let Some(a) = sim.asked.pop() {
+            let line = if a.method == "server/discover" {
+                json!({"jsonrpc": "2.0", "id": a.id,
+                    "result": {"capabilities": {"tools": {"listChanged": true}}}})
+                .to_string()
+            } else {
+                good_answer(&a)
+            };
+            sim.child_writes(a.generation, line);
+        }
+    }
+    assert_eq!(sim.server.life.state(), State::Ready);
+    let a = sim.connect();
+    let listen = json!({"jsonrpc": "2.0", "id": "l", "method": "subscriptions/listen",
+        "params": {"notifications": {"toolsListChanged": true},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "m", "version": "1"}}}});
+    sim.send(a, &listen.to_string());
+    assert!(
+        sim.written_methods()
+            .iter()
+            .any(|(_, m)| m == "subscriptions/listen"),
+        "the client's stream reached the child"
+    );
+    // From now on the child says nothing at all.
+    sim.asked.clear();
+    let start = sim.now;
+    let mut ms = 0;
+    while sim.stops().is_empty() && ms < 20_000 {
+        ms += 50;
+        sim.now = start + Duration::from_millis(ms);
+        sim.input(Input::Timer);
+        sim.asked.clear();
+    }
+    assert_eq!(sim.stops(), vec![1], "the silent child was stopped");
+    assert_eq!(sim.server.life.stop_cause(), Some(StopCause::ProbeTimeout));
+}

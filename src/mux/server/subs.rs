@@ -14,17 +14,20 @@ impl Server {
         if let Some(old) = self.listen.take() {
             self.inflight.remove(old);
             let p = raw(&json!({"requestId": old, "reason": "subscriptions changed"}));
-            if let Some(c) = self.life.child() {
-                c.send_urgent(Out::request(None, "notifications/cancelled", Some(&p)).encode());
-            }
+            let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
+            self.write_child(
+                line,
+                Lane::Urgent,
+                "notifications/cancelled for the old listen stream",
+            );
         }
         let uris: Vec<&String> = self.subs.uris().collect();
         let p = raw(&json!({"notifications": {
             "toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true,
             "resourceSubscriptions": uris,
         }}));
-        let far = self.now + Duration::from_secs(365 * 24 * 3600);
-        self.listen = self.send_to_child(Owner::Listen, "subscriptions/listen", Some(p), far);
+        // It lives until it is cancelled: no deadline.
+        self.listen = self.send_to_child(Owner::Listen, "subscriptions/listen", Some(p), None);
     }
 
     /// A modern client's `subscriptions/listen` on a handshake child: acknowledged at once and

@@ -118,11 +118,12 @@ impl Server {
             Owner::Client { client, id, .. } => {
                 self.health.request_expired(p.written);
                 let cancel = raw(&json!({"requestId": child_id, "reason": "request timed out"}));
-                if let Some(c) = self.life.child() {
-                    c.send_urgent(
-                        Out::request(None, "notifications/cancelled", Some(&cancel)).encode(),
-                    );
-                }
+                let line = Out::request(None, "notifications/cancelled", Some(&cancel)).encode();
+                self.write_child(
+                    line,
+                    Lane::Urgent,
+                    "notifications/cancelled for a request past its deadline",
+                );
                 let t = self.cfg.timeout_for(&p.method);
                 let reason = format!("no response within {}", format_secs(t));
                 self.outage_respond(
@@ -163,11 +164,14 @@ impl Server {
         if self.life.child().is_none_or(|c| c.stopping()) {
             return;
         }
-        // Slow is not dead: a client request within its own deadline excuses silence.
+        // Slow is not dead: a client request within its own deadline excuses silence. A
+        // listen stream has none (it lives until cancelled) and excuses nothing: a child
+        // holding one open is probed like any other (it once had a year's deadline, which kept
+        // a hung 2026 child with a client's listen stream from ever being probed).
         let busy = self
             .inflight
             .iter()
-            .any(|(_, client, deadline, _)| client.is_some() && deadline > now);
+            .any(|(_, client, deadline, _)| client.is_some() && deadline.is_some_and(|d| d > now));
         let before = self.health.misses();
         let action = self.health.tick(now, busy, self.probe_methods());
         if self.health.misses() > before {
@@ -198,10 +202,8 @@ impl Server {
         let line = Out::request(Some(&raw_u64(id)), method, params.as_deref()).encode();
         self.metrics.probe("sent");
         debug!(method, "probing the silent child");
-        if let Some(c) = self.life.child() {
-            self.metrics.bytes("to_child", line.len());
-            c.send(line);
-        }
+        self.metrics.bytes("to_child", line.len());
+        self.write_child(line, Lane::Normal, "a probe");
         self.health.sent(id, method, now);
     }
 }

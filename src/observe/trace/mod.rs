@@ -73,18 +73,18 @@ impl SpanStart {
     /// ids. Its parent is `params._meta.traceparent` (with `tracestate`) when valid; an
     /// absent or invalid one starts a new trace (never an error, W3C §4.3).
     pub fn new(params: Option<&RawValue>, method: &str, start: SystemTime) -> SpanStart {
-        let meta = crate::mux::era::meta_strings(
+        let meta = crate::protocol::meta_strings(
             params,
             [
                 META_TRACEPARENT,
                 META_TRACESTATE,
-                crate::mux::era::META_VERSION,
+                crate::protocol::META_VERSION,
             ],
         );
         let [traceparent, tracestate, version] = meta;
         let parent = traceparent.as_deref().and_then(TraceParent::parse);
         let prompt = (method == "prompts/get")
-            .then(|| crate::mux::era::param_string(params, "name"))
+            .then(|| crate::protocol::param_string(params, "name"))
             .flatten()
             .map(Into::into);
         Self::with_ids(
