@@ -6,6 +6,7 @@ pub mod batch;
 pub mod era;
 pub mod health;
 pub mod ids;
+pub mod outage;
 pub mod record;
 pub mod server;
 pub mod session;

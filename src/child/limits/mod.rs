@@ -26,7 +26,7 @@
 //! `mcp_supervisor_child_limit_kills_total`.
 
 use crate::child::process::{Exit, StderrTail};
-use crate::config::{LimitMode, Limits, ServerConfig};
+use crate::config::{LimitMode, Limits};
 use nix::sys::signal::{self, killpg, Signal};
 use nix::unistd::Pid;
 use serde::Serialize;
@@ -220,11 +220,10 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// Prepares the limits of `cfg` for the instance `marker`: checks that `open_files_max`
-    /// can be granted, and under cgroup v2 creates the instance cgroup when a tree limit is
-    /// set. An error fails the spawn (PermissionDenied: the server goes to `failed`).
-    pub fn new(cfg: &ServerConfig, marker: &str) -> std::io::Result<Prepared> {
-        let limits = cfg.limits;
+    /// Prepares `limits` for the instance `marker`: checks that `open_files_max` can be
+    /// granted, and under cgroup v2 creates the instance cgroup when a tree limit is set. An
+    /// error fails the spawn (PermissionDenied: the server goes to `failed`).
+    pub fn new(limits: Limits, marker: &str) -> std::io::Result<Prepared> {
         if let Some(n) = limits.open_files_max {
             check_nofile(n)?;
         }

@@ -1,5 +1,6 @@
 use super::cgroup::{self, Detection, InstanceCgroup};
 use super::*;
+use crate::config::ServerConfig;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -325,7 +326,7 @@ async fn the_watchdog_kills_a_tree_over_tasks_max() {
         .unwrap();
     let pgid = child.id() as i32;
     let cfg = config("tasks_max = 2");
-    let prepared = Prepared::new(&cfg, &marker).unwrap();
+    let prepared = Prepared::new(cfg.limits, &marker).unwrap();
     let tail = StderrTail::default();
     let guard = prepared.start("t", pgid, &marker, 0, tail.clone());
     let kill = tokio::time::timeout(LIMIT_SAMPLE * 10, guard.enforce())
@@ -364,10 +365,13 @@ async fn the_watchdog_samples_and_leaves_a_tree_under_its_limits() {
     let mut child = sleeper(&marker);
     let pgid = child.id() as i32;
     let cfg = config("tasks_max = 10\nmemory_max = \"1G\"");
-    let guard =
-        Prepared::new(&cfg, &marker)
-            .unwrap()
-            .start("u", pgid, &marker, 0, StderrTail::default());
+    let guard = Prepared::new(cfg.limits, &marker).unwrap().start(
+        "u",
+        pgid,
+        &marker,
+        0,
+        StderrTail::default(),
+    );
     let waited = tokio::time::timeout(LIMIT_SAMPLE * 3, guard.enforce()).await;
     assert!(waited.is_err(), "killed under its limits");
     let usage = guard.usage().expect("sampled");

@@ -43,7 +43,7 @@ impl RunAs {
 
 /// Resolves `user`/`group`. `None` when neither is set, or when they name who we already are.
 /// A different identity needs root: otherwise the spawn fails with a permission error.
-pub(super) fn run_as(cfg: &ServerConfig) -> std::io::Result<Option<RunAs>> {
+pub(super) fn run_as(cfg: &SpawnSpec) -> std::io::Result<Option<RunAs>> {
     use crate::config::{resolve_group, resolve_user};
     use std::io::{Error, ErrorKind};
     if cfg.user.is_none() && cfg.group.is_none() {
@@ -107,7 +107,7 @@ pub(super) fn run_as(cfg: &ServerConfig) -> std::io::Result<Option<RunAs>> {
 /// (or an ancestor) the server's `user`/`group` may not search. Checked from the permission
 /// bits (owner, group, other; ACLs are not read) after a spawn failed, so the error names the
 /// directory rather than the command. `None` when `cwd` is unset or looks enterable.
-pub(super) fn cwd_problem(cfg: &ServerConfig) -> Option<String> {
+pub(super) fn cwd_problem(cfg: &SpawnSpec) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let cwd = cfg.cwd.as_ref()?;
     let shown = cwd.display().to_string();

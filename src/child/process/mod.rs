@@ -301,6 +301,53 @@ fn test_spawn_delay(name: &str) -> Option<Duration> {
     (server == name).then(|| Duration::from_millis(ms.parse().unwrap_or(0)))
 }
 
+/// What spawning one instance needs of a server's configuration, and nothing else (issue 27
+/// §7): built once per spawn by [`SpawnSpec::of`] and moved to the blocking thread that
+/// spawns. Units as in [`ServerConfig`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpawnSpec {
+    /// The server's name (instance marker, cgroup and log names).
+    pub name: String,
+    /// The program and its arguments.
+    pub command: String,
+    pub args: Vec<String>,
+    /// Variables set for the child (after `clean_env`/`env_allow`).
+    pub env: std::collections::BTreeMap<String, String>,
+    pub clean_env: bool,
+    pub env_allow: Vec<String>,
+    pub cwd: Option<std::path::PathBuf>,
+    /// Who it runs as (root only), names or numbers as configured.
+    pub user: Option<String>,
+    pub group: Option<String>,
+    pub limits: crate::config::Limits,
+    /// Longest stdout line, in bytes (R15).
+    pub max_message_size: usize,
+    /// The stop ladder (R14).
+    pub stop_grace: Duration,
+    pub kill_timeout: Duration,
+}
+
+impl SpawnSpec {
+    /// The spec of `cfg`'s child.
+    pub fn of(cfg: &ServerConfig) -> SpawnSpec {
+        SpawnSpec {
+            name: cfg.name.clone(),
+            command: cfg.command.clone(),
+            args: cfg.args.clone(),
+            env: cfg.env.clone(),
+            clean_env: cfg.clean_env,
+            env_allow: cfg.env_allow.clone(),
+            cwd: cfg.cwd.clone(),
+            user: cfg.user.clone(),
+            group: cfg.group.clone(),
+            limits: cfg.limits,
+            max_message_size: cfg.max_message_size,
+            stop_grace: cfg.stop_grace,
+            kill_timeout: cfg.kill_timeout,
+        }
+    }
+}
+
 /// A forked and executed instance whose pipe tasks have not started yet: what [`launch`]
 /// hands from the blocking thread back to the runtime, where [`Launched::start`] starts them.
 #[derive(Debug)]
@@ -333,11 +380,7 @@ impl Launched {
 /// meant for a blocking thread: identity lookups (NSS), the cgroup's directory and files,
 /// fork and exec, a `/proc` read. [`Launched::start`] then starts its tasks on the runtime.
 /// Needs a tokio runtime context (a `spawn_blocking` thread has one) for the pipes.
-pub fn launch(
-    cfg: &ServerConfig,
-    generation: u64,
-    tail: StderrTail,
-) -> Result<Launched, SpawnError> {
+pub fn launch(cfg: &SpawnSpec, generation: u64, tail: StderrTail) -> Result<Launched, SpawnError> {
     if let Some(delay) = test_spawn_delay(&cfg.name) {
         std::thread::sleep(delay);
     }
@@ -348,7 +391,7 @@ pub fn launch(
         cwd: None,
     };
     // The instance's cgroup (when it has one) exists before the fork (issue 18 §3).
-    let mut limits = Prepared::new(cfg, &marker).map_err(spawn_error)?;
+    let mut limits = Prepared::new(cfg.limits, &marker).map_err(spawn_error)?;
     let mut cmd = command(cfg, &marker, limits.take_exec())?;
     // The table of pids tokio owns stays locked from the fork until the pid is in it, so the
     // orphan sweep never reaps this child, even if it dies at once (src/reaper.rs).
@@ -409,7 +452,7 @@ pub fn launch(
 /// Spawns one instance of `cfg` as generation `generation` on the calling thread (both
 /// halves: [`launch`], then [`Launched::start`]); its events go to `events`.
 pub fn spawn(
-    cfg: &ServerConfig,
+    cfg: &SpawnSpec,
     generation: u64,
     events: mpsc::Sender<ChildEvent>,
     tail: StderrTail,
@@ -420,7 +463,7 @@ pub fn spawn(
 /// The command for `cfg`: its own process group, pipes, the environment (`clean_env`,
 /// `env_allow`, never the plumbing variables, always the instance `marker` as
 /// [`reaper::MARKER_VAR`]), the working directory, the limits' `exec` and the identity.
-fn command(cfg: &ServerConfig, marker: &str, exec: Option<Exec>) -> Result<Command, SpawnError> {
+fn command(cfg: &SpawnSpec, marker: &str, exec: Option<Exec>) -> Result<Command, SpawnError> {
     let mut cmd = Command::new(&cfg.command);
     cmd.args(&cfg.args)
         .stdin(Stdio::piped())

@@ -254,7 +254,7 @@ impl Server {
             State::Ready => self.forward(client, m),
             // The last start failed and its backoff delay has not passed (issue 26 §7).
             State::Idle if self.lazy_retry_pending() => {
-                self.outage_reply(client, id, m.method(), "failed");
+                self.outage_reply(client, id, m.method(), OutageStatus::Failed);
             }
             State::Idle => {
                 // A request the record cannot answer: the child starts (issue 18 §1).
@@ -263,13 +263,13 @@ impl Server {
                     self.route_by_state(client, id, m);
                 } else {
                     // The spawn itself failed: the start is over, and said so.
-                    self.outage_reply(client, id, m.method(), "failed");
+                    self.outage_reply(client, id, m.method(), OutageStatus::Failed);
                 }
             }
             // A server that was never ready and is backing off gets a fast, explicit error
             // (K19); one that was ready is likely back soon, so its requests wait.
             State::Backoff if self.handshake.is_none() && !self.life.probe_respawn() => {
-                self.outage_reply(client, id, m.method(), "backoff");
+                self.outage_reply(client, id, m.method(), OutageStatus::Backoff);
             }
             State::Stopping if self.restarting() && held_room => self.hold(client, m),
             State::Starting | State::Backoff if held_room => self.hold(client, m),

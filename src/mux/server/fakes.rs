@@ -89,7 +89,7 @@ impl Spawner for FakeSpawner {
         }
     }
 
-    fn start(&mut self, _cfg: &ServerConfig, generation: u64, _tail: StderrTail) {
+    fn start(&mut self, _spec: &process::SpawnSpec, generation: u64, _tail: StderrTail) {
         let mut w = lock(&self.world);
         if std::mem::take(&mut w.fail_next_spawn) {
             let failed = Err(process::SpawnError {

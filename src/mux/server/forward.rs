@@ -366,7 +366,7 @@ impl Server {
             if let Owner::Client { client, id, .. } = owner {
                 // The child's input closed: it is exiting and the exit is not handled yet.
                 // Answer with the outage record like any request that cannot reach the child.
-                self.outage_reply(client, &id, method, "exited");
+                self.outage_reply(client, &id, method, OutageStatus::Exited);
             }
             return None;
         }

@@ -37,7 +37,7 @@ pub(crate) trait Spawner: Send {
     /// Starts spawning instance `generation` of `cfg`, off the actor's thread (issue 27 §3):
     /// returns at once; the outcome reaches the actor as `Input::Spawned`, ahead of every
     /// event of that instance, which go to the actor's child inbox.
-    fn start(&mut self, cfg: &ServerConfig, generation: u64, tail: StderrTail);
+    fn start(&mut self, spec: &process::SpawnSpec, generation: u64, tail: StderrTail);
 }
 
 impl ChildIo for ChildHandle {
@@ -84,8 +84,8 @@ impl Spawner for ProcessSpawner {
     /// with no await in between, so on the daemon's current-thread runtime it precedes every
     /// event of the instance. If the actor is gone, the instance is started and its handle
     /// dropped, which stops it: a spawn can never leak a process.
-    fn start(&mut self, cfg: &ServerConfig, generation: u64, tail: StderrTail) {
-        let cfg = cfg.clone();
+    fn start(&mut self, spec: &process::SpawnSpec, generation: u64, tail: StderrTail) {
+        let cfg = spec.clone();
         let events = self.events.clone();
         tokio::spawn(async move {
             let command = cfg.command.clone();

@@ -41,8 +41,9 @@ impl Server {
             deadline: crate::deadline::after(self.now, self.cfg.start_timeout),
             cancel: None,
         };
+        let spec = process::SpawnSpec::of(&self.cfg);
         self.spawner
-            .start(&self.cfg, self.generation, self.tail.clone());
+            .start(&spec, self.generation, self.tail.clone());
     }
 
     /// The outcome of the spawn of instance `generation`: open the session with it (or stop
@@ -94,7 +95,7 @@ impl Server {
                     Some(StopCause::Shutdown | StopCause::Stop) => {}
                     _ if self.lazy_start() => {
                         self.after_failed_lazy_start(self.now, "spawn-error");
-                        self.fail_held("failed");
+                        self.fail_held(OutageStatus::Failed);
                     }
                     _ if e.permanent() => {
                         self.enter_failed(&format!("{e}; fix the command and run `start`"))
@@ -181,14 +182,14 @@ impl Server {
         self.life = Life::Failed {
             retry_at: Some(self.now + FAILED_RETRY),
         };
-        self.fail_held("failed");
+        self.fail_held(OutageStatus::Failed);
     }
 
     pub(super) fn begin_shutdown(&mut self) {
         if self.life.state() == State::Stopped {
             return;
         }
-        self.fail_held("stopped");
+        self.fail_held(OutageStatus::Stopped);
         // The shutdown decides what follows the exit, whatever stop was under way.
         if !self.life.stop(StopCause::Shutdown, true) {
             self.life = Life::Stopped;
@@ -197,7 +198,7 @@ impl Server {
 
     pub(super) fn operator_stop(&mut self) {
         info!("stop requested");
-        self.fail_held("stopped");
+        self.fail_held(OutageStatus::Stopped);
         // The operator's stop overrules a health or restart stop under way: it stays stopped.
         if !self.life.stop(StopCause::Stop, true) {
             self.life = Life::Stopped;
@@ -315,7 +316,7 @@ impl Server {
             // Not an outage: no exit record, no failure, no backoff (issue 18 §2).
             // No MESSAGE_ID: the journal's "exited" query lists outages, and this is none.
             info!(child_pid = child.pid(), "stopped: idle");
-            self.fail_inflight("idle", &reason, None);
+            self.fail_inflight(OutageStatus::Idle, &reason, None);
             return self.after_idle_stop();
         }
         self.record_exit(exit.code, exit.signal, &reason);
@@ -336,11 +337,11 @@ impl Server {
         let status = if cause
             .is_some_and(|c| matches!(c, StopCause::StartTimeout | StopCause::ProbeTimeout))
         {
-            "timeout"
+            OutageStatus::Timeout
         } else if operator {
-            "stopped"
+            OutageStatus::Stopped
         } else {
-            "exited"
+            OutageStatus::Exited
         };
         // Decide what comes next before failing requests, so errors can say when we retry.
         self.decide_after_exit(
@@ -355,8 +356,8 @@ impl Server {
             let class = match (status, exit.signal, exit.limit) {
                 // A limit's kill is a SIGKILL, but the operator's question is which limit.
                 (_, _, Some(limit)) => limit.reason(),
-                ("exited", Some(_), None) => "signal",
-                (s, _, None) => s,
+                (OutageStatus::Exited, Some(_), None) => "signal",
+                (s, _, None) => s.as_str(),
             };
             self.metrics.restart(class);
         }
@@ -369,7 +370,7 @@ impl Server {
         {
             // Requests held for a child that never became ready learn why at once (K18).
             let status = if self.life.state() == State::Failed {
-                "failed"
+                OutageStatus::Failed
             } else {
                 status
             };
@@ -470,7 +471,11 @@ impl Server {
             } else {
                 Life::Failed { retry_at: None }
             };
-            self.fail_held(if exit.clean() { "stopped" } else { "failed" });
+            self.fail_held(if exit.clean() {
+                OutageStatus::Stopped
+            } else {
+                OutageStatus::Failed
+            });
         }
     }
 

@@ -36,6 +36,7 @@ use crate::logging::{MSG_BACKOFF, MSG_EXITED, MSG_FAILED, MSG_READY, MSG_SPAWNED
 use crate::mux::era::{self, ChildProtocol, Era, Handshake};
 use crate::mux::health::{Action, Health, HealthConfig, ProbeMethods};
 use crate::mux::ids::Inflight;
+use crate::mux::outage::OutageStatus;
 use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent, Transport};
 use crate::observe::{metrics, trace, Outcome, ServerMetrics};
 use bytes::Bytes;
@@ -104,6 +105,21 @@ pub enum State {
     Failed,
     /// Not running, by design: started by the next request that needs it (issue 18).
     Idle,
+}
+
+impl State {
+    /// Its name in `status` and the `child_state` metric's label.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Starting => "starting",
+            State::Ready => "ready",
+            State::Backoff => "backoff",
+            State::Stopping => "stopping",
+            State::Stopped => "stopped",
+            State::Failed => "failed",
+            State::Idle => "idle",
+        }
+    }
 }
 
 /// The last exit, for status and errors.
@@ -652,7 +668,7 @@ impl Server {
             let state = self.life.state();
             if exported_state != Some(state) {
                 exported_state = Some(state);
-                self.metrics.set_state(self.outage_status_of(state));
+                self.metrics.set_state(state.name());
             }
             if state == State::Stopped {
                 for w in self.stop_waiters.drain(..) {

@@ -134,12 +134,20 @@ impl Server {
         }
     }
 
-    pub(super) fn outage_status(&self) -> &'static str {
+    pub(super) fn outage_status(&self) -> OutageStatus {
         match self.life.stop_cause() {
             // The supervisor is stopping a child that did not answer in time: that is what
             // a waiting client must read, not `stopped` (issue 26 §8).
-            Some(StopCause::StartTimeout | StopCause::ProbeTimeout) => "timeout",
-            _ => self.outage_status_of(self.life.state()),
+            Some(StopCause::StartTimeout | StopCause::ProbeTimeout) => OutageStatus::Timeout,
+            _ => match self.life.state() {
+                State::Starting => OutageStatus::Starting,
+                State::Backoff => OutageStatus::Backoff,
+                State::Failed => OutageStatus::Failed,
+                State::Stopping | State::Stopped => OutageStatus::Stopped,
+                State::Idle => OutageStatus::Idle,
+                // Ready but the request cannot reach the child (its input closed): it exits.
+                State::Ready => OutageStatus::Exited,
+            },
         }
     }
 
@@ -162,18 +170,6 @@ impl Server {
                 .as_ref()
                 .map(|e| e.reason.clone())
                 .unwrap_or_else(|| fallback.to_string()),
-        }
-    }
-
-    /// The state's name in status and metrics; also the outage `status` for a waiting state.
-    pub(super) fn outage_status_of(&self, state: State) -> &'static str {
-        match state {
-            State::Starting => "starting",
-            State::Backoff => "backoff",
-            State::Failed => "failed",
-            State::Stopping | State::Stopped => "stopped",
-            State::Idle => "idle",
-            State::Ready => "ready",
         }
     }
 
@@ -231,12 +227,12 @@ impl Server {
         client: ClientId,
         id: &RawValue,
         method: &str,
-        status: &str,
+        status: OutageStatus,
     ) {
         let retry = self
             .next_attempt()
             .map(|t| t.saturating_duration_since(self.now));
-        let reason = self.outage_reason(status);
+        let reason = self.outage_reason(status.as_str());
         self.outage_respond(
             client,
             id,
@@ -257,7 +253,7 @@ impl Server {
         client: ClientId,
         id: &RawValue,
         method: &str,
-        status: &str,
+        status: OutageStatus,
         reason: &str,
         retry: Option<Duration>,
         code: i64,
@@ -291,7 +287,7 @@ impl Server {
         if !last.is_empty() {
             text.push_str(&format!(" stderr={last:?}"));
         }
-        warn!(request_id = %request_id, method, status, reason, "request failed: {text}");
+        warn!(request_id = %request_id, method, status = status.as_str(), reason, "request failed: {text}");
         // A call past its own deadline stays the -32001 error of every method (README: the
         // deadline rule); outages of `tools/call` are tool results.
         if method == "tools/call" && code != code::REQUEST_TIMEOUT {
@@ -304,7 +300,7 @@ impl Server {
         }
         let (line, code) = {
             let msg = match status {
-                "timeout" if code == code::REQUEST_TIMEOUT => {
+                OutageStatus::Timeout if code == code::REQUEST_TIMEOUT => {
                     format!("request to server `{}` timed out", self.cfg.name)
                 }
                 _ => format!("server `{}` is unavailable: {text}", self.cfg.name),
@@ -317,7 +313,12 @@ impl Server {
         self.respond(client, id, line, outcome, code);
     }
 
-    pub(super) fn fail_inflight(&mut self, status: &str, reason: &str, retry: Option<Duration>) {
+    pub(super) fn fail_inflight(
+        &mut self,
+        status: OutageStatus,
+        reason: &str,
+        retry: Option<Duration>,
+    ) {
         for r in self.inflight.drain() {
             let p = r.value;
             if let Owner::Parked { round } = p.owner {
@@ -355,12 +356,12 @@ impl Server {
         }
     }
 
-    pub(super) fn fail_held(&mut self, status: &str) {
+    pub(super) fn fail_held(&mut self, status: OutageStatus) {
         let retry = self
             .next_attempt()
             .map(|t| t.saturating_duration_since(self.now));
         for h in self.held.drain() {
-            self.fail_one_held(h, status, status, retry);
+            self.fail_one_held(h, status, status.as_str(), retry);
         }
     }
 
@@ -369,7 +370,7 @@ impl Server {
     pub(super) fn fail_one_held(
         &mut self,
         h: Held,
-        status: &str,
+        status: OutageStatus,
         unanswered: &str,
         retry: Option<Duration>,
     ) {

@@ -22,6 +22,7 @@ use super::{ActorHistory, Command, Server, State, Status};
 use crate::child::backoff::{FAILED_RETRY, JITTER};
 use crate::config::ServerConfig;
 use crate::jsonrpc::message::{self, code};
+use crate::mux::outage::OutageStatus;
 use crate::mux::session::SessionEvent;
 use crate::observe::metrics;
 use rand::rngs::StdRng;
@@ -252,10 +253,13 @@ impl Down<'_> {
                 .clone()
                 .unwrap_or_default();
             let (status, text) = if stopped {
-                ("stopped", format!("server `{}` is stopped", self.cfg.name))
+                (
+                    OutageStatus::Stopped,
+                    format!("server `{}` is stopped", self.cfg.name),
+                )
             } else {
                 (
-                    "failed",
+                    OutageStatus::Failed,
                     format!(
                         "server `{}` failed: its actor panicked {} times within {} s (last: {why}); run `mcp-supervisor start {}`",
                         self.cfg.name,

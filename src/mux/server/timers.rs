@@ -130,7 +130,7 @@ impl Server {
                     client,
                     &id,
                     &p.method,
-                    "timeout",
+                    OutageStatus::Timeout,
                     &reason,
                     None,
                     code::REQUEST_TIMEOUT,
