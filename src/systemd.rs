@@ -275,9 +275,12 @@ pub fn summary(statuses: &[Status]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::child::process::Exit;
+    use crate::mux::outage::ExitReason;
     use crate::mux::server::LastExit;
 
-    fn st(name: &str, state: State, reason: Option<&str>) -> Status {
+    /// A status whose last exit, if any, was exit code `code`.
+    fn st(name: &str, state: State, code: Option<i32>) -> Status {
         Status {
             name: name.into(),
             state,
@@ -292,10 +295,15 @@ mod tests {
             ping_served: true,
             consecutive_failures: 0,
             retry_in_ms: None,
-            last_exit: reason.map(|r| LastExit {
-                code: Some(1),
+            last_exit: code.map(|c| LastExit {
+                code: Some(c),
                 signal: None,
-                reason: r.into(),
+                reason: ExitReason::Exit(Exit {
+                    code: Some(c),
+                    signal: None,
+                    requested: false,
+                    limit: None,
+                }),
                 at: String::new(),
             }),
             stderr_tail: String::new(),
@@ -311,9 +319,9 @@ mod tests {
         assert_eq!(
             summary(&[
                 st("a", State::Ready, None),
-                st("fs", State::Backoff, Some("exited(1)")),
-                st("web", State::Failed, Some("exited(127)")),
-                st("x", State::Stopped, Some("stop exited(0)")),
+                st("fs", State::Backoff, Some(1)),
+                st("web", State::Failed, Some(127)),
+                st("x", State::Stopped, Some(0)),
             ]),
             "4 servers: 1 ready; fs backoff (exited(1)), web failed (exited(127)), x stopped"
         );

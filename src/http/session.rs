@@ -23,9 +23,10 @@
 //! id is logged at debug level only.
 //!
 //! When a server's `http_max_sessions` sessions are open, `initialize` ends the session idle
-//! longest among those with no stream open ([`make_room`]), rather than being refused; and a
-//! caller holding [`caller_share`] (three quarters) of them ends its own least active one, so
-//! one token holder never keeps the others out (issue 26 §4).
+//! longest among those with no stream open ([`make_room`]), rather than being refused. A
+//! caller holding [`caller_share`] (three quarters) of them may end only its own, and when
+//! every session has a stream open, another caller's newcomer ends the least active session
+//! of such a caller: one token holder never keeps the others out (issue 26 §4).
 //!
 //! A POST stream dropped with requests unanswered (the client closed it) sends
 //! `notifications/cancelled` for each to the actor, as if the client had (issue 16 §3); late
@@ -129,44 +130,52 @@ pub(super) fn find(
 }
 
 /// The most sessions of one server a single [`Caller`] (one token on TCP, one uid on
-/// `NAME.http.sock`) may hold: three quarters of `http_max_sessions`, at least 1, so one
-/// token holder can never take the whole table (issue 26 §4).
+/// `NAME.http.sock`) may make room for by ending others': three quarters of
+/// `http_max_sessions`, at least 1 (issue 26 §4).
 pub fn caller_share(max: usize) -> usize {
     max.saturating_sub(max / 4).max(1)
 }
 
 /// Makes room for one more session of `server` opened by `caller` (`max`:
-/// `http_max_sessions`). A caller already holding [`caller_share`] sessions ends its own
-/// least recently active one (one with no stream open first, else the oldest activity, even
-/// with a stream open: it is the caller's own). Otherwise, when `max` are open, the one idle
-/// longest among those with no stream open is ended. `false` when every one has a stream open
-/// (the newcomer is then refused).
+/// `http_max_sessions`); `false` when there is none (the newcomer is then refused). Below
+/// `max` there is room. At `max`, a caller holding [`caller_share`] or more may end only one of
+/// its own sessions: the one idle longest with no stream open. Any other caller ends the
+/// session idle longest with no stream open, of anyone; when every one has a stream open, the
+/// least active session of a caller holding its share or more (so one token holder that keeps
+/// a stream open on every session never keeps the others out, and cannot end theirs).
 pub(super) async fn make_room(front: &Front, server: &str, max: usize, caller: Caller) -> bool {
     let now = Instant::now();
     let victim = {
         let mut all = front.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        let mine = all
+        let mine: Vec<&Arc<HttpSession>> = all
             .values()
-            .filter(|s| s.server == server && !s.ended.is_cancelled());
-        let own = mine.clone().filter(|s| s.owner == caller);
-        let (sid, why) = if own.clone().count() >= caller_share(max) {
-            match own.min_by_key(|s| s.eviction_rank()) {
-                Some(s) => (
-                    s.id.clone(),
-                    "its caller holds its share of http_max_sessions",
-                ),
-                None => return true,
-            }
-        } else if mine.clone().count() < max {
+            .filter(|s| s.server == server && !s.ended.is_cancelled())
+            .collect();
+        if mine.len() < max {
             return true;
-        } else {
-            match mine
-                .filter_map(|s| s.idle_since().map(|t| (s.id.clone(), t)))
+        }
+        let share = caller_share(max);
+        let held_by = |c: Caller| mine.iter().filter(|s| s.owner == c).count();
+        let idle_longest = |pool: &mut dyn Iterator<Item = &&Arc<HttpSession>>| {
+            pool.filter_map(|s| s.idle_since().map(|t| (s.id.clone(), t)))
                 .min_by_key(|(_, t)| *t)
-            {
-                Some((sid, _)) => (sid, "http_max_sessions are open"),
-                None => return false,
-            }
+                .map(|(sid, _)| sid)
+        };
+        let chosen = if held_by(caller) >= share {
+            idle_longest(&mut mine.iter().filter(|s| s.owner == caller))
+                .map(|sid| (sid, "http_max_sessions are open"))
+        } else {
+            idle_longest(&mut mine.iter())
+                .map(|sid| (sid, "http_max_sessions are open"))
+                .or_else(|| {
+                    mine.iter()
+                        .filter(|s| held_by(s.owner) >= share)
+                        .min_by_key(|s| s.eviction_rank())
+                        .map(|s| (s.id.clone(), "a caller holds its share of http_max_sessions, each with a stream open"))
+                })
+        };
+        let Some((sid, why)) = chosen else {
+            return false;
         };
         // Out of the table now, so a concurrent `initialize` does not pick it too.
         all.remove(&sid).map(|s| (s, why))
@@ -177,7 +186,7 @@ pub(super) async fn make_room(front: &Front, server: &str, max: usize, caller: C
     let idle = now.saturating_duration_since(s.eviction_rank().1.unwrap_or(now));
     if let Some(suppressed) = log_allowed(&front.limits_log) {
         info!(server, client = %s.client, idle_s = idle.as_secs(), max, suppressed,
-            "HTTP sessions full ({why}): ended the longest-idle one to make room for a new one");
+            "HTTP sessions full ({why}): ended the least active one to make room for a new one");
     }
     s.ended.cancel();
     let _ = s.events.send(SessionEvent::Disconnected(s.client)).await;
@@ -680,8 +689,8 @@ impl HttpSession {
         r.last_active
     }
 
-    /// The order in which a caller's own sessions are ended for its newcomer: those with no
-    /// stream open first, then the least recently active.
+    /// The order in which a caller's sessions are ended for room: those with no stream open
+    /// first, then the least recently active.
     fn eviction_rank(&self) -> (bool, Option<Instant>) {
         let r = self.lock();
         let open = !r.streams.is_empty() || r.gets.iter().any(|g| !g.is_closed());

@@ -74,7 +74,7 @@ impl Server {
     /// spawn of it would be.
     pub(super) fn cannot_start(&mut self, why: &str) {
         error!(error = %why, "the on-demand command cannot run");
-        self.record_exit(None, None, "spawn-error");
+        self.record_exit(ExitReason::SpawnError);
         self.tail.clear();
         self.tail.note(why);
         self.enter_failed(&format!("{why}; fix the command and run `start`"));

@@ -86,7 +86,7 @@ impl Server {
                     return;
                 };
                 error!(error = %e, permanent = e.permanent(), "spawn failed");
-                self.record_exit(None, None, "spawn-error");
+                self.record_exit(ExitReason::SpawnError);
                 // Spawn errors have no stderr; keep the reason where users look for it.
                 self.tail.clear();
                 self.tail.note(&e.to_string());
@@ -286,11 +286,12 @@ impl Server {
         }
     }
 
-    pub(super) fn record_exit(&mut self, code: Option<i32>, signal: Option<i32>, reason: &str) {
+    pub(super) fn record_exit(&mut self, reason: ExitReason) {
+        let exit = reason.exit();
         self.last_exit = Some(LastExit {
-            code,
-            signal,
-            reason: reason.to_string(),
+            code: exit.and_then(|e| e.code),
+            signal: exit.and_then(|e| e.signal),
+            reason,
             at: humantime::format_rfc3339_millis(self.wall).to_string(),
         });
     }
@@ -304,7 +305,8 @@ impl Server {
         let (child, cause, ready_since) = (ended.child, ended.cause, ended.ready_since);
         self.pid.store(0, Ordering::SeqCst);
         let now = self.now;
-        let reason = exit_reason(cause, exit);
+        let why = ExitReason::of(cause, exit);
+        let reason = why.to_string();
         let probing_era = self
             .inflight
             .iter()
@@ -319,7 +321,7 @@ impl Server {
             self.fail_inflight(OutageStatus::Idle, &reason, None);
             return self.after_idle_stop();
         }
-        self.record_exit(exit.code, exit.signal, &reason);
+        self.record_exit(why);
         let tail = self.tail.last_lines(3);
         let operator = matches!(
             cause,

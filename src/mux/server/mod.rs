@@ -36,7 +36,7 @@ use crate::logging::{MSG_BACKOFF, MSG_EXITED, MSG_FAILED, MSG_READY, MSG_SPAWNED
 use crate::mux::era::{self, ChildProtocol, Era, Handshake};
 use crate::mux::health::{Action, Health, HealthConfig, ProbeMethods};
 use crate::mux::ids::Inflight;
-use crate::mux::outage::OutageStatus;
+use crate::mux::outage::{ExitReason, OutageStatus, StopCause};
 use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent, Transport};
 use crate::observe::{metrics, trace, Outcome, ServerMetrics};
 use bytes::Bytes;
@@ -130,8 +130,8 @@ pub struct LastExit {
     /// Signal number, if a signal ended it.
     pub signal: Option<i32>,
     /// `exited(1)`, `signal(SIGKILL)`, `start-timeout`, `probe-timeout`, `spawn-error`,
-    /// `oom-killed`, `memory-limit`, `tasks-limit`, ...
-    pub reason: String,
+    /// `oom-killed`, `memory-limit`, `tasks-limit`, ... (serialized as that text).
+    pub reason: ExitReason,
     /// Wall-clock time of the exit, RFC 3339.
     pub at: String,
 }
@@ -249,36 +249,6 @@ enum Lane {
     Normal,
     /// Ahead of ordinary traffic (cancels, answers to the child's requests).
     Urgent,
-}
-
-/// Why the supervisor itself stopped the child.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StopCause {
-    StartTimeout,
-    ProbeTimeout,
-    StdinFailed,
-    StdoutClosed,
-    HandshakeRejected,
-    Shutdown,
-    Stop,
-    Restart,
-    /// `idle_stop` passed with nobody using the child (issue 18 §2): not a failure.
-    Idle,
-}
-
-impl StopCause {
-    fn reason(self) -> &'static str {
-        match self {
-            StopCause::StartTimeout => "start-timeout",
-            StopCause::ProbeTimeout => "probe-timeout",
-            StopCause::StdinFailed => "stdin-failed",
-            StopCause::StdoutClosed => "stdout-closed",
-            StopCause::HandshakeRejected => "handshake-rejected",
-            StopCause::Shutdown | StopCause::Stop => "stopped",
-            StopCause::Restart => "restart-requested",
-            StopCause::Idle => "idle-stop",
-        }
-    }
 }
 
 #[derive(Debug)]

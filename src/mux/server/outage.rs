@@ -168,7 +168,7 @@ impl Server {
             _ => self
                 .last_exit
                 .as_ref()
-                .map(|e| e.reason.clone())
+                .map(|e| e.reason.to_string())
                 .unwrap_or_else(|| fallback.to_string()),
         }
     }

@@ -177,17 +177,6 @@ pub(super) fn listen_close_result(r: &RawValue, id: &RawValue) -> Box<RawValue> 
     raw(&v)
 }
 
-/// The reason an exit is shown with: the child's own status when it ended by itself before a
-/// stop took effect, else the supervisor's cause (and the status, for operator stops).
-pub(super) fn exit_reason(cause: Option<StopCause>, exit: Exit) -> String {
-    match cause {
-        _ if !exit.requested => exit.reason(),
-        Some(c @ (StopCause::StartTimeout | StopCause::ProbeTimeout)) => c.reason().to_string(),
-        Some(c) => format!("{} {}", c.reason(), exit.reason()),
-        None => exit.reason(),
-    }
-}
-
 /// The list method whose result a request for `method` refreshes in the cache: a list read
 /// from its start (no `cursor`).
 pub(super) fn list_to_cache(method: &str, params: Option<&RawValue>) -> Option<&'static str> {

@@ -279,7 +279,10 @@ fn a_failed_lazy_start_is_retried_by_the_first_demand_after_its_backoff_never_fa
         assert_eq!(sim.server.life.state(), State::Idle, "back to idle");
         let st = sim.server.status();
         assert_eq!(
-            st.last_exit.as_ref().map(|e| e.reason.as_str()),
+            st.last_exit
+                .as_ref()
+                .map(|e| e.reason.to_string())
+                .as_deref(),
             Some("exited(1)")
         );
         let retry = st.retry_in_ms.expect("when the next start may happen");

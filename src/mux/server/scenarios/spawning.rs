@@ -84,7 +84,7 @@ fn a_spawn_held_past_start_timeout_ends_as_start_timeout_once_the_instance_exist
     let st = sim.server.status();
     assert_eq!(st.state, State::Backoff, "a failed start is retried");
     assert_eq!(
-        st.last_exit.map(|e| e.reason).as_deref(),
+        st.last_exit.map(|e| e.reason.to_string()).as_deref(),
         Some("start-timeout")
     );
 }
@@ -106,7 +106,7 @@ fn a_failed_held_spawn_is_a_spawn_error_and_a_stop_asked_meanwhile_keeps_it_stop
     let st = sim.server.status();
     assert_eq!(st.state, State::Stopped, "the stop decides");
     assert_eq!(
-        st.last_exit.map(|e| e.reason).as_deref(),
+        st.last_exit.map(|e| e.reason.to_string()).as_deref(),
         Some("spawn-error")
     );
     assert!(
