@@ -1046,6 +1046,20 @@ fn http_parallel_large_bodies_stay_within_client_memory() {
     assert_eq!(text(&r.json()), "after");
 }
 
+/// Each of the sessions `sids` of server `f` still answers a call (with `text`).
+fn assert_sessions_answer(s: &HttpSup, sids: &[&String], text_: &str) {
+    for sid in sids {
+        let v = s
+            .post(
+                "f",
+                &in_session(sid),
+                &call(2, "echo", json!({"text": text_})),
+            )
+            .json();
+        assert_eq!(text(&v), text_, "session {sid}");
+    }
+}
+
 /// Issue 26 §4: when `http_max_sessions` are open, `initialize` ends the longest-idle session
 /// with no open stream instead of being refused; only when every session has a stream open
 /// is the newcomer refused.
@@ -1063,16 +1077,7 @@ fn http_when_sessions_are_full_the_longest_idle_one_without_a_stream_is_ended() 
     let c = s.session("f");
     let r = s.post("f", &in_session(&b), &call(1, "echo", json!({"text": "b"})));
     assert_eq!(r.status, 404, "the idle session was not the one ended");
-    for sid in [&a, &c] {
-        let v = s
-            .post(
-                "f",
-                &in_session(sid),
-                &call(2, "echo", json!({"text": "kept"})),
-            )
-            .json();
-        assert_eq!(text(&v), "kept");
-    }
+    assert_sessions_answer(&s, &[&a, &c], "kept");
     assert!(
         s.sup
             .wait_log("ended the least active one", Duration::from_secs(5)),
@@ -1087,16 +1092,7 @@ fn http_when_sessions_are_full_the_longest_idle_one_without_a_stream_is_ended() 
     let r = s.post("f", &[], &init);
     assert_eq!(r.status, 503);
     assert_eq!(r.json()["error"]["code"], -32002);
-    for sid in [&a, &c] {
-        let v = s
-            .post(
-                "f",
-                &in_session(sid),
-                &call(3, "echo", json!({"text": "still"})),
-            )
-            .json();
-        assert_eq!(text(&v), "still");
-    }
+    assert_sessions_answer(&s, &[&a, &c], "still");
     assert!(a_stream.event(Duration::from_millis(10)).is_none());
     assert!(c_stream.event(Duration::from_millis(10)).is_none());
 }
@@ -1129,16 +1125,8 @@ fn http_one_token_holding_every_session_with_streams_does_not_keep_another_calle
     let usid = r.header("mcp-session-id").unwrap().to_string();
     let r = s.post("f", &in_session(&held[0].0), &call(1, "echo", json!({})));
     assert_eq!(r.status, 404, "the token's least active session was ended");
-    for (sid, _) in &held[1..] {
-        let v = s
-            .post(
-                "f",
-                &in_session(sid),
-                &call(2, "echo", json!({"text": "kept"})),
-            )
-            .json();
-        assert_eq!(text(&v), "kept");
-    }
+    let kept: Vec<&String> = held[1..].iter().map(|(sid, _)| sid).collect();
+    assert_sessions_answer(&s, &kept, "kept");
     // The token holder cannot end the other caller's idle session to get back in.
     for _ in 0..3 {
         assert_eq!(s.post("f", &[], &init).status, 503);
