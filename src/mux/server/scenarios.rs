@@ -788,5 +788,6 @@ fn one_client_cannot_take_all_of_max_inflight() {
 }
 
 mod demand;
+mod modern;
 mod rounds;
 mod spawning;
