@@ -629,7 +629,13 @@ impl Server {
             _ => None,
         });
         let Some((client, id)) = owner else {
-            return false;
+            // A cancel of another request: routed as usual. Traffic tagged with a stream that
+            // is no longer open (its cancel crossed the child's notifications, or its client
+            // left) belongs to nobody: never fanned out as session-wide (sim seed 124).
+            if method != "notifications/cancelled" {
+                debug!(notification = %method, subscription = sub, "traffic of a listen stream no longer open: dropped");
+            }
+            return method != "notifications/cancelled";
         };
         let original: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
         if method == "notifications/cancelled" {

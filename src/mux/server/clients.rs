@@ -440,6 +440,12 @@ impl Server {
                 if self.end_listener(client, &key) {
                     return;
                 }
+                // A stream still waiting for the child is never opened: it ends here, like a
+                // served one (sim seed 274). Other held requests are answered as usual.
+                let stream = |m: &str| m == "subscriptions/listen";
+                if self.held.take(client, &key, stream).is_some() {
+                    return self.finish(client, &key, Outcome::Cancelled, None);
+                }
                 let Some(child_id) = self.inflight.lookup(client, &key) else {
                     debug!(client = %client, request_id = %key, "cancel for an unknown request: not forwarded");
                     return;

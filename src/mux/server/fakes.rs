@@ -29,6 +29,11 @@ pub(super) struct World {
     pub(super) pending: VecDeque<(u64, Result<FakeChild, process::SpawnError>)>,
     /// Spawns are slow: their outcomes wait in `pending` until this is cleared (issue 27 §3).
     pub(super) hold_spawns: bool,
+    /// The fake child speaks 2026-07-28 (`server/discover`, listen streams, `input_required`)
+    /// instead of the handshake era.
+    pub(super) modern: bool,
+    /// The fake child advertises `logging` (the random run; scenarios keep it off).
+    pub(super) logging: bool,
 }
 
 pub(super) struct FakeChild {
@@ -145,25 +150,79 @@ pub(super) fn modern_call(id: &str, text: &str, extra: Option<Value>) -> String 
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
 }
 
-/// The fake child's proper answer to `a` (a handshake-era server with one tool, `echo`).
+/// The fake child's proper answer to `a`: a handshake-era server with one tool, `echo`, or
+/// (`a.modern`) a 2026-07-28 one. A 2026 `tools/call` retried with a `requestState` is
+/// answered like a first call; `input_required` is the simulation's choice ([`input_required`]).
 pub(super) fn good_answer(a: &Asked) -> String {
+    if a.modern {
+        return modern_answer(a);
+    }
+    let mut caps = json!({"tools": {"listChanged": true}, "resources": {"subscribe": true}});
+    if a.logging {
+        caps["logging"] = json!({});
+    }
     let result = match a.method.as_str() {
         "initialize" => json!({"protocolVersion": "2025-11-25",
-            "capabilities": {"tools": {"listChanged": true}, "resources": {"subscribe": true}},
+            "capabilities": caps,
             "serverInfo": {"name": "sim", "version": "1"}}),
         "tools/list" => json!({"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}),
         "tools/call" => {
             json!({"content": [{"type": "text", "text": a.text.clone().unwrap_or_default()}]})
         }
         "ping" | "resources/subscribe" | "resources/unsubscribe" | "logging/setLevel" => json!({}),
-        _ => {
-            return format!(
-                r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":-32601,"message":"Method not found"}}}}"#,
-                a.id
-            )
-        }
+        _ => return method_not_found(a.id),
     };
     json!({"jsonrpc": "2.0", "id": a.id, "result": result}).to_string()
+}
+
+fn method_not_found(id: u64) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"Method not found"}}}}"#
+    )
+}
+
+/// A 2026-07-28 child's answer to `a` (as `tests/fixtures/fake_server.rs --era modern`): the
+/// discovery result, -32022 to `initialize`, results with `resultType`, -32601 to what the
+/// era has no more (`ping`, `logging/setLevel`, `resources/subscribe`).
+fn modern_answer(a: &Asked) -> String {
+    let info = json!({era::META_SERVER_INFO: {"name": "sim-2026", "version": "1"}});
+    let mut caps = json!({"tools": {"listChanged": true}, "resources": {}});
+    if a.logging {
+        caps["logging"] = json!({});
+    }
+    let result = match a.method.as_str() {
+        "server/discover" => json!({"resultType": "complete",
+            "supportedVersions": [era::MODERN_VERSION], "capabilities": caps,
+            "_meta": info, "ttlMs": 60000, "cacheScope": "public"}),
+        "initialize" => {
+            return json!({"jsonrpc": "2.0", "id": a.id, "error": {"code": era::UNSUPPORTED_VERSION,
+                "message": "Unsupported protocol version",
+                "data": {"supported": [era::MODERN_VERSION], "requested": "2025-11-25"}}})
+            .to_string()
+        }
+        "tools/list" => json!({"resultType": "complete", "_meta": info,
+            "tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}),
+        "tools/call" => json!({"resultType": "complete", "_meta": info,
+            "content": [{"type": "text", "text": a.text.clone().unwrap_or_default()}]}),
+        // The end of a listen stream.
+        "subscriptions/listen" => json!({"resultType": "complete",
+            "_meta": {era::META_SUBSCRIPTION_ID: a.id}}),
+        _ => return method_not_found(a.id),
+    };
+    json!({"jsonrpc": "2.0", "id": a.id, "result": result}).to_string()
+}
+
+/// A 2026-07-28 child's `input_required` answer to the `tools/call` `a`: one or two questions
+/// (sampling, roots) and its own opaque `requestState`.
+pub(super) fn input_required(a: &Asked, two: bool) -> String {
+    let mut asks = json!({"q1": {"method": "sampling/createMessage",
+        "params": {"messages": [], "maxTokens": 1}}});
+    if two {
+        asks["q2"] = json!({"method": "roots/list", "params": {}});
+    }
+    json!({"jsonrpc": "2.0", "id": a.id, "result": {"resultType": "input_required",
+        "inputRequests": asks, "requestState": format!("fake-{}-{}", a.generation, a.id)}})
+    .to_string()
 }
 
 /// The exact text of a response line's top-level `id` (as the client wrote it).

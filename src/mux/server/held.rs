@@ -90,6 +90,24 @@ impl HeldQueue {
             .count()
     }
 
+    /// Removes `client`'s held request whose id key is `key`, if `pick` accepts its method.
+    pub(super) fn take(
+        &mut self,
+        client: ClientId,
+        key: &str,
+        pick: impl Fn(&str) -> bool,
+    ) -> Option<Held> {
+        let i = self.items.iter().position(|h| {
+            h.client == client
+                && pick(h.msg.method())
+                && h.msg
+                    .id
+                    .as_deref()
+                    .is_some_and(|id| crate::mux::ids::id_key_ref(id) == key)
+        })?;
+        self.items.remove(i)
+    }
+
     /// Whether `client` has a request held.
     pub(super) fn has_client(&self, client: ClientId) -> bool {
         self.items.iter().any(|h| h.client == client)

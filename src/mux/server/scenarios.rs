@@ -788,6 +788,7 @@ fn one_client_cannot_take_all_of_max_inflight() {
 }
 
 mod demand;
+mod modern;
 mod rounds;
 mod spawning;
 

@@ -1,27 +1,49 @@
-//! Deterministic simulation of the whole server actor (issue 12 §7): the real `Server` driven
-//! through [`Server::handle`] on a virtual clock, with a fake child (`Spawner`/`ChildIo`) and
-//! detached client queues, so no process, socket or runtime is involved.
+//! Deterministic simulation of the whole server actor (issue 12 §7, issue 27 §6): the real
+//! `Server` driven through [`Server::handle`] on a virtual clock, with a fake child
+//! (`Spawner`/`ChildIo`, `fakes.rs`) and detached client queues, so no process, socket or
+//! runtime is involved.
 //!
-//! Each seed draws a random sequence of events: clients connecting and leaving at any moment;
-//! requests with colliding ids of every JSON type (duplicates included); cancels; a child that
-//! answers in any order, late, twice, malformed or never, sends notifications and pings, exits
-//! or hangs; spawn failures; timers; operator stop/start/restart and reconfiguration. After
-//! every step it checks that:
+//! Each seed picks a mode ([`Mode::of`]): odd seeds start the server on demand (1.5 s
+//! `idle_stop`); `(seed / 2) % 4` picks the child's protocol and the fake child's era:
+//! `protocol = "2025-11-25"` with a handshake-era child, `"2026-07-28"` with a 2026 child
+//! (the actor opens with `server/discover`, keeps its own `subscriptions/listen` stream),
+//! `"auto"` with a 2026 child (the probe is answered), `"auto"` with a handshake-era child (the
+//! probe is answered -32601, or the child exits on it, an old strict server).
+//!
+//! Then it draws 2,000 random steps: clients (socket, HTTP session, one-shot 2026 HTTP
+//! request; handshake or 2026; some stop reading, with a small queue) connecting and leaving;
+//! requests with colliding ids of every JSON type (duplicates included), with progress tokens
+//! and log levels; subscribes, unsubscribes and listen streams; cancels; `logging/setLevel`;
+//! clients answering the requests the supervisor sent them (the child's, MRTR questions);
+//! 2026 clients retrying `input_required` results (an HTTP request's retry from a new
+//! request); a child that answers in any order, late, twice, malformed, oversized, with
+//! `input_required` (2026) or never, sends notifications, progress, log messages, pings and
+//! its own requests (handshake) or listen-stream traffic (2026), closes its stdout, makes a
+//! stdin write fail, exits or hangs; spawn failures and slow spawns; timers; operator
+//! stop/start/restart and reconfiguration. After every step it checks that:
 //! - every response a client reads answers a request of that client with that exact id text,
 //!   and a tool result carries that client's own text (no cross-client delivery);
 //! - no client gets more responses for an id than it sent requests with it;
+//! - `notifications/progress` reaches only the owner of its token; `notifications/message`
+//!   only clients that asked for that level (or, on a handshake child, handshake clients that
+//!   set no higher level); `resources/updated` only subscribers; listen-stream traffic only
+//!   the client with that stream open;
+//! - a client whose queue overflowed is dropped by the actor (never kept, never blocking);
 //! - at most one child instance is alive (checked at every spawn);
-//! - the actor's tables stay within the configured bounds;
+//! - every table of the actor stays within a bound derived from the config ([`Sim::check_bounds`]);
 //! - nothing panics.
 //!
-//! At the end of a seed, the child answers everything and time runs on: every request of a
-//! client still connected must have had exactly one response.
+//! At the end of a seed, clients read again and close their listen streams, the child and
+//! the clients answer everything and time runs on: every request of a client still connected
+//! must have had exactly one response.
 //!
 //! `MCPSUP_SIM_SEED=N` replays one seed; `MCPSUP_SIM_EVENTS=N` sets the total (default 10^6).
 
-use super::fakes::{env_u64, id_text, lock, FakeSpawner, World};
+use super::fakes::{env_u64, id_text, input_required, lock, FakeSpawner, World};
 use super::fakes::{good_answer, modern_call};
 use super::*;
+use crate::mux::ids::id_key_ref;
+use crate::mux::session::Transport;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeSet;
@@ -30,7 +52,6 @@ use std::sync::Mutex;
 const CONFIG: &str = r#"
 [servers.sim]
 command = "/nonexistent/sim-child"
-protocol = "2025-11-25"
 request_timeout = "2s"
 probe_interval = "700ms"
 probe_timeout = "300ms"
@@ -51,12 +72,58 @@ const IDS: [&str; 9] = [
     "1", "2", "0", "-3", "\"1\"", "\"a\"", "\"\"", "1.5", "\"é\"",
 ];
 
+/// The most questions the fake 2026 child asks in one `input_required` result
+/// ([`input_required`]): each becomes one upstream request toward a handshake client.
+const MAX_QUESTIONS: usize = 2;
+
+/// What a seed runs: the start mode, the child's configured protocol and the fake's era.
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    on_demand: bool,
+    protocol: &'static str,
+    modern_child: bool,
+}
+
+impl Mode {
+    /// Odd seeds start on demand (issue 18); `(seed / 2) % 4` picks the era pairing, so every
+    /// eight consecutive seeds cover each combination once.
+    fn of(seed: u64) -> Mode {
+        let (protocol, modern_child) = match (seed / 2) % 4 {
+            0 => ("2025-11-25", false),
+            1 => ("2026-07-28", true),
+            2 => ("auto", true),
+            _ => ("auto", false),
+        };
+        Mode {
+            on_demand: seed % 2 == 1,
+            protocol,
+            modern_child,
+        }
+    }
+
+    fn toml(self) -> String {
+        let mut t = format!("{CONFIG}protocol = \"{}\"\n", self.protocol);
+        if self.on_demand {
+            t.push_str("start = \"on-demand\"\nidle_stop = \"1500ms\"\n");
+        }
+        t
+    }
+}
+
 /// A request the fake child has read and not answered yet.
 pub(super) struct Asked {
     pub(super) generation: u64,
     pub(super) id: u64,
     pub(super) method: String,
     pub(super) text: Option<String>,
+    /// The child that read it speaks 2026-07-28.
+    pub(super) modern: bool,
+    /// The child that read it advertises `logging`.
+    pub(super) logging: bool,
+    /// The progress token the actor put on it (its child-side id), if the client gave one.
+    pub(super) progress: Option<Value>,
+    /// A 2026 retry (it carries a `requestState`).
+    pub(super) retry: bool,
 }
 
 /// A connected simulated client.
@@ -77,6 +144,26 @@ pub(super) struct SimClient {
     modern: bool,
     /// `input_required` results received and not retried yet: (requestState, input keys).
     retries: Vec<(Value, Vec<String>)>,
+    /// Its queue is small: it may stop reading (and writing), a hung client.
+    may_stall: bool,
+    /// Stopped reading and writing: the actor must drop it once its queue is full.
+    stalled: bool,
+    /// A 2026-07-28 HTTP request: one request, gone once it is answered.
+    one_shot: bool,
+    /// Requests the supervisor sent this client, not answered yet: (id, method).
+    asks: Vec<(Value, String)>,
+    /// Its listen streams open (id text).
+    listens: BTreeSet<String>,
+    /// `logging/setLevel` sent and not answered yet: (id text, level rank).
+    pending_levels: Vec<(String, usize)>,
+    /// The level of its last `logging/setLevel` answered with a result, and the lowest ever.
+    level: Option<usize>,
+    min_level: Option<usize>,
+    /// The lowest `logLevel` it put in a 2026 envelope.
+    asked_log: Option<usize>,
+    /// A one-shot HTTP request that retries another's round: the client whose request that
+    /// round continues (its tool text comes back).
+    origin: Option<u64>,
 }
 
 pub(super) struct Sim {
@@ -96,33 +183,53 @@ pub(super) struct Sim {
     _events_tx: mpsc::Sender<ChildEvent>,
     /// The child's own requests (id text) and how many answers each got.
     child_requests: BTreeMap<String, u32>,
+    /// The random run (not a scripted scenario): it draws the new kinds of clients.
+    random: bool,
+    /// Listen streams open on a 2026 fake child: (generation, child-side id).
+    listens: Vec<(u64, u64)>,
+    /// Instances that closed their stdout: they write nothing more.
+    stdout_closed: BTreeSet<u64>,
+    /// `input_required` results a one-shot HTTP client got, with the client whose request
+    /// they continue: the next HTTP request retries.
+    http_retries: Vec<(Value, Vec<String>, u64)>,
+    /// One-shot HTTP clients answered: the HTTP front end ends them.
+    finished_http: Vec<ClientId>,
+    /// What the seed reached, counted (the run asserts every kind was reached: coverage that
+    /// a change to the simulation or the actor cannot silently lose).
+    seen: BTreeMap<&'static str, u64>,
 }
 
 impl Sim {
-    /// Odd seeds run the server on demand with a short `idle_stop` (issue 18).
+    /// A seed of the random run, in its [`Mode`].
     fn new(seed: u64) -> Sim {
-        let demand = format!("{CONFIG}start = \"on-demand\"\nidle_stop = \"1500ms\"\n");
-        Sim::with_config(if seed % 2 == 1 { &demand } else { CONFIG }, seed)
+        let mode = Mode::of(seed);
+        let mut sim = Sim::build(&mode.toml(), seed, false, Some(mode.modern_child), true);
+        sim.random = true;
+        sim
     }
 
     /// A simulation of the server `sim` configured by `toml`, started at virtual time zero.
     pub(super) fn with_config(toml: &str, seed: u64) -> Sim {
-        Sim::build(toml, seed, false)
+        Sim::build(toml, seed, false, None, false)
     }
 
     /// Like [`Sim::with_config`], with every spawn held (slow) until `hold_spawns` is cleared
     /// and [`Sim::deliver_spawns`] runs (issue 27 §3).
     pub(super) fn with_spawns_held(toml: &str, seed: u64) -> Sim {
-        Sim::build(toml, seed, true)
+        Sim::build(toml, seed, true, None, false)
     }
 
-    fn build(toml: &str, seed: u64, hold_spawns: bool) -> Sim {
+    /// `modern`: the fake child's era (by default, 2026 when the config says
+    /// `protocol = "2026-07-28"`); `logging`: whether it advertises logging.
+    fn build(toml: &str, seed: u64, hold_spawns: bool, modern: Option<bool>, logging: bool) -> Sim {
         let cfg = crate::config::parse(std::path::Path::new("sim.toml"), toml)
             .ok()
             .and_then(|c| c.servers.get("sim").cloned())
             .unwrap_or_else(|| panic!("the simulation's config parses"));
         let world = Arc::new(Mutex::new(World {
             hold_spawns,
+            modern: modern.unwrap_or(cfg.protocol == ChildProtocol::Modern),
+            logging,
             ..World::default()
         }));
         let start = Instant::now();
@@ -156,6 +263,12 @@ impl Sim {
             events: 0,
             _events_tx: events_tx,
             child_requests: BTreeMap::new(),
+            random: false,
+            listens: Vec::new(),
+            stdout_closed: BTreeSet::new(),
+            http_retries: Vec::new(),
+            finished_http: Vec::new(),
+            seen: BTreeMap::new(),
         };
         sim.deliver_spawns();
         sim.read_child_stdin();
@@ -163,10 +276,17 @@ impl Sim {
     }
 
     /// Feeds one input at the current virtual time, then the outcomes of the spawns it
-    /// started (unless spawns are held), checking what clients received after each.
+    /// started (unless spawns are held), checking what clients received after each; then
+    /// ends the one-shot HTTP clients that got their answer.
     pub(super) fn input(&mut self, input: Input) {
         self.feed(input);
         self.deliver_spawns();
+        while let Some(id) = self.finished_http.pop() {
+            if self.clients.remove(&id).is_some() {
+                self.feed(Input::Session(SessionEvent::Disconnected(id)));
+                self.deliver_spawns();
+            }
+        }
     }
 
     /// Reports the spawns started and not yet reported, unless spawns are held.
@@ -185,6 +305,40 @@ impl Sim {
         self.read_child_stdin();
         self.drain_clients();
         self.check_bounds();
+        self.count_reached();
+    }
+
+    /// Counts what the actor holds after an input (for [`COVERED`]).
+    fn count_reached(&mut self) {
+        let s = &self.server;
+        let held = [
+            (
+                "ready: handshake-era child",
+                s.life.state() == State::Ready && s.child_era() == Era::Handshake,
+            ),
+            (
+                "ready: 2026 child",
+                s.life.state() == State::Ready && s.child_era() == Era::Modern,
+            ),
+            ("the supervisor's own listen stream", s.listen.is_some()),
+            (
+                "an MRTR round toward a handshake client",
+                !s.rounds.is_empty(),
+            ),
+            ("a parked 2026 request", !s.parked.is_empty()),
+            ("a request to a client", !s.upstream.is_empty()),
+            ("a served listen stream", !s.listeners.is_empty()),
+            ("a held request", s.held.len() > 0),
+        ];
+        for (what, now) in held {
+            if now {
+                *self.seen.entry(what).or_default() += 1;
+            }
+        }
+    }
+
+    fn saw(&mut self, what: &'static str) {
+        *self.seen.entry(what).or_default() += 1;
     }
 
     fn advance(&mut self, max_ms: u64) {
@@ -203,10 +357,15 @@ impl Sim {
     }
 
     /// Connects a client that came by `transport` (issue 16's scenarios).
-    pub(super) fn connect_via(&mut self, transport: crate::mux::session::Transport) -> ClientId {
+    pub(super) fn connect_via(&mut self, transport: Transport) -> ClientId {
+        self.connect_with(transport, 4096)
+    }
+
+    /// Connects a client by `transport` whose queue holds `capacity` lines.
+    fn connect_with(&mut self, transport: Transport, capacity: usize) -> ClientId {
         let id = ClientId(1_000_000 + self.next_client);
         self.next_client += 1;
-        let (tx, rx) = ClientTx::detached(4096);
+        let (tx, rx) = ClientTx::detached(capacity);
         // Scenario tests connect handshake clients; the random run mixes in 2026 clients.
         let modern = self.events > 0 && self.rng.gen_bool(0.3);
         self.clients.insert(
@@ -221,6 +380,16 @@ impl Sim {
                 pending_subs: Vec::new(),
                 modern,
                 retries: Vec::new(),
+                may_stall: false,
+                stalled: false,
+                one_shot: false,
+                asks: Vec::new(),
+                listens: BTreeSet::new(),
+                pending_levels: Vec::new(),
+                level: None,
+                min_level: None,
+                asked_log: None,
+                origin: None,
             },
         );
         self.input(Input::Session(SessionEvent::Connected(
@@ -236,12 +405,63 @@ impl Sim {
         id
     }
 
+    /// The random run's client: by socket (handshake or 2026), a handshake-era HTTP session,
+    /// or a one-shot 2026 HTTP request; one in twelve has a small queue and may hang
+    /// ([`Sim::stall`]).
+    fn connect_random(&mut self) -> Option<ClientId> {
+        let transport = match self.rng.gen_range(0..10) {
+            0..=6 => Transport::Socket,
+            7..=8 => Transport::HttpSession,
+            _ => Transport::HttpRequest,
+        };
+        let may_stall = self.rng.gen_bool(1.0 / 12.0);
+        let capacity = if may_stall {
+            self.rng.gen_range(2..=8)
+        } else {
+            4096
+        };
+        let id = self.connect_with(transport, capacity);
+        self.saw(match transport {
+            Transport::Socket => "a socket client",
+            Transport::HttpSession => "an HTTP session",
+            Transport::HttpRequest => "a 2026 HTTP request",
+        });
+        let c = self.clients.get_mut(&id)?;
+        c.may_stall = may_stall;
+        match transport {
+            Transport::HttpSession => c.modern = false,
+            Transport::HttpRequest => {
+                c.modern = true;
+                c.one_shot = true;
+            }
+            Transport::Socket => {}
+        }
+        Some(id)
+    }
+
+    /// A client that still reads and writes, at random.
     fn random_client(&mut self) -> Option<ClientId> {
-        if self.clients.is_empty() {
+        let live = self.clients.values().filter(|c| !c.stalled).count();
+        if live == 0 {
             return None;
         }
-        let i = self.rng.gen_range(0..self.clients.len());
-        self.clients.keys().nth(i).copied()
+        let i = self.rng.gen_range(0..live);
+        self.clients
+            .iter()
+            .filter(|(_, c)| !c.stalled)
+            .nth(i)
+            .map(|(id, _)| *id)
+    }
+
+    /// A client with a small queue hangs: it reads and writes nothing more (until the end of
+    /// the seed); the actor must drop it once its queue is full, and serve everyone else.
+    fn stall(&mut self) {
+        let Some(client) = self.random_client() else {
+            return;
+        };
+        if let Some(c) = self.clients.get_mut(&client).filter(|c| c.may_stall) {
+            c.stalled = true;
+        }
     }
 
     pub(super) fn send(&mut self, client: ClientId, line: &str) {
@@ -249,8 +469,15 @@ impl Sim {
             panic!("the simulation wrote an invalid line: {line}");
         };
         if m.kind == Kind::Request {
+            let listen = m.method() == "subscriptions/listen"
+                && m.id
+                    .as_deref()
+                    .is_some_and(|id| !self.duplicate(client, id.get()));
             if let (Some(c), Some(id)) = (self.clients.get_mut(&client), m.id.as_deref()) {
                 *c.open.entry(id.get().to_string()).or_default() += 1;
+                if listen {
+                    c.listens.insert(id.get().to_string());
+                }
             }
         }
         self.input(Input::Session(SessionEvent::Message(client, m)));
@@ -261,33 +488,40 @@ impl Sim {
             return;
         };
         let id = IDS[self.rng.gen_range(0..IDS.len())];
-        let (initialized, n, modern) = match self.clients.get_mut(&client) {
+        let (initialized, n, modern, one_shot) = match self.clients.get_mut(&client) {
+            Some(c) if c.one_shot && c.n > 0 => return,
             Some(c) => {
                 c.n += 1;
-                (c.initialized, c.n, c.modern)
+                (c.initialized, c.n, c.modern, c.one_shot)
             }
             None => return,
         };
         if modern {
-            let line = modern_call(id, &format!("{}-{n}", client.0), None);
-            return self.send(client, &line);
+            return self.modern_request(client, id, n, one_shot);
         }
         let line = if !initialized || self.rng.gen_bool(0.05) {
+            // Half the clients can be asked the child's requests (and MRTR questions).
+            let caps = if self.random && self.rng.gen_bool(0.5) {
+                r#"{"sampling":{},"elicitation":{},"roots":{}}"#
+            } else {
+                "{}"
+            };
             if let Some(c) = self.clients.get_mut(&client) {
                 c.initialized = true;
             }
             format!(
-                r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"sim","version":"1"}}}}}}"#
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{caps},"clientInfo":{{"name":"sim","version":"1"}}}}}}"#
             )
         } else {
-            match self.rng.gen_range(0..10) {
+            match self.rng.gen_range(0..11) {
                 0 => format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#),
                 1 => format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#),
                 2 => {
                     let uri = format!("file:///{}", self.rng.gen_range(0..6));
+                    let dup = self.duplicate(client, id);
                     if let Some(c) = self.clients.get_mut(&client) {
                         // A request with an id still open is refused (K23): no subscription.
-                        if !c.open.contains_key(id) {
+                        if !dup {
                             c.pending_subs.push((id.to_string(), uri.clone()));
                         }
                     }
@@ -297,9 +531,10 @@ impl Sim {
                 }
                 3 => {
                     let uri = format!("file:///{}", self.rng.gen_range(0..6));
+                    let dup = self.duplicate(client, id);
                     if let Some(c) = self.clients.get_mut(&client) {
                         // Refused when its id is still open (K23): then nothing changes.
-                        if !c.open.contains_key(id) {
+                        if !dup {
                             c.subscribed.remove(&uri);
                         }
                     }
@@ -307,13 +542,81 @@ impl Sim {
                         r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/unsubscribe","params":{{"uri":"{uri}"}}}}"#
                     )
                 }
+                10 if self.random => {
+                    let level = self.rng.gen_range(0..era::LOG_LEVELS.len());
+                    let dup = self.duplicate(client, id);
+                    if let Some(c) = self.clients.get_mut(&client) {
+                        if !dup {
+                            c.pending_levels.push((id.to_string(), level));
+                        }
+                    }
+                    format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"method":"logging/setLevel","params":{{"level":"{}"}}}}"#,
+                        era::LOG_LEVELS[level]
+                    )
+                }
                 _ => format!(
-                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{}-{n}"}},"_meta":{{"progressToken":{n}}}}}}}"#,
-                    client.0
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{}-{n}"}},"_meta":{{"progressToken":"p-{}-{n}"}}}}}}"#,
+                    client.0, client.0
                 ),
             }
         };
         self.send(client, &line);
+    }
+
+    /// A 2026 client's request: mostly `tools/call` (with a progress token and a log level
+    /// sometimes), else `tools/list` or a `subscriptions/listen` stream (not by a one-shot
+    /// HTTP request).
+    fn modern_request(&mut self, client: ClientId, id: &str, n: u64, one_shot: bool) {
+        let pick = self.rng.gen_range(0..20);
+        let (method, params) = match pick {
+            0..=2 if !one_shot => {
+                let uris: Vec<String> = (0..self.rng.gen_range(0..3))
+                    .map(|_| format!("file:///{}", self.rng.gen_range(0..6)))
+                    .collect();
+                (
+                    "subscriptions/listen",
+                    json!({"notifications": {"toolsListChanged": self.rng.gen_bool(0.5),
+                        "resourceSubscriptions": uris}}),
+                )
+            }
+            3..=4 => ("tools/list", json!({})),
+            _ => (
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": format!("{}-{n}", client.0)}}),
+            ),
+        };
+        let mut meta = json!({era::META_VERSION: era::MODERN_VERSION,
+            era::META_CAPABILITIES: {"sampling": {}, "elicitation": {}, "roots": {}},
+            era::META_CLIENT_INFO: {"name": "sim-modern", "version": "1"}});
+        if method == "tools/call" && self.rng.gen_bool(0.3) {
+            meta["progressToken"] = json!(format!("p-{}-{n}", client.0));
+        }
+        let level = self
+            .rng
+            .gen_bool(0.3)
+            .then(|| self.rng.gen_range(0..era::LOG_LEVELS.len()));
+        if let Some(level) = level {
+            meta[era::META_LOG_LEVEL] = json!(era::LOG_LEVELS[level]);
+        }
+        let mut params = params;
+        params["_meta"] = meta;
+        if let Some(c) = self.clients.get_mut(&client) {
+            if let Some(level) = level {
+                c.asked_log = Some(c.asked_log.map_or(level, |l| l.min(level)));
+            }
+        }
+        let id: Value = serde_json::from_str(id).unwrap_or(Value::Null);
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send(client, &line.to_string());
+    }
+
+    /// Whether the actor refuses a request of `client` with id text `id` as a duplicate (K23):
+    /// its ledger holds one open under that id. (The client's own count may lag: a stalled
+    /// client has not read its answers yet.)
+    fn duplicate(&self, client: ClientId, id: &str) -> bool {
+        RawValue::from_string(id.to_string())
+            .is_ok_and(|raw| self.server.ledger.rid(client, &id_key(&raw)).is_some())
     }
 
     fn cancel(&mut self) {
@@ -327,19 +630,36 @@ impl Sim {
         else {
             return;
         };
-        // A cancelled request that reached the child is never answered (MCP cancellation);
-        // one still held or answered locally is answered as usual.
-        let Ok(raw) = RawValue::from_string(id.clone()) else {
+        self.cancel_id(client, &id);
+    }
+
+    /// `client` cancels its open request `id`. One that reached the child, or a served listen
+    /// stream, is never answered (MCP cancellation); one still held or answered locally is
+    /// answered as usual.
+    fn cancel_id(&mut self, client: ClientId, id: &str) {
+        let Ok(raw) = RawValue::from_string(id.to_string()) else {
             return;
         };
-        if self.server.inflight.lookup(client, &id_key(&raw)).is_some() {
+        let key = id_key(&raw);
+        let served = self
+            .server
+            .listeners
+            .iter()
+            .any(|l| l.client == client && id_key_ref(&l.id) == key);
+        // A stream still held ends with its cancel too.
+        let stream = self
+            .clients
+            .get(&client)
+            .is_some_and(|c| c.listens.contains(id));
+        if served || stream || self.server.inflight.lookup(client, &key).is_some() {
             if let Some(c) = self.clients.get_mut(&client) {
-                if let Some(k) = c.open.get_mut(&id) {
+                if let Some(k) = c.open.get_mut(id) {
                     *k -= 1;
                     if *k == 0 {
-                        c.open.remove(&id);
+                        c.open.remove(id);
                     }
                 }
+                c.listens.remove(id);
                 // A cancelled subscribe never subscribes (its answer is dropped).
                 if let Some(i) = c.pending_subs.iter().position(|(p, _)| *p == id) {
                     c.pending_subs.remove(i);
@@ -360,34 +680,126 @@ impl Sim {
         self.input(Input::Session(SessionEvent::Disconnected(client)));
     }
 
+    /// A client answers one request the supervisor sent it (the child's request, an MRTR
+    /// question): a result of the right shape, or sometimes an error.
+    fn client_answers(&mut self) {
+        let with_asks: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| !c.asks.is_empty() && !c.stalled)
+            .map(|(id, _)| *id)
+            .collect();
+        if with_asks.is_empty() {
+            return;
+        }
+        let client = with_asks[self.rng.gen_range(0..with_asks.len())];
+        let error = self.rng.gen_bool(0.15);
+        let Some(c) = self.clients.get_mut(&client) else {
+            return;
+        };
+        let i = self.rng.gen_range(0..c.asks.len());
+        let (id, method) = c.asks.swap_remove(i);
+        self.answer_ask(client, id, &method, error);
+    }
+
+    fn answer_ask(&mut self, client: ClientId, id: Value, method: &str, error: bool) {
+        let line = if error {
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "no"}})
+        } else {
+            let result = match method {
+                "sampling/createMessage" => json!({"role": "assistant", "model": "m",
+                    "content": {"type": "text", "text": "sampled"}}),
+                "elicitation/create" => json!({"action": "decline"}),
+                "roots/list" => json!({"roots": []}),
+                _ => json!({}),
+            };
+            json!({"jsonrpc": "2.0", "id": id, "result": result})
+        };
+        self.send(client, &line.to_string());
+    }
+
     /// Reads what every client received and checks it against what it asked.
     fn drain_clients(&mut self) {
         let mut gone = Vec::new();
+        let mut delivered = (0u64, 0u64);
+        let child_era = self.server.child_era();
         for (id, c) in self.clients.iter_mut() {
-            while let Ok(line) = c.rx.try_recv() {
+            while let Some(line) = (!c.stalled).then(|| c.rx.try_recv().ok()).flatten() {
                 let line = line.to_bytes();
                 let Ok(v) = serde_json::from_slice::<Value>(&line) else {
                     panic!("client {id:?} got a line that is not JSON: {line:?}");
                 };
                 c.received.push(v.clone());
                 assert!(line.ends_with(b"\n") || !line.contains(&b'\n'), "one line");
-                let on_stream = v
+                let sub = v
                     .pointer("/params/_meta")
-                    .and_then(|m| m.get(era::META_SUBSCRIPTION_ID))
-                    .is_some();
-                if v["method"] == "notifications/resources/updated" && !on_stream {
-                    let uri = v
-                        .pointer("/params/uri")
-                        .and_then(Value::as_str)
-                        .unwrap_or("");
+                    .and_then(|m| m.get(era::META_SUBSCRIPTION_ID));
+                if let Some(sub) = sub {
+                    let sub = sub.to_string();
                     assert!(
-                        c.subscribed.contains(uri),
-                        "client {id:?} got an update for {uri} it is not subscribed to: {:?}",
-                        c.subscribed
+                        c.listens.contains(&sub),
+                        "client {id:?} got traffic of listen stream {sub} it has not open: {v}; open {:?}, got {:?}", c.open, c.received
                     );
                 }
-                let is_response = v.get("method").is_none();
+                let method = v.get("method").and_then(Value::as_str);
+                match method {
+                    Some("notifications/resources/updated") if sub.is_none() => {
+                        let uri = v
+                            .pointer("/params/uri")
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        assert!(
+                            c.subscribed.contains(uri),
+                            "client {id:?} got an update for {uri} it is not subscribed to: {:?}",
+                            c.subscribed
+                        );
+                    }
+                    Some("notifications/progress") => {
+                        delivered.0 += 1;
+                        let token = v.pointer("/params/progressToken").and_then(Value::as_str);
+                        let mine = format!("p-{}-", id.0);
+                        assert!(
+                            token.is_some_and(|t| t.starts_with(&mine)),
+                            "client {id:?} got progress for another's request: {v}"
+                        );
+                    }
+                    Some("notifications/message") => {
+                        delivered.1 += 1;
+                        let level = v
+                            .pointer("/params/level")
+                            .and_then(Value::as_str)
+                            .and_then(era::log_rank)
+                            .unwrap_or(0);
+                        let ok = match (c.modern, child_era) {
+                            (false, Era::Handshake) => c.level.is_none_or(|l| level >= l),
+                            (false, Era::Modern) => c.min_level.is_some_and(|l| level >= l),
+                            (true, _) => c.asked_log.is_some_and(|l| level >= l),
+                        };
+                        assert!(ok, "client {id:?} got a log message at a level it did not ask for (set {:?}, lowest {:?}, asked {:?}): {v}", c.level, c.min_level, c.asked_log);
+                    }
+                    Some("notifications/cancelled") => {
+                        // The child ended a listen stream, or gave up on its request.
+                        if let Some(asked) = v.pointer("/params/requestId") {
+                            let rid = asked.to_string();
+                            if c.listens.remove(&rid) {
+                                if let Some(k) = c.open.get_mut(&rid) {
+                                    *k -= 1;
+                                    if *k == 0 {
+                                        c.open.remove(&rid);
+                                    }
+                                }
+                            }
+                            c.asks.retain(|(a, _)| a != asked);
+                        }
+                    }
+                    _ => {}
+                }
+                let is_response = method.is_none();
                 if !is_response {
+                    if let (Some(m), Some(rid)) = (method, v.get("id")) {
+                        // The supervisor asks this client something (for the child).
+                        c.asks.push((rid.clone(), m.to_string()));
+                    }
                     continue;
                 }
                 let Some(rid) = v.get("id") else {
@@ -410,6 +822,17 @@ impl Sim {
                         c.subscribed.insert(uri);
                     }
                 }
+                let pending = c.pending_levels.iter().position(|(p, _)| *p == text);
+                if let Some(i) = pending.filter(|_| !refusal) {
+                    let (_, level) = c.pending_levels.remove(i);
+                    if v.get("result").is_some() {
+                        c.level = Some(level);
+                        c.min_level = Some(c.min_level.map_or(level, |l| l.min(level)));
+                    }
+                }
+                if !refusal {
+                    c.listens.remove(&text);
+                }
                 if v.pointer("/result/resultType") == Some(&json!("input_required")) {
                     let keys = v
                         .pointer("/result/inputRequests")
@@ -417,7 +840,13 @@ impl Sim {
                         .map(|o| o.keys().cloned().collect())
                         .unwrap_or_default();
                     let state = v.pointer("/result/requestState").cloned();
-                    c.retries.push((state.unwrap_or(Value::Null), keys));
+                    let state = state.unwrap_or(Value::Null);
+                    if c.one_shot {
+                        let origin = c.origin.unwrap_or(id.0);
+                        self.http_retries.push((state, keys, origin));
+                    } else {
+                        c.retries.push((state, keys));
+                    }
                 }
                 let Some(k) = c.open.get_mut(&text) else {
                     panic!("client {id:?} got a response for id {text} it has not open: {v}");
@@ -429,11 +858,15 @@ impl Sim {
                 if let Some(t) = v.pointer("/result/content/0/text").and_then(Value::as_str) {
                     if !v.pointer("/result/isError").is_some_and(|e| e == true) {
                         let mine = format!("{}-", id.0);
+                        let origin = c.origin.map(|o| format!("{o}-"));
                         assert!(
-                            t.starts_with(&mine),
+                            t.starts_with(&mine) || origin.is_some_and(|o| t.starts_with(&o)),
                             "client {id:?} got another client's result: {v}"
                         );
                     }
+                }
+                if c.one_shot && c.open.is_empty() {
+                    self.finished_http.push(*id);
                 }
             }
             if c.rx.is_closed() {
@@ -441,7 +874,15 @@ impl Sim {
             }
         }
         for id in gone {
-            self.clients.remove(&id);
+            if self.clients.remove(&id).is_some_and(|c| c.stalled) {
+                self.saw("a hung client dropped");
+            }
+        }
+        if delivered.0 > 0 {
+            self.saw("progress delivered");
+        }
+        if delivered.1 > 0 {
+            self.saw("a log message delivered");
         }
         // A client the actor dropped (too slow, or its queue closed) has no more answers due.
         let dropped: Vec<ClientId> = self
@@ -451,14 +892,19 @@ impl Sim {
             .copied()
             .collect();
         for id in dropped {
-            self.clients.remove(&id);
+            if self.clients.remove(&id).is_some_and(|c| c.stalled) {
+                self.saw("a hung client dropped");
+            }
         }
     }
 
     // ----- the child -------------------------------------------------------------------------
 
     fn read_child_stdin(&mut self) {
-        let lines: Vec<(u64, Bytes)> = std::mem::take(&mut lock(&self.world).stdin);
+        let (lines, modern, logging) = {
+            let mut w = lock(&self.world);
+            (std::mem::take(&mut w.stdin), w.modern, w.logging)
+        };
         for (generation, line) in lines {
             let Ok(v) = serde_json::from_slice::<Value>(&line) else {
                 panic!("the supervisor wrote a line that is not JSON: {line:?}");
@@ -471,12 +917,22 @@ impl Sim {
                     }
                 }
             }
-            let (Some(method), Some(id)) = (
-                v.get("method").and_then(Value::as_str),
-                v.get("id").and_then(Value::as_u64),
-            ) else {
+            let method = v.get("method").and_then(Value::as_str);
+            if method == Some("notifications/cancelled") {
+                // A cancelled listen stream ends (cancelled requests may still be answered).
+                if let Some(rid) = v.pointer("/params/requestId").and_then(Value::as_u64) {
+                    self.listens.retain(|l| *l != (generation, rid));
+                }
+                continue;
+            }
+            let (Some(method), Some(id)) = (method, v.get("id").and_then(Value::as_u64)) else {
                 continue; // notifications, answers to the child's pings and requests
             };
+            if modern && method == "subscriptions/listen" {
+                // A stream: no answer until the child ends it.
+                self.listens.push((generation, id));
+                continue;
+            }
             let text = v
                 .pointer("/params/arguments/text")
                 .and_then(Value::as_str)
@@ -486,6 +942,10 @@ impl Sim {
                 id,
                 method: method.to_string(),
                 text,
+                modern,
+                logging,
+                progress: v.pointer("/params/_meta/progressToken").cloned(),
+                retry: v.pointer("/params/requestState").is_some(),
             });
         }
     }
@@ -511,12 +971,28 @@ impl Sim {
         }
     }
 
-    fn answer(&mut self) {
-        if self.asked.is_empty() {
-            return;
+    /// Takes one request the child was asked, at random, that it can still answer (its
+    /// stdout is open).
+    fn take_asked(&mut self) -> Option<Asked> {
+        while !self.asked.is_empty() {
+            let i = self.rng.gen_range(0..self.asked.len());
+            let a = self.asked.swap_remove(i);
+            if !self.stdout_closed.contains(&a.generation) {
+                return Some(a);
+            }
         }
-        let i = self.rng.gen_range(0..self.asked.len());
-        let a = self.asked.swap_remove(i);
+        None
+    }
+
+    fn answer(&mut self) {
+        let Some(a) = self.take_asked() else {
+            return;
+        };
+        if a.method == "server/discover" && !a.modern && self.rng.gen_bool(0.3) {
+            // An old strict server exits when its first message is not `initialize`.
+            self.saw("a handshake-era child exiting on the probe");
+            return self.exit_instance(a.generation, false);
+        }
         let line = if self.rng.gen_bool(0.03) {
             let bad = [r#""result":[]"#, r#""result":null"#, r#""error":"oops""#];
             format!(
@@ -524,6 +1000,8 @@ impl Sim {
                 a.id,
                 bad[self.rng.gen_range(0..bad.len())]
             )
+        } else if a.modern && a.method == "tools/call" && !a.retry && self.rng.gen_bool(0.25) {
+            input_required(&a, self.rng.gen_bool(0.3))
         } else {
             good_answer(&a)
         };
@@ -531,11 +1009,47 @@ impl Sim {
         self.child_writes(a.generation, line);
     }
 
+    /// A reply over `max_message_size`: the reader discards it and reports its id (or none).
+    fn oversized(&mut self) {
+        let Some(a) = self.take_asked() else {
+            return;
+        };
+        let id = (!self.rng.gen_bool(0.2))
+            .then(|| RawValue::from_string(a.id.to_string()).ok())
+            .flatten();
+        let len = self.server.cfg.max_message_size + 1;
+        self.saw("an oversized reply");
+        self.input(Input::Child(ChildEvent::Oversized(a.generation, len, id)));
+    }
+
+    /// The live child closes its stdout (then exits, or not: the actor stops it after a
+    /// grace), or one of the actor's writes to its stdin fails.
+    fn stdio_fault(&mut self) {
+        let Some(generation) = self.current_generation() else {
+            return;
+        };
+        if self.rng.gen_bool(0.5) {
+            self.stdout_closed.insert(generation);
+            self.saw("stdout closed");
+            self.input(Input::Child(ChildEvent::StdoutClosed(generation)));
+            if self.rng.gen_bool(0.5) {
+                self.exit_instance(generation, false);
+            }
+        } else {
+            let why = "simulated: writing to the child's stdin failed".to_string();
+            self.saw("a failed stdin write");
+            self.input(Input::Child(ChildEvent::StdinFailed(generation, why)));
+        }
+    }
+
     fn answer_again(&mut self) {
         if self.answered.is_empty() {
             return;
         }
         let (generation, id) = self.answered[self.rng.gen_range(0..self.answered.len())];
+        if self.stdout_closed.contains(&generation) {
+            return;
+        }
         let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#);
         self.child_writes(generation, line);
     }
@@ -544,7 +1058,44 @@ impl Sim {
         let Some(generation) = self.current_generation() else {
             return;
         };
-        let line = if self.rng.gen_bool(0.25) {
+        if self.stdout_closed.contains(&generation) {
+            return;
+        }
+        let modern = lock(&self.world).modern;
+        let line = match self.rng.gen_range(0..10) {
+            0..=1 => {
+                let tokens: Vec<Value> = self
+                    .asked
+                    .iter()
+                    .filter(|a| a.generation == generation)
+                    .filter_map(|a| a.progress.clone())
+                    .collect();
+                if tokens.is_empty() {
+                    return;
+                }
+                let token = &tokens[self.rng.gen_range(0..tokens.len())];
+                json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": token, "progress": self.rng.gen_range(0..10)}})
+                .to_string()
+            }
+            2 => {
+                let level = era::LOG_LEVELS[self.rng.gen_range(0..era::LOG_LEVELS.len())];
+                json!({"jsonrpc": "2.0", "method": "notifications/message",
+                    "params": {"level": level, "logger": "sim", "data": "x"}})
+                .to_string()
+            }
+            _ if modern => match self.modern_speaks(generation) {
+                Some(line) => line,
+                None => return,
+            },
+            _ => self.handshake_speaks(),
+        };
+        self.child_writes(generation, line);
+    }
+
+    /// A handshake-era child's own traffic: requests for a client, notifications, pings.
+    fn handshake_speaks(&mut self) -> String {
+        if self.rng.gen_bool(0.25) {
             // The child's own request, answered by a client (a 2026 one through an
             // `input_required` round) or by the supervisor with an error.
             let rid = format!("s-{}", self.child_requests.len());
@@ -565,8 +1116,52 @@ impl Sim {
                 r#"{{"jsonrpc":"2.0","id":"k-{}","method":"ping"}}"#,
                 self.child_pings
             )
+        }
+    }
+
+    /// A 2026 child's traffic on one of its listen streams (the supervisor's or a client's):
+    /// the acknowledgement, a list change, a resource update, or the stream's end (a result,
+    /// or a cancel); with no stream open, a session-wide list change.
+    fn modern_speaks(&mut self, generation: u64) -> Option<String> {
+        let open: Vec<u64> = self
+            .listens
+            .iter()
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, id)| *id)
+            .collect();
+        if open.is_empty() {
+            let line = r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
+            return Some(line.to_string());
+        }
+        let sub = open[self.rng.gen_range(0..open.len())];
+        let meta = json!({era::META_SUBSCRIPTION_ID: sub});
+        let note = |method: &str, mut params: Value| {
+            params["_meta"] = meta.clone();
+            json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string()
         };
-        self.child_writes(generation, line);
+        Some(match self.rng.gen_range(0..10) {
+            0 => note(
+                "notifications/subscriptions/acknowledged",
+                json!({"notifications": {}}),
+            ),
+            1..=3 => note("notifications/tools/list_changed", json!({})),
+            4..=7 => note(
+                "notifications/resources/updated",
+                json!({"uri": format!("file:///{}", self.rng.gen_range(0..6))}),
+            ),
+            8 => {
+                self.listens.retain(|l| *l != (generation, sub));
+                json!({"jsonrpc": "2.0", "id": sub, "result": {"resultType": "complete",
+                    "_meta": meta}})
+                .to_string()
+            }
+            _ => {
+                self.listens.retain(|l| *l != (generation, sub));
+                json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": sub}})
+                .to_string()
+            }
+        })
     }
 
     /// A stopped child exits (requested), or the live one dies by itself.
@@ -583,12 +1178,22 @@ impl Sim {
                 (None, false) => return,
             }
         };
+        self.exit_instance(generation, requested);
+    }
+
+    /// Instance `generation` exits: by the stop ladder (`requested`), or by itself.
+    fn exit_instance(&mut self, generation: u64, requested: bool) {
         {
             let mut w = lock(&self.world);
+            if !w.live.contains(&generation) {
+                return;
+            }
             w.live.retain(|g| *g != generation);
             w.stops.retain(|g| *g != generation);
         }
         self.asked.retain(|a| a.generation != generation);
+        self.listens.retain(|(g, _)| *g != generation);
+        self.stdout_closed.remove(&generation);
         let exit = process::Exit {
             code: (!requested).then_some(1),
             signal: requested.then_some(libc::SIGTERM),
@@ -617,6 +1222,7 @@ impl Sim {
         self.input(Input::Command(cmd));
     }
 
+    /// Every table of the actor within its bound, each derived from the config.
     fn check_bounds(&self) {
         let s = &self.server;
         assert!(
@@ -625,7 +1231,8 @@ impl Sim {
             s.held.len()
         );
         // Client requests are capped by max_inflight; the supervisor's own (list refreshes,
-        // subscriptions, log level) by what it replays after a restart.
+        // subscriptions, log level, its listen stream, the opener) by what it replays after a
+        // restart.
         assert!(
             s.inflight.len() <= s.cfg.max_inflight + 16,
             "in flight {}",
@@ -638,7 +1245,52 @@ impl Sim {
             "ledger {} > {bound}",
             s.ledger.len()
         );
-        for id in s.clients.keys() {
+        // Parked requests (K26) keep their in-flight slot (owner `Parked`): one round each,
+        // so never more than max_inflight.
+        let parked = s
+            .inflight
+            .iter()
+            .filter(|(_, _, _, p)| matches!(p.owner, Owner::Parked { .. }))
+            .count();
+        assert_eq!(
+            s.parked.len(),
+            parked,
+            "parked rounds without their request"
+        );
+        assert!(
+            s.parked.len() <= s.cfg.max_inflight,
+            "parked {}",
+            s.parked.len()
+        );
+        // MRTR rounds toward handshake clients: each began as a client request in flight (at
+        // most max_inflight at a time) and holds that request's place until it ends.
+        assert!(
+            s.rounds.len() <= s.cfg.max_inflight,
+            "rounds {} > max_inflight",
+            s.rounds.len()
+        );
+        // Requests to clients: the child's own are refused past max_inflight (counted with
+        // the questions waiting in parked rounds); each MRTR round adds its questions.
+        let bound = s.cfg.max_inflight + MAX_QUESTIONS * s.rounds.len();
+        assert!(
+            s.upstream.len() <= bound,
+            "upstream {} > {bound}",
+            s.upstream.len()
+        );
+        // Served listen streams count against their client's max_subscriptions, and end with
+        // their client.
+        assert!(
+            s.listeners.len() <= s.clients.len() * s.cfg.max_subscriptions,
+            "listeners {}",
+            s.listeners.len()
+        );
+        for l in &s.listeners {
+            assert!(
+                s.clients.contains_key(&l.client),
+                "a departed client's stream"
+            );
+        }
+        for (id, c) in &s.clients {
             assert!(
                 s.subs.direct_count(*id) <= s.cfg.max_subscriptions,
                 "subscriptions"
@@ -647,6 +1299,8 @@ impl Sim {
                 s.inflight.count_for(*id) <= s.cfg.client_max_inflight,
                 "one client over client_max_inflight"
             );
+            // A client whose queue overflowed was kicked: the actor must have dropped it.
+            assert!(!c.tx.is_closed(), "client {id:?} kicked but kept");
         }
     }
 
@@ -654,40 +1308,64 @@ impl Sim {
     fn step(&mut self) {
         match self.rng.gen_range(0..100) {
             0..=3 => {
-                self.connect();
+                self.connect_random();
             }
-            4..=5 => self.disconnect(),
+            4 => self.disconnect(),
+            5 if self.rng.gen_bool(0.5) => self.disconnect(),
+            5 => self.stall(),
             6..=40 => self.request(),
             41..=43 => self.cancel(),
-            44..=70 => self.answer(),
-            71..=72 => self.answer_again(),
-            73..=76 => self.child_speaks(),
+            44..=68 => self.answer(),
+            69 => self.oversized(),
+            70..=71 => self.answer_again(),
+            72..=75 => self.child_speaks(),
+            76 => self.stdio_fault(),
             77..=79 => self.child_exits(false),
             80 => self.child_exits(true),
             81 => lock(&self.world).fail_next_spawn = true,
+            82 => self.operator(),
+            83..=84 => self.retry(),
+            85..=86 => self.client_answers(),
             87 => {
                 // A slow spawn (issue 27 §3): outcomes wait until the next toggle.
                 let mut w = lock(&self.world);
                 w.hold_spawns = !w.hold_spawns;
             }
-            82 => self.operator(),
-            83..=86 => self.retry(),
             _ => self.advance(400),
         }
     }
 
     /// A 2026 client retries one `input_required` result it holds, with answers for its keys
-    /// (sometimes missing one) and the `requestState` echoed.
+    /// (sometimes missing one) and the `requestState` echoed; or a new one-shot HTTP request
+    /// retries one an earlier HTTP request got.
     fn retry(&mut self) {
-        let Some(client) = self.random_client() else {
-            return;
-        };
+        let http = !self.http_retries.is_empty() && self.rng.gen_bool(0.4);
         let id = IDS[self.rng.gen_range(0..IDS.len())];
         let drop_one = self.rng.gen_bool(0.1);
-        let Some(c) = self.clients.get_mut(&client) else {
-            return;
+        let (client, state, keys) = if http {
+            let i = self.rng.gen_range(0..self.http_retries.len());
+            let (state, keys, origin) = self.http_retries.swap_remove(i);
+            self.saw("an HTTP request retrying another's round");
+            let Some(client) = self.connect_random_http(origin) else {
+                return;
+            };
+            (client, state, keys)
+        } else {
+            let Some(client) = self.random_client() else {
+                return;
+            };
+            let Some(c) = self.clients.get_mut(&client) else {
+                return;
+            };
+            if c.one_shot {
+                return;
+            }
+            let Some((state, keys)) = c.retries.pop() else {
+                return;
+            };
+            (client, state, keys)
         };
-        let Some((state, keys)) = c.retries.pop() else {
+        let Some(c) = self.clients.get_mut(&client) else {
             return;
         };
         c.n += 1;
@@ -704,10 +1382,33 @@ impl Sim {
         self.send(client, &line);
     }
 
-    /// Every request of a connected client ends with exactly one response.
+    /// A new one-shot 2026 HTTP request's client, retrying a round of `origin`'s request.
+    fn connect_random_http(&mut self, origin: u64) -> Option<ClientId> {
+        let id = self.connect_with(Transport::HttpRequest, 4096);
+        let c = self.clients.get_mut(&id)?;
+        c.modern = true;
+        c.one_shot = true;
+        c.origin = Some(origin);
+        Some(id)
+    }
+
+    /// Every request of a connected client ends with exactly one response: clients read
+    /// again, close their listen streams, and they and the child answer everything.
     fn settle(&mut self) {
         lock(&self.world).hold_spawns = false;
         self.deliver_spawns();
+        for c in self.clients.values_mut() {
+            c.stalled = false;
+        }
+        self.drain_clients();
+        let streams: Vec<(ClientId, String)> = self
+            .clients
+            .iter()
+            .flat_map(|(id, c)| c.listens.iter().map(|l| (*id, l.clone())))
+            .collect();
+        for (client, id) in streams {
+            self.cancel_id(client, &id);
+        }
         let mut start = Some(());
         for _ in 0..2_000 {
             if start.take().is_some() && self.server.life.state() == State::Stopped {
@@ -715,6 +1416,18 @@ impl Sim {
             }
             while !self.asked.is_empty() {
                 self.answer_all_good();
+            }
+            let asks: Vec<(ClientId, Value, String)> = self
+                .clients
+                .iter_mut()
+                .flat_map(|(id, c)| {
+                    std::mem::take(&mut c.asks)
+                        .into_iter()
+                        .map(|(a, m)| (*id, a, m))
+                })
+                .collect();
+            for (client, id, method) in asks {
+                self.answer_ask(client, id, &method, false);
             }
             self.child_exits(false);
             self.advance(300);
@@ -736,13 +1449,41 @@ impl Sim {
         self.input(Input::Command(Command::Start(tx)));
     }
 
+    /// The child answers its most recent request properly (one whose stdout closed is
+    /// dropped: it can only end with its exit).
     pub(super) fn answer_all_good(&mut self) {
         if let Some(a) = self.asked.pop() {
+            if self.stdout_closed.contains(&a.generation) {
+                return;
+            }
             let line = good_answer(&a);
             self.child_writes(a.generation, line);
         }
     }
 }
+
+/// What the random run must reach (counted in [`Sim::seen`]) unless one seed is replayed.
+const COVERED: &[&str] = &[
+    "ready: handshake-era child",
+    "ready: 2026 child",
+    "the supervisor's own listen stream",
+    "an MRTR round toward a handshake client",
+    "a parked 2026 request",
+    "a request to a client",
+    "a served listen stream",
+    "a held request",
+    "a hung client dropped",
+    "an oversized reply",
+    "stdout closed",
+    "a failed stdin write",
+    "progress delivered",
+    "a log message delivered",
+    "a socket client",
+    "an HTTP session",
+    "a 2026 HTTP request",
+    "a handshake-era child exiting on the probe",
+    "an HTTP request retrying another's round",
+];
 
 #[test]
 fn simulation_whole_actor_invariants_hold() {
@@ -754,6 +1495,7 @@ fn simulation_whole_actor_invariants_hold() {
     let started = Instant::now();
     let mut events = 0u64;
     let mut runs = 0u64;
+    let mut seen: BTreeMap<&'static str, u64> = BTreeMap::new();
     for seed in seeds {
         if events >= total {
             break;
@@ -764,10 +1506,15 @@ fn simulation_whole_actor_invariants_hold() {
                 sim.step();
             }
             sim.settle();
-            sim.events
+            (sim.events, sim.seen)
         });
         match r {
-            Ok(n) => events += n,
+            Ok((n, reached)) => {
+                events += n;
+                for (what, k) in reached {
+                    *seen.entry(what).or_default() += k;
+                }
+            }
             Err(e) => {
                 eprintln!(
                     "actor simulation failed at seed {seed} (replay: MCPSUP_SIM_SEED={seed})"
@@ -787,6 +1534,13 @@ fn simulation_whole_actor_invariants_hold() {
             events >= total,
             "only {events} of {total} events in {runs} seeds"
         );
+        if total >= 1_000_000 {
+            let missed: Vec<&&str> = COVERED.iter().filter(|w| !seen.contains_key(**w)).collect();
+            assert!(
+                missed.is_empty(),
+                "never reached: {missed:?} (reached: {seen:?})"
+            );
+        }
     }
 }
 

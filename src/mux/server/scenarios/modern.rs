@@ -1,0 +1,110 @@
+//! A 2026-07-28 child on the fake clock (issue 27 §6): what the whole-actor simulation found
+//! with children of that era, one scripted scenario each.
+
+use super::*;
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":"i","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+
+/// [`BASE`] with a child configured for 2026-07-28 (the fake answers `server/discover`).
+fn modern() -> String {
+    BASE.replace(r#"protocol = "2025-11-25""#, r#"protocol = "2026-07-28""#)
+}
+
+/// A 2026 client's `subscriptions/listen` for list changes, with id `id`.
+fn listen(id: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": {
+        "notifications": {"toolsListChanged": true},
+        "_meta": {era::META_VERSION: era::MODERN_VERSION,
+            era::META_CAPABILITIES: {}, era::META_CLIENT_INFO: {"name": "m", "version": "1"}}}})
+    .to_string()
+}
+
+/// Seed 124 of the simulation: a 2026 client's listen stream on a 2026 child ended (the
+/// client left; its cancel may cross the child's next notifications), and the child's late
+/// traffic on that stream was taken for a session-wide notification: every client got it,
+/// handshake ones included, with the child-side `subscriptionId` of a stream they never
+/// opened. Traffic of a stream that is no longer open now reaches nobody.
+#[test]
+fn late_traffic_of_an_ended_listen_stream_reaches_nobody() {
+    let mut sim = ready(&modern(), 31);
+    let generation = sim.current_generation().unwrap_or(0);
+    let h = sim.connect();
+    sim.send(h, INIT);
+    let m = sim.connect();
+    sim.send(m, &listen("L"));
+    let stream = written_to_child(&sim)
+        .iter()
+        .rev()
+        .find(|v| v["method"] == "subscriptions/listen")
+        .and_then(|v| v["id"].as_u64())
+        .unwrap_or(0);
+    let tagged = |stream: u64| {
+        json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+            "params": {"_meta": {era::META_SUBSCRIPTION_ID: stream}}})
+        .to_string()
+    };
+    // While the stream is open, its traffic goes to its client alone, under its own id.
+    sim.child_writes(generation, tagged(stream));
+    let got = |sim: &Sim, c: ClientId| {
+        sim.clients
+            .get(&c)
+            .map(|c| c.received.clone())
+            .unwrap_or_default()
+    };
+    let on_stream = got(&sim, m);
+    assert_eq!(
+        on_stream
+            .last()
+            .map(|v| v["params"]["_meta"][era::META_SUBSCRIPTION_ID].clone()),
+        Some(json!("L")),
+        "{on_stream:?}"
+    );
+    sim.clients.remove(&m);
+    sim.input(Input::Session(SessionEvent::Disconnected(m)));
+    let before = got(&sim, h).len();
+    sim.child_writes(generation, tagged(stream));
+    let late = got(&sim, h);
+    assert_eq!(
+        late.len(),
+        before,
+        "late stream traffic reached a handshake client: {late:?}"
+    );
+}
+
+/// Seed 274 of the simulation: a 2026 client's `subscriptions/listen` waiting for a starting
+/// child was cancelled by the client; the cancel found no request in flight and was dropped,
+/// so the stream was opened once the child was ready: a stream its client had closed, fed
+/// forever. A cancelled held stream now ends there (no answer, like any cancelled stream).
+#[test]
+fn a_listen_stream_cancelled_while_held_is_never_opened() {
+    for (toml, seed) in [(BASE.to_string(), 32), (modern(), 33)] {
+        let mut sim = Sim::with_config(&toml, seed);
+        let m = sim.connect();
+        sim.send(m, &listen("L"));
+        assert_eq!(sim.server.held.len(), 1, "held while the child starts");
+        sim.send(
+            m,
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"L"}}"#,
+        );
+        answer_all(&mut sim);
+        answer_all(&mut sim);
+        let opened = written_to_child(&sim)
+            .iter()
+            .filter(|v| v["method"] == "subscriptions/listen")
+            .count();
+        let own = usize::from(toml.contains("2026-07-28"));
+        assert_eq!(
+            opened, own,
+            "only the supervisor's own stream reaches the child"
+        );
+        assert!(sim.server.listeners.is_empty(), "no stream served");
+        assert_eq!(sim.server.held.len(), 0);
+        assert_eq!(
+            sim.server.ledger.len(),
+            0,
+            "the stream's request is finished"
+        );
+        let got = sim.clients.get(&m).map(|c| c.received.clone());
+        assert_eq!(got, Some(vec![]), "nothing for the cancelled stream");
+    }
+}
