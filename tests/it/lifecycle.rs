@@ -1121,12 +1121,14 @@ done"#,
         log = s(&saw)
     );
     let sup = Supervisor::start(&format!(
-        "[servers.spacy]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n"
+        // The script does not answer the `auto` era probe: a short probe timeout keeps the
+        // handshake from waiting the default 10 s (it raced the client's wait below).
+        "[servers.spacy]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nera_probe_timeout = \"2s\"\n"
     ));
     let mut a = RawClient::connect(&sup.socket("spacy"));
     let mut got = Vec::new();
     a.send(b"{\"jsonrpc\": \"2.0\", \"id\": 0, \"method\": \"initialize\", \"params\": {\"protocolVersion\": \"2025-06-18\", \"capabilities\": {}, \"clientInfo\": {\"name\": \"spaced\", \"version\": \"1\"}}}\r\n");
-    got.extend(a.until_response(&json!(0), Duration::from_secs(10)));
+    got.extend(a.until_response(&json!(0), Duration::from_secs(30)));
     a.send(b"{\"jsonrpc\": \"2.0\", \"method\": \"notifications/initialized\"}\r\n");
     a.send(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\": \"echo\",\r\"arguments\":\r{\"text\": \"x\"}}}\r\n");
     got.extend(a.until_response(&json!(1), Duration::from_secs(10)));
