@@ -194,8 +194,11 @@ pub fn try_request(
         head += &format!("{k}: {v}\r\n");
     }
     head += "\r\n";
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
+    // One write: a server that refuses on the head alone (401, 403) may answer and close
+    // before a separately written body arrives, which made the body's write fail with EPIPE
+    // (seen once under load). A write that fails still leaves the answer to be read.
+    head += body;
+    let written = stream.write_all(head.as_bytes());
     let mut inner = BufReader::new(stream);
     let deadline = Instant::now() + Duration::from_secs(30);
     let read_line = |inner: &mut BufReader<Box<dyn Stream>>| -> std::io::Result<String> {
@@ -214,7 +217,8 @@ pub fn try_request(
             }
         }
     };
-    let status_line = read_line(&mut inner)?;
+    // No answer at all: the write's error, if it had one, says more than the read's.
+    let status_line = read_line(&mut inner).map_err(|e| written.err().unwrap_or(e))?;
     let status: u16 = status_line
         .split_whitespace()
         .nth(1)
