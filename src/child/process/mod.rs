@@ -364,11 +364,6 @@ pub struct Launched {
 }
 
 impl Launched {
-    /// Process id (= process group id) of the instance.
-    pub fn pid(&self) -> u32 {
-        self.pipes.0
-    }
-
     /// Starts the instance's tasks (stdin writer, stdout reader, stderr drain, watcher), whose
     /// events go to `events`. Must run inside the runtime; never blocks.
     pub fn start(self, events: mpsc::Sender<ChildEvent>) -> ChildHandle {
@@ -447,17 +442,6 @@ pub fn launch(cfg: &SpawnSpec, generation: u64, tail: StderrTail) -> Result<Laun
         },
         spawned_at,
     })
-}
-
-/// Spawns one instance of `cfg` as generation `generation` on the calling thread (both
-/// halves: [`launch`], then [`Launched::start`]); its events go to `events`.
-pub fn spawn(
-    cfg: &SpawnSpec,
-    generation: u64,
-    events: mpsc::Sender<ChildEvent>,
-    tail: StderrTail,
-) -> Result<ChildHandle, SpawnError> {
-    Ok(launch(cfg, generation, tail)?.start(events))
 }
 
 /// The command for `cfg`: its own process group, pipes, the environment (`clean_env`,

@@ -67,7 +67,7 @@ impl ChildIo for ChildHandle {
     }
 }
 
-/// Real processes (`child::process::spawn`), reporting to the actor's child inbox.
+/// Real processes (`child::process::launch` on the blocking pool, then `Launched::start`), reporting to the actor's child inbox.
 pub(crate) struct ProcessSpawner {
     /// The actor's child inbox.
     pub(crate) events: mpsc::Sender<ChildEvent>,
