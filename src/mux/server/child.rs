@@ -18,7 +18,7 @@ impl Server {
         if let Some(n) = n {
             let served = self.health.status().ping_served;
             if self.health.answered(n) {
-                self.metrics.probe("answered");
+                self.telemetry.metrics().probe("answered");
                 if served && !self.health.status().ping_served {
                     warn!("the child answers requests but not `ping`; probing with an advertised list from now on");
                 }
@@ -374,7 +374,7 @@ impl Server {
             Queued::Ok => {}
             Queued::Closed => debug!("not written to the child (its input is closed): {what}"),
             Queued::Full => {
-                if let Some(suppressed) = self.dropped_log.allow(self.now) {
+                if let Some(suppressed) = self.telemetry.allow_dropped(self.now) {
                     warn!(
                         suppressed,
                         "the child is not reading its input (its queue is full); dropped: {what}"

@@ -20,7 +20,7 @@ impl Server {
         }
         // One lookup: a duplicate finds the first request's entry, a new id opens its own.
         let generation = self.life.child().map(|c| c.generation());
-        let (clock, log, traced) = ((self.now, self.wall), self.request_log, self.traced);
+        let (clock, log, traced) = ((self.now, self.wall), self.telemetry.request_log(), self.telemetry.traced());
         let opened = self.ledger.open(client, id_key(id), || {
             tracked(&m, generation, clock, log, traced)
         });
@@ -314,7 +314,7 @@ impl Server {
         info!(target: "mcp_supervisor::requests", client = %client, method,
             outcome = Outcome::Invalid.as_str(), error_code = code::INVALID_REQUEST,
             "request finished: duplicate request id");
-        self.metrics
+        self.telemetry.metrics()
             .request(method, Outcome::Invalid, Some(code::INVALID_REQUEST), 0.0);
         let msg = format!(
             "duplicate request id {}: a request with this id is still in flight",
@@ -546,7 +546,7 @@ impl Server {
             self.finish(client, &key, Outcome::Cancelled, None);
         }
         self.ledger.forget(client);
-        self.metrics.set_clients(self.clients.len());
+        self.telemetry.metrics().set_clients(self.clients.len());
         for r in self.inflight.remove_client(client) {
             let p = raw(&json!({"requestId": r.id, "reason": "client disconnected"}));
             let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();

@@ -88,7 +88,7 @@ impl Server {
         }
         self.demand.retry_at = None;
         info!(method, "starting the child on demand");
-        self.metrics.demand("on-demand-start");
+        self.telemetry.metrics().demand("on-demand-start");
         self.demand.started_by_request = true;
         self.spawn();
     }
@@ -195,7 +195,7 @@ impl Server {
             idle_s = self.cfg.idle_stop.map(|d| d.as_secs_f64()),
             "no client used the child for idle_stop; stopping it"
         );
-        self.metrics.demand("idle-stop");
+        self.telemetry.metrics().demand("idle-stop");
         self.stop_child(StopCause::Idle);
     }
 

@@ -43,7 +43,7 @@ impl Server {
         let key = id_key(&id);
         // Traces on (issue 17 §4): the child gets our span as its parent, and the client's
         // `tracestate`. Off, the params pass as they are, with no lookup.
-        let span = if self.traced && era::can_carry_meta(params.as_deref()) {
+        let span = if self.telemetry.traced() && era::can_carry_meta(params.as_deref()) {
             self.ledger.span(client, &key)
         } else {
             None
@@ -357,7 +357,7 @@ impl Server {
         let line = message::request_line(child_id, method, params.as_deref());
         let queued = match self.life.child() {
             Some(c) => {
-                self.metrics.bytes("to_child", line.len());
+                self.telemetry.metrics().bytes("to_child", line.len());
                 c.send(line)
             }
             None => Queued::Closed,
@@ -398,7 +398,7 @@ impl Server {
             written: self.now,
         };
         self.inflight.insert(child_id, client, deadline, pending);
-        self.metrics.set_in_flight(self.inflight.len());
+        self.telemetry.metrics().set_in_flight(self.inflight.len());
         Some(child_id)
     }
 }

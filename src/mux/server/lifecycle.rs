@@ -361,7 +361,7 @@ impl Server {
                 (OutageStatus::Exited, Some(_), None) => "signal",
                 (s, _, None) => s.as_str(),
             };
-            self.metrics.restart(class);
+            self.telemetry.metrics().restart(class);
         }
         let retry_after = self
             .next_attempt()
@@ -662,7 +662,7 @@ impl Server {
                         closing: false,
                     },
                 );
-                self.metrics.set_clients(self.clients.len());
+                self.telemetry.metrics().set_clients(self.clients.len());
             }
             SessionEvent::Message(id, m) => {
                 if self.clients.contains_key(&id) {
@@ -676,11 +676,11 @@ impl Server {
                     .map(|c| (Some(c.peer.uid), c.peer.pid))
                     .unwrap_or((None, None));
                 // Garbage costs a metric always, a log line only within the budget.
-                if let Some(suppressed) = self.invalid_log.allow(self.now) {
+                if let Some(suppressed) = self.telemetry.allow_invalid(self.now) {
                     info!(target: "mcp_supervisor::requests", client = %id, peer_uid = uid, peer_pid = pid,
                         outcome = Outcome::Invalid.as_str(), error_code = code, suppressed, "request finished");
                 }
-                self.metrics.request("", Outcome::Invalid, Some(code), 0.0);
+                self.telemetry.metrics().request("", Outcome::Invalid, Some(code), 0.0);
             }
             SessionEvent::InputClosed(id) => {
                 if let Some(c) = self.clients.get_mut(&id) {

@@ -38,7 +38,7 @@ use crate::mux::health::{Action, Health, HealthConfig, ProbeMethods};
 use crate::mux::ids::Inflight;
 use crate::mux::outage::{ExitReason, OutageStatus, StopCause};
 use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent, Transport};
-use crate::observe::{metrics, trace, Outcome, ServerMetrics};
+use crate::observe::{trace, Outcome};
 use bytes::Bytes;
 use held::{Held, HeldQueue};
 use io::{ChildIo, ProcessSpawner, Spawner};
@@ -56,6 +56,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use subs::Listener;
 use subtable::{Hold, Subscriptions};
+use telemetry::Telemetry;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn, Instrument};
 
@@ -79,6 +80,7 @@ mod sim;
 mod subs;
 mod subtable;
 mod supervise;
+mod telemetry;
 mod timers;
 mod util;
 
@@ -400,14 +402,8 @@ struct Server {
     /// The wall-clock time of the same moment, for the `at` shown in status.
     wall: SystemTime,
     cfg: ServerConfig,
-    /// Whether request log lines are wanted (the log filter, read once: it never changes).
-    request_log: bool,
-    /// Request log lines formatted and not yet handed to the log thread.
-    log_lines: requests::LineBuffer,
-    /// Whether client requests get spans (issue 17 §4; read once: settings are read at start).
-    traced: bool,
-    /// This server's metric series, resolved once (no lock or label allocation per message).
-    metrics: ServerMetrics,
+    /// Metrics, the request log buffer and the warning budgets.
+    telemetry: Telemetry,
     history: ActorHistory,
     test_panic: Option<String>,
     pid: Arc<AtomicU32>,
@@ -460,10 +456,6 @@ struct Server {
     demand: demand::Demand,
     // Health.
     health: Health,
-    /// Request-log lines for invalid client input: 20 per 10 s, the rest counted.
-    invalid_log: crate::logging::LogBudget,
-    /// Warnings for lines dropped on a full stdin queue: 20 per 10 s, the rest counted.
-    dropped_log: crate::logging::LogBudget,
 }
 
 impl Server {
@@ -490,10 +482,7 @@ impl Server {
         Server {
             now: Instant::now(),
             wall: SystemTime::now(),
-            metrics: metrics().server(&cfg.name),
-            request_log: requests::enabled(),
-            log_lines: requests::LineBuffer::default(),
-            traced: trace::enabled(),
+            telemetry: Telemetry::new(&cfg.name),
             pid,
             history,
             test_panic: test_panic_method(),
@@ -530,8 +519,6 @@ impl Server {
             rounds: BTreeMap::new(),
             parked: BTreeMap::new(),
             next_ask: 0,
-            invalid_log: crate::logging::LogBudget::new(20, Duration::from_secs(10)),
-            dropped_log: crate::logging::LogBudget::new(20, Duration::from_secs(10)),
             next_round: 1,
             upstream: BTreeMap::new(),
             demand: demand::Demand::new(Instant::now()),
@@ -638,7 +625,7 @@ impl Server {
             let state = self.life.state();
             if exported_state != Some(state) {
                 exported_state = Some(state);
-                self.metrics.set_state(state.name());
+                self.telemetry.metrics().set_state(state.name());
             }
             if state == State::Stopped {
                 for w in self.stop_waiters.drain(..) {
@@ -648,7 +635,7 @@ impl Server {
                     break;
                 }
             }
-            if !self.log_lines.is_empty()
+            if self.telemetry.has_lines()
                 && self.events_rx.is_empty()
                 && sessions.is_empty()
                 && commands.is_empty()
@@ -657,7 +644,7 @@ impl Server {
                 // queue push; no syscall unless the thread waits for work, which it does only
                 // after a quiet `GATHER`). Not after a `yield_now`: that costs the runtime one
                 // more `epoll_wait` per burst.
-                self.log_lines.flush();
+                self.telemetry.flush();
             }
             let wake = self.next_wake();
             let input = tokio::select! {
@@ -682,7 +669,7 @@ impl Server {
             self.tick_clock();
             self.handle(input);
         }
-        self.log_lines.flush();
+        self.telemetry.flush();
         for c in self.clients.values() {
             c.tx.kick();
         }

@@ -31,15 +31,15 @@ impl Server {
             ));
         }
         let elapsed = self.now.saturating_duration_since(t.started);
-        self.metrics
+        self.telemetry.metrics()
             .request(&t.method, outcome, code, elapsed.as_secs_f64());
-        if self.request_log {
+        if self.telemetry.request_log() {
             // The instance that was running at arrival exited or was replaced meanwhile.
             let restarted =
                 t.generation.is_some() && t.generation != self.life.child().map(|c| c.generation());
             let c = self.clients.get(&client);
             // Buffered here, written by the log thread (issue 15 §2).
-            self.log_lines.add(requests::Record {
+            self.telemetry.log_request(requests::Record {
                 at: self.wall,
                 server: Cow::Borrowed(&self.cfg.name),
                 request_id: t.rid,
@@ -56,7 +56,7 @@ impl Server {
                 restarted,
             });
         }
-        self.metrics.set_in_flight(self.inflight.len());
+        self.telemetry.metrics().set_in_flight(self.inflight.len());
     }
 
     /// Answers a client request with a JSON-RPC error and finishes it with `outcome`.
@@ -110,7 +110,7 @@ impl Server {
 
     pub(super) fn reply(&mut self, client: ClientId, line: impl Into<Line>) {
         let line = line.into();
-        self.metrics.bytes("to_client", line.len());
+        self.telemetry.metrics().bytes("to_client", line.len());
         let (ok, closing) = match self.clients.get(&client) {
             Some(c) => (c.tx.deliver(line), c.closing),
             None => return,

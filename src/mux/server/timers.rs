@@ -175,7 +175,7 @@ impl Server {
         let before = self.health.misses();
         let action = self.health.tick(now, busy, self.probe_methods());
         if self.health.misses() > before {
-            self.metrics.probe("timeout");
+            self.telemetry.metrics().probe("timeout");
             warn!(
                 misses = self.health.misses(),
                 limit = self.cfg.probe_failures,
@@ -200,9 +200,9 @@ impl Server {
         let params = (self.child_era() == Era::Modern)
             .then(|| era::add_envelope(None, &era::supervisor_envelope()));
         let line = Out::request(Some(&raw_u64(id)), method, params.as_deref()).encode();
-        self.metrics.probe("sent");
+        self.telemetry.metrics().probe("sent");
         debug!(method, "probing the silent child");
-        self.metrics.bytes("to_child", line.len());
+        self.telemetry.metrics().bytes("to_child", line.len());
         self.write_child(line, Lane::Normal, "a probe");
         self.health.sent(id, method, now);
     }
