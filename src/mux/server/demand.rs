@@ -75,8 +75,7 @@ impl Server {
     pub(super) fn cannot_start(&mut self, why: &str) {
         error!(error = %why, "the on-demand command cannot run");
         self.record_exit(ExitReason::SpawnError);
-        self.tail.clear();
-        self.tail.note(why);
+        self.instances.note(why);
         self.enter_failed(&format!("{why}; fix the command and run `start`"));
     }
 
@@ -120,15 +119,13 @@ impl Server {
     /// answers what it can), and the first request after the backoff delay (capped at
     /// `backoff_max`) starts it again; `status` keeps the exit and its stderr tail.
     pub(super) fn after_failed_lazy_start(&mut self, spawned_at: Instant, reason: &str) {
-        let delay = self
-            .backoff
-            .on_exit(self.now, spawned_at, None, &mut self.rng);
+        let delay = self.instances.backoff(self.now, spawned_at, None);
         self.demand.retry_at = Some(crate::deadline::after(self.now, delay));
         self.demand.started_by_request = false;
         warn!(
             reason,
             retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-            attempt = self.backoff.failures(),
+            attempt = self.instances.failures(),
             "the on-demand start failed; the first request after the backoff delay starts it again"
         );
         self.life = Life::Idle;

@@ -15,7 +15,7 @@ impl Server {
     /// Whether the spawn budget allows a spawn now; if not, the pending spawn is moved to when
     /// it does and this says so in the log.
     pub(super) fn admit_spawn(&mut self) -> bool {
-        match self.spawner.admit(self.now) {
+        match self.instances.admit(self.now) {
             Ok(()) => true,
             Err(at) => {
                 let wait = at.saturating_duration_since(self.now);
@@ -34,16 +34,13 @@ impl Server {
     /// Starts spawning the next instance, off the actor's thread (issue 27 §3): the state is
     /// `starting` (`Life::Spawning`) until [`Server::on_spawned`] gets the outcome.
     pub(super) fn spawn_now(&mut self) {
-        self.generation += 1;
-        self.tail.clear();
+        let spec = process::SpawnSpec::of(&self.cfg);
+        let generation = self.instances.start(&spec);
         self.life = Life::Spawning {
-            generation: self.generation,
+            generation,
             deadline: crate::deadline::after(self.now, self.cfg.start_timeout),
             cancel: None,
         };
-        let spec = process::SpawnSpec::of(&self.cfg);
-        self.spawner
-            .start(&spec, self.generation, self.tail.clone());
     }
 
     /// The outcome of the spawn of instance `generation`: open the session with it (or stop
@@ -64,11 +61,11 @@ impl Server {
                         info!(
                             message_id = MSG_SPAWNED,
                             child_pid = pid,
-                            restart_n = self.restarts,
+                            restart_n = self.instances.restarts(),
                             generation,
                             "spawned"
                         );
-                        self.pid.store(pid, Ordering::SeqCst);
+                        self.instances.publish_pid(pid);
                         match cancel {
                             None => self.open_session(),
                             Some(cause) => {
@@ -88,8 +85,7 @@ impl Server {
                 error!(error = %e, permanent = e.permanent(), "spawn failed");
                 self.record_exit(ExitReason::SpawnError);
                 // Spawn errors have no stderr; keep the reason where users look for it.
-                self.tail.clear();
-                self.tail.note(&e.to_string());
+                self.instances.note(&e.to_string());
                 match cancel {
                     // The stop asked meanwhile decides: nothing to stop, it stays stopped.
                     Some(StopCause::Shutdown | StopCause::Stop) => {}
@@ -177,7 +173,7 @@ impl Server {
     }
 
     pub(super) fn enter_failed(&mut self, why: &str) {
-        error!(message_id = MSG_FAILED, reason = %why, restart_n = self.restarts,
+        error!(message_id = MSG_FAILED, reason = %why, restart_n = self.instances.restarts(),
             retry_in_s = FAILED_RETRY.as_secs(), "failed: {why}");
         self.life = Life::Failed {
             retry_at: Some(self.now + FAILED_RETRY),
@@ -206,8 +202,7 @@ impl Server {
     }
 
     pub(super) fn operator_start(&mut self) {
-        self.backoff.reset();
-        self.failed_starts = 0;
+        self.instances.reset();
         if !self.life.has_instance() {
             info!("start requested");
             self.spawn();
@@ -220,12 +215,11 @@ impl Server {
             return self.operator_start();
         }
         info!("restart requested");
-        self.backoff.reset();
-        self.failed_starts = 0;
+        self.instances.reset();
         if self.life.has_instance() {
             self.stop_child(StopCause::Restart);
         } else {
-            self.restarts += 1;
+            self.instances.count_restart();
             self.spawn();
         }
     }
@@ -253,11 +247,7 @@ impl Server {
             return;
         }
         info!("configuration changed; restarting the child with it");
-        self.backoff = Backoff::new(
-            cfg.backoff_initial,
-            cfg.backoff_max,
-            cfg.backoff_reset_after,
-        );
+        self.instances.reconfigure(&cfg);
         // A changed command may serve a different protocol or tool set: forget the handshake's
         // ping verdicts, keep the cached lists (compared and announced after the restart).
         self.health.reconfigure(health_config(&cfg), self.now);
@@ -287,13 +277,7 @@ impl Server {
     }
 
     pub(super) fn record_exit(&mut self, reason: ExitReason) {
-        let exit = reason.exit();
-        self.last_exit = Some(LastExit {
-            code: exit.and_then(|e| e.code),
-            signal: exit.and_then(|e| e.signal),
-            reason,
-            at: humantime::format_rfc3339_millis(self.wall).to_string(),
-        });
+        self.instances.record_exit(reason, self.wall);
     }
 
     pub(super) fn on_exit(&mut self, exit: Exit) {
@@ -303,7 +287,7 @@ impl Server {
             return;
         };
         let (child, cause, ready_since) = (ended.child, ended.cause, ended.ready_since);
-        self.pid.store(0, Ordering::SeqCst);
+        self.instances.publish_pid(0);
         let now = self.now;
         let why = ExitReason::of(cause, exit);
         let reason = why.to_string();
@@ -322,7 +306,7 @@ impl Server {
             return self.after_idle_stop();
         }
         self.record_exit(why);
-        let tail = self.tail.last_lines(3);
+        let tail = self.instances.tail().last_lines(3);
         let operator = matches!(
             cause,
             Some(StopCause::Shutdown | StopCause::Stop | StopCause::Restart)
@@ -330,10 +314,10 @@ impl Server {
         let signal = exit.signal.map(process::signal_name);
         if operator {
             info!(message_id = MSG_EXITED, child_pid = child.pid(), exit_code = exit.code,
-                signal = signal.as_deref(), reason = %reason, restart_n = self.restarts, "stopped");
+                signal = signal.as_deref(), reason = %reason, restart_n = self.instances.restarts(), "stopped");
         } else {
             warn!(message_id = MSG_EXITED, child_pid = child.pid(), exit_code = exit.code,
-                signal = signal.as_deref(), reason = %reason, restart_n = self.restarts,
+                signal = signal.as_deref(), reason = %reason, restart_n = self.instances.restarts(),
                 stderr_tail = %tail, "exited");
         }
         let status = if cause
@@ -417,16 +401,15 @@ impl Server {
         } else if ready_since.is_none() && self.lazy_start() {
             self.after_failed_lazy_start(child.spawned_at(), reason);
         } else if ready_since.is_none() {
-            self.failed_starts += 1;
+            let failed_starts = self.instances.failed_start();
             let permanent = matches!(exit.code, Some(126 | 127 | 78));
             if permanent {
                 self.enter_failed(&format!(
                     "{reason}: the command cannot run (exit codes 126, 127, 78 are not retried)"
                 ));
-            } else if self.failed_starts >= MAX_FAILED_STARTS {
+            } else if failed_starts >= MAX_FAILED_STARTS {
                 self.enter_failed(&format!(
-                    "{} consecutive failed starts, last {reason}",
-                    self.failed_starts
+                    "{failed_starts} consecutive failed starts, last {reason}"
                 ));
             } else {
                 self.after_exit(now, child, exit, cause, ready_since);
@@ -451,21 +434,21 @@ impl Server {
         };
         if restart {
             let delay = self
-                .backoff
-                .on_exit(now, child.spawned_at(), ready_since, &mut self.rng);
+                .instances
+                .backoff(now, child.spawned_at(), ready_since);
             self.life = Life::Backoff {
                 until: crate::deadline::after(now, delay),
                 probe_respawn: false,
                 restart: true,
             };
-            info!(message_id = MSG_BACKOFF, restart_n = self.restarts + 1,
-                backoff_ms = delay.as_millis() as u64, attempt = self.backoff.failures(),
+            info!(message_id = MSG_BACKOFF, restart_n = self.instances.restarts() + 1,
+                backoff_ms = delay.as_millis() as u64, attempt = self.instances.failures(),
                 reason = %exit.reason(), "restarting after backoff");
         } else {
             if exit.clean() {
                 info!(policy = ?self.cfg.restart, "not restarting (restart policy)");
             } else {
-                error!(message_id = MSG_FAILED, reason = %exit.reason(), restart_n = self.restarts,
+                error!(message_id = MSG_FAILED, reason = %exit.reason(), restart_n = self.instances.restarts(),
                     policy = ?self.cfg.restart, "failed: not restarting (restart policy)");
             }
             self.life = if exit.clean() {
@@ -482,7 +465,7 @@ impl Server {
     }
 
     pub(super) fn schedule_restart(&mut self, now: Instant, _ready: bool) {
-        let delay = self.backoff.on_exit(now, now, None, &mut self.rng);
+        let delay = self.instances.backoff(now, now, None);
         self.life = Life::Backoff {
             until: crate::deadline::after(now, delay),
             probe_respawn: false,
@@ -490,14 +473,13 @@ impl Server {
         };
         info!(
             message_id = MSG_BACKOFF,
-            restart_n = self.restarts + 1,
+            restart_n = self.instances.restarts() + 1,
             backoff_ms = delay.as_millis() as u64,
-            attempt = self.backoff.failures(),
+            attempt = self.instances.failures(),
             reason = "spawn-error",
             "restarting after backoff"
         );
-        self.failed_starts += 1;
-        if self.failed_starts >= MAX_FAILED_STARTS {
+        if self.instances.failed_start() >= MAX_FAILED_STARTS {
             self.enter_failed("too many consecutive failed starts");
         }
     }
@@ -505,14 +487,14 @@ impl Server {
     pub(super) fn on_ready(&mut self, hs: Handshake) {
         let first = self.handshake.is_none();
         info!(message_id = MSG_READY, child_pid = self.life.child().map(|c| c.pid()),
-            restart_n = self.restarts, protocol_version = %hs.protocol_version, "ready");
+            restart_n = self.instances.restarts(), protocol_version = %hs.protocol_version, "ready");
         self.handshake = Some(hs);
         self.life.ready(self.now);
         self.demand_ready();
-        self.failed_starts = 0;
+        self.instances.ready();
         self.listen = None;
         self.open_listen();
-        if !first || self.generation > 1 {
+        if !first || self.instances.generation() > 1 {
             self.restarts_after_ready();
         }
         self.prefetch_lists();

@@ -26,7 +26,7 @@
 //! requests during start-up or backoff wait (bounded) and are forwarded once ready; list
 //! requests are answered from the last known result while the child is down.
 
-use crate::child::backoff::{Backoff, FAILED_RETRY, MAX_FAILED_STARTS};
+use crate::child::backoff::{FAILED_RETRY, MAX_FAILED_STARTS};
 use crate::child::process::{self, ChildEvent, ChildHandle, Exit, Queued, StderrTail};
 use crate::config::{ClientRoots, RestartPolicy, ServerConfig};
 use crate::jsonrpc::framing::Line;
@@ -41,6 +41,7 @@ use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent, Transport};
 use crate::observe::{trace, Outcome};
 use bytes::Bytes;
 use held::{Held, HeldQueue};
+use instances::Instances;
 use io::{ChildIo, ProcessSpawner, Spawner};
 use ledger::{Ledger, Tracked};
 use life::Life;
@@ -68,6 +69,7 @@ mod demand;
 mod fakes;
 mod forward;
 mod held;
+mod instances;
 mod io;
 mod ledger;
 mod life;
@@ -406,20 +408,14 @@ struct Server {
     telemetry: Telemetry,
     history: ActorHistory,
     test_panic: Option<String>,
-    pid: Arc<AtomicU32>,
     /// The lifecycle sub-machine: the state and what it owns (the child, its deadlines).
     life: Life,
-    /// Starts child instances (real processes, or the simulation's fakes).
-    spawner: Box<dyn Spawner>,
-    generation: u64,
     /// The child inbox (the shell's; the spawner holds its sender).
     events_rx: mpsc::Receiver<ChildEvent>,
-    tail: StderrTail,
-    backoff: Backoff,
+    /// The child instances: spawning, the restart schedule, the last exit.
+    instances: Instances,
+    /// Random 64-bit secrets of the input rounds asked of 2026 clients (`asking.rs`).
     rng: StdRng,
-    failed_starts: u32,
-    restarts: u64,
-    last_exit: Option<LastExit>,
     shutdown_waiters: Vec<oneshot::Sender<()>>,
     /// Replied to once the child has exited (operator `stop`).
     stop_waiters: Vec<oneshot::Sender<()>>,
@@ -475,7 +471,7 @@ impl Server {
         history: ActorHistory,
         spawner: Box<dyn Spawner>,
         events_rx: mpsc::Receiver<ChildEvent>,
-        rng: StdRng,
+        mut rng: StdRng,
     ) -> Self {
         let health = Health::new(health_config(&cfg), Instant::now());
         let held = HeldQueue::new(cfg.queue_limit);
@@ -483,24 +479,13 @@ impl Server {
             now: Instant::now(),
             wall: SystemTime::now(),
             telemetry: Telemetry::new(&cfg.name),
-            pid,
             history,
             test_panic: test_panic_method(),
-            backoff: Backoff::new(
-                cfg.backoff_initial,
-                cfg.backoff_max,
-                cfg.backoff_reset_after,
-            ),
+            instances: Instances::new(&cfg, spawner, StdRng::seed_from_u64(rand::Rng::gen(&mut rng)), pid),
             cfg,
             life: Life::Stopped,
-            generation: 0,
-            spawner,
             events_rx,
-            tail: StderrTail::default(),
             rng,
-            failed_starts: 0,
-            restarts: 0,
-            last_exit: None,
             shutdown_waiters: Vec::new(),
             stop_waiters: Vec::new(),
             exiting: false,
@@ -571,7 +556,7 @@ impl Server {
         if waited.is_err() {
             warn!("the child of the failed actor did not exit within the stop budget");
         }
-        self.pid.store(0, Ordering::SeqCst);
+        self.instances.publish_pid(0);
     }
 
     /// Waits (at most `start_timeout` and 5 s) for the outcome of the spawn of `generation`:
@@ -732,7 +717,7 @@ impl Server {
             name: self.cfg.name.clone(),
             state: self.life.state(),
             pid: self.life.child().map(|c| c.pid()),
-            restarts: self.restarts,
+            restarts: self.instances.restarts(),
             era: self.handshake.as_ref().map(|h| h.protocol_version.clone()),
             clients: self.clients.len(),
             uptime_s: self
@@ -746,12 +731,12 @@ impl Server {
             probes_sent: health.probes_sent,
             probes_answered: health.probes_answered,
             ping_served: health.ping_served,
-            consecutive_failures: self.backoff.failures(),
+            consecutive_failures: self.instances.failures(),
             retry_in_ms: self
                 .next_attempt()
                 .map(|t| t.saturating_duration_since(now).as_millis() as u64),
-            last_exit: self.last_exit.clone(),
-            stderr_tail: self.tail.text(),
+            last_exit: self.instances.last_exit().cloned(),
+            stderr_tail: self.instances.tail().text(),
             actor_restarts: self.history.restarts,
             last_actor_panic: self.history.last_panic.clone(),
             limits: crate::child::limits::status(

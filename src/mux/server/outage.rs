@@ -166,8 +166,8 @@ impl Server {
                 | StopCause::HandshakeRejected),
             ) => c.reason().to_string(),
             _ => self
-                .last_exit
-                .as_ref()
+                .instances
+                .last_exit()
                 .map(|e| e.reason.to_string())
                 .unwrap_or_else(|| fallback.to_string()),
         }
@@ -264,7 +264,7 @@ impl Server {
             .rid(client, &id_key_ref(id))
             .unwrap_or_else(RequestId::random)
             .to_string();
-        let tail = self.tail.last_lines(10);
+        let tail = self.instances.tail().last_lines(10);
         let mut record = json!({
             "server": self.cfg.name,
             "status": status,
@@ -283,7 +283,7 @@ impl Server {
             text.push_str(&format!(" retry_after={}", format_secs(r)));
         }
         text.push_str(&format!(" request_id={request_id}"));
-        let last = self.tail.last_lines(1);
+        let last = self.instances.tail().last_lines(1);
         if !last.is_empty() {
             text.push_str(&format!(" stderr={last:?}"));
         }

@@ -139,7 +139,7 @@ fn the_daemon_spawn_budget_paces_a_restart_loop_at_four_per_second_after_a_burst
     // 3 s: the burst of 8 plus 4 per second (a token may land on the boundary).
     let n = within(3000);
     assert!((18..=21).contains(&n), "{n} spawns in 3 s");
-    assert_eq!(sim.server.restarts as usize, spawned.len() - 1);
+    assert_eq!(sim.server.instances.restarts() as usize, spawned.len() - 1);
     assert_ne!(sim.server.life.state(), State::Failed);
 }
 
@@ -303,7 +303,7 @@ fn any_reply_even_an_error_to_ping_proves_life_case_k13() {
         }
     }
     assert!(sim.stops().is_empty(), "never stopped");
-    assert_eq!(sim.server.restarts, 0);
+    assert_eq!(sim.server.instances.restarts(), 0);
     assert!(
         sim.server.status().ping_served,
         "an error answer is an answer"

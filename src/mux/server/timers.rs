@@ -50,7 +50,7 @@ impl Server {
             && self.admit_spawn()
         {
             if self.life.spawn_is_restart() {
-                self.restarts += 1;
+                self.instances.count_restart();
             }
             self.spawn_now();
         }

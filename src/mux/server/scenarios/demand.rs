@@ -79,7 +79,7 @@ fn an_on_demand_server_answers_the_handshake_and_lists_from_its_record_without_s
     );
     assert_eq!(spawns(&sim), 0, "nothing needed the child");
     assert_eq!(sim.server.life.state(), State::Idle);
-    assert_eq!(sim.server.backoff.failures(), 0);
+    assert_eq!(sim.server.instances.failures(), 0);
     // A later page is not in the record: that one needs the child.
     sim.send(
         a,
@@ -124,12 +124,12 @@ fn a_call_starts_the_child_once_for_every_waiting_client_and_idle_stop_is_no_fai
     sim.child_exits(false);
     assert_eq!(sim.server.life.state(), State::Idle);
     assert_eq!(
-        sim.server.backoff.failures(),
+        sim.server.instances.failures(),
         0,
         "an idle stop is no failure"
     );
-    assert_eq!(sim.server.restarts, 0);
-    assert!(sim.server.last_exit.is_none(), "not an outage");
+    assert_eq!(sim.server.instances.restarts(), 0);
+    assert!(sim.server.instances.last_exit().is_none(), "not an outage");
     // Lists still answer from memory, marked idle; the next call starts it again.
     let a = clients[0];
     sim.send(a, LIST);
@@ -210,7 +210,7 @@ fn a_request_during_the_idle_stop_waits_and_starts_the_child_again() {
     answer_all(&mut sim);
     let r = responses(&sim, a).pop().unwrap_or(Value::Null);
     assert_eq!(r["id"], 2, "{r}");
-    assert_eq!(sim.server.backoff.failures(), 0);
+    assert_eq!(sim.server.instances.failures(), 0);
 }
 
 #[test]
@@ -261,7 +261,7 @@ fn restart_of_an_idle_server_is_a_start_and_counts_no_restart() {
     let (tx, _rx) = tokio::sync::oneshot::channel();
     sim.input(Input::Command(Command::Restart(tx)));
     assert_eq!(spawns(&sim), 1);
-    assert_eq!(sim.server.restarts, 0);
+    assert_eq!(sim.server.instances.restarts(), 0);
 }
 
 /// Issue 26 §7: a failed on-demand start is retried by the first demand after its backoff
