@@ -15,9 +15,7 @@ impl Server {
 
     pub(super) fn on_client_request(&mut self, client: ClientId, m: Message) {
         let Some(id) = m.id.as_deref() else { return };
-        if self.test_panic.as_deref() == Some(m.method()) {
-            test_panic(m.method());
-        }
+        self.shell.panic_on_request(m.method());
         // One lookup: a duplicate finds the first request's entry, a new id opens its own.
         let generation = self.life.child().map(|c| c.generation());
         let (clock, log, traced) = ((self.now, self.wall), self.telemetry.request_log(), self.telemetry.traced());

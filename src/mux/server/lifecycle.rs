@@ -106,15 +106,7 @@ impl Server {
     /// which pins a dual-era child and kills an old strict one, so the era is decided before
     /// anything else is sent (protocol.md Implications 4).
     fn open_session(&mut self) {
-        if self
-            .test_panic
-            .as_deref()
-            .and_then(|t| t.strip_prefix(SPAWN_PANIC))
-            == Some(self.cfg.name.as_str())
-        {
-            // Where `now + start_timeout` once overflowed (issue 26 §2).
-            test_panic(&format!("{SPAWN_PANIC}{}", self.cfg.name));
-        }
+        self.shell.panic_on_spawn(&self.cfg.name);
         let deadline = self
             .life
             .start_deadline()
@@ -619,7 +611,7 @@ impl Server {
     pub(super) fn on_session(&mut self, ev: SessionEvent) {
         match ev {
             SessionEvent::Connected(id, tx, peer) => {
-                if !self.shutdown_waiters.is_empty() {
+                if self.shell.shutting_down() {
                     warn!(client = %id, "refusing a client: shutting down");
                     tx.deliver(message::error_response(
                         &message::raw_null(),

@@ -41,6 +41,8 @@ use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent, Transport};
 use crate::observe::{trace, Outcome};
 use bytes::Bytes;
 use held::{Held, HeldQueue};
+use shell::Shell;
+use supervise::ActorHistory;
 use instances::Instances;
 use io::{ChildIo, ProcessSpawner, Spawner};
 use ledger::{Ledger, Tracked};
@@ -81,6 +83,7 @@ mod scenarios;
 mod sim;
 mod subs;
 mod subtable;
+mod shell;
 mod supervise;
 mod telemetry;
 mod timers;
@@ -354,34 +357,6 @@ struct Client {
     closing: bool,
 }
 
-/// What the actor's supervisor remembers across actor restarts (for `status`).
-#[derive(Debug, Default, Clone)]
-struct ActorHistory {
-    restarts: u64,
-    last_panic: Option<String>,
-}
-
-/// The test hook's value (`@spawn:NAME`) that panics server NAME's actor right after each
-/// spawn (the child exists), where `now + start_timeout` once overflowed.
-const SPAWN_PANIC: &str = "@spawn:";
-
-/// A test hook (`MCP_SUPERVISOR_TEST_PANIC=<method>`, read at actor start): a client request
-/// for that method panics the actor, so tests can prove the actor is supervised; the value
-/// [`SPAWN_PANIC`]`NAME` panics right after every spawn of NAME instead. Unset in production; nothing else
-/// reads it.
-fn test_panic_method() -> Option<String> {
-    std::env::var("MCP_SUPERVISOR_TEST_PANIC")
-        .ok()
-        .filter(|m| !m.is_empty())
-}
-
-/// Panics: the test hook's whole purpose (see [`test_panic_method`]); never reached unless
-/// the environment variable is set.
-#[allow(clippy::panic)]
-fn test_panic(method: &str) -> ! {
-    panic!("test hook: MCP_SUPERVISOR_TEST_PANIC={method}")
-}
-
 /// What a spawn ended with: the new instance, or why there is none.
 type SpawnOutcome = Result<Box<dyn ChildIo>, process::SpawnError>;
 
@@ -406,21 +381,14 @@ struct Server {
     cfg: ServerConfig,
     /// Metrics, the request log buffer and the warning budgets.
     telemetry: Telemetry,
-    history: ActorHistory,
-    test_panic: Option<String>,
     /// The lifecycle sub-machine: the state and what it owns (the child, its deadlines).
     life: Life,
-    /// The child inbox (the shell's; the spawner holds its sender).
-    events_rx: mpsc::Receiver<ChildEvent>,
+    /// The child inbox, the waiters, the supervisor's history.
+    shell: Shell,
     /// The child instances: spawning, the restart schedule, the last exit.
     instances: Instances,
     /// Random 64-bit secrets of the input rounds asked of 2026 clients (`asking.rs`).
     rng: StdRng,
-    shutdown_waiters: Vec<oneshot::Sender<()>>,
-    /// Replied to once the child has exited (operator `stop`).
-    stop_waiters: Vec<oneshot::Sender<()>>,
-    /// Shutdown requested: end the actor once stopped.
-    exiting: bool,
     // The MCP session with the child.
     inflight: Inflight<Pending>,
     handshake: Option<Handshake>,
@@ -479,16 +447,11 @@ impl Server {
             now: Instant::now(),
             wall: SystemTime::now(),
             telemetry: Telemetry::new(&cfg.name),
-            history,
-            test_panic: test_panic_method(),
             instances: Instances::new(&cfg, spawner, StdRng::seed_from_u64(rand::Rng::gen(&mut rng)), pid),
             cfg,
             life: Life::Stopped,
-            events_rx,
+            shell: Shell::new(events_rx, history),
             rng,
-            shutdown_waiters: Vec::new(),
-            stop_waiters: Vec::new(),
-            exiting: false,
             inflight: Inflight::default(),
             handshake: None,
             verdict: None,
@@ -546,7 +509,7 @@ impl Server {
             Duration::from_secs(5),
         ]);
         let waited = tokio::time::timeout(budget, async {
-            while let Some(ev) = self.events_rx.recv().await {
+            while let Some(ev) = self.shell.events().recv().await {
                 if matches!(ev, ChildEvent::Exited(g, _) if g == generation) {
                     return;
                 }
@@ -564,7 +527,7 @@ impl Server {
     async fn spawned_instance(&mut self, generation: u64) -> Option<Box<dyn ChildIo>> {
         let budget = crate::deadline::sum(&[self.cfg.start_timeout, Duration::from_secs(5)]);
         let wait = async {
-            while let Some(ev) = self.events_rx.recv().await {
+            while let Some(ev) = self.shell.events().recv().await {
                 if let ChildEvent::Spawned(g, spawned) = ev {
                     if g == generation {
                         return spawned.ok().map(|h| Box::new(h) as Box<dyn ChildIo>);
@@ -613,15 +576,13 @@ impl Server {
                 self.telemetry.metrics().set_state(state.name());
             }
             if state == State::Stopped {
-                for w in self.stop_waiters.drain(..) {
-                    let _ = w.send(());
-                }
-                if self.exiting {
+                self.shell.stopped();
+                if self.shell.exiting() {
                     break;
                 }
             }
             if self.telemetry.has_lines()
-                && self.events_rx.is_empty()
+                && self.shell.events().is_empty()
                 && sessions.is_empty()
                 && commands.is_empty()
             {
@@ -633,7 +594,7 @@ impl Server {
             }
             let wake = self.next_wake();
             let input = tokio::select! {
-                ev = self.events_rx.recv() => match ev {
+                ev = self.shell.events().recv() => match ev {
                     Some(ChildEvent::Spawned(g, spawned)) => Input::Spawned(
                         g,
                         spawned.map(|h| Box::new(h) as Box<dyn ChildIo>),
@@ -658,9 +619,7 @@ impl Server {
         for c in self.clients.values() {
             c.tx.kick();
         }
-        for w in self.shutdown_waiters.drain(..) {
-            let _ = w.send(());
-        }
+        self.shell.ended();
     }
 
     /// Reads the clock: once per input, here in the shell.
@@ -676,18 +635,17 @@ impl Server {
             Input::Spawned(generation, spawned) => self.on_spawned(generation, spawned),
             Input::Session(ev) => self.on_session(ev),
             Input::SessionsClosed | Input::CommandsClosed => {
-                self.exiting = true;
+                self.shell.exit(None);
                 self.begin_shutdown();
             }
             Input::Timer => self.on_timer(),
             Input::Command(cmd) => match cmd {
                 Command::Shutdown(done) => {
-                    self.shutdown_waiters.push(done);
-                    self.exiting = true;
+                    self.shell.exit(Some(done));
                     self.begin_shutdown();
                 }
                 Command::Stop(done) => {
-                    self.stop_waiters.push(done);
+                    self.shell.wait_stop(done);
                     self.operator_stop();
                 }
                 Command::Start(done) => {
@@ -737,8 +695,8 @@ impl Server {
                 .map(|t| t.saturating_duration_since(now).as_millis() as u64),
             last_exit: self.instances.last_exit().cloned(),
             stderr_tail: self.instances.tail().text(),
-            actor_restarts: self.history.restarts,
-            last_actor_panic: self.history.last_panic.clone(),
+            actor_restarts: self.shell.history().restarts(),
+            last_actor_panic: self.shell.history().last_panic().map(str::to_string),
             limits: crate::child::limits::status(
                 &self.cfg.limits,
                 self.life.child().and_then(|c| c.usage()),

@@ -18,7 +18,7 @@
 //! The rest of the daemon keeps running meanwhile: the delay is a timer in this task, never a
 //! loop in the same poll.
 
-use super::{ActorHistory, Command, Server, State, Status};
+use super::{Command, Server, State, Status};
 use crate::child::backoff::{FAILED_RETRY, JITTER};
 use crate::config::ServerConfig;
 use crate::jsonrpc::message::{self, code};
@@ -58,6 +58,25 @@ impl Next {
         match self {
             Next::RestartAt(t) | Next::Failed(t) => t,
         }
+    }
+}
+
+/// What the actor's supervisor remembers across actor restarts (for `status`).
+#[derive(Debug, Default, Clone)]
+pub(super) struct ActorHistory {
+    restarts: u64,
+    last_panic: Option<String>,
+}
+
+impl ActorHistory {
+    /// Times the actor ended unexpectedly (a panic) and was restarted.
+    pub(super) fn restarts(&self) -> u64 {
+        self.restarts
+    }
+
+    /// The last panic's message.
+    pub(super) fn last_panic(&self) -> Option<&str> {
+        self.last_panic.as_deref()
     }
 }
 
@@ -249,9 +268,9 @@ impl Down<'_> {
             let why = self
                 .restarts
                 .history()
-                .last_panic
-                .clone()
-                .unwrap_or_default();
+                .last_panic()
+                .unwrap_or_default()
+                .to_string();
             let (status, text) = if stopped {
                 (
                     OutageStatus::Stopped,
