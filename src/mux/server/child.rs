@@ -53,9 +53,7 @@ impl Server {
             Owner::Discover { probe } => self.on_discover_answer(&m, probe),
             Owner::Listen => {
                 debug!("the child closed the supervisor's listen stream");
-                if self.listen == Some(removed.id) {
-                    self.listen = None;
-                }
+                self.opener.listen_ended(removed.id);
             }
             Owner::Initialize => self.on_initialize_answer(&m),
             Owner::Refresh { method, announce } => self.on_refresh_answer(method, announce, &m),
@@ -95,8 +93,7 @@ impl Server {
                 .ok()
                 .filter(shareable)
             {
-                if self.lists.get(list) != Some(&v) {
-                    self.lists.insert(list, v);
+                if self.lists.store(list, v) {
                     self.save_record();
                 }
             }
@@ -192,8 +189,7 @@ impl Server {
         else {
             return;
         };
-        let changed = self.lists.get(method) != Some(&v);
-        self.lists.insert(method, v);
+        let changed = self.lists.store(method, v);
         if changed {
             self.save_record();
         }
@@ -594,9 +590,9 @@ impl Server {
                 .and_then(Value::as_u64)
         };
         let Some(sub) = sub else { return false };
-        if Some(sub) == self.listen {
+        if Some(sub) == self.opener.listen() {
             if method == "notifications/cancelled" {
-                self.listen = None;
+                self.opener.listen_ended(sub);
                 return true;
             }
             if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {

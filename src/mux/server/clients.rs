@@ -153,7 +153,7 @@ impl Server {
             return false;
         }
         let ready = self.life.state() == State::Ready;
-        let Some(hs) = &self.handshake else {
+        let Some(hs) = self.opener.handshake() else {
             return false;
         };
         // A handshake child is described here always; a 2026 child answers for itself while
@@ -218,8 +218,8 @@ impl Server {
             }
             "logging/setLevel"
                 if self
-                    .handshake
-                    .as_ref()
+                    .opener
+                    .handshake()
                     .is_some_and(|h| h.has("logging") || h.era == Era::Modern) =>
             {
                 self.client_set_level(client, m)
@@ -227,7 +227,7 @@ impl Server {
             "subscriptions/listen"
                 if client_era == Era::Modern
                     && self.child_era() == Era::Handshake
-                    && self.handshake.is_some() =>
+                    && self.opener.handshake().is_some() =>
             {
                 self.serve_listen(client, m)
             }
@@ -266,7 +266,7 @@ impl Server {
             }
             // A server that was never ready and is backing off gets a fast, explicit error
             // (K19); one that was ready is likely back soon, so its requests wait.
-            State::Backoff if self.handshake.is_none() && !self.life.probe_respawn() => {
+            State::Backoff if self.opener.handshake().is_none() && !self.life.probe_respawn() => {
                 self.outage_reply(client, id, m.method(), OutageStatus::Backoff);
             }
             State::Stopping if self.restarting() && held_room => self.hold(client, m),
@@ -324,7 +324,7 @@ impl Server {
 
     pub(super) fn client_initialize(&mut self, client: ClientId, m: Message) {
         let Some(id) = m.id.clone() else { return };
-        let Some(hs) = self.handshake.clone() else {
+        let Some(hs) = self.opener.handshake().cloned() else {
             // No record of an earlier run: the handshake needs the child (issue 18 §1).
             self.start_on_demand("initialize");
             // A first instance the supervisor is stopping to restart (its stdin failed, its
@@ -416,10 +416,10 @@ impl Server {
     /// The child gets the most verbose level any client asked for (issue 3 §3).
     pub(super) fn sync_log_level(&mut self) {
         let want = self.clients.values().filter_map(|c| c.log_level).min();
-        if want.is_some() && want != self.child_log_level && self.child_era() == Era::Handshake {
-            self.child_log_level = want;
+        let Some(want) = want else { return };
+        if self.child_era() == Era::Handshake && self.opener.set_log_level(want) {
             if self.life.state() == State::Ready {
-                let p = raw(&json!({"level": level_name(want.unwrap_or(0))}));
+                let p = raw(&json!({"level": level_name(want)}));
                 let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
                 self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
             }

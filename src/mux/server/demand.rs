@@ -56,15 +56,13 @@ impl Server {
         }
         self.demand.writer = Writer::start(self.cfg.cache_file.clone());
         if let Some(r) = record {
-            if self.cfg.protocol == ChildProtocol::Auto {
-                self.verdict = Some(r.handshake.era);
-            }
-            self.handshake = Some(r.handshake);
-            self.lists = r.lists;
+            self.opener
+                .restore(r.handshake, self.cfg.protocol == ChildProtocol::Auto);
+            self.lists.restore(r.lists);
             self.demand.saved_at = Some(r.saved_at);
         }
         info!(
-            cached = self.handshake.is_some(),
+            cached = self.opener.handshake().is_some(),
             "waiting for the first request that needs the child (start = on-demand)"
         );
         self.life = Life::Idle;
@@ -243,12 +241,12 @@ impl Server {
             // A reload made this server on-demand.
             self.demand.writer = Writer::start(self.cfg.cache_file.clone());
         }
-        let Some(hs) = &self.handshake else { return };
+        let Some(hs) = self.opener.handshake() else { return };
         // Kept whether or not a record is written: an eager server that went idle after an
         // idle stop answers from memory, and says when that copy was taken.
         let at = humantime::format_rfc3339_seconds(self.wall).to_string();
         if let Some(w) = &self.demand.writer {
-            w.save(record::encode(&self.cfg, hs, &self.lists, &at));
+            w.save(record::encode(&self.cfg, hs, self.lists.all(), &at));
         }
         self.demand.saved_at = Some(at);
     }

@@ -300,19 +300,18 @@ impl Server {
 
     /// The era the current child is driven in (handshake until known).
     pub(super) fn child_era(&self) -> Era {
-        self.handshake
-            .as_ref()
-            .map(|h| h.era)
-            .unwrap_or(Era::Handshake)
+        self.opener.child_era()
     }
 
     /// A modern client asked a handshake child for logs at `level`: the child's session-wide
     /// level must be at least that verbose (never lowered by a modern request).
     pub(super) fn want_child_log_level(&mut self, level: usize) {
-        if self.child_log_level.is_none_or(|l| level < l)
-            && self.handshake.as_ref().is_some_and(|h| h.has("logging"))
+        if self
+            .opener
+            .handshake()
+            .is_some_and(|h| h.has("logging"))
+            && self.opener.raise_log_level(level)
         {
-            self.child_log_level = Some(level);
             let p = raw(&json!({"level": level_name(level)}));
             let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
             self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);

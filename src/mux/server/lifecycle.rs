@@ -112,7 +112,7 @@ impl Server {
             .start_deadline()
             .unwrap_or_else(|| crate::deadline::after(self.now, self.cfg.start_timeout));
         self.health.restart(self.now);
-        match (&self.cfg.protocol, self.verdict) {
+        match (&self.cfg.protocol, self.opener.verdict()) {
             (ChildProtocol::Handshake(v), _) => {
                 let v = v.clone();
                 self.send_initialize(&v);
@@ -154,14 +154,13 @@ impl Server {
 
     /// The child's era is now known (issue 6 §1): say it once, keep it for the next spawns.
     pub(super) fn set_verdict(&mut self, era: Era, why: &str) {
-        if self.cfg.protocol == ChildProtocol::Auto && self.verdict != Some(era) {
+        if self.opener.set_verdict(era) && self.cfg.protocol == ChildProtocol::Auto {
             let name = match era {
                 Era::Modern => era::MODERN_VERSION,
                 Era::Handshake => "handshake (2024-11-05 .. 2025-11-25)",
             };
             info!(era = name, "protocol era: {why}");
         }
-        self.verdict = Some(era);
     }
 
     pub(super) fn enter_failed(&mut self, why: &str) {
@@ -245,11 +244,11 @@ impl Server {
         self.health.reconfigure(health_config(&cfg), self.now);
         self.held.set_limit(cfg.queue_limit);
         self.cfg = cfg;
-        self.verdict = None;
-        if self.life.state() == State::Idle {
+        let idle = self.life.state() == State::Idle;
+        self.opener.forget(idle);
+        if idle {
             // Nothing runs: the next request starts the new command, and what the old one
             // said (its handshake, its lists, the record) no longer describes it.
-            self.handshake = None;
             self.lists.clear();
             return;
         }
@@ -344,7 +343,7 @@ impl Server {
             .map(|t| t.saturating_duration_since(now));
         self.fail_inflight(status, &reason, retry_after);
         if matches!(self.life.state(), State::Failed | State::Idle)
-            || (self.handshake.is_none() && !self.life.probe_respawn())
+            || (self.opener.handshake().is_none() && !self.life.probe_respawn())
         {
             // Requests held for a child that never became ready learn why at once (K18).
             let status = if self.life.state() == State::Failed {
@@ -477,14 +476,12 @@ impl Server {
     }
 
     pub(super) fn on_ready(&mut self, hs: Handshake) {
-        let first = self.handshake.is_none();
         info!(message_id = MSG_READY, child_pid = self.life.child().map(|c| c.pid()),
             restart_n = self.instances.restarts(), protocol_version = %hs.protocol_version, "ready");
-        self.handshake = Some(hs);
+        let first = self.opener.ready(hs);
         self.life.ready(self.now);
         self.demand_ready();
         self.instances.ready();
-        self.listen = None;
         self.open_listen();
         if !first || self.instances.generation() > 1 {
             self.restarts_after_ready();
@@ -503,7 +500,7 @@ impl Server {
     pub(super) fn restarts_after_ready(&mut self) {
         let far = crate::deadline::after(self.now, self.cfg.request_timeout);
         let handshake_child = self.child_era() == Era::Handshake;
-        if let Some(level) = self.child_log_level.filter(|_| handshake_child) {
+        if let Some(level) = self.opener.log_level().filter(|_| handshake_child) {
             let p = raw(&json!({"level": level_name(level)}));
             self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), far);
         }
@@ -520,7 +517,7 @@ impl Server {
                 far,
             );
         }
-        let cached: Vec<&'static str> = self.lists.keys().copied().collect();
+        let cached = self.lists.methods();
         for method in cached {
             self.send_to_child(
                 Owner::Refresh {
@@ -537,10 +534,10 @@ impl Server {
     /// Reads the lists the child advertises and nobody asked for yet, so an outage can be
     /// answered with the last real list from the start (issue 5 §3).
     pub(super) fn prefetch_lists(&mut self) {
-        let Some(hs) = &self.handshake else { return };
+        let Some(hs) = self.opener.handshake() else { return };
         let missing: Vec<&'static str> = era::LISTS
             .iter()
-            .filter(|(m, _, cap)| hs.has(cap) && !self.lists.contains_key(m))
+            .filter(|(m, _, cap)| hs.has(cap) && !self.lists.has(m))
             .map(|(m, _, _)| *m)
             .collect();
         let far = crate::deadline::after(self.now, self.cfg.request_timeout);

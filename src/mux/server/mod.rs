@@ -41,6 +41,8 @@ use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent, Transport};
 use crate::observe::{trace, Outcome};
 use bytes::Bytes;
 use held::{Held, HeldQueue};
+use lists::ListCache;
+use opener::Opener;
 use shell::Shell;
 use supervise::ActorHistory;
 use instances::Instances;
@@ -76,6 +78,8 @@ mod io;
 mod ledger;
 mod life;
 mod lifecycle;
+mod lists;
+mod opener;
 mod outage;
 #[cfg(test)]
 mod scenarios;
@@ -391,16 +395,12 @@ struct Server {
     rng: StdRng,
     // The MCP session with the child.
     inflight: Inflight<Pending>,
-    handshake: Option<Handshake>,
-    /// `protocol = "auto"`: the era the child was found to speak (kept across restarts).
-    verdict: Option<Era>,
-    /// The supervisor's own `subscriptions/listen` stream on a modern child (child-side id),
-    /// feeding handshake clients their list-changed and resource-updated notifications.
-    listen: Option<u64>,
+    /// The session opened with the child: handshake, era verdict, listen stream, log level.
+    opener: Opener,
     /// Listen streams of modern clients served by the supervisor on a handshake child.
     listeners: Vec<Listener>,
-    lists: BTreeMap<&'static str, Value>,
-    child_log_level: Option<usize>,
+    /// The last list results (outage answers, restart comparison).
+    lists: ListCache,
     /// Who holds which resource subscription, directly or through a served listen stream.
     subs: Subscriptions,
     // Clients.
@@ -453,12 +453,9 @@ impl Server {
             shell: Shell::new(events_rx, history),
             rng,
             inflight: Inflight::default(),
-            handshake: None,
-            verdict: None,
-            listen: None,
+            opener: Opener::default(),
             listeners: Vec::new(),
-            lists: BTreeMap::new(),
-            child_log_level: None,
+            lists: ListCache::default(),
             subs: Subscriptions::default(),
             clients: BTreeMap::new(),
             held,
@@ -676,7 +673,10 @@ impl Server {
             state: self.life.state(),
             pid: self.life.child().map(|c| c.pid()),
             restarts: self.instances.restarts(),
-            era: self.handshake.as_ref().map(|h| h.protocol_version.clone()),
+            era: self
+                .opener
+                .handshake()
+                .map(|h| h.protocol_version.clone()),
             clients: self.clients.len(),
             uptime_s: self
                 .life

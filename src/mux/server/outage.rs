@@ -375,7 +375,7 @@ impl Server {
         retry: Option<Duration>,
     ) {
         let Some(id) = h.msg.id.clone() else { return };
-        if h.msg.method() == "initialize" && self.handshake.is_none() {
+        if h.msg.method() == "initialize" && self.opener.handshake().is_none() {
             let reason = self.outage_reason(unanswered);
             self.outage_respond(
                 h.client,

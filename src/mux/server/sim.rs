@@ -320,7 +320,7 @@ impl Sim {
                 "ready: 2026 child",
                 s.life.state() == State::Ready && s.child_era() == Era::Modern,
             ),
-            ("the supervisor's own listen stream", s.listen.is_some()),
+            ("the supervisor's own listen stream", s.opener.listen().is_some()),
             (
                 "an MRTR round toward a handshake client",
                 !s.rounds.is_empty(),

@@ -11,7 +11,7 @@ impl Server {
         if self.child_era() != Era::Modern || self.life.state() != State::Ready {
             return;
         }
-        if let Some(old) = self.listen.take() {
+        if let Some(old) = self.opener.replace_listen(None) {
             self.inflight.remove(old);
             let p = raw(&json!({"requestId": old, "reason": "subscriptions changed"}));
             let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
@@ -27,7 +27,8 @@ impl Server {
             "resourceSubscriptions": uris,
         }}));
         // It lives until it is cancelled: no deadline.
-        self.listen = self.send_to_child(Owner::Listen, "subscriptions/listen", Some(p), None);
+        let id = self.send_to_child(Owner::Listen, "subscriptions/listen", Some(p), None);
+        self.opener.replace_listen(id);
     }
 
     /// A modern client's `subscriptions/listen` on a handshake child: acknowledged at once and
@@ -50,8 +51,8 @@ impl Server {
             })
             .unwrap_or_default();
         let can_subscribe = self
-            .handshake
-            .as_ref()
+            .opener
+            .handshake()
             .is_some_and(|h| h.capabilities.pointer("/resources/subscribe") == Some(&json!(true)));
         // The stream itself counts as one of the client's `max_subscriptions`, each URI as one
         // more: a listen request cannot grow the subscription table beyond the limit.

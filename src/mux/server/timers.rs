@@ -155,7 +155,7 @@ impl Server {
     pub(super) fn probe_methods(&self) -> ProbeMethods {
         ProbeMethods {
             modern: self.child_era() == Era::Modern,
-            confirm: self.handshake.as_ref().and_then(Handshake::confirm_method),
+            confirm: self.opener.handshake().and_then(Handshake::confirm_method),
         }
     }
 
