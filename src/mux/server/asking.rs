@@ -85,7 +85,7 @@ impl Server {
             method: m.method().to_string(),
             params: m.params,
         };
-        let round = match self.inflight.get(child_rid).map(|p| &p.owner) {
+        let round = match self.routing.inflight().get(child_rid).map(|p| &p.owner) {
             Some(Owner::Parked { round }) => *round,
             _ => return self.park(child_rid, ask),
         };
@@ -96,7 +96,7 @@ impl Server {
 
     /// Parks the client's in-flight request `child_rid` with the first question `ask`.
     fn park(&mut self, child_rid: u64, ask: Ask) {
-        let Some(removed) = self.inflight.remove(child_rid) else {
+        let Some(removed) = self.routing.inflight_mut().remove(child_rid) else {
             return;
         };
         let Owner::Client { client, id, .. } = &removed.value.owner else {
@@ -113,7 +113,8 @@ impl Server {
             method: removed.value.method.clone(),
             written: removed.value.written,
         };
-        self.inflight
+        self.routing
+            .inflight_mut()
             .insert(child_rid, key, Some(deadline), pending);
         self.parked.insert(
             round,
@@ -242,7 +243,7 @@ impl Server {
         let Some(p) = self.parked.remove(&round) else {
             return;
         };
-        let Some(removed) = self.inflight.remove(p.child_rid) else {
+        let Some(removed) = self.routing.inflight_mut().remove(p.child_rid) else {
             // Cannot happen while every path that removes a parked entry ends its round; if it
             // ever does, the retry still gets its one answer.
             let msg = format!(
@@ -286,7 +287,7 @@ impl Server {
                     method: p.method.into(),
                     written: removed.value.written,
                 };
-                self.inflight.insert(
+                self.routing.inflight_mut().insert(
                     p.child_rid,
                     Some((client, id_key(&id))),
                     Some(deadline),
@@ -325,7 +326,8 @@ impl Server {
             written: self.now,
         };
         let key = Some((p.client, format!("{STATE_PREFIX}{round}")));
-        self.inflight
+        self.routing
+            .inflight_mut()
             .insert(child_rid, key, Some(deadline), pending);
         for a in void {
             self.answer_child_error(&a.child_id, code::INTERNAL_ERROR, "the request ended");
@@ -378,9 +380,10 @@ impl Server {
         p.client = client;
         let child_rid = p.child_rid;
         let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
-        if let Some(removed) = self.inflight.remove(child_rid) {
+        if let Some(removed) = self.routing.inflight_mut().remove(child_rid) {
             let key = Some((client, format!("{STATE_PREFIX}{round}")));
-            self.inflight
+            self.routing
+                .inflight_mut()
                 .insert(child_rid, key, Some(deadline), removed.value);
         }
     }

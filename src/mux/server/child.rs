@@ -25,7 +25,7 @@ impl Server {
                 return;
             }
         }
-        let Some(removed) = n.and_then(|n| self.inflight.remove(n)) else {
+        let Some(removed) = n.and_then(|n| self.routing.inflight_mut().remove(n)) else {
             let id = m.id.as_deref().map(RawValue::get).unwrap_or("none");
             debug!(
                 id,
@@ -220,7 +220,7 @@ impl Server {
     /// it is (a change past the first page, or in resource templates, cannot be compared).
     fn startup_announcement(&self, list: &str) -> bool {
         self.life.state() == State::Starting
-            || self.inflight.iter().any(|(_, _, _, p)| {
+            || self.routing.inflight().iter().any(|(_, _, _, p)| {
                 matches!(p.owner, Owner::Refresh { method, announce: true } if method == list)
             })
     }
@@ -267,11 +267,11 @@ impl Server {
             self.write_child(line, Lane::Urgent, "the answer to the child's ping");
             return;
         }
-        if self.upstream.len() + self.asks_waiting() >= self.cfg.max_inflight {
+        if self.routing.asks() + self.asks_waiting() >= self.cfg.max_inflight {
             // The child's own requests are bounded like the clients' (issue 12 §6).
             let msg = format!(
                 "{} requests to clients are already waiting (max_inflight)",
-                self.upstream.len() + self.asks_waiting()
+                self.routing.asks() + self.asks_waiting()
             );
             return self.answer_child_error(&child_id, code::LIMIT_EXCEEDED, &msg);
         }
@@ -301,17 +301,9 @@ impl Server {
             // A 2026 client is asked inside an `input_required` result (K26).
             return self.ask_modern(via, child_id, m);
         }
-        let n = self.next_upstream;
-        self.next_upstream += 1;
-        let line = Out::request(Some(&raw_u64(n)), &method, m.params.as_deref()).encode();
         let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
-        self.upstream.insert(
-            (owner, n),
-            Upstream {
-                asker: Asker::Child(child_id),
-                deadline,
-            },
-        );
+        let n = self.routing.ask(owner, Asker::Child(child_id), deadline);
+        let line = Out::request(Some(&raw_u64(n)), &method, m.params.as_deref()).encode();
         self.reply(owner, line);
     }
 
@@ -324,7 +316,8 @@ impl Server {
     /// error.
     pub(super) fn pick_owner(&self, method: &str) -> Option<(ClientId, u64)> {
         let cap = era::capability_for_request(method);
-        self.inflight
+        self.routing
+            .inflight()
             .iter()
             .filter_map(|(id, client, _, p)| Some((id, client?, p)))
             .filter(|(_, c, p)| {
@@ -436,7 +429,8 @@ impl Server {
 
     /// Whether a refresh of `list` is already in flight.
     fn refreshing(&self, list: &str) -> bool {
-        self.inflight
+        self.routing
+            .inflight()
             .iter()
             .any(|(_, _, _, p)| matches!(p.owner, Owner::Refresh { method, .. } if method == list))
     }
@@ -449,7 +443,7 @@ impl Server {
         };
         let token = p.get("progressToken").and_then(Value::as_u64);
         let owner = token
-            .and_then(|t| self.inflight.get(t))
+            .and_then(|t| self.routing.inflight().get(t))
             .and_then(|pend| match &pend.owner {
                 Owner::Client {
                     client,
@@ -476,13 +470,7 @@ impl Server {
         let Some(rid) = p.get("requestId").map(Value::to_string) else {
             return;
         };
-        let key = self
-            .upstream
-            .iter()
-            .find(|(_, u)| matches!(&u.asker, Asker::Child(c) if c.get() == rid))
-            .map(|(k, _)| *k);
-        if let Some((client, n)) = key {
-            self.upstream.remove(&(client, n));
+        if let Some((client, n)) = self.routing.take_child_ask(&rid) {
             p.insert("requestId".into(), json!(n));
             let line = Out::request(None, m.method(), Some(&raw(&Value::Object(p)))).encode();
             self.reply(client, line);
@@ -534,7 +522,8 @@ impl Server {
     /// message's level; never to a client that did not ask for logging.
     pub(super) fn route_log_message(&mut self, level: usize, m: &Message) {
         let asking: HashSet<ClientId> = self
-            .inflight
+            .routing
+            .inflight()
             .iter()
             .filter_map(|(_, _, _, p)| match &p.owner {
                 Owner::Client {
@@ -618,7 +607,7 @@ impl Server {
             }
             return true;
         }
-        let owner = self.inflight.get(sub).and_then(|p| match &p.owner {
+        let owner = self.routing.inflight().get(sub).and_then(|p| match &p.owner {
             Owner::Client { client, id, .. } if p.method == "subscriptions/listen" => {
                 Some((*client, id.clone()))
             }
@@ -637,7 +626,7 @@ impl Server {
         if method == "notifications/cancelled" {
             // The child ended the client's stream.
             params.insert("requestId".into(), original);
-            if let Some(r) = self.inflight.remove(sub) {
+            if let Some(r) = self.routing.inflight_mut().remove(sub) {
                 if let Some((c, key)) = r.client {
                     self.finish(c, &key, Outcome::Cancelled, None);
                 }
@@ -658,7 +647,7 @@ impl Server {
         if self.health.answered(n) {
             return;
         }
-        let Some(removed) = self.inflight.remove(n) else {
+        let Some(removed) = self.routing.inflight_mut().remove(n) else {
             return;
         };
         match removed.value.owner {
@@ -696,14 +685,14 @@ impl Server {
 
     pub(super) fn on_oversized(&mut self, len: usize, id: Option<Box<RawValue>>) {
         let n = id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
-        let Some(child_id) = n.filter(|n| self.inflight.contains(*n)) else {
+        let Some(child_id) = n.filter(|n| self.routing.inflight().contains(*n)) else {
             warn!(
                 bytes = len,
                 "an oversized line with no recoverable request id was dropped"
             );
             return;
         };
-        let Some(removed) = self.inflight.remove(child_id) else {
+        let Some(removed) = self.routing.inflight_mut().remove(child_id) else {
             return;
         };
         let p = removed.value;

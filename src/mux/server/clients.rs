@@ -51,7 +51,8 @@ impl Server {
         // Requests that may still add one: in flight to the child, or held until it is ready.
         let grows = |m: &str| matches!(m, "subscriptions/listen" | "resources/subscribe");
         let routed = self
-            .inflight
+            .routing
+            .inflight()
             .iter()
             .filter(|(_, c, _, p)| *c == Some(client) && grows(&p.method))
             .count();
@@ -444,11 +445,11 @@ impl Server {
                 if self.held.take(client, &key, stream).is_some() {
                     return self.finish(client, &key, Outcome::Cancelled, None);
                 }
-                let Some(child_id) = self.inflight.lookup(client, &key) else {
+                let Some(child_id) = self.routing.inflight().lookup(client, &key) else {
                     debug!(client = %client, request_id = %key, "cancel for an unknown request: not forwarded");
                     return;
                 };
-                self.inflight.remove(child_id);
+                self.routing.inflight_mut().remove(child_id);
                 self.finish(client, &key, Outcome::Cancelled, None);
                 let mut p = p;
                 p.insert("requestId".into(), json!(child_id));
@@ -471,11 +472,11 @@ impl Server {
 
     pub(super) fn on_client_response(&mut self, client: ClientId, m: Message) {
         let n = m.id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
-        let Some(up) = n.and_then(|n| self.upstream.remove(&(client, n))) else {
+        let Some(asker) = n.and_then(|n| self.routing.answered(client, n)) else {
             debug!(client = %client, "response to no request of ours: dropped");
             return;
         };
-        let child_id = match up.asker {
+        let child_id = match asker {
             Asker::Child(id) => id,
             Asker::Mrtr { round, key } => {
                 match (&m.result, &m.error) {
@@ -545,7 +546,7 @@ impl Server {
         }
         self.ledger.forget(client);
         self.telemetry.metrics().set_clients(self.clients.len());
-        for r in self.inflight.remove_client(client) {
+        for r in self.routing.inflight_mut().remove_client(client) {
             let p = raw(&json!({"requestId": r.id, "reason": "client disconnected"}));
             let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
             self.write_child(
@@ -602,19 +603,11 @@ impl Server {
 
     /// Answers the child's requests routed to `client` with an error.
     pub(super) fn fail_upstream_of(&mut self, client: ClientId, why: &str) {
-        let mine: Vec<(ClientId, u64)> = self
-            .upstream
-            .keys()
-            .filter(|(c, _)| *c == client)
-            .copied()
-            .collect();
-        for k in mine {
-            if let Some(up) = self.upstream.remove(&k) {
-                match up.asker {
-                    Asker::Child(id) => self.answer_child_error(&id, code::INTERNAL_ERROR, why),
-                    Asker::Mrtr { round, .. } => {
-                        self.abandon_round(round, Outcome::Cancelled, code::INTERNAL_ERROR, why)
-                    }
+        for asker in self.routing.take_asks_of(client) {
+            match asker {
+                Asker::Child(id) => self.answer_child_error(&id, code::INTERNAL_ERROR, why),
+                Asker::Mrtr { round, .. } => {
+                    self.abandon_round(round, Outcome::Cancelled, code::INTERNAL_ERROR, why)
                 }
             }
         }
@@ -625,7 +618,7 @@ impl Server {
         let done = self
             .clients
             .get(&client)
-            .is_some_and(|c| c.closing && self.inflight.count_for(client) == 0)
+            .is_some_and(|c| c.closing && self.routing.inflight().count_for(client) == 0)
             && !self.held.has_client(client);
         if done {
             self.drop_client(client);

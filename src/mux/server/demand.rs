@@ -155,18 +155,19 @@ impl Server {
     /// Whether something still holds the child: client requests in flight or held, the
     /// child's questions waiting for clients, subscriptions, served or routed listen streams.
     pub(super) fn busy(&self) -> bool {
-        let client_request = self.inflight.iter().any(|(_, _, _, p)| {
+        let client_request = self.routing.inflight().iter().any(|(_, _, _, p)| {
             matches!(p.owner, Owner::Client { .. } | Owner::Parked { .. })
                 && p.method != "subscriptions/listen"
         });
         let listening = self
-            .inflight
+            .routing
+            .inflight()
             .iter()
             .any(|(_, c, _, p)| c.is_some() && p.method == "subscriptions/listen");
         client_request
             || listening
             || self.held.len() > 0
-            || !self.upstream.is_empty()
+            || self.routing.asks() > 0
             || !self.rounds.is_empty()
             || !self.parked.is_empty()
             || self.subs.uris().next().is_some()

@@ -9,15 +9,15 @@ impl Server {
             id, method, params, ..
         } = m;
         let Some(id) = id else { return };
-        if self.inflight.len() >= self.cfg.max_inflight {
+        if self.routing.inflight().len() >= self.cfg.max_inflight {
             let msg = format!(
                 "server `{}` has {} requests in flight; try again shortly",
                 self.cfg.name,
-                self.inflight.len()
+                self.routing.inflight().len()
             );
             return self.refuse_limit(client, &id, &msg);
         }
-        let mine = self.inflight.count_for(client);
+        let mine = self.routing.inflight().count_for(client);
         if mine >= self.cfg.client_max_inflight {
             // One client may not take all of `max_inflight` (issue 14 §3).
             let msg = format!(
@@ -27,7 +27,7 @@ impl Server {
             return self.refuse_limit(client, &id, &msg);
         }
         self.used();
-        let child_id = self.inflight.allocate();
+        let child_id = self.routing.inflight_mut().allocate();
         let (params, progress) = match params.as_deref() {
             Some(p) => match message::swap_progress_token(p, || raw_u64(child_id)) {
                 Some((np, orig)) => (Some(np), Some(orig)),
@@ -208,15 +208,7 @@ impl Server {
                 }
                 continue;
             }
-            let n = self.next_upstream;
-            self.next_upstream += 1;
-            self.upstream.insert(
-                (client, n),
-                Upstream {
-                    asker: Asker::Mrtr { round, key },
-                    deadline,
-                },
-            );
+            let n = self.routing.ask(client, Asker::Mrtr { round, key }, deadline);
             self.reply(
                 client,
                 Out::request(Some(&raw_u64(n)), &m, Some(&raw(&p))).encode(),
@@ -243,7 +235,7 @@ impl Server {
             }
             None => raw(&params),
         };
-        let child_id = self.inflight.allocate();
+        let child_id = self.routing.inflight_mut().allocate();
         // The retry is a new request: its progress token is its own child-side id.
         let params = match message::swap_progress_token(&params, || raw_u64(child_id)) {
             Some((p, _)) => p,
@@ -273,8 +265,7 @@ impl Server {
     /// A round can no longer finish (its client errored, left or did not answer): fail the
     /// original request with `line` and forget the round's other questions.
     pub(super) fn abandon_round(&mut self, round: u64, outcome: Outcome, code: i64, msg: &str) {
-        self.upstream
-            .retain(|_, u| !matches!(&u.asker, Asker::Mrtr { round: r, .. } if *r == round));
+        self.routing.forget_round(round);
         if let Some(r) = self.rounds.remove(&round) {
             let line =
                 message::error_response(&r.id, code, msg, Some(json!({"server": self.cfg.name})));
@@ -327,7 +318,7 @@ impl Server {
         params: Option<Box<RawValue>>,
         deadline: impl Into<Option<Instant>>,
     ) -> Option<u64> {
-        let child_id = self.inflight.allocate();
+        let child_id = self.routing.inflight_mut().allocate();
         self.send_with_id(child_id, None, owner, method, params, deadline.into())
     }
 
@@ -396,8 +387,8 @@ impl Server {
             method: message::method_name(method),
             written: self.now,
         };
-        self.inflight.insert(child_id, client, deadline, pending);
-        self.telemetry.metrics().set_in_flight(self.inflight.len());
+        self.routing.inflight_mut().insert(child_id, client, deadline, pending);
+        self.telemetry.metrics().set_in_flight(self.routing.inflight().len());
         Some(child_id)
     }
 }

@@ -283,7 +283,8 @@ impl Server {
         let why = ExitReason::of(cause, exit);
         let reason = why.to_string();
         let probing_era = self
-            .inflight
+            .routing
+            .inflight()
             .iter()
             .any(|(_, _, _, p)| matches!(p.owner, Owner::Discover { probe: true }));
         if self.health.exited(exit.requested) {

@@ -35,12 +35,12 @@ use crate::logging::requests::{self, RequestId};
 use crate::logging::{MSG_BACKOFF, MSG_EXITED, MSG_FAILED, MSG_READY, MSG_SPAWNED};
 use crate::mux::era::{self, ChildProtocol, Era, Handshake};
 use crate::mux::health::{Action, Health, HealthConfig, ProbeMethods};
-use crate::mux::ids::Inflight;
 use crate::mux::outage::{ExitReason, OutageStatus, StopCause};
 use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent, Transport};
 use crate::observe::{trace, Outcome};
 use bytes::Bytes;
 use held::{Held, HeldQueue};
+use routing::Routing;
 use lists::ListCache;
 use opener::Opener;
 use shell::Shell;
@@ -81,6 +81,7 @@ mod lifecycle;
 mod lists;
 mod opener;
 mod outage;
+mod routing;
 #[cfg(test)]
 mod scenarios;
 #[cfg(test)]
@@ -309,13 +310,6 @@ struct Pending {
     written: Instant,
 }
 
-/// A child's request forwarded to a client.
-#[derive(Debug)]
-struct Upstream {
-    asker: Asker,
-    deadline: Instant,
-}
-
 /// Who is waiting for a client's answer to a request the supervisor sent it.
 #[derive(Debug)]
 enum Asker {
@@ -394,7 +388,8 @@ struct Server {
     /// Random 64-bit secrets of the input rounds asked of 2026 clients (`asking.rs`).
     rng: StdRng,
     // The MCP session with the child.
-    inflight: Inflight<Pending>,
+    /// The in-flight table and the requests sent to clients.
+    routing: Routing,
     /// The session opened with the child: handshake, era verdict, listen stream, log level.
     opener: Opener,
     /// Listen streams of modern clients served by the supervisor on a handshake child.
@@ -408,8 +403,6 @@ struct Server {
     held: HeldQueue,
     /// Every client request not finished yet (issue 8: exactly one outcome each).
     ledger: Ledger,
-    next_upstream: u64,
-    upstream: BTreeMap<(ClientId, u64), Upstream>,
     /// MRTR rounds in progress, by round number.
     rounds: BTreeMap<u64, Round>,
     /// 2026 clients' requests parked while they answer the child's questions (K26).
@@ -452,7 +445,7 @@ impl Server {
             life: Life::Stopped,
             shell: Shell::new(events_rx, history),
             rng,
-            inflight: Inflight::default(),
+            routing: Routing::default(),
             opener: Opener::default(),
             listeners: Vec::new(),
             lists: ListCache::default(),
@@ -460,12 +453,10 @@ impl Server {
             clients: BTreeMap::new(),
             held,
             ledger: Ledger::default(),
-            next_upstream: 1,
             rounds: BTreeMap::new(),
             parked: BTreeMap::new(),
             next_ask: 0,
             next_round: 1,
-            upstream: BTreeMap::new(),
             demand: demand::Demand::new(Instant::now()),
             health,
         }

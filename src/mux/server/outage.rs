@@ -56,7 +56,7 @@ impl Server {
                 restarted,
             });
         }
-        self.telemetry.metrics().set_in_flight(self.inflight.len());
+        self.telemetry.metrics().set_in_flight(self.routing.inflight().len());
     }
 
     /// Answers a client request with a JSON-RPC error and finishes it with `outcome`.
@@ -319,7 +319,7 @@ impl Server {
         reason: &str,
         retry: Option<Duration>,
     ) {
-        for r in self.inflight.drain() {
+        for r in self.routing.inflight_mut().drain() {
             let p = r.value;
             if let Owner::Parked { round } = p.owner {
                 // The client holds an `input_required` result; its retry will find no round.
@@ -340,14 +340,7 @@ impl Server {
             }
         }
         // The dead child's requests to clients are void: tell those clients.
-        let ups: Vec<(ClientId, u64)> = self
-            .upstream
-            .iter()
-            .filter(|(_, u)| matches!(u.asker, Asker::Child(_)))
-            .map(|(k, _)| *k)
-            .collect();
-        for (client, n) in ups {
-            self.upstream.remove(&(client, n));
+        for (client, n) in self.routing.take_child_asks() {
             let p = raw(&json!({"requestId": n, "reason": "server exited"}));
             self.reply(
                 client,

@@ -326,7 +326,7 @@ impl Sim {
                 !s.rounds.is_empty(),
             ),
             ("a parked 2026 request", !s.parked.is_empty()),
-            ("a request to a client", !s.upstream.is_empty()),
+            ("a request to a client", s.routing.asks() > 0),
             ("a served listen stream", !s.listeners.is_empty()),
             ("a held request", s.held.len() > 0),
         ];
@@ -651,7 +651,7 @@ impl Sim {
             .clients
             .get(&client)
             .is_some_and(|c| c.listens.contains(id));
-        if served || stream || self.server.inflight.lookup(client, &key).is_some() {
+        if served || stream || self.server.routing.inflight().lookup(client, &key).is_some() {
             if let Some(c) = self.clients.get_mut(&client) {
                 if let Some(k) = c.open.get_mut(id) {
                     *k -= 1;
@@ -1234,9 +1234,9 @@ impl Sim {
         // subscriptions, log level, its listen stream, the opener) by what it replays after a
         // restart.
         assert!(
-            s.inflight.len() <= s.cfg.max_inflight + 16,
+            s.routing.inflight().len() <= s.cfg.max_inflight + 16,
             "in flight {}",
-            s.inflight.len()
+            s.routing.inflight().len()
         );
         let bound =
             s.cfg.max_inflight + s.cfg.queue_limit + s.clients.len() * s.cfg.max_subscriptions + 16;
@@ -1248,7 +1248,7 @@ impl Sim {
         // Parked requests (K26) keep their in-flight slot (owner `Parked`): one round each,
         // so never more than max_inflight.
         let parked = s
-            .inflight
+            .routing.inflight()
             .iter()
             .filter(|(_, _, _, p)| matches!(p.owner, Owner::Parked { .. }))
             .count();
@@ -1273,9 +1273,9 @@ impl Sim {
         // the questions waiting in parked rounds); each MRTR round adds its questions.
         let bound = s.cfg.max_inflight + MAX_QUESTIONS * s.rounds.len();
         assert!(
-            s.upstream.len() <= bound,
+            s.routing.asks() <= bound,
             "upstream {} > {bound}",
-            s.upstream.len()
+            s.routing.asks()
         );
         // Served listen streams count against their client's max_subscriptions, and end with
         // their client.
@@ -1296,7 +1296,7 @@ impl Sim {
                 "subscriptions"
             );
             assert!(
-                s.inflight.count_for(*id) <= s.cfg.client_max_inflight,
+                s.routing.inflight().count_for(*id) <= s.cfg.client_max_inflight,
                 "one client over client_max_inflight"
             );
             // A client whose queue overflowed was kicked: the actor must have dropped it.

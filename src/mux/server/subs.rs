@@ -12,7 +12,7 @@ impl Server {
             return;
         }
         if let Some(old) = self.opener.replace_listen(None) {
-            self.inflight.remove(old);
+            self.routing.inflight_mut().remove(old);
             let p = raw(&json!({"requestId": old, "reason": "subscriptions changed"}));
             let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
             self.write_child(

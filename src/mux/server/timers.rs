@@ -12,9 +12,9 @@ impl Server {
         [
             self.life.start_deadline(),
             self.life.next_spawn(),
-            self.inflight.next_deadline(),
+            self.routing.inflight().next_deadline(),
             self.held.next_deadline(),
-            self.upstream.values().map(|u| u.deadline).min(),
+            self.routing.next_ask_deadline(),
             probe_due,
             self.life.stdout_closed().map(|t| t + STDOUT_CLOSED_GRACE),
             self.idle_deadline(),
@@ -54,7 +54,7 @@ impl Server {
             }
             self.spawn_now();
         }
-        while let Some(r) = self.inflight.pop_expired(now) {
+        while let Some(r) = self.routing.inflight_mut().pop_expired(now) {
             self.on_deadline(r.id, r.value);
         }
         self.expire_held();
@@ -83,15 +83,9 @@ impl Server {
     /// time: the asker gets an error, the client a cancel.
     fn expire_upstream(&mut self) {
         let now = self.now;
-        let expired: Vec<(ClientId, u64)> = self
-            .upstream
-            .iter()
-            .filter(|(_, u)| u.deadline <= now)
-            .map(|(k, _)| *k)
-            .collect();
-        for (client, n) in expired {
-            if let Some(up) = self.upstream.remove(&(client, n)) {
-                match up.asker {
+        for ((client, n), asker) in self.routing.take_expired_asks(now) {
+            {
+                match asker {
                     Asker::Child(id) => self.answer_child_error(
                         &id,
                         code::REQUEST_TIMEOUT,
@@ -169,7 +163,8 @@ impl Server {
         // holding one open is probed like any other (it once had a year's deadline, which kept
         // a hung 2026 child with a client's listen stream from ever being probed).
         let busy = self
-            .inflight
+            .routing
+            .inflight()
             .iter()
             .any(|(_, client, deadline, _)| client.is_some() && deadline.is_some_and(|d| d > now));
         let before = self.health.misses();
@@ -196,7 +191,7 @@ impl Server {
     /// Writes probe `method` with a fresh child-side id. A probe that cannot be queued counts
     /// as sent: a child that does not read its input is as silent as one that does not answer.
     pub(super) fn send_probe(&mut self, method: &'static str, now: Instant) {
-        let id = self.inflight.allocate();
+        let id = self.routing.inflight_mut().allocate();
         let params = (self.child_era() == Era::Modern)
             .then(|| era::add_envelope(None, &era::supervisor_envelope()));
         let line = Out::request(Some(&raw_u64(id)), method, params.as_deref()).encode();
