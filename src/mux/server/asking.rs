@@ -77,8 +77,7 @@ impl Server {
     /// Asks the child's request `m` of the 2026 client that owns the in-flight request
     /// `child_rid`, parking that request (or adding to its round when parked already).
     pub(super) fn ask_modern(&mut self, child_rid: u64, child_id: Box<RawValue>, m: Message) {
-        let key = format!("r{}", self.next_ask);
-        self.next_ask += 1;
+        let key = self.rounds.next_key();
         let ask = Ask {
             key,
             child_id,
@@ -89,7 +88,7 @@ impl Server {
             Some(Owner::Parked { round }) => *round,
             _ => return self.park(child_rid, ask),
         };
-        if let Some(p) = self.parked.get_mut(&round) {
+        if let Some(p) = self.rounds.parked_mut(round) {
             p.queued.push(ask);
         }
     }
@@ -103,9 +102,7 @@ impl Server {
             return;
         };
         let (client, id) = (*client, id.clone());
-        let round = self.next_round;
-        self.next_round += 1;
-        let secret = rand::Rng::gen::<u64>(&mut self.rng);
+        let (round, secret) = self.rounds.new_parked();
         let key = Some((client, format!("{STATE_PREFIX}{round}")));
         let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
         let pending = Pending {
@@ -116,7 +113,7 @@ impl Server {
         self.routing
             .inflight_mut()
             .insert(child_rid, key, Some(deadline), pending);
-        self.parked.insert(
+        self.rounds.park(
             round,
             Parked {
                 client,
@@ -135,7 +132,7 @@ impl Server {
     /// Ends the client's request `id` with an `input_required` result asking what is queued
     /// in `round`.
     fn deliver_round(&mut self, round: u64, id: &RawValue) {
-        let Some(p) = self.parked.get_mut(&round) else {
+        let Some(p) = self.rounds.parked_mut(round) else {
             return;
         };
         p.asked = std::mem::take(&mut p.queued);
@@ -179,7 +176,7 @@ impl Server {
         let (n, secret) = n.split_once('.').unwrap_or((n, ""));
         let secret = u64::from_str_radix(secret, 16).ok();
         let round = n.parse::<u64>().ok().filter(|r| {
-            self.parked.get(r).is_some_and(|p| {
+            self.rounds.parked(*r).is_some_and(|p| {
                 Some(p.secret) == secret
                     && (p.client == client || (stateless && p.client == DETACHED))
             })
@@ -204,8 +201,8 @@ impl Server {
             .and_then(Value::as_object)
             .unwrap_or(&empty);
         let asked = self
-            .parked
-            .get_mut(&round)
+            .rounds
+            .parked_mut(round)
             .map(|p| std::mem::take(&mut p.asked))
             .unwrap_or_default();
         for a in asked {
@@ -223,8 +220,8 @@ impl Server {
             }
         }
         let more = self
-            .parked
-            .get(&round)
+            .rounds
+            .parked(round)
             .is_some_and(|p| !p.queued.is_empty());
         if more {
             // The next round is this retry's: a 2026-07-28 HTTP retry is a new client, and the
@@ -240,7 +237,7 @@ impl Server {
     /// The retry `id` becomes the owner of the parked request; a final response that came
     /// while parked answers it at once.
     fn unpark(&mut self, round: u64, client: ClientId, id: Box<RawValue>, m: &Message) {
-        let Some(p) = self.parked.remove(&round) else {
+        let Some(p) = self.rounds.unpark(round) else {
             return;
         };
         let Some(removed) = self.routing.inflight_mut().remove(p.child_rid) else {
@@ -312,7 +309,7 @@ impl Server {
 
     /// The child's final response to a parked request: kept until the client retries.
     pub(super) fn on_parked_response(&mut self, round: u64, child_rid: u64, m: Message) {
-        let Some(p) = self.parked.get_mut(&round) else {
+        let Some(p) = self.rounds.parked_mut(round) else {
             return;
         };
         // The request stays in the table (so the retry finds it) until the retry comes or the
@@ -338,7 +335,7 @@ impl Server {
     /// child asked gets an error (`answer`: the child is still there to read it), and the
     /// parked request a cancel (`cancel`: it was not cancelled already and is still running).
     pub(super) fn drop_round(&mut self, round: u64, why: &str, answer: bool, cancel: bool) {
-        let Some(p) = self.parked.remove(&round) else {
+        let Some(p) = self.rounds.unpark(round) else {
             return;
         };
         if answer {
@@ -371,7 +368,7 @@ impl Server {
     /// `input_required` answer goes there, and the parked entry is keyed to it, so the client
     /// leaving ends or detaches the round like any of its own.
     fn hand_round_to(&mut self, round: u64, client: ClientId) {
-        let Some(p) = self.parked.get_mut(&round) else {
+        let Some(p) = self.rounds.parked_mut(round) else {
             return;
         };
         if p.client == client {
@@ -390,10 +387,10 @@ impl Server {
 
     /// The rounds `client` was asked in.
     fn rounds_of(&self, client: ClientId) -> Vec<u64> {
-        self.parked
-            .iter()
+        self.rounds
+            .all_parked()
             .filter(|(_, p)| p.client == client)
-            .map(|(r, _)| *r)
+            .map(|(r, _)| r)
             .collect()
     }
 
@@ -408,9 +405,9 @@ impl Server {
     /// The child's requests waiting in rounds (counted with `upstream` against
     /// `max_inflight`).
     pub(super) fn asks_waiting(&self) -> usize {
-        self.parked
-            .values()
-            .map(|p| p.asked.len() + p.queued.len())
+        self.rounds
+            .all_parked()
+            .map(|(_, p)| p.asked.len() + p.queued.len())
             .sum()
     }
 

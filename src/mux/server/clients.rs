@@ -481,7 +481,7 @@ impl Server {
             Asker::Mrtr { round, key } => {
                 match (&m.result, &m.error) {
                     (Some(r), _) => {
-                        let done = self.rounds.get_mut(&round).map(|rd| {
+                        let done = self.rounds.round_mut(round).map(|rd| {
                             rd.answers.insert(
                                 key,
                                 serde_json::from_slice(r.as_bytes()).unwrap_or(Value::Null),

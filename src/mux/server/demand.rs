@@ -168,8 +168,8 @@ impl Server {
             || listening
             || self.held.len() > 0
             || self.routing.asks() > 0
-            || !self.rounds.is_empty()
-            || !self.parked.is_empty()
+            || self.rounds.open_rounds() > 0
+            || self.rounds.parked_rounds() > 0
             || self.subs.uris().next().is_some()
             || !self.listeners.is_empty()
     }

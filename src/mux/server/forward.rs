@@ -159,12 +159,8 @@ impl Server {
             );
             return true;
         }
-        let round = self.next_round;
-        self.next_round += 1;
         let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
-        self.rounds.insert(
-            round,
-            Round {
+        let round = self.rounds.open(Round {
                 client,
                 id: id.to_owned(),
                 method: method.to_string(),
@@ -178,7 +174,7 @@ impl Server {
         );
         debug!(client = %client, round, inputs = requests.len(), "input_required: asking the client");
         self.ask_inputs(client, round, requests, deadline);
-        if self.rounds.get(&round).is_some_and(|r| r.waiting == 0) {
+        if self.rounds.round(round).is_some_and(|r| r.waiting == 0) {
             self.retry_round(round);
         }
         true
@@ -202,7 +198,7 @@ impl Server {
             if m == "roots/list" && self.cfg.client_roots == ClientRoots::None {
                 // The roots policy (K28): the client is not asked.
                 let roots = self.roots_result();
-                if let Some(r) = self.rounds.get_mut(&round) {
+                if let Some(r) = self.rounds.round_mut(round) {
                     r.answers.insert(key, roots);
                     r.waiting = r.waiting.saturating_sub(1);
                 }
@@ -218,7 +214,7 @@ impl Server {
 
     /// Every input of `round` is answered: retry the original request with them.
     pub(super) fn retry_round(&mut self, round: u64) {
-        let Some(r) = self.rounds.remove(&round) else {
+        let Some(r) = self.rounds.close(round) else {
             return;
         };
         let mut params = r.params;
@@ -266,7 +262,7 @@ impl Server {
     /// original request with `line` and forget the round's other questions.
     pub(super) fn abandon_round(&mut self, round: u64, outcome: Outcome, code: i64, msg: &str) {
         self.routing.forget_round(round);
-        if let Some(r) = self.rounds.remove(&round) {
+        if let Some(r) = self.rounds.close(round) {
             let line =
                 message::error_response(&r.id, code, msg, Some(json!({"server": self.cfg.name})));
             self.respond(r.client, &r.id, line, outcome, Some(code));

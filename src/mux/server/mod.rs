@@ -40,6 +40,7 @@ use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent, Transport};
 use crate::observe::{trace, Outcome};
 use bytes::Bytes;
 use held::{Held, HeldQueue};
+use rounds::Rounds;
 use routing::Routing;
 use lists::ListCache;
 use opener::Opener;
@@ -81,6 +82,7 @@ mod lifecycle;
 mod lists;
 mod opener;
 mod outage;
+mod rounds;
 mod routing;
 #[cfg(test)]
 mod scenarios;
@@ -385,8 +387,6 @@ struct Server {
     shell: Shell,
     /// The child instances: spawning, the restart schedule, the last exit.
     instances: Instances,
-    /// Random 64-bit secrets of the input rounds asked of 2026 clients (`asking.rs`).
-    rng: StdRng,
     // The MCP session with the child.
     /// The in-flight table and the requests sent to clients.
     routing: Routing,
@@ -403,12 +403,8 @@ struct Server {
     held: HeldQueue,
     /// Every client request not finished yet (issue 8: exactly one outcome each).
     ledger: Ledger,
-    /// MRTR rounds in progress, by round number.
-    rounds: BTreeMap<u64, Round>,
-    /// 2026 clients' requests parked while they answer the child's questions (K26).
-    parked: BTreeMap<u64, asking::Parked>,
-    next_ask: u64,
-    next_round: u64,
+    /// The input-required rounds of both directions.
+    rounds: Rounds,
     /// On-demand start and idle stop (issue 18 §1-2).
     demand: demand::Demand,
     // Health.
@@ -444,7 +440,6 @@ impl Server {
             cfg,
             life: Life::Stopped,
             shell: Shell::new(events_rx, history),
-            rng,
             routing: Routing::default(),
             opener: Opener::default(),
             listeners: Vec::new(),
@@ -453,10 +448,7 @@ impl Server {
             clients: BTreeMap::new(),
             held,
             ledger: Ledger::default(),
-            rounds: BTreeMap::new(),
-            parked: BTreeMap::new(),
-            next_ask: 0,
-            next_round: 1,
+            rounds: Rounds::new(rng),
             demand: demand::Demand::new(Instant::now()),
             health,
         }

@@ -554,7 +554,7 @@ fn case_k26_a_handshake_childs_requests_reach_a_2026_client_as_input_required_ro
     assert_eq!(r["id"], json!(id), "{r}");
     assert_eq!(r["result"]["resultType"], "complete", "{r}");
     assert_eq!(r["result"]["content"][0]["text"], json!(text));
-    assert!(sim.server.parked.is_empty());
+    assert!(sim.server.rounds.parked_rounds() == 0);
     assert_eq!(
         sim.server.ledger.len(),
         0,
@@ -636,7 +636,7 @@ fn case_k26_a_result_while_parked_waits_for_the_retry_and_a_silent_client_times_
     let r = responses(&sim, a).pop().unwrap_or(Value::Null);
     assert_eq!(r["id"], "c4");
     assert_eq!(r["error"]["code"], -32602, "{r}");
-    assert!(sim.server.parked.is_empty());
+    assert!(sim.server.rounds.parked_rounds() == 0);
 }
 
 /// A handshake client that declared roots (its `initialize` answered from the cache).

@@ -323,9 +323,9 @@ impl Sim {
             ("the supervisor's own listen stream", s.opener.listen().is_some()),
             (
                 "an MRTR round toward a handshake client",
-                !s.rounds.is_empty(),
+                s.rounds.open_rounds() > 0,
             ),
-            ("a parked 2026 request", !s.parked.is_empty()),
+            ("a parked 2026 request", s.rounds.parked_rounds() > 0),
             ("a request to a client", s.routing.asks() > 0),
             ("a served listen stream", !s.listeners.is_empty()),
             ("a held request", s.held.len() > 0),
@@ -1253,25 +1253,25 @@ impl Sim {
             .filter(|(_, _, _, p)| matches!(p.owner, Owner::Parked { .. }))
             .count();
         assert_eq!(
-            s.parked.len(),
+            s.rounds.parked_rounds(),
             parked,
             "parked rounds without their request"
         );
         assert!(
-            s.parked.len() <= s.cfg.max_inflight,
+            s.rounds.parked_rounds() <= s.cfg.max_inflight,
             "parked {}",
-            s.parked.len()
+            s.rounds.parked_rounds()
         );
         // MRTR rounds toward handshake clients: each began as a client request in flight (at
         // most max_inflight at a time) and holds that request's place until it ends.
         assert!(
-            s.rounds.len() <= s.cfg.max_inflight,
+            s.rounds.open_rounds() <= s.cfg.max_inflight,
             "rounds {} > max_inflight",
-            s.rounds.len()
+            s.rounds.open_rounds()
         );
         // Requests to clients: the child's own are refused past max_inflight (counted with
         // the questions waiting in parked rounds); each MRTR round adds its questions.
-        let bound = s.cfg.max_inflight + MAX_QUESTIONS * s.rounds.len();
+        let bound = s.cfg.max_inflight + MAX_QUESTIONS * s.rounds.open_rounds();
         assert!(
             s.routing.asks() <= bound,
             "upstream {} > {bound}",
