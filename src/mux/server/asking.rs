@@ -104,7 +104,7 @@ impl Server {
         let (client, id) = (*client, id.clone());
         let (round, secret) = self.rounds.new_parked();
         let key = Some((client, format!("{STATE_PREFIX}{round}")));
-        let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
+        let deadline = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
         let pending = Pending {
             owner: Owner::Parked { round },
             method: removed.value.method.clone(),
@@ -278,7 +278,8 @@ impl Server {
                 None => self.answer_client(&p.method, owner, &last),
             },
             None => {
-                let deadline = crate::deadline::after(self.now, self.cfg.timeout_for(&p.method));
+                let deadline =
+                    crate::deadline::after(self.clock.now(), self.cfg.timeout_for(&p.method));
                 let pending = Pending {
                     owner,
                     method: p.method.into(),
@@ -316,11 +317,11 @@ impl Server {
         // deadline passes; its late questions are void now.
         let void: Vec<Ask> = p.queued.drain(..).collect();
         p.last = Some(m);
-        let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
+        let deadline = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
         let pending = Pending {
             owner: Owner::Parked { round },
             method: p.method.clone().into(),
-            written: self.now,
+            written: self.clock.now(),
         };
         let key = Some((p.client, format!("{STATE_PREFIX}{round}")));
         self.routing
@@ -376,7 +377,7 @@ impl Server {
         }
         p.client = client;
         let child_rid = p.child_rid;
-        let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
+        let deadline = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
         if let Some(removed) = self.routing.inflight_mut().remove(child_rid) {
             let key = Some((client, format!("{STATE_PREFIX}{round}")));
             self.routing

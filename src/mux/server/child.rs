@@ -167,7 +167,7 @@ impl Server {
                         "initialize was refused in favour of 2026-07-28",
                     );
                     let deadline = self.life.start_deadline().unwrap_or_else(|| {
-                        crate::deadline::after(self.now, self.cfg.start_timeout)
+                        crate::deadline::after(self.clock.now(), self.cfg.start_timeout)
                     });
                     self.send_discover(false, deadline);
                 } else {
@@ -301,7 +301,7 @@ impl Server {
             // A 2026 client is asked inside an `input_required` result (K26).
             return self.ask_modern(via, child_id, m);
         }
-        let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
+        let deadline = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
         let n = self.routing.ask(owner, Asker::Child(child_id), deadline);
         let line = Out::request(Some(&raw_u64(n)), &method, m.params.as_deref()).encode();
         self.reply(owner, line);
@@ -363,7 +363,7 @@ impl Server {
             Queued::Ok => {}
             Queued::Closed => debug!("not written to the child (its input is closed): {what}"),
             Queued::Full => {
-                if let Some(suppressed) = self.telemetry.allow_dropped(self.now) {
+                if let Some(suppressed) = self.telemetry.allow_dropped(self.clock.now()) {
                     warn!(
                         suppressed,
                         "the child is not reading its input (its queue is full); dropped: {what}"
@@ -409,7 +409,7 @@ impl Server {
                     // Keep the cached list current for outage answers; the child announced it.
                     // One refresh per list at a time: a flood of announcements cannot grow the
                     // in-flight table.
-                    let far = crate::deadline::after(self.now, self.cfg.request_timeout);
+                    let far = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
                     self.send_to_child(
                         Owner::Refresh {
                             method: list,
@@ -504,10 +504,11 @@ impl Server {
         params: Option<&RawValue>,
     ) {
         let lines: Vec<(ClientId, Bytes)> = self
-            .listeners
+            .subs
+            .listeners()
             .iter()
             .filter(|l| l.wants(method, uri))
-            .map(|l| (l.client, l.notification(method, params)))
+            .map(|l| (l.client(), l.notification(method, params)))
             .collect();
         for (c, line) in lines {
             self.reply(c, line);
@@ -607,12 +608,16 @@ impl Server {
             }
             return true;
         }
-        let owner = self.routing.inflight().get(sub).and_then(|p| match &p.owner {
-            Owner::Client { client, id, .. } if p.method == "subscriptions/listen" => {
-                Some((*client, id.clone()))
-            }
-            _ => None,
-        });
+        let owner = self
+            .routing
+            .inflight()
+            .get(sub)
+            .and_then(|p| match &p.owner {
+                Owner::Client { client, id, .. } if p.method == "subscriptions/listen" => {
+                    Some((*client, id.clone()))
+                }
+                _ => None,
+            });
         let Some((client, id)) = owner else {
             // A cancel of another request: routed as usual. Traffic tagged with a stream that
             // is no longer open (its cancel crossed the child's notifications, or its client

@@ -18,7 +18,11 @@ impl Server {
         self.shell.panic_on_request(m.method());
         // One lookup: a duplicate finds the first request's entry, a new id opens its own.
         let generation = self.life.child().map(|c| c.generation());
-        let (clock, log, traced) = ((self.now, self.wall), self.telemetry.request_log(), self.telemetry.traced());
+        let (clock, log, traced) = (
+            (self.clock.now(), self.clock.wall()),
+            self.telemetry.request_log(),
+            self.telemetry.traced(),
+        );
         let opened = self.ledger.open(client, id_key(id), || {
             tracked(&m, generation, clock, log, traced)
         });
@@ -43,10 +47,11 @@ impl Server {
     pub(super) fn subscriptions_of(&self, client: ClientId) -> usize {
         let subs = self.subs.direct_count(client);
         let served: usize = self
-            .listeners
+            .subs
+            .listeners()
             .iter()
-            .filter(|l| l.client == client)
-            .map(|l| 1 + l.uris.len())
+            .filter(|l| l.client() == client)
+            .map(|l| l.weight())
             .sum();
         // Requests that may still add one: in flight to the child, or held until it is ready.
         let grows = |m: &str| matches!(m, "subscriptions/listen" | "resources/subscribe");
@@ -278,7 +283,7 @@ impl Server {
                 let retry = self
                     .life
                     .next_spawn()
-                    .map(|t| t.saturating_duration_since(self.now));
+                    .map(|t| t.saturating_duration_since(self.clock.now()));
                 let method = m.method().to_string();
                 self.outage_respond(
                     client,
@@ -313,8 +318,12 @@ impl Server {
         info!(target: "mcp_supervisor::requests", client = %client, method,
             outcome = Outcome::Invalid.as_str(), error_code = code::INVALID_REQUEST,
             "request finished: duplicate request id");
-        self.telemetry.metrics()
-            .request(method, Outcome::Invalid, Some(code::INVALID_REQUEST), 0.0);
+        self.telemetry.metrics().request(
+            method,
+            Outcome::Invalid,
+            Some(code::INVALID_REQUEST),
+            0.0,
+        );
         let msg = format!(
             "duplicate request id {}: a request with this id is still in flight",
             id.get()
@@ -356,7 +365,7 @@ impl Server {
                 );
             }
             // Never ready yet: wait for the child (bounded by start_timeout, issue 5 §5).
-            let deadline = crate::deadline::after(self.now, self.cfg.start_timeout);
+            let deadline = crate::deadline::after(self.clock.now(), self.cfg.start_timeout);
             let _ = self.held.push(client, m, deadline);
             return;
         };
@@ -421,7 +430,7 @@ impl Server {
         if self.child_era() == Era::Handshake && self.opener.set_log_level(want) {
             if self.life.state() == State::Ready {
                 let p = raw(&json!({"level": level_name(want)}));
-                let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
+                let deadline = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
                 self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
             }
         }
@@ -533,10 +542,11 @@ impl Server {
         }
         // Cancel its requests toward the child; their late responses are dropped (K09).
         let mine: Vec<String> = self
-            .listeners
+            .subs
+            .listeners()
             .iter()
-            .filter(|l| l.client == client)
-            .map(|l| id_key(&l.id))
+            .filter(|l| l.client() == client)
+            .map(|l| l.key())
             .collect();
         for key in mine {
             self.end_listener(client, &key);

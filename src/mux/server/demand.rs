@@ -93,7 +93,7 @@ impl Server {
     /// Whether the failed start of an on-demand child is still inside its backoff delay: a
     /// request now gets the outage answer (with `retry_after`) instead of a start.
     pub(super) fn lazy_retry_pending(&self) -> bool {
-        self.demand.retry_at.is_some_and(|t| t > self.now)
+        self.demand.retry_at.is_some_and(|t| t > self.clock.now())
     }
 
     /// When the next start may happen: the lifecycle's next spawn (`backoff`, `failed`), or,
@@ -117,8 +117,8 @@ impl Server {
     /// answers what it can), and the first request after the backoff delay (capped at
     /// `backoff_max`) starts it again; `status` keeps the exit and its stderr tail.
     pub(super) fn after_failed_lazy_start(&mut self, spawned_at: Instant, reason: &str) {
-        let delay = self.instances.backoff(self.now, spawned_at, None);
-        self.demand.retry_at = Some(crate::deadline::after(self.now, delay));
+        let delay = self.instances.backoff(self.clock.now(), spawned_at, None);
+        self.demand.retry_at = Some(crate::deadline::after(self.clock.now(), delay));
         self.demand.started_by_request = false;
         warn!(
             reason,
@@ -133,16 +133,17 @@ impl Server {
     /// started the child (an `npx` server may take that long), else `queue_wait`.
     pub(super) fn hold_deadline(&self) -> Instant {
         match self.life.start_deadline() {
-            Some(t) if self.demand.started_by_request => {
-                t.max(crate::deadline::after(self.now, self.cfg.queue_wait))
-            }
-            _ => crate::deadline::after(self.now, self.cfg.queue_wait),
+            Some(t) if self.demand.started_by_request => t.max(crate::deadline::after(
+                self.clock.now(),
+                self.cfg.queue_wait,
+            )),
+            _ => crate::deadline::after(self.clock.now(), self.cfg.queue_wait),
         }
     }
 
     /// The child was used now (a request forwarded, or its answer delivered).
     pub(super) fn used(&mut self) {
-        self.demand.last_use = self.now;
+        self.demand.last_use = self.clock.now();
     }
 
     /// When the ready child becomes idle enough to stop, if `idle_stop` is set.
@@ -171,7 +172,7 @@ impl Server {
             || self.rounds.open_rounds() > 0
             || self.rounds.parked_rounds() > 0
             || self.subs.uris().next().is_some()
-            || !self.listeners.is_empty()
+            || !self.subs.listeners().is_empty()
     }
 
     /// At a timer: stops the ready child when `idle_stop` passed and nothing holds it. While
@@ -180,7 +181,7 @@ impl Server {
         let Some(at) = self.idle_deadline() else {
             return;
         };
-        if at > self.now {
+        if at > self.clock.now() {
             return;
         }
         if self.busy() {
@@ -242,10 +243,12 @@ impl Server {
             // A reload made this server on-demand.
             self.demand.writer = Writer::start(self.cfg.cache_file.clone());
         }
-        let Some(hs) = self.opener.handshake() else { return };
+        let Some(hs) = self.opener.handshake() else {
+            return;
+        };
         // Kept whether or not a record is written: an eager server that went idle after an
         // idle stop answers from memory, and says when that copy was taken.
-        let at = humantime::format_rfc3339_seconds(self.wall).to_string();
+        let at = humantime::format_rfc3339_seconds(self.clock.wall()).to_string();
         if let Some(w) = &self.demand.writer {
             w.save(record::encode(&self.cfg, hs, self.lists.all(), &at));
         }

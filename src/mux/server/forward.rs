@@ -55,7 +55,7 @@ impl Server {
         let add_result_type = client_era == Era::Modern && child_era == Era::Handshake;
         // A listen stream lives until it is cancelled: no deadline.
         let deadline = (method != "subscriptions/listen")
-            .then(|| crate::deadline::after(self.now, self.cfg.timeout_for(&method)));
+            .then(|| crate::deadline::after(self.clock.now(), self.cfg.timeout_for(&method)));
         let retry_params = (client_era == Era::Handshake
             && child_era == Era::Modern
             && matches!(&*method, "tools/call" | "prompts/get" | "resources/read"))
@@ -159,19 +159,18 @@ impl Server {
             );
             return true;
         }
-        let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
+        let deadline = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
         let round = self.rounds.open(Round {
-                client,
-                id: id.to_owned(),
-                method: method.to_string(),
-                params: serde_json::from_str(sent.get()).unwrap_or(json!({})),
-                state: request_state(result),
-                answers: Map::new(),
-                waiting: requests.len(),
-                progress,
-                log_level,
-            },
-        );
+            client,
+            id: id.to_owned(),
+            method: method.to_string(),
+            params: serde_json::from_str(sent.get()).unwrap_or(json!({})),
+            state: request_state(result),
+            answers: Map::new(),
+            waiting: requests.len(),
+            progress,
+            log_level,
+        });
         debug!(client = %client, round, inputs = requests.len(), "input_required: asking the client");
         self.ask_inputs(client, round, requests, deadline);
         if self.rounds.round(round).is_some_and(|r| r.waiting == 0) {
@@ -204,7 +203,9 @@ impl Server {
                 }
                 continue;
             }
-            let n = self.routing.ask(client, Asker::Mrtr { round, key }, deadline);
+            let n = self
+                .routing
+                .ask(client, Asker::Mrtr { round, key }, deadline);
             self.reply(
                 client,
                 Out::request(Some(&raw_u64(n)), &m, Some(&raw(&p))).encode(),
@@ -237,7 +238,7 @@ impl Server {
             Some((p, _)) => p,
             None => params,
         };
-        let deadline = crate::deadline::after(self.now, self.cfg.timeout_for(&r.method));
+        let deadline = crate::deadline::after(self.clock.now(), self.cfg.timeout_for(&r.method));
         let owner = Owner::Client {
             client: r.client,
             id: r.id.clone(),
@@ -293,14 +294,11 @@ impl Server {
     /// A modern client asked a handshake child for logs at `level`: the child's session-wide
     /// level must be at least that verbose (never lowered by a modern request).
     pub(super) fn want_child_log_level(&mut self, level: usize) {
-        if self
-            .opener
-            .handshake()
-            .is_some_and(|h| h.has("logging"))
+        if self.opener.handshake().is_some_and(|h| h.has("logging"))
             && self.opener.raise_log_level(level)
         {
             let p = raw(&json!({"level": level_name(level)}));
-            let deadline = crate::deadline::after(self.now, self.cfg.request_timeout);
+            let deadline = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
             self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
         }
     }
@@ -381,10 +379,14 @@ impl Server {
         let pending = Pending {
             owner,
             method: message::method_name(method),
-            written: self.now,
+            written: self.clock.now(),
         };
-        self.routing.inflight_mut().insert(child_id, client, deadline, pending);
-        self.telemetry.metrics().set_in_flight(self.routing.inflight().len());
+        self.routing
+            .inflight_mut()
+            .insert(child_id, client, deadline, pending);
+        self.telemetry
+            .metrics()
+            .set_in_flight(self.routing.inflight().len());
         Some(child_id)
     }
 }

@@ -69,8 +69,7 @@ impl Instances {
     pub(super) fn start(&mut self, spec: &SpawnSpec) -> u64 {
         self.generation = self.generation.saturating_add(1);
         self.tail.clear();
-        self.spawner
-            .start(spec, self.generation, self.tail.clone());
+        self.spawner.start(spec, self.generation, self.tail.clone());
         self.generation
     }
 

@@ -15,10 +15,10 @@ impl Server {
     /// Whether the spawn budget allows a spawn now; if not, the pending spawn is moved to when
     /// it does and this says so in the log.
     pub(super) fn admit_spawn(&mut self) -> bool {
-        match self.instances.admit(self.now) {
+        match self.instances.admit(self.clock.now()) {
             Ok(()) => true,
             Err(at) => {
-                let wait = at.saturating_duration_since(self.now);
+                let wait = at.saturating_duration_since(self.clock.now());
                 info!(
                     spawn_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
                     "the daemon's spawn budget is spent ({} per second, burst {}); spawning later",
@@ -38,7 +38,7 @@ impl Server {
         let generation = self.instances.start(&spec);
         self.life = Life::Spawning {
             generation,
-            deadline: crate::deadline::after(self.now, self.cfg.start_timeout),
+            deadline: crate::deadline::after(self.clock.now(), self.cfg.start_timeout),
             cancel: None,
         };
     }
@@ -90,13 +90,13 @@ impl Server {
                     // The stop asked meanwhile decides: nothing to stop, it stays stopped.
                     Some(StopCause::Shutdown | StopCause::Stop) => {}
                     _ if self.lazy_start() => {
-                        self.after_failed_lazy_start(self.now, "spawn-error");
+                        self.after_failed_lazy_start(self.clock.now(), "spawn-error");
                         self.fail_held(OutageStatus::Failed);
                     }
                     _ if e.permanent() => {
                         self.enter_failed(&format!("{e}; fix the command and run `start`"))
                     }
-                    _ => self.schedule_restart(self.now, false),
+                    _ => self.schedule_restart(self.clock.now(), false),
                 }
             }
         }
@@ -110,8 +110,8 @@ impl Server {
         let deadline = self
             .life
             .start_deadline()
-            .unwrap_or_else(|| crate::deadline::after(self.now, self.cfg.start_timeout));
-        self.health.restart(self.now);
+            .unwrap_or_else(|| crate::deadline::after(self.clock.now(), self.cfg.start_timeout));
+        self.health.restart(self.clock.now());
         match (&self.cfg.protocol, self.opener.verdict()) {
             (ChildProtocol::Handshake(v), _) => {
                 let v = v.clone();
@@ -124,7 +124,8 @@ impl Server {
                 self.send_initialize(era::HANDSHAKE_VERSION)
             }
             (ChildProtocol::Auto, None) => {
-                let probe_deadline = crate::deadline::after(self.now, self.cfg.era_probe_timeout);
+                let probe_deadline =
+                    crate::deadline::after(self.clock.now(), self.cfg.era_probe_timeout);
                 self.send_discover(true, probe_deadline.min(deadline));
             }
         }
@@ -134,7 +135,7 @@ impl Server {
         let deadline = self
             .life
             .start_deadline()
-            .unwrap_or_else(|| crate::deadline::after(self.now, self.cfg.start_timeout));
+            .unwrap_or_else(|| crate::deadline::after(self.clock.now(), self.cfg.start_timeout));
         let params = raw(&era::initialize_params(
             version,
             &self.cfg.client_capabilities,
@@ -167,7 +168,7 @@ impl Server {
         error!(message_id = MSG_FAILED, reason = %why, restart_n = self.instances.restarts(),
             retry_in_s = FAILED_RETRY.as_secs(), "failed: {why}");
         self.life = Life::Failed {
-            retry_at: Some(self.now + FAILED_RETRY),
+            retry_at: Some(self.clock.now() + FAILED_RETRY),
         };
         self.fail_held(OutageStatus::Failed);
     }
@@ -241,7 +242,8 @@ impl Server {
         self.instances.reconfigure(&cfg);
         // A changed command may serve a different protocol or tool set: forget the handshake's
         // ping verdicts, keep the cached lists (compared and announced after the restart).
-        self.health.reconfigure(health_config(&cfg), self.now);
+        self.health
+            .reconfigure(health_config(&cfg), self.clock.now());
         self.held.set_limit(cfg.queue_limit);
         self.cfg = cfg;
         let idle = self.life.state() == State::Idle;
@@ -268,7 +270,7 @@ impl Server {
     }
 
     pub(super) fn record_exit(&mut self, reason: ExitReason) {
-        self.instances.record_exit(reason, self.wall);
+        self.instances.record_exit(reason, self.clock.wall());
     }
 
     pub(super) fn on_exit(&mut self, exit: Exit) {
@@ -279,7 +281,7 @@ impl Server {
         };
         let (child, cause, ready_since) = (ended.child, ended.cause, ended.ready_since);
         self.instances.publish_pid(0);
-        let now = self.now;
+        let now = self.clock.now();
         let why = ExitReason::of(cause, exit);
         let reason = why.to_string();
         let probing_era = self
@@ -367,7 +369,7 @@ impl Server {
         ready_since: Option<Instant>,
         probing_era: bool,
     ) {
-        let now = self.now;
+        let now = self.clock.now();
         if matches!(cause, Some(StopCause::Shutdown | StopCause::Stop)) {
             self.life = Life::Stopped;
         } else if probing_era && !exit.requested && !matches!(exit.code, Some(126 | 127 | 78)) {
@@ -425,9 +427,7 @@ impl Server {
             RestartPolicy::Never => false,
         };
         if restart {
-            let delay = self
-                .instances
-                .backoff(now, child.spawned_at(), ready_since);
+            let delay = self.instances.backoff(now, child.spawned_at(), ready_since);
             self.life = Life::Backoff {
                 until: crate::deadline::after(now, delay),
                 probe_respawn: false,
@@ -480,7 +480,7 @@ impl Server {
         info!(message_id = MSG_READY, child_pid = self.life.child().map(|c| c.pid()),
             restart_n = self.instances.restarts(), protocol_version = %hs.protocol_version, "ready");
         let first = self.opener.ready(hs);
-        self.life.ready(self.now);
+        self.life.ready(self.clock.now());
         self.demand_ready();
         self.instances.ready();
         self.open_listen();
@@ -499,7 +499,7 @@ impl Server {
     /// After a restart: replay log level and subscriptions, then re-read the lists and announce
     /// only real changes (issue 5 §4).
     pub(super) fn restarts_after_ready(&mut self) {
-        let far = crate::deadline::after(self.now, self.cfg.request_timeout);
+        let far = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
         let handshake_child = self.child_era() == Era::Handshake;
         if let Some(level) = self.opener.log_level().filter(|_| handshake_child) {
             let p = raw(&json!({"level": level_name(level)}));
@@ -535,13 +535,15 @@ impl Server {
     /// Reads the lists the child advertises and nobody asked for yet, so an outage can be
     /// answered with the last real list from the start (issue 5 §3).
     pub(super) fn prefetch_lists(&mut self) {
-        let Some(hs) = self.opener.handshake() else { return };
+        let Some(hs) = self.opener.handshake() else {
+            return;
+        };
         let missing: Vec<&'static str> = era::LISTS
             .iter()
             .filter(|(m, _, cap)| hs.has(cap) && !self.lists.has(m))
             .map(|(m, _, _)| *m)
             .collect();
-        let far = crate::deadline::after(self.now, self.cfg.request_timeout);
+        let far = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
         for method in missing {
             self.send_to_child(
                 Owner::Refresh {
@@ -591,7 +593,7 @@ impl Server {
                 // MCP: a server may shut down by closing stdout. Give it time to exit by itself;
                 // its exit status is the better diagnosis.
                 debug!("the child closed its stdout");
-                self.life.set_stdout_closed(Some(self.now));
+                self.life.set_stdout_closed(Some(self.clock.now()));
             }
             ChildEvent::StdinFailed(_, why) => {
                 warn!("{why}");
@@ -603,7 +605,7 @@ impl Server {
     }
 
     pub(super) fn heard(&mut self) {
-        self.health.heard(self.now);
+        self.health.heard(self.clock.now());
     }
 
     pub(super) fn on_session(&mut self, ev: SessionEvent) {
@@ -648,11 +650,13 @@ impl Server {
                     .map(|c| (Some(c.peer.uid), c.peer.pid))
                     .unwrap_or((None, None));
                 // Garbage costs a metric always, a log line only within the budget.
-                if let Some(suppressed) = self.telemetry.allow_invalid(self.now) {
+                if let Some(suppressed) = self.telemetry.allow_invalid(self.clock.now()) {
                     info!(target: "mcp_supervisor::requests", client = %id, peer_uid = uid, peer_pid = pid,
                         outcome = Outcome::Invalid.as_str(), error_code = code, suppressed, "request finished");
                 }
-                self.telemetry.metrics().request("", Outcome::Invalid, Some(code), 0.0);
+                self.telemetry
+                    .metrics()
+                    .request("", Outcome::Invalid, Some(code), 0.0);
             }
             SessionEvent::InputClosed(id) => {
                 if let Some(c) = self.clients.get_mut(&id) {

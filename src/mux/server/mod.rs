@@ -39,29 +39,29 @@ use crate::mux::outage::{ExitReason, OutageStatus, StopCause};
 use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent, Transport};
 use crate::observe::{trace, Outcome};
 use bytes::Bytes;
+use clock::Clock;
 use held::{Held, HeldQueue};
-use rounds::Rounds;
-use routing::Routing;
-use lists::ListCache;
-use opener::Opener;
-use shell::Shell;
-use supervise::ActorHistory;
 use instances::Instances;
 use io::{ChildIo, ProcessSpawner, Spawner};
 use ledger::{Ledger, Tracked};
 use life::Life;
+use lists::ListCache;
+use opener::Opener;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use rounds::Rounds;
+use routing::Routing;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
+use shell::Shell;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-use subs::Listener;
 use subtable::{Hold, Subscriptions};
+use supervise::ActorHistory;
 use telemetry::Telemetry;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn, Instrument};
@@ -69,6 +69,7 @@ use tracing::{debug, error, info, warn, Instrument};
 mod asking;
 mod child;
 mod clients;
+mod clock;
 mod demand;
 #[cfg(test)]
 mod fakes;
@@ -86,11 +87,11 @@ mod rounds;
 mod routing;
 #[cfg(test)]
 mod scenarios;
+mod shell;
 #[cfg(test)]
 mod sim;
 mod subs;
 mod subtable;
-mod shell;
 mod supervise;
 mod telemetry;
 mod timers;
@@ -373,11 +374,8 @@ enum Input {
 }
 
 struct Server {
-    /// The moment the input being handled was taken: the only clock the actor's decisions
-    /// read (set by the shell in [`Server::run`]; issue 12 §3).
-    now: Instant,
-    /// The wall-clock time of the same moment, for the `at` shown in status.
-    wall: SystemTime,
+    /// The moment the input being handled was taken (set by the shell in [`Server::run`]).
+    clock: Clock,
     cfg: ServerConfig,
     /// Metrics, the request log buffer and the warning budgets.
     telemetry: Telemetry,
@@ -392,8 +390,6 @@ struct Server {
     routing: Routing,
     /// The session opened with the child: handshake, era verdict, listen stream, log level.
     opener: Opener,
-    /// Listen streams of modern clients served by the supervisor on a handshake child.
-    listeners: Vec<Listener>,
     /// The last list results (outage answers, restart comparison).
     lists: ListCache,
     /// Who holds which resource subscription, directly or through a served listen stream.
@@ -433,16 +429,19 @@ impl Server {
         let health = Health::new(health_config(&cfg), Instant::now());
         let held = HeldQueue::new(cfg.queue_limit);
         Server {
-            now: Instant::now(),
-            wall: SystemTime::now(),
+            clock: Clock::read(),
             telemetry: Telemetry::new(&cfg.name),
-            instances: Instances::new(&cfg, spawner, StdRng::seed_from_u64(rand::Rng::gen(&mut rng)), pid),
+            instances: Instances::new(
+                &cfg,
+                spawner,
+                StdRng::seed_from_u64(rand::Rng::gen(&mut rng)),
+                pid,
+            ),
             cfg,
             life: Life::Stopped,
             shell: Shell::new(events_rx, history),
             routing: Routing::default(),
             opener: Opener::default(),
-            listeners: Vec::new(),
             lists: ListCache::default(),
             subs: Subscriptions::default(),
             clients: BTreeMap::new(),
@@ -604,11 +603,10 @@ impl Server {
 
     /// Reads the clock: once per input, here in the shell.
     fn tick_clock(&mut self) {
-        self.now = Instant::now();
-        self.wall = SystemTime::now();
+        self.clock = Clock::read();
     }
 
-    /// Everything the actor decides, for one input at `self.now`.
+    /// Everything the actor decides, for one input at `self.clock.now()`.
     fn handle(&mut self, input: Input) {
         match input {
             Input::Child(ev) => self.on_child_event(ev),
@@ -649,17 +647,14 @@ impl Server {
     }
 
     fn status(&self) -> Status {
-        let now = self.now;
+        let now = self.clock.now();
         let health = self.health.status();
         Status {
             name: self.cfg.name.clone(),
             state: self.life.state(),
             pid: self.life.child().map(|c| c.pid()),
             restarts: self.instances.restarts(),
-            era: self
-                .opener
-                .handshake()
-                .map(|h| h.protocol_version.clone()),
+            era: self.opener.handshake().map(|h| h.protocol_version.clone()),
             clients: self.clients.len(),
             uptime_s: self
                 .life

@@ -26,12 +26,13 @@ impl Server {
                     tool: t.tool.as_deref(),
                     outcome,
                     code,
-                    end: self.wall,
+                    end: self.clock.wall(),
                 },
             ));
         }
-        let elapsed = self.now.saturating_duration_since(t.started);
-        self.telemetry.metrics()
+        let elapsed = self.clock.now().saturating_duration_since(t.started);
+        self.telemetry
+            .metrics()
             .request(&t.method, outcome, code, elapsed.as_secs_f64());
         if self.telemetry.request_log() {
             // The instance that was running at arrival exited or was replaced meanwhile.
@@ -40,7 +41,7 @@ impl Server {
             let c = self.clients.get(&client);
             // Buffered here, written by the log thread (issue 15 §2).
             self.telemetry.log_request(requests::Record {
-                at: self.wall,
+                at: self.clock.wall(),
                 server: Cow::Borrowed(&self.cfg.name),
                 request_id: t.rid,
                 client: client.0,
@@ -56,7 +57,9 @@ impl Server {
                 restarted,
             });
         }
-        self.telemetry.metrics().set_in_flight(self.routing.inflight().len());
+        self.telemetry
+            .metrics()
+            .set_in_flight(self.routing.inflight().len());
     }
 
     /// Answers a client request with a JSON-RPC error and finishes it with `outcome`.
@@ -231,7 +234,7 @@ impl Server {
     ) {
         let retry = self
             .next_attempt()
-            .map(|t| t.saturating_duration_since(self.now));
+            .map(|t| t.saturating_duration_since(self.clock.now()));
         let reason = self.outage_reason(status.as_str());
         self.outage_respond(
             client,
@@ -352,7 +355,7 @@ impl Server {
     pub(super) fn fail_held(&mut self, status: OutageStatus) {
         let retry = self
             .next_attempt()
-            .map(|t| t.saturating_duration_since(self.now));
+            .map(|t| t.saturating_duration_since(self.clock.now()));
         for h in self.held.drain() {
             self.fail_one_held(h, status, status.as_str(), retry);
         }

@@ -42,7 +42,6 @@
 use super::fakes::{env_u64, id_text, input_required, lock, FakeSpawner, World};
 use super::fakes::{good_answer, modern_call};
 use super::*;
-use crate::mux::ids::id_key_ref;
 use crate::mux::session::Transport;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -247,7 +246,7 @@ impl Sim {
             events_rx,
             StdRng::seed_from_u64(seed ^ 0x5eed),
         );
-        server.now = start;
+        server.clock = Clock::at(start, server.clock.wall());
         server.begin(None);
         let mut sim = Sim {
             rng: StdRng::seed_from_u64(seed),
@@ -299,7 +298,7 @@ impl Sim {
     /// Feeds one input at the current virtual time, then checks what clients received.
     fn feed(&mut self, input: Input) {
         self.events += 1;
-        self.server.now = self.now;
+        self.server.clock = Clock::at(self.now, self.server.clock.wall());
         *self.clock.lock().unwrap_or_else(|p| p.into_inner()) = self.now;
         self.server.handle(input);
         self.read_child_stdin();
@@ -320,14 +319,17 @@ impl Sim {
                 "ready: 2026 child",
                 s.life.state() == State::Ready && s.child_era() == Era::Modern,
             ),
-            ("the supervisor's own listen stream", s.opener.listen().is_some()),
+            (
+                "the supervisor's own listen stream",
+                s.opener.listen().is_some(),
+            ),
             (
                 "an MRTR round toward a handshake client",
                 s.rounds.open_rounds() > 0,
             ),
             ("a parked 2026 request", s.rounds.parked_rounds() > 0),
             ("a request to a client", s.routing.asks() > 0),
-            ("a served listen stream", !s.listeners.is_empty()),
+            ("a served listen stream", !s.subs.listeners().is_empty()),
             ("a held request", s.held.len() > 0),
         ];
         for (what, now) in held {
@@ -643,15 +645,24 @@ impl Sim {
         let key = id_key(&raw);
         let served = self
             .server
-            .listeners
+            .subs
+            .listeners()
             .iter()
-            .any(|l| l.client == client && id_key_ref(&l.id) == key);
+            .any(|l| l.is(client, &key));
         // A stream still held ends with its cancel too.
         let stream = self
             .clients
             .get(&client)
             .is_some_and(|c| c.listens.contains(id));
-        if served || stream || self.server.routing.inflight().lookup(client, &key).is_some() {
+        if served
+            || stream
+            || self
+                .server
+                .routing
+                .inflight()
+                .lookup(client, &key)
+                .is_some()
+        {
             if let Some(c) = self.clients.get_mut(&client) {
                 if let Some(k) = c.open.get_mut(id) {
                     *k -= 1;
@@ -1248,7 +1259,8 @@ impl Sim {
         // Parked requests (K26) keep their in-flight slot (owner `Parked`): one round each,
         // so never more than max_inflight.
         let parked = s
-            .routing.inflight()
+            .routing
+            .inflight()
             .iter()
             .filter(|(_, _, _, p)| matches!(p.owner, Owner::Parked { .. }))
             .count();
@@ -1280,13 +1292,13 @@ impl Sim {
         // Served listen streams count against their client's max_subscriptions, and end with
         // their client.
         assert!(
-            s.listeners.len() <= s.clients.len() * s.cfg.max_subscriptions,
+            s.subs.listeners().len() <= s.clients.len() * s.cfg.max_subscriptions,
             "listeners {}",
-            s.listeners.len()
+            s.subs.listeners().len()
         );
-        for l in &s.listeners {
+        for l in s.subs.listeners() {
             assert!(
-                s.clients.contains_key(&l.client),
+                s.clients.contains_key(&l.client()),
                 "a departed client's stream"
             );
         }

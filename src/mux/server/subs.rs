@@ -68,7 +68,7 @@ impl Server {
         for uri in &honoured_uris {
             let new = self.subs.add(client, uri, Hold::Stream);
             if new && self.life.state() == State::Ready {
-                let far = crate::deadline::after(self.now, self.cfg.request_timeout);
+                let far = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
                 self.send_to_child(
                     Owner::Internal,
                     "resources/subscribe",
@@ -102,20 +102,15 @@ impl Server {
             "notifications/subscriptions/acknowledged",
             Some(&raw(&json!({"notifications": honoured}))),
         );
-        self.listeners.push(l);
+        self.subs.serve(l);
         self.reply(client, ack);
     }
 
     /// Ends a client's served listen stream (its cancel or its departure).
     pub(super) fn end_listener(&mut self, client: ClientId, key: &str) -> bool {
-        let Some(i) = self
-            .listeners
-            .iter()
-            .position(|l| l.client == client && id_key_ref(&l.id) == key)
-        else {
+        let Some(l) = self.subs.end_listener(client, key) else {
             return false;
         };
-        let l = self.listeners.remove(i);
         for uri in l.uris {
             self.release_sub(client, &uri, Hold::Stream);
         }
@@ -164,7 +159,7 @@ impl Server {
     /// Tells a ready handshake child that nobody holds `uri` any more.
     pub(super) fn unsubscribe_child(&mut self, uri: &str) {
         if self.life.state() == State::Ready && self.child_era() == Era::Handshake {
-            let far = crate::deadline::after(self.now, self.cfg.request_timeout);
+            let far = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
             self.send_to_child(
                 Owner::Internal,
                 "resources/unsubscribe",
@@ -218,6 +213,26 @@ pub(super) struct Listener {
 }
 
 impl Listener {
+    /// The client it is served to.
+    pub(super) fn client(&self) -> ClientId {
+        self.client
+    }
+
+    /// Whether it is `client`'s stream opened by the listen request with id key `key`.
+    pub(super) fn is(&self, client: ClientId, key: &str) -> bool {
+        self.client == client && id_key_ref(&self.id) == key
+    }
+
+    /// The id key of its listen request.
+    pub(super) fn key(&self) -> String {
+        id_key(&self.id)
+    }
+
+    /// What it counts against its client's `max_subscriptions`: the stream and each URI.
+    pub(super) fn weight(&self) -> usize {
+        1 + self.uris.len()
+    }
+
     /// Whether this stream asked for the notification `method` (about `uri`).
     pub(super) fn wants(&self, method: &str, uri: Option<&str>) -> bool {
         match method {

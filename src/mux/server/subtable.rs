@@ -1,10 +1,13 @@
 //! Who holds which resource subscription (issue 6 §4; issue 12 §3). A client may hold a URI
 //! directly (`resources/subscribe`) and through any number of its served listen streams at the
 //! same time; the URI stays subscribed toward the child while any hold remains, and each kind
-//! of hold is released on its own. Plain data: no clock, no I/O.
+//! of hold is released on its own. The table also keeps the listen streams the supervisor
+//! serves to 2026 clients of a handshake child ([`Listener`]), which hold URIs the same way.
+//! Plain data: no clock, no I/O.
 
 use std::collections::BTreeMap;
 
+use super::subs::Listener;
 use super::ClientId;
 
 /// How a client holds a URI.
@@ -34,9 +37,28 @@ impl Holds {
 #[derive(Debug, Default)]
 pub(super) struct Subscriptions {
     by_uri: BTreeMap<String, BTreeMap<ClientId, Holds>>,
+    /// Listen streams served here, in the order they were opened.
+    listeners: Vec<Listener>,
 }
 
 impl Subscriptions {
+    /// The listen streams served here.
+    pub(super) fn listeners(&self) -> &[Listener] {
+        &self.listeners
+    }
+
+    /// Serves listen stream `l` (its URIs are held by the caller with [`Hold::Stream`]).
+    pub(super) fn serve(&mut self, l: Listener) {
+        self.listeners.push(l);
+    }
+
+    /// Ends `client`'s served stream whose listen request had id key `key`; the caller
+    /// releases its URIs.
+    pub(super) fn end_listener(&mut self, client: ClientId, key: &str) -> Option<Listener> {
+        let i = self.listeners.iter().position(|l| l.is(client, key))?;
+        Some(self.listeners.remove(i))
+    }
+
     /// Adds one hold; true when the URI had no holder before (subscribe toward the child).
     pub(super) fn add(&mut self, client: ClientId, uri: &str, hold: Hold) -> bool {
         let new = !self.by_uri.contains_key(uri);

@@ -25,7 +25,7 @@ impl Server {
     }
 
     pub(super) fn on_timer(&mut self) {
-        let now = self.now;
+        let now = self.clock.now();
         if self.life.start_deadline().is_some_and(|t| t <= now) {
             warn!(
                 timeout_s = self.cfg.start_timeout.as_secs_f64(),
@@ -68,7 +68,7 @@ impl Server {
     /// Held requests past `queue_wait` (or `start_timeout` for `initialize`) fail with the
     /// outage record.
     fn expire_held(&mut self) {
-        let now = self.now;
+        let now = self.clock.now();
         while let Some(h) = self.held.pop_expired(now) {
             let status = self.outage_status();
             let retry = self
@@ -82,7 +82,7 @@ impl Server {
     /// The child's requests to clients (and MRTR input requests) that were not answered in
     /// time: the asker gets an error, the client a cancel.
     fn expire_upstream(&mut self) {
-        let now = self.now;
+        let now = self.clock.now();
         for ((client, n), asker) in self.routing.take_expired_asks(now) {
             {
                 match asker {

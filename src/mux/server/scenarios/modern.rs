@@ -97,7 +97,7 @@ fn a_listen_stream_cancelled_while_held_is_never_opened() {
             opened, own,
             "only the supervisor's own stream reaches the child"
         );
-        assert!(sim.server.listeners.is_empty(), "no stream served");
+        assert!(sim.server.subs.listeners().is_empty(), "no stream served");
         assert_eq!(sim.server.held.len(), 0);
         assert_eq!(
             sim.server.ledger.len(),
