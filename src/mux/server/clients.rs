@@ -427,12 +427,14 @@ impl Server {
     pub(super) fn sync_log_level(&mut self) {
         let want = self.clients.values().filter_map(|c| c.log_level).min();
         let Some(want) = want else { return };
-        if self.child_era() == Era::Handshake && self.opener.set_log_level(want) {
-            if self.life.state() == State::Ready {
-                let p = raw(&json!({"level": level_name(want)}));
-                let deadline = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
-                self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
-            }
+        // The level is recorded while the child is down too: the restart replays it.
+        if self.child_era() == Era::Handshake
+            && self.opener.set_log_level(want)
+            && self.life.state() == State::Ready
+        {
+            let p = raw(&json!({"level": level_name(want)}));
+            let deadline = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
+            self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
         }
     }
 
