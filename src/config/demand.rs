@@ -1,7 +1,11 @@
 //! Keys of issue 18 §1-2: when a child starts (`start`), when an unused one stops
 //! (`idle_stop`), and where what a child said is kept between runs (`[supervisor] state_dir`).
 
-use super::*;
+use super::keys;
+use super::raw::{RawServer, RawSupervisor};
+use super::{ConfigError, Table, Validator};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// When a server's child is spawned (issue 18 §1; README "Servers on demand").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

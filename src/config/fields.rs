@@ -2,7 +2,15 @@
 //! command path, the restart policy, per-method timeouts, the protocol, roots, the identity,
 //! client capabilities. Each error names file, line and key.
 
-use super::*;
+use super::keys::{self, Key};
+use super::raw::RawServer;
+use super::values::parse_duration;
+use super::{ConfigError, Table, Validator};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+use toml::Spanned;
 
 /// Whose roots a shared child sees (issue 13 §3, K28; README "Roots").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

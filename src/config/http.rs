@@ -1,7 +1,11 @@
 //! `[supervisor]`'s `http_*` keys: the Streamable HTTP endpoint (issue 16). Each error names
 //! file, line and key.
 
-use super::*;
+use super::keys;
+use super::raw::{RawServer, RawSupervisor};
+use super::{ConfigError, Table, Validator};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// `[supervisor]`'s `http_*` keys: the Streamable HTTP endpoint (issue 16, README "HTTP").
 #[derive(Debug, Clone, PartialEq)]

@@ -2,7 +2,11 @@
 //! `tasks_max` and `open_files_max` (also in `[defaults]`), and `[supervisor] limits`, the
 //! mechanism. Each error names file, line and key. Enforcement is `crate::child::limits`.
 
-use super::*;
+use super::keys::{self, Key};
+use super::raw::{RawServer, RawSupervisor};
+use super::{ConfigError, Table, Validator};
+use serde::Deserialize;
+use toml::Spanned;
 
 /// The smallest `memory_max`: below it nothing runs, and a bare number meant as megabytes
 /// (`memory_max = 512`) would kill the child at once.

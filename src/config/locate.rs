@@ -1,7 +1,9 @@
 //! Finding `socket_dir` in a file that may not validate (the operator verbs still reach the
 //! daemon whose file was broken after it started).
 
-use super::*;
+use super::values::default_socket_dir;
+use super::{parse, read, ConfigError};
+use std::path::{Path, PathBuf};
 
 /// The `socket_dir` a file names, found even when the file is otherwise invalid (so the
 /// operator verbs can reach a daemon whose file was broken after it started, and `reload` can

@@ -1,6 +1,7 @@
 //! `[supervisor] log_format` (issue 17 §3). Errors name file, line and key.
 
-use super::*;
+use super::raw::RawSupervisor;
+use super::{ConfigError, Validator};
 
 /// Where and how the daemon's own log and the request log are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,6 @@
 //! `[supervisor]` (daemon-wide), `[defaults]` (any server key except `command`/`args`, applied to
 //! every server), and `[servers.NAME]` with NAME matching `[a-z0-9_-]+`.
 
-use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;

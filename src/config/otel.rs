@@ -1,7 +1,9 @@
 //! `[supervisor]`'s `otel_*` keys: OpenTelemetry traces (issue 17 §4). Off unless
 //! `otel_endpoint` is set. Each error names file, line and key.
 
-use super::*;
+use super::raw::RawSupervisor;
+use super::{ConfigError, Validator};
+use toml::Spanned;
 
 /// `[supervisor]`'s `otel_*` keys, present when `otel_endpoint` is set (README "Traces").
 #[derive(Debug, Clone, PartialEq)]

@@ -1,7 +1,10 @@
 //! The configuration file as TOML gives it: every key optional and spanned, so validation
 //! (`mod.rs`, `fields.rs`, ...) can name file, line and key.
 
-use super::*;
+use super::limits;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use toml::Spanned;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]

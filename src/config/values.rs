@@ -2,7 +2,8 @@
 //! socket directory, environment name patterns. Each parser returns a message that names what
 //! to write instead.
 
-use super::*;
+use std::path::PathBuf;
+use std::time::Duration;
 
 /// Parses `"500ms"`, `"30s"`, `"2m"`, `"1h 30m"` (humantime syntax). A bare number is refused:
 /// durations carry units.

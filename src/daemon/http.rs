@@ -1,7 +1,13 @@
 //! The daemon's side of the HTTP endpoint (issue 16): each server's `NAME.http.sock` and
 //! token, and the TCP listener shared by every server.
 
-use super::*;
+use super::sockets::{self, bind_socket};
+use super::Daemon;
+use crate::config::ServerConfig;
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
 
 impl Daemon {
     /// Server `cfg`'s HTTP endpoint, when `http = true`: its token for the TCP side, and

@@ -18,28 +18,27 @@
 //! through the ladder, remove the sockets we bound (never socket-activated ones), exit 0; a
 //! second signal SIGKILLs every process group and exits at once.
 
-use crate::config::{Config, ServerConfig, SupervisorConfig};
+use crate::config::{Config, ServerConfig};
 use crate::control::server::{self as ctl, Entry, Registry, ReloadOutcome};
 use crate::control::{self, ErrorBody, ErrorKind, ReloadReport};
-use crate::logging::{MSG_REFUSED, MSG_RELOADED, MSG_RELOAD_FAILED};
+use crate::logging::{MSG_RELOADED, MSG_RELOAD_FAILED};
 use crate::mux::server::{self, Command, ServerHandle};
-use crate::mux::session::{self, Access, Peer};
+use crate::mux::session::{self, Access};
 use crate::systemd::{self, Notifier, Plumbing};
 use anyhow::{bail, Context, Result};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
 mod http;
 mod sockets;

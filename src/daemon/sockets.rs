@@ -2,8 +2,24 @@
 //! non-socket paths), the `SO_PEERCRED` allow-list, and the accept loops of the server and
 //! control sockets.
 
-use super::*;
-use std::os::unix::fs::MetadataExt;
+use super::AlreadyRunning;
+use crate::config::{ServerConfig, SupervisorConfig};
+use crate::control::{self, server as ctl};
+use crate::logging::MSG_REFUSED;
+use crate::mux::server::ServerHandle;
+use crate::mux::session::{self, Access, Peer};
+use anyhow::{bail, Context, Result};
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
 
 /// Mode and group of the sockets we bind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

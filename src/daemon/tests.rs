@@ -1,4 +1,5 @@
 use super::*;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 
 #[test]
 fn reload_gate_allows_three_per_ten_seconds() {

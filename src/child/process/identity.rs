@@ -1,7 +1,7 @@
 //! The identity a child runs as (`user`, `group`; issue 7 §5): resolved before the fork,
 //! applied in `pre_exec` with async-signal-safe calls only.
 
-use super::*;
+use super::SpawnSpec;
 
 /// The identity a child runs as when `user` or `group` is set (issue 7 §5): applied in the
 /// forked child (supplementary groups of the user, then gid, then uid), so nothing of root's

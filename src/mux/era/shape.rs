@@ -1,7 +1,8 @@
 //! Shape checks of child replies (K21): what JSON type a result's members have, read with one
 //! pass over the top level and nothing copied. Pure and total: any text in, an answer out.
 
-use super::*;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
 
 /// JSON's insignificant whitespace (RFC 8259 §2), nothing more.
 pub(super) fn is_json_ws(c: char) -> bool {
