@@ -15,7 +15,17 @@
 //! (the child gets errors for what was asked and a cancel), the client leaving, or the child's
 //! exit.
 
-use super::*;
+use super::util::malformed;
+use super::{Lane, Owner, Pending, Server};
+use crate::jsonrpc::message;
+use crate::jsonrpc::message::{code, raw, raw_u64, Message, Out};
+use crate::mux::era;
+use crate::mux::era::Era;
+use crate::mux::ids::id_key;
+use crate::mux::session::{ClientId, Transport};
+use crate::observe::Outcome;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
 
 /// The owner of rounds whose 2026-07-28 HTTP request ended with its `input_required` answer
 /// ([`Server::detach_rounds_of`]); never a real client's id (those start at 1).

@@ -2,7 +2,23 @@
 //! the handshake and era verdicts, the child's own requests, notifications and listen
 //! traffic, malformed and oversized replies.
 
-use super::*;
+use super::subtable::Hold;
+use super::util::{is_tool_error, listen_close_result, malformed, shareable};
+use super::{Asker, Lane, Owner, Server, State};
+use crate::child::process::Queued;
+use crate::config::ClientRoots;
+use crate::jsonrpc::message;
+use crate::jsonrpc::message::{code, raw, raw_u64, Kind, Message, Out};
+use crate::mux::era;
+use crate::mux::era::{ChildProtocol, Era, Handshake};
+use crate::mux::outage::StopCause;
+use crate::mux::session::ClientId;
+use crate::observe::Outcome;
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use tracing::{debug, error, info, warn};
 
 impl Server {
     pub(super) fn on_child_message(&mut self, m: Message) {

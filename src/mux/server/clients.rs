@@ -2,7 +2,19 @@
 //! goes), `initialize` and `logging/setLevel` answered here, notifications, responses to the
 //! child's requests, and a client's departure.
 
-use super::*;
+use super::util::{level_name, tracked};
+use super::{asking, Asker, Lane, Owner, Server, State};
+use crate::jsonrpc::message;
+use crate::jsonrpc::message::{code, raw, Kind, Message, Out};
+use crate::mux::era;
+use crate::mux::era::Era;
+use crate::mux::ids::id_key;
+use crate::mux::outage::OutageStatus;
+use crate::mux::session::{ClientId, Peer, Transport};
+use crate::observe::Outcome;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use tracing::{debug, info, warn};
 
 impl Server {
     pub(super) fn on_client_message(&mut self, client: ClientId, m: Message) {

@@ -13,9 +13,15 @@
 //!   subscriptions, listen streams). Its exit leaves the server `idle`: no failure, no
 //!   backoff, no restart counted, `last_exit` untouched.
 
-use super::*;
-use crate::config::StartMode;
+use super::life::Life;
+use super::{Owner, Server, State};
+use crate::config::{ServerConfig, StartMode};
+use crate::mux::era::ChildProtocol;
+use crate::mux::outage::{ExitReason, StopCause};
 use crate::mux::record::{self, Record, Writer};
+use serde_json::{json, Value};
+use std::time::Instant;
+use tracing::{error, info, warn};
 
 /// What the actor keeps for on-demand starts and idle stops.
 #[derive(Debug)]

@@ -4,6 +4,9 @@
 
 use super::sim::Asked;
 use super::*;
+use crate::child::process::{Queued, StderrTail};
+use crate::mux::era;
+use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 

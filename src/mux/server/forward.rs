@@ -1,7 +1,24 @@
 //! Forwarding a client request to the child: id rewriting, era translation, deadlines, and
 //! MRTR rounds (`input_required` turned into ordinary requests for handshake clients).
 
-use super::*;
+use super::util::{
+    input_requests, level_name, list_to_cache, missing_capability, request_state, subscribe_uri,
+};
+use super::{Asker, Owner, Pending, Round, Server};
+use crate::child::process::Queued;
+use crate::config::ClientRoots;
+use crate::jsonrpc::message;
+use crate::jsonrpc::message::{code, raw, raw_u64, Message, Out, RawObject};
+use crate::mux::era;
+use crate::mux::era::Era;
+use crate::mux::ids::id_key;
+use crate::mux::outage::{OutageStatus, StopCause};
+use crate::mux::session::ClientId;
+use crate::observe::Outcome;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+use std::time::Instant;
+use tracing::debug;
 
 impl Server {
     pub(super) fn forward(&mut self, client: ClientId, m: Message) {

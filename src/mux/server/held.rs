@@ -2,7 +2,10 @@
 //! starting or being replaced, each until its own deadline, never more than `queue_limit`.
 //! Plain data: no clock (deadlines are given), no I/O.
 
-use super::*;
+use crate::jsonrpc::message::Message;
+use crate::mux::session::ClientId;
+use std::collections::VecDeque;
+use std::time::Instant;
 
 /// A client request held while the child is not ready.
 #[derive(Debug)]
@@ -117,6 +120,9 @@ impl HeldQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jsonrpc::message;
+    use serde_json::value::RawValue;
+    use std::time::Duration;
 
     fn msg(id: u64) -> Message {
         let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#);

@@ -2,7 +2,11 @@
 //! these carry out (issue 12 §3). The real implementations wrap `child::process`; the
 //! simulation (`sim.rs`) uses fakes, so the whole actor runs without processes or a runtime.
 
-use super::*;
+use crate::child::process;
+use crate::child::process::{ChildEvent, ChildHandle, Queued, StderrTail};
+use bytes::Bytes;
+use std::time::Instant;
+use tokio::sync::mpsc;
 
 /// A running child instance, as the actor sees it.
 pub(crate) trait ChildIo: Send {

@@ -4,7 +4,10 @@
 //! leaving) closes the entry once, which is when the request log line and the metrics are
 //! written. Plain data: no clock, no I/O.
 
-use super::*;
+use crate::logging::requests::RequestId;
+use crate::mux::session::ClientId;
+use crate::observe::trace;
+use std::time::Instant;
 
 /// What the request log needs about a client request, from arrival to its one outcome.
 #[derive(Debug)]

@@ -3,7 +3,10 @@
 //! `backoff`, a spawn time while `starting`, a stop cause without a stop) cannot be written.
 //! Plain data: no clock (every moment is passed in), no I/O beyond `ChildIo::stop`.
 
-use super::*;
+use super::io::ChildIo;
+use super::State;
+use crate::mux::outage::StopCause;
+use std::time::Instant;
 
 /// Where the server is in its lifecycle, with what each state owns.
 pub(super) enum Life {
@@ -357,6 +360,9 @@ impl Life {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::child::process::Queued;
+    use bytes::Bytes;
+    use std::time::Duration;
 
     struct Child {
         stopped: bool,

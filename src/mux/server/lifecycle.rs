@@ -1,7 +1,26 @@
 //! The server's lifecycle: spawn, the era opener, operator verbs, exits and what follows
 //! them (backoff, failed), readiness; the events from the child and from client sessions.
 
-use super::*;
+use super::held::Held;
+use super::io::ChildIo;
+use super::life::Life;
+use super::util::{health_config, level_name};
+use super::{Client, Lane, Owner, Server, SpawnOutcome, State};
+use crate::child::backoff::{FAILED_RETRY, MAX_FAILED_STARTS};
+use crate::child::process;
+use crate::child::process::{ChildEvent, Exit};
+use crate::config::{RestartPolicy, ServerConfig};
+use crate::jsonrpc::message;
+use crate::jsonrpc::message::{code, raw, Out};
+use crate::logging::{MSG_BACKOFF, MSG_EXITED, MSG_FAILED, MSG_READY, MSG_SPAWNED};
+use crate::mux::era;
+use crate::mux::era::{ChildProtocol, Era, Handshake};
+use crate::mux::outage::{ExitReason, OutageStatus, StopCause};
+use crate::mux::session::SessionEvent;
+use crate::observe::Outcome;
+use serde_json::{json, Value};
+use std::time::Instant;
+use tracing::{debug, error, info, warn};
 
 impl Server {
     /// Spawns the next instance now, or, when the daemon's spawn budget is spent (R11), as

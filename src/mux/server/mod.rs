@@ -26,24 +26,18 @@
 //! requests during start-up or backoff wait (bounded) and are forwarded once ready; list
 //! requests are answered from the last known result while the child is down.
 
-use crate::child::backoff::{FAILED_RETRY, MAX_FAILED_STARTS};
-use crate::child::process::{self, ChildEvent, ChildHandle, Exit, Queued, StderrTail};
-use crate::config::{ClientRoots, RestartPolicy, ServerConfig};
-use crate::jsonrpc::framing::Line;
-use crate::jsonrpc::message::{self, code, raw, raw_u64, Kind, Message, Out, RawObject};
-use crate::logging::requests::{self, RequestId};
-use crate::logging::{MSG_BACKOFF, MSG_EXITED, MSG_FAILED, MSG_READY, MSG_SPAWNED};
-use crate::mux::era::{self, ChildProtocol, Era, Handshake};
-use crate::mux::health::{Action, Health, HealthConfig, ProbeMethods};
-use crate::mux::outage::{ExitReason, OutageStatus, StopCause};
-use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent, Transport};
-use crate::observe::{trace, Outcome};
-use bytes::Bytes;
+use crate::child::process::{self, ChildEvent};
+use crate::config::ServerConfig;
+use crate::jsonrpc::message::{self, code};
+use crate::mux::era::Era;
+use crate::mux::health::Health;
+use crate::mux::outage::ExitReason;
+use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent};
 use clock::Clock;
-use held::{Held, HeldQueue};
+use held::HeldQueue;
 use instances::Instances;
 use io::{ChildIo, ProcessSpawner, Spawner};
-use ledger::{Ledger, Tracked};
+use ledger::Ledger;
 use life::Life;
 use lists::ListCache;
 use opener::Opener;
@@ -56,15 +50,16 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use shell::Shell;
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
-use subtable::{Hold, Subscriptions};
+use std::time::{Duration, Instant};
+use subtable::Subscriptions;
 use supervise::ActorHistory;
 use telemetry::Telemetry;
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, error, info, warn, Instrument};
+use tracing::{warn, Instrument};
+use util::health_config;
 
 mod asking;
 mod child;
@@ -96,8 +91,6 @@ mod supervise;
 mod telemetry;
 mod timers;
 mod util;
-
-use util::*;
 
 /// A child that closed stdout is stopped if still running after this (R15).
 const STDOUT_CLOSED_GRACE: Duration = Duration::from_secs(2);

@@ -1,7 +1,25 @@
 //! Delivery to clients (one outcome per request) and outage answers: the list cache, the
 //! outage record, failing in-flight and held requests.
 
-use super::*;
+use super::held::Held;
+use super::util::format_secs;
+use super::{Client, Owner, Server, State};
+use crate::jsonrpc::framing::Line;
+use crate::jsonrpc::message;
+use crate::jsonrpc::message::{code, raw, Message, Out};
+use crate::logging::requests;
+use crate::logging::requests::RequestId;
+use crate::mux::era;
+use crate::mux::ids::id_key_ref;
+use crate::mux::outage::{OutageStatus, StopCause};
+use crate::mux::session::ClientId;
+use crate::observe::{trace, Outcome};
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use std::borrow::Cow;
+use std::time::Duration;
+use tracing::warn;
 
 impl Server {
     /// Ends a client request with its one outcome: the request log line and the metrics.

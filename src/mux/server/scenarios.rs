@@ -6,6 +6,7 @@
 use super::fakes::{good_answer, lock};
 use super::sim::Sim;
 use super::*;
+use crate::mux::outage::StopCause;
 
 /// A server whose child speaks the handshake era, with short, round settings.
 const BASE: &str = r#"

@@ -42,7 +42,13 @@
 use super::fakes::{env_u64, id_text, input_required, lock, FakeSpawner, World};
 use super::fakes::{good_answer, modern_call};
 use super::*;
+use crate::jsonrpc::framing::Line;
+use crate::jsonrpc::message::Kind;
+use crate::mux::era;
+use crate::mux::era::ChildProtocol;
+use crate::mux::ids::id_key;
 use crate::mux::session::Transport;
+use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeSet;

@@ -1,7 +1,17 @@
 //! Resource subscriptions (refcounted toward the child) and `subscriptions/listen` streams:
 //! the supervisor's own on a 2026 child, and served ones for 2026 clients of a handshake child.
 
-use super::*;
+use super::subtable::Hold;
+use super::{Lane, Owner, Server, State};
+use crate::jsonrpc::message::{code, raw, Message, Out};
+use crate::mux::era;
+use crate::mux::era::Era;
+use crate::mux::ids::{id_key, id_key_ref};
+use crate::mux::session::ClientId;
+use crate::observe::Outcome;
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
 
 impl Server {
     /// Opens (or re-opens, with the current resource subscriptions) the supervisor's own listen

@@ -1,7 +1,17 @@
 //! Timers and health: the next wake-up, deadlines of starts, requests, held requests and
 //! the child's requests, and the health rules (`mux/health.rs`) applied to the ready child.
 
-use super::*;
+use super::util::format_secs;
+use super::{Asker, Lane, Owner, Pending, Server, State, STDOUT_CLOSED_GRACE};
+use crate::jsonrpc::message::{code, raw, raw_u64, Out};
+use crate::mux::era;
+use crate::mux::era::{Era, Handshake};
+use crate::mux::health::{Action, ProbeMethods};
+use crate::mux::outage::{OutageStatus, StopCause};
+use crate::observe::Outcome;
+use serde_json::json;
+use std::time::Instant;
+use tracing::{debug, error, warn};
 
 impl Server {
     pub(super) fn next_wake(&self) -> Option<Instant> {

@@ -1,6 +1,16 @@
 //! Small pure helpers of the server actor: shape checks, id keys, request-log fields.
 
-use super::*;
+use super::ledger::Tracked;
+use crate::config::ServerConfig;
+use crate::jsonrpc::message;
+use crate::jsonrpc::message::{raw, Message};
+use crate::logging::requests::RequestId;
+use crate::mux::era;
+use crate::mux::health::HealthConfig;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+use std::borrow::Cow;
+use std::time::{Duration, Instant, SystemTime};
 
 /// What is wrong with a child's response to `method`, if anything (K21): a result must have
 /// the shape MCP gives that method's result (`era::check_result_shape`), an error must be an
@@ -93,8 +103,6 @@ pub(super) fn format_secs(d: Duration) -> String {
         format!("{:.1}s", d.as_secs_f64())
     }
 }
-
-pub(super) use crate::mux::ids::{id_key, id_key_ref};
 
 /// A fresh request id for the log and for errors (`r-` and 12 hex digits).
 /// Whether a `tools/call` result says `isError: true`, without decoding the content (which may

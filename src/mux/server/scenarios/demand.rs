@@ -1,6 +1,7 @@
 //! Servers on demand and idle stops (issue 18 §1-2) on the fake clock.
 
 use super::*;
+use crate::mux::era::Handshake;
 
 /// BASE's handshake child, started on demand and stopped after 10 s unused; calls may take
 /// a minute.

@@ -2,6 +2,7 @@
 //! with children of that era, one scripted scenario each.
 
 use super::*;
+use crate::mux::era;
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":"i","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
 
