@@ -723,7 +723,8 @@ async fn pump(front: Weak<Front>, s: Arc<HttpSession>, mut outbox: Outbox) {
     let kicked = outbox.kicked();
     loop {
         let line: Option<Line> = tokio::select! {
-            l = outbox.recv() => l,
+            // The address is not read yet: `route` still finds it in the line.
+            l = outbox.recv() => l.map(|(_, l)| l),
             _ = kicked.cancelled() => None,
             _ = s.ended.cancelled() => None,
         };

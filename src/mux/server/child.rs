@@ -3,6 +3,7 @@
 //! traffic, malformed and oversized replies.
 
 use super::*;
+use crate::mux::session::To;
 
 impl Server {
     pub(super) fn on_child_message(&mut self, m: Message) {
@@ -316,7 +317,7 @@ impl Server {
                 deadline,
             },
         );
-        self.reply(owner, line);
+        self.reply_to(owner, To::Request(&raw_u64(n), &method), line);
     }
 
     /// The ownership rule for a child's request (issue 3 §5, K06). The handshake era has no
@@ -468,7 +469,7 @@ impl Server {
             serde_json::from_str(orig.get()).unwrap_or(Value::Null),
         );
         let line = Out::request(None, m.method(), Some(&raw(&Value::Object(p)))).encode();
-        self.reply(client, line);
+        self.reply_to(client, To::Progress(&orig), line);
     }
 
     /// The child gave up on one of its own requests to a client: that client is told, under
@@ -519,14 +520,14 @@ impl Server {
         uri: Option<&str>,
         params: Option<&RawValue>,
     ) {
-        let lines: Vec<(ClientId, Bytes)> = self
+        let lines: Vec<(ClientId, Box<RawValue>, Bytes)> = self
             .listeners
             .iter()
             .filter(|l| l.wants(method, uri))
-            .map(|l| (l.client, l.notification(method, params)))
+            .map(|l| (l.client, l.id.clone(), l.notification(method, params)))
             .collect();
-        for (c, line) in lines {
-            self.reply(c, line);
+        for (c, id, line) in lines {
+            self.reply_to(c, To::Listen(&id), line);
         }
     }
 
@@ -650,7 +651,7 @@ impl Server {
             meta.insert(era::META_SUBSCRIPTION_ID.into(), original);
         }
         let line = Out::request(None, method, Some(&raw(&Value::Object(params)))).encode();
-        self.reply(client, line);
+        self.reply_to(client, To::Listen(&id), line);
         true
     }
 

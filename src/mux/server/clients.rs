@@ -3,6 +3,7 @@
 //! child's requests, and a client's departure.
 
 use super::*;
+use crate::mux::session::To;
 
 impl Server {
     pub(super) fn on_client_message(&mut self, client: ClientId, m: Message) {
@@ -321,7 +322,7 @@ impl Server {
             id.get()
         );
         let line = message::error_response(id, code::INVALID_REQUEST, &msg, None);
-        self.reply(client, line);
+        self.reply_to(client, To::Response(id), line);
     }
 
     pub(super) fn client_initialize(&mut self, client: ClientId, m: Message) {

@@ -2,6 +2,7 @@
 //! MRTR rounds (`input_required` turned into ordinary requests for handshake clients).
 
 use super::*;
+use crate::mux::session::To;
 
 impl Server {
     pub(super) fn forward(&mut self, client: ClientId, m: Message) {
@@ -217,8 +218,9 @@ impl Server {
                     deadline,
                 },
             );
-            self.reply(
+            self.reply_to(
                 client,
+                To::Request(&raw_u64(n), &m),
                 Out::request(Some(&raw_u64(n)), &m, Some(&raw(&p))).encode(),
             );
         }

@@ -2,6 +2,7 @@
 //! the supervisor's own on a 2026 child, and served ones for 2026 clients of a handshake child.
 
 use super::*;
+use crate::mux::session::To;
 
 impl Server {
     /// Opens (or re-opens, with the current resource subscriptions) the supervisor's own listen
@@ -101,8 +102,9 @@ impl Server {
             "notifications/subscriptions/acknowledged",
             Some(&raw(&json!({"notifications": honoured}))),
         );
+        let id = l.id.clone();
         self.listeners.push(l);
-        self.reply(client, ack);
+        self.reply_to(client, To::Listen(&id), ack);
     }
 
     /// Ends a client's served listen stream (its cancel or its departure).
