@@ -62,6 +62,7 @@ use tracing::{debug, info, warn};
 
 pub mod access;
 pub mod admit;
+mod router;
 mod session;
 mod stateless;
 mod stream;

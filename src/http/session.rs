@@ -2,21 +2,27 @@
 //! `initialize` opens one, `Mcp-Session-Id` names it, DELETE or `http_session_idle` ends it.
 //! A session is one client of the server actor for its whole life.
 //!
-//! Where the actor's lines for the session go (the session's *pump*):
+//! Where the actor's lines for the session go is decided by the session's *pump*, the one
+//! task that owns its routing table ([`Router`], `router.rs`). The actor addresses each line
+//! ([`crate::mux::session::Address`]: a response by its request's id, progress by its token,
+//! a request toward the client, a listen stream's traffic, or session-wide), so the pump
+//! never parses an outgoing line and takes no lock for one. Streams register with the pump
+//! and leave through its control channel ([`Ctl`]), in the order their handlers send them.
+//! The routes:
 //! - a response to the POST stream that sent its request (by the client's id), SSE or JSON;
 //! - `notifications/progress` to the POST stream whose request carried that progress token,
 //!   when it is an SSE stream (a JSON body carries only responses);
 //! - anything else (the child's requests, log messages, list changes, resource updates) to
 //!   the most recently opened SSE POST stream still open, else the newest GET stream still
 //!   open (each message on exactly one stream), else: a notification waits in a bounded
-//!   backlog delivered when a stream opens ([`BACKLOG`] lines; the oldest are dropped and
-//!   counted in the log); a request of the child is answered at once, by the session as the
-//!   client would, with a JSON-RPC error naming why, so the child's own fallback runs
-//!   instead of waiting `request_timeout` (issue 26 §7).
+//!   backlog delivered when a stream opens ([`BACKLOG`](super::router::BACKLOG) lines; the
+//!   oldest are dropped and counted in the log); a request of the child is answered at once,
+//!   by the session as the client would, with a JSON-RPC error naming why, so the child's
+//!   own fallback runs instead of waiting `request_timeout` (issue 26 §7).
 //!
 //! A client may open several GET streams (2025-03-26 transports: "the client MAY remain
 //! connected to multiple SSE streams simultaneously"); the newest carries the messages, and
-//! beyond [`GET_STREAMS`] the oldest is closed.
+//! beyond [`GET_STREAMS`](super::router::GET_STREAMS) the oldest is closed.
 //!
 //! A session answers only the [`Caller`] that opened it: a request naming it from another
 //! (another transport, token or uid) gets the same 404 as an unknown id (issue 26 §5). Its
@@ -33,31 +39,26 @@
 //! answers to them are dropped.
 
 use super::access::Caller;
+use super::router::{Routed, Router, STREAM_QUEUE};
 use super::stream::{self, OnDrop};
 use super::{
     accepts_sse, header, header_str, json_body, log_allowed, plain, rpc_error, trim_newline,
     Charge, Entry, Front, HeaderMap, HeaderValue, IntoResponse, Response, StatusCode,
     SESSION_HEADER, VERSION_HEADER,
 };
-use crate::jsonrpc::framing::Line;
 use crate::jsonrpc::message::{self, code, Kind, Message};
 use crate::mux::era;
 use crate::mux::ids::id_key;
 use crate::mux::session::{ClientId, ClientTx, Outbox, Peer, SessionEvent, Transport};
 use bytes::Bytes;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, Weak};
+use serde_json::value::RawValue;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-/// Lines kept for a session with no open stream.
-pub const BACKLOG: usize = 256;
-/// GET streams open at once per session; a newer one closes the oldest.
-pub const GET_STREAMS: usize = 4;
-/// Lines queued toward one HTTP response stream before it is closed as too slow.
-const STREAM_QUEUE: usize = 1024;
 /// How often idle sessions are looked for.
 const REAP_EVERY: Duration = Duration::from_secs(10);
 
@@ -72,37 +73,80 @@ pub struct HttpSession {
     owner: Caller,
     client: ClientId,
     events: mpsc::Sender<SessionEvent>,
-    routes: Mutex<Routes>,
+    /// The pump's control inbox: streams opening and leaving. Unbounded, but each message
+    /// stands for one HTTP request being handled (a POST stream's opening and its end, a
+    /// GET stream's opening), so it holds at most two per request in progress.
+    ctl: mpsc::UnboundedSender<Ctl>,
+    /// The next POST stream's number (numbers grow in the order POSTs arrive).
+    next_stream: AtomicU64,
+    activity: Activity,
     /// Cancelled when the session ends (DELETE, expiry, the actor closed it, shutdown).
     ended: CancellationToken,
 }
 
-#[derive(Debug, Default)]
-struct Routes {
-    next_stream: u64,
-    /// Unanswered request id (canonical key) → the POST stream awaiting it.
-    by_id: HashMap<String, u64>,
-    /// Progress token (canonical key) → the POST stream of the request that carries it.
-    by_token: HashMap<String, u64>,
-    /// Open POST streams.
-    streams: BTreeMap<u64, PostStream>,
-    /// The GET streams, oldest first (at most [`GET_STREAMS`]); closed ones are pruned.
-    gets: Vec<mpsc::Sender<Bytes>>,
-    backlog: VecDeque<Bytes>,
-    /// Requests whose stream closed before their answer: their late answers are dropped.
-    abandoned: HashSet<String>,
-    last_active: Option<Instant>,
+/// What a request handler tells the pump ([`pump`]) about the session's streams.
+#[derive(Debug)]
+enum Ctl {
+    /// POST stream `n` opens, awaiting the answers to `pending` (canonical key, id as
+    /// written) and the progress of `tokens`; `reply` says whether it was taken (`Err(id)`:
+    /// an id another stream awaits). Its end is always followed by [`Ctl::PostGone`].
+    Post {
+        n: u64,
+        pending: Vec<(String, Box<RawValue>)>,
+        tokens: Vec<String>,
+        sse: bool,
+        tx: mpsc::Sender<Bytes>,
+        reply: oneshot::Sender<Result<(), Box<RawValue>>>,
+    },
+    /// POST stream `n` was dropped (answered, closed by the client, or refused).
+    PostGone(u64),
+    /// A GET stream opens.
+    Get(mpsc::Sender<Bytes>),
 }
 
+/// When a session was last used and whether a stream of it is open, for `make_room` and
+/// the idle reaper, which read it from other tasks (two atomics, no lock).
 #[derive(Debug)]
-struct PostStream {
-    tx: mpsc::Sender<Bytes>,
-    /// An SSE stream (it may carry requests and notifications); else a JSON body, which
-    /// carries only the responses to its requests.
-    sse: bool,
-    /// Ids (canonical keys) not answered yet, with the id as the client wrote it.
-    pending: Vec<(String, Box<serde_json::value::RawValue>)>,
-    tokens: Vec<String>,
+struct Activity {
+    epoch: Instant,
+    /// Response streams (POST or GET) whose response has not been dropped yet.
+    open: AtomicUsize,
+    /// Milliseconds after `epoch` of the last stream opened or closed (0: the session's
+    /// opening).
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            epoch: Instant::now(),
+            open: AtomicUsize::new(0),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// A response stream opens; each is closed exactly once ([`Activity::closed`], by its
+    /// `OnDrop`).
+    fn opened(&self) {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        self.touch();
+    }
+
+    fn closed(&self) {
+        self.open.fetch_sub(1, Ordering::Relaxed);
+        self.touch();
+    }
+
+    /// Whether a stream is open, and when one last opened or closed.
+    fn rank(&self) -> (bool, Instant) {
+        let last = self.epoch + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        (self.open.load(Ordering::Relaxed) > 0, last)
+    }
 }
 
 /// The session `sid` of `server`, if open and opened by `caller` (to anyone else it does not
@@ -204,6 +248,7 @@ pub(super) async fn open(
     let id = random_hex(16);
     let client = ClientId::next();
     let (tx, outbox) = ClientTx::channel(entry.cfg.client_queue, &front.stop);
+    let (ctl, ctl_rx) = mpsc::unbounded_channel();
     let events = entry.handle.sessions.clone();
     let peer = Peer {
         transport: Transport::HttpSession,
@@ -219,10 +264,9 @@ pub(super) async fn open(
         owner,
         client,
         events,
-        routes: Mutex::new(Routes {
-            last_active: Some(Instant::now()),
-            ..Routes::default()
-        }),
+        ctl,
+        next_stream: AtomicU64::new(0),
+        activity: Activity::new(),
         ended: front.stop.child_token(),
     });
     front
@@ -232,12 +276,12 @@ pub(super) async fn open(
         .insert(id, s.clone());
     info!(server = %s.server, client = %client, uid = peer.uid, "HTTP session opened");
     debug!(client = %client, session = %s.id, "HTTP session id");
-    tokio::spawn(pump(Arc::downgrade(front), s.clone(), outbox));
+    tokio::spawn(pump(Arc::downgrade(front), s.clone(), outbox, ctl_rx));
     Some(s)
 }
 
 /// GET: a stream of the session for the child's requests and notifications (the newest open
-/// one carries them; beyond [`GET_STREAMS`] the oldest is closed).
+/// one carries them; beyond [`GET_STREAMS`](super::router::GET_STREAMS) the oldest is closed).
 pub(super) fn get(front: &Front, server: &str, caller: Caller, headers: &HeaderMap) -> Response {
     let Some(sid) = header_str(headers, SESSION_HEADER) else {
         if header_str(headers, VERSION_HEADER)
@@ -264,31 +308,17 @@ pub(super) fn get(front: &Front, server: &str, caller: Caller, headers: &HeaderM
         );
     }
     let (tx, rx) = mpsc::channel(STREAM_QUEUE);
-    {
-        let mut r = s.lock();
-        r.gets.retain(|g| !g.is_closed());
-        if r.gets.len() >= GET_STREAMS {
-            // Its sender dropped: that response ends.
-            r.gets.remove(0);
-            debug!(client = %s.client, "a newer GET stream of the HTTP session: closing the oldest");
-        }
-        r.last_active = Some(Instant::now());
-        while let Some(b) = r.backlog.pop_front() {
-            let _ = tx.try_send(b);
-        }
-        r.gets.push(tx);
-    }
+    s.activity.opened();
     let weak = Arc::downgrade(&s);
-    stream::sse(
-        rx,
-        OnDrop::new(move || {
-            if let Some(s) = weak.upgrade() {
-                let mut r = s.lock();
-                r.gets.retain(|g| !g.is_closed());
-                r.last_active = Some(Instant::now());
-            }
-        }),
-    )
+    let guard = OnDrop::new(move || {
+        if let Some(s) = weak.upgrade() {
+            s.activity.closed();
+        }
+    });
+    // The pump takes it (and closes the oldest beyond GET_STREAMS); if the session just
+    // ended, `tx` is dropped with the message and the stream ends at once.
+    let _ = s.ctl.send(Ctl::Get(tx));
+    stream::sse(rx, guard)
 }
 
 /// DELETE: ends the session like a socket client's departure (its requests are cancelled
@@ -330,10 +360,6 @@ fn method_not_allowed(text: &'static str) -> Response {
 }
 
 impl HttpSession {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Routes> {
-        self.routes.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// A POST in this session: notifications and responses are passed on (202); requests get
     /// their answers on this POST's response, as SSE when `sse` (with their progress), else
     /// as one JSON body (an array for a batch). The body's `Charge` on `client_memory` ends
@@ -368,9 +394,9 @@ impl HttpSession {
             None
         } else {
             let expected = pending.len();
-            match self.open_stream(pending, tokens, sse) {
-                Ok((n, rx)) => Some((n, rx, expected)),
-                Err(id) => {
+            match self.open_stream(pending, tokens, sse).await {
+                Ok((rx, guard)) => Some((rx, guard, expected)),
+                Err(Refused::Duplicate(id)) => {
                     // K23 at the HTTP layer: an id still unanswered in this session would make
                     // two streams wait for one answer.
                     return rpc_error(
@@ -380,6 +406,7 @@ impl HttpSession {
                         "duplicate request id: a request with this id is still in flight in this session",
                     );
                 }
+                Err(Refused::Ended) => return not_found(),
             }
         };
         for m in msgs {
@@ -399,25 +426,17 @@ impl HttpSession {
             }
         }
         drop(charge);
-        let Some((n, mut rx, expected)) = stream else {
+        let Some((mut rx, guard, expected)) = stream else {
             return StatusCode::ACCEPTED.into_response();
         };
-        let weak = Arc::downgrade(self);
-        let guard = OnDrop::new(move || {
-            if let Some(s) = weak.upgrade() {
-                s.stream_gone(n);
-            }
-        });
         if sse {
             return stream::sse(rx, guard);
         }
-        // JSON: wait for every answer (only responses go in a JSON body).
+        // JSON: wait for every answer (the pump puts nothing but responses on a JSON stream).
         let mut answers = Vec::with_capacity(expected);
         while answers.len() < expected {
             let Some(b) = rx.recv().await else { break };
-            if is_response(&b) {
-                answers.push(b);
-            }
+            answers.push(b);
         }
         drop(guard);
         if answers.is_empty() {
@@ -445,78 +464,75 @@ impl HttpSession {
         json_body(StatusCode::OK, body)
     }
 
-    /// Registers a POST stream awaiting the answers to `pending` (canonical key, id) and the
-    /// progress of `tokens`; an `sse` one also takes the lines waiting for a stream, and may
-    /// carry the child's requests and notifications. `Err(id)` when an id is already awaited
-    /// by another stream of this session.
-    fn open_stream(
-        &self,
-        pending: Vec<(String, Box<serde_json::value::RawValue>)>,
+    /// Registers a new POST stream with the pump, awaiting the answers to `pending`
+    /// (canonical key, id) and the progress of `tokens`; an `sse` one also takes the lines
+    /// waiting for a stream, and may carry the child's requests and notifications. Returns
+    /// the stream's receiver and the guard that tells the pump when the stream is dropped.
+    /// Registered before any of its requests reaches the actor, so no answer can come first.
+    async fn open_stream(
+        self: &Arc<Self>,
+        pending: Vec<(String, Box<RawValue>)>,
         tokens: Vec<String>,
         sse: bool,
-    ) -> Result<(u64, mpsc::Receiver<Bytes>), Box<serde_json::value::RawValue>> {
-        let mut r = self.lock();
-        if let Some((_, id)) = pending.iter().find(|(k, _)| r.by_id.contains_key(k)) {
-            return Err(id.clone());
-        }
+    ) -> Result<(mpsc::Receiver<Bytes>, OnDrop), Refused> {
+        let n = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(STREAM_QUEUE);
-        r.last_active = Some(Instant::now());
-        let n = r.next_stream;
-        r.next_stream += 1;
-        for (k, _) in &pending {
-            r.abandoned.remove(k);
-            r.by_id.insert(k.clone(), n);
-        }
-        for t in &tokens {
-            r.by_token.insert(t.clone(), n);
-        }
-        if sse {
-            while let Some(b) = r.backlog.pop_front() {
-                if tx.try_send(b).is_err() {
-                    break;
-                }
+        self.activity.opened();
+        // From here the stream's end reaches the pump (after its opening, in order) whatever
+        // becomes of this POST, even dropped while it waits for the pump's reply.
+        let weak = Arc::downgrade(self);
+        let guard = OnDrop::new(move || {
+            if let Some(s) = weak.upgrade() {
+                s.activity.closed();
+                let _ = s.ctl.send(Ctl::PostGone(n));
             }
-        }
-        r.streams.insert(
+        });
+        let (reply, taken) = oneshot::channel();
+        let ctl = Ctl::Post {
             n,
-            PostStream {
-                tx,
-                sse,
-                pending,
-                tokens,
-            },
-        );
-        Ok((n, rx))
+            pending,
+            tokens,
+            sse,
+            tx,
+            reply,
+        };
+        if self.ctl.send(ctl).is_err() {
+            return Err(Refused::Ended);
+        }
+        match taken.await {
+            Ok(Ok(())) => Ok((rx, guard)),
+            Ok(Err(id)) => Err(Refused::Duplicate(id)),
+            Err(_) => Err(Refused::Ended),
+        }
     }
 
-    /// A POST stream was dropped: requests still unanswered on it are cancelled toward the
-    /// actor (the client closed the stream), and their late answers dropped.
-    fn stream_gone(&self, n: u64) {
-        let cancels = {
-            let mut r = self.lock();
-            r.last_active = Some(Instant::now());
-            let Some(st) = r.streams.remove(&n) else {
-                return;
-            };
-            for t in &st.tokens {
-                if r.by_token.get(t) == Some(&n) {
-                    r.by_token.remove(t);
-                }
+    /// What the pump does with a stream's opening or end.
+    fn control(&self, router: &mut Router, c: Ctl) {
+        match c {
+            Ctl::Post {
+                n,
+                pending,
+                tokens,
+                sse,
+                tx,
+                reply,
+            } => {
+                // A POST dropped meanwhile has its `PostGone` queued behind this.
+                let _ = reply.send(router.open_post(n, pending, tokens, sse, tx));
             }
-            let mut cancels = Vec::new();
-            for (k, id) in st.pending {
-                if r.by_id.get(&k) == Some(&n) {
-                    r.by_id.remove(&k);
-                    r.abandoned.insert(k);
-                    cancels.push(id);
-                }
-            }
-            cancels
-        };
+            Ctl::PostGone(n) => self.cancel(router.post_gone(n)),
+            Ctl::Get(tx) => router.open_get(tx),
+        }
+    }
+
+    /// Sends the actor `notifications/cancelled` for requests (ids as the client wrote them)
+    /// whose POST stream closed before their answers, as if the client had; nothing once the
+    /// session has ended (the actor cancels everything of a departed client).
+    fn cancel(&self, ids: Vec<Box<RawValue>>) {
         if self.ended.is_cancelled() {
             return;
         }
-        for id in cancels {
+        for id in ids {
             debug!(client = %self.client, id = id.get(), "HTTP response stream closed before its answer: cancelling the request");
             let params = serde_json::json!({
                 "requestId": serde_json::from_str::<serde_json::Value>(id.get()).unwrap_or_default(),
@@ -540,117 +556,6 @@ impl HttpSession {
         }
     }
 
-    /// Routes one line from the actor (module documentation): delivered, dropped, kept in
-    /// the backlog, or, for a request of the child that no stream can carry, returned as
-    /// [`Routed::Unanswerable`] for the pump to answer.
-    fn route(&self, line: Bytes) -> Routed {
-        let msg = trim_newline(line);
-        let parsed = message::parse_shared(&msg).ok();
-        let mut r = self.lock();
-        match parsed.as_ref() {
-            Some(m) if m.kind == Kind::Response => {
-                let key = m.id.as_deref().map(id_key);
-                match key {
-                    Some(k) if r.abandoned.remove(&k) => return Routed::Done,
-                    Some(k) => match r.by_id.remove(&k) {
-                        Some(n) => {
-                            let done = r.streams.get_mut(&n).map(|st| {
-                                st.pending.retain(|(p, _)| *p != k);
-                                st.pending.is_empty()
-                            });
-                            let full = r.streams.get(&n).is_some_and(|st| {
-                                matches!(
-                                    st.tx.try_send(msg),
-                                    Err(mpsc::error::TrySendError::Full(_))
-                                )
-                            });
-                            if full {
-                                // A client that does not read its stream is closed, as a slow
-                                // socket client is (R17); its other requests are cancelled.
-                                drop(r);
-                                warn!(client = %self.client, "HTTP response stream not read ({STREAM_QUEUE} lines queued): closing it");
-                                self.stream_gone(n);
-                                return Routed::Done;
-                            }
-                            if done == Some(true) {
-                                // Every answer is in: the stream ends after it.
-                                if let Some(st) = r.streams.remove(&n) {
-                                    for t in st.tokens {
-                                        r.by_token.remove(&t);
-                                    }
-                                }
-                            }
-                            return Routed::Done;
-                        }
-                        // A response nobody awaits (its stream ended): dropped, never given to
-                        // another stream. Only id-less errors (`id: null`) go on below.
-                        None if k != "null" => {
-                            debug!(client = %self.client, id = %k, "response for no open stream dropped");
-                            return Routed::Done;
-                        }
-                        None => {}
-                    },
-                    None => {}
-                }
-            }
-            Some(m) if m.method() == "notifications/progress" => {
-                let st = notified_token(m)
-                    .and_then(|t| r.by_token.get(&t).copied())
-                    .and_then(|n| r.streams.get(&n));
-                match st {
-                    Some(st) if st.sse => {
-                        let _ = st.tx.try_send(msg);
-                    }
-                    // A JSON body carries no progress; or its request was answered or its
-                    // stream closed: nobody waits for it.
-                    _ => debug!(client = %self.client, "progress for no open SSE stream dropped"),
-                }
-                return Routed::Done;
-            }
-            _ => {}
-        }
-        // Anything else: the newest SSE POST stream, else the newest GET stream.
-        let post = r
-            .streams
-            .values()
-            .rev()
-            .find(|st| st.sse && !st.tx.is_closed());
-        if post.is_some_and(|st| st.tx.try_send(msg.clone()).is_ok()) {
-            return Routed::Done;
-        }
-        r.gets.retain(|g| !g.is_closed());
-        if r.gets
-            .last()
-            .is_some_and(|g| g.try_send(msg.clone()).is_ok())
-        {
-            return Routed::Done;
-        }
-        if let Some(m) = parsed.filter(|m| m.kind == Kind::Request) {
-            let json_only = r.streams.values().any(|st| !st.sse);
-            let open = !r.gets.is_empty() || r.streams.values().any(|st| st.sse);
-            drop(r);
-            if let Some(id) = m.id.clone() {
-                let why = match (open, json_only) {
-                    (true, _) => "its streams are not being read",
-                    (false, true) => "its POST accepts only JSON (no text/event-stream) and it has no GET stream open",
-                    (false, false) => "it has no POST stream or GET stream open",
-                };
-                return Routed::Unanswerable {
-                    id,
-                    method: m.method().to_string(),
-                    why,
-                };
-            }
-            return Routed::Done;
-        }
-        if r.backlog.len() >= BACKLOG {
-            r.backlog.pop_front();
-            warn!(client = %self.client, "HTTP session has no open stream and {BACKLOG} lines waiting: dropped the oldest");
-        }
-        r.backlog.push_back(msg);
-        Routed::Done
-    }
-
     /// Answers the actor, as the client would, a request of the child that no stream of this
     /// session can carry: a JSON-RPC error for its id (the actor passes it to the child).
     fn answer_unanswerable(&self, id: &serde_json::value::RawValue, method: &str, why: &str) {
@@ -670,31 +575,17 @@ impl HttpSession {
         }
     }
 
-    /// Ends every stream (their senders are dropped, so each response ends).
-    fn close_streams(&self) {
-        let mut r = self.lock();
-        r.streams.clear();
-        r.gets.clear();
-        r.by_id.clear();
-        r.by_token.clear();
-    }
-
     /// When the session last had a request or a stream, if it has no stream open now.
     fn idle_since(&self) -> Option<Instant> {
-        let r = self.lock();
-        let open = !r.streams.is_empty() || r.gets.iter().any(|g| !g.is_closed());
-        if open {
-            return None;
-        }
-        r.last_active
+        let (open, last) = self.activity.rank();
+        (!open).then_some(last)
     }
 
     /// The order in which a caller's sessions are ended for room: those with no stream open
     /// first, then the least recently active.
     fn eviction_rank(&self) -> (bool, Option<Instant>) {
-        let r = self.lock();
-        let open = !r.streams.is_empty() || r.gets.iter().any(|g| !g.is_closed());
-        (open, r.last_active)
+        let (open, last) = self.activity.rank();
+        (open, Some(last))
     }
 
     /// Idle: no open stream and nothing for `idle`.
@@ -704,44 +595,61 @@ impl HttpSession {
     }
 }
 
-/// What became of a line from the actor ([`HttpSession::route`]).
+/// Why a POST stream was not opened.
 #[derive(Debug)]
-enum Routed {
-    /// Delivered, dropped or kept: nothing more to do.
-    Done,
-    /// A request of the child that no stream can carry: the pump answers it with an error.
-    Unanswerable {
-        id: Box<serde_json::value::RawValue>,
-        method: String,
-        why: &'static str,
-    },
+enum Refused {
+    /// This id is awaited by another stream of the session.
+    Duplicate(Box<RawValue>),
+    /// The session ended (its pump is gone).
+    Ended,
 }
 
-/// Moves the actor's lines for a session to its streams until the actor closes it, the
-/// session ends, or the client is kicked; then removes the session.
-async fn pump(front: Weak<Front>, s: Arc<HttpSession>, mut outbox: Outbox) {
+/// Moves the actor's lines for a session to its streams by their addresses, and registers
+/// the streams as their handlers open and drop them, until the actor closes the client, the
+/// session ends, or the client is kicked; then ends every stream and removes the session.
+/// The only owner of the session's [`Router`].
+async fn pump(
+    front: Weak<Front>,
+    s: Arc<HttpSession>,
+    mut outbox: Outbox,
+    mut ctl: mpsc::UnboundedReceiver<Ctl>,
+) {
     let kicked = outbox.kicked();
+    let mut router = Router::new(s.client);
     loop {
-        let line: Option<Line> = tokio::select! {
-            l = outbox.recv() => l,
-            _ = kicked.cancelled() => None,
-            _ = s.ended.cancelled() => None,
-        };
-        let Some(l) = line.filter(|l| !l.is_empty()) else {
-            break;
-        };
-        if let Routed::Unanswerable { id, method, why } = s.route(l.to_bytes()) {
-            let logged = front.upgrade().and_then(|f| log_allowed(&f.questions_log));
-            if let Some(suppressed) = logged {
-                warn!(server = %s.server, client = %s.client, method, suppressed,
-                    "a child's request for an HTTP session answered with an error at once: no stream can carry it ({why})");
+        tokio::select! {
+            biased;
+            _ = kicked.cancelled() => break,
+            _ = s.ended.cancelled() => break,
+            c = ctl.recv() => match c {
+                Some(c) => s.control(&mut router, c),
+                None => break,
+            },
+            l = outbox.recv() => {
+                let Some((to, l)) = l.filter(|(_, l)| !l.is_empty()) else {
+                    break;
+                };
+                match router.route(to, trim_newline(l.to_bytes())) {
+                    Routed::Done => {}
+                    Routed::Closed(ids) => s.cancel(ids),
+                    Routed::Unanswerable { id, method, why } => {
+                        let logged = front.upgrade().and_then(|f| log_allowed(&f.questions_log));
+                        if let Some(suppressed) = logged {
+                            warn!(server = %s.server, client = %s.client, method, suppressed,
+                                "a child's request for an HTTP session answered with an error at once: no stream can carry it ({why})");
+                        }
+                        s.answer_unanswerable(&id, &method, why);
+                    }
+                }
             }
-            s.answer_unanswerable(&id, &method, why);
         }
     }
     let by_client = !s.ended.is_cancelled();
     s.ended.cancel();
-    s.close_streams();
+    // Every stream's sender goes with the table, so each response ends; a handler still
+    // waiting for the pump's reply is told the session ended.
+    drop(router);
+    drop(ctl);
     if let Some(front) = front.upgrade() {
         front
             .sessions
@@ -794,185 +702,10 @@ fn progress_token(m: &Message) -> Option<String> {
     Some(id_key(&raw))
 }
 
-/// `params.progressToken` of a `notifications/progress`, as a canonical key.
-pub(super) fn notified_token(m: &Message) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(m.params.as_deref()?.get()).ok()?;
-    let raw = serde_json::value::to_raw_value(v.get("progressToken")?).ok()?;
-    Some(id_key(&raw))
-}
-
-/// Whether a line is a JSON-RPC response.
-fn is_response(line: &Bytes) -> bool {
-    message::parse_shared(line).is_ok_and(|m| m.kind == Kind::Response)
-}
-
 /// `n` random bytes as lowercase hex (the OS's generator).
 pub(crate) fn random_hex(n: usize) -> String {
     use rand::RngCore;
     let mut b = vec![0u8; n];
     rand::rngs::OsRng.fill_bytes(&mut b);
     b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-#[cfg(test)]
-mod props {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn session() -> (Arc<HttpSession>, mpsc::Receiver<SessionEvent>) {
-        let (events, inbox) = mpsc::channel(1024);
-        let s = Arc::new(HttpSession {
-            id: "test".into(),
-            server: "s".into(),
-            owner: Caller::Unix { uid: 0 },
-            client: ClientId(1),
-            events,
-            routes: Mutex::new(Routes::default()),
-            ended: CancellationToken::new(),
-        });
-        (s, inbox)
-    }
-
-    /// An opened stream: its receiver (None once closed), the ids it awaits, its number,
-    /// whether it is SSE.
-    type OpenedStream = (Option<mpsc::Receiver<Bytes>>, Vec<String>, u64, bool);
-
-    #[derive(Debug, Clone)]
-    enum Op {
-        /// A POST with requests of these ids (small, so they collide across streams), whose
-        /// answer is an SSE stream (else one JSON body).
-        Open(Vec<u8>, bool),
-        /// The actor answers id.
-        Respond(u8),
-        /// The actor sends a notification (progress for a token, or anything else).
-        Notify(Option<u8>),
-        /// The child asks the client something (a request of its own).
-        Ask,
-        /// The client closes the n-th stream it opened.
-        Close(usize),
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            (proptest::collection::vec(0u8..12, 1..4), any::<bool>())
-                .prop_map(|(ids, sse)| Op::Open(ids, sse)),
-            (0u8..12).prop_map(Op::Respond),
-            proptest::option::of(0u8..12).prop_map(Op::Notify),
-            Just(Op::Ask),
-            (0usize..8).prop_map(Op::Close),
-        ]
-    }
-
-    proptest! {
-        /// Whatever the order of POSTs, answers, notifications, the child's questions and
-        /// closed streams: a response reaches only the stream that sent a request with its
-        /// id, at most once; a JSON stream gets nothing but responses; each question of the
-        /// child goes on exactly one SSE stream, or is handed back to be answered with an
-        /// error; a closed stream's unanswered requests are cancelled toward the actor.
-        #[test]
-        fn responses_reach_only_their_own_stream(ops in proptest::collection::vec(op(), 1..60)) {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(async move {
-                let (s, mut inbox) = session();
-                let mut streams: Vec<OpenedStream> = Vec::new();
-                let mut got: Vec<Vec<serde_json::Value>> = Vec::new();
-                let mut cancelled = 0usize;
-                let mut asked = 0usize;
-                let mut unanswerable = 0usize;
-                for op in ops {
-                    match op {
-                        Op::Ask => {
-                            asked += 1;
-                            let line = format!(r#"{{"jsonrpc":"2.0","id":"s{asked}","method":"elicitation/create","params":{{}}}}"#);
-                            if let Routed::Unanswerable { id, .. } = s.route(Bytes::from(line)) {
-                                prop_assert_eq!(id.get(), format!("\"s{asked}\""));
-                                unanswerable += 1;
-                            }
-                        }
-                        Op::Open(ids, sse) => {
-                            let mut pending: Vec<(String, Box<serde_json::value::RawValue>)> = Vec::new();
-                            for i in ids {
-                                let raw = message::raw_u64(u64::from(i));
-                                let k = id_key(&raw);
-                                if !pending.iter().any(|(p, _)| *p == k) {
-                                    pending.push((k, raw));
-                                }
-                            }
-                            let keys: Vec<String> = pending.iter().map(|(k, _)| k.clone()).collect();
-                            let tokens = keys.iter().map(|k| format!("t{k}")).collect();
-                            if let Ok((n, rx)) = s.open_stream(pending, tokens, sse) {
-                                streams.push((Some(rx), keys, n, sse));
-                                got.push(Vec::new());
-                            }
-                        }
-                        Op::Respond(i) => {
-                            let _ = s.route(Bytes::from(format!(r#"{{"jsonrpc":"2.0","id":{i},"result":{{}}}}"#)));
-                        }
-                        Op::Notify(Some(t)) => {
-                            let _ = s.route(Bytes::from(format!(
-                                r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"t{t}","progress":1}}}}"#
-                            )));
-                        }
-                        Op::Notify(None) => {
-                            let _ = s.route(Bytes::from_static(
-                                br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":1}}"#,
-                            ));
-                        }
-                        Op::Close(i) => {
-                            if let Some((rx, _, n, _)) = streams.get_mut(i) {
-                                if let Some(mut rx) = rx.take() {
-                                    while let Ok(b) = rx.try_recv() {
-                                        got[i].push(serde_json::from_slice(&b).unwrap());
-                                    }
-                                    drop(rx);
-                                    s.stream_gone(*n);
-                                }
-                            }
-                        }
-                    }
-                    while let Ok(ev) = inbox.try_recv() {
-                        if let SessionEvent::Message(_, m) = ev {
-                            prop_assert_eq!(m.method(), "notifications/cancelled");
-                            cancelled += 1;
-                        }
-                    }
-                }
-                for (i, (rx, _, _, _)) in streams.iter_mut().enumerate() {
-                    if let Some(rx) = rx.as_mut() {
-                        while let Ok(b) = rx.try_recv() {
-                            got[i].push(serde_json::from_slice(&b).unwrap());
-                        }
-                    }
-                }
-                let mut questions = HashSet::new();
-                for (i, lines) in got.iter().enumerate() {
-                    let mine = &streams[i].1;
-                    if !streams[i].3 {
-                        prop_assert!(
-                            lines.iter().all(|v| v.get("method").is_none()),
-                            "JSON stream {} got {:?}", i, lines
-                        );
-                    }
-                    for v in lines.iter().filter(|v| v["method"] == "elicitation/create") {
-                        prop_assert!(questions.insert(v["id"].to_string()), "question {} on two streams", v["id"]);
-                    }
-                    let mut seen = HashSet::new();
-                    for v in lines.iter().filter(|v| v.get("method").is_none() && !v["id"].is_null()) {
-                        let k = v["id"].to_string();
-                        prop_assert!(mine.contains(&k), "stream {} got a response to {} (awaits {:?})", i, k, mine);
-                        prop_assert!(seen.insert(k.clone()), "stream {} got {} twice", i, k);
-                    }
-                    for v in lines.iter().filter(|v| v["method"] == "notifications/progress") {
-                        let t = v["params"]["progressToken"].as_str().unwrap_or("").trim_start_matches('t').to_string();
-                        prop_assert!(mine.contains(&t), "stream {} got progress for token {}", i, t);
-                    }
-                }
-                // With no GET stream in play, every question the streams could not carry was
-                // handed back: none waits in the backlog.
-                prop_assert_eq!(questions.len() + unanswerable, asked);
-                let _ = cancelled;
-                Ok(())
-            })?;
-        }
-    }
 }

@@ -19,7 +19,7 @@ use super::{
 use crate::jsonrpc::message::{self, code, Kind, Message};
 use crate::mux::era;
 use crate::mux::ids::id_key;
-use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent, Transport};
+use crate::mux::session::{Address, ClientId, ClientTx, Peer, SessionEvent, Transport};
 use bytes::Bytes;
 use serde_json::Value;
 use std::sync::Arc;
@@ -250,14 +250,13 @@ pub(super) async fn post(
                 l = outbox.recv() => l,
                 _ = kicked.cancelled() => None,
             };
-            let Some(line) = line.filter(|l| !l.is_empty()) else {
+            let Some((to, line)) = line.filter(|(_, l)| !l.is_empty()) else {
                 drop(guard);
                 return unavailable(&entry.cfg);
             };
-            let b = trim_newline(line.to_bytes());
-            if answers(&b, &key) {
+            if answers(&to, &key) {
                 drop(guard);
-                return json_body(StatusCode::OK, b);
+                return json_body(StatusCode::OK, trim_newline(line.to_bytes()));
             }
         }
     }
@@ -270,12 +269,11 @@ pub(super) async fn post(
                 _ = kicked.cancelled() => None,
                 _ = stx.closed() => None,
             };
-            let Some(line) = line.filter(|l| !l.is_empty()) else {
+            let Some((to, line)) = line.filter(|(_, l)| !l.is_empty()) else {
                 break;
             };
-            let b = trim_newline(line.to_bytes());
-            let last = answers(&b, &key);
-            if stx.send(b).await.is_err() || last {
+            let last = answers(&to, &key);
+            if stx.send(trim_newline(line.to_bytes())).await.is_err() || last {
                 break;
             }
         }
@@ -283,9 +281,8 @@ pub(super) async fn post(
     stream::sse(srx, guard)
 }
 
-/// Whether `line` is the response to the request whose id key is `key`.
-fn answers(line: &Bytes, key: &str) -> bool {
-    message::parse_shared(line).is_ok_and(|m| {
-        m.kind == Kind::Response && m.id.as_deref().is_some_and(|i| id_key(i) == key)
-    })
+/// Whether a line the actor addressed `to` is the response to the request whose id key is
+/// `key` (the stream's last line); read from the address, never from the line.
+fn answers(to: &Address, key: &str) -> bool {
+    matches!(to, Address::Response(k) if k == key)
 }

@@ -9,6 +9,7 @@ use crate::jsonrpc::framing::{Frame, Line, LineBatch, LineDecoder, BATCH_SLICES}
 use crate::jsonrpc::message::{self, code, Message};
 use crate::mux::batch::{Offer, SharedBatches};
 use crate::mux::ids::id_key;
+use serde_json::value::RawValue;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -98,11 +99,81 @@ const BATCH_BYTES: usize = 64 * 1024;
 /// one.
 const READ_BUFFER_KEEP: usize = 1024 * 1024;
 
+/// Where an outgoing line goes within its client, as the actor says it at delivery time
+/// (issue 27 §5): transport-neutral keys borrowed from the actor's own state. A socket client
+/// ignores it (one ordered stream carries everything) and pays nothing for it; a client whose
+/// queue is addressed ([`ClientTx::channel`]) receives it as an [`Address`], so the HTTP
+/// front routes each line with no parse and no lookup of its own.
+#[derive(Debug, Clone, Copy)]
+pub enum To<'a> {
+    /// The response to the client's request with this id (as the client wrote it). An
+    /// id-less error (`null`) answers no request: the HTTP front treats it as [`To::Session`].
+    Response(&'a RawValue),
+    /// `notifications/progress` for the client's progress token (as the client wrote it).
+    Progress(&'a RawValue),
+    /// A request toward the client (the child's, or the supervisor's own MRTR question) with
+    /// the id the client sees, and its method: it must be delivered or answered at once.
+    Request(&'a RawValue, &'a str),
+    /// Traffic of the client's listen stream opened by its request with this id
+    /// (`subscriptions/listen`: its acknowledgement, notifications and end).
+    Listen(&'a RawValue),
+    /// Anything else: session-wide notifications, the child's cancels of its own requests,
+    /// id-less errors before a close.
+    Session,
+}
+
+impl To<'_> {
+    /// The owned form an addressed queue carries, keys in [`id_key`]'s canonical text.
+    pub fn address(&self) -> Address {
+        match *self {
+            To::Response(id) => Address::Response(id_key(id)),
+            To::Progress(token) => Address::Progress(id_key(token)),
+            To::Request(id, method) => Address::Request {
+                id: id.to_owned(),
+                method: method.to_string(),
+            },
+            To::Listen(id) => Address::Listen(id_key(id)),
+            To::Session => Address::Session,
+        }
+    }
+}
+
+/// [`To`] as an addressed queue carries it beside each line: the request and token keys are
+/// the canonical text of [`id_key`] (the key the HTTP front files a POST's ids and tokens
+/// under).
+#[derive(Debug, Clone)]
+pub enum Address {
+    /// The response to the client's request whose id key this is (`"null"`: an id-less
+    /// error).
+    Response(String),
+    /// Progress for the client's progress token whose key this is.
+    Progress(String),
+    /// A request toward the client: its id as the client sees it, and its method.
+    Request {
+        /// The id the client must answer under.
+        id: Box<RawValue>,
+        /// Its method, for the error that answers it when nothing can carry it.
+        method: String,
+    },
+    /// Traffic of the listen stream opened by the client's request whose id key this is.
+    Listen(String),
+    /// Anything else (session-wide).
+    Session,
+}
+
+/// The queue behind a [`ClientTx`]: bare lines toward a socket connection (its writer needs
+/// no address), or lines with their [`Address`] toward an HTTP session or request.
+#[derive(Debug, Clone)]
+enum Queue {
+    Lines(mpsc::Sender<Line>),
+    Addressed(mpsc::Sender<(Address, Line)>),
+}
+
 /// The actor's side of a client's outbound queue: bounded in messages (`client_queue`) and in
 /// bytes ([`CLIENT_QUEUE_BYTES`]).
 #[derive(Debug, Clone)]
 pub struct ClientTx {
-    tx: mpsc::Sender<Line>,
+    tx: Queue,
     queued: Arc<AtomicUsize>,
     kick: CancellationToken,
 }
@@ -114,7 +185,7 @@ impl ClientTx {
     pub(crate) fn detached(capacity: usize) -> (ClientTx, mpsc::Receiver<Line>) {
         let (tx, rx) = mpsc::channel(capacity);
         let tx = ClientTx {
-            tx,
+            tx: Queue::Lines(tx),
             queued: Arc::new(AtomicUsize::new(0)),
             kick: CancellationToken::new(),
         };
@@ -128,19 +199,19 @@ impl ClientTx {
 /// client.
 #[derive(Debug)]
 pub struct Outbox {
-    rx: mpsc::Receiver<Line>,
+    rx: mpsc::Receiver<(Address, Line)>,
     queued: Arc<AtomicUsize>,
     kick: CancellationToken,
 }
 
 impl Outbox {
-    /// The next line, `None` once the actor dropped its [`ClientTx`] and the queue is drained.
-    /// An empty line is [`ClientTx::close_after_drain`]'s marker: close after what came
-    /// before.
-    pub async fn recv(&mut self) -> Option<Line> {
-        let line = self.rx.recv().await?;
+    /// The next line with the address the actor gave it, `None` once the actor dropped its
+    /// [`ClientTx`] and the queue is drained. An empty line is
+    /// [`ClientTx::close_after_drain`]'s marker: close after what came before.
+    pub async fn recv(&mut self) -> Option<(Address, Line)> {
+        let (to, line) = self.rx.recv().await?;
         self.queued.fetch_sub(line.len(), Ordering::Relaxed);
-        Some(line)
+        Some((to, line))
     }
 
     /// Fires when the client must be closed now (too slow, revoked, shutdown).
@@ -150,8 +221,8 @@ impl Outbox {
 }
 
 impl ClientTx {
-    /// A queue of `capacity` lines toward a client that is not a socket connection, ended
-    /// (kicked) when `parent` is cancelled.
+    /// A queue of `capacity` addressed lines toward a client that is not a socket connection,
+    /// ended (kicked) when `parent` is cancelled.
     pub fn channel(capacity: usize, parent: &CancellationToken) -> (ClientTx, Outbox) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let queued = Arc::new(AtomicUsize::new(0));
@@ -161,12 +232,24 @@ impl ClientTx {
             queued: queued.clone(),
             kick: kick.clone(),
         };
-        (ClientTx { tx, queued, kick }, out)
+        let tx = ClientTx {
+            tx: Queue::Addressed(tx),
+            queued,
+            kick,
+        };
+        (tx, out)
     }
 
-    /// Queues a line without waiting. `false` means the client is gone or too slow; the caller
-    /// must then drop the client ([`ClientTx::kick`] was already called).
+    /// Queues a session-wide line ([`To::Session`]) without waiting: [`ClientTx::deliver_to`].
     pub fn deliver(&self, line: impl Into<Line>) -> bool {
+        self.deliver_to(To::Session, line)
+    }
+
+    /// Queues a line addressed `to` without waiting; only an addressed queue
+    /// ([`ClientTx::channel`]) makes the [`Address`] (a socket's ignores it). `false` means the
+    /// client is gone or too slow; the caller must then drop the client ([`ClientTx::kick`]
+    /// was already called).
+    pub fn deliver_to(&self, to: To<'_>, line: impl Into<Line>) -> bool {
         let line = line.into();
         let len = line.len();
         let before = self.queued.fetch_add(len, Ordering::Relaxed);
@@ -182,9 +265,13 @@ impl ClientTx {
             self.kick.cancel();
             return false;
         }
-        match self.tx.try_send(line) {
+        let sent = match &self.tx {
+            Queue::Lines(tx) => tx.try_send(line).map_err(unit),
+            Queue::Addressed(tx) => tx.try_send((to.address(), line)).map_err(unit),
+        };
+        match sent {
             Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
+            Err(mpsc::error::TrySendError::Full(())) => {
                 self.queued.fetch_sub(len, Ordering::Relaxed);
                 // Said once per client: the deliveries that follow the kick fail silently.
                 if !self.kick.is_cancelled() {
@@ -193,7 +280,7 @@ impl ClientTx {
                 self.kick.cancel();
                 false
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
+            Err(mpsc::error::TrySendError::Closed(())) => {
                 self.queued.fetch_sub(len, Ordering::Relaxed);
                 self.kick.cancel();
                 false
@@ -214,9 +301,21 @@ impl ClientTx {
     /// Closes the connection once every line queued before this call is written (an empty
     /// line is the marker: real lines are never empty). Used to say why before hanging up.
     pub fn close_after_drain(&self) {
-        if self.tx.try_send(Line::default()).is_err() {
+        let sent = match &self.tx {
+            Queue::Lines(tx) => tx.try_send(Line::default()).is_ok(),
+            Queue::Addressed(tx) => tx.try_send((Address::Session, Line::default())).is_ok(),
+        };
+        if !sent {
             self.kick.cancel();
         }
+    }
+}
+
+/// A refused send without the value it refused (dropped here).
+fn unit<T>(e: mpsc::error::TrySendError<T>) -> mpsc::error::TrySendError<()> {
+    match e {
+        mpsc::error::TrySendError::Full(_) => mpsc::error::TrySendError::Full(()),
+        mpsc::error::TrySendError::Closed(_) => mpsc::error::TrySendError::Closed(()),
     }
 }
 
@@ -323,7 +422,7 @@ pub async fn run(
     let kick = shutdown.child_token();
     let queued = Arc::new(AtomicUsize::new(0));
     let tx = ClientTx {
-        tx: out_tx,
+        tx: Queue::Lines(out_tx),
         queued: queued.clone(),
         kick: kick.clone(),
     };

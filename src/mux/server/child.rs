@@ -13,6 +13,7 @@ use crate::mux::era;
 use crate::mux::era::{ChildProtocol, Era, Handshake};
 use crate::mux::outage::StopCause;
 use crate::mux::session::ClientId;
+use crate::mux::session::To;
 use crate::observe::Outcome;
 use bytes::Bytes;
 use serde_json::value::RawValue;
@@ -320,7 +321,7 @@ impl Server {
         let deadline = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
         let n = self.routing.ask(owner, Asker::Child(child_id), deadline);
         let line = Out::request(Some(&raw_u64(n)), &method, m.params.as_deref()).encode();
-        self.reply(owner, line);
+        self.reply_to(owner, To::Request(&raw_u64(n), &method), line);
     }
 
     /// The ownership rule for a child's request (issue 3 §5, K06). The handshake era has no
@@ -474,7 +475,7 @@ impl Server {
             serde_json::from_str(orig.get()).unwrap_or(Value::Null),
         );
         let line = Out::request(None, m.method(), Some(&raw(&Value::Object(p)))).encode();
-        self.reply(client, line);
+        self.reply_to(client, To::Progress(&orig), line);
     }
 
     /// The child gave up on one of its own requests to a client: that client is told, under
@@ -519,15 +520,21 @@ impl Server {
         uri: Option<&str>,
         params: Option<&RawValue>,
     ) {
-        let lines: Vec<(ClientId, Bytes)> = self
+        let lines: Vec<(ClientId, Box<RawValue>, Bytes)> = self
             .subs
             .listeners()
             .iter()
             .filter(|l| l.wants(method, uri))
-            .map(|l| (l.client(), l.notification(method, params)))
+            .map(|l| {
+                (
+                    l.client(),
+                    l.id().to_owned(),
+                    l.notification(method, params),
+                )
+            })
             .collect();
-        for (c, line) in lines {
-            self.reply(c, line);
+        for (c, id, line) in lines {
+            self.reply_to(c, To::Listen(&id), line);
         }
     }
 
@@ -656,7 +663,7 @@ impl Server {
             meta.insert(era::META_SUBSCRIPTION_ID.into(), original);
         }
         let line = Out::request(None, method, Some(&raw(&Value::Object(params)))).encode();
-        self.reply(client, line);
+        self.reply_to(client, To::Listen(&id), line);
         true
     }
 

@@ -10,6 +10,7 @@ use crate::mux::era;
 use crate::mux::era::Era;
 use crate::mux::ids::id_key;
 use crate::mux::outage::OutageStatus;
+use crate::mux::session::To;
 use crate::mux::session::{ClientId, Peer, Transport};
 use crate::observe::Outcome;
 use serde_json::value::RawValue;
@@ -341,7 +342,7 @@ impl Server {
             id.get()
         );
         let line = message::error_response(id, code::INVALID_REQUEST, &msg, None);
-        self.reply(client, line);
+        self.reply_to(client, To::Response(id), line);
     }
 
     pub(super) fn client_initialize(&mut self, client: ClientId, m: Message) {

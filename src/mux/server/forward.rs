@@ -14,6 +14,7 @@ use crate::mux::era::Era;
 use crate::mux::ids::id_key;
 use crate::mux::outage::{OutageStatus, StopCause};
 use crate::mux::session::ClientId;
+use crate::mux::session::To;
 use crate::observe::Outcome;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
@@ -223,8 +224,9 @@ impl Server {
             let n = self
                 .routing
                 .ask(client, Asker::Mrtr { round, key }, deadline);
-            self.reply(
+            self.reply_to(
                 client,
+                To::Request(&raw_u64(n), &m),
                 Out::request(Some(&raw_u64(n)), &m, Some(&raw(&p))).encode(),
             );
         }

@@ -13,6 +13,7 @@ use crate::mux::era;
 use crate::mux::ids::id_key_ref;
 use crate::mux::outage::{OutageStatus, StopCause};
 use crate::mux::session::ClientId;
+use crate::mux::session::To;
 use crate::observe::{trace, Outcome};
 use bytes::Bytes;
 use serde_json::value::RawValue;
@@ -126,14 +127,21 @@ impl Server {
         code: Option<i64>,
     ) {
         self.finish(client, &id_key_ref(id), outcome, code);
-        self.reply(client, line);
+        self.reply_to(client, To::Response(id), line);
     }
 
+    /// Delivers a session-wide line ([`To::Session`]) to a client.
     pub(super) fn reply(&mut self, client: ClientId, line: impl Into<Line>) {
+        self.reply_to(client, To::Session, line);
+    }
+
+    /// Delivers a line to a client, addressed `to` within it (issue 27 §5: a response, a
+    /// progress notification, a request toward it, its listen stream's traffic).
+    pub(super) fn reply_to(&mut self, client: ClientId, to: To<'_>, line: impl Into<Line>) {
         let line = line.into();
         self.telemetry.metrics().bytes("to_client", line.len());
         let (ok, closing) = match self.clients.get(&client) {
-            Some(c) => (c.tx.deliver(line), c.closing),
+            Some(c) => (c.tx.deliver_to(to, line), c.closing),
             None => return,
         };
         if !ok {

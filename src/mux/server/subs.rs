@@ -8,6 +8,7 @@ use crate::mux::era;
 use crate::mux::era::Era;
 use crate::mux::ids::{id_key, id_key_ref};
 use crate::mux::session::ClientId;
+use crate::mux::session::To;
 use crate::observe::Outcome;
 use bytes::Bytes;
 use serde_json::value::RawValue;
@@ -112,8 +113,9 @@ impl Server {
             "notifications/subscriptions/acknowledged",
             Some(&raw(&json!({"notifications": honoured}))),
         );
+        let id = l.id().to_owned();
         self.subs.serve(l);
-        self.reply(client, ack);
+        self.reply_to(client, To::Listen(&id), ack);
     }
 
     /// Ends a client's served listen stream (its cancel or its departure).
@@ -231,6 +233,11 @@ impl Listener {
     /// Whether it is `client`'s stream opened by the listen request with id key `key`.
     pub(super) fn is(&self, client: ClientId, key: &str) -> bool {
         self.client == client && id_key_ref(&self.id) == key
+    }
+
+    /// The id of its listen request (its subscription id).
+    pub(super) fn id(&self) -> &RawValue {
+        &self.id
     }
 
     /// The id key of its listen request.
