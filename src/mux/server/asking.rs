@@ -77,11 +77,11 @@ impl Server {
             return false;
         };
         let parked_or_open = matches!(p.owner, Owner::Client { .. } | Owner::Parked { .. });
-        c.era == Some(Era::Modern)
-            && !c.closing
+        c.era() == Some(Era::Modern)
+            && !c.closing()
             && parked_or_open
             && MRTR_METHODS.contains(&&*p.method)
-            && cap.is_none_or(|cap| c.capabilities.get(cap).is_some_and(|v| !v.is_null()))
+            && cap.is_none_or(|cap| c.has_capability(cap))
     }
 
     /// Asks the child's request `m` of the 2026 client that owns the in-flight request
@@ -182,7 +182,7 @@ impl Server {
         let stateless = self
             .clients
             .get(&client)
-            .is_some_and(|c| c.peer.transport == Transport::HttpRequest);
+            .is_some_and(|c| c.peer().transport == Transport::HttpRequest);
         let (n, secret) = n.split_once('.').unwrap_or((n, ""));
         let secret = u64::from_str_radix(secret, 16).ok();
         let round = n.parse::<u64>().ok().filter(|r| {

@@ -314,7 +314,7 @@ impl Server {
             warn!(method = %method, "{msg}");
             return self.answer_child_error(&child_id, code::INTERNAL_ERROR, &msg);
         };
-        if self.clients.get(&owner).and_then(|c| c.era) == Some(Era::Modern) {
+        if self.clients.get(&owner).and_then(|c| c.era()) == Some(Era::Modern) {
             // A 2026 client is asked inside an `input_required` result (K26).
             return self.ask_modern(via, child_id, m);
         }
@@ -338,14 +338,12 @@ impl Server {
             .iter()
             .filter_map(|(id, client, _, p)| Some((id, client?, p)))
             .filter(|(_, c, p)| {
-                self.clients.get(c).is_some_and(|cl| match cl.era {
+                self.clients.get(c).is_some_and(|cl| match cl.era() {
                     Some(Era::Modern) => self.can_ask_modern(*c, p, cap),
                     _ => {
-                        !cl.closing
+                        !cl.closing()
                             && matches!(p.owner, Owner::Client { .. })
-                            && cap.is_none_or(|cap| {
-                                cl.capabilities.get(cap).is_some_and(|v| !v.is_null())
-                            })
+                            && cap.is_none_or(|cap| cl.has_capability(cap))
                     }
                 })
             })
@@ -564,9 +562,9 @@ impl Server {
             .clients
             .iter()
             .filter(
-                |(id, c)| match (child_era, c.era.unwrap_or(Era::Handshake)) {
+                |(id, c)| match (child_era, c.era().unwrap_or(Era::Handshake)) {
                     (Era::Handshake, Era::Handshake) => {
-                        c.initialized && c.log_level.is_none_or(|min| level >= min)
+                        c.initialized() && c.log_level().is_none_or(|min| level >= min)
                     }
                     _ => asking.contains(id),
                 },
@@ -627,7 +625,7 @@ impl Server {
                 _ if era::LISTS
                     .iter()
                     .any(|(l, n, _)| *n == method && self.startup_announcement(l)) => {}
-                _ => self.broadcast(&line, |c| c.era != Some(Era::Modern)),
+                _ => self.broadcast(&line, |c| c.era() != Some(Era::Modern)),
             }
             return true;
         }

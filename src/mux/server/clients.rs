@@ -118,7 +118,7 @@ impl Server {
         } else {
             Era::Handshake
         };
-        Some(*c.era.get_or_insert(first))
+        Some(c.settle_era(first))
     }
 
     /// A 2026 client names itself and its capabilities in every request's envelope. They are
@@ -129,20 +129,13 @@ impl Server {
         let Some(c) = self.clients.get_mut(&client) else {
             return;
         };
-        if !c.info.is_null() {
+        if !c.info().is_null() {
             return;
         }
-        let info = era::envelope_field(m.params.as_deref(), era::META_CLIENT_INFO);
-        c.name = info
-            .as_ref()
-            .and_then(|i| i.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .into();
-        c.info = info.unwrap_or_else(|| json!({}));
-        if let Some(caps) = era::envelope_field(m.params.as_deref(), era::META_CAPABILITIES) {
-            c.capabilities = caps;
-        }
+        c.learn(
+            era::envelope_field(m.params.as_deref(), era::META_CLIENT_INFO),
+            era::envelope_field(m.params.as_deref(), era::META_CAPABILITIES),
+        );
     }
 
     /// What a 2026 client is answered here: an unsupported version, or `server/discover` on a
@@ -402,11 +395,12 @@ impl Server {
                 "client asked for another protocol version; answering with the one the child speaks");
         }
         if let Some(c) = self.clients.get_mut(&client) {
-            debug!(client = %client, uid = c.peer.uid, pid = c.peer.pid, client_name = %name, "client handshake answered from the cache");
-            c.capabilities = params.get("capabilities").cloned().unwrap_or(json!({}));
-            c.info = params.get("clientInfo").cloned().unwrap_or(Value::Null);
-            c.name = name;
-            c.initialized = true;
+            debug!(client = %client, uid = c.peer().uid, pid = c.peer().pid, client_name = %name, "client handshake answered from the cache");
+            c.initialize(
+                params.get("capabilities").cloned().unwrap_or(json!({})),
+                params.get("clientInfo").cloned().unwrap_or(Value::Null),
+                name,
+            );
         }
         let line = message::result_response(&id, &result);
         self.respond(client, &id, line, Outcome::Ok, None);
@@ -430,7 +424,7 @@ impl Server {
             );
         };
         if let Some(c) = self.clients.get_mut(&client) {
-            c.log_level = Some(level);
+            c.set_log_level(level);
         }
         self.respond_result(client, &id, m.method(), json!({}), Outcome::Ok);
         self.sync_log_level();
@@ -438,7 +432,7 @@ impl Server {
 
     /// The child gets the most verbose level any client asked for (issue 3 §3).
     pub(super) fn sync_log_level(&mut self) {
-        let want = self.clients.values().filter_map(|c| c.log_level).min();
+        let want = self.clients.min_log_level();
         let Some(want) = want else { return };
         // The level is recorded while the child is down too: the restart replays it.
         if self.child_era() == Era::Handshake
@@ -548,7 +542,7 @@ impl Server {
         let stateless = self
             .clients
             .get(&client)
-            .is_some_and(|c| c.peer.transport == Transport::HttpRequest);
+            .is_some_and(|c| c.peer().transport == Transport::HttpRequest);
         if stateless {
             self.detach_rounds_of(client);
         }
@@ -603,8 +597,8 @@ impl Server {
         let gone: Vec<(ClientId, Peer)> = self
             .clients
             .iter()
-            .filter(|(_, c)| !access.permits(c.peer.uid, c.peer.gid))
-            .map(|(id, c)| (*id, c.peer))
+            .filter(|(_, c)| !access.permits(c.peer().uid, c.peer().gid))
+            .map(|(id, c)| (*id, *c.peer()))
             .collect();
         for (id, peer) in gone {
             warn!(client = %id, peer_uid = peer.uid, peer_gid = peer.gid, peer_pid = peer.pid,
@@ -614,13 +608,12 @@ impl Server {
                     "server `{}`: access revoked by a configuration reload",
                     self.cfg.name
                 );
-                c.tx.deliver(message::error_response(
+                c.say_and_close(message::error_response(
                     &message::raw_null(),
                     code::SERVER_UNAVAILABLE,
                     &msg,
                     None,
                 ));
-                c.tx.close_after_drain();
             }
             self.drop_client(id);
         }
@@ -643,7 +636,7 @@ impl Server {
         let done = self
             .clients
             .get(&client)
-            .is_some_and(|c| c.closing && self.routing.inflight().count_for(client) == 0)
+            .is_some_and(|c| c.closing() && self.routing.inflight().count_for(client) == 0)
             && !self.held.has_client(client);
         if done {
             self.drop_client(client);

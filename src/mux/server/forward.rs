@@ -116,10 +116,10 @@ impl Server {
             }
             (Era::Handshake, Era::Modern) => {
                 let c = self.clients.get(&client);
-                let log_level = c.and_then(|c| c.log_level);
+                let log_level = c.and_then(|c| c.log_level());
                 let env = era::envelope(
-                    &c.map(|c| c.capabilities.clone()).unwrap_or(json!({})),
-                    &c.map(|c| c.info.clone()).unwrap_or(Value::Null),
+                    &c.map(|c| c.capabilities().clone()).unwrap_or(json!({})),
+                    &c.map(|c| c.info().clone()).unwrap_or(Value::Null),
                     log_level.map(level_name),
                 );
                 (Some(era::add_envelope(params.as_deref(), &env)), log_level)
@@ -153,7 +153,7 @@ impl Server {
         let caps = self
             .clients
             .get(&client)
-            .map(|c| c.capabilities.clone())
+            .map(|c| c.capabilities().clone())
             .unwrap_or(json!({}));
         let caps = match (&self.cfg.client_roots, caps) {
             // Roots are not asked of the client under `client_roots = "none"`.
@@ -301,7 +301,7 @@ impl Server {
     pub(super) fn client_era(&self, client: ClientId) -> Era {
         self.clients
             .get(&client)
-            .and_then(|c| c.era)
+            .and_then(|c| c.era())
             .unwrap_or(Era::Handshake)
     }
 

@@ -5,7 +5,7 @@ use super::held::Held;
 use super::io::ChildIo;
 use super::life::Life;
 use super::util::{health_config, level_name};
-use super::{Client, Lane, Owner, Server, SpawnOutcome, State};
+use super::{Lane, Owner, Server, SpawnOutcome, State};
 use crate::child::backoff::{FAILED_RETRY, MAX_FAILED_STARTS};
 use crate::child::process;
 use crate::child::process::{ChildEvent, Exit};
@@ -18,7 +18,7 @@ use crate::mux::era::{ChildProtocol, Era, Handshake};
 use crate::mux::outage::{ExitReason, OutageStatus, StopCause};
 use crate::mux::session::SessionEvent;
 use crate::observe::Outcome;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::Instant;
 use tracing::{debug, error, info, warn};
 
@@ -641,20 +641,7 @@ impl Server {
                     tx.kick();
                     return;
                 }
-                self.clients.insert(
-                    id,
-                    Client {
-                        tx,
-                        peer,
-                        era: None,
-                        initialized: false,
-                        capabilities: json!({}),
-                        name: String::new(),
-                        info: Value::Null,
-                        log_level: None,
-                        closing: false,
-                    },
-                );
+                self.clients.connect(id, tx, peer);
                 self.telemetry.metrics().set_clients(self.clients.len());
             }
             SessionEvent::Message(id, m) => {
@@ -666,7 +653,7 @@ impl Server {
                 let (uid, pid) = self
                     .clients
                     .get(&id)
-                    .map(|c| (Some(c.peer.uid), c.peer.pid))
+                    .map(|c| (Some(c.peer().uid), c.peer().pid))
                     .unwrap_or((None, None));
                 // Garbage costs a metric always, a log line only within the budget.
                 if let Some(suppressed) = self.telemetry.allow_invalid(self.clock.now()) {
@@ -679,7 +666,7 @@ impl Server {
             }
             SessionEvent::InputClosed(id) => {
                 if let Some(c) = self.clients.get_mut(&id) {
-                    c.closing = true;
+                    c.close_input();
                 }
                 // It can no longer answer the child's requests.
                 self.fail_upstream_of(id, "the client that was asked closed its input");

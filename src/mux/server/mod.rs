@@ -29,10 +29,9 @@
 use crate::child::process::{self, ChildEvent};
 use crate::config::ServerConfig;
 use crate::jsonrpc::message::{self, code};
-use crate::mux::era::Era;
 use crate::mux::health::Health;
 use crate::mux::outage::ExitReason;
-use crate::mux::session::{ClientId, ClientTx, Peer, SessionEvent};
+use crate::mux::session::{ClientId, SessionEvent};
 use clock::Clock;
 use held::HeldQueue;
 use instances::Instances;
@@ -43,6 +42,7 @@ use lists::ListCache;
 use opener::Opener;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use roster::Clients;
 use rounds::Rounds;
 use routing::Routing;
 use serde::Serialize;
@@ -50,7 +50,6 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use shell::Shell;
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,6 +77,7 @@ mod lifecycle;
 mod lists;
 mod opener;
 mod outage;
+mod roster;
 mod rounds;
 mod routing;
 #[cfg(test)]
@@ -334,23 +334,6 @@ struct Round {
     log_level: Option<usize>,
 }
 
-#[derive(Debug)]
-struct Client {
-    tx: ClientTx,
-    peer: Peer,
-    /// The client's era, decided by its first request (issue 6 §3: as the SDKs do).
-    era: Option<Era>,
-    initialized: bool,
-    capabilities: Value,
-    /// Its `clientInfo.name` (the request log's records borrow it).
-    name: String,
-    /// `clientInfo` from its `initialize` (for envelopes toward a modern child).
-    info: Value,
-    log_level: Option<usize>,
-    /// Input closed: drop the client once its last request is answered.
-    closing: bool,
-}
-
 /// What a spawn ended with: the new instance, or why there is none.
 type SpawnOutcome = Result<Box<dyn ChildIo>, process::SpawnError>;
 
@@ -388,7 +371,8 @@ struct Server {
     /// Who holds which resource subscription, directly or through a served listen stream.
     subs: Subscriptions,
     // Clients.
-    clients: BTreeMap<ClientId, Client>,
+    /// The connected clients and what is known of each.
+    clients: Clients,
     held: HeldQueue,
     /// Every client request not finished yet (issue 8: exactly one outcome each).
     ledger: Ledger,
@@ -437,7 +421,7 @@ impl Server {
             opener: Opener::default(),
             lists: ListCache::default(),
             subs: Subscriptions::default(),
-            clients: BTreeMap::new(),
+            clients: Clients::default(),
             held,
             ledger: Ledger::default(),
             rounds: Rounds::new(rng),
@@ -454,13 +438,12 @@ impl Server {
             self.cfg.name
         );
         for c in self.clients.values() {
-            c.tx.deliver(message::error_response(
+            c.say_and_close(message::error_response(
                 &message::raw_null(),
                 code::INTERNAL_ERROR,
                 &msg,
                 Some(json!({"server": self.cfg.name, "status": "actor-restart"})),
             ));
-            c.tx.close_after_drain();
         }
         self.clients.clear();
         let mut child = match (self.life.spawning(), self.life.take()) {
@@ -589,7 +572,7 @@ impl Server {
         }
         self.telemetry.flush();
         for c in self.clients.values() {
-            c.tx.kick();
+            c.kick();
         }
         self.shell.ended();
     }

@@ -2,8 +2,9 @@
 //! outage record, failing in-flight and held requests.
 
 use super::held::Held;
+use super::roster::Client;
 use super::util::format_secs;
-use super::{Client, Owner, Server, State};
+use super::{Owner, Server, State};
 use crate::jsonrpc::framing::Line;
 use crate::jsonrpc::message;
 use crate::jsonrpc::message::{code, raw, Message, Out};
@@ -64,9 +65,9 @@ impl Server {
                 server: Cow::Borrowed(&self.cfg.name),
                 request_id: t.rid,
                 client: client.0,
-                peer_uid: c.map(|c| c.peer.uid),
-                peer_pid: c.and_then(|c| c.peer.pid),
-                client_name: Cow::Borrowed(c.map_or("", |c| &c.name)),
+                peer_uid: c.map(|c| c.peer().uid),
+                peer_pid: c.and_then(|c| c.peer().pid),
+                client_name: Cow::Borrowed(c.map_or("", |c| c.name())),
                 method: Cow::Borrowed(&t.method),
                 tool: t.tool.as_deref().map(Cow::Borrowed),
                 arg_keys: Cow::Borrowed(&t.arg_keys),
@@ -141,7 +142,7 @@ impl Server {
         let line = line.into();
         self.telemetry.metrics().bytes("to_client", line.len());
         let (ok, closing) = match self.clients.get(&client) {
-            Some(c) => (c.tx.deliver_to(to, line), c.closing),
+            Some(c) => (c.deliver(to, line), c.closing()),
             None => return,
         };
         if !ok {
@@ -155,7 +156,7 @@ impl Server {
         let targets: Vec<ClientId> = self
             .clients
             .iter()
-            .filter(|(_, c)| c.initialized && filter(c))
+            .filter(|(_, c)| c.initialized() && filter(c))
             .map(|(id, _)| *id)
             .collect();
         for c in targets {

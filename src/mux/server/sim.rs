@@ -46,11 +46,14 @@ use crate::jsonrpc::framing::Line;
 use crate::jsonrpc::message::Kind;
 use crate::mux::era;
 use crate::mux::era::ChildProtocol;
+use crate::mux::era::Era;
 use crate::mux::ids::id_key;
 use crate::mux::session::Transport;
+use crate::mux::session::{ClientTx, Peer};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
@@ -1308,7 +1311,7 @@ impl Sim {
                 "a departed client's stream"
             );
         }
-        for (id, c) in &s.clients {
+        for (id, c) in s.clients.iter() {
             assert!(
                 s.subs.direct_count(*id) <= s.cfg.max_subscriptions,
                 "subscriptions"
@@ -1318,7 +1321,7 @@ impl Sim {
                 "one client over client_max_inflight"
             );
             // A client whose queue overflowed was kicked: the actor must have dropped it.
-            assert!(!c.tx.is_closed(), "client {id:?} kicked but kept");
+            assert!(!c.is_closed(), "client {id:?} kicked but kept");
         }
     }
 

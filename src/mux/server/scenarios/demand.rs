@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::mux::era::Handshake;
+use std::collections::BTreeMap;
 
 /// BASE's handshake child, started on demand and stopped after 10 s unused; calls may take
 /// a minute.
