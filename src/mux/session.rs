@@ -250,7 +250,21 @@ impl ClientTx {
     /// client is gone or too slow; the caller must then drop the client ([`ClientTx::kick`]
     /// was already called).
     pub fn deliver_to(&self, to: To<'_>, line: impl Into<Line>) -> bool {
-        let line = line.into();
+        self.deliver_at(self.address(to), line.into())
+    }
+
+    /// The [`Address`] this queue carries for `to`: `None` for a socket's queue, which needs
+    /// none (so a socket client's delivery never builds one).
+    pub fn address(&self, to: To<'_>) -> Option<Address> {
+        match self.tx {
+            Queue::Lines(_) => None,
+            Queue::Addressed(_) => Some(to.address()),
+        }
+    }
+
+    /// [`ClientTx::deliver_to`] with the address already made ([`ClientTx::address`]; `None`
+    /// on an addressed queue means session-wide).
+    pub fn deliver_at(&self, address: Option<Address>, line: Line) -> bool {
         let len = line.len();
         let before = self.queued.fetch_add(len, Ordering::Relaxed);
         if before > 0 && before + len > CLIENT_QUEUE_BYTES {
@@ -267,7 +281,9 @@ impl ClientTx {
         }
         let sent = match &self.tx {
             Queue::Lines(tx) => tx.try_send(line).map_err(unit),
-            Queue::Addressed(tx) => tx.try_send((to.address(), line)).map_err(unit),
+            Queue::Addressed(tx) => tx
+                .try_send((address.unwrap_or(Address::Session), line))
+                .map_err(unit),
         };
         match sent {
             Ok(()) => true,

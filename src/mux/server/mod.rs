@@ -65,6 +65,7 @@ mod child;
 mod clients;
 mod clock;
 mod demand;
+mod effects;
 #[cfg(test)]
 mod fakes;
 mod forward;
@@ -343,6 +344,9 @@ enum Input {
     /// The outcome of a spawn started by [`Spawner::start`], for instance `generation`.
     Spawned(u64, SpawnOutcome),
     Session(SessionEvent),
+    /// A delivery to this client failed (it is gone or too slow): the shell's report of an
+    /// effect ([`effects::Effects::execute`]).
+    ClientGone(ClientId),
     SessionsClosed,
     Command(Command),
     CommandsClosed,
@@ -568,7 +572,7 @@ impl Server {
                 _ = sleep_until(wake) => Input::Timer,
             };
             self.tick_clock();
-            self.handle(input);
+            self.step(input);
         }
         self.telemetry.flush();
         for c in self.clients.values() {
@@ -582,6 +586,21 @@ impl Server {
         self.clock = Clock::read();
     }
 
+    /// Handles `input`, then carries out what was decided; a failed delivery is handled as
+    /// the input [`Input::ClientGone`] (at most once per client, so this ends).
+    fn step(&mut self, input: Input) {
+        self.handle(input);
+        loop {
+            let gone = self.shell.effects().execute();
+            if gone.is_empty() {
+                return;
+            }
+            for client in gone {
+                self.handle(Input::ClientGone(client));
+            }
+        }
+    }
+
     /// Everything the actor decides, for one input at `self.clock.now()`.
     fn handle(&mut self, input: Input) {
         match input {
@@ -593,6 +612,7 @@ impl Server {
                 self.begin_shutdown();
             }
             Input::Timer => self.on_timer(),
+            Input::ClientGone(client) => self.drop_client(client),
             Input::Command(cmd) => match cmd {
                 Command::Shutdown(done) => {
                     self.shell.exit(Some(done));

@@ -141,13 +141,13 @@ impl Server {
     pub(super) fn reply_to(&mut self, client: ClientId, to: To<'_>, line: impl Into<Line>) {
         let line = line.into();
         self.telemetry.metrics().bytes("to_client", line.len());
-        let (ok, closing) = match self.clients.get(&client) {
-            Some(c) => (c.deliver(to, line), c.closing()),
-            None => return,
+        let Some(c) = self.clients.get(&client) else {
+            return;
         };
-        if !ok {
-            self.drop_client(client);
-        } else if closing {
+        let closing = c.closing();
+        let delivery = c.delivery(client, to, line);
+        self.shell.effects().push(delivery);
+        if closing {
             self.close_if_done(client);
         }
     }

@@ -7,16 +7,19 @@
 //! which only queues (never blocks); what a failed delivery means (the client is dropped) is
 //! decided by the caller. Never writes to the child.
 
+use super::effects::Effect;
 use crate::jsonrpc::framing::Line;
 use crate::mux::era::Era;
 use crate::mux::session::{ClientId, ClientTx, Peer, To};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// One connected client.
 #[derive(Debug)]
 pub(super) struct Client {
-    tx: ClientTx,
+    /// Shared with the deliveries decided for it and not yet carried out.
+    tx: Arc<ClientTx>,
     peer: Peer,
     /// The client's era, decided by its first request.
     era: Option<Era>,
@@ -116,10 +119,15 @@ impl Client {
         }
     }
 
-    /// Queues `line` for it, addressed `to` (never blocks). `false`: it is gone or too slow
-    /// (its connection was closed); the caller drops it.
-    pub(super) fn deliver(&self, to: To<'_>, line: impl Into<Line>) -> bool {
-        self.tx.deliver_to(to, line)
+    /// The effect that queues `line` for it (it is client `id`), addressed `to`; the address
+    /// is made only for a queue that carries one (HTTP).
+    pub(super) fn delivery(&self, id: ClientId, to: To<'_>, line: Line) -> Effect {
+        Effect::Deliver {
+            client: id,
+            tx: Arc::clone(&self.tx),
+            address: self.tx.address(to),
+            line,
+        }
     }
 
     /// Queues `line` session-wide, then closes the connection once it is written (used to
@@ -154,7 +162,7 @@ impl Clients {
         self.by_id.insert(
             id,
             Client {
-                tx,
+                tx: Arc::new(tx),
                 peer,
                 era: None,
                 initialized: false,

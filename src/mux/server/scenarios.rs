@@ -841,3 +841,56 @@ fn a_hung_2026_child_holding_a_clients_listen_stream_is_probed_and_stopped() {
     assert_eq!(sim.stops(), vec![1], "the silent child was stopped");
     assert_eq!(sim.server.life.stop_cause(), Some(StopCause::ProbeTimeout));
 }
+
+/// Issue 27 §1: a decision is data before the shell carries it out. A `ping` from a socket
+/// client and one from an HTTP session are each answered with exactly one delivery effect,
+/// addressed only where the queue carries addresses (the HTTP session's, as the response to
+/// its id); nothing reaches a queue until the shell drains the sink.
+#[test]
+fn a_ping_is_answered_by_one_delivery_effect_that_only_the_shell_carries_out() {
+    use super::effects::Effect;
+    use crate::mux::session::{Address, ClientTx, Peer, Transport};
+    let mut sim = ready(BASE, 3);
+    let socket = sim.connect();
+    let (tx, mut outbox) = ClientTx::channel(16, &tokio_util::sync::CancellationToken::new());
+    let http = ClientId(77);
+    let peer = Peer {
+        uid: 0,
+        gid: 0,
+        pid: None,
+        transport: Transport::HttpSession,
+    };
+    sim.input(Input::Session(SessionEvent::Connected(http, tx, peer)));
+    for (client, id) in [(socket, 5), (http, 7)] {
+        let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+        let m = message::parse_one(line.as_bytes()).expect("a valid ping");
+        sim.server
+            .handle(Input::Session(SessionEvent::Message(client, m)));
+        let pending = sim.server.shell.pending().pending();
+        assert_eq!(pending.len(), 1, "one effect: {pending:?}");
+        let Effect::Deliver {
+            client: to,
+            address,
+            line,
+            ..
+        } = &pending[0];
+        assert_eq!(*to, client);
+        let answer: Value = serde_json::from_slice(line.to_bytes().as_ref()).expect("JSON");
+        assert_eq!(answer["id"], id, "{answer}");
+        assert_eq!(answer["result"], json!({}), "{answer}");
+        match (client == http, address) {
+            (false, None) => {}
+            (true, Some(Address::Response(key))) => assert_eq!(key, "7"),
+            other => panic!("wrong address for {client:?}: {other:?}"),
+        }
+        assert!(sim.server.shell.effects().execute().is_empty(), "delivered");
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let (address, line) = rt
+        .block_on(outbox.recv())
+        .expect("the HTTP answer, once drained");
+    assert!(matches!(address, Address::Response(k) if k == "7"));
+    assert!(String::from_utf8_lossy(&line.to_bytes()).contains("\"id\":7"));
+}

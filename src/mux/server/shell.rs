@@ -4,6 +4,7 @@
 //!
 //! Owns those fields alone; decides nothing about children or clients.
 
+use super::effects::Effects;
 use super::supervise::ActorHistory;
 use crate::child::process::ChildEvent;
 use tokio::sync::{mpsc, oneshot};
@@ -25,6 +26,8 @@ pub(super) struct Shell {
     history: ActorHistory,
     /// `MCP_SUPERVISOR_TEST_PANIC`, read at actor start ([`Shell::panic_on_request`]).
     test_panic: Option<String>,
+    /// What the core decided while handling the input, for the shell to carry out.
+    effects: Effects,
 }
 
 impl Shell {
@@ -39,12 +42,24 @@ impl Shell {
             test_panic: std::env::var("MCP_SUPERVISOR_TEST_PANIC")
                 .ok()
                 .filter(|m| !m.is_empty()),
+            effects: Effects::default(),
         }
     }
 
     /// The child inbox.
     pub(super) fn events(&mut self) -> &mut mpsc::Receiver<ChildEvent> {
         &mut self.events
+    }
+
+    /// The effect sink.
+    pub(super) fn effects(&mut self) -> &mut Effects {
+        &mut self.effects
+    }
+
+    /// The effects decided and not yet carried out (core tests).
+    #[cfg(test)]
+    pub(super) fn pending(&self) -> &Effects {
+        &self.effects
     }
 
     /// What the supervisor remembered across actor restarts.

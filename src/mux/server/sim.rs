@@ -309,7 +309,7 @@ impl Sim {
         self.events += 1;
         self.server.clock = Clock::at(self.now, self.server.clock.wall());
         *self.clock.lock().unwrap_or_else(|p| p.into_inner()) = self.now;
-        self.server.handle(input);
+        self.server.step(input);
         self.read_child_stdin();
         self.drain_clients();
         self.check_bounds();
