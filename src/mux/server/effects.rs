@@ -3,10 +3,12 @@
 //! input, in order, and feeds back what failed as inputs of their own. Core tests read the
 //! sink as data before it is drained.
 //!
-//! Built so far: deliveries to clients. A failed delivery (the client is gone or too slow)
-//! comes back as [`super::Input::ClientGone`]. Writes to the child, spawns, stops and the
-//! request records are still performed in place (ARCHITECTURE, "The core's shape").
+//! Built so far: deliveries to clients, spawns and stop ladders. A failed delivery (the
+//! client is gone or too slow) comes back as [`super::Input::ClientGone`]; a spawn's outcome
+//! comes back as `Input::Spawned`. Writes to the child and the request records are still
+//! performed in place (ARCHITECTURE, "The core's shape").
 
+use crate::child::process::{SpawnSpec, StderrTail};
 use crate::jsonrpc::framing::Line;
 use crate::mux::session::{Address, ClientId, ClientTx};
 use std::sync::Arc;
@@ -23,6 +25,15 @@ pub(super) enum Effect {
         address: Option<Address>,
         line: Line,
     },
+    /// Start spawning instance `generation` of `spec` (off the actor's thread), its stderr
+    /// going to `tail`.
+    Spawn {
+        spec: Box<SpawnSpec>,
+        generation: u64,
+        tail: StderrTail,
+    },
+    /// Start the stop ladder of instance `generation` (if it is still the one stopping).
+    Stop { generation: u64 },
 }
 
 /// The sink: appended to by the core, drained by the shell after each input. Its buffer is
@@ -44,24 +55,17 @@ impl Effects {
         &self.list
     }
 
-    /// Carries out every effect in order; returns the clients whose delivery failed (each
-    /// once), for the shell to report as gone.
-    pub(super) fn execute(&mut self) -> Vec<ClientId> {
-        let mut gone: Vec<ClientId> = Vec::new();
-        for effect in self.list.drain(..) {
-            match effect {
-                Effect::Deliver {
-                    client,
-                    tx,
-                    address,
-                    line,
-                } => {
-                    if !tx.deliver_at(address, line) && !gone.contains(&client) {
-                        gone.push(client);
-                    }
-                }
-            }
+    /// Takes the effects decided so far, in order, for the shell to carry out; give the
+    /// buffer back with [`Effects::reuse`].
+    pub(super) fn take(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.list)
+    }
+
+    /// Gives back a drained buffer (its capacity is kept for the next input).
+    pub(super) fn reuse(&mut self, mut buffer: Vec<Effect>) {
+        buffer.clear();
+        if self.list.is_empty() {
+            self.list = buffer;
         }
-        gone
     }
 }

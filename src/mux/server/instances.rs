@@ -64,13 +64,18 @@ impl Instances {
         self.spawner.admit(now)
     }
 
-    /// Starts spawning the next instance of `spec` with a cleared stderr tail; returns its
-    /// generation. The outcome comes back as an event.
-    pub(super) fn start(&mut self, spec: &SpawnSpec) -> u64 {
+    /// The next instance: its generation, with a cleared stderr tail (the spawn itself is
+    /// the shell's effect, [`Instances::launch`]).
+    pub(super) fn next(&mut self) -> u64 {
         self.generation = self.generation.saturating_add(1);
         self.tail.clear();
-        self.spawner.start(spec, self.generation, self.tail.clone());
         self.generation
+    }
+
+    /// Starts spawning instance `generation` of `spec` (returns at once; the outcome comes
+    /// back as an event). The shell only, carrying out `Effect::Spawn`.
+    pub(super) fn launch(&mut self, spec: &SpawnSpec, generation: u64, tail: StderrTail) {
+        self.spawner.start(spec, generation, tail);
     }
 
     /// The generation of the newest instance started (0 before the first).

@@ -181,6 +181,25 @@ impl Life {
         }
     }
 
+    /// The generation whose stop ladder must start: a child in `stopping` whose ladder was
+    /// not started yet (the core turns it into an `Effect::Stop`).
+    pub(super) fn stop_due(&self) -> Option<u64> {
+        match self {
+            Life::Stopping { child, .. } if !child.stopping() => Some(child.generation()),
+            _ => None,
+        }
+    }
+
+    /// Starts the stop ladder of instance `generation`, if it is the one stopping (the
+    /// shell, carrying out `Effect::Stop`; idempotent).
+    pub(super) fn start_ladder(&mut self, generation: u64) {
+        if let Life::Stopping { child, .. } = self {
+            if child.generation() == generation {
+                child.stop();
+            }
+        }
+    }
+
     /// The handshake was answered at `now`: `starting` becomes `ready`.
     pub(super) fn ready(&mut self, now: Instant) {
         if let Life::Starting { .. } = self {
@@ -232,8 +251,7 @@ impl Life {
                     ..
                 } = std::mem::replace(self, Life::Stopped)
                 {
-                    let mut child = child;
-                    child.stop();
+                    // The ladder itself is the shell's effect ([`Life::stop_due`]).
                     *self = Life::Stopping {
                         child,
                         cause,
@@ -288,7 +306,6 @@ impl Life {
         if g != generation {
             return Err(child);
         }
-        let mut child = child;
         *self = match cancel {
             None => Life::Starting {
                 child,
@@ -296,7 +313,7 @@ impl Life {
                 stdout_closed: None,
             },
             Some(cause) => {
-                child.stop();
+                // Stopped by the shell's effect ([`Life::stop_due`]).
                 Life::Stopping {
                     child,
                     cause,
@@ -409,10 +426,14 @@ mod tests {
         assert_eq!(l.start_deadline(), None);
         assert!(l.stop(StopCause::ProbeTimeout, false));
         assert_eq!(l.state(), State::Stopping);
+        let due = l.stop_due();
+        assert!(due.is_some(), "the ladder is due");
+        l.start_ladder(due.unwrap_or_default());
         assert!(
             l.child().is_some_and(|c| c.stopping()),
             "the ladder was started"
         );
+        assert_eq!(l.stop_due(), None, "and is not due twice");
         let ended = l.take().map(|e| (e.cause, e.ready_since));
         assert_eq!(ended, Some((Some(StopCause::ProbeTimeout), Some(now))));
         assert_eq!(l.state(), State::Stopped);

@@ -1,6 +1,7 @@
 //! The server's lifecycle: spawn, the era opener, operator verbs, exits and what follows
 //! them (backoff, failed), readiness; the events from the child and from client sessions.
 
+use super::effects::Effect;
 use super::held::Held;
 use super::io::ChildIo;
 use super::life::Life;
@@ -53,8 +54,12 @@ impl Server {
     /// Starts spawning the next instance, off the actor's thread (issue 27 §3): the state is
     /// `starting` (`Life::Spawning`) until [`Server::on_spawned`] gets the outcome.
     pub(super) fn spawn_now(&mut self) {
-        let spec = process::SpawnSpec::of(&self.cfg);
-        let generation = self.instances.start(&spec);
+        let generation = self.instances.next();
+        self.shell.effects().push(Effect::Spawn {
+            spec: Box::new(process::SpawnSpec::of(&self.cfg)),
+            generation,
+            tail: self.instances.tail().clone(),
+        });
         self.life = Life::Spawning {
             generation,
             deadline: crate::deadline::after(self.clock.now(), self.cfg.start_timeout),
@@ -85,6 +90,7 @@ impl Server {
                             "spawned"
                         );
                         self.instances.publish_pid(pid);
+                        self.ladder_if_due();
                         match cancel {
                             None => self.open_session(),
                             Some(cause) => {
@@ -198,7 +204,7 @@ impl Server {
         }
         self.fail_held(OutageStatus::Stopped);
         // The shutdown decides what follows the exit, whatever stop was under way.
-        if !self.life.stop(StopCause::Shutdown, true) {
+        if !self.stop_life(StopCause::Shutdown, true) {
             self.life = Life::Stopped;
         }
     }
@@ -207,7 +213,7 @@ impl Server {
         info!("stop requested");
         self.fail_held(OutageStatus::Stopped);
         // The operator's stop overrules a health or restart stop under way: it stays stopped.
-        if !self.life.stop(StopCause::Stop, true) {
+        if !self.stop_life(StopCause::Stop, true) {
             self.life = Life::Stopped;
         }
     }
@@ -276,6 +282,20 @@ impl Server {
         self.operator_restart();
     }
 
+    /// [`Life::stop`], and the stop ladder's effect when it moved a child to `stopping`.
+    fn stop_life(&mut self, cause: StopCause, overrule: bool) -> bool {
+        let stopping = self.life.stop(cause, overrule);
+        self.ladder_if_due();
+        stopping
+    }
+
+    /// Decides the stop ladder of a child that entered `stopping` (`Effect::Stop`).
+    fn ladder_if_due(&mut self) {
+        if let Some(generation) = self.life.stop_due() {
+            self.shell.effects().push(Effect::Stop { generation });
+        }
+    }
+
     pub(super) fn stop_child(&mut self, cause: StopCause) {
         if self.life.can_stop() {
             if cause == StopCause::Idle {
@@ -284,7 +304,7 @@ impl Server {
                 warn!(reason = cause.reason(), "stopping the child");
             }
             // No probes, no forwarding while the ladder runs; the exit decides what next.
-            self.life.stop(cause, false);
+            self.stop_life(cause, false);
         }
     }
 

@@ -33,6 +33,7 @@ use crate::mux::health::Health;
 use crate::mux::outage::ExitReason;
 use crate::mux::session::{ClientId, SessionEvent};
 use clock::Clock;
+use effects::Effect;
 use held::HeldQueue;
 use instances::Instances;
 use io::{ChildIo, ProcessSpawner, Spawner};
@@ -526,6 +527,7 @@ impl Server {
                 self.cannot_start(&why);
             }
         }
+        self.carry_out();
         let (mut sessions_open, mut commands_open) = (true, true);
         let mut exported_state = None;
         loop {
@@ -590,8 +592,36 @@ impl Server {
     /// the input [`Input::ClientGone`] (at most once per client, so this ends).
     fn step(&mut self, input: Input) {
         self.handle(input);
+        self.carry_out();
+    }
+
+    /// Carries out the effects decided so far, in order (the shell's half of [`Server::step`],
+    /// also after [`Server::begin`]).
+    fn carry_out(&mut self) {
         loop {
-            let gone = self.shell.effects().execute();
+            let mut effects = self.shell.effects().take();
+            let mut gone: Vec<ClientId> = Vec::new();
+            for effect in effects.drain(..) {
+                match effect {
+                    Effect::Deliver {
+                        client,
+                        tx,
+                        address,
+                        line,
+                    } => {
+                        if !tx.deliver_at(address, line) && !gone.contains(&client) {
+                            gone.push(client);
+                        }
+                    }
+                    Effect::Spawn {
+                        spec,
+                        generation,
+                        tail,
+                    } => self.instances.launch(&spec, generation, tail),
+                    Effect::Stop { generation } => self.life.start_ladder(generation),
+                }
+            }
+            self.shell.effects().reuse(effects);
             if gone.is_empty() {
                 return;
             }

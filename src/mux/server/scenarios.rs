@@ -873,7 +873,10 @@ fn a_ping_is_answered_by_one_delivery_effect_that_only_the_shell_carries_out() {
             address,
             line,
             ..
-        } = &pending[0];
+        } = &pending[0]
+        else {
+            panic!("not a delivery: {pending:?}");
+        };
         assert_eq!(*to, client);
         let answer: Value = serde_json::from_slice(line.to_bytes().as_ref()).expect("JSON");
         assert_eq!(answer["id"], id, "{answer}");
@@ -883,7 +886,7 @@ fn a_ping_is_answered_by_one_delivery_effect_that_only_the_shell_carries_out() {
             (true, Some(Address::Response(key))) => assert_eq!(key, "7"),
             other => panic!("wrong address for {client:?}: {other:?}"),
         }
-        assert!(sim.server.shell.effects().execute().is_empty(), "delivered");
+        sim.server.step(Input::Timer);
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -893,4 +896,42 @@ fn a_ping_is_answered_by_one_delivery_effect_that_only_the_shell_carries_out() {
         .expect("the HTTP answer, once drained");
     assert!(matches!(address, Address::Response(k) if k == "7"));
     assert!(String::from_utf8_lossy(&line.to_bytes()).contains("\"id\":7"));
+}
+
+/// Issue 27 §1: the stop ladder and the spawn are effects too. An operator's `stop` leaves the
+/// child running until the shell carries out the `Stop` the core decided; the `start` that
+/// follows decides a `Spawn` of the next generation, and no spawn happens before the shell
+/// carries it out.
+#[test]
+fn stop_and_spawn_are_effects_the_shell_carries_out() {
+    use super::effects::Effect;
+    let mut sim = ready(BASE, 4);
+    let generation = sim.current_generation().expect("a child runs");
+    let (done, _wait) = oneshot::channel();
+    sim.server.handle(Input::Command(Command::Stop(done)));
+    let pending = sim.server.shell.pending().pending();
+    assert!(
+        matches!(pending, [Effect::Stop { generation: g }] if *g == generation),
+        "{pending:?}"
+    );
+    assert!(
+        sim.server.life.child().is_some_and(|c| !c.stopping()),
+        "the ladder waits for the shell"
+    );
+    sim.server.step(Input::Timer);
+    assert!(sim.server.life.child().is_some_and(|c| c.stopping()));
+    assert_eq!(sim.stops(), vec![generation]);
+    sim.child_exits(false);
+    assert_eq!(sim.server.life.state(), State::Stopped);
+    let spawned = lock(&sim.world).spawns;
+    let (done, _wait) = oneshot::channel();
+    sim.server.handle(Input::Command(Command::Start(done)));
+    let pending = sim.server.shell.pending().pending();
+    assert!(
+        matches!(pending, [Effect::Spawn { generation: g, .. }] if *g == generation + 1),
+        "{pending:?}"
+    );
+    assert_eq!(lock(&sim.world).spawns, spawned, "not spawned yet");
+    sim.server.step(Input::Timer);
+    assert_eq!(lock(&sim.world).spawns, spawned + 1, "spawned by the shell");
 }

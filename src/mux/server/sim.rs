@@ -257,6 +257,7 @@ impl Sim {
         );
         server.clock = Clock::at(start, server.clock.wall());
         server.begin(None);
+        server.carry_out();
         let mut sim = Sim {
             rng: StdRng::seed_from_u64(seed),
             server,
