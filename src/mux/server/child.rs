@@ -2,6 +2,7 @@
 //! the handshake and era verdicts, the child's own requests, notifications and listen
 //! traffic, malformed and oversized replies.
 
+use super::effects::{Effect, Written};
 use super::subtable::Hold;
 use super::util::{is_tool_error, listen_close_result, malformed, shareable};
 use super::{Asker, Lane, Owner, Server, State};
@@ -366,24 +367,51 @@ impl Server {
     /// lines) drops the line and says so, within the log budget: the stdin writer's own
     /// [`process::STDIN_STALL`] ends a child that never reads again. A closed queue means the
     /// child is exiting; its exit decides what follows, so that is only a debug line.
-    pub(super) fn write_child(&mut self, line: Bytes, lane: Lane, what: &str) {
+    pub(super) fn write_child(&mut self, line: Bytes, lane: Lane, what: &'static str) {
         let Some(c) = self.life.child() else {
             return;
         };
-        let queued = match lane {
-            Lane::Normal => c.send(line),
-            Lane::Urgent => c.send_urgent(line),
+        let generation = c.generation();
+        self.shell.effects().push(Effect::ToChild {
+            generation,
+            line,
+            lane,
+            what: Written::Line(what),
+        });
+    }
+
+    /// The shell's half of [`Effect::ToChild`]: writes `line` to the child's queue if
+    /// instance `generation` still runs. A refused line is logged (within the budget); a
+    /// refused request is returned, for [`Server::on_unwritten`].
+    pub(super) fn write_now(
+        &mut self,
+        generation: u64,
+        line: Bytes,
+        lane: Lane,
+        what: Written,
+    ) -> Option<(u64, Queued)> {
+        let queued = match self.life.child() {
+            Some(c) if c.generation() == generation => match lane {
+                Lane::Normal => c.send(line),
+                Lane::Urgent => c.send_urgent(line),
+            },
+            _ => Queued::Closed,
         };
-        match queued {
-            Queued::Ok => {}
-            Queued::Closed => debug!("not written to the child (its input is closed): {what}"),
-            Queued::Full => {
+        match (what, queued) {
+            (_, Queued::Ok) => None,
+            (Written::Request(child_id), queued) => Some((child_id, queued)),
+            (Written::Line(what), Queued::Closed) => {
+                debug!("not written to the child (its input is closed): {what}");
+                None
+            }
+            (Written::Line(what), Queued::Full) => {
                 if let Some(suppressed) = self.telemetry.allow_dropped(self.clock.now()) {
                     warn!(
                         suppressed,
                         "the child is not reading its input (its queue is full); dropped: {what}"
                     );
                 }
+                None
             }
         }
     }

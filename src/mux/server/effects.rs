@@ -3,14 +3,19 @@
 //! input, in order, and feeds back what failed as inputs of their own. Core tests read the
 //! sink as data before it is drained.
 //!
-//! Built so far: deliveries to clients, spawns and stop ladders. A failed delivery (the
-//! client is gone or too slow) comes back as [`super::Input::ClientGone`]; a spawn's outcome
-//! comes back as `Input::Spawned`. Writes to the child and the request records are still
-//! performed in place (ARCHITECTURE, "The core's shape").
+//! Built so far: deliveries to clients, writes to the child, spawns and stop ladders. A
+//! failed delivery (the client is gone or too slow) comes back as
+//! [`super::Input::ClientGone`]; a request the child's queue refused, as
+//! [`super::Input::Unwritten`]; a spawn's outcome, as `Input::Spawned`. The request records
+//! (ledger close, request log, trace, metrics) are still performed in place: counters are
+//! atomics updated where they change, the documented exception (ARCHITECTURE, "The core's
+//! shape").
 
+use super::Lane;
 use crate::child::process::{SpawnSpec, StderrTail};
 use crate::jsonrpc::framing::Line;
 use crate::mux::session::{Address, ClientId, ClientTx};
+use bytes::Bytes;
 use std::sync::Arc;
 
 /// One effect.
@@ -25,6 +30,13 @@ pub(super) enum Effect {
         address: Option<Address>,
         line: Line,
     },
+    /// Write `line` to instance `generation`'s stdin queue (`lane`); `what` says what it is.
+    ToChild {
+        generation: u64,
+        line: Bytes,
+        lane: Lane,
+        what: Written,
+    },
     /// Start spawning instance `generation` of `spec` (off the actor's thread), its stderr
     /// going to `tail`.
     Spawn {
@@ -34,6 +46,16 @@ pub(super) enum Effect {
     },
     /// Start the stop ladder of instance `generation` (if it is still the one stopping).
     Stop { generation: u64 },
+}
+
+/// What a line written to the child is, for what follows a refusal.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Written {
+    /// A request under this child-side id (in flight already): a refusal comes back as
+    /// `Input::Unwritten`.
+    Request(u64),
+    /// Anything else, named for the log (a refusal is logged, within a budget).
+    Line(&'static str),
 }
 
 /// The sink: appended to by the core, drained by the shell after each input. Its buffer is

@@ -37,6 +37,8 @@ pub(super) struct World {
     pub(super) modern: bool,
     /// The fake child advertises `logging` (the random run; scenarios keep it off).
     pub(super) logging: bool,
+    /// The child stopped reading its input: its stdin queue refuses every line (`Full`).
+    pub(super) stdin_full: bool,
 }
 
 pub(super) struct FakeChild {
@@ -65,6 +67,9 @@ impl ChildIo for FakeChild {
             return Queued::Closed;
         }
         let mut w = lock(&self.world);
+        if w.stdin_full {
+            return Queued::Full;
+        }
         w.written.push((self.generation, line.clone()));
         w.stdin.push((self.generation, line));
         Queued::Ok

@@ -1,10 +1,11 @@
 //! Forwarding a client request to the child: id rewriting, era translation, deadlines, and
 //! MRTR rounds (`input_required` turned into ordinary requests for handshake clients).
 
+use super::effects::{Effect, Written};
 use super::util::{
     input_requests, level_name, list_to_cache, missing_capability, request_state, subscribe_uri,
 };
-use super::{Asker, Owner, Pending, Round, Server};
+use super::{Asker, Lane, Owner, Pending, Round, Server};
 use crate::child::process::Queued;
 use crate::config::ClientRoots;
 use crate::jsonrpc::message;
@@ -358,39 +359,22 @@ impl Server {
             params
         };
         let line = message::request_line(child_id, method, params.as_deref());
-        let queued = match self.life.child() {
-            Some(c) => {
-                self.telemetry.metrics().bytes("to_child", line.len());
-                c.send(line)
-            }
-            None => Queued::Closed,
-        };
-        if queued == Queued::Closed {
+        let Some(generation) = self.life.child().map(|c| c.generation()) else {
             if let Owner::Client { client, id, .. } = owner {
-                // The child's input closed: it is exiting and the exit is not handled yet.
-                // Answer with the outage record like any request that cannot reach the child.
+                // The child is gone and the exit is not handled yet: answer with the outage
+                // record like any request that cannot reach the child.
                 self.outage_reply(client, &id, method, OutageStatus::Exited);
             }
             return None;
-        }
-        if queued != Queued::Ok {
-            if let Owner::Client { client, id, .. } = owner {
-                let why = if queued == Queued::Full {
-                    "the child is not reading its input"
-                } else {
-                    "the child is stopping"
-                };
-                let msg = format!("server `{}` cannot take requests now: {why}", self.cfg.name);
-                let (outcome, code) = if queued == Queued::Full {
-                    (Outcome::Denied, code::LIMIT_EXCEEDED)
-                } else {
-                    (Outcome::Unreachable, code::SERVER_UNAVAILABLE)
-                };
-                let line = message::error_response(&id, code, &msg, None);
-                self.respond(client, &id, line, outcome, Some(code));
-            }
-            return None;
-        }
+        };
+        self.telemetry.metrics().bytes("to_child", line.len());
+        // In flight from now; a refusal of the child's queue comes back as `Unwritten`.
+        self.shell.effects().push(Effect::ToChild {
+            generation,
+            line,
+            lane: Lane::Normal,
+            what: Written::Request(child_id),
+        });
         let client = match (&owner, key) {
             (Owner::Client { client, .. }, Some(key)) => Some((*client, key)),
             _ => None,
@@ -407,5 +391,39 @@ impl Server {
             .metrics()
             .set_in_flight(self.routing.inflight().len());
         Some(child_id)
+    }
+
+    /// The child's queue refused request `child_id` (the shell's report of an
+    /// [`Effect::ToChild`]): it leaves the in-flight table, and a client's request is
+    /// answered: closed input means the child is exiting (the outage record, as for any
+    /// request that cannot reach it); a full queue means it is not reading (-32002, denied).
+    pub(super) fn on_unwritten(&mut self, child_id: u64, queued: Queued) {
+        let Some(removed) = self.routing.inflight_mut().remove(child_id) else {
+            return;
+        };
+        self.telemetry
+            .metrics()
+            .set_in_flight(self.routing.inflight().len());
+        let method = removed.value.method;
+        match removed.value.owner {
+            Owner::Client { client, id, .. } if queued == Queued::Closed => {
+                self.outage_reply(client, &id, &method, OutageStatus::Exited);
+            }
+            Owner::Client { client, id, .. } => {
+                let msg = format!(
+                    "server `{}` cannot take requests now: the child is not reading its input",
+                    self.cfg.name
+                );
+                let code = code::LIMIT_EXCEEDED;
+                let line = message::error_response(&id, code, &msg, None);
+                self.respond(client, &id, line, Outcome::Denied, Some(code));
+            }
+            Owner::Listen => {
+                self.opener.listen_ended(child_id);
+            }
+            _ => {
+                debug!(method = %method, "a request of the supervisor's own was not written to the child")
+            }
+        }
     }
 }

@@ -26,7 +26,7 @@
 //! requests during start-up or backoff wait (bounded) and are forwarded once ready; list
 //! requests are answered from the last known result while the child is down.
 
-use crate::child::process::{self, ChildEvent};
+use crate::child::process::{self, ChildEvent, Queued};
 use crate::config::ServerConfig;
 use crate::jsonrpc::message::{self, code};
 use crate::mux::health::Health;
@@ -348,6 +348,8 @@ enum Input {
     /// A delivery to this client failed (it is gone or too slow): the shell's report of an
     /// effect ([`effects::Effects::execute`]).
     ClientGone(ClientId),
+    /// The child's queue refused request `.0` (the shell's report of an effect).
+    Unwritten(u64, Queued),
     SessionsClosed,
     Command(Command),
     CommandsClosed,
@@ -601,6 +603,7 @@ impl Server {
         loop {
             let mut effects = self.shell.effects().take();
             let mut gone: Vec<ClientId> = Vec::new();
+            let mut unwritten: Vec<(u64, Queued)> = Vec::new();
             for effect in effects.drain(..) {
                 match effect {
                     Effect::Deliver {
@@ -619,11 +622,20 @@ impl Server {
                         tail,
                     } => self.instances.launch(&spec, generation, tail),
                     Effect::Stop { generation } => self.life.start_ladder(generation),
+                    Effect::ToChild {
+                        generation,
+                        line,
+                        lane,
+                        what,
+                    } => unwritten.extend(self.write_now(generation, line, lane, what)),
                 }
             }
             self.shell.effects().reuse(effects);
-            if gone.is_empty() {
+            if gone.is_empty() && unwritten.is_empty() {
                 return;
+            }
+            for (child_id, queued) in unwritten {
+                self.handle(Input::Unwritten(child_id, queued));
             }
             for client in gone {
                 self.handle(Input::ClientGone(client));
@@ -643,6 +655,7 @@ impl Server {
             }
             Input::Timer => self.on_timer(),
             Input::ClientGone(client) => self.drop_client(client),
+            Input::Unwritten(child_id, queued) => self.on_unwritten(child_id, queued),
             Input::Command(cmd) => match cmd {
                 Command::Shutdown(done) => {
                     self.shell.exit(Some(done));

@@ -935,3 +935,30 @@ fn stop_and_spawn_are_effects_the_shell_carries_out() {
     sim.server.step(Input::Timer);
     assert_eq!(lock(&sim.world).spawns, spawned + 1, "spawned by the shell");
 }
+
+/// Issue 27 §1 (`Effect::ToChild`, `Input::Unwritten`): a child whose stdin queue is full
+/// refuses a forwarded request when the shell writes it; the client is answered -32002 at
+/// once (one outcome, nothing left in flight), another client's later request goes through
+/// once the child reads again.
+#[test]
+fn a_request_the_childs_full_queue_refuses_is_answered_limit_exceeded_at_once() {
+    let mut sim = ready(BASE, 5);
+    let (a, b) = (sim.connect(), sim.connect());
+    lock(&sim.world).stdin_full = true;
+    sim.send(a, &call(a, 1));
+    let refused = responses(&sim, a);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["id"], 1, "{refused:?}");
+    assert_eq!(refused[0]["error"]["code"], -32002, "{refused:?}");
+    assert!(refused[0]["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("not reading its input"));
+    assert_eq!(sim.server.routing.inflight().len(), 0, "not in flight");
+    assert_eq!(sim.server.ledger.len(), 0, "its one outcome is written");
+    lock(&sim.world).stdin_full = false;
+    sim.send(b, &call(b, 2));
+    assert_eq!(sim.server.routing.inflight().len(), 1, "written this time");
+    answer_all(&mut sim);
+    assert_eq!(responses(&sim, b).len(), 1);
+}
