@@ -277,8 +277,13 @@ impl Server {
                 }
             }
             // A server that was never ready and is backing off gets a fast, explicit error
-            // (K19); one that was ready is likely back soon, so its requests wait.
-            State::Backoff if self.opener.handshake().is_none() && !self.life.probe_respawn() => {
+            // (K19); one that was ready is likely back soon, so its requests wait, as do those
+            // of a first start that only waits for the daemon's spawn budget (nothing failed).
+            State::Backoff
+                if self.opener.handshake().is_none()
+                    && !self.life.probe_respawn()
+                    && !self.life.awaiting_budget() =>
+            {
                 self.outage_reply(client, id, m.method(), OutageStatus::Backoff);
             }
             State::Stopping if self.restarting() && held_room => self.hold(client, m),
@@ -348,7 +353,9 @@ impl Server {
             let trying = match self.life.state() {
                 State::Starting => true,
                 State::Stopping => self.restarting(),
-                _ => self.life.probe_respawn(),
+                // A respawn after the era probe, or a first start waiting for the spawn
+                // budget (R11): nothing failed.
+                _ => self.life.probe_respawn() || self.life.awaiting_budget(),
             };
             if !trying {
                 // Never ready, and not even trying right now: say why at once (K18, K19).

@@ -162,6 +162,12 @@ impl Life {
         }
     }
 
+    /// A first start that only waits for the daemon's spawn budget (R11): no instance failed,
+    /// so requests wait for it as for a starting child.
+    pub(super) fn awaiting_budget(&self) -> bool {
+        matches!(self, Life::Backoff { restart: false, .. })
+    }
+
     /// The pending spawn replaces a child that exited on the era probe.
     pub(super) fn probe_respawn(&self) -> bool {
         matches!(

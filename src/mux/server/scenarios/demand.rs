@@ -335,3 +335,43 @@ fn lists_answered_from_memory_after_an_idle_stop_say_when_they_were_taken() {
     assert_eq!(cache["status"], "idle", "{r}");
     assert!(cache["saved_at"].is_string(), "{r}");
 }
+
+/// R11 with on-demand starts: a first start that waits for the daemon's spawn budget has not
+/// failed, so the request that caused it waits for the child like any request during a start
+/// (it was once answered at once with a `backoff` outage, as for a child that died before its
+/// handshake, which made ten servers started together refuse their first clients).
+#[test]
+fn a_first_start_deferred_by_the_spawn_budget_holds_its_request_until_the_child_answers() {
+    let mut sim = Sim::with_config(&on_demand(), 21);
+    assert_eq!(sim.server.life.state(), State::Idle);
+    let mut bucket = crate::child::budget::Bucket::default();
+    let now = sim.world_start();
+    while bucket.take(now).is_ok() {}
+    lock(&sim.world).budget = Some(bucket);
+    let a = sim.connect();
+    sim.send(a, INIT);
+    assert_eq!(
+        sim.server.life.state(),
+        State::Backoff,
+        "waits for the budget"
+    );
+    let received = sim.clients.get(&a).map(|c| c.received.clone());
+    assert!(
+        received.as_ref().is_some_and(|r| r.is_empty()),
+        "not refused: {received:?}"
+    );
+    for _ in 0..40 {
+        after(&mut sim, 100);
+        sim.answer_all_good();
+    }
+    let answers = &sim
+        .clients
+        .get(&a)
+        .map(|c| c.received.clone())
+        .unwrap_or_default();
+    let init = answers
+        .iter()
+        .find(|v| v["id"] == "i")
+        .unwrap_or_else(|| panic!("initialize answered: {answers:?}"));
+    assert!(init.get("result").is_some(), "{init}");
+}
