@@ -40,10 +40,10 @@
 //! `MCPSUP_SIM_SEED=N` replays one seed; `MCPSUP_SIM_EVENTS=N` sets the total (default 10^6).
 //!
 //! Budget (issue 27 §6): 10^6 events in at most 60 s of the CI run. Measured on the shared
-//! two-core machine with other builds running: 43 s (about 23,000 events/s) inside a whole
-//! `cargo test --lib`; it was 115 s alone before `Cargo.toml` built the dependencies it spends
-//! its time in (`serde_json`, `memchr`, `rand_chacha`, `tokio`) optimized. Every check above
-//! still runs after every input.
+//! two-core machine with other builds and a benchmark running: 43 s and 53 s (about 19,000 to
+//! 23,000 events/s) in two whole `cargo test --lib` runs, 48 s alone; it was 115 s alone
+//! before `Cargo.toml` built the dependencies it spends its time in (`serde_json`, `memchr`,
+//! `rand_chacha`, `tokio`) optimized. Every check above still runs after every input.
 
 use super::fakes::{env_u64, id_text, input_required, lock, FakeSpawner, World};
 use super::fakes::{good_answer, modern_call};
