@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 use crate::procs::{contains, Proc};
 
 /// How long a client waits for a line before giving up (a stuck relay fails its column
-/// instead of hanging the run).
-const READ_TIMEOUT: Duration = Duration::from_secs(20);
+/// instead of hanging the run). 60 s: the daemon's spawn budget (R11: a burst of 8, then 4
+/// spawns/s) starts the idle phase's 100 servers over about 23 s, and a client's `initialize`
+/// waits for its server.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Way {
