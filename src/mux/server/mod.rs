@@ -453,6 +453,21 @@ impl Server {
             ));
         }
         self.clients.clear();
+        // Effects decided before the panic are dropped, not carried out: a spawn among them
+        // never started, so there is no instance to wait for.
+        let unspawned: Vec<u64> = self
+            .shell
+            .effects()
+            .take()
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Spawn { generation, .. } => Some(generation),
+                _ => None,
+            })
+            .collect();
+        if self.life.spawning().is_some_and(|g| unspawned.contains(&g)) {
+            return;
+        }
         let mut child = match (self.life.spawning(), self.life.take()) {
             (_, Some(ended)) => ended.child,
             // A spawn under way: wait for its instance, so no second one runs beside the
