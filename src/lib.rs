@@ -30,3 +30,4 @@ pub mod observe;
 pub mod protocol;
 pub mod reaper;
 pub mod systemd;
+pub mod upstream;

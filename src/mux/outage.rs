@@ -1,9 +1,12 @@
-//! The outage vocabulary (issue 27 §7): what a client's outage record (README "Errors") says
-//! in its `status` field, as a type. Later upstreams (remote servers, endpoints) add variants
-//! here; the wire strings of today's variants never change.
+//! The outage vocabulary (issue 27 §4, §7; design.md §6): what a client's outage record
+//! (README "Errors") says, as types. [`OutageStatus`] is the record's `status` (the state the
+//! source was in); [`Reason`] is why, written as today's `reason` text and, for dashboards and
+//! evals, as a stable `class` and `detail` ([`Class`], [`Reason::detail`]). Later upstreams
+//! (remote servers, endpoints) add variants here; the wire strings of today's never change.
 
 use crate::child::process::Exit;
 use serde::Serialize;
+use std::time::Duration;
 
 /// The `status` of an outage record: the state the source was in when the request could not
 /// be served, or what ended it. Serialized as its lowercase name.
@@ -143,9 +146,234 @@ impl Serialize for ExitReason {
     }
 }
 
+/// Why a request could not be served: the `reason` of an outage record, and its class and
+/// detail. Each variant writes today's `reason` text (README "Errors").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The instance ended, or could not be started: the last exit's reason.
+    Ended(ExitReason),
+    /// The supervisor is stopping the instance for this cause (the exit follows).
+    Stopping(StopCause),
+    /// The supervisor is stopping an instance that did not answer its handshake within this
+    /// long (`start-timeout: no answer to the handshake within 30s`).
+    StartTimeout(Duration),
+    /// The request's own deadline, this long, passed (`no response within 30s`).
+    Deadline(Duration),
+    /// The queue of requests waiting for the source was full with this many (`queue_limit`).
+    QueueFull(usize),
+    /// A client's `initialize` waited for a source that never answered its own handshake.
+    Unanswered,
+    /// Nothing to add to the state (`reason` repeats the status).
+    State(OutageStatus),
+}
+
+/// The stable class of an outage (design.md §6), written as `class` in the record: what kind
+/// of failure (or non-failure) it is, whatever the upstream. Serialized as its snake_case
+/// name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    /// The instance ended by itself, by a limit's kill, or after a fault the supervisor
+    /// stopped it for (a failed write, closed output, a refused handshake).
+    Exited,
+    /// A deadline passed: the handshake's, the probes', or the request's own.
+    Timeout,
+    /// The instance could not be started (a child's spawn failed).
+    SpawnError,
+    /// The operator or the daemon stopped it (stop, restart, reload, idle stop, shutdown).
+    Stopped,
+    /// The supervisor's bound on waiting requests was reached (`queue_limit`).
+    QueueFull,
+    /// No failure to name: the source is starting, waiting to retry, failed or idle, as the
+    /// status says.
+    Unavailable,
+}
+
+impl Reason {
+    /// Its class.
+    pub fn class(&self) -> Class {
+        match self {
+            Reason::Ended(r) => match r {
+                ExitReason::Exit(_) => Class::Exited,
+                ExitReason::Timeout(_) => Class::Timeout,
+                ExitReason::Stopped(c, _) => c.class(),
+                ExitReason::SpawnError => Class::SpawnError,
+            },
+            Reason::Stopping(c) => c.class(),
+            Reason::StartTimeout(_) | Reason::Deadline(_) => Class::Timeout,
+            Reason::QueueFull(_) => Class::QueueFull,
+            Reason::Unanswered | Reason::State(_) => Class::Unavailable,
+        }
+    }
+
+    /// Its detail within the class, a short stable token: the exit (`exited(1)`,
+    /// `signal(SIGKILL)`, `oom-killed`), the supervisor's cause (`start-timeout`,
+    /// `stdin-failed`, `restart-requested`), `request` for a request's own deadline,
+    /// `queue_limit`, or the status.
+    pub fn detail(&self) -> std::borrow::Cow<'static, str> {
+        use std::borrow::Cow;
+        match self {
+            Reason::Ended(ExitReason::Exit(e)) => Cow::Owned(e.reason()),
+            Reason::Ended(ExitReason::Timeout(c) | ExitReason::Stopped(c, _))
+            | Reason::Stopping(c) => Cow::Borrowed(c.reason()),
+            Reason::Ended(ExitReason::SpawnError) => Cow::Borrowed("spawn-error"),
+            Reason::StartTimeout(_) => Cow::Borrowed(StopCause::StartTimeout.reason()),
+            Reason::Deadline(_) => Cow::Borrowed("request"),
+            Reason::QueueFull(_) => Cow::Borrowed("queue_limit"),
+            Reason::Unanswered => Cow::Borrowed("unanswered"),
+            Reason::State(s) => Cow::Borrowed(s.as_str()),
+        }
+    }
+}
+
+impl StopCause {
+    /// The class of an outage this cause is behind.
+    fn class(self) -> Class {
+        match self {
+            StopCause::StartTimeout | StopCause::ProbeTimeout => Class::Timeout,
+            StopCause::StdinFailed | StopCause::StdoutClosed | StopCause::HandshakeRejected => {
+                Class::Exited
+            }
+            StopCause::Shutdown | StopCause::Stop | StopCause::Restart | StopCause::Idle => {
+                Class::Stopped
+            }
+        }
+    }
+}
+
+/// `d` as the record's text says it: `250ms`, `30s`, `1.5s`.
+pub fn format_secs(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::Ended(r) => write!(f, "{r}"),
+            Reason::Stopping(c) => f.write_str(c.reason()),
+            Reason::StartTimeout(d) => write!(
+                f,
+                "start-timeout: no answer to the handshake within {}",
+                format_secs(*d)
+            ),
+            Reason::Deadline(d) => write!(f, "no response within {}", format_secs(*d)),
+            Reason::QueueFull(n) => write!(f, "{n} requests already waiting (queue_limit)"),
+            Reason::Unanswered => f.write_str("no answer to initialize yet"),
+            Reason::State(s) => f.write_str(s.as_str()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{Exit, ExitReason, OutageStatus, StopCause};
+    use super::{Class, Exit, ExitReason, OutageStatus, Reason, StopCause};
+    use std::time::Duration;
+
+    #[test]
+    fn every_reason_has_todays_text_a_class_and_a_detail() {
+        let exit = |code, signal, requested| Exit {
+            code,
+            signal,
+            requested,
+            limit: None,
+        };
+        let s = Duration::from_secs;
+        let cases = [
+            (
+                Reason::Ended(ExitReason::Exit(exit(Some(1), None, false))),
+                "exited(1)",
+                Class::Exited,
+                "exited(1)",
+            ),
+            (
+                Reason::Ended(ExitReason::Exit(exit(None, Some(9), false))),
+                "signal(SIGKILL)",
+                Class::Exited,
+                "signal(SIGKILL)",
+            ),
+            (
+                Reason::Ended(ExitReason::Timeout(StopCause::ProbeTimeout)),
+                "probe-timeout",
+                Class::Timeout,
+                "probe-timeout",
+            ),
+            (
+                Reason::Ended(ExitReason::Stopped(
+                    StopCause::StdinFailed,
+                    exit(Some(1), None, true),
+                )),
+                "stdin-failed exited(1)",
+                Class::Exited,
+                "stdin-failed",
+            ),
+            (
+                Reason::Ended(ExitReason::Stopped(
+                    StopCause::Restart,
+                    exit(Some(0), None, true),
+                )),
+                "restart-requested exited(0)",
+                Class::Stopped,
+                "restart-requested",
+            ),
+            (
+                Reason::Ended(ExitReason::SpawnError),
+                "spawn-error",
+                Class::SpawnError,
+                "spawn-error",
+            ),
+            (
+                Reason::Stopping(StopCause::HandshakeRejected),
+                "handshake-rejected",
+                Class::Exited,
+                "handshake-rejected",
+            ),
+            (
+                Reason::StartTimeout(s(30)),
+                "start-timeout: no answer to the handshake within 30s",
+                Class::Timeout,
+                "start-timeout",
+            ),
+            (
+                Reason::Deadline(Duration::from_millis(1500)),
+                "no response within 1.5s",
+                Class::Timeout,
+                "request",
+            ),
+            (
+                Reason::QueueFull(64),
+                "64 requests already waiting (queue_limit)",
+                Class::QueueFull,
+                "queue_limit",
+            ),
+            (
+                Reason::Unanswered,
+                "no answer to initialize yet",
+                Class::Unavailable,
+                "unanswered",
+            ),
+            (
+                Reason::State(OutageStatus::Backoff),
+                "backoff",
+                Class::Unavailable,
+                "backoff",
+            ),
+        ];
+        for (reason, text, class, detail) in cases {
+            assert_eq!(reason.to_string(), text);
+            assert_eq!(reason.class(), class, "{text}");
+            assert_eq!(reason.detail(), detail, "{text}");
+        }
+        assert_eq!(
+            serde_json::to_value(Class::SpawnError).ok(),
+            Some(serde_json::json!("spawn_error"))
+        );
+    }
 
     #[test]
     fn exit_reasons_read_as_documented() {

@@ -937,6 +937,9 @@ fn kill_during_call(change: bool, announce: bool) {
     );
     let record = outage_result(&r, &["exited"]);
     assert_eq!(record["reason"], "signal(SIGKILL)", "{r}");
+    // The stable vocabulary beside today's text (design.md §6).
+    assert_eq!(record["class"], "exited", "{r}");
+    assert_eq!(record["detail"], "signal(SIGKILL)", "{r}");
     assert!(
         record["retry_after_ms"].is_u64(),
         "the restart time is known: {r}"
@@ -1296,6 +1299,7 @@ fn case_k18_child_dying_at_startup_fails_waiting_clients_with_exit_and_stderr() 
         reason == "exited(1)" || reason == "stdin-failed exited(1)",
         "names the exit status: {r}"
     );
+    assert_eq!(record["class"], "exited", "{r}");
     assert!(
         r["error"]["message"]
             .as_str()

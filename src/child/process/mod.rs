@@ -1,5 +1,5 @@
 //! One child process instance: spawn it in its own process group, pump its pipes, stop it
-//! through the ladder. Reports everything to its owner as [`ChildEvent`]s tagged with the
+//! through the ladder. Reports everything to its owner as [`Event`]s (the upstream seam, `crate::upstream`) tagged with the
 //! instance's generation, so events of a previous instance are recognisable and ignored.
 //!
 //! Owns: the OS process, its three pipes, the stderr tail. Never interprets MCP beyond parsing
@@ -13,7 +13,7 @@
 use crate::child::limits::{Exec, Guard, LimitKill, Prepared, Usage};
 use crate::config::{env_matches, ServerConfig, ENV_NEVER};
 use crate::jsonrpc::framing::{Frame, LineBatch, LineDecoder, BATCH_SLICES};
-use crate::jsonrpc::message::{self, Message};
+use crate::jsonrpc::message;
 use bytes::Bytes;
 use nix::sys::signal::Signal;
 use std::collections::VecDeque;
@@ -29,6 +29,7 @@ use tracing::{info, warn};
 mod identity;
 mod watch;
 use crate::reaper;
+use crate::upstream::{Event, Lost, Queued, Upstream};
 use identity::run_as;
 use watch::{watch, Watched};
 
@@ -52,28 +53,6 @@ const STDIN_BATCH_BYTES: usize = 64 * 1024;
 /// A stdout read buffer idle with more capacity than this is replaced by a small one, so the
 /// memory of a huge line is returned once the line is gone.
 const STDOUT_BUFFER_KEEP: usize = 1024 * 1024;
-
-/// Something that happened to a child instance.
-#[derive(Debug)]
-pub enum ChildEvent {
-    /// Instance `generation` was spawned off the runtime thread, or its spawn failed
-    /// (issue 27 §3). Queued ahead of every other event of that instance.
-    Spawned(u64, Result<ChildHandle, SpawnError>),
-    /// A message parsed from stdout.
-    Message(u64, Message),
-    /// A line over the size limit was discarded; `id` is its recovered envelope id, if any.
-    Oversized(u64, usize, Option<Box<serde_json::value::RawValue>>),
-    /// A JSON object with a top-level `id` and no `method` that is not a valid JSON-RPC
-    /// response (e.g. `"result": null` beside another member, or neither member): the reply
-    /// to request `id`, malformed (K21). Carries the id and what is wrong.
-    Malformed(u64, Box<serde_json::value::RawValue>, String),
-    /// stdout reached end of file.
-    StdoutClosed(u64),
-    /// A write to stdin blocked for [`STDIN_STALL`] or failed.
-    StdinFailed(u64, String),
-    /// The process (the group leader) exited; `requested` when the stop ladder caused it.
-    Exited(u64, Exit),
-}
 
 /// How a child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,19 +198,6 @@ pub struct ChildHandle {
     limits: Guard,
 }
 
-/// Outcome of queueing a message for the child's stdin. Must be looked at: a full queue
-/// drops the line (issue 27 §7).
-#[must_use = "a full queue drops the line; say so or fail the request"]
-#[derive(Debug, PartialEq, Eq)]
-pub enum Queued {
-    /// Accepted.
-    Ok,
-    /// The queue is full (the child is not reading).
-    Full,
-    /// The child is stopping or gone.
-    Closed,
-}
-
 impl ChildHandle {
     /// Queues a line for stdin, behind earlier lines. Never blocks.
     pub fn send(&self, line: Bytes) -> Queued {
@@ -277,6 +243,34 @@ impl ChildHandle {
     /// The tree's memory and tasks at the last sample of its limits' watchdog, if any.
     pub fn usage(&self) -> Option<Usage> {
         self.limits.usage()
+    }
+}
+
+/// The child process as an upstream (the seam's first implementation).
+impl Upstream for ChildHandle {
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+    fn pid(&self) -> Option<u32> {
+        Some(self.pid)
+    }
+    fn started_at(&self) -> Instant {
+        self.spawned_at
+    }
+    fn send(&self, line: Bytes) -> Queued {
+        ChildHandle::send(self, line)
+    }
+    fn send_urgent(&self, line: Bytes) -> Queued {
+        ChildHandle::send_urgent(self, line)
+    }
+    fn stop(&mut self) {
+        ChildHandle::stop(self)
+    }
+    fn stopping(&self) -> bool {
+        ChildHandle::stopping(self)
+    }
+    fn usage(&self) -> Option<Usage> {
+        ChildHandle::usage(self)
     }
 }
 
@@ -366,7 +360,7 @@ pub struct Launched {
 impl Launched {
     /// Starts the instance's tasks (stdin writer, stdout reader, stderr drain, watcher), whose
     /// events go to `events`. Must run inside the runtime; never blocks.
-    pub fn start(self, events: mpsc::Sender<ChildEvent>) -> ChildHandle {
+    pub fn start(self, events: mpsc::Sender<Event>) -> ChildHandle {
         start_tasks(self, events)
     }
 }
@@ -527,7 +521,7 @@ struct Instance {
 
 /// Starts the four tasks of a spawned instance (stdin writer, stdout reader, stderr drain,
 /// watcher) and returns its handle.
-fn start_tasks(launched: Launched, events: mpsc::Sender<ChildEvent>) -> ChildHandle {
+fn start_tasks(launched: Launched, events: mpsc::Sender<Event>) -> ChildHandle {
     let Launched {
         instance,
         mut child,
@@ -592,7 +586,9 @@ fn start_tasks(launched: Launched, events: mpsc::Sender<ChildEvent>) -> ChildHan
                 let _ = stderr_done.await;
             };
             let _ = tokio::time::timeout(PIPES_SETTLE, settle).await;
-            let _ = events.send(ChildEvent::Exited(generation, exit)).await;
+            let _ = events
+                .send(Event::Lost(generation, Lost::Exited(exit)))
+                .await;
             if let Some(cleanup) = watched.cleanup.take() {
                 let _ = cleanup.await;
             }
@@ -620,7 +616,7 @@ async fn write_stdin(
     mut urgent: mpsc::Receiver<Bytes>,
     mut close: oneshot::Receiver<()>,
     generation: u64,
-    events: mpsc::Sender<ChildEvent>,
+    events: mpsc::Sender<Event>,
 ) {
     let mut batch = LineBatch::new();
     loop {
@@ -659,7 +655,7 @@ async fn write_stdin(
             ),
         };
         let _ = events
-            .send(ChildEvent::StdinFailed(generation, failure))
+            .send(Event::Lost(generation, Lost::WriteFailed(failure)))
             .await;
         return;
     }
@@ -672,7 +668,7 @@ async fn read_stdout(
     mut stdout: ChildStdout,
     max: usize,
     generation: u64,
-    events: mpsc::Sender<ChildEvent>,
+    events: mpsc::Sender<Event>,
 ) {
     let mut dec = LineDecoder::new(max);
     let mut noise = RateLimit::new(10, 100);
@@ -713,7 +709,7 @@ async fn read_stdout(
             }
         }
         if eof {
-            let _ = events.send(ChildEvent::StdoutClosed(generation)).await;
+            let _ = events.send(Event::Closed(generation)).await;
             return;
         }
         dec.shrink_if_idle(STDOUT_BUFFER_KEEP);
@@ -726,7 +722,7 @@ async fn read_stdout(
 async fn send_line(
     line: &bytes::Bytes,
     generation: u64,
-    events: &mpsc::Sender<ChildEvent>,
+    events: &mpsc::Sender<Event>,
     noise: &mut RateLimit,
 ) -> bool {
     let msgs = match message::parse_line(line) {
@@ -735,11 +731,11 @@ async fn send_line(
     };
     for m in msgs {
         let ev = match m {
-            Ok(m) => ChildEvent::Message(generation, m),
+            Ok(m) => Event::Message(generation, m),
             Err(e) => {
                 log_noise(noise, line, &e.to_string());
                 match malformed_reply_id(line) {
-                    Some(id) => ChildEvent::Malformed(generation, id, e.to_string()),
+                    Some(id) => Event::Malformed(generation, id, e.to_string()),
                     None => continue,
                 }
             }
@@ -760,7 +756,7 @@ fn oversized_event(
     id: Option<&[u8]>,
     has_method: bool,
     max: usize,
-) -> ChildEvent {
+) -> Event {
     let id = if has_method {
         None
     } else {
@@ -773,7 +769,7 @@ fn oversized_event(
         id = id.as_deref().map(|i| i.get()),
         "discarded a stdout line over max_message_size"
     );
-    ChildEvent::Oversized(generation, len, id)
+    Event::Oversized(generation, len, id)
 }
 
 /// The top-level `id` of a line that is a JSON object with an `id` and no `method`: a reply

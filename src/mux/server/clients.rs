@@ -9,7 +9,7 @@ use crate::jsonrpc::message::{code, raw, Kind, Message, Out};
 use crate::mux::era;
 use crate::mux::era::Era;
 use crate::mux::ids::id_key;
-use crate::mux::outage::OutageStatus;
+use crate::mux::outage::{OutageStatus, Reason};
 use crate::mux::session::To;
 use crate::mux::session::{ClientId, Peer, Transport};
 use crate::observe::Outcome;
@@ -290,7 +290,7 @@ impl Server {
             State::Starting | State::Backoff if held_room => self.hold(client, m),
             State::Starting | State::Backoff => {
                 let status = self.outage_status();
-                let reason = format!("{} requests already waiting (queue_limit)", self.held.len());
+                let reason = Reason::QueueFull(self.held.len());
                 let retry = self
                     .life
                     .next_spawn()
@@ -301,7 +301,7 @@ impl Server {
                     id,
                     &method,
                     status,
-                    &reason,
+                    reason,
                     retry,
                     code::LIMIT_EXCEEDED,
                     Outcome::Denied,
@@ -365,13 +365,13 @@ impl Server {
             if !self.held.has_room() {
                 // The held queue is bounded for handshakes too (issue 12 §6).
                 let status = self.outage_status();
-                let reason = format!("{} requests already waiting (queue_limit)", self.held.len());
+                let reason = Reason::QueueFull(self.held.len());
                 return self.outage_respond(
                     client,
                     &id,
                     "initialize",
                     status,
-                    &reason,
+                    reason,
                     None,
                     code::LIMIT_EXCEEDED,
                     Outcome::Denied,

@@ -12,9 +12,10 @@
 //! shape").
 
 use super::Lane;
-use crate::child::process::{SpawnSpec, StderrTail};
+use crate::child::process::StderrTail;
 use crate::jsonrpc::framing::Line;
 use crate::mux::session::{Address, ClientId, ClientTx};
+use crate::upstream::Spec;
 use bytes::Bytes;
 use std::sync::Arc;
 
@@ -40,7 +41,7 @@ pub(super) enum Effect {
     /// Start spawning instance `generation` of `spec` (off the actor's thread), its stderr
     /// going to `tail`.
     Spawn {
-        spec: Box<SpawnSpec>,
+        spec: Spec,
         generation: u64,
         tail: StderrTail,
     },

@@ -1,11 +1,12 @@
-//! The simulation's fake child (test-only): a `Spawner` and `ChildIo` that record what the
+//! The simulation's fake child (test-only): a `Starter` and `Upstream` that record what the
 //! actor writes and asks, in a `World` the simulation reads and drives; the fake child's
 //! answers (`good_answer`) and a scripted 2026 client's calls (`modern_call`).
 
 use super::sim::Asked;
 use super::*;
-use crate::child::process::{Queued, StderrTail};
+use crate::child::process::{self, StderrTail};
 use crate::mux::era;
+use crate::upstream::{Queued, Spec, StartError, Starter, Upstream};
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -29,7 +30,7 @@ pub(super) struct World {
     /// The daemon's spawn budget (R11), when a scenario turns it on (off by default).
     pub(super) budget: Option<crate::child::budget::Bucket>,
     /// Spawns started and not yet reported to the actor (`Input::Spawned`), in order.
-    pub(super) pending: VecDeque<(u64, Result<FakeChild, process::SpawnError>)>,
+    pub(super) pending: VecDeque<(u64, Result<FakeChild, StartError>)>,
     /// Spawns are slow: their outcomes wait in `pending` until this is cleared (issue 27 §3).
     pub(super) hold_spawns: bool,
     /// The fake child speaks 2026-07-28 (`server/discover`, listen streams, `input_required`)
@@ -52,14 +53,14 @@ pub(super) fn lock(w: &Mutex<World>) -> std::sync::MutexGuard<'_, World> {
     w.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl ChildIo for FakeChild {
+impl Upstream for FakeChild {
     fn generation(&self) -> u64 {
         self.generation
     }
-    fn pid(&self) -> u32 {
-        10_000 + self.generation as u32
+    fn pid(&self) -> Option<u32> {
+        Some(10_000 + self.generation as u32)
     }
-    fn spawned_at(&self) -> Instant {
+    fn started_at(&self) -> Instant {
         self.spawned_at
     }
     fn send(&self, line: Bytes) -> Queued {
@@ -94,7 +95,7 @@ pub(super) struct FakeSpawner {
     pub(super) now: Arc<Mutex<Instant>>,
 }
 
-impl Spawner for FakeSpawner {
+impl Starter for FakeSpawner {
     fn admit(&mut self, now: Instant) -> Result<(), Instant> {
         match &mut lock(&self.world).budget {
             Some(b) => b.take(now),
@@ -102,14 +103,14 @@ impl Spawner for FakeSpawner {
         }
     }
 
-    fn start(&mut self, _spec: &process::SpawnSpec, generation: u64, _tail: StderrTail) {
+    fn start(&mut self, _spec: &Spec, generation: u64, _tail: StderrTail) {
         let mut w = lock(&self.world);
         if std::mem::take(&mut w.fail_next_spawn) {
-            let failed = Err(process::SpawnError {
+            let failed = Err(StartError::from(process::SpawnError {
                 command: "sim".into(),
                 source: std::io::Error::other("simulated spawn failure"),
                 cwd: None,
-            });
+            }));
             w.pending.push_back((generation, failed));
             return;
         }
@@ -140,7 +141,10 @@ pub(super) fn next_spawned(world: &Mutex<World>) -> Option<(u64, SpawnOutcome)> 
         return None;
     }
     let (generation, spawned) = w.pending.pop_front()?;
-    Some((generation, spawned.map(|c| Box::new(c) as Box<dyn ChildIo>)))
+    Some((
+        generation,
+        spawned.map(|c| Box::new(c) as Box<dyn Upstream>),
+    ))
 }
 
 /// A 2026 client's `tools/call` of `echo` with `text`, declaring sampling, elicitation and

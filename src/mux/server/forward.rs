@@ -6,7 +6,6 @@ use super::util::{
     input_requests, level_name, list_to_cache, missing_capability, request_state, subscribe_uri,
 };
 use super::{Asker, Lane, Owner, Pending, Round, Server};
-use crate::child::process::Queued;
 use crate::config::ClientRoots;
 use crate::jsonrpc::message;
 use crate::jsonrpc::message::{code, raw, raw_u64, Message, Out, RawObject};
@@ -17,6 +16,7 @@ use crate::mux::outage::{OutageStatus, StopCause};
 use crate::mux::session::ClientId;
 use crate::mux::session::To;
 use crate::observe::Outcome;
+use crate::upstream::Queued;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use std::time::Instant;

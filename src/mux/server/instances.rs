@@ -1,5 +1,5 @@
 //! The record of a server's child instances, across them: which generation comes next and how
-//! to start it (the [`Spawner`]), the stderr tail of the current one, the restart schedule
+//! to start it (the [`Starter`]), the stderr tail of the current one, the restart schedule
 //! (backoff with jitter from the injected random source, R9), the consecutive failed starts
 //! (R10), the restart count, the last exit and the pid the daemon reads for its emergency
 //! SIGKILL (F25).
@@ -7,12 +7,13 @@
 //! Owns those fields alone. Never decides what follows an exit (that is the lifecycle's, in
 //! `lifecycle.rs`, over [`super::life::Life`]) and never routes a message.
 
-use super::io::Spawner;
 use super::LastExit;
 use crate::child::backoff::Backoff;
-use crate::child::process::{SpawnSpec, StderrTail};
+use crate::child::process::StderrTail;
 use crate::config::ServerConfig;
 use crate::mux::outage::ExitReason;
+use crate::upstream::Spec;
+use crate::upstream::Starter;
 use rand::rngs::StdRng;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 /// What the actor remembers about its child instances.
 pub(super) struct Instances {
     /// Starts instances (real processes, or the simulation's fakes).
-    spawner: Box<dyn Spawner>,
+    spawner: Box<dyn Starter>,
     /// The generation of the newest instance started (0 before the first).
     generation: u64,
     /// The stderr tail of the current instance (shared with its reader task).
@@ -42,7 +43,7 @@ impl Instances {
     /// No instance yet; the schedule from `cfg`.
     pub(super) fn new(
         cfg: &ServerConfig,
-        spawner: Box<dyn Spawner>,
+        spawner: Box<dyn Starter>,
         rng: StdRng,
         pid: Arc<AtomicU32>,
     ) -> Self {
@@ -74,7 +75,7 @@ impl Instances {
 
     /// Starts spawning instance `generation` of `spec` (returns at once; the outcome comes
     /// back as an event). The shell only, carrying out `Effect::Spawn`.
-    pub(super) fn launch(&mut self, spec: &SpawnSpec, generation: u64, tail: StderrTail) {
+    pub(super) fn launch(&mut self, spec: &Spec, generation: u64, tail: StderrTail) {
         self.spawner.start(spec, generation, tail);
     }
 

@@ -1,11 +1,11 @@
 //! The lifecycle sub-machine (issue 12 §3): one enum whose variants carry the child instance
 //! and the deadlines that belong to that state, so an impossible combination (a child in
 //! `backoff`, a spawn time while `starting`, a stop cause without a stop) cannot be written.
-//! Plain data: no clock (every moment is passed in), no I/O beyond `ChildIo::stop`.
+//! Plain data: no clock (every moment is passed in), no I/O beyond `Upstream::stop`.
 
-use super::io::ChildIo;
 use super::State;
 use crate::mux::outage::StopCause;
+use crate::upstream::Upstream;
 use std::time::Instant;
 
 /// Where the server is in its lifecycle, with what each state owns.
@@ -22,20 +22,20 @@ pub(super) enum Life {
     /// Spawned; the handshake is not answered yet. `deadline`: `start_timeout` (when it
     /// passes, the stop moves the server to `Stopping`).
     Starting {
-        child: Box<dyn ChildIo>,
+        child: Box<dyn Upstream>,
         deadline: Instant,
         stdout_closed: Option<Instant>,
     },
     /// The handshake was answered at `since`; traffic flows.
     Ready {
-        child: Box<dyn ChildIo>,
+        child: Box<dyn Upstream>,
         since: Instant,
         stdout_closed: Option<Instant>,
     },
     /// The stop ladder runs for `cause`; the exit decides what next. `ready_since`: when the
     /// instance had become ready, if it had (the backoff's reset rule needs it).
     Stopping {
-        child: Box<dyn ChildIo>,
+        child: Box<dyn Upstream>,
         cause: StopCause,
         ready_since: Option<Instant>,
         stdout_closed: Option<Instant>,
@@ -59,7 +59,7 @@ pub(super) enum Life {
 
 /// What was running when the child exited.
 pub(super) struct Ended {
-    pub(super) child: Box<dyn ChildIo>,
+    pub(super) child: Box<dyn Upstream>,
     /// Why the supervisor was stopping it, if it was.
     pub(super) cause: Option<StopCause>,
     /// When it had become ready, if it had.
@@ -84,7 +84,7 @@ impl Life {
     }
 
     /// The running instance, if any.
-    pub(super) fn child(&self) -> Option<&dyn ChildIo> {
+    pub(super) fn child(&self) -> Option<&dyn Upstream> {
         match self {
             Life::Starting { child, .. }
             | Life::Ready { child, .. }
@@ -299,8 +299,8 @@ impl Life {
     pub(super) fn spawned(
         &mut self,
         generation: u64,
-        child: Box<dyn ChildIo>,
-    ) -> Result<Option<StopCause>, Box<dyn ChildIo>> {
+        child: Box<dyn Upstream>,
+    ) -> Result<Option<StopCause>, Box<dyn Upstream>> {
         let Life::Spawning {
             generation: g,
             deadline,
@@ -383,21 +383,21 @@ impl Life {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::child::process::Queued;
+    use crate::upstream::{Queued, Upstream};
     use bytes::Bytes;
     use std::time::Duration;
 
     struct Child {
         stopped: bool,
     }
-    impl ChildIo for Child {
+    impl Upstream for Child {
         fn generation(&self) -> u64 {
             1
         }
-        fn pid(&self) -> u32 {
-            1
+        fn pid(&self) -> Option<u32> {
+            Some(1)
         }
-        fn spawned_at(&self) -> Instant {
+        fn started_at(&self) -> Instant {
             Instant::now()
         }
         fn send(&self, _: Bytes) -> Queued {

@@ -3,22 +3,23 @@
 
 use super::effects::Effect;
 use super::held::Held;
-use super::io::ChildIo;
 use super::life::Life;
 use super::util::{health_config, level_name};
 use super::{Lane, Owner, Server, SpawnOutcome, State};
 use crate::child::backoff::{FAILED_RETRY, MAX_FAILED_STARTS};
 use crate::child::process;
-use crate::child::process::{ChildEvent, Exit};
+use crate::child::process::Exit;
 use crate::config::{RestartPolicy, ServerConfig};
 use crate::jsonrpc::message;
 use crate::jsonrpc::message::{code, raw, Out};
 use crate::logging::{MSG_BACKOFF, MSG_EXITED, MSG_FAILED, MSG_READY, MSG_SPAWNED};
 use crate::mux::era;
 use crate::mux::era::{ChildProtocol, Era, Handshake};
-use crate::mux::outage::{ExitReason, OutageStatus, StopCause};
+use crate::mux::outage::{ExitReason, OutageStatus, Reason, StopCause};
 use crate::mux::session::SessionEvent;
 use crate::observe::Outcome;
+use crate::upstream::Upstream;
+use crate::upstream::{Event, Lost, Spec};
 use serde_json::json;
 use std::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -56,7 +57,7 @@ impl Server {
     pub(super) fn spawn_now(&mut self) {
         let generation = self.instances.next();
         self.shell.effects().push(Effect::Spawn {
-            spec: Box::new(process::SpawnSpec::of(&self.cfg)),
+            spec: Spec::Process(Box::new(process::SpawnSpec::of(&self.cfg))),
             generation,
             tail: self.instances.tail().clone(),
         });
@@ -89,7 +90,7 @@ impl Server {
                             generation,
                             "spawned"
                         );
-                        self.instances.publish_pid(pid);
+                        self.instances.publish_pid(pid.unwrap_or(0));
                         self.ladder_if_due();
                         match cancel {
                             None => self.open_session(),
@@ -107,7 +108,7 @@ impl Server {
                 let Some(cancel) = self.life.spawn_failed(generation) else {
                     return;
                 };
-                error!(error = %e, permanent = e.permanent(), "spawn failed");
+                error!(error = %e, permanent = e.permanent, "spawn failed");
                 self.record_exit(ExitReason::SpawnError);
                 // Spawn errors have no stderr; keep the reason where users look for it.
                 self.instances.note(&e.to_string());
@@ -118,7 +119,7 @@ impl Server {
                         self.after_failed_lazy_start(self.clock.now(), "spawn-error");
                         self.fail_held(OutageStatus::Failed);
                     }
-                    _ if e.permanent() => {
+                    _ if e.permanent => {
                         self.enter_failed(&format!("{e}; fix the command and run `start`"))
                     }
                     _ => self.schedule_restart(self.clock.now(), false),
@@ -323,6 +324,7 @@ impl Server {
         let now = self.clock.now();
         let why = ExitReason::of(cause, exit);
         let reason = why.to_string();
+        let ended = Reason::Ended(why);
         let probing_era = self
             .routing
             .inflight()
@@ -335,7 +337,7 @@ impl Server {
             // Not an outage: no exit record, no failure, no backoff (issue 18 §2).
             // No MESSAGE_ID: the journal's "exited" query lists outages, and this is none.
             info!(child_pid = child.pid(), "stopped: idle");
-            self.fail_inflight(OutageStatus::Idle, &reason, None);
+            self.fail_inflight(OutageStatus::Idle, ended, None);
             return self.after_idle_stop();
         }
         self.record_exit(why);
@@ -383,7 +385,7 @@ impl Server {
         let retry_after = self
             .next_attempt()
             .map(|t| t.saturating_duration_since(now));
-        self.fail_inflight(status, &reason, retry_after);
+        self.fail_inflight(status, ended, retry_after);
         if matches!(self.life.state(), State::Failed | State::Idle)
             || (self.opener.handshake().is_none() && !self.life.probe_respawn())
         {
@@ -401,7 +403,7 @@ impl Server {
     /// restart), `failed`, or the backoff of the restart policy.
     fn decide_after_exit(
         &mut self,
-        child: &dyn ChildIo,
+        child: &dyn Upstream,
         exit: Exit,
         cause: Option<StopCause>,
         reason: &str,
@@ -420,7 +422,7 @@ impl Server {
             );
             // Still never two spawns closer than backoff_initial (R9).
             self.life = Life::Backoff {
-                until: crate::deadline::after(child.spawned_at(), self.cfg.backoff_initial)
+                until: crate::deadline::after(child.started_at(), self.cfg.backoff_initial)
                     .max(now),
                 probe_respawn: true,
                 restart: true,
@@ -432,7 +434,7 @@ impl Server {
                 restart: true,
             };
         } else if ready_since.is_none() && self.lazy_start() {
-            self.after_failed_lazy_start(child.spawned_at(), reason);
+            self.after_failed_lazy_start(child.started_at(), reason);
         } else if ready_since.is_none() {
             let failed_starts = self.instances.failed_start();
             let permanent = matches!(exit.code, Some(126 | 127 | 78));
@@ -455,7 +457,7 @@ impl Server {
     pub(super) fn after_exit(
         &mut self,
         now: Instant,
-        child: &dyn ChildIo,
+        child: &dyn Upstream,
         exit: Exit,
         cause: Option<StopCause>,
         ready_since: Option<Instant>,
@@ -466,7 +468,7 @@ impl Server {
             RestartPolicy::Never => false,
         };
         if restart {
-            let delay = self.instances.backoff(now, child.spawned_at(), ready_since);
+            let delay = self.instances.backoff(now, child.started_at(), ready_since);
             self.life = Life::Backoff {
                 until: crate::deadline::after(now, delay),
                 probe_respawn: false,
@@ -596,50 +598,42 @@ impl Server {
         }
     }
 
-    pub(super) fn on_child_event(&mut self, ev: ChildEvent) {
-        if let ChildEvent::Spawned(g, spawned) = ev {
+    /// An event of the upstream (the seam, `crate::upstream`): one of the current instance's,
+    /// or ignored.
+    pub(super) fn on_upstream_event(&mut self, ev: Event) {
+        if let Event::Connected(g, connected) = ev {
             // The shell makes these `Input::Spawned`; the same outcome either way.
-            return self.on_spawned(g, spawned.map(|h| Box::new(h) as Box<dyn ChildIo>));
+            return self.on_spawned(g, connected);
         }
-        let current = self.life.child().map(|c| c.generation());
-        let generation = match &ev {
-            ChildEvent::Message(g, _)
-            | ChildEvent::Oversized(g, _, _)
-            | ChildEvent::Malformed(g, _, _)
-            | ChildEvent::StdoutClosed(g)
-            | ChildEvent::StdinFailed(g, _)
-            | ChildEvent::Exited(g, _)
-            | ChildEvent::Spawned(g, _) => *g,
-        };
-        if Some(generation) != current {
+        if Some(ev.generation()) != self.life.child().map(|c| c.generation()) {
             return;
         }
         match ev {
-            ChildEvent::Message(_, m) => {
+            Event::Message(_, m) => {
                 self.heard();
                 self.on_child_message(m);
             }
-            ChildEvent::Oversized(_, len, id) => {
+            Event::Oversized(_, len, id) => {
                 self.heard();
                 self.on_oversized(len, id);
             }
-            ChildEvent::Malformed(_, id, why) => {
+            Event::Malformed(_, id, why) => {
                 // Any reply proves life, a malformed one too.
                 self.heard();
                 self.on_malformed(&id, &why);
             }
-            ChildEvent::StdoutClosed(_) => {
+            Event::Closed(_) => {
                 // MCP: a server may shut down by closing stdout. Give it time to exit by itself;
                 // its exit status is the better diagnosis.
                 debug!("the child closed its stdout");
                 self.life.set_stdout_closed(Some(self.clock.now()));
             }
-            ChildEvent::StdinFailed(_, why) => {
+            Event::Lost(_, Lost::WriteFailed(why)) => {
                 warn!("{why}");
                 self.stop_child(StopCause::StdinFailed);
             }
-            ChildEvent::Exited(_, exit) => self.on_exit(exit),
-            ChildEvent::Spawned(..) => {}
+            Event::Lost(_, Lost::Exited(exit)) => self.on_exit(exit),
+            Event::Connected(..) => {}
         }
     }
 

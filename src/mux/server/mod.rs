@@ -26,17 +26,17 @@
 //! requests during start-up or backoff wait (bounded) and are forwarded once ready; list
 //! requests are answered from the last known result while the child is down.
 
-use crate::child::process::{self, ChildEvent, Queued};
 use crate::config::ServerConfig;
 use crate::jsonrpc::message::{self, code};
 use crate::mux::health::Health;
 use crate::mux::outage::ExitReason;
 use crate::mux::session::{ClientId, SessionEvent};
+use crate::upstream::{Event, Lost, Queued, StartError, Starter, Upstream};
 use clock::Clock;
 use effects::Effect;
 use held::HeldQueue;
 use instances::Instances;
-use io::{ChildIo, ProcessSpawner, Spawner};
+use io::ProcessStarter;
 use ledger::Ledger;
 use life::Life;
 use lists::ListCache;
@@ -337,12 +337,12 @@ struct Round {
 }
 
 /// What a spawn ended with: the new instance, or why there is none.
-type SpawnOutcome = Result<Box<dyn ChildIo>, process::SpawnError>;
+type SpawnOutcome = Result<Box<dyn Upstream>, StartError>;
 
 /// One input to the actor, taken by the shell ([`Server::run`]) from its inboxes and timer.
 enum Input {
-    Child(ChildEvent),
-    /// The outcome of a spawn started by [`Spawner::start`], for instance `generation`.
+    Upstream(Event),
+    /// The outcome of a spawn started by [`Starter::start`], for instance `generation`.
     Spawned(u64, SpawnOutcome),
     Session(SessionEvent),
     /// A delivery to this client failed (it is gone or too slow): the shell's report of an
@@ -395,7 +395,7 @@ impl Server {
     /// An actor for `cfg` on real processes.
     fn new(cfg: ServerConfig, pid: Arc<AtomicU32>, history: ActorHistory) -> Self {
         let (events, events_rx) = mpsc::channel(256);
-        let spawner = Box::new(ProcessSpawner { events });
+        let spawner = Box::new(ProcessStarter { events });
         let rng = StdRng::from_entropy();
         Server::with_spawner(cfg, pid, history, spawner, events_rx, rng)
     }
@@ -406,8 +406,8 @@ impl Server {
         cfg: ServerConfig,
         pid: Arc<AtomicU32>,
         history: ActorHistory,
-        spawner: Box<dyn Spawner>,
-        events_rx: mpsc::Receiver<ChildEvent>,
+        spawner: Box<dyn Starter>,
+        events_rx: mpsc::Receiver<Event>,
         mut rng: StdRng,
     ) -> Self {
         let health = Health::new(health_config(&cfg), Instant::now());
@@ -487,7 +487,7 @@ impl Server {
         ]);
         let waited = tokio::time::timeout(budget, async {
             while let Some(ev) = self.shell.events().recv().await {
-                if matches!(ev, ChildEvent::Exited(g, _) if g == generation) {
+                if matches!(ev, Event::Lost(g, Lost::Exited(_)) if g == generation) {
                     return;
                 }
             }
@@ -501,13 +501,13 @@ impl Server {
 
     /// Waits (at most `start_timeout` and 5 s) for the outcome of the spawn of `generation`:
     /// its instance, or none if it failed or did not come.
-    async fn spawned_instance(&mut self, generation: u64) -> Option<Box<dyn ChildIo>> {
+    async fn spawned_instance(&mut self, generation: u64) -> Option<Box<dyn Upstream>> {
         let budget = crate::deadline::sum(&[self.cfg.start_timeout, Duration::from_secs(5)]);
         let wait = async {
             while let Some(ev) = self.shell.events().recv().await {
-                if let ChildEvent::Spawned(g, spawned) = ev {
+                if let Event::Connected(g, connected) = ev {
                     if g == generation {
-                        return spawned.ok().map(|h| Box::new(h) as Box<dyn ChildIo>);
+                        return connected.ok();
                     }
                 }
             }
@@ -573,11 +573,8 @@ impl Server {
             let wake = self.next_wake();
             let input = tokio::select! {
                 ev = self.shell.events().recv() => match ev {
-                    Some(ChildEvent::Spawned(g, spawned)) => Input::Spawned(
-                        g,
-                        spawned.map(|h| Box::new(h) as Box<dyn ChildIo>),
-                    ),
-                    Some(ev) => Input::Child(ev),
+                    Some(Event::Connected(g, connected)) => Input::Spawned(g, connected),
+                    Some(ev) => Input::Upstream(ev),
                     None => continue,
                 },
                 ev = sessions.recv(), if sessions_open => match ev {
@@ -661,7 +658,7 @@ impl Server {
     /// Everything the actor decides, for one input at `self.clock.now()`.
     fn handle(&mut self, input: Input) {
         match input {
-            Input::Child(ev) => self.on_child_event(ev),
+            Input::Upstream(ev) => self.on_upstream_event(ev),
             Input::Spawned(generation, spawned) => self.on_spawned(generation, spawned),
             Input::Session(ev) => self.on_session(ev),
             Input::SessionsClosed | Input::CommandsClosed => {
@@ -706,14 +703,14 @@ impl Server {
         Status {
             name: self.cfg.name.clone(),
             state: self.life.state(),
-            pid: self.life.child().map(|c| c.pid()),
+            pid: self.life.child().and_then(|c| c.pid()),
             restarts: self.instances.restarts(),
             era: self.opener.handshake().map(|h| h.protocol_version.clone()),
             clients: self.clients.len(),
             uptime_s: self
                 .life
                 .child()
-                .map(|c| now.saturating_duration_since(c.spawned_at()).as_secs_f64()),
+                .map(|c| now.saturating_duration_since(c.started_at()).as_secs_f64()),
             last_heard_s: self.life.child().map(|_| {
                 now.saturating_duration_since(self.health.last_heard())
                     .as_secs_f64()

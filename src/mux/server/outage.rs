@@ -3,7 +3,6 @@
 
 use super::held::Held;
 use super::roster::Client;
-use super::util::format_secs;
 use super::{Owner, Server, State};
 use crate::jsonrpc::framing::Line;
 use crate::jsonrpc::message;
@@ -12,6 +11,7 @@ use crate::logging::requests;
 use crate::logging::requests::RequestId;
 use crate::mux::era;
 use crate::mux::ids::id_key_ref;
+use crate::mux::outage::{format_secs, Reason};
 use crate::mux::outage::{OutageStatus, StopCause};
 use crate::mux::session::ClientId;
 use crate::mux::session::To;
@@ -183,23 +183,20 @@ impl Server {
 
     /// The reason an outage answer gives now: the supervisor's own cause while it stops a
     /// child that timed out (`start-timeout: ...`), else the last exit, else `fallback`.
-    pub(super) fn outage_reason(&self, fallback: &str) -> String {
+    pub(super) fn outage_reason(&self, fallback: Reason) -> Reason {
         match self.life.stop_cause() {
-            Some(StopCause::StartTimeout) => format!(
-                "start-timeout: no answer to the handshake within {}",
-                format_secs(self.cfg.start_timeout)
-            ),
+            Some(StopCause::StartTimeout) => Reason::StartTimeout(self.cfg.start_timeout),
             Some(
                 c @ (StopCause::ProbeTimeout
                 | StopCause::StdinFailed
                 | StopCause::StdoutClosed
                 | StopCause::HandshakeRejected),
-            ) => c.reason().to_string(),
+            ) => Reason::Stopping(c),
             _ => self
                 .instances
                 .last_exit()
-                .map(|e| e.reason.to_string())
-                .unwrap_or_else(|| fallback.to_string()),
+                .map(|e| Reason::Ended(e.reason))
+                .unwrap_or(fallback),
         }
     }
 
@@ -262,13 +259,13 @@ impl Server {
         let retry = self
             .next_attempt()
             .map(|t| t.saturating_duration_since(self.clock.now()));
-        let reason = self.outage_reason(status.as_str());
+        let reason = self.outage_reason(Reason::State(status));
         self.outage_respond(
             client,
             id,
             method,
             status,
-            &reason,
+            reason,
             retry,
             code::SERVER_UNAVAILABLE,
             Outcome::Unreachable,
@@ -284,7 +281,7 @@ impl Server {
         id: &RawValue,
         method: &str,
         status: OutageStatus,
-        reason: &str,
+        reason: Reason,
         retry: Option<Duration>,
         code: i64,
         outcome: Outcome,
@@ -298,7 +295,9 @@ impl Server {
         let mut record = json!({
             "server": self.cfg.name,
             "status": status,
-            "reason": reason,
+            "reason": reason.to_string(),
+            "class": reason.class(),
+            "detail": reason.detail(),
             "stderr_tail": tail,
             "request_id": request_id,
         });
@@ -317,7 +316,7 @@ impl Server {
         if !last.is_empty() {
             text.push_str(&format!(" stderr={last:?}"));
         }
-        warn!(request_id = %request_id, method, status = status.as_str(), reason, "request failed: {text}");
+        warn!(request_id = %request_id, method, status = status.as_str(), reason = %reason, "request failed: {text}");
         // A call past its own deadline stays the -32001 error of every method (README: the
         // deadline rule); outages of `tools/call` are tool results.
         if method == "tools/call" && code != code::REQUEST_TIMEOUT {
@@ -346,7 +345,7 @@ impl Server {
     pub(super) fn fail_inflight(
         &mut self,
         status: OutageStatus,
-        reason: &str,
+        reason: Reason,
         retry: Option<Duration>,
     ) {
         for r in self.routing.inflight_mut().drain() {
@@ -384,7 +383,7 @@ impl Server {
             .next_attempt()
             .map(|t| t.saturating_duration_since(self.clock.now()));
         for h in self.held.drain() {
-            self.fail_one_held(h, status, status.as_str(), retry);
+            self.fail_one_held(h, status, Reason::State(status), retry);
         }
     }
 
@@ -394,7 +393,7 @@ impl Server {
         &mut self,
         h: Held,
         status: OutageStatus,
-        unanswered: &str,
+        unanswered: Reason,
         retry: Option<Duration>,
     ) {
         let Some(id) = h.msg.id.clone() else { return };
@@ -405,7 +404,7 @@ impl Server {
                 &id,
                 "initialize",
                 status,
-                &reason,
+                reason,
                 retry,
                 code::SERVER_UNAVAILABLE,
                 Outcome::Unreachable,

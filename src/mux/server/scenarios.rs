@@ -190,9 +190,9 @@ fn an_initialize_held_through_a_start_timeout_is_told_start_timeout() {
 fn case_k18_an_initialize_during_the_stop_after_a_failed_stdin_write_is_told_the_exit() {
     let mut sim = Sim::with_config(BASE, 2);
     let generation = sim.current_generation().unwrap_or(0);
-    sim.input(Input::Child(ChildEvent::StdinFailed(
+    sim.input(Input::Upstream(Event::Lost(
         generation,
-        "Broken pipe (os error 32)".into(),
+        Lost::WriteFailed("Broken pipe (os error 32)".into()),
     )));
     assert_eq!(sim.server.life.state(), State::Stopping);
     let a = sim.connect();

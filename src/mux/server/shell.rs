@@ -6,7 +6,7 @@
 
 use super::effects::Effects;
 use super::supervise::ActorHistory;
-use crate::child::process::ChildEvent;
+use crate::upstream::Event;
 use tokio::sync::{mpsc, oneshot};
 
 /// The test hook's value (`@spawn:NAME`) that panics server NAME's actor right after each
@@ -16,7 +16,7 @@ const SPAWN_PANIC: &str = "@spawn:";
 /// The shell's state.
 pub(super) struct Shell {
     /// The child inbox (the spawner holds its sender).
-    events: mpsc::Receiver<ChildEvent>,
+    events: mpsc::Receiver<Event>,
     /// Told once the actor ends (daemon shutdown).
     shutdown_waiters: Vec<oneshot::Sender<()>>,
     /// Told once the child has exited (operator `stop`).
@@ -32,7 +32,7 @@ pub(super) struct Shell {
 
 impl Shell {
     /// A shell reading `events`, with its supervisor's `history`.
-    pub(super) fn new(events: mpsc::Receiver<ChildEvent>, history: ActorHistory) -> Self {
+    pub(super) fn new(events: mpsc::Receiver<Event>, history: ActorHistory) -> Self {
         Shell {
             events,
             shutdown_waiters: Vec::new(),
@@ -47,7 +47,7 @@ impl Shell {
     }
 
     /// The child inbox.
-    pub(super) fn events(&mut self) -> &mut mpsc::Receiver<ChildEvent> {
+    pub(super) fn events(&mut self) -> &mut mpsc::Receiver<Event> {
         &mut self.events
     }
 

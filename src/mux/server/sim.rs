@@ -1,6 +1,6 @@
 //! Deterministic simulation of the whole server actor (issue 12 §7, issue 27 §6): the real
 //! `Server` driven through [`Server::handle`] on a virtual clock, with a fake child
-//! (`Spawner`/`ChildIo`, `fakes.rs`) and detached client queues, so no process, socket or
+//! (`Starter`/`Upstream`, `fakes.rs`) and detached client queues, so no process, socket or
 //! runtime is involved.
 //!
 //! Each seed picks a mode ([`Mode::of`]): odd seeds start the server on demand (1.5 s
@@ -48,6 +48,7 @@
 use super::fakes::{env_u64, id_text, input_required, lock, FakeSpawner, World};
 use super::fakes::{good_answer, modern_call};
 use super::*;
+use crate::child::process;
 use crate::jsonrpc::framing::Line;
 use crate::jsonrpc::message::Kind;
 use crate::mux::era;
@@ -211,7 +212,7 @@ pub(super) struct Sim {
     child_pings: u64,
     events: u64,
     /// Kept so the actor's child inbox stays open.
-    _events_tx: mpsc::Sender<ChildEvent>,
+    _events_tx: mpsc::Sender<Event>,
     /// The child's own requests (id text) and how many answers each got.
     child_requests: BTreeMap<String, u32>,
     /// The random run (not a scripted scenario): it draws the new kinds of clients.
@@ -1002,18 +1003,18 @@ impl Sim {
             Ok(msgs) => msgs
                 .into_iter()
                 .filter_map(|m| match m {
-                    Ok(m) => Some(ChildEvent::Message(generation, m)),
+                    Ok(m) => Some(Event::Message(generation, m)),
                     Err(e) => process::malformed_reply_id(line.as_bytes())
-                        .map(|id| ChildEvent::Malformed(generation, id, e.to_string())),
+                        .map(|id| Event::Malformed(generation, id, e.to_string())),
                 })
                 .collect(),
             Err(e) => process::malformed_reply_id(line.as_bytes())
-                .map(|id| ChildEvent::Malformed(generation, id, e.to_string()))
+                .map(|id| Event::Malformed(generation, id, e.to_string()))
                 .into_iter()
                 .collect::<Vec<_>>(),
         };
         for ev in events {
-            self.input(Input::Child(ev));
+            self.input(Input::Upstream(ev));
         }
     }
 
@@ -1065,7 +1066,7 @@ impl Sim {
             .flatten();
         let len = self.server.cfg.max_message_size + 1;
         self.saw("an oversized reply");
-        self.input(Input::Child(ChildEvent::Oversized(a.generation, len, id)));
+        self.input(Input::Upstream(Event::Oversized(a.generation, len, id)));
     }
 
     /// The live child closes its stdout (then exits, or not: the actor stops it after a
@@ -1077,14 +1078,17 @@ impl Sim {
         if self.rng.gen_bool(0.5) {
             self.stdout_closed.insert(generation);
             self.saw("stdout closed");
-            self.input(Input::Child(ChildEvent::StdoutClosed(generation)));
+            self.input(Input::Upstream(Event::Closed(generation)));
             if self.rng.gen_bool(0.5) {
                 self.exit_instance(generation, false);
             }
         } else {
             let why = "simulated: writing to the child's stdin failed".to_string();
             self.saw("a failed stdin write");
-            self.input(Input::Child(ChildEvent::StdinFailed(generation, why)));
+            self.input(Input::Upstream(Event::Lost(
+                generation,
+                Lost::WriteFailed(why),
+            )));
         }
     }
 
@@ -1246,7 +1250,7 @@ impl Sim {
             requested,
             limit: None,
         };
-        self.input(Input::Child(ChildEvent::Exited(generation, exit)));
+        self.input(Input::Upstream(Event::Lost(generation, Lost::Exited(exit))));
     }
 
     fn operator(&mut self) {

@@ -1,13 +1,12 @@
 //! Timers and health: the next wake-up, deadlines of starts, requests, held requests and
 //! the child's requests, and the health rules (`mux/health.rs`) applied to the ready child.
 
-use super::util::format_secs;
 use super::{Asker, Lane, Owner, Pending, Server, State, STDOUT_CLOSED_GRACE};
 use crate::jsonrpc::message::{code, raw, raw_u64, Out};
 use crate::mux::era;
 use crate::mux::era::{Era, Handshake};
 use crate::mux::health::{Action, ProbeMethods};
-use crate::mux::outage::{OutageStatus, StopCause};
+use crate::mux::outage::{OutageStatus, Reason, StopCause};
 use crate::observe::Outcome;
 use serde_json::json;
 use std::time::Instant;
@@ -85,7 +84,7 @@ impl Server {
                 .life
                 .next_spawn()
                 .map(|t| t.saturating_duration_since(now));
-            self.fail_one_held(h, status, "no answer to initialize yet", retry);
+            self.fail_one_held(h, status, Reason::Unanswered, retry);
         }
     }
 
@@ -129,13 +128,12 @@ impl Server {
                     "notifications/cancelled for a request past its deadline",
                 );
                 let t = self.cfg.timeout_for(&p.method);
-                let reason = format!("no response within {}", format_secs(t));
                 self.outage_respond(
                     client,
                     &id,
                     &p.method,
                     OutageStatus::Timeout,
-                    &reason,
+                    Reason::Deadline(t),
                     None,
                     code::REQUEST_TIMEOUT,
                     Outcome::Timeout,

@@ -10,7 +10,7 @@ use crate::mux::health::HealthConfig;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 /// What is wrong with a child's response to `method`, if anything (K21): a result must have
 /// the shape MCP gives that method's result (`era::check_result_shape`), an error must be an
@@ -93,18 +93,6 @@ pub(super) fn health_config(cfg: &ServerConfig) -> HealthConfig {
     }
 }
 
-/// `2s`, `1.5s`, `250ms`.
-pub(super) fn format_secs(d: Duration) -> String {
-    if d < Duration::from_secs(1) {
-        format!("{}ms", d.as_millis())
-    } else if d.subsec_millis() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{:.1}s", d.as_secs_f64())
-    }
-}
-
-/// A fresh request id for the log and for errors (`r-` and 12 hex digits).
 /// Whether a `tools/call` result says `isError: true`, without decoding the content (which may
 /// be a multi-megabyte screenshot).
 pub(super) fn is_tool_error(result: &[u8]) -> bool {

@@ -1,0 +1,172 @@
+//! The upstream seam (issue 27 §4; design.md §6): whatever a server's actor talks to, as one
+//! small interface. Start it ([`Starter::start`], with a [`Spec`] built for that upstream
+//! alone), send it a message ([`Upstream::send`]), stop it ([`Upstream::stop`]), and read the
+//! [`Event`]s it produces: connected, a message, closed, lost with a cause.
+//!
+//! Routing, the opener (era probe, handshake, discovery), health, the list cache and the
+//! outage answers see only this module's types; they never learn whether the upstream is a
+//! child process (`child::process`, today's one implementation) or a remote session (the
+//! remote-upstream issue adds the second, as new variants of [`Spec`], [`StartFailure`] and
+//! [`Lost`], and a "these requests never ran" event; see ARCHITECTURE "The upstream seam").
+//!
+//! Every event carries the generation of the instance it is about, so events of an instance
+//! that was replaced are recognisable and ignored.
+//!
+//! Owns nothing at run time: plain types and two traits.
+
+use crate::child::process::{Exit, SpawnError, SpawnSpec, StderrTail};
+use crate::jsonrpc::message::Message;
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use std::time::Instant;
+
+/// What starting an instance needs, built from the server's configuration for its upstream
+/// alone (never the whole `ServerConfig`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Spec {
+    /// A child process: command, environment, identity, limits, stop ladder.
+    Process(Box<SpawnSpec>),
+}
+
+/// One running instance of an upstream, as the core sees it. Sending never blocks; stopping
+/// is asynchronous and ends with [`Event::Lost`] carrying [`Lost::Exited`].
+pub trait Upstream: Send {
+    /// Generation of this instance (its events carry it).
+    fn generation(&self) -> u64;
+    /// The process id (= process group id) of a child; `None` for an upstream that has none.
+    fn pid(&self) -> Option<u32>;
+    /// When it was started.
+    fn started_at(&self) -> Instant;
+    /// Queues a message, behind earlier ones (bounded; never blocks).
+    fn send(&self, line: Bytes) -> Queued;
+    /// Queues a message ahead of ordinary traffic (cancels, answers to the upstream's own
+    /// requests; bounded, never blocks): field case K09.
+    fn send_urgent(&self, line: Bytes) -> Queued;
+    /// Starts stopping it (idempotent): for a child, the ladder (close stdin, SIGTERM,
+    /// SIGKILL the group); [`Lost::Exited`] with `requested` follows.
+    fn stop(&mut self);
+    /// Whether [`Upstream::stop`] was called.
+    fn stopping(&self) -> bool;
+    /// Its memory and tasks at the last sample of its limits (none by default).
+    fn usage(&self) -> Option<crate::child::limits::Usage> {
+        None
+    }
+}
+
+/// Starts instances of an upstream.
+pub trait Starter: Send {
+    /// Whether a start may happen at `now` under the daemon's spawn budget (R11), or when the
+    /// next one may. The simulation's fakes always may.
+    fn admit(&mut self, _now: Instant) -> Result<(), Instant> {
+        Ok(())
+    }
+
+    /// Starts instance `generation` of `spec` off the actor's thread (issue 27 §3): returns at
+    /// once; [`Event::Connected`] reaches the actor's upstream inbox ahead of every other
+    /// event of that instance. Its diagnostic output goes to `tail`.
+    fn start(&mut self, spec: &Spec, generation: u64, tail: StderrTail);
+}
+
+/// Outcome of queueing a message toward an upstream. Must be looked at: a full queue drops
+/// the message (issue 27 §7).
+#[must_use = "a full queue drops the line; say so or fail the request"]
+#[derive(Debug, PartialEq, Eq)]
+pub enum Queued {
+    /// Accepted.
+    Ok,
+    /// The queue is full (the upstream is not reading).
+    Full,
+    /// The instance is stopping or gone.
+    Closed,
+}
+
+/// Something that happened to an upstream instance; `.0` is always its generation.
+pub enum Event {
+    /// The start of instance `generation` ended: connected (for a child: forked and
+    /// executed), or why it could not be. Queued ahead of every other event of the instance.
+    Connected(u64, Result<Box<dyn Upstream>, StartError>),
+    /// A message it sent.
+    Message(u64, Message),
+    /// A message over the size limit was discarded; its length in bytes and its recovered
+    /// envelope id, if any.
+    Oversized(u64, usize, Option<Box<RawValue>>),
+    /// A reply to request `.1` that is not a valid JSON-RPC response (K21), and what is wrong.
+    Malformed(u64, Box<RawValue>, String),
+    /// Its output ended (a child's stdout at EOF). Not a death by itself.
+    Closed(u64),
+    /// The session with it is lost, and why.
+    Lost(u64, Lost),
+}
+
+impl Event {
+    /// The generation of the instance the event is about.
+    pub fn generation(&self) -> u64 {
+        match self {
+            Event::Connected(g, _)
+            | Event::Message(g, _)
+            | Event::Oversized(g, _, _)
+            | Event::Malformed(g, _, _)
+            | Event::Closed(g)
+            | Event::Lost(g, _) => *g,
+        }
+    }
+}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Event::Connected(g, Ok(_)) => write!(f, "Connected({g}, Ok(..))"),
+            Event::Connected(g, Err(e)) => write!(f, "Connected({g}, Err({e}))"),
+            Event::Message(g, m) => write!(f, "Message({g}, {m:?})"),
+            Event::Oversized(g, n, id) => write!(f, "Oversized({g}, {n}, {id:?})"),
+            Event::Malformed(g, id, why) => write!(f, "Malformed({g}, {id}, {why:?})"),
+            Event::Closed(g) => write!(f, "Closed({g})"),
+            Event::Lost(g, l) => write!(f, "Lost({g}, {l:?})"),
+        }
+    }
+}
+
+/// Why a session with an upstream is lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lost {
+    /// The instance ended: a child's exit (code, signal, limit kill; `requested` when the
+    /// supervisor's stop caused it). The instance is gone.
+    Exited(Exit),
+    /// A message could not be written (a child's stdin write failed, or stalled for
+    /// `STDIN_STALL`): the core stops the instance, and its `Exited` follows.
+    WriteFailed(String),
+}
+
+/// Why an instance could not be started.
+#[derive(Debug)]
+pub struct StartError {
+    /// What failed, for the log and the stderr tail (`cannot start `cmd`: ...`).
+    pub message: String,
+    /// Whether retrying cannot help (R8: the server goes to `failed` at once).
+    pub permanent: bool,
+    /// The failure's kind.
+    pub failure: StartFailure,
+}
+
+/// The kind of a failed start, as the outage vocabulary names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFailure {
+    /// A child could not be spawned (`spawn-error`).
+    Spawn,
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<SpawnError> for StartError {
+    fn from(e: SpawnError) -> Self {
+        StartError {
+            message: e.to_string(),
+            permanent: e.permanent(),
+            failure: StartFailure::Spawn,
+        }
+    }
+}
