@@ -11,7 +11,7 @@
 //! atomics updated where they change, the documented exception (ARCHITECTURE, "The core's
 //! shape").
 
-use super::Lane;
+use super::core::Lane;
 use crate::child::process::StderrTail;
 use crate::jsonrpc::framing::Line;
 use crate::mux::session::{Address, ClientId, ClientTx};

@@ -8,6 +8,8 @@ use crate::child::process::{self, StderrTail};
 use crate::mux::era;
 use crate::upstream::{Queued, Spec, StartError, Starter, Upstream};
 use bytes::Bytes;
+use serde_json::value::RawValue;
+use serde_json::Value;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
@@ -89,13 +91,13 @@ impl Upstream for FakeChild {
     }
 }
 
-pub(super) struct FakeSpawner {
+pub(super) struct FakeStarter {
     pub(super) world: Arc<Mutex<World>>,
     /// The simulation's clock, read at spawn time (the actor's `now` of that input).
     pub(super) now: Arc<Mutex<Instant>>,
 }
 
-impl Starter for FakeSpawner {
+impl Starter for FakeStarter {
     fn admit(&mut self, now: Instant) -> Result<(), Instant> {
         match &mut lock(&self.world).budget {
             Some(b) => b.take(now),

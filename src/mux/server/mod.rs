@@ -47,10 +47,8 @@ use roster::Clients;
 use rounds::Rounds;
 use routing::Routing;
 use serde::Serialize;
-use serde_json::value::RawValue;
-use serde_json::{json, Map, Value};
+use serde_json::json;
 use shell::Shell;
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,24 +59,19 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{warn, Instrument};
 use util::health_config;
 
-mod asking;
-mod child;
-mod clients;
 mod clock;
+mod core;
 mod demand;
 mod effects;
 #[cfg(test)]
 mod fakes;
-mod forward;
 mod held;
 mod instances;
 mod io;
 mod ledger;
 mod life;
-mod lifecycle;
 mod lists;
 mod opener;
-mod outage;
 mod roster;
 mod rounds;
 mod routing;
@@ -87,11 +80,9 @@ mod scenarios;
 mod shell;
 #[cfg(test)]
 mod sim;
-mod subs;
 mod subtable;
 mod supervise;
 mod telemetry;
-mod timers;
 mod util;
 
 /// A child that closed stdout is stopped if still running after this (R15).
@@ -250,90 +241,6 @@ pub fn start(cfg: ServerConfig) -> (ServerHandle, tokio::task::JoinHandle<()>) {
         },
         task,
     )
-}
-
-/// Which of the child's stdin queues a line goes to.
-#[derive(Debug, Clone, Copy)]
-enum Lane {
-    /// Behind earlier lines.
-    Normal,
-    /// Ahead of ordinary traffic (cancels, answers to the child's requests).
-    Urgent,
-}
-
-#[derive(Debug)]
-enum Owner {
-    Client {
-        client: ClientId,
-        id: Box<RawValue>,
-        progress: Option<Box<RawValue>>,
-        /// `resources/subscribe` URI: recorded as subscribed when the child says yes.
-        subscribe: Option<String>,
-        /// The list method to cache the result of (no cursor in the request).
-        cache: Option<&'static str>,
-        /// A modern client's request on a handshake child: add `resultType` to the result.
-        add_result_type: bool,
-        /// The log level this request asked for (modern `_meta` logLevel, or a handshake
-        /// client's level toward a modern child): who may receive `notifications/message`.
-        log_level: Option<usize>,
-        /// A handshake client's request to a modern child that may come back
-        /// `input_required`: the params sent, to retry with (MRTR, issue 6 §4).
-        retry_params: Option<Box<RawValue>>,
-    },
-    /// A 2026 client's request parked while the client answers the child's questions
-    /// (`asking.rs`, K26); the round has the owner record.
-    Parked {
-        round: u64,
-    },
-    Initialize,
-    /// `server/discover` opening a fresh child: the era probe of `auto` (`probe`), or the
-    /// readiness check of a child configured for 2026-07-28.
-    Discover {
-        probe: bool,
-    },
-    /// The supervisor's own `subscriptions/listen` stream.
-    Listen,
-    Refresh {
-        method: &'static str,
-        announce: bool,
-    },
-    Internal,
-}
-
-#[derive(Debug)]
-struct Pending {
-    owner: Owner,
-    method: Cow<'static, str>,
-    /// When it was written to the child (the health rule for overdue requests).
-    written: Instant,
-}
-
-/// Who is waiting for a client's answer to a request the supervisor sent it.
-#[derive(Debug)]
-enum Asker {
-    /// The child's own request (handshake era), under the child's id.
-    Child(Box<RawValue>),
-    /// An input request of a 2026 `input_required` result, answered for the client (MRTR).
-    Mrtr { round: u64, key: String },
-}
-
-/// An `input_required` result being turned into handshake-era requests to the client that
-/// made the original request (issue 6 §4); once every answer is in, the original request is
-/// retried with `inputResponses` and the opaque `requestState`.
-#[derive(Debug)]
-struct Round {
-    client: ClientId,
-    /// The client's id for the original request.
-    id: Box<RawValue>,
-    method: String,
-    /// The params the child saw (envelope included), to retry with.
-    params: Value,
-    /// The child's opaque `requestState`, byte-exact; `None` when it gave none (K25).
-    state: Option<Box<RawValue>>,
-    answers: Map<String, Value>,
-    waiting: usize,
-    progress: Option<Box<RawValue>>,
-    log_level: Option<usize>,
 }
 
 /// What a spawn ended with: the new instance, or why there is none.

@@ -8,8 +8,8 @@
 //! Owns the two tables, the counters and the random source; what a round means is decided
 //! by the files that drive them. Never writes a line.
 
-use super::asking::Parked;
-use super::Round;
+use super::core::Parked;
+use super::core::Round;
 use rand::rngs::StdRng;
 use rand::Rng;
 use std::collections::BTreeMap;

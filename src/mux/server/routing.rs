@@ -5,7 +5,7 @@
 //!
 //! Owns those tables alone. Never decides health or lifecycle, never writes a line.
 
-use super::{Asker, Pending};
+use super::core::{Asker, Pending};
 use crate::mux::ids::Inflight;
 use crate::mux::session::ClientId;
 use std::collections::BTreeMap;

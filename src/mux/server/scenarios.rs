@@ -7,6 +7,7 @@ use super::fakes::{good_answer, lock};
 use super::sim::Sim;
 use super::*;
 use crate::mux::outage::StopCause;
+use serde_json::Value;
 
 /// A server whose child speaks the handshake era, with short, round settings.
 const BASE: &str = r#"

@@ -45,7 +45,7 @@
 //! before `Cargo.toml` built the dependencies it spends its time in (`serde_json`, `memchr`,
 //! `rand_chacha`, `tokio`) optimized. Every check above still runs after every input.
 
-use super::fakes::{env_u64, id_text, input_required, lock, FakeSpawner, World};
+use super::fakes::{env_u64, id_text, input_required, lock, FakeStarter, World};
 use super::fakes::{good_answer, modern_call};
 use super::*;
 use crate::child::process;
@@ -60,6 +60,8 @@ use crate::mux::session::{ClientTx, Peer};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -267,7 +269,7 @@ impl Sim {
         let start = Instant::now();
         let clock = Arc::new(Mutex::new(start));
         let (events_tx, events_rx) = mpsc::channel(1);
-        let spawner = FakeSpawner {
+        let spawner = FakeStarter {
             world: world.clone(),
             now: clock.clone(),
         };
@@ -1301,7 +1303,7 @@ impl Sim {
             .routing
             .inflight()
             .iter()
-            .filter(|(_, _, _, p)| matches!(p.owner, Owner::Parked { .. }))
+            .filter(|(_, _, _, p)| p.is_parked())
             .count();
         assert_eq!(
             s.rounds.parked_rounds(),

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::subs::Listener;
+use super::core::Listener;
 use super::ClientId;
 
 /// How a client holds a URI.
