@@ -48,7 +48,7 @@ pub enum Transport {
     HttpSession,
     /// One 2026-07-28 HTTP request: the client lives for that one request, so a request it
     /// leaves parked in an `input_required` round outlives it, and the retry comes from
-    /// another client of this kind (`asking.rs`).
+    /// another client of this kind (`server/core.rs`, asking).
     HttpRequest,
 }
 

@@ -138,7 +138,7 @@ pub(super) enum Owner {
         retry_params: Option<Box<RawValue>>,
     },
     /// A 2026 client's request parked while the client answers the child's questions
-    /// (`asking.rs`, K26); the round has the owner record.
+    /// (the asking section, K26); the round has the owner record.
     Parked {
         round: u64,
     },

@@ -5,7 +5,7 @@
 //! SIGKILL (F25).
 //!
 //! Owns those fields alone. Never decides what follows an exit (that is the lifecycle's, in
-//! `lifecycle.rs`, over [`super::life::Life`]) and never routes a message.
+//! `core.rs`, over [`super::life::Life`]) and never routes a message.
 
 use super::LastExit;
 use crate::child::backoff::Backoff;

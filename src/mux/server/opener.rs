@@ -5,7 +5,7 @@
 //! the child was set to for handshake clients (replayed after a restart, issue 5 §4).
 //!
 //! Owns those fields alone. The messages that open a session (the era probe, `initialize`,
-//! `server/discover`) are written by the lifecycle (`lifecycle.rs`); this never writes to the
+//! `server/discover`) are written by the lifecycle (`core.rs`, lifecycle); this never writes to the
 //! child and never answers a client.
 
 use crate::mux::era::{Era, Handshake};

@@ -1,7 +1,7 @@
 //! The input-required rounds of both directions (issue 6 §4, K26): a 2026 child's
 //! `input_required` result turned into requests to a handshake client ([`Round`], driven by
-//! `forward.rs`), and a handshake child's requests asked of a 2026 client while its request
-//! is parked ([`Parked`], driven by `asking.rs`). Both number their rounds from one counter;
+//! `core.rs`, forward), and a handshake child's requests asked of a 2026 client while its request
+//! is parked ([`Parked`], driven by `core.rs`, asking). Both number their rounds from one counter;
 //! a parked round also gets a random 64-bit secret from the injected random source (seeded
 //! in the simulation), and each question a key `rN`.
 //!
