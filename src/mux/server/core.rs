@@ -1904,12 +1904,13 @@ impl Server {
                     "server `{}`: access revoked by a configuration reload",
                     self.cfg.name
                 );
-                c.say_and_close(message::error_response(
+                let hangup = c.hangup(Line::from(message::error_response(
                     &message::raw_null(),
                     code::SERVER_UNAVAILABLE,
                     &msg,
                     None,
-                ));
+                )));
+                self.shell.effects().push(hangup);
             }
             self.drop_client(id);
         }
@@ -4028,7 +4029,8 @@ impl Server {
 
     /// Answers a request that cannot reach the child. `tools/call` gets a tool result with
     /// `isError: true` (the model must read the outage as an outage); everything else a
-    /// JSON-RPC error. Both carry the same record (issue 5 §1-2; see README "Errors").
+    /// JSON-RPC error. Both carry the same record (issue 5 §1-2; see
+    /// docs/book/src/reference/errors.md).
     pub(super) fn outage_reply(
         &mut self,
         client: ClientId,
@@ -4097,8 +4099,9 @@ impl Server {
             text.push_str(&format!(" stderr={last:?}"));
         }
         warn!(request_id = %request_id, method, status = status.as_str(), reason = %reason, "request failed: {text}");
-        // A call past its own deadline stays the -32001 error of every method (README: the
-        // deadline rule); outages of `tools/call` are tool results.
+        // A call past its own deadline stays the -32001 error of every method (the deadline
+        // rule: docs/book/src/guides/troubleshooting.md, "Health"); outages of `tools/call` are
+        // tool results.
         if method == "tools/call" && code != code::REQUEST_TIMEOUT {
             let result = json!({
                 "content": [{"type": "text", "text": text}],

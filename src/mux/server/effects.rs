@@ -3,7 +3,8 @@
 //! input, in order, and feeds back what failed as inputs of their own. Core tests read the
 //! sink as data before it is drained.
 //!
-//! Built so far: deliveries to clients, writes to the child, spawns and stop ladders. A
+//! Built: deliveries to clients, writes to the upstream, starts, stop ladders, and a client's
+//! hang-up (told why, then closed). A
 //! failed delivery (the client is gone or too slow) comes back as
 //! [`super::Input::ClientGone`]; a request the child's queue refused, as
 //! [`super::Input::Unwritten`]; a spawn's outcome, as `Input::Spawned`. The request records
@@ -47,6 +48,9 @@ pub(super) enum Effect {
     },
     /// Start the stop ladder of instance `generation` (if it is still the one stopping).
     Stop { generation: u64 },
+    /// Queue `line` over `tx` session-wide, then close the connection once it is written
+    /// (a client no longer permitted after a reload is told why).
+    Hangup { tx: Arc<ClientTx>, line: Line },
 }
 
 /// What a line written to the child is, for what follows a refusal.

@@ -541,6 +541,10 @@ impl Server {
                         tail,
                     } => self.instances.launch(&spec, generation, tail),
                     Effect::Stop { generation } => self.life.start_ladder(generation),
+                    Effect::Hangup { tx, line } => {
+                        tx.deliver(line);
+                        tx.close_after_drain();
+                    }
                     Effect::ToChild {
                         generation,
                         line,

@@ -130,11 +130,20 @@ impl Client {
         }
     }
 
-    /// Queues `line` session-wide, then closes the connection once it is written (used to
-    /// say why before hanging up).
+    /// Queues `line` session-wide, then closes the connection once it is written: the shell's
+    /// own hang-up (after an actor panic), which is no decision of the core.
     pub(super) fn say_and_close(&self, line: impl Into<Line>) {
         self.tx.deliver(line);
         self.tx.close_after_drain();
+    }
+
+    /// The effect that queues `line` for it session-wide, then closes its connection once
+    /// the line is written (saying why before hanging up).
+    pub(super) fn hangup(&self, line: Line) -> Effect {
+        Effect::Hangup {
+            tx: Arc::clone(&self.tx),
+            line,
+        }
     }
 
     /// Whether its connection was closed (kicked, or a failed delivery): the simulation's
