@@ -2,10 +2,10 @@
 //! daemon over its control socket (`status`, `start`, `stop`, `restart`, `reload`, `logs`).
 //! Parses argv with clap and maps each verb to its module.
 //!
-//! Exit codes (a contract, README "Operating it"): 0 success; 1 runtime failure (the operation
-//! did not succeed); 2 bad configuration or usage (also `reload` of an invalid file); 3 the
-//! supervisor is not running (control socket unreachable); 4 no server by that name; 100 `run`
-//! found another supervisor on the same `socket_dir`.
+//! Exit codes (a contract, docs/book/src/reference/cli.md): 0 success; 1 runtime failure (the
+//! operation did not succeed); 2 bad configuration or usage (also `reload` of an invalid
+//! file); 3 the supervisor is not running (control socket unreachable); 4 no server by that
+//! name; 100 `run` found another supervisor on the same `socket_dir`.
 
 use crate::config;
 use anyhow::Result;

@@ -6,11 +6,12 @@
 //! owner, and the sha256 of what adopt wrote. The manifest is written before the first file is
 //! touched, so an interrupted adoption can be undone too.
 //!
-//! `<state>` is the running user's own (README "Backups and undo"), never under `--home`: as
-//! root, root's. `--undo` trusts an adoption only when the state directory, the adoption
-//! directory, the manifest and the backups are the running user's and writable by nobody else
-//! (issue 26 §3: a manifest the user forged named a root-only file and "restored" her text
-//! into it); anything else is refused ([`AdoptError::Untrusted`]) before the first write.
+//! `<state>` is the running user's own (docs/book/src/guides/share-servers.md, "Backups and
+//! undo"), never under `--home`: as root, root's. `--undo` trusts an adoption only when the
+//! state directory, the adoption directory, the manifest and the backups are the running
+//! user's and writable by nobody else (issue 26 §3: a manifest the user forged named a
+//! root-only file and "restored" her text into it); anything else is refused
+//! ([`AdoptError::Untrusted`]) before the first write.
 //!
 //! Owns: every write `adopt` makes, through `safe.rs`: atomic (a temporary file created
 //! exclusively in the same directory, mode and owner set on its descriptor, fsync, rename),

@@ -161,7 +161,8 @@ pub fn is_attach(command: &str, args: &[String]) -> bool {
 }
 
 /// Relative paths made absolute against the project, and the project as `cwd` where the
-/// server depends on it (see README "Moving a desktop onto the supervisor").
+/// server depends on it (see docs/book/src/guides/share-servers.md, "Moving a desktop onto
+/// the supervisor").
 fn resolve(mut s: Spec, project: Option<&Path>) -> Verdict {
     let relative_command = s.command.contains('/') && Path::new(&s.command).is_relative();
     let relative_cwd = s.cwd.as_deref().is_some_and(|c| Path::new(c).is_relative());

@@ -48,8 +48,9 @@ use sources::{ClientFile, Format, Places};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
-/// What the `adopt` verb was asked to do: its flags, parsed by clap (README "Moving a desktop
-/// onto the supervisor"); the doc comments below are the `--help` text.
+/// What the `adopt` verb was asked to do: its flags, parsed by clap
+/// (docs/book/src/guides/share-servers.md, "Moving a desktop onto the supervisor"); the doc
+/// comments below are the `--help` text.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct Options {
     /// Supervisor config to add the servers to (same default as `run`; created if missing).

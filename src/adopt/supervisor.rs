@@ -17,8 +17,8 @@ use toml_edit::{Array, DocumentMut, InlineTable, Item, Table};
 
 /// The socket mode `adopt` adds when another user must open the sockets: the file mode lets
 /// everyone connect, `SO_PEERCRED` and each server's `allowed_uids` decide who is served
-/// (README "Access"). `socket_mode` is one setting for every socket, so a mode for one user
-/// (or one group) cannot serve two users adopted from.
+/// (docs/book/src/reference/security.md, "Access"). `socket_mode` is one setting for every
+/// socket, so a mode for one user (or one group) cannot serve two users adopted from.
 pub const OPEN_SOCKET_MODE: &str = "0666";
 
 /// The first line of a config file `adopt` creates.

@@ -7,7 +7,7 @@ use super::{ConfigError, Table, Validator};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// When a server's child is spawned (issue 18 §1; README "Servers on demand").
+/// When a server's child is spawned (issue 18 §1; docs/book/src/guides/on-demand.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StartMode {
     /// At supervisor start and after every exit the restart policy restarts (default).

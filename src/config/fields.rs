@@ -12,7 +12,8 @@ use std::path::Path;
 use std::time::Duration;
 use toml::Spanned;
 
-/// Whose roots a shared child sees (issue 13 §3, K28; README "Roots").
+/// Whose roots a shared child sees (issue 13 §3, K28; docs/book/src/reference/configuration.md,
+/// "Roots").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientRoots {
     /// A `roots/list` the child sends while a client's request is in flight goes to that

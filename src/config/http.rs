@@ -7,7 +7,8 @@ use super::{ConfigError, Table, Validator};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// `[supervisor]`'s `http_*` keys: the Streamable HTTP endpoint (issue 16, README "HTTP").
+/// `[supervisor]`'s `http_*` keys: the Streamable HTTP endpoint (issue 16,
+/// docs/book/src/guides/http.md).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpConfig {
     /// `http_listen`: the TCP address, `None` for `"off"`. A non-loopback address is refused

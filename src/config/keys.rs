@@ -269,7 +269,7 @@ impl Key {
 
 /// A duration in the largest unit that divides it: `7d`, `1h`, `30m`, `60s`, `500ms`; minutes
 /// and seconds below ten of the next unit stay in the smaller one (`120s`, not `2m`), as the
-/// README writes defaults.
+/// configuration reference (docs/book/src/reference/configuration.md) writes defaults.
 pub fn show_duration(d: Duration) -> String {
     let n = d.as_nanos();
     if n == 0 {
@@ -674,7 +674,8 @@ pub const OPEN_FILES_MAX: Key = key!(
     "the kernel's default fs.nr_open (1048576) is the most a process may open; no MCP server needs more"
 );
 
-/// Every key, in the order of README's tables.
+/// Every key, in the order of the configuration reference's tables
+/// (docs/book/src/reference/configuration.md).
 pub const KEYS: &[Key] = &[
     key!("socket_dir", Supervisor, Kind::Path, Default::Prose("`$XDG_RUNTIME_DIR/mcp-supervisor` (non-root), else `/run/mcp-supervisor`"),
         "where `NAME.sock` live; created 0700 if missing; must be the supervisor's own"),

@@ -3,7 +3,7 @@
 //! Owns: every default value and every validation rule. Never touches processes or sockets.
 //! Errors name the file, the line and the key (issue 2: a bad file exits 2 with such a message).
 //!
-//! Shape (a contract; see `supervisor.toml.example` and README "Configuration"):
+//! Shape (a contract; see `supervisor.toml.example` and docs/book/src/reference/configuration.md):
 //! `[supervisor]` (daemon-wide), `[defaults]` (any server key except `command`/`args`, applied to
 //! every server), and `[servers.NAME]` with NAME matching `[a-z0-9_-]+`.
 

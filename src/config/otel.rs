@@ -5,7 +5,8 @@ use super::raw::RawSupervisor;
 use super::{ConfigError, Validator};
 use toml::Spanned;
 
-/// `[supervisor]`'s `otel_*` keys, present when `otel_endpoint` is set (README "Traces").
+/// `[supervisor]`'s `otel_*` keys, present when `otel_endpoint` is set
+/// (docs/book/src/guides/monitoring.md, "Traces").
 #[derive(Debug, Clone, PartialEq)]
 pub struct OtelConfig {
     /// The OTLP/HTTP traces URL spans are POSTed to (protobuf), from `otel_endpoint`: a base

@@ -730,12 +730,13 @@ fn the_table_renders_defaults_and_bounds_as_the_docs_write_them() {
     assert_eq!(keys::show_duration(Duration::from_secs(7 * 86_400)), "7d");
 }
 
-/// README's two key tables (`| key | default | bound | meaning |`): (keys of the row, default
-/// cell, bound cell), for the table under `heading`.
+/// The configuration reference's two key tables (`| key | default | bound | meaning |`, in
+/// docs/book/src/reference/configuration.md): (keys of the row, default cell, bound cell), for
+/// the table under `heading`.
 fn readme_rows(heading: &str) -> Vec<(Vec<String>, String, String)> {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/book/src/reference/configuration.md");
     let Some((_, after)) = readme.split_once(heading) else {
-        panic!("README has no {heading}");
+        panic!("the configuration reference has no {heading}");
     };
     after
         .lines()
@@ -774,7 +775,9 @@ fn readme_lists_every_key_with_the_tables_default_and_bound() {
                     .iter()
                     .find(|k| k.name == name && sections.contains(&k.section))
                 else {
-                    panic!("README {heading} has a row `{name}` that is no key");
+                    panic!(
+                        "the configuration reference's {heading} has a row `{name}` that is no key"
+                    );
                 };
                 seen.push(k.name);
                 // The values of `method_timeouts` are bounded in its row.
@@ -783,14 +786,17 @@ fn readme_lists_every_key_with_the_tables_default_and_bound() {
                 } else {
                     k.bound_text()
                 };
-                assert_eq!(bound, &want, "README {heading} `{name}`: the bound");
+                assert_eq!(
+                    bound, &want,
+                    "the configuration reference's {heading} `{name}`: the bound"
+                );
                 if matches!(
                     k.default,
                     Default::Duration(_) | Default::Number(_) | Default::Flag(_)
                 ) {
                     assert!(
                         default.contains(&format!("`{}`", k.default_text())),
-                        "README {heading} `{name}`: default {default:?}, the table says {}",
+                        "the configuration reference's {heading} `{name}`: default {default:?}, the table says {}",
                         k.default_text()
                     );
                 }
@@ -799,7 +805,7 @@ fn readme_lists_every_key_with_the_tables_default_and_bound() {
         for k in KEYS.iter().filter(|k| sections.contains(&k.section)) {
             assert!(
                 seen.contains(&k.name),
-                "README {heading} has no row for `{}`",
+                "the configuration reference's {heading} has no row for `{}`",
                 k.name
             );
         }

@@ -1,5 +1,5 @@
 //! The CLI's side of the control socket: connect, send one request, print the answer, turn it
-//! into an exit code (the codes are in `cli.rs` and README "Operating it").
+//! into an exit code (the codes are in `cli.rs` and docs/book/src/reference/cli.md).
 //!
 //! Synchronous on purpose: one request, one answer, no runtime needed.
 

@@ -67,8 +67,9 @@ impl std::fmt::Display for RequestId {
     }
 }
 
-/// One finished client request, as the request log shows it (README "Request log"); its
-/// text borrowed from the actor's tables until it must outlive them ([`Record::into_owned`]).
+/// One finished client request, as the request log shows it
+/// (docs/book/src/guides/monitoring.md, "Request log"); its text borrowed from the actor's
+/// tables until it must outlive them ([`Record::into_owned`]).
 #[derive(Debug)]
 pub struct Record<'a> {
     /// When it finished (the actor's clock for the input that finished it).
@@ -93,7 +94,7 @@ pub struct Record<'a> {
     pub arg_keys: Cow<'a, str>,
     /// `duration_ms`: arrival to outcome.
     pub duration: Duration,
-    /// `outcome` (README "Outcomes").
+    /// `outcome` (docs/book/src/reference/metrics.md, "Outcomes").
     pub outcome: &'static str,
     /// `error_code`: the JSON-RPC error code the client got, if any.
     pub error_code: Option<i64>,

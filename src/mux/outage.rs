@@ -1,8 +1,9 @@
 //! The outage vocabulary (issue 27 §4, §7; design.md §6): what a client's outage record
-//! (README "Errors") says, as types. [`OutageStatus`] is the record's `status` (the state the
-//! source was in); [`Reason`] is why, written as today's `reason` text and, for dashboards and
-//! evals, as a stable `class` and `detail` ([`Class`], [`Reason::detail`]). Later upstreams
-//! (remote servers, endpoints) add variants here; the wire strings of today's never change.
+//! (docs/book/src/reference/errors.md) says, as types. [`OutageStatus`] is the record's
+//! `status` (the state the source was in); [`Reason`] is why, written as today's `reason` text
+//! and, for dashboards and evals, as a stable `class` and `detail` ([`Class`],
+//! [`Reason::detail`]). Later upstreams (remote servers, endpoints) add variants here; the wire
+//! strings of today's never change.
 
 use crate::child::process::Exit;
 use serde::Serialize;
@@ -91,8 +92,8 @@ impl StopCause {
 }
 
 /// Why an instance ended, as `last_exit.reason` in `status` and the outage record's `reason`
-/// show it (README "Errors"): its own exit, the supervisor's cause, or both. Serialized as
-/// that text.
+/// show it (docs/book/src/reference/errors.md): its own exit, the supervisor's cause, or
+/// both. Serialized as that text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitReason {
     /// It ended by itself (or by a limit's kill): `exited(N)`, `signal(NAME)`, `oom-killed`,
@@ -147,7 +148,7 @@ impl Serialize for ExitReason {
 }
 
 /// Why a request could not be served: the `reason` of an outage record, and its class and
-/// detail. Each variant writes today's `reason` text (README "Errors").
+/// detail. Each variant writes today's `reason` text (docs/book/src/reference/errors.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
     /// The instance ended, or could not be started: the last exit's reason.

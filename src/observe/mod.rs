@@ -1,9 +1,10 @@
 //! Observability at the MCP boundary (issue 8): the outcome of every request, the request log,
 //! and the Prometheus metrics.
 //!
-//! Owns: the outcome vocabulary (a stable contract, see README "Monitoring") and the metric
-//! families. Never logs argument values, results, tokens or environment values: the request log
-//! carries the method, the tool name and the *keys* of the arguments only.
+//! Owns: the outcome vocabulary (a stable contract, see docs/book/src/reference/metrics.md,
+//! "Outcomes") and the metric families. Never logs argument values, results, tokens or
+//! environment values: the request log carries the method, the tool name and the *keys* of the
+//! arguments only.
 
 use histogram::DurationHistogram;
 use prometheus_client::encoding::text::encode;

@@ -1,5 +1,6 @@
-//! Per-server resource limits (issue 18 §3; README "Limits"): `memory_max` and `tasks_max`
-//! for a child's whole process tree, `open_files_max` per process.
+//! Per-server resource limits (issue 18 §3; docs/book/src/reference/configuration.md,
+//! "Limits"): `memory_max` and `tasks_max` for a child's whole process tree, `open_files_max`
+//! per process.
 //!
 //! **Mechanisms**, chosen once at start by [`setup`] from `[supervisor] limits`:
 //! - `cgroup`: a delegated cgroup v2 subtree ([`cgroup`]). Each instance runs in a cgroup of
@@ -19,7 +20,7 @@
 //! `RLIMIT_AS` breaks runtimes that reserve large address ranges (V8, Go, the JVM, Wasm);
 //! `RLIMIT_DATA` counts committed but untouched mappings and fails one process's
 //! allocation with the child's own error (an abort, not `memory-limit`) before the tree
-//! limit is reached. See README "Limits".
+//! limit is reached. See docs/book/src/reference/configuration.md, "Limits".
 //!
 //! A limit kill is an unrequested exit: a failure for the restart policy and the backoff,
 //! its reason ([`LimitKill::reason`]) in status, outage records and logs, and counted in
