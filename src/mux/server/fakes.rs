@@ -122,6 +122,8 @@ impl Starter for FakeStarter {
             w.live
         );
         w.live.push(generation);
+        // A new process reads its input.
+        w.stdin_full = false;
         w.spawns += 1;
         let at = *self.now.lock().unwrap_or_else(|p| p.into_inner());
         w.spawned.push(at);

@@ -769,6 +769,8 @@ impl Sim {
     fn drain_clients(&mut self) {
         let mut gone = Vec::new();
         let mut delivered = (0u64, 0u64);
+        // Requests refused because the child stopped reading its input.
+        let mut unread = 0u64;
         let child_era = self.server.child_era();
         // Scripted scenarios read what a client received; the random run keeps nothing (a
         // failure names the line, and its seed replays).
@@ -882,6 +884,13 @@ impl Sim {
                 if !refusal {
                     c.listens.remove(&text);
                 }
+                if v
+                    .at("/error/message")
+                    .and_then(Value::as_str)
+                    .is_some_and(|m| m.contains("the child is not reading its input"))
+                {
+                    unread += 1;
+                }
                 if v.at("/result/resultType").and_then(Value::as_str) == Some("input_required") {
                     let keys = v
                         .at("/result/inputRequests")
@@ -929,6 +938,9 @@ impl Sim {
         }
         if delivered.0 > 0 {
             self.saw("progress delivered");
+        }
+        if unread > 0 {
+            self.saw("a request refused by a full stdin queue");
         }
         if delivered.1 > 0 {
             self.saw("a log message delivered");
@@ -1384,6 +1396,12 @@ impl Sim {
                 let mut w = lock(&self.world);
                 w.hold_spawns = !w.hold_spawns;
             }
+            88 => {
+                // The child stops reading its input (its stdin queue refuses every line) or
+                // starts again; a new instance reads again (`FakeStarter::start`).
+                let mut w = lock(&self.world);
+                w.stdin_full = !w.stdin_full;
+            }
             _ => self.advance(400),
         }
     }
@@ -1536,6 +1554,7 @@ const COVERED: &[&str] = &[
     "a 2026 HTTP request",
     "a handshake-era child exiting on the probe",
     "an HTTP request retrying another's round",
+    "a request refused by a full stdin queue",
 ];
 
 #[test]
