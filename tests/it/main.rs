@@ -22,4 +22,5 @@ mod observe;
 mod ops;
 mod otel;
 mod probes;
+mod readme;
 mod reaping;
