@@ -884,8 +884,7 @@ impl Sim {
                 if !refusal {
                     c.listens.remove(&text);
                 }
-                if v
-                    .at("/error/message")
+                if v.at("/error/message")
                     .and_then(Value::as_str)
                     .is_some_and(|m| m.contains("the child is not reading its input"))
                 {
