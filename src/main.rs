@@ -35,7 +35,9 @@ fn main() {
                     if let Some(w) = config::exposure(&c) {
                         eprintln!("mcp-supervisor: warning: {w}");
                     }
-                    println!("{}: ok ({} servers)", path.display(), c.servers.len());
+                    let n = c.servers.len();
+                    let noun = if n == 1 { "server" } else { "servers" };
+                    println!("{}: ok ({n} {noun})", path.display());
                     0
                 }
                 Err(e) => {

@@ -123,7 +123,17 @@ pub fn prepare_socket_dir(dir: &Path, perms: SocketPerms) -> Result<()> {
             std::fs::DirBuilder::new()
                 .mode(0o700)
                 .create(dir)
-                .with_context(|| format!("cannot create socket directory {}", dir.display()))?;
+                .with_context(|| {
+                    // The usual cause: a user other than root without `XDG_RUNTIME_DIR` (under
+                    // `su`, in some ssh sessions and containers) gets the root default.
+                    let hint = if me != 0 && std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+                        "; XDG_RUNTIME_DIR is not set, so the default is root's: set it, or \
+                         `socket_dir` in [supervisor]"
+                    } else {
+                        ""
+                    };
+                    format!("cannot create socket directory {}{hint}", dir.display())
+                })?;
         }
         Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", dir.display())),
     }
