@@ -223,3 +223,171 @@ pub fn probe(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, St
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
     Ok((code, body.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doc_table;
+    use clap::CommandFactory;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// The command-line reference, read at test time.
+    const PAGE: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/book/src/reference/cli.md"
+    );
+
+    /// The verbs clap knows, `help` included (clap adds it when the command is built).
+    fn verbs() -> BTreeSet<String> {
+        let mut cli = Cli::command();
+        cli.build();
+        cli.get_subcommands()
+            .map(|c| c.get_name().to_string())
+            .collect()
+    }
+
+    /// Every `pub const EXIT_NAME: i32 = N;` of this file: name → N.
+    fn exit_constants() -> BTreeMap<String, i32> {
+        include_str!("cli.rs")
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("pub const EXIT_"))
+            .filter_map(|l| l.split_once(": i32 = "))
+            .filter_map(|(name, value)| {
+                let value = value.trim_end_matches(';').parse().ok()?;
+                Some((format!("EXIT_{name}"), value))
+            })
+            .collect()
+    }
+
+    /// The `--long` flags of every verb.
+    fn long_flags() -> BTreeSet<String> {
+        let mut cli = Cli::command();
+        cli.build();
+        cli.get_subcommands()
+            .flat_map(|c| c.get_arguments().filter_map(|a| a.get_long()))
+            .map(|l| format!("--{l}"))
+            .collect()
+    }
+
+    /// What the reference `page` (named `name`) says wrong about the code: the `| verb | what
+    /// it does |` table against `verbs`, the `| code | meaning |` table against 0 and the
+    /// values of `exits`, and `flags` that the page never names.
+    fn cli_page_drift(
+        name: &str,
+        page: &str,
+        verbs: &BTreeSet<String>,
+        exits: &BTreeMap<String, i32>,
+        flags: &BTreeSet<String>,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        match doc_table::rows(page, &["verb", "what it does"]) {
+            Err(e) => out.push(format!("{name}: {e}")),
+            Ok(rows) => {
+                let mut named = Vec::new();
+                for row in rows {
+                    match doc_table::code(&row.cells[0]) {
+                        Some(v) => named.push((row.line, v.to_string())),
+                        None => out.push(format!(
+                            "{name}:{}: the first cell is not one `verb`: {}",
+                            row.line, row.cells[0]
+                        )),
+                    }
+                }
+                out.extend(doc_table::drift(name, "verb", verbs, &named));
+            }
+        }
+        match doc_table::rows(page, &["code", "meaning"]) {
+            Err(e) => out.push(format!("{name}: {e}")),
+            Ok(rows) => {
+                let mut named = Vec::new();
+                for row in rows {
+                    let cell = row.cells[0].trim_matches('`');
+                    match cell.parse::<i32>() {
+                        Ok(code) => named.push((row.line, code.to_string())),
+                        Err(_) => out.push(format!(
+                            "{name}:{}: the first cell is not an exit code: {}",
+                            row.line, row.cells[0]
+                        )),
+                    }
+                }
+                let codes = std::iter::once(0)
+                    .chain(exits.values().copied())
+                    .map(|c| c.to_string())
+                    .collect();
+                out.extend(doc_table::drift(name, "exit code", &codes, &named));
+            }
+        }
+        for flag in flags {
+            let named = page.match_indices(flag.as_str()).any(|(at, _)| {
+                !page[at + flag.len()..]
+                    .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
+            });
+            if !named {
+                out.push(format!("{name}: the flag {flag} is never named"));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_exit_constants_are_read_from_this_file() {
+        let exits = exit_constants();
+        assert_eq!(exits.get("EXIT_FAILED"), Some(&EXIT_FAILED));
+        assert_eq!(exits.get("EXIT_CONFIG"), Some(&EXIT_CONFIG));
+        assert_eq!(exits.get("EXIT_NOT_RUNNING"), Some(&EXIT_NOT_RUNNING));
+        assert_eq!(exits.get("EXIT_UNKNOWN_SERVER"), Some(&EXIT_UNKNOWN_SERVER));
+        assert_eq!(
+            exits.get("EXIT_ALREADY_RUNNING"),
+            Some(&EXIT_ALREADY_RUNNING)
+        );
+        assert_eq!(exits.len(), 5, "{exits:?}");
+        assert!(verbs().contains("check-config") && verbs().contains("help"));
+        assert!(long_flags().contains("--portable"));
+    }
+
+    #[test]
+    fn the_cli_reference_names_every_verb_exit_code_and_flag() {
+        let page = std::fs::read_to_string(PAGE).unwrap_or_else(|e| panic!("{PAGE}: {e}"));
+        let drift = cli_page_drift(
+            "docs/book/src/reference/cli.md",
+            &page,
+            &verbs(),
+            &exit_constants(),
+            &long_flags(),
+        );
+        assert!(drift.is_empty(), "{}", drift.join("\n"));
+    }
+
+    #[test]
+    fn cli_reference_drift_is_reported() {
+        let page = "# CLI\n\n| verb | what it does |\n|---|---|\n| `run` | runs |\n| `frobnicate` | no such verb |\n| run it | not a name |\n\nUse `--config` or --configure.\n\n| code | meaning |\n|---|---|\n| 0 | done |\n| `2` | bad usage |\n| 7 | nothing |\n";
+        let verbs: BTreeSet<String> = ["run", "attach"].iter().map(|s| s.to_string()).collect();
+        let exits: BTreeMap<String, i32> = [("EXIT_CONFIG", 2), ("EXIT_NOT_RUNNING", 3)]
+            .iter()
+            .map(|(n, v)| (n.to_string(), *v))
+            .collect();
+        let flags: BTreeSet<String> = ["--config", "--conf", "--socket"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            cli_page_drift("c.md", page, &verbs, &exits, &flags),
+            [
+                "c.md:7: the first cell is not one `verb`: run it",
+                "c.md:6: row `frobnicate` is no verb of the code",
+                "c.md: no row for verb `attach`",
+                "c.md:15: row `7` is no exit code of the code",
+                "c.md: no row for exit code `3`",
+                "c.md: the flag --conf is never named",
+                "c.md: the flag --socket is never named",
+            ]
+        );
+        assert_eq!(
+            cli_page_drift("c.md", "# CLI\n", &verbs, &exits, &BTreeSet::new()),
+            [
+                "c.md: no table | verb | what it does |",
+                "c.md: no table | code | meaning |"
+            ]
+        );
+    }
+}

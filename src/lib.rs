@@ -31,3 +31,6 @@ pub mod protocol;
 pub mod reaper;
 pub mod systemd;
 pub mod upstream;
+
+#[cfg(test)]
+mod doc_table;

@@ -263,3 +263,215 @@ mod http {
         assert_eq!(read_all(&mut c).await, "");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The metrics reference (docs/book/src/reference/metrics.md) lists exactly the families a
+// scrape can show (issue 28 §3).
+
+/// Gives every family of `m` a series: the encoder leaves out a family that has none, so a
+/// fresh registry's render would not declare them. Destructures [`Metrics`] and [`Families`]
+/// without `..`: a family added to either does not compile here until it gets a series too.
+fn with_every_family(m: &Metrics) {
+    // Counters outside a family are rendered with or without updates.
+    let Metrics {
+        registry: _,
+        families,
+        log_dropped: _,
+        spans_dropped: _,
+    } = m;
+    let Families {
+        requests,
+        errors,
+        duration,
+        in_flight,
+        clients,
+        restarts,
+        limit_kills,
+        demand,
+        probes,
+        state,
+        bytes,
+    } = families;
+    let server = || "a".to_string();
+    let reason = || ReasonLabels {
+        server: server(),
+        reason: "x".into(),
+    };
+    requests
+        .get_or_create(&RequestLabels {
+            server: server(),
+            method: "ping".into(),
+            outcome: "ok".into(),
+        })
+        .inc();
+    errors
+        .get_or_create(&CodeLabels {
+            server: server(),
+            code: "-32601".into(),
+        })
+        .inc();
+    duration
+        .get_or_create(&MethodLabels {
+            server: server(),
+            method: "ping".into(),
+        })
+        .observe(0.1);
+    in_flight
+        .get_or_create(&ServerLabels { server: server() })
+        .set(1);
+    clients
+        .get_or_create(&ServerLabels { server: server() })
+        .set(1);
+    restarts.get_or_create(&reason()).inc();
+    limit_kills.get_or_create(&reason()).inc();
+    demand.get_or_create(&reason()).inc();
+    probes
+        .get_or_create(&ProbeLabels {
+            server: server(),
+            result: "sent".into(),
+        })
+        .inc();
+    state
+        .get_or_create(&StateLabels {
+            server: server(),
+            state: "ready".into(),
+        })
+        .set(1);
+    bytes
+        .get_or_create(&DirectionLabels {
+            server: server(),
+            direction: "to_child".into(),
+        })
+        .inc();
+}
+
+/// The families of [`Metrics::new`] as a render declares them, each given a series first.
+fn every_family() -> std::collections::BTreeMap<String, String> {
+    let m = Metrics::new();
+    with_every_family(&m);
+    let families = exported(&m.render());
+    // A second count, from the registry itself (its Debug form lists one `Descriptor` per
+    // registered metric): a family registered but not rendered fails here.
+    let registered = format!("{:?}", m.registry).matches("Descriptor {").count();
+    assert_eq!(families.len(), registered, "{families:?}");
+    families
+}
+
+/// The families the exposition `text` declares, as a reader of `/metrics` names them (a
+/// counter with its `_total` suffix, as its samples are named), with their type: from the
+/// `# TYPE` lines (written for every family with at least one series).
+fn exported(text: &str) -> std::collections::BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, kind)| {
+            let name = if kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.to_string()
+            };
+            (name, kind.to_string())
+        })
+        .collect()
+}
+
+/// What the `| metric | type | labels | meaning |` table of the page `page` (named `name`)
+/// says wrong about `families` (name → type): a family without a row, a row without a family,
+/// a row twice, a type that is not the family's; or that the table is missing.
+fn metrics_table_drift(
+    name: &str,
+    page: &str,
+    families: &std::collections::BTreeMap<String, String>,
+) -> Vec<String> {
+    let rows = match crate::doc_table::rows(page, &["metric", "type", "labels", "meaning"]) {
+        Ok(rows) => rows,
+        Err(e) => return vec![format!("{name}: {e}")],
+    };
+    let mut named = Vec::new();
+    let mut out = Vec::new();
+    for row in &rows {
+        let Some(metric) = crate::doc_table::code(&row.cells[0]) else {
+            out.push(format!(
+                "{name}:{}: the first cell is not one `metric_name`: {}",
+                row.line, row.cells[0]
+            ));
+            continue;
+        };
+        if let Some(kind) = families.get(metric) {
+            if row.cells.get(1) != Some(kind) {
+                out.push(format!(
+                    "{name}:{}: `{metric}` is a {kind}, the row says {:?}",
+                    row.line,
+                    row.cells.get(1)
+                ));
+            }
+        }
+        named.push((row.line, metric.to_string()));
+    }
+    let truth = families.keys().cloned().collect();
+    out.extend(crate::doc_table::drift(
+        name,
+        "metric family",
+        &truth,
+        &named,
+    ));
+    out
+}
+
+#[test]
+fn the_metrics_reference_lists_exactly_the_exported_families() {
+    const PAGE: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/book/src/reference/metrics.md"
+    );
+    let page = std::fs::read_to_string(PAGE).unwrap_or_else(|e| panic!("{PAGE}: {e}"));
+    let families = every_family();
+    assert!(
+        families.get("mcp_supervisor_requests_total") == Some(&"counter".to_string())
+            && families.get("mcp_supervisor_request_duration_seconds")
+                == Some(&"histogram".to_string())
+            && families.get("mcp_supervisor_clients") == Some(&"gauge".to_string()),
+        "{families:?}"
+    );
+    let drift = metrics_table_drift("docs/book/src/reference/metrics.md", &page, &families);
+    assert!(drift.is_empty(), "{}", drift.join("\n"));
+}
+
+#[test]
+fn metrics_table_drift_is_reported() {
+    let families = every_family();
+    let row = |name: &str, kind: &str| format!("| `{name}` | {kind} | `server` | x |\n");
+    let mut page =
+        String::from("# Metrics\n\n| metric | type | labels | meaning |\n|---|---|---|---|\n");
+    for (name, kind) in &families {
+        if name == "mcp_supervisor_clients" {
+            continue; // a family without a row
+        }
+        let kind = if name == "mcp_supervisor_probes_total" {
+            "gauge" // a row with the wrong type
+        } else {
+            kind
+        };
+        page.push_str(&row(name, kind));
+    }
+    page.push_str(&row("mcp_supervisor_widgets_total", "counter")); // a row without a family
+    let last = page.lines().count();
+    let probes = 5 + families
+        .keys()
+        .filter(|n| *n != "mcp_supervisor_clients")
+        .position(|n| n == "mcp_supervisor_probes_total")
+        .unwrap();
+    let drift = metrics_table_drift("m.md", &page, &families);
+    assert_eq!(
+        drift,
+        [
+            format!("m.md:{probes}: `mcp_supervisor_probes_total` is a counter, the row says Some(\"gauge\")"),
+            format!("m.md:{last}: row `mcp_supervisor_widgets_total` is no metric family of the code"),
+            "m.md: no row for metric family `mcp_supervisor_clients`".to_string(),
+        ]
+    );
+    assert_eq!(
+        metrics_table_drift("m.md", "# Metrics\n", &families),
+        ["m.md: no table | metric | type | labels | meaning |"]
+    );
+}
