@@ -136,6 +136,36 @@ fn every_invocation_uses_a_verb_and_flags_that_exist() {
     assert!(checked > 0, "no mcp-supervisor invocation found");
 }
 
+/// The configuration reference shows the error a bad file gets; this file, written as the
+/// example says (line 7, `servers.cua.probe_timeout = 10`), must get exactly that line.
+#[test]
+fn the_configuration_pages_error_example_is_what_check_config_prints() {
+    let (_, page) = read(Path::new("docs/book/src/reference/configuration.md"));
+    let marker = "with a message naming the file, line and key:";
+    let Some((_, after)) = page.split_once(marker) else {
+        panic!("the configuration reference no longer says {marker:?}");
+    };
+    let shown = after
+        .split_once("```text\n")
+        .and_then(|(_, b)| b.split_once("\n```"))
+        .map(|(b, _)| b.trim().to_string())
+        .expect("a ```text block with the error follows");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("supervisor.toml"),
+        "[supervisor]\nsocket_dir = \"run\"\n\n[servers.cua]\ncommand = \"cua-driver\"\n\
+         args = [\"mcp\"]\nprobe_timeout = 10\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(PROGRAM)
+        .args(["check-config", "--portable", "supervisor.toml"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a bad file exits 2");
+    assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), shown);
+}
+
 #[test]
 fn the_walk_covers_the_readme_and_the_docs() {
     let pages = pages();

@@ -711,9 +711,13 @@ impl Server {
             self.restarts_after_ready();
         }
         self.prefetch_lists();
-        // Clients whose `initialize` waited for the child (concurrent first handshakes, K10).
-        let held: Vec<Held> = self.held.drain();
-        for h in held {
+        // Clients whose `initialize` waited for the child (concurrent first handshakes, K10),
+        // one at a time (`HeldQueue::pop_oldest`); as many as were held now, so a request held
+        // again meanwhile waits for the next release instead of looping here.
+        for _ in 0..self.held.len() {
+            let Some(h) = self.held.pop_oldest() else {
+                break;
+            };
             // Already in the ledger since arrival: its duration includes the wait.
             self.dispatch_request(h.client, h.msg);
         }
@@ -1929,12 +1933,15 @@ impl Server {
     }
 
     /// A client whose input closed is dropped once nothing it asked for is pending.
+    /// Everything the client is owed counts: requests in flight, held, and rounds of
+    /// `input_required` whose original request it is still waiting for the answer to.
     pub(super) fn close_if_done(&mut self, client: ClientId) {
         let done = self
             .clients
             .get(&client)
             .is_some_and(|c| c.closing() && self.routing.inflight().count_for(client) == 0)
-            && !self.held.has_client(client);
+            && !self.held.has_client(client)
+            && !self.rounds.all_rounds().any(|(_, r)| r.client == client);
         if done {
             self.drop_client(client);
         }
@@ -2099,6 +2106,20 @@ impl Server {
                 &msg,
                 None,
                 Outcome::ProtocolError,
+            );
+            return true;
+        }
+        if self.clients.get(&client).is_some_and(|c| c.closing()) {
+            // A client whose input closed can never answer the server's questions: the
+            // request fails now (as a round pending at its close does), instead of a round
+            // that can only time out while the client waits for its answer.
+            self.respond_error(
+                client,
+                id,
+                code::INTERNAL_ERROR,
+                "the client that was asked closed its input",
+                Some(json!({"server": self.cfg.name})),
+                Outcome::Cancelled,
             );
             return true;
         }
@@ -4125,13 +4146,26 @@ impl Server {
         self.respond(client, id, line, outcome, code);
     }
 
+    /// Answers every request in flight with the outage record (the instance is gone). One
+    /// entry is removed at a time, so a client whose input closed keeps its connection until
+    /// its last answer is out (answering its first must not drop it before the rest).
     pub(super) fn fail_inflight(
         &mut self,
         status: OutageStatus,
         reason: Reason,
         retry: Option<Duration>,
     ) {
-        for r in self.routing.inflight_mut().drain() {
+        let ids: Vec<u64> = self
+            .routing
+            .inflight()
+            .iter()
+            .map(|(id, _, _, _)| id)
+            .collect();
+        for child_id in ids {
+            let Some(r) = self.routing.inflight_mut().remove(child_id) else {
+                // Removed meanwhile with its client (it left), which recorded its outcome.
+                continue;
+            };
             let p = r.value;
             if let Owner::Parked { round } = p.owner {
                 // The client holds an `input_required` result; its retry will find no round.
@@ -4165,7 +4199,10 @@ impl Server {
         let retry = self
             .next_attempt()
             .map(|t| t.saturating_duration_since(self.clock.now()));
-        for h in self.held.drain() {
+        for _ in 0..self.held.len() {
+            let Some(h) = self.held.pop_oldest() else {
+                break;
+            };
             self.fail_one_held(h, status, Reason::State(status), retry);
         }
     }

@@ -75,9 +75,12 @@ impl HeldQueue {
         self.items.remove(i)
     }
 
-    /// Removes and returns every request, in order of arrival.
-    pub(super) fn drain(&mut self) -> Vec<Held> {
-        self.items.drain(..).collect()
+    /// Removes and returns the oldest request. The queue is released one request at a time
+    /// (never drained into a list first), so the requests still waiting keep their client:
+    /// a client whose input closed is dropped only once nothing of it is held or in flight,
+    /// and answering its first held request must not drop it before the next one is served.
+    pub(super) fn pop_oldest(&mut self) -> Option<Held> {
+        self.items.pop_front()
     }
 
     /// Forgets `client`'s requests (it left; their outcomes are recorded by the caller).
@@ -163,7 +166,7 @@ mod tests {
         q.drop_client(ClientId(1));
         assert!(!q.has_client(ClientId(1)));
         assert!(q.has_client(ClientId(2)));
-        assert_eq!(q.drain().len(), 1);
+        assert_eq!(q.pop_oldest().map(|h| h.client), Some(ClientId(2)));
         assert_eq!(q.len(), 0);
     }
 }

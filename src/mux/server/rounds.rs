@@ -60,6 +60,11 @@ impl Rounds {
         self.rounds.remove(&n)
     }
 
+    /// The open rounds toward handshake clients, by number.
+    pub(super) fn all_rounds(&self) -> impl Iterator<Item = (u64, &Round)> {
+        self.rounds.iter().map(|(n, r)| (*n, r))
+    }
+
     /// Rounds toward handshake clients in progress.
     pub(super) fn open_rounds(&self) -> usize {
         self.rounds.len()

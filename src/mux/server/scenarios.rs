@@ -41,11 +41,14 @@ fn ready(toml: &str, seed: u64) -> Sim {
     sim
 }
 
+/// The responses `client` received (also after the actor closed it).
 fn responses(sim: &Sim, client: ClientId) -> Vec<Value> {
     sim.clients
         .get(&client)
-        .map(|c| {
-            c.received
+        .map(|c| &c.received)
+        .or_else(|| sim.departed.get(&client))
+        .map(|received| {
+            received
                 .iter()
                 .filter(|v| v.get("method").is_none())
                 .cloned()
@@ -249,6 +252,29 @@ fn held_requests_beyond_queue_limit_fail_at_once_and_the_rest_are_forwarded_when
         })
         .unwrap_or_default();
     assert_eq!(calls.len(), 2, "{calls:?}");
+}
+
+/// A client with two calls in flight that closes its input, then the child exits: both calls
+/// get the outage answer before the client is closed (answering the first once dropped the
+/// client, the in-flight table having been emptied first, and the second was never answered).
+#[test]
+fn every_call_of_a_closing_client_is_answered_when_the_child_exits() {
+    let mut sim = ready(BASE, 8);
+    let a = sim.connect();
+    sim.send(a, &call(a, 1));
+    sim.send(a, &call(a, 2));
+    sim.input(Input::Session(SessionEvent::InputClosed(a)));
+    assert!(responses(&sim, a).is_empty(), "both in flight");
+    sim.child_exits(true);
+    let r = responses(&sim, a);
+    let ids: Vec<Value> = r.iter().map(|v| v["id"].clone()).collect();
+    assert_eq!(ids.len(), 2, "both answered: {r:?}");
+    assert!(ids.contains(&json!(1)) && ids.contains(&json!(2)), "{r:?}");
+    assert!(
+        r.iter().all(|v| v["result"]["isError"] == true),
+        "as outages: {r:?}"
+    );
+    assert!(!sim.server.clients.contains_key(&a), "then it is closed");
 }
 
 #[test]

@@ -182,6 +182,12 @@ pub(super) struct SimClient {
     may_stall: bool,
     /// Stopped reading and writing: the actor must drop it once its queue is full.
     stalled: bool,
+    /// Closed its input (half-close, `SessionEvent::InputClosed`): it sends nothing more, and
+    /// must get the answer to every request it has open before its connection is closed.
+    half_closed: bool,
+    /// Requests it cancelled (id text): after a cancel no answer is owed (MCP cancellation),
+    /// whether or not one comes.
+    cancelled: BTreeSet<String>,
     /// A 2026-07-28 HTTP request: one request, gone once it is answered.
     one_shot: bool,
     /// Requests the supervisor sent this client, not answered yet: (id, method).
@@ -207,6 +213,9 @@ pub(super) struct Sim {
     clock: Arc<Mutex<Instant>>,
     pub(super) now: Instant,
     pub(super) clients: BTreeMap<ClientId, SimClient>,
+    /// What clients the actor closed had received, for scenario tests (the random run keeps
+    /// nothing, so this stays empty there).
+    pub(super) departed: BTreeMap<ClientId, Vec<Value>>,
     next_client: u64,
     pub(super) asked: Vec<Asked>,
     /// Answers already given (to answer again: duplicates and late replies).
@@ -291,6 +300,7 @@ impl Sim {
             clock,
             now: start,
             clients: BTreeMap::new(),
+            departed: BTreeMap::new(),
             next_client: 1,
             asked: Vec::new(),
             answered: Vec::new(),
@@ -420,6 +430,8 @@ impl Sim {
                 retries: Vec::new(),
                 may_stall: false,
                 stalled: false,
+                half_closed: false,
+                cancelled: BTreeSet::new(),
                 one_shot: false,
                 asks: Vec::new(),
                 listens: BTreeSet::new(),
@@ -479,14 +491,15 @@ impl Sim {
 
     /// A client that still reads and writes, at random.
     fn random_client(&mut self) -> Option<ClientId> {
-        let live = self.clients.values().filter(|c| !c.stalled).count();
+        let sends = |c: &SimClient| !c.stalled && !c.half_closed;
+        let live = self.clients.values().filter(|c| sends(c)).count();
         if live == 0 {
             return None;
         }
         let i = self.rng.gen_range(0..live);
         self.clients
             .iter()
-            .filter(|(_, c)| !c.stalled)
+            .filter(|(_, c)| sends(c))
             .nth(i)
             .map(|(id, _)| *id)
     }
@@ -713,6 +726,9 @@ impl Sim {
                 }
             }
         }
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.cancelled.insert(id.to_string());
+        }
         let line = format!(
             r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id}}}}}"#
         );
@@ -723,6 +739,15 @@ impl Sim {
         let Some(client) = self.random_client() else {
             return;
         };
+        if self.rng.gen_bool(0.5) {
+            // Half-close: `printf ... | attach` ends its input and waits for the answers.
+            if let Some(c) = self.clients.get_mut(&client).filter(|c| !c.one_shot) {
+                c.half_closed = true;
+                self.saw("a client closing its input");
+                self.input(Input::Session(SessionEvent::InputClosed(client)));
+                return;
+            }
+        }
         self.clients.remove(&client);
         self.input(Input::Session(SessionEvent::Disconnected(client)));
     }
@@ -733,7 +758,7 @@ impl Sim {
         let with_asks: Vec<ClientId> = self
             .clients
             .iter()
-            .filter(|(_, c)| !c.asks.is_empty() && !c.stalled)
+            .filter(|(_, c)| !c.asks.is_empty() && !c.stalled && !c.half_closed)
             .map(|(id, _)| *id)
             .collect();
         if with_asks.is_empty() {
@@ -931,8 +956,25 @@ impl Sim {
             }
         }
         for id in gone {
-            if self.clients.remove(&id).is_some_and(|c| c.stalled) {
-                self.saw("a hung client dropped");
+            if let Some(c) = self.clients.remove(&id) {
+                if c.stalled {
+                    self.saw("a hung client dropped");
+                }
+                if c.half_closed && !c.stalled {
+                    // Listen streams end with the connection; every other request is owed.
+                    let owed: Vec<&String> = c
+                        .open
+                        .keys()
+                        .filter(|k| !c.listens.contains(*k) && !c.cancelled.contains(*k))
+                        .collect();
+                    assert!(
+                        owed.is_empty(),
+                        "client {id:?} closed its input and was closed with requests unanswered: {owed:?}"
+                    );
+                }
+                if !c.received.is_empty() {
+                    self.departed.insert(id, c.received);
+                }
             }
         }
         if delivered.0 > 0 {
@@ -952,8 +994,13 @@ impl Sim {
             .copied()
             .collect();
         for id in dropped {
-            if self.clients.remove(&id).is_some_and(|c| c.stalled) {
-                self.saw("a hung client dropped");
+            if let Some(c) = self.clients.remove(&id) {
+                if c.stalled {
+                    self.saw("a hung client dropped");
+                }
+                if !c.received.is_empty() {
+                    self.departed.insert(id, c.received);
+                }
             }
         }
     }
@@ -1554,6 +1601,7 @@ const COVERED: &[&str] = &[
     "a handshake-era child exiting on the probe",
     "an HTTP request retrying another's round",
     "a request refused by a full stdin queue",
+    "a client closing its input",
 ];
 
 #[test]

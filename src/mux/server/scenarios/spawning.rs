@@ -115,3 +115,35 @@ fn a_failed_held_spawn_is_a_spawn_error_and_a_stop_asked_meanwhile_keeps_it_stop
         st.stderr_tail
     );
 }
+
+/// A client that sends its `initialize` and a call, then closes its input while the child
+/// starts (README's one-shot `printf ... | mcp-supervisor attach`) gets both answers: releasing
+/// the held queue answers `initialize` first, and the call still held keeps the client (it was
+/// once dropped then, as nothing was in flight and the queue had been drained into a list,
+/// and the call was never answered).
+#[test]
+fn a_client_that_closes_its_input_while_the_child_starts_gets_every_answer() {
+    let mut sim = Sim::with_spawns_held(BASE, 5);
+    let c = sim.connect();
+    sim.send(c, INIT);
+    sim.send(
+        c,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    sim.send(c, &call(c, 2));
+    sim.input(Input::Session(SessionEvent::InputClosed(c)));
+    assert!(
+        responses(&sim, c).is_empty(),
+        "nothing yet: the child does not exist"
+    );
+    release(&mut sim);
+    answer_all(&mut sim); // the handshake: ready, the held requests are released
+    answer_all(&mut sim); // the call (and the list prefetch)
+    let got = responses(&sim, c);
+    let ids: Vec<Value> = got.iter().map(|v| v["id"].clone()).collect();
+    assert_eq!(ids, vec![json!("i"), json!(2)], "{got:?}");
+    assert!(
+        !sim.server.clients.contains_key(&c),
+        "then, with nothing left to answer, the client is closed"
+    );
+}
