@@ -29,6 +29,7 @@ pub mod mux;
 pub mod observe;
 pub mod protocol;
 pub mod reaper;
+pub mod remote;
 pub mod systemd;
 pub mod upstream;
 

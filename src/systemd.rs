@@ -310,6 +310,7 @@ mod tests {
             actor_restarts: 0,
             last_actor_panic: None,
             limits: None,
+            remote: None,
         }
     }
 

@@ -26,6 +26,8 @@ use std::time::Instant;
 pub enum Spec {
     /// A child process: command, environment, identity, limits, stop ladder.
     Process(Box<SpawnSpec>),
+    /// A remote Streamable HTTP session: URL, headers, TLS (issue 29).
+    Remote(Box<crate::remote::RemoteSpec>),
 }
 
 /// One running instance of an upstream, as the core sees it. Sending never blocks; stopping
@@ -49,6 +51,10 @@ pub trait Upstream: Send {
     fn stopping(&self) -> bool;
     /// Its memory and tasks at the last sample of its limits (none by default).
     fn usage(&self) -> Option<crate::child::limits::Usage> {
+        None
+    }
+    /// A remote session's facts for `status` (none for a child).
+    fn remote(&self) -> Option<crate::remote::RemoteStatus> {
         None
     }
 }
@@ -96,6 +102,19 @@ pub enum Event {
     Closed(u64),
     /// The session with it is lost, and why.
     Lost(u64, Lost),
+    /// Request `.1` was answered with a bare HTTP status and no JSON-RPC message (a remote
+    /// server's 401, 429, 5xx, ...; status 0 when its response stream broke before the
+    /// answer). The server answered, so it is alive; the request is over.
+    Refused(u64, Box<RawValue>, Refusal),
+}
+
+/// A remote server's answer that is only an HTTP status (issue 29 §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// The HTTP status; 0 when the response stream broke before the answer.
+    pub status: u16,
+    /// `Retry-After`, when the server gave one.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl Event {
@@ -107,7 +126,8 @@ impl Event {
             | Event::Oversized(g, _, _)
             | Event::Malformed(g, _, _)
             | Event::Closed(g)
-            | Event::Lost(g, _) => *g,
+            | Event::Lost(g, _)
+            | Event::Refused(g, _, _) => *g,
         }
     }
 }
@@ -122,6 +142,7 @@ impl std::fmt::Debug for Event {
             Event::Malformed(g, id, why) => write!(f, "Malformed({g}, {id}, {why:?})"),
             Event::Closed(g) => write!(f, "Closed({g})"),
             Event::Lost(g, l) => write!(f, "Lost({g}, {l:?})"),
+            Event::Refused(g, id, r) => write!(f, "Refused({g}, {id}, {r:?})"),
         }
     }
 }
@@ -135,6 +156,44 @@ pub enum Lost {
     /// A message could not be written (a child's stdin write failed, or stalled for
     /// `STDIN_STALL`): the core stops the instance, and its `Exited` follows.
     WriteFailed(String),
+    /// A remote server could not be reached (DNS, TCP, TLS, connect timeout). The session is
+    /// gone; the core reconnects with backoff.
+    Unreachable(Unreachable),
+    /// A remote session was closed because the supervisor stopped it (after `DELETE`): a
+    /// remote instance's end of [`Upstream::stop`], as `Exited` with `requested` is a child's.
+    Closed,
+}
+
+/// Why a remote server could not be reached: the `detail` of class `unreachable`
+/// (design.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreachable {
+    /// The name did not resolve.
+    Dns,
+    /// TCP was refused.
+    ConnectRefused,
+    /// DNS, TCP or TLS took longer than `connect_timeout`.
+    ConnectTimeout,
+    /// The TLS handshake failed (certificate, protocol).
+    Tls,
+    /// Another connection failure.
+    Connect,
+    /// The connection broke before any response.
+    Dropped,
+}
+
+impl Unreachable {
+    /// Its stable token.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unreachable::Dns => "dns",
+            Unreachable::ConnectRefused => "connect_refused",
+            Unreachable::ConnectTimeout => "connect_timeout",
+            Unreachable::Tls => "tls",
+            Unreachable::Connect => "connect",
+            Unreachable::Dropped => "connection_dropped",
+        }
+    }
 }
 
 /// Why an instance could not be started.
@@ -153,6 +212,8 @@ pub struct StartError {
 pub enum StartFailure {
     /// A child could not be spawned (`spawn-error`).
     Spawn,
+    /// A remote session could not be set up (TLS files, a header's variable or file).
+    Remote,
 }
 
 impl std::fmt::Display for StartError {

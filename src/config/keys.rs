@@ -614,6 +614,39 @@ pub const MAX_SUBSCRIPTIONS: Key = key!(
     MANY_WHY
 );
 /// `max_inflight`.
+/// The keys only a url server may set (issue 29 §1); on a `command` server they are an error.
+pub const URL_ONLY: &[&str] = &[
+    "url",
+    "headers",
+    "tls_ca_file",
+    "tls_skip_verify",
+    "allow_plain_http",
+    "max_connections",
+    "connect_timeout",
+];
+
+/// `max_connections` (url servers, issue 29 §1).
+pub const MAX_CONNECTIONS: Key = key!(
+    "max_connections",
+    Server,
+    Kind::Count,
+    Default::Number(8),
+    count(1, 1024),
+    "url servers: connections open to the remote server at once (HTTP/1.1 needs one per open POST stream); requests beyond wait for one",
+    "each connection is a socket and a TLS session the supervisor holds; a hosted server that needs more than 1024 at once is rate-limiting anyway"
+);
+
+/// `connect_timeout` (url servers, issue 29 §1).
+pub const CONNECT_TIMEOUT: Key = key!(
+    "connect_timeout",
+    Server,
+    Kind::Duration,
+    Default::Duration(secs(10)),
+    positive(secs(HOUR)),
+    "url servers: how long DNS, TCP and TLS may take before the server counts as unreachable",
+    HOUR_WHY
+);
+
 pub const MAX_INFLIGHT: Key = key!(
     "max_inflight",
     Server,
@@ -723,9 +756,22 @@ pub const KEYS: &[Key] = &[
     key!("limits", Supervisor, Kind::Choice(&["auto", "cgroup", "rlimit"]), Default::Toml("\"auto\""),
         "how `memory_max` and `tasks_max` are enforced; read at start"),
     // ---- [defaults] and [servers.NAME]
-    key!("command", ServerOnly, Kind::String, Default::Prose("required"),
+    key!("command", ServerOnly, Kind::String, Default::Prose("none; exactly one of `command` and `url`"),
         "program to execute directly, never through a shell"),
     key!("args", ServerOnly, Kind::Strings, Default::Toml("[]"), "arguments"),
+    key!("url", ServerOnly, Kind::String, Default::Prose("none; exactly one of `command` and `url`"),
+        "a remote MCP server's Streamable HTTP endpoint, `https://…` (`http://` to loopback only, unless `allow_plain_http`)"),
+    key!("headers", ServerOnly, Kind::Table, Default::Toml("{}"),
+        "url servers: request headers; a value is a string or `{ env = \"VAR\", prefix = \"Bearer \" }` or `{ file = \"PATH\", prefix = \"…\" }`, never shown anywhere"),
+    key!("tls_ca_file", ServerOnly, Kind::Path, Default::Prose("none (the system's roots only)"),
+        "url servers: PEM file of extra CA certificates trusted besides the system's roots"),
+    key!("tls_skip_verify", ServerOnly, Kind::Flag, Default::Flag(false),
+        "url servers: accept any certificate (a warning at every start); for a test bench, never production"),
+    key!("allow_plain_http", ServerOnly, Kind::Flag, Default::Flag(false),
+        "url servers: allow `http://` to a host that is not loopback (a warning at every start)"),
+    MAX_CONNECTIONS,
+    CONNECT_TIMEOUT,
+
     key!("env", Server, Kind::Table, Default::Toml("{}"), "variables added to the environment"),
     key!("cwd", Server, Kind::Path, Default::Prose("the supervisor's"), "working directory"),
     key!("clean_env", Server, Kind::Flag, Default::Prose("`false`, but `true` when `user` is set"),

@@ -24,6 +24,7 @@ mod locate;
 mod logs;
 mod otel;
 mod raw;
+mod remote;
 mod values;
 
 pub use demand::StartMode;
@@ -36,6 +37,7 @@ pub use locate::socket_dir_of;
 pub use logs::LogFormat;
 pub use otel::{traces_url, OtelConfig, TRACES_PATH};
 use raw::{Dur, RawFile, RawServer, RawSupervisor};
+pub use remote::{is_loopback_host, HeaderSource, RemoteConfig};
 pub use values::{
     default_socket_dir, env_matches, parse_duration, parse_mode, resolve_group, resolve_user,
     UserInfo,
@@ -258,6 +260,10 @@ pub struct ServerConfig {
     pub cache_file: PathBuf,
     /// `memory_max`, `tasks_max`, `open_files_max` (issue 18 §3). Default: none.
     pub limits: Limits,
+    /// A url server's remote settings (issue 29): `Some` means the upstream is a remote
+    /// Streamable HTTP session, and `command`, `args`, `env`, `cwd`, the identity and the
+    /// limits are unused (empty). `None` for a child process.
+    pub remote: Option<RemoteConfig>,
 }
 
 impl ServerConfig {
@@ -401,6 +407,29 @@ pub fn parse_with(path: &Path, text: &str, checks: Checks) -> Result<Config, Con
                     "defaults.args",
                     "`args` belongs in [servers.NAME]",
                 ));
+            }
+            // A url server's address and credentials are its own: a default would send one
+            // server's token to every other (issue 29, decisions).
+            for (key, at) in [
+                ("url", d.url.as_ref().map(|v| v.span())),
+                ("headers", d.headers.as_ref().map(|v| v.span())),
+                ("tls_ca_file", d.tls_ca_file.as_ref().map(|v| v.span())),
+                (
+                    "tls_skip_verify",
+                    d.tls_skip_verify.as_ref().map(|v| v.span()),
+                ),
+                (
+                    "allow_plain_http",
+                    d.allow_plain_http.as_ref().map(|v| v.span()),
+                ),
+            ] {
+                if let Some(at) = at {
+                    return Err(v.err(
+                        at,
+                        &format!("defaults.{key}"),
+                        &format!("`{key}` belongs in [servers.NAME]"),
+                    ));
+                }
             }
             // On its own first, so its errors name `defaults.KEY` even when no server uses it.
             v.server(Table(None), 0..0, d, &RawServer::default())?;
@@ -677,9 +706,14 @@ impl Validator<'_> {
         s: &RawServer,
         d: &RawServer,
     ) -> Result<ServerConfig, ConfigError> {
+        let limits = self.remote_limits(t, s, d)?;
+        let remote = match t.0 {
+            Some(_) => self.remote(t, span.clone(), s, limits)?,
+            None => None,
+        };
         let command = match t.0 {
-            Some(_) => self.command(t, s, span.clone())?,
-            None => String::new(),
+            Some(_) if remote.is_none() => self.command(t, s, span.clone())?,
+            _ => String::new(),
         };
         let restart = self.restart(t, s, d)?;
         let mut env = d.env.clone().unwrap_or_default();
@@ -767,8 +801,24 @@ impl Validator<'_> {
             required: s.required.or(d.required).unwrap_or(false),
             limits: self.limits(t, s, d)?,
             http_token_file: self.token_file(t, s, d)?,
+            remote,
         };
         let mut cfg = cfg;
+        // A url server's default is `none`: local paths must not leak to a hosted service
+        // (issue 29, decisions); only the server's own `client_roots` changes that.
+        if cfg.remote.is_some() && s.client_roots.is_none() {
+            cfg.client_roots = ClientRoots::None;
+        }
+        // Child-only keys inherited from `[defaults]` are ignored by a url server (issue 29,
+        // decisions): cleared, so nothing downstream mistakes them for its settings.
+        if cfg.remote.is_some() {
+            cfg.env.clear();
+            cfg.cwd = None;
+            cfg.clean_env = false;
+            cfg.user = None;
+            cfg.group = None;
+            cfg.limits = Limits::default();
+        }
         // `client_max_inflight` above `max_inflight` is taken as `max_inflight` (keys::RULES).
         let share = (cfg.max_inflight.saturating_mul(3) / 4).max(1);
         cfg.client_max_inflight = self

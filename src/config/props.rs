@@ -61,15 +61,19 @@ const EXTREMES: &[&str] = &[
 
 /// Where a row's key is written: the file text and the dotted key an error must name.
 fn placements(key: &Key, value: &str) -> Vec<(String, String)> {
-    let server = "[servers.a]\ncommand = \"x\"\n";
+    let server = if super::keys::URL_ONLY.contains(&key.name) {
+        "[servers.a]\nurl = \"https://example.com/mcp\"\n"
+    } else {
+        "[servers.a]\ncommand = \"x\"\n"
+    };
     match key.section {
         Section::Supervisor => vec![(
             format!("[supervisor]\n{} = {value}\n{server}", key.name),
             key.path(Some("a")),
         )],
         Section::Server | Section::ServerOnly => {
-            let own = if key.name == "command" {
-                format!("[servers.a]\ncommand = {value}\n")
+            let own = if key.name == "command" || key.name == "url" {
+                format!("[servers.a]\n{} = {value}\n", key.name)
             } else {
                 format!("{server}{} = {value}\n", key.name)
             };

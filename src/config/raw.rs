@@ -119,4 +119,28 @@ pub(super) struct RawServer {
     pub(super) memory_max: Option<Spanned<limits::LimitText>>,
     pub(super) tasks_max: Option<Spanned<limits::LimitText>>,
     pub(super) open_files_max: Option<Spanned<limits::LimitText>>,
+    pub(super) url: Option<Spanned<String>>,
+    pub(super) headers: Option<Spanned<BTreeMap<String, RawHeader>>>,
+    pub(super) tls_ca_file: Option<Spanned<String>>,
+    pub(super) tls_skip_verify: Option<Spanned<bool>>,
+    pub(super) allow_plain_http: Option<Spanned<bool>>,
+    pub(super) max_connections: Option<Spanned<usize>>,
+    pub(super) connect_timeout: Dur,
+}
+
+/// A url server's header value: a string, or where to read it.
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+pub(super) enum RawHeader {
+    Literal(String),
+    From(RawHeaderFrom),
+}
+
+/// `{ env = "VAR", prefix = "Bearer " }` or `{ file = "PATH", prefix = "…" }`.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHeaderFrom {
+    pub(super) env: Option<String>,
+    pub(super) file: Option<String>,
+    pub(super) prefix: Option<String>,
 }

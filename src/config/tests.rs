@@ -603,6 +603,10 @@ fn every_bounded_key_takes_its_bound_and_refuses_one_past_it() {
             Section::MethodTimeout => {
                 format!("[servers.a]\ncommand = \"x\"\n[servers.a.method_timeouts]\n\"tools/call\" = {v}\n")
             }
+            _ if keys::URL_ONLY.contains(&k.name) => format!(
+                "[servers.a]\nurl = \"https://example.com/mcp\"\n{} = {v}\n",
+                k.name
+            ),
             _ => format!("[servers.a]\ncommand = \"x\"\n{} = {v}\n", k.name),
         };
         // At the bound: accepted (backoff_initial needs backoff_max at least as long).
@@ -1011,4 +1015,82 @@ fn a_file_with_secrets_that_others_can_read_is_named_with_its_mode_and_keys_neve
     std::fs::write(&f, "[servers.a]\ncommand = \"x\"\nenv = {}\n").unwrap();
     chmod(0o644);
     assert_eq!(exposure(&load(&f).unwrap()), None);
+}
+
+#[test]
+fn a_url_server_gets_its_defaults_and_keeps_local_roots_to_itself() {
+    // Portable: `ca.pem` does not exist here.
+    let c = parse_with(
+        Path::new("/etc/s.toml"),
+        "[defaults]\nclient_roots = \"caller\"\nenv = { A = \"1\" }\nmax_connections = 4\n[servers.gh]\nurl = \"https://api.example.com/mcp\"\nheaders = { Authorization = { env = \"GH_TOKEN\", prefix = \"Bearer \" }, X-Org = \"acme\", X-Key = { file = \"key.txt\" } }\ntls_ca_file = \"ca.pem\"\n[servers.local]\ncommand = \"x\"\n",
+        Checks::Portable,
+    )
+    .unwrap();
+    let gh = &c.servers["gh"];
+    let r = gh.remote.as_ref().unwrap();
+    assert_eq!(r.url, "https://api.example.com/mcp");
+    assert_eq!(r.max_connections, 4);
+    assert_eq!(r.connect_timeout, Duration::from_secs(10));
+    assert_eq!(r.tls_ca_file.as_deref(), Some(Path::new("/etc/ca.pem")));
+    assert!(!r.tls_skip_verify && !r.allow_plain_http);
+    let names: Vec<&str> = r.headers.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["Authorization", "X-Key", "X-Org"]);
+    assert_eq!(
+        r.headers[1].1,
+        HeaderSource::File {
+            path: "/etc/key.txt".into(),
+            prefix: String::new()
+        }
+    );
+    // `[defaults]`' `caller` is not enough to send local roots to a hosted service.
+    assert_eq!(gh.client_roots, ClientRoots::None);
+    assert!(gh.command.is_empty() && gh.env.is_empty());
+    assert_eq!(c.servers["local"].client_roots, ClientRoots::Caller);
+    assert!(c.servers["local"].remote.is_none());
+    let own = parse(
+        Path::new("s.toml"),
+        "[servers.gh]\nurl = \"http://127.0.0.1:9/mcp\"\nclient_roots = \"caller\"\n",
+    )
+    .unwrap();
+    assert_eq!(own.servers["gh"].client_roots, ClientRoots::Caller);
+    // Secrets never show in the config's Debug form.
+    let secret = parse(
+        Path::new("s.toml"),
+        "[servers.gh]\nurl = \"https://h/mcp\"\nheaders = { Authorization = \"Bearer s3cret-value\" }\n",
+    )
+    .unwrap();
+    assert!(!format!("{:?}", secret.servers["gh"]).contains("s3cret"));
+}
+
+#[test]
+fn bad_url_servers_name_line_and_key() {
+    for (text, line, key, says) in [
+        ("[servers.a]\ncommand = \"x\"\nurl = \"https://h/mcp\"\n", 2, "servers.a.command", "exactly one of"),
+        ("[servers.a]\nurl = \"https://h/mcp\"\nargs = [\"-v\"]\n", 3, "servers.a.args", "child process"),
+        ("[servers.a]\nurl = \"https://h/mcp\"\nenv = { A = \"1\" }\n", 1, "servers.a.env", "child process"),
+        ("[servers.a]\nurl = \"https://h/mcp\"\nmemory_max = \"1G\"\n", 3, "servers.a.memory_max", "child process"),
+        ("[servers.a]\ncommand = \"x\"\nheaders = { A = \"b\" }\n", 3, "servers.a.headers", "only for a url server"),
+        ("[servers.a]\ncommand = \"x\"\nmax_connections = 2\n", 3, "servers.a.max_connections", "only for a url server"),
+        ("[defaults]\nurl = \"https://h/mcp\"\n[servers.a]\ncommand = \"x\"\n", 2, "defaults.url", "belongs in"),
+        ("[defaults]\nheaders = { A = \"b\" }\n[servers.a]\ncommand = \"x\"\n", 2, "defaults.headers", "belongs in"),
+        ("[servers.a]\nurl = \"http://example.com/mcp\"\n", 2, "servers.a.url", "not loopback"),
+        ("[servers.a]\nurl = \"https://user:pw@h/mcp\"\n", 2, "servers.a.url", "credentials"),
+        ("[servers.a]\nurl = \"https://h/sse\"\n", 2, "servers.a.url", "legacy HTTP+SSE"),
+        ("[servers.a]\nurl = \"ftp://h/mcp\"\n", 2, "servers.a.url", "scheme"),
+        ("[servers.a]\nurl = \"not a url\"\n", 2, "servers.a.url", "not a URL"),
+        ("[servers.a]\nurl = \"https://h/mcp\"\nheaders = { A = { env = \"X\", file = \"y\" } }\n", 3, "servers.a.headers.A", "exactly one of"),
+        ("[servers.a]\nurl = \"https://h/mcp\"\nheaders = { Mcp-Session-Id = \"x\" }\n", 3, "servers.a.headers.Mcp-Session-Id", "supervisor's to set"),
+        ("[servers.a]\nurl = \"https://h/mcp\"\nheaders = { \"a b\" = \"x\" }\n", 3, "servers.a.headers.a b", "not a valid"),
+    ] {
+        let e = bad(text);
+        assert_eq!((e.line, e.key.as_str()), (line, key), "{text}: {e}");
+        assert!(e.message.contains(says), "{text}: {e}");
+    }
+    // Plain http beyond loopback when the operator says so.
+    let c = parse(
+        Path::new("s.toml"),
+        "[servers.a]\nurl = \"http://mcp.internal:8080/mcp\"\nallow_plain_http = true\n",
+    )
+    .unwrap();
+    assert!(c.servers["a"].remote.as_ref().unwrap().allow_plain_http);
 }

@@ -6,6 +6,7 @@
 //! strings of today's never change.
 
 use crate::child::process::Exit;
+use crate::upstream::{Refusal, Unreachable};
 use serde::Serialize;
 use std::time::Duration;
 
@@ -29,6 +30,8 @@ pub enum OutageStatus {
     Stopped,
     /// Not running, by design (on demand, after an idle stop).
     Idle,
+    /// Up, but it refused this request: a remote server's bare HTTP error status (issue 29).
+    Ready,
 }
 
 impl OutageStatus {
@@ -42,6 +45,7 @@ impl OutageStatus {
             OutageStatus::Failed => "failed",
             OutageStatus::Stopped => "stopped",
             OutageStatus::Idle => "idle",
+            OutageStatus::Ready => "ready",
         }
     }
 }
@@ -73,6 +77,8 @@ pub enum StopCause {
     Restart,
     /// `idle_stop` passed with nobody using the child (issue 18 §2): not a failure.
     Idle,
+    /// A remote server refused the credential (HTTP 401/403) at the handshake (issue 29).
+    AuthFailed,
 }
 
 impl StopCause {
@@ -87,6 +93,7 @@ impl StopCause {
             StopCause::Shutdown | StopCause::Stop => "stopped",
             StopCause::Restart => "restart-requested",
             StopCause::Idle => "idle-stop",
+            StopCause::AuthFailed => "auth-failed",
         }
     }
 }
@@ -105,8 +112,10 @@ pub enum ExitReason {
     /// The supervisor stopped it for a cause, then it exited: `stdin-failed exited(1)`,
     /// `restart-requested signal(SIGTERM)`.
     Stopped(StopCause, Exit),
-    /// It never ran: the spawn failed.
+    /// It never ran: the spawn failed (or a remote session could not be set up).
     SpawnError,
+    /// A remote server could not be reached (`unreachable(dns)`, `unreachable(tls)`, ...).
+    Unreachable(Unreachable),
 }
 
 impl ExitReason {
@@ -125,7 +134,7 @@ impl ExitReason {
     pub fn exit(&self) -> Option<Exit> {
         match self {
             ExitReason::Exit(e) | ExitReason::Stopped(_, e) => Some(*e),
-            ExitReason::Timeout(_) | ExitReason::SpawnError => None,
+            ExitReason::Timeout(_) | ExitReason::SpawnError | ExitReason::Unreachable(_) => None,
         }
     }
 }
@@ -135,7 +144,14 @@ impl std::fmt::Display for ExitReason {
         match self {
             ExitReason::Exit(e) => f.write_str(&e.reason()),
             ExitReason::Timeout(c) => f.write_str(c.reason()),
+            // A remote session has no exit status: the cause says it all.
+            ExitReason::Stopped(c, e)
+                if e.code.is_none() && e.signal.is_none() && e.limit.is_none() =>
+            {
+                f.write_str(c.reason())
+            }
             ExitReason::Stopped(c, e) => write!(f, "{} {}", c.reason(), e.reason()),
+            ExitReason::Unreachable(u) => write!(f, "unreachable({})", u.as_str()),
             ExitReason::SpawnError => f.write_str("spawn-error"),
         }
     }
@@ -166,6 +182,9 @@ pub enum Reason {
     Unanswered,
     /// Nothing to add to the state (`reason` repeats the status).
     State(OutageStatus),
+    /// A remote server answered the request with a bare HTTP status (`HTTP 401`, `HTTP 429`,
+    /// `HTTP 503`), or its response stream broke before the answer (status 0).
+    Http(Refusal),
 }
 
 /// The stable class of an outage (design.md §6), written as `class` in the record: what kind
@@ -188,6 +207,15 @@ pub enum Class {
     /// No failure to name: the source is starting, waiting to retry, failed or idle, as the
     /// status says.
     Unavailable,
+    /// A remote server could not be reached: DNS, TCP, TLS, a connect timeout, or a response
+    /// stream that broke (the detail says which).
+    Unreachable,
+    /// A remote server refused the credential: HTTP 401 or 403.
+    AuthFailed,
+    /// A remote server asked to slow down: HTTP 429 (`retry_after` from `Retry-After`).
+    RateLimited,
+    /// A remote server answered with another error status and no JSON-RPC message (5xx, 4xx).
+    UpstreamError,
 }
 
 impl Reason {
@@ -199,11 +227,18 @@ impl Reason {
                 ExitReason::Timeout(_) => Class::Timeout,
                 ExitReason::Stopped(c, _) => c.class(),
                 ExitReason::SpawnError => Class::SpawnError,
+                ExitReason::Unreachable(_) => Class::Unreachable,
             },
             Reason::Stopping(c) => c.class(),
             Reason::StartTimeout(_) | Reason::Deadline(_) => Class::Timeout,
             Reason::QueueFull(_) => Class::QueueFull,
             Reason::Unanswered | Reason::State(_) => Class::Unavailable,
+            Reason::Http(r) => match r.status {
+                0 => Class::Unreachable,
+                401 | 403 => Class::AuthFailed,
+                429 => Class::RateLimited,
+                _ => Class::UpstreamError,
+            },
         }
     }
 
@@ -218,6 +253,9 @@ impl Reason {
             Reason::Ended(ExitReason::Timeout(c) | ExitReason::Stopped(c, _))
             | Reason::Stopping(c) => Cow::Borrowed(c.reason()),
             Reason::Ended(ExitReason::SpawnError) => Cow::Borrowed("spawn-error"),
+            Reason::Ended(ExitReason::Unreachable(u)) => Cow::Borrowed(u.as_str()),
+            Reason::Http(Refusal { status: 0, .. }) => Cow::Borrowed("connection_dropped"),
+            Reason::Http(r) => Cow::Owned(format!("http_{}", r.status)),
             Reason::StartTimeout(_) => Cow::Borrowed(StopCause::StartTimeout.reason()),
             Reason::Deadline(_) => Cow::Borrowed("request"),
             Reason::QueueFull(_) => Cow::Borrowed("queue_limit"),
@@ -238,6 +276,7 @@ impl StopCause {
             StopCause::Shutdown | StopCause::Stop | StopCause::Restart | StopCause::Idle => {
                 Class::Stopped
             }
+            StopCause::AuthFailed => Class::AuthFailed,
         }
     }
 }
@@ -267,6 +306,10 @@ impl std::fmt::Display for Reason {
             Reason::QueueFull(n) => write!(f, "{n} requests already waiting (queue_limit)"),
             Reason::Unanswered => f.write_str("no answer to initialize yet"),
             Reason::State(s) => f.write_str(s.as_str()),
+            Reason::Http(Refusal { status: 0, .. }) => {
+                f.write_str("the response stream broke before the answer")
+            }
+            Reason::Http(r) => write!(f, "HTTP {}", r.status),
         }
     }
 }

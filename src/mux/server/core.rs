@@ -75,6 +75,7 @@ use crate::mux::health::ProbeMethods;
 use crate::mux::ids::id_key;
 use crate::mux::ids::id_key_ref;
 use crate::mux::outage::format_secs;
+use crate::mux::outage::Class;
 use crate::mux::outage::ExitReason;
 use crate::mux::outage::OutageStatus;
 use crate::mux::outage::Reason;
@@ -91,7 +92,9 @@ use crate::observe::Outcome;
 use crate::upstream::Event;
 use crate::upstream::Lost;
 use crate::upstream::Queued;
+use crate::upstream::Refusal;
 use crate::upstream::Spec;
+use crate::upstream::Unreachable;
 use crate::upstream::Upstream;
 use bytes::Bytes;
 use serde_json::json;
@@ -239,7 +242,10 @@ impl Server {
     pub(super) fn spawn_now(&mut self) {
         let generation = self.instances.next();
         self.shell.effects().push(Effect::Spawn {
-            spec: Spec::Process(Box::new(process::SpawnSpec::of(&self.cfg))),
+            spec: match crate::remote::RemoteSpec::of(&self.cfg) {
+                Some(remote) => Spec::Remote(Box::new(remote)),
+                None => Spec::Process(Box::new(process::SpawnSpec::of(&self.cfg))),
+            },
             generation,
             tail: self.instances.tail().clone(),
         });
@@ -496,6 +502,79 @@ impl Server {
     }
 
     pub(super) fn on_exit(&mut self, exit: Exit) {
+        self.on_end(exit, None)
+    }
+
+    /// A remote server's bare HTTP answer to request `id` (issue 29 §3-4): a client's request
+    /// gets the outage record with its class (`auth_failed`, `rate_limited`,
+    /// `upstream_error`); a 401/403 to the handshake stops the session for good (no reconnect
+    /// loop on a bad credential); the supervisor's own requests (probes, the era probe, list
+    /// reads) read it as the JSON-RPC error it stands for.
+    fn on_refused(&mut self, id: &RawValue, r: Refusal) {
+        let reason = Reason::Http(r);
+        let n = id.get().parse::<u64>().ok();
+        #[derive(PartialEq)]
+        enum Whose {
+            Client,
+            Handshake,
+            Other,
+        }
+        let whose = match n
+            .and_then(|n| self.routing.inflight().get(n))
+            .map(|p| &p.owner)
+        {
+            Some(Owner::Client { .. }) => Whose::Client,
+            Some(Owner::Initialize | Owner::Discover { .. }) => Whose::Handshake,
+            _ => Whose::Other,
+        };
+        match whose {
+            Whose::Client => {
+                let Some(removed) = n.and_then(|n| self.routing.inflight_mut().remove(n)) else {
+                    return;
+                };
+                let p = removed.value;
+                if let Owner::Client { client, id, .. } = p.owner {
+                    self.outage_respond(
+                        client,
+                        &id,
+                        &p.method,
+                        OutageStatus::Ready,
+                        reason,
+                        r.retry_after,
+                        code::SERVER_UNAVAILABLE,
+                        Outcome::Unreachable,
+                    );
+                }
+            }
+            Whose::Handshake if reason.class() == Class::AuthFailed => {
+                if let Some(n) = n {
+                    self.routing.inflight_mut().remove(n);
+                }
+                error!(
+                    http_status = r.status,
+                    "the remote server refused the credential at the handshake"
+                );
+                self.stop_child(StopCause::AuthFailed);
+            }
+            _ => {
+                let line = message::error_response(
+                    id,
+                    code::INTERNAL_ERROR,
+                    &format!("the remote server answered {reason}"),
+                    None,
+                );
+                if let Ok(msgs) = message::parse_line(&line) {
+                    for m in msgs.into_iter().flatten() {
+                        self.on_child_response(m);
+                    }
+                }
+            }
+        }
+    }
+
+    /// How an instance ended: a child's exit, or a remote session's end (`unreachable` set
+    /// when the server could not be reached; else it closed because it was stopped).
+    pub(super) fn on_end(&mut self, exit: Exit, unreachable: Option<Unreachable>) {
         let Some(ended) = self.life.take() else {
             // Exits are filtered by generation, so this is the current child; be safe anyway.
             warn!("an exit with no child running was ignored");
@@ -504,7 +583,10 @@ impl Server {
         let (child, cause, ready_since) = (ended.child, ended.cause, ended.ready_since);
         self.instances.publish_pid(0);
         let now = self.clock.now();
-        let why = ExitReason::of(cause, exit);
+        let why = match unreachable {
+            Some(u) => ExitReason::Unreachable(u),
+            None => ExitReason::of(cause, exit),
+        };
         let reason = why.to_string();
         let ended = Reason::Ended(why);
         let probing_era = self
@@ -543,6 +625,8 @@ impl Server {
             OutageStatus::Timeout
         } else if operator {
             OutageStatus::Stopped
+        } else if unreachable.is_some() {
+            OutageStatus::Backoff
         } else {
             OutageStatus::Exited
         };
@@ -553,7 +637,7 @@ impl Server {
             cause,
             &reason,
             ready_since,
-            probing_era,
+            probing_era && unreachable.is_none(),
         );
         if self.life.state() == State::Backoff && cause != Some(StopCause::Restart) {
             let class = match (status, exit.signal, exit.limit) {
@@ -593,8 +677,19 @@ impl Server {
         probing_era: bool,
     ) {
         let now = self.clock.now();
+        let remote = self.cfg.remote.is_some();
         if matches!(cause, Some(StopCause::Shutdown | StopCause::Stop)) {
             self.life = Life::Stopped;
+        } else if cause == Some(StopCause::AuthFailed) {
+            // No reconnect loop on a credential the server refuses (issue 29, decisions).
+            self.enter_failed("auth_failed: the remote server refused the credential (HTTP 401/403) at the handshake; fix `headers` and run `start`");
+        } else if remote
+            && cause != Some(StopCause::Restart)
+            && !(ready_since.is_none() && self.lazy_start())
+        {
+            // A hosted outage never turns into the `failed` of a crashing child: reconnect
+            // with backoff up to `backoff_max`, forever (issue 29, decisions).
+            self.after_exit(now, child, exit, cause, ready_since);
         } else if probing_era && !exit.requested && !matches!(exit.code, Some(126 | 127 | 78)) {
             // Old strict servers exit when their first message is not `initialize`: that is a
             // verdict, not a failed start. Respawn at once in the handshake era (issue 6 §1).
@@ -819,6 +914,13 @@ impl Server {
                 self.stop_child(StopCause::StdinFailed);
             }
             Event::Lost(_, Lost::Exited(exit)) => self.on_exit(exit),
+            Event::Lost(_, Lost::Unreachable(u)) => self.on_end(session_end(false), Some(u)),
+            Event::Lost(_, Lost::Closed) => self.on_end(session_end(true), None),
+            Event::Refused(_, id, r) => {
+                // Any HTTP status proves life (design.md §6).
+                self.heard();
+                self.on_refused(&id, r);
+            }
             Event::Connected(..) => {}
         }
     }
@@ -4232,5 +4334,16 @@ impl Server {
         } else {
             self.outage_reply(h.client, &id, h.msg.method(), status);
         }
+    }
+}
+
+/// The end of a remote session as an [`Exit`]: no code, no signal; `requested` when the
+/// supervisor stopped it.
+fn session_end(requested: bool) -> Exit {
+    Exit {
+        code: None,
+        signal: None,
+        requested,
+        limit: None,
     }
 }

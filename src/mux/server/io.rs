@@ -14,6 +14,23 @@ pub(crate) struct ProcessStarter {
     pub(crate) events: mpsc::Sender<Event>,
 }
 
+impl ProcessStarter {
+    /// A remote session (issue 29): set up on the runtime (no blocking work: the headers'
+    /// files are small), `Event::Connected` sent before any event of the session.
+    fn start_remote(&self, spec: &crate::remote::RemoteSpec, generation: u64, tail: StderrTail) {
+        let spec = spec.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let Ok(permit) = events.reserve().await else {
+                return;
+            };
+            let connected = crate::remote::start(&spec, generation, tail, events.clone())
+                .map(|h| Box::new(h) as Box<dyn Upstream>);
+            permit.send(Event::Connected(generation, connected));
+        });
+    }
+}
+
 impl Starter for ProcessStarter {
     fn admit(&mut self, now: std::time::Instant) -> Result<(), std::time::Instant> {
         crate::child::budget::admit(now)
@@ -26,7 +43,10 @@ impl Starter for ProcessStarter {
     /// event of the instance. If the actor is gone, the instance is started and its handle
     /// dropped, which stops it: a spawn can never leak a process.
     fn start(&mut self, spec: &Spec, generation: u64, tail: StderrTail) {
-        let Spec::Process(spec) = spec;
+        let spec = match spec {
+            Spec::Process(spec) => spec,
+            Spec::Remote(remote) => return self.start_remote(remote, generation, tail),
+        };
         let cfg = spec.clone();
         let events = self.events.clone();
         tokio::spawn(async move {

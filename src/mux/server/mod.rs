@@ -176,6 +176,10 @@ pub struct Status {
     pub last_actor_panic: Option<String>,
     /// Resource limits, their mechanism and the last sample (issue 18 §3); null without.
     pub limits: Option<crate::child::limits::LimitStatus>,
+    /// A url server's session (issue 29): URL without query, whether a session is open and
+    /// its age (never its id), the negotiated version, the last HTTP status and error; null
+    /// for a child.
+    pub remote: Option<crate::remote::RemoteStatus>,
 }
 
 /// Commands from the daemon and the control socket (systemctl-like verbs).
@@ -641,6 +645,17 @@ impl Server {
                 &self.cfg.limits,
                 self.life.child().and_then(|c| c.usage()),
             ),
+            remote: self.cfg.remote.as_ref().map(|r| {
+                self.life
+                    .child()
+                    .and_then(|c| c.remote())
+                    .unwrap_or_else(|| crate::remote::RemoteStatus {
+                        url: crate::remote::shown_url(&r.url),
+                        last_error: Some(self.instances.tail().last_lines(1))
+                            .filter(|l| !l.is_empty()),
+                        ..Default::default()
+                    })
+            }),
         }
     }
 }

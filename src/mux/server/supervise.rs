@@ -319,6 +319,14 @@ impl Down<'_> {
             actor_restarts: h.restarts,
             last_actor_panic: h.last_panic.clone(),
             limits: None,
+            remote: self
+                .cfg
+                .remote
+                .as_ref()
+                .map(|r| crate::remote::RemoteStatus {
+                    url: crate::remote::shown_url(&r.url),
+                    ..Default::default()
+                }),
         }
     }
 }

@@ -1,0 +1,132 @@
+//! What went wrong with an HTTP exchange, in the outage vocabulary (design.md §6): a failure
+//! to reach the server at all ([`Unreachable`]: DNS, TCP refused, connect timeout, TLS), and
+//! `Retry-After`. An HTTP status is never a death: it is an answer, classified by
+//! `crate::mux::outage`.
+
+use crate::upstream::Unreachable;
+use std::error::Error as _;
+use std::time::Duration;
+
+/// The kind of a failed connection, read from the error chain of reqwest, hyper, std::io and
+/// rustls, and a one-line detail for the log (no URL query, no header).
+pub fn unreachable(e: &reqwest::Error) -> (Unreachable, String) {
+    let mut kind = if e.is_timeout() {
+        Unreachable::ConnectTimeout
+    } else if e.is_connect() {
+        Unreachable::Connect
+    } else {
+        Unreachable::Dropped
+    };
+    let mut detail = String::new();
+    let mut src: Option<&(dyn std::error::Error + 'static)> = e.source();
+    while let Some(s) = src {
+        let text = s.to_string();
+        if s.downcast_ref::<rustls::Error>().is_some() || text.contains("certificate") {
+            kind = Unreachable::Tls;
+        } else if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => kind = Unreachable::ConnectRefused,
+                std::io::ErrorKind::TimedOut => kind = Unreachable::ConnectTimeout,
+                _ if io
+                    .get_ref()
+                    .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()) =>
+                {
+                    kind = Unreachable::Tls
+                }
+                _ => {}
+            }
+        }
+        if kind == Unreachable::Connect
+            && (text.contains("dns error") || text.contains("failed to lookup address"))
+        {
+            kind = Unreachable::Dns;
+        }
+        detail = text;
+        src = s.source();
+    }
+    if detail.is_empty() {
+        detail = e.to_string();
+    }
+    (kind, detail)
+}
+
+/// `Retry-After` as a delay: seconds, or an HTTP date (RFC 9110 §10.2.3); `None` when absent
+/// or unreadable. Capped at a day so a hostile value cannot push a deadline out of range.
+pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let v = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    let d = match v.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => httpdate(v)?,
+    };
+    Some(d.min(Duration::from_secs(86_400)))
+}
+
+/// The delay until an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), zero if past.
+fn httpdate(v: &str) -> Option<Duration> {
+    let t = humantime::parse_rfc3339_weak(&imf_to_rfc3339(v)?).ok()?;
+    Some(
+        t.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
+}
+
+/// `Sun, 06 Nov 1994 08:49:37 GMT` → `1994-11-06 08:49:37`.
+fn imf_to_rfc3339(v: &str) -> Option<String> {
+    let mut parts = v.split_whitespace();
+    let _weekday = parts.next()?;
+    let day: u32 = parts.next()?.parse().ok()?;
+    let month = match parts.next()? {
+        "Jan" => 1,
+        "Feb" => 2,
+        "Mar" => 3,
+        "Apr" => 4,
+        "May" => 5,
+        "Jun" => 6,
+        "Jul" => 7,
+        "Aug" => 8,
+        "Sep" => 9,
+        "Oct" => 10,
+        "Nov" => 11,
+        "Dec" => 12,
+        _ => return None,
+    };
+    let year: u32 = parts.next()?.parse().ok()?;
+    let time = parts.next()?;
+    if parts.next()? != "GMT" {
+        return None;
+    }
+    Some(format!("{year:04}-{month:02}-{day:02} {time}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retry_after;
+    use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+    use std::time::Duration;
+
+    fn with(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_str(v).unwrap());
+        h
+    }
+
+    #[test]
+    fn retry_after_in_seconds_dates_and_garbage() {
+        assert_eq!(retry_after(&with("7")), Some(Duration::from_secs(7)));
+        assert_eq!(
+            retry_after(&with("99999999999")),
+            Some(Duration::from_secs(86_400))
+        );
+        assert_eq!(
+            retry_after(&with("Sun, 06 Nov 1994 08:49:37 GMT")),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after(&with("soon")), None);
+        assert_eq!(retry_after(&with("-3")), None);
+        assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+}

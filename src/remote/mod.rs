@@ -1,0 +1,986 @@
+//! The second upstream on the seam (issue 29; design.md §6): one Streamable HTTP session with
+//! a remote MCP server, owned by the supervisor and shared by every client of that server.
+//!
+//! The core drives it exactly as it drives a child: it sends lines ([`Upstream::send`]) and
+//! reads [`Event`]s. Here each line becomes one POST:
+//! - `initialize` is sent alone and awaited; its response's `Mcp-Session-Id` and the
+//!   negotiated `protocolVersion` go on every later request (`MCP-Protocol-Version`);
+//!   `notifications/initialized` is awaited too, then the GET stream for the server's own
+//!   messages is opened (405 means the server offers none: fine);
+//! - a 2026-07-28 message (its `_meta` names that version) carries the standard headers
+//!   (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`) and no session;
+//! - responses come as one JSON body or as an SSE stream; each message is an
+//!   [`Event::Message`]; an SSE stream that drops before its answer is resumed with GET and
+//!   `Last-Event-ID` after the server's `retry` (the answer is an outage only if that fails);
+//! - any HTTP status is an answer: a JSON-RPC body is passed on as it is, a bare status of a
+//!   request is an [`Event::Refused`] (the core answers with `auth_failed`, `rate_limited` or
+//!   `upstream_error`); `404` on a request that carried the session id means the session is
+//!   gone and the request never ran: the session re-initializes (the same `initialize`, then
+//!   `notifications/initialized`) and the request is sent once more;
+//! - only a failed connection (DNS, TCP, TLS, connect timeout) is a death:
+//!   [`Lost::Unreachable`], once, and the core reconnects with its backoff.
+//! - [`Upstream::stop`] sends `DELETE` for the session (bounded by `connect_timeout`), then
+//!   [`Lost::Closed`].
+//!
+//! Bounds: `max_connections` POSTs at once (a semaphore; more wait in order), bodies and SSE
+//! events over `max_message_size` are discarded ([`Event::Oversized`]), redirects are never
+//! followed to another origin (credentials stay with the server they are for), and the queue
+//! from the core is bounded like a child's stdin queue.
+//!
+//! Secrets: header values are resolved at start and live only in the request headers; no log
+//! line, status, error or metric here includes one, nor the URL's query string.
+
+mod classify;
+mod sse;
+pub mod tls;
+
+use crate::child::process::StderrTail;
+use crate::config::{RemoteConfig, ServerConfig};
+use crate::jsonrpc::message;
+use crate::upstream::{Event, Lost, Queued, Refusal, StartError, StartFailure, Upstream};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use reqwest::StatusCode;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// Lines queued toward the server before `send` reports the queue full (as a child's stdin).
+const QUEUE: usize = 1024;
+/// How long an SSE stream without a `retry` field waits before it is resumed.
+const DEFAULT_RETRY: Duration = Duration::from_secs(1);
+/// Resumptions of one dropped POST stream before its request gets the outage answer.
+const RESUME_ATTEMPTS: u32 = 3;
+/// Header names (lowercase) of the session and the protocol.
+const SESSION: &str = "mcp-session-id";
+const VERSION: &str = "mcp-protocol-version";
+const METHOD: &str = "mcp-method";
+const NAME: &str = "mcp-name";
+const LAST_EVENT_ID: &str = "last-event-id";
+
+/// What starting a remote session needs, built from the server's configuration alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteSpec {
+    /// The server's name (for the log).
+    pub name: String,
+    /// Where and how to connect.
+    pub config: RemoteConfig,
+    /// The largest message accepted (a JSON body or one SSE event), in bytes.
+    pub max_message_size: usize,
+}
+
+impl RemoteSpec {
+    /// The spec of a url server; `None` for a child.
+    pub fn of(cfg: &ServerConfig) -> Option<RemoteSpec> {
+        Some(RemoteSpec {
+            name: cfg.name.clone(),
+            config: cfg.remote.clone()?,
+            max_message_size: cfg.max_message_size,
+        })
+    }
+
+    /// The URL as logs and status show it: scheme, host, port and path, never the query.
+    pub fn shown_url(&self) -> String {
+        shown_url(&self.config.url)
+    }
+}
+
+/// `url` without its query and fragment (a token in a query string must not reach a log).
+pub fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => "(invalid url)".into(),
+    }
+}
+
+/// What `status` shows of a remote session (issue 29, decisions): never its id.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct RemoteStatus {
+    /// The endpoint, without query.
+    pub url: String,
+    /// Whether a session is open (an `Mcp-Session-Id` was given and not lost).
+    pub session: bool,
+    /// How long the session has been open, in seconds.
+    pub session_age_s: Option<u64>,
+    /// The negotiated protocol version, once known.
+    pub protocol_version: Option<String>,
+    /// The status of the last HTTP response.
+    pub last_http_status: Option<u16>,
+    /// The last error (a connect failure, an HTTP error status), secrets never included.
+    pub last_error: Option<String>,
+}
+
+/// The session's facts shared between its tasks and the handle's `status`.
+#[derive(Default)]
+struct Facts {
+    session_id: Option<String>,
+    session_since: Option<Instant>,
+    protocol_version: Option<String>,
+    /// Bumped at every (re-)initialization, so concurrent 404s re-initialize once.
+    epoch: u64,
+    /// The `initialize` request as the core sent it, replayed when the session is gone.
+    initialize: Option<Value>,
+    last_http_status: Option<u16>,
+    last_error: Option<String>,
+    get_stream: bool,
+}
+
+/// One running remote session, as the core holds it.
+pub struct RemoteHandle {
+    generation: u64,
+    started_at: Instant,
+    normal: mpsc::Sender<Bytes>,
+    urgent: mpsc::Sender<Bytes>,
+    session: Arc<Session>,
+    stopping: bool,
+}
+
+/// Everything a session's tasks share.
+struct Session {
+    generation: u64,
+    name: String,
+    url: reqwest::Url,
+    shown: String,
+    client: reqwest::Client,
+    headers: HeaderMap,
+    max_message_size: usize,
+    connect_timeout: Duration,
+    events: mpsc::Sender<Event>,
+    facts: Mutex<Facts>,
+    /// Held while the session re-initializes.
+    reinit: tokio::sync::Mutex<()>,
+    permits: Semaphore,
+    cancel: CancellationToken,
+    /// Set once the instance's one [`Event::Lost`] is sent.
+    lost: AtomicBool,
+    tail: StderrTail,
+}
+
+/// Starts a remote session: builds the client (TLS, proxy from the environment, redirect
+/// policy) and resolves the headers now; the first connection is made by the core's first
+/// message. Errors: an unreadable `tls_ca_file` or a header whose variable or file is
+/// missing (retried with backoff: a secret may be mounted late).
+pub fn start(
+    spec: &RemoteSpec,
+    generation: u64,
+    tail: StderrTail,
+    events: mpsc::Sender<Event>,
+) -> Result<RemoteHandle, StartError> {
+    let cfg = &spec.config;
+    let fail = |message: String| StartError {
+        message,
+        permanent: false,
+        failure: StartFailure::Remote,
+    };
+    let url = reqwest::Url::parse(&cfg.url).map_err(|e| fail(format!("url: {e}")))?;
+    let shown = spec.shown_url();
+    if cfg.tls_skip_verify {
+        warn!(server = %spec.name, url = %shown, "tls_skip_verify = true: the server's certificate is NOT verified; anyone on the path can read this server's credentials");
+    }
+    if url.scheme() == "http"
+        && !crate::config::is_loopback_host(url.host_str().unwrap_or_default())
+    {
+        warn!(server = %spec.name, url = %shown, "allow_plain_http = true: requests and their headers go unencrypted over the network");
+    }
+    let tls = tls::client_config(cfg.tls_ca_file.as_deref(), cfg.tls_skip_verify).map_err(fail)?;
+    let mut headers = HeaderMap::new();
+    for (name, source) in &cfg.headers {
+        let value = source
+            .resolve()
+            .map_err(|e| fail(format!("header {name}: {e}")))?;
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| fail(format!("header {name}: not a valid name")))?;
+        let mut value = HeaderValue::from_str(&value).map_err(|_| {
+            fail(format!(
+                "header {name}: the value is not a valid header value"
+            ))
+        })?;
+        value.set_sensitive(true);
+        headers.append(name, value);
+    }
+    let origin = url.origin();
+    let client = reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .connect_timeout(cfg.connect_timeout)
+        .pool_max_idle_per_host(cfg.max_connections)
+        .user_agent(concat!("mcp-supervisor/", env!("CARGO_PKG_VERSION")))
+        .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+            // Same origin only, and not forever: credentials never follow a redirect away.
+            if attempt.previous().len() >= 5 || attempt.url().origin() != origin {
+                attempt.stop()
+            } else {
+                attempt.follow()
+            }
+        }))
+        .build()
+        .map_err(|e| fail(format!("HTTP client: {e}")))?;
+    let (normal_tx, normal_rx) = mpsc::channel(QUEUE);
+    let (urgent_tx, urgent_rx) = mpsc::channel(QUEUE);
+    let session = Arc::new(Session {
+        generation,
+        name: spec.name.clone(),
+        url,
+        shown,
+        client,
+        headers,
+        max_message_size: spec.max_message_size,
+        connect_timeout: cfg.connect_timeout,
+        events,
+        facts: Mutex::new(Facts::default()),
+        reinit: tokio::sync::Mutex::new(()),
+        permits: Semaphore::new(cfg.max_connections.max(1)),
+        cancel: CancellationToken::new(),
+        lost: AtomicBool::new(false),
+        tail,
+    });
+    info!(server = %spec.name, url = %session.shown, generation, "remote session starting");
+    tokio::spawn(drive(session.clone(), normal_rx, urgent_rx));
+    Ok(RemoteHandle {
+        generation,
+        started_at: Instant::now(),
+        normal: normal_tx,
+        urgent: urgent_tx,
+        session,
+        stopping: false,
+    })
+}
+
+impl Upstream for RemoteHandle {
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    fn pid(&self) -> Option<u32> {
+        None
+    }
+
+    fn started_at(&self) -> Instant {
+        self.started_at
+    }
+
+    fn send(&self, line: Bytes) -> Queued {
+        queue(&self.normal, line, self.stopping)
+    }
+
+    fn send_urgent(&self, line: Bytes) -> Queued {
+        queue(&self.urgent, line, self.stopping)
+    }
+
+    fn stop(&mut self) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        let session = self.session.clone();
+        tokio::spawn(async move {
+            session.cancel.cancel();
+            session.delete().await;
+            session.lose(Lost::Closed).await;
+        });
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping
+    }
+
+    fn remote(&self) -> Option<RemoteStatus> {
+        let f = lock(&self.session.facts);
+        Some(RemoteStatus {
+            url: self.session.shown.clone(),
+            session: f.session_id.is_some(),
+            session_age_s: f.session_since.map(|t| t.elapsed().as_secs()),
+            protocol_version: f.protocol_version.clone(),
+            last_http_status: f.last_http_status,
+            last_error: f.last_error.clone(),
+        })
+    }
+}
+
+impl Drop for RemoteHandle {
+    fn drop(&mut self) {
+        self.session.cancel.cancel();
+    }
+}
+
+fn queue(tx: &mpsc::Sender<Bytes>, line: Bytes, stopping: bool) -> Queued {
+    if stopping {
+        return Queued::Closed;
+    }
+    match tx.try_send(line) {
+        Ok(()) => Queued::Ok,
+        Err(mpsc::error::TrySendError::Full(_)) => Queued::Full,
+        Err(mpsc::error::TrySendError::Closed(_)) => Queued::Closed,
+    }
+}
+
+/// The session's facts, whatever a panicking holder left (they are plain values).
+fn lock(m: &Mutex<Facts>) -> std::sync::MutexGuard<'_, Facts> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What an outgoing line is, as far as HTTP cares.
+struct Outgoing {
+    line: Bytes,
+    /// The request's id (a request), `None` for a notification or a response.
+    id: Option<Box<RawValue>>,
+    method: Option<String>,
+    /// `Mcp-Name` for a 2026-07-28 request that names something.
+    name: Option<String>,
+    /// Whether its `_meta` names 2026-07-28 (no session, the standard headers).
+    modern: bool,
+}
+
+impl Outgoing {
+    fn of(line: Bytes) -> Option<Outgoing> {
+        let v: Value = serde_json::from_slice(&line).ok()?;
+        let method = v.get("method").and_then(Value::as_str).map(str::to_string);
+        let id = match (&method, v.get("id")) {
+            (Some(_), Some(id)) if !id.is_null() => serde_json::value::to_raw_value(id).ok(),
+            _ => None,
+        };
+        let params = v.get("params");
+        let modern = params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(crate::protocol::META_VERSION))
+            .and_then(Value::as_str)
+            == Some(crate::protocol::MODERN_VERSION);
+        let name = match method.as_deref() {
+            Some("tools/call" | "prompts/get") => params.and_then(|p| p.get("name")),
+            Some("resources/read") => params.and_then(|p| p.get("uri")),
+            _ => None,
+        }
+        .and_then(Value::as_str)
+        .map(str::to_string);
+        Some(Outgoing {
+            line,
+            id,
+            method,
+            name,
+            modern,
+        })
+    }
+}
+
+/// Reads the core's lines, urgent ones first, and sends each: `initialize` and
+/// `notifications/initialized` in order and awaited, everything else concurrently.
+async fn drive(
+    session: Arc<Session>,
+    mut normal: mpsc::Receiver<Bytes>,
+    mut urgent: mpsc::Receiver<Bytes>,
+) {
+    loop {
+        let line = tokio::select! {
+            biased;
+            _ = session.cancel.cancelled() => return,
+            Some(l) = urgent.recv() => l,
+            Some(l) = normal.recv() => l,
+            else => return,
+        };
+        let Some(out) = Outgoing::of(line) else {
+            warn!(server = %session.name, "a line toward the remote server is not JSON; dropped");
+            continue;
+        };
+        match out.method.as_deref() {
+            Some("initialize") => {
+                if let Ok(v) = serde_json::from_slice::<Value>(&out.line) {
+                    lock(&session.facts).initialize = Some(v);
+                }
+                session.clone().exchange(out).await;
+            }
+            Some("notifications/initialized") => {
+                session.clone().exchange(out).await;
+                tokio::spawn(session.clone().listen());
+            }
+            _ => {
+                let s = session.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = s.cancel.cancelled() => {}
+                        _ = s.clone().exchange(out) => {}
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// How one POST ended, for its request.
+enum Sent {
+    /// Answered (or nothing to answer).
+    Done,
+    /// `404` with the session id: the session is gone and the request never ran.
+    SessionGone(u64),
+}
+
+impl Session {
+    /// Sends one message and delivers what comes back; a request whose session is gone is
+    /// sent once more on a fresh session.
+    async fn exchange(self: Arc<Self>, out: Outgoing) {
+        let Ok(_permit) = self.permits.acquire().await else {
+            return;
+        };
+        match self.post(&out).await {
+            Sent::Done => {}
+            Sent::SessionGone(epoch) => {
+                info!(server = %self.name, method = ?out.method, "the server does not know the session any more (404): re-initializing, then sending again; the request had not run");
+                if self.reinitialize(epoch).await {
+                    if let Sent::SessionGone(_) = self.post(&out).await {
+                        self.refuse(&out, 404, None, "404 again on a fresh session")
+                            .await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One POST of `out`, its answer delivered.
+    async fn post(&self, out: &Outgoing) -> Sent {
+        let (session_id, version, epoch) = {
+            let f = lock(&self.facts);
+            (f.session_id.clone(), f.protocol_version.clone(), f.epoch)
+        };
+        let mut req = self
+            .client
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json, text/event-stream");
+        if out.modern {
+            req = req.header(VERSION, crate::protocol::MODERN_VERSION);
+            if let Some(m) = &out.method {
+                req = req.header(METHOD, m.as_str());
+            }
+            if let Some(n) = &out.name {
+                req = req.header(NAME, header_safe(n));
+            }
+        } else {
+            if let Some(id) = &session_id {
+                req = req.header(SESSION, id.as_str());
+            }
+            if let Some(v) = &version {
+                req = req.header(VERSION, v.as_str());
+            }
+        }
+        let resp = match req.body(out.line.clone()).send().await {
+            Ok(r) => r,
+            Err(e) => {
+                self.unreachable(&e).await;
+                return Sent::Done;
+            }
+        };
+        let status = resp.status();
+        self.note_status(status.as_u16(), None);
+        if out.method.as_deref() == Some("initialize") && status.is_success() {
+            if let Some(id) = resp.headers().get(SESSION).and_then(|v| v.to_str().ok()) {
+                let mut f = lock(&self.facts);
+                f.session_id = Some(id.to_string());
+                f.session_since = Some(Instant::now());
+            }
+        }
+        if status == StatusCode::NOT_FOUND
+            && session_id.is_some()
+            && !out.modern
+            && out.method.as_deref() != Some("initialize")
+        {
+            lock(&self.facts).session_id = None;
+            return Sent::SessionGone(epoch);
+        }
+        if status == StatusCode::ACCEPTED || out.id.is_none() && status.is_success() {
+            return Sent::Done;
+        }
+        let retry_after = classify::retry_after(resp.headers());
+        let content_type = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        if content_type.starts_with("text/event-stream") {
+            self.read_sse(resp, out).await;
+            return Sent::Done;
+        }
+        let answered = match self.read_body(resp, out).await {
+            Some(body) => self.deliver_json(&body, out).await,
+            None => true,
+        };
+        if !answered && !status.is_success() {
+            if out.id.is_none() {
+                warn!(server = %self.name, status = status.as_u16(), method = ?out.method, "the remote server refused a notification or response");
+            } else {
+                self.refuse(out, status.as_u16(), retry_after, "").await;
+            }
+        }
+        Sent::Done
+    }
+
+    /// Opens a fresh session after a 404: the `initialize` the core sent first, with an id of
+    /// the session's own (its answer goes nowhere), then `notifications/initialized`. Only
+    /// one re-initialization per lost session, however many requests found it gone. Returns
+    /// whether a session is open.
+    async fn reinitialize(&self, epoch: u64) -> bool {
+        let _guard = self.reinit.lock().await;
+        let init = {
+            let f = lock(&self.facts);
+            if f.epoch != epoch {
+                return f.session_id.is_some();
+            }
+            f.initialize.clone()
+        };
+        let Some(mut init) = init else {
+            return false;
+        };
+        if let Some(o) = init.as_object_mut() {
+            o.insert(
+                "id".into(),
+                Value::String(format!("mcp-supervisor-reinit-{epoch}")),
+            );
+        }
+        let Ok(line) = serde_json::to_vec(&init) else {
+            return false;
+        };
+        let mut req = self
+            .client
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json, text/event-stream");
+        if let Some(v) = lock(&self.facts).protocol_version.clone() {
+            req = req.header(VERSION, v);
+        }
+        let resp = match req.body(line).send().await {
+            Ok(r) => r,
+            Err(e) => {
+                self.unreachable(&e).await;
+                return false;
+            }
+        };
+        self.note_status(resp.status().as_u16(), None);
+        let Some(id) = resp
+            .headers()
+            .get(SESSION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+        else {
+            self.note_status(
+                resp.status().as_u16(),
+                Some("re-initialize got no Mcp-Session-Id".into()),
+            );
+            return false;
+        };
+        // Its answer is read and dropped (the core's handshake result stands).
+        let _ = resp.bytes().await;
+        {
+            let mut f = lock(&self.facts);
+            f.session_id = Some(id);
+            f.session_since = Some(Instant::now());
+            f.epoch = f.epoch.wrapping_add(1);
+        }
+        let note = Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        if let Some(out) = Outgoing::of(note) {
+            let _ = self.post(&out).await;
+        }
+        true
+    }
+
+    /// Reads a JSON body up to `max_message_size`; over it, the request fails as oversized.
+    async fn read_body(&self, resp: reqwest::Response, out: &Outgoing) -> Option<Bytes> {
+        let mut body = Vec::new();
+        let mut stream = resp.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(c) => {
+                    if body.len().saturating_add(c.len()) > self.max_message_size {
+                        warn!(server = %self.name, limit = self.max_message_size, "discarded a response body over max_message_size");
+                        if let Some(id) = out.id.clone() {
+                            let _ = self
+                                .events
+                                .send(Event::Oversized(
+                                    self.generation,
+                                    body.len() + c.len(),
+                                    Some(id),
+                                ))
+                                .await;
+                        }
+                        return None;
+                    }
+                    body.extend_from_slice(&c);
+                }
+                Err(e) => {
+                    self.dropped(out, &e).await;
+                    return None;
+                }
+            }
+        }
+        Some(Bytes::from(body))
+    }
+
+    /// Delivers a JSON body's messages; returns whether it held a JSON-RPC message (an error
+    /// status with a JSON-RPC error body is an answer like any other).
+    async fn deliver_json(&self, body: &Bytes, out: &Outgoing) -> bool {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return false;
+        }
+        let msgs = match message::parse_line(body) {
+            Ok(m) => m,
+            Err(e) => vec![Err(e)],
+        };
+        let mut any = false;
+        for m in msgs {
+            match m {
+                Ok(m) => {
+                    if out.method.as_deref() == Some("initialize") {
+                        self.learn_version(&m);
+                    }
+                    any = true;
+                    if self
+                        .events
+                        .send(Event::Message(self.generation, m))
+                        .await
+                        .is_err()
+                    {
+                        return true;
+                    }
+                }
+                Err(e) => {
+                    if let Some(id) = crate::child::process::malformed_reply_id(body) {
+                        any = true;
+                        let _ = self
+                            .events
+                            .send(Event::Malformed(self.generation, id, e.to_string()))
+                            .await;
+                    } else {
+                        debug!(server = %self.name, error = %e, "a response body that is not JSON-RPC");
+                    }
+                }
+            }
+        }
+        any
+    }
+
+    /// The negotiated version from the answer to `initialize`.
+    fn learn_version(&self, m: &message::Message) {
+        let Some(r) = &m.result else { return };
+        let v: Option<String> = serde_json::from_str::<Value>(r.get())
+            .ok()
+            .and_then(|v| v.get("protocolVersion")?.as_str().map(str::to_string));
+        if let Some(v) = v {
+            lock(&self.facts).protocol_version = Some(v);
+        }
+    }
+
+    /// Reads a POST's SSE stream: every event's `data` is a message; a stream that ends or
+    /// drops before the request's answer is resumed with `Last-Event-ID` if the server gave
+    /// event ids, else the request gets the outage answer.
+    async fn read_sse(&self, resp: reqwest::Response, out: &Outgoing) {
+        let mut state = sse::Resume::default();
+        let mut answered = self.pump_sse(resp, out, &mut state).await;
+        let mut attempts = 0;
+        while !answered && out.id.is_some() {
+            let Some(last) = state.last_id.clone() else {
+                break;
+            };
+            if attempts >= RESUME_ATTEMPTS {
+                break;
+            }
+            attempts += 1;
+            tokio::time::sleep(state.retry.unwrap_or(DEFAULT_RETRY)).await;
+            debug!(server = %self.name, attempt = attempts, "resuming a dropped SSE stream with Last-Event-ID");
+            let resp = match self.get(Some(&last)).send().await {
+                Ok(r) if r.status().is_success() => r,
+                Ok(r) => {
+                    self.note_status(r.status().as_u16(), None);
+                    break;
+                }
+                Err(_) => break,
+            };
+            answered = self.pump_sse(resp, out, &mut state).await;
+        }
+        if !answered {
+            if let Some(id) = out.id.clone() {
+                self.refuse_id(id, 0, None, "the response stream ended before the answer")
+                    .await;
+            }
+        }
+    }
+
+    /// Delivers one SSE response's events; returns whether `out`'s answer was among them.
+    async fn pump_sse(
+        &self,
+        resp: reqwest::Response,
+        out: &Outgoing,
+        state: &mut sse::Resume,
+    ) -> bool {
+        let want = out.id.as_ref().map(|i| i.get().to_string());
+        let mut answered = false;
+        let mut events = sse::events(resp, self.max_message_size);
+        while let Some(ev) = events.next().await {
+            match ev {
+                sse::Item::Event { id, retry, data } => {
+                    state.note(id, retry);
+                    if data.is_empty() {
+                        continue;
+                    }
+                    let line = Bytes::from(data);
+                    if let (Some(w), Ok(msgs)) = (&want, message::parse_line(&line)) {
+                        answered |= msgs.iter().any(|m| {
+                            m.as_ref().is_ok_and(|m| {
+                                m.method.is_none()
+                                    && m.id.as_deref().map(RawValue::get) == Some(w.as_str())
+                            })
+                        });
+                    }
+                    self.deliver_json(&line, out).await;
+                }
+                sse::Item::Oversized(len) => {
+                    warn!(server = %self.name, bytes = len, limit = self.max_message_size, "discarded an SSE event over max_message_size");
+                    if let Some(id) = out.id.clone() {
+                        answered = true;
+                        let _ = self
+                            .events
+                            .send(Event::Oversized(self.generation, len, Some(id)))
+                            .await;
+                    }
+                    break;
+                }
+                sse::Item::Failed(why) => {
+                    debug!(server = %self.name, %why, "an SSE stream dropped");
+                    break;
+                }
+            }
+            if answered {
+                break;
+            }
+        }
+        answered
+    }
+
+    /// A GET toward the endpoint with the session's headers.
+    fn get(&self, last_event_id: Option<&str>) -> reqwest::RequestBuilder {
+        let (session_id, version) = {
+            let f = lock(&self.facts);
+            (f.session_id.clone(), f.protocol_version.clone())
+        };
+        let mut req = self
+            .client
+            .get(self.url.clone())
+            .headers(self.headers.clone())
+            .header(ACCEPT, "text/event-stream");
+        if let Some(id) = session_id {
+            req = req.header(SESSION, id);
+        }
+        if let Some(v) = version {
+            req = req.header(VERSION, v);
+        }
+        if let Some(l) = last_event_id {
+            req = req.header(LAST_EVENT_ID, l);
+        }
+        req
+    }
+
+    /// The GET stream for the server's own messages, while the session lives: 405 (or any
+    /// other refusal) means the server offers none, which is fine; a stream that ends is
+    /// opened again after the server's `retry`, resuming from its last event id.
+    async fn listen(self: Arc<Self>) {
+        let mut state = sse::Resume::default();
+        let none = Outgoing {
+            line: Bytes::new(),
+            id: None,
+            method: None,
+            name: None,
+            modern: false,
+        };
+        loop {
+            let req = self.get(state.last_id.as_deref());
+            let resp = tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                r = req.send() => r,
+            };
+            let resp = match resp {
+                Ok(r) if r.status().is_success() => r,
+                Ok(r) => {
+                    debug!(server = %self.name, status = r.status().as_u16(), "the server offers no GET stream");
+                    return;
+                }
+                // The next POST tells whether the server is reachable.
+                Err(_) => return,
+            };
+            lock(&self.facts).get_stream = true;
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                _ = self.pump_sse(resp, &none, &mut state) => {}
+            }
+            lock(&self.facts).get_stream = false;
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                _ = tokio::time::sleep(state.retry.unwrap_or(DEFAULT_RETRY)) => {}
+            }
+        }
+    }
+
+    /// `DELETE` for the session, if there is one; bounded by `connect_timeout`, errors only
+    /// logged (the server may be gone).
+    async fn delete(&self) {
+        let (id, version) = {
+            let f = lock(&self.facts);
+            (f.session_id.clone(), f.protocol_version.clone())
+        };
+        let Some(id) = id else { return };
+        let mut req = self
+            .client
+            .delete(self.url.clone())
+            .headers(self.headers.clone())
+            .header(SESSION, id);
+        if let Some(v) = version {
+            req = req.header(VERSION, v);
+        }
+        match tokio::time::timeout(self.connect_timeout, req.send()).await {
+            Ok(Ok(r)) => {
+                debug!(server = %self.name, status = r.status().as_u16(), "session deleted")
+            }
+            Ok(Err(e)) => debug!(server = %self.name, error = %e, "DELETE of the session failed"),
+            Err(_) => debug!(server = %self.name, "DELETE of the session timed out"),
+        }
+        lock(&self.facts).session_id = None;
+    }
+
+    /// The server could not be reached: the instance is lost (once).
+    async fn unreachable(&self, e: &reqwest::Error) {
+        if self.cancel.is_cancelled() {
+            return;
+        }
+        let (kind, detail) = classify::unreachable(e);
+        let text = format!("unreachable ({}): {detail}", kind.as_str());
+        warn!(server = %self.name, url = %self.shown, class = "unreachable", detail = kind.as_str(), error = %detail, "cannot reach the remote server");
+        self.tail.note(&text);
+        self.note_status_error(text);
+        self.lose(Lost::Unreachable(kind)).await;
+    }
+
+    /// A response stream that broke after its headers: the request was in flight and gets the
+    /// outage answer (never a replay); the server answered, so it is not lost.
+    async fn dropped(&self, out: &Outgoing, e: &reqwest::Error) {
+        if let Some(id) = out.id.clone() {
+            self.refuse_id(id, 0, None, &format!("the connection dropped: {e}"))
+                .await;
+        }
+    }
+
+    /// Sends the instance's one [`Event::Lost`] and stops its tasks.
+    async fn lose(&self, lost: Lost) {
+        if self.lost.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.cancel.cancel();
+        let _ = self.events.send(Event::Lost(self.generation, lost)).await;
+    }
+
+    /// The request of `out` was answered with a bare HTTP status.
+    async fn refuse(&self, out: &Outgoing, status: u16, retry_after: Option<Duration>, why: &str) {
+        if let Some(id) = out.id.clone() {
+            self.refuse_id(id, status, retry_after, why).await;
+        }
+    }
+
+    async fn refuse_id(
+        &self,
+        id: Box<RawValue>,
+        status: u16,
+        retry_after: Option<Duration>,
+        why: &str,
+    ) {
+        let text = if status == 0 {
+            why.to_string()
+        } else if why.is_empty() {
+            format!("HTTP {status}")
+        } else {
+            format!("HTTP {status}: {why}")
+        };
+        self.tail.note(&text);
+        self.note_status_error(text);
+        let _ = self
+            .events
+            .send(Event::Refused(
+                self.generation,
+                id,
+                Refusal {
+                    status,
+                    retry_after,
+                },
+            ))
+            .await;
+    }
+
+    fn note_status(&self, status: u16, error: Option<String>) {
+        let mut f = lock(&self.facts);
+        f.last_http_status = Some(status);
+        if error.is_some() {
+            f.last_error = error;
+        }
+    }
+
+    fn note_status_error(&self, error: String) {
+        lock(&self.facts).last_error = Some(error);
+    }
+}
+
+/// A header value as 2026-07-28 sends a value that is not header-safe: `=?base64?…?=`.
+fn header_safe(v: &str) -> String {
+    use base64::Engine;
+    if v.bytes().all(|b| (0x20..0x7f).contains(&b)) && v.trim() == v {
+        v.to_string()
+    } else {
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(v)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{header_safe, shown_url, Outgoing};
+    use bytes::Bytes;
+
+    #[test]
+    fn shown_urls_never_carry_a_query() {
+        assert_eq!(
+            shown_url("https://mcp.example.com/mcp?token=s3cret#x"),
+            "https://mcp.example.com/mcp"
+        );
+        assert_eq!(shown_url("::"), "(invalid url)");
+    }
+
+    #[test]
+    fn outgoing_lines_are_classified_for_their_headers() {
+        let o = Outgoing::of(Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+        ))
+        .unwrap();
+        assert_eq!(o.id.unwrap().get(), "7");
+        assert_eq!(o.name.as_deref(), Some("echo"));
+        assert!(o.modern);
+        let n = Outgoing::of(Bytes::from_static(
+            br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        ))
+        .unwrap();
+        assert!(n.id.is_none() && !n.modern);
+        let r = Outgoing::of(Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":3,"result":{}}"#,
+        ))
+        .unwrap();
+        assert!(r.id.is_none() && r.method.is_none());
+        assert_eq!(header_safe("échec"), "=?base64?w6ljaGVj?=");
+        assert_eq!(header_safe("echo"), "echo");
+    }
+}
