@@ -39,4 +39,11 @@ async def count(steps: int, ctx: Context) -> str:
 
 
 if __name__ == "__main__":
-    mcp.run(show_banner=False)
+    import sys
+
+    # `--http PORT`: Streamable HTTP on 127.0.0.1:PORT at /mcp (the url-server tests, issue 29);
+    # without it, stdio.
+    if len(sys.argv) == 3 and sys.argv[1] == "--http":
+        mcp.run(transport="http", host="127.0.0.1", port=int(sys.argv[2]), show_banner=False)
+    else:
+        mcp.run(show_banner=False)

@@ -20,7 +20,7 @@ fn servers(io: &Interop) -> String {
 
 /// How an HTTP client reaches the endpoint: its `--url`, `--header` and `--unix-socket`
 /// arguments.
-fn reach(s: &HttpSup, unix: bool) -> Vec<String> {
+pub(crate) fn reach(s: &HttpSup, unix: bool) -> Vec<String> {
     if unix {
         let sock = s.sup.dir.path().join("run/everything.http.sock");
         vec![
@@ -40,7 +40,7 @@ fn reach(s: &HttpSup, unix: bool) -> Vec<String> {
 }
 
 /// The Python SDK client over HTTP.
-fn py(io: &Interop, s: &HttpSup, unix: bool, era: &str, scenario: &str) -> Child {
+pub(crate) fn py(io: &Interop, s: &HttpSup, unix: bool, era: &str, scenario: &str) -> Child {
     Command::new(io.var("MCPSUP_INTEROP_PYTHON"))
         .arg(io.var("MCPSUP_INTEROP_CLIENT"))
         .args(["--timeout", "90", "--era", era, "--client-name"])
@@ -55,7 +55,14 @@ fn py(io: &Interop, s: &HttpSup, unix: bool, era: &str, scenario: &str) -> Child
 }
 
 /// The TypeScript SDK client (`sdk` v1 or v2, v2 in `mode`) over HTTP.
-fn ts(io: &Interop, s: &HttpSup, unix: bool, sdk: &str, mode: &str, scenario: &str) -> Child {
+pub(crate) fn ts(
+    io: &Interop,
+    s: &HttpSup,
+    unix: bool,
+    sdk: &str,
+    mode: &str,
+    scenario: &str,
+) -> Child {
     let mut cmd = Command::new(io.var("MCPSUP_INTEROP_NODE"));
     cmd.arg(io.var("MCPSUP_INTEROP_TS_CLIENT"))
         .args(["--sdk", sdk]);
@@ -80,7 +87,7 @@ fn ts(io: &Interop, s: &HttpSup, unix: bool, sdk: &str, mode: &str, scenario: &s
 }
 
 /// The Python SDK client through `attach` (a socket client of the same child).
-fn py_attach(io: &Interop, s: &HttpSup, era: &str) -> Child {
+pub(crate) fn py_attach(io: &Interop, s: &HttpSup, era: &str) -> Child {
     Command::new(io.var("MCPSUP_INTEROP_PYTHON"))
         .arg(io.var("MCPSUP_INTEROP_CLIENT"))
         .args(["--timeout", "90", "--era", era, "--client-name"])
@@ -95,7 +102,7 @@ fn py_attach(io: &Interop, s: &HttpSup, era: &str) -> Child {
         .expect("cannot run python")
 }
 
-fn run_all(s: &HttpSup, runs: Vec<(String, Child)>) {
+pub(crate) fn run_all(s: &HttpSup, runs: Vec<(String, Child)>) {
     for (name, child) in runs {
         let out = check(child.wait_with_output().unwrap(), &name, &s.sup);
         assert!(

@@ -24,3 +24,4 @@ mod otel;
 mod probes;
 mod readme;
 mod reaping;
+mod remote;

@@ -1,0 +1,623 @@
+//! Issue 29: url servers, remote MCP servers over Streamable HTTP as upstreams. Real HTTP MCP
+//! servers started on loopback (server-everything in its Streamable HTTP mode, a fastmcp HTTP
+//! server) serve the same SDK clients as children do, on every client path; the three field
+//! incidents (a server that refuses `ping`, a POST-only server that answers GET with 405, a
+//! server that forgets sessions and refuses requests before `notifications/initialized`)
+//! are reproduced by `tests/fixtures/http_incidents.py`; HTTP error statuses, an unreachable
+//! server, credentials and TLS are checked as a user sees them.
+
+use crate::harness::*;
+use crate::http::HttpSup;
+use crate::interop::Interop;
+use crate::interop_http::{py, py_attach, run_all, ts};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A server process on loopback, terminated when dropped.
+struct Remote {
+    child: Option<Child>,
+    port: u16,
+    /// Its request log (http_incidents.py only).
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.take() {
+            terminate(c);
+        }
+    }
+}
+
+impl Remote {
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// The JSON lines the fixture logged, one per HTTP request.
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// How many requests carried JSON-RPC method `rpc` over HTTP method `http`.
+    fn count(&self, http: &str, rpc: &str) -> usize {
+        self.requests()
+            .iter()
+            .filter(|r| r["method"] == http && r["rpc"] == rpc)
+            .count()
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_port(port: u16) -> bool {
+    wait_until(Duration::from_secs(60), || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    })
+}
+
+/// `tests/fixtures/http_incidents.py` with `args`, on `port` (0: any).
+fn incidents_on(port: u16, args: &[&str]) -> Remote {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("requests.jsonl");
+    let mut child = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/http_incidents.py"
+        ))
+        .args(["--port", &port.to_string(), "--log"])
+        .arg(&log)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .strip_prefix("listening ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("http_incidents.py said {line:?}"));
+    Remote {
+        child: Some(child),
+        port,
+        log,
+        _dir: dir,
+    }
+}
+
+fn incidents(args: &[&str]) -> Remote {
+    incidents_on(0, args)
+}
+
+/// server-everything in its Streamable HTTP mode (`PORT`), as installed by `.ci/install-deps`.
+fn everything_http(io: &Interop) -> Remote {
+    let port = free_port();
+    let js = io
+        .var("MCPSUP_EVERYTHING_ARGS")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let child = Command::new(io.var("MCPSUP_EVERYTHING_SERVER"))
+        .args([js.as_str(), "streamableHttp"])
+        .env("PORT", port.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("node");
+    let r = Remote {
+        child: Some(child),
+        port,
+        log: PathBuf::new(),
+        _dir: tempfile::tempdir().unwrap(),
+    };
+    assert!(
+        wait_port(port),
+        "server-everything did not listen on {port}"
+    );
+    r
+}
+
+/// The fastmcp test server over HTTP.
+fn fastmcp_http(io: &Interop) -> Remote {
+    let port = free_port();
+    let child = Command::new(io.var("MCPSUP_FASTMCP_PYTHON"))
+        .arg(io.var("MCPSUP_FASTMCP_SERVER"))
+        .args(["--http", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("fastmcp");
+    let r = Remote {
+        child: Some(child),
+        port,
+        log: PathBuf::new(),
+        _dir: tempfile::tempdir().unwrap(),
+    };
+    assert!(wait_port(port), "fastmcp did not listen on {port}");
+    r
+}
+
+fn wait_state(sup: &Supervisor, name: &str, state: &str) -> bool {
+    wait_until(Duration::from_secs(30), || {
+        sup.server_status(name)["state"] == state
+    })
+}
+
+/// A client of `name` that finished its handshake.
+fn ready_client(sup: &Supervisor, name: &str) -> Client {
+    assert!(
+        wait_state(sup, name, "ready"),
+        "{name} never ready: {}\n{}",
+        sup.server_status(name),
+        sup.log()
+    );
+    let mut c = sup.client(name);
+    c.initialize("remote-test", json!({}));
+    c
+}
+
+fn echo(c: &mut Client, id: i64, text: &str) -> Value {
+    c.call(json!(id), "echo", json!({"text": text}))
+}
+
+/// The outage record of a tool call's result.
+fn outage(resp: &Value) -> &Value {
+    &resp["result"]["_meta"]["mcp-supervisor/outage"]
+}
+
+#[test]
+fn remote_server_everything_serves_sdk_clients_on_every_client_path() {
+    let io = Interop::load();
+    let remote = everything_http(&io);
+    let s = HttpSup::start(&format!(
+        "[servers.everything]\nurl = {:?}\nhttp = true\n",
+        remote.url()
+    ));
+    assert!(wait_state(&s.sup, "everything", "ready"), "{}", s.sup.log());
+    let runs = vec![
+        (
+            "python handshake everything (http front end)".to_string(),
+            py(&io, &s, false, "handshake", "everything"),
+        ),
+        (
+            "python modern features (http front end)".to_string(),
+            py(&io, &s, false, "modern", "features"),
+        ),
+        (
+            "ts v2 auto features (http front end)".to_string(),
+            ts(&io, &s, false, "v2", "auto", "features"),
+        ),
+        (
+            "socket client through attach, handshake".to_string(),
+            py_attach(&io, &s, "handshake"),
+        ),
+        (
+            "socket client through attach, modern".to_string(),
+            py_attach(&io, &s, "modern"),
+        ),
+    ];
+    run_all(&s, runs);
+    let st = s.sup.server_status("everything");
+    assert_eq!(st["pid"], Value::Null);
+    assert_eq!(st["remote"]["session"], true, "{st}");
+    assert_eq!(st["remote"]["url"], remote.url());
+    assert_eq!(st["restarts"], 0, "{st}");
+}
+
+/// A fastmcp 4 server over HTTP speaks both eras: pinned to the handshake era it serves
+/// everything (elicitation included); under `auto` the supervisor settles on 2026-07-28 (its
+/// `server/discover` over HTTP, with the standard headers), where fastmcp 4.2 refuses
+/// request-style elicitation exactly as it does to a direct 2026 client, so that step is
+/// skipped there (as in the stdio matrix, `interop_matrix.rs`).
+#[test]
+fn remote_fastmcp_http_server_in_both_eras_through_attach() {
+    let io = Interop::load();
+    let remote = fastmcp_http(&io);
+    let sup = Supervisor::start(&format!(
+        "[servers.fm]\nurl = {url:?}\nprotocol = \"2025-11-25\"\n\n[servers.fm26]\nurl = {url:?}\n",
+        url = remote.url()
+    ));
+    for (name, extra, era) in [
+        ("fm", &[][..], "2025-11-25"),
+        ("fm26", &["--skip-elicit"][..], "2026-07-28"),
+    ] {
+        assert!(wait_state(&sup, name, "ready"), "{}", sup.log());
+        assert_eq!(sup.server_status(name)["era"], era);
+        let out = Command::new(io.var("MCPSUP_INTEROP_PYTHON"))
+            .arg(io.var("MCPSUP_INTEROP_CLIENT"))
+            .args(["--timeout", "90"])
+            .args(extra)
+            .args(["fastmcp", "--", SUPERVISOR, "attach", name, "-c"])
+            .arg(&sup.config)
+            .env("MCPSUP_TEST_ID", &sup.id)
+            .output()
+            .unwrap();
+        crate::interop::check(
+            out,
+            &format!("the SDK client (fastmcp over HTTP, {era})"),
+            &sup,
+        );
+    }
+}
+
+/// Incident 1 (Slack): `ping` refused with -32601 is an answer; the server stays ready.
+#[test]
+fn remote_incident_a_server_that_refuses_ping_stays_ready() {
+    let remote = incidents(&["--refuse-ping"]);
+    let sup = Supervisor::start(&format!(
+        "[servers.slack]\nurl = {:?}\nprobe_interval = \"200ms\"\n",
+        remote.url()
+    ));
+    let mut c = ready_client(&sup, "slack");
+    assert!(
+        sup.wait_probes_answered("slack", 3, Duration::from_secs(30)),
+        "{}",
+        sup.server_status("slack")
+    );
+    assert_eq!(Client::text(&echo(&mut c, 1, "still here")), "still here");
+    let st = sup.server_status("slack");
+    assert_eq!(
+        (st["state"].as_str(), st["restarts"].as_u64()),
+        (Some("ready"), Some(0)),
+        "{st}"
+    );
+    assert!(remote.count("POST", "ping") >= 3);
+    assert_eq!(
+        remote.count("POST", "initialize"),
+        1,
+        "{:?}",
+        remote.requests()
+    );
+}
+
+/// Incident 2 (Tableau): a POST-only server answers GET with 405; it is ready, never probed
+/// with GET, and serves calls.
+#[test]
+fn remote_incident_a_post_only_server_answering_get_with_405_is_ready() {
+    let remote = incidents(&["--post-only"]);
+    let sup = Supervisor::start(&format!(
+        "[servers.tableau]\nurl = {:?}\nprobe_interval = \"200ms\"\n",
+        remote.url()
+    ));
+    let mut c = ready_client(&sup, "tableau");
+    assert!(sup.wait_probes_answered("tableau", 2, Duration::from_secs(30)));
+    assert_eq!(Client::text(&echo(&mut c, 1, "post only")), "post only");
+    let gets: Vec<Value> = remote
+        .requests()
+        .into_iter()
+        .filter(|r| r["method"] == "GET")
+        .collect();
+    // At most the one optional stream the session offers to open; never a GET probe.
+    assert!(gets.len() <= 1, "{gets:?}");
+    assert!(gets.iter().all(|g| g["status"] == 405), "{gets:?}");
+    assert_eq!(sup.server_status("tableau")["restarts"], 0);
+}
+
+/// Incident 3 (Salesforce behind a registry): a server that refuses every request before
+/// `notifications/initialized` and forgets sessions: the supervisor always sends it first, and a
+/// request that finds its session gone is sent again on a fresh one, never lost.
+#[test]
+fn remote_incident_strict_sessions_that_expire_never_lose_a_call() {
+    let remote = incidents(&["--strict-session", "--session-ttl", "1"]);
+    let sup = Supervisor::start(&format!(
+        "[servers.sf]\nurl = {:?}\nprobe_interval = \"1h\"\n",
+        remote.url()
+    ));
+    let mut c = ready_client(&sup, "sf");
+    assert_eq!(Client::text(&echo(&mut c, 1, "first")), "first");
+    // Past the session's life (the fixture forgets it after 1 s).
+    std::thread::sleep(Duration::from_millis(1300));
+    assert_eq!(Client::text(&echo(&mut c, 2, "second")), "second");
+    let reqs = remote.requests();
+    let initializes = remote.count("POST", "initialize");
+    assert_eq!(initializes, 2, "a fresh session after the expiry: {reqs:?}");
+    // Every initialize is followed by notifications/initialized before any other request.
+    for (i, r) in reqs.iter().enumerate() {
+        if r["rpc"] == "initialize" {
+            let next = reqs[i + 1..]
+                .iter()
+                .find(|n| n["method"] == "POST")
+                .unwrap();
+            assert_eq!(next["rpc"], "notifications/initialized", "{reqs:?}");
+        }
+    }
+    assert!(
+        reqs.iter().any(|r| r["status"] == 404),
+        "the expiry was seen: {reqs:?}"
+    );
+    let st = sup.server_status("sf");
+    assert_eq!(
+        (st["state"].as_str(), st["restarts"].as_u64()),
+        (Some("ready"), Some(0)),
+        "{st}"
+    );
+}
+
+/// Bare HTTP statuses are answers with a stable class; the server stays ready.
+#[test]
+fn remote_http_error_statuses_reach_the_caller_with_their_class() {
+    let remote = incidents(&[]);
+    let sup = Supervisor::start(&format!("[servers.api]\nurl = {:?}\n", remote.url()));
+    let mut c = ready_client(&sup, "api");
+    let limited = c.call(json!(1), "status", json!({"code": 429, "retry_after": 7}));
+    assert_eq!(limited["result"]["isError"], true, "{limited}");
+    let o = outage(&limited);
+    assert_eq!(
+        (o["class"].as_str(), o["server"].as_str()),
+        (Some("rate_limited"), Some("api")),
+        "{o}"
+    );
+    assert_eq!(o["retry_after_ms"], 7000, "{o}");
+    for (id, code, class) in [
+        (2, 503, "upstream_error"),
+        (3, 401, "auth_failed"),
+        (4, 403, "auth_failed"),
+        (5, 400, "upstream_error"),
+    ] {
+        let r = c.call(json!(id), "status", json!({"code": code}));
+        assert_eq!(outage(&r)["class"], class, "{code}: {r}");
+        assert!(Client::text(&r).contains(&format!("HTTP {code}")), "{r}");
+    }
+    // A non-tool request refused the same way is a JSON-RPC error with the same record.
+    assert_eq!(Client::text(&echo(&mut c, 6, "fine")), "fine");
+    let st = sup.server_status("api");
+    assert_eq!(
+        (st["state"].as_str(), st["restarts"].as_u64()),
+        (Some("ready"), Some(0)),
+        "{st}"
+    );
+    assert_eq!(st["remote"]["last_http_status"], 200, "{st}");
+}
+
+/// A server that cannot be reached is `unreachable` (with the detail), retried with backoff
+/// forever (never `failed`), and served again as soon as it listens.
+#[test]
+fn remote_unreachable_server_backs_off_forever_and_comes_back() {
+    let port = free_port();
+    let sup = Supervisor::start(&format!(
+        "[servers.down]\nurl = \"http://127.0.0.1:{port}/mcp\"\nbackoff_initial = \"50ms\"\nbackoff_max = \"200ms\"\nqueue_wait = \"0s\"\n"
+    ));
+    // Past the five failed starts that fail a child.
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let st = sup.server_status("down");
+            st["consecutive_failures"].as_u64().unwrap_or(0) >= 7
+        }),
+        "{}",
+        sup.server_status("down")
+    );
+    let st = sup.server_status("down");
+    assert_ne!(st["state"], "failed", "{st}");
+    assert_eq!(
+        st["last_exit"]["reason"], "unreachable(connect_refused)",
+        "{st}"
+    );
+    assert!(
+        st["remote"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("connect_refused")),
+        "{st}"
+    );
+    let mut c = sup.client("down");
+    c.initialize("remote-test", json!({}));
+    let r = echo(&mut c, 1, "anyone?");
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(outage(&r)["class"], "unreachable", "{r}");
+    assert_eq!(outage(&r)["detail"], "connect_refused", "{r}");
+    let remote = incidents_on(port, &[]);
+    assert!(wait_state(&sup, "down", "ready"), "{}", sup.log());
+    assert_eq!(Client::text(&echo(&mut c, 2, "back")), "back");
+    drop(remote);
+}
+
+/// Credentials come from the environment and from files, reach the server, and are shown
+/// nowhere: not in the log, `status`, metrics or `check-config`. A refused credential stops
+/// the session without a reconnect loop, and calls say `auth_failed`.
+#[test]
+fn remote_credentials_reach_the_server_and_are_shown_nowhere() {
+    const SECRET: &str = "tok-5ecret-6f1d2c";
+    let remote = incidents(&[
+        "--require-header",
+        &format!("Authorization=Bearer {SECRET}"),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let wrong = dir.path().join("wrong.token");
+    std::fs::write(&wrong, "not-the-token\n").unwrap();
+    let servers = format!(
+        "[servers.good]\nurl = {url:?}\nheaders = {{ Authorization = {{ env = \"REMOTE_TEST_TOKEN\", prefix = \"Bearer \" }} }}\n\n[servers.bad]\nurl = {url:?}\nheaders = {{ Authorization = {{ file = {wrong:?}, prefix = \"Bearer \" }} }}\n",
+        url = remote.url(),
+    );
+    let mut sup = Supervisor::spawn_config(
+        "metrics_listen = \"127.0.0.1:0\"",
+        &servers,
+        &[("REMOTE_TEST_TOKEN", SECRET)],
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || sup.socket("good").exists()
+            && sup.socket("bad").exists()),
+        "{}",
+        sup.log()
+    );
+    let mut c = ready_client(&sup, "good");
+    assert_eq!(Client::text(&echo(&mut c, 1, "authorized")), "authorized");
+    assert!(
+        wait_state(&sup, "bad", "failed"),
+        "{}",
+        sup.server_status("bad")
+    );
+    let bad = sup.server_status("bad");
+    assert!(
+        bad["last_exit"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("auth-failed")),
+        "{bad}"
+    );
+    let mut b = sup.client("bad");
+    b.initialize("remote-test", json!({}));
+    let r = echo(&mut b, 1, "let me in");
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    // No reconnect loop: one refused request, nothing after it.
+    let refused_before = remote
+        .requests()
+        .iter()
+        .filter(|r| r["status"] == 401)
+        .count();
+    std::thread::sleep(Duration::from_millis(500));
+    let refused = remote
+        .requests()
+        .iter()
+        .filter(|r| r["status"] == 401)
+        .count();
+    assert_eq!((refused_before, refused), (1, 1), "{:?}", remote.requests());
+    let check = Command::new(SUPERVISOR)
+        .args(["check-config", "-c"])
+        .arg(&sup.config)
+        .env("REMOTE_TEST_TOKEN", SECRET)
+        .output()
+        .unwrap();
+    let shown = [
+        sup.log(),
+        sup.status_json().to_string(),
+        sup.metrics(),
+        String::from_utf8_lossy(&check.stdout).into_owned(),
+        String::from_utf8_lossy(&check.stderr).into_owned(),
+        r.to_string(),
+        std::fs::read_to_string(&remote.log).unwrap(),
+    ];
+    for text in shown {
+        assert!(
+            !text.contains(SECRET) && !text.contains("not-the-token"),
+            "a secret is shown:\n{text}"
+        );
+    }
+    sup.stop();
+}
+
+/// TLS: a CA and a server certificate made here; the server is trusted through
+/// `tls_ca_file`, refused without it (`unreachable`, detail `tls`), and accepted with the
+/// loudly logged `tls_skip_verify`.
+#[test]
+fn remote_tls_with_a_private_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = make_certificates(dir.path());
+    let remote = incidents(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    let url = format!("https://localhost:{}/mcp", remote.port);
+    let sup = Supervisor::start(&format!(
+        "[servers.trusted]\nurl = {url:?}\ntls_ca_file = {ca:?}\n\n[servers.untrusted]\nurl = {url:?}\nbackoff_initial = \"100ms\"\nbackoff_max = \"200ms\"\n\n[servers.skip]\nurl = {url:?}\ntls_skip_verify = true\n"
+    ));
+    let mut c = ready_client(&sup, "trusted");
+    assert_eq!(Client::text(&echo(&mut c, 1, "over tls")), "over tls");
+    let mut s = ready_client(&sup, "skip");
+    assert_eq!(Client::text(&echo(&mut s, 1, "unverified")), "unverified");
+    assert!(sup.log().contains("NOT verified"), "{}", sup.log());
+    assert!(
+        wait_until(Duration::from_secs(30), || sup.server_status("untrusted")
+            ["last_exit"]["reason"]
+            == "unreachable(tls)"),
+        "{}",
+        sup.server_status("untrusted")
+    );
+    assert_ne!(sup.server_status("untrusted")["state"], "ready");
+}
+
+/// A CA and a certificate for `localhost` signed by it, made with the `openssl` command.
+fn make_certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=mcp-supervisor test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    (
+        dir.join("ca.pem"),
+        dir.join("server.pem"),
+        dir.join("server.key"),
+    )
+}
