@@ -309,6 +309,9 @@ impl std::fmt::Display for Reason {
             Reason::Http(Refusal { status: 0, .. }) => {
                 f.write_str("the response stream broke before the answer")
             }
+            Reason::Http(r) if (200..300).contains(&r.status) => {
+                write!(f, "HTTP {} without an answer", r.status)
+            }
             Reason::Http(r) => write!(f, "HTTP {}", r.status),
         }
     }

@@ -514,11 +514,13 @@ impl Session {
             Some(body) => self.deliver_json(&body, out).await,
             None => true,
         };
-        if !answered && !status.is_success() {
-            if out.id.is_none() {
-                warn!(server = %self.name, status = status.as_u16(), method = ?out.method, "the remote server refused a notification or response");
-            } else {
+        if !answered {
+            if out.id.is_some() {
+                // A bare status, or a body without the answer (an error with `"id": null`,
+                // as the SDKs send for a request they refuse before reading its id).
                 self.refuse(out, status.as_u16(), retry_after, "").await;
+            } else if !status.is_success() {
+                warn!(server = %self.name, status = status.as_u16(), method = ?out.method, "the remote server refused a notification or response");
             }
         }
         Sent::Done
@@ -625,12 +627,14 @@ impl Session {
         Some(Bytes::from(body))
     }
 
-    /// Delivers a JSON body's messages; returns whether it held a JSON-RPC message (an error
-    /// status with a JSON-RPC error body is an answer like any other).
+    /// Delivers a JSON body's messages; returns whether the answer to `out` was among them
+    /// (an error status with a JSON-RPC error body for its id is an answer like any other). A
+    /// response with a null id answers nothing the core sent: it is logged and dropped.
     async fn deliver_json(&self, body: &Bytes, out: &Outgoing) -> bool {
         if body.iter().all(u8::is_ascii_whitespace) {
             return false;
         }
+        let want = out.id.as_ref().map(|i| i.get());
         let msgs = match message::parse_line(body) {
             Ok(m) => m,
             Err(e) => vec![Err(e)],
@@ -639,10 +643,16 @@ impl Session {
         for m in msgs {
             match m {
                 Ok(m) => {
+                    let response = m.method.is_none();
+                    let id = m.id.as_deref().map(RawValue::get);
+                    if response && id.is_none_or(|i| i == "null") {
+                        debug!(server = %self.name, "a response without an id (the server could not read the request's): dropped");
+                        continue;
+                    }
                     if out.method.as_deref() == Some("initialize") {
                         self.learn_version(&m);
                     }
-                    any = true;
+                    any |= response && id.is_some() && id == want;
                     if self
                         .events
                         .send(Event::Message(self.generation, m))
@@ -654,7 +664,7 @@ impl Session {
                 }
                 Err(e) => {
                     if let Some(id) = crate::child::process::malformed_reply_id(body) {
-                        any = true;
+                        any |= Some(id.get()) == want;
                         let _ = self
                             .events
                             .send(Event::Malformed(self.generation, id, e.to_string()))

@@ -621,3 +621,67 @@ fn make_certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
         dir.join("server.key"),
     )
 }
+
+/// The official conformance suite's client scenarios that need no authorization pass with the
+/// supervisor as the client: `tests/conformance/client_driver.py` puts the scenario's URL into
+/// a config as a url server and calls through `attach`; the suite checks what the supervisor
+/// sends (the handshake, the tool call, elicitation relayed to the caller, SSE resumed after
+/// the server's `retry` with `Last-Event-ID`). Every check must be SUCCESS or INFO.
+#[test]
+fn remote_conformance_client_scenarios_pass_with_the_supervisor_as_the_client() {
+    let io = Interop::load();
+    let suite = io.var("MCPSUP_CONFORMANCE_STABLE");
+    let out_dir = tempfile::tempdir().unwrap();
+    for scenario in [
+        "initialize",
+        "tools_call",
+        "elicitation-sep1034-client-defaults",
+        "sse-retry",
+    ] {
+        let dir = out_dir.path().join(scenario);
+        let out = Command::new(io.var("MCPSUP_INTEROP_NODE"))
+            .arg("--require")
+            .arg(io.var("MCPSUP_NODE20_SHIM"))
+            .args([
+                suite,
+                "client",
+                "--scenario",
+                scenario,
+                "--timeout",
+                "60000",
+                "--command",
+            ])
+            .arg(format!(
+                "python3 {}/tests/conformance/client_driver.py {SUPERVISOR}",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .arg("-o")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let checks: Vec<Value> = std::fs::read_dir(&dir)
+            .ok()
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("checks.json")).ok())
+            .flat_map(|t| serde_json::from_str::<Vec<Value>>(&t).unwrap_or_default())
+            .collect();
+        let report = format!(
+            "{scenario}: {}\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            checks.iter().any(|c| c["status"] == "SUCCESS"),
+            "no check passed; {report}"
+        );
+        let bad: Vec<&Value> = checks
+            .iter()
+            .filter(|c| c["status"] != "SUCCESS" && c["status"] != "INFO")
+            .collect();
+        assert!(bad.is_empty(), "{bad:?}\n{report}");
+    }
+}

@@ -3127,8 +3127,23 @@ impl Server {
     /// 2026-07-28 era; any other error means the handshake era (then `initialize`).
     pub(super) fn on_discover_answer(&mut self, m: &Message, probe: bool) {
         let code = m.error_code();
-        if let Some(r) = &m.result {
-            let v = serde_json::from_slice::<Value>(r.as_bytes()).unwrap_or(json!({}));
+        // Only a result of the 2026 shape (`supportedVersions` naming 2026-07-28) is a 2026
+        // server: a server of the handshake era that answers any method with an empty result
+        // (as the conformance suite's client scenarios do) must get `initialize` (issue 29,
+        // decisions: "any other answer to the probe means the handshake era").
+        // A server pinned to 2026-07-28 by the operator is taken at its word.
+        let pinned = self.cfg.protocol == ChildProtocol::Modern;
+        let modern = m.result.as_ref().and_then(|r| {
+            serde_json::from_slice::<Value>(r.as_bytes())
+                .ok()
+                .filter(|v| {
+                    pinned
+                        || v.get("supportedVersions")
+                            .and_then(Value::as_array)
+                            .is_some_and(|a| a.iter().any(|x| x == era::MODERN_VERSION))
+                })
+        });
+        if let Some(v) = modern {
             self.set_verdict(Era::Modern, "the child answered server/discover");
             self.on_ready(Handshake::from_discover(v));
         } else if code == Some(era::UNSUPPORTED_VERSION) {
@@ -3142,13 +3157,11 @@ impl Server {
         } else if probe || self.cfg.protocol == ChildProtocol::Auto {
             // The probe's answer, or a remembered 2026 verdict that stopped working (the
             // server was replaced by a handshake-era one): the handshake, on this same child.
-            self.set_verdict(
-                Era::Handshake,
-                &format!(
-                    "server/discover was answered with error {}",
-                    code.unwrap_or(0)
-                ),
-            );
+            let why = match code {
+                Some(c) => format!("server/discover was answered with error {c}"),
+                None => "server/discover was answered without the 2026 shape".to_string(),
+            };
+            self.set_verdict(Era::Handshake, &why);
             self.send_initialize(era::HANDSHAKE_VERSION);
         } else {
             error!(error = ?m.error.as_deref().map(RawValue::get), "the child rejected server/discover (protocol = 2026-07-28)");

@@ -869,6 +869,32 @@ fn a_hung_2026_child_holding_a_clients_listen_stream_is_probed_and_stopped() {
     assert_eq!(sim.server.life.stop_cause(), Some(StopCause::ProbeTimeout));
 }
 
+/// Issue 29 (decisions: "2026-07-28 only on a result with the 2026 shape"): a handshake-era
+/// server that answers any method with an empty result (the conformance suite's client
+/// scenarios do) is not taken for a 2026 server under `auto`: it gets `initialize` on the
+/// same instance, and is ready in the handshake era.
+#[test]
+fn an_empty_result_to_the_era_probe_means_the_handshake_era() {
+    let toml = BASE.replace("protocol = \"2025-11-25\"", "protocol = \"auto\"");
+    let mut sim = Sim::with_config(&toml, 29);
+    let probe = sim.asked.pop().expect("the era probe");
+    assert_eq!(probe.method, "server/discover");
+    sim.child_writes(
+        probe.generation,
+        json!({"jsonrpc": "2.0", "id": probe.id, "result": {}}).to_string(),
+    );
+    let next = sim.asked.pop().expect("the handshake");
+    assert_eq!(next.method, "initialize", "after an empty probe result");
+    sim.child_writes(next.generation, good_answer(&next));
+    assert_eq!(sim.server.life.state(), State::Ready);
+    assert_eq!(
+        sim.server.opener.verdict(),
+        Some(crate::mux::era::Era::Handshake)
+    );
+    assert_eq!(next.generation, probe.generation, "the same instance");
+    assert!(sim.stops().is_empty());
+}
+
 /// Issue 27 §1: a decision is data before the shell carries it out. A `ping` from a socket
 /// client and one from an HTTP session are each answered with exactly one delivery effect,
 /// addressed only where the queue carries addresses (the HTTP session's, as the response to
