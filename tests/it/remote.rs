@@ -685,3 +685,74 @@ fn remote_conformance_client_scenarios_pass_with_the_supervisor_as_the_client() 
         assert!(bad.is_empty(), "{bad:?}\n{report}");
     }
 }
+
+/// `HTTP_PROXY`/`HTTPS_PROXY` in the supervisor's environment are honoured: a real forward
+/// proxy (tinyproxy, installed by `.ci/install-deps`) carries the session, and once the proxy
+/// is gone the server is unreachable although it still runs.
+#[test]
+fn remote_requests_go_through_the_proxy_the_environment_names() {
+    let remote = incidents(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let log = dir.path().join("tinyproxy.log");
+    let conf = dir.path().join("tinyproxy.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "Port {port}\nListen 127.0.0.1\nTimeout 60\nLogFile {:?}\nLogLevel Connect\nMaxClients 20\nAllow 127.0.0.1\n",
+            log
+        ),
+    )
+    .unwrap();
+    let tinyproxy = ["/usr/bin/tinyproxy", "/usr/sbin/tinyproxy"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("tinyproxy (installed by .ci/install-deps)");
+    let proxy = Command::new(tinyproxy)
+        .arg("-d")
+        .arg("-c")
+        .arg(&conf)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("tinyproxy");
+    let proxy = Remote {
+        child: Some(proxy),
+        port,
+        log: log.clone(),
+        _dir: dir,
+    };
+    assert!(wait_port(port), "tinyproxy did not listen");
+    let via = format!("http://127.0.0.1:{port}");
+    let mut sup = Supervisor::spawn_config(
+        "",
+        &format!(
+            "[servers.proxied]\nurl = {:?}\nbackoff_initial = \"100ms\"\nqueue_wait = \"0s\"\n",
+            remote.url()
+        ),
+        &[
+            ("HTTP_PROXY", via.as_str()),
+            ("HTTPS_PROXY", via.as_str()),
+            ("NO_PROXY", ""),
+            ("no_proxy", ""),
+        ],
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || sup.socket("proxied").exists()),
+        "{}",
+        sup.log()
+    );
+    let mut c = ready_client(&sup, "proxied");
+    assert_eq!(Client::text(&echo(&mut c, 1, "via proxy")), "via proxy");
+    let seen = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        seen.contains(&format!("127.0.0.1:{}", remote.port)),
+        "the proxy did not carry the session:\n{seen}"
+    );
+    drop(proxy);
+    let r = echo(&mut c, 2, "no proxy");
+    assert_eq!(outage(&r)["class"], "unreachable", "{r}");
+    sup.stop();
+}
