@@ -136,6 +136,13 @@ struct Families {
     probes: Family<ProbeLabels, Counter>,
     state: Family<StateLabels, Gauge>,
     bytes: Family<DirectionLabels, Counter>,
+    refusals: Family<ClassLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabels {
+    server: String,
+    class: String,
 }
 
 /// The supervisor's metric families (one registry per process).
@@ -271,6 +278,12 @@ impl Metrics {
             "Bytes written, by direction (to_child, to_client)",
             bytes.clone(),
         );
+        let refusals = Family::<ClassLabels, Counter>::default();
+        registry.register(
+            "upstream_refusals",
+            "Requests a url server answered with a bare HTTP status, by class (auth_failed, rate_limited, upstream_error, unreachable)",
+            refusals.clone(),
+        );
         let log_dropped = Counter::default();
         registry.register(
             "request_log_dropped",
@@ -299,6 +312,7 @@ impl Metrics {
                 probes,
                 state,
                 bytes,
+                refusals,
             },
         }
     }
@@ -590,6 +604,20 @@ impl ServerMetrics {
                 })
             })
             .set(gauge_value(n));
+    }
+
+    /// A url server answered a request with a bare HTTP status (issue 29): `class` is the
+    /// outage class (`auth_failed`, `rate_limited`, `upstream_error`, `unreachable`). Rare:
+    /// resolved through the family each time.
+    pub fn refusal(&self, class: &str) {
+        let s = &*self.0;
+        s.families
+            .refusals
+            .get_or_create(&ClassLabels {
+                server: s.server.clone(),
+                class: class.into(),
+            })
+            .inc();
     }
 
     /// An on-demand start or an idle stop (`reason`: `on-demand-start`, `idle-stop`; issue

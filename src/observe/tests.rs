@@ -291,6 +291,7 @@ fn with_every_family(m: &Metrics) {
         probes,
         state,
         bytes,
+        refusals,
     } = families;
     let server = || "a".to_string();
     let reason = || ReasonLabels {
@@ -323,6 +324,12 @@ fn with_every_family(m: &Metrics) {
         .get_or_create(&ServerLabels { server: server() })
         .set(1);
     restarts.get_or_create(&reason()).inc();
+    refusals
+        .get_or_create(&ClassLabels {
+            server: server(),
+            class: "rate_limited".into(),
+        })
+        .inc();
     limit_kills.get_or_create(&reason()).inc();
     demand.get_or_create(&reason()).inc();
     probes

@@ -394,6 +394,17 @@ fn remote_http_error_statuses_reach_the_caller_with_their_class() {
         "{st}"
     );
     assert_eq!(st["remote"]["last_http_status"], 200, "{st}");
+    let metrics = sup.metrics();
+    for (class, n) in [
+        ("rate_limited", 1),
+        ("auth_failed", 2),
+        ("upstream_error", 2),
+    ] {
+        let line = format!(
+            "mcp_supervisor_upstream_refusals_total{{server=\"api\",class=\"{class}\"}} {n}"
+        );
+        assert!(metrics.contains(&line), "{line} missing:\n{metrics}");
+    }
 }
 
 /// A server that cannot be reached is `unreachable` (with the detail), retried with backoff

@@ -512,6 +512,11 @@ impl Server {
     /// reads) read it as the JSON-RPC error it stands for.
     fn on_refused(&mut self, id: &RawValue, r: Refusal) {
         let reason = Reason::Http(r);
+        if let Ok(class) = serde_json::to_value(reason.class()) {
+            self.telemetry
+                .metrics()
+                .refusal(class.as_str().unwrap_or("upstream_error"));
+        }
         let n = id.get().parse::<u64>().ok();
         #[derive(PartialEq)]
         enum Whose {
@@ -644,6 +649,7 @@ impl Server {
                 // A limit's kill is a SIGKILL, but the operator's question is which limit.
                 (_, _, Some(limit)) => limit.reason(),
                 (OutageStatus::Exited, Some(_), None) => "signal",
+                _ if unreachable.is_some() => "unreachable",
                 (s, _, None) => s.as_str(),
             };
             self.telemetry.metrics().restart(class);
