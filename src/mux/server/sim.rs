@@ -960,7 +960,10 @@ impl Sim {
                 if c.stalled {
                     self.saw("a hung client dropped");
                 }
-                if c.half_closed && !c.stalled {
+                // A client with a small queue (`may_stall`) may be disconnected as too slow by
+                // a burst of answers before it is drained (R17): what it was owed is lost with
+                // it, by design.
+                if c.half_closed && !c.stalled && !c.may_stall {
                     // Listen streams end with the connection; every other request is owed.
                     let owed: Vec<&String> = c
                         .open
@@ -1127,6 +1130,56 @@ impl Sim {
         let len = self.server.cfg.max_message_size + 1;
         self.saw("an oversized reply");
         self.input(Input::Upstream(Event::Oversized(a.generation, len, id)));
+    }
+
+    /// What a remote session produces and a child never does (issue 29): a request answered
+    /// by a bare HTTP status (0: its response stream broke), or the session lost to a failed
+    /// connection (the instance is gone, as after an exit).
+    fn remote_fault(&mut self) {
+        use crate::upstream::{Refusal, Unreachable};
+        if self.rng.gen_bool(0.8) {
+            let Some(a) = self.take_asked() else {
+                return;
+            };
+            const STATUSES: [u16; 10] = [0, 200, 400, 401, 403, 404, 405, 429, 500, 503];
+            let status = STATUSES[self.rng.gen_range(0..STATUSES.len())];
+            let retry_after = self
+                .rng
+                .gen_bool(0.5)
+                .then(|| Duration::from_millis(self.rng.gen_range(0..100_000)));
+            let Ok(id) = RawValue::from_string(a.id.to_string()) else {
+                return;
+            };
+            self.saw("a bare HTTP status");
+            self.input(Input::Upstream(Event::Refused(
+                a.generation,
+                id,
+                Refusal {
+                    status,
+                    retry_after,
+                },
+            )));
+        } else {
+            let Some(generation) = self.current_generation() else {
+                return;
+            };
+            {
+                let mut w = lock(&self.world);
+                if !w.live.contains(&generation) {
+                    return;
+                }
+                w.live.retain(|g| *g != generation);
+                w.stops.retain(|g| *g != generation);
+            }
+            self.asked.retain(|a| a.generation != generation);
+            self.listens.retain(|(g, _)| *g != generation);
+            self.stdout_closed.remove(&generation);
+            self.saw("a lost connection");
+            self.input(Input::Upstream(Event::Lost(
+                generation,
+                Lost::Unreachable(Unreachable::ConnectRefused),
+            )));
+        }
     }
 
     /// The live child closes its stdout (then exits, or not: the actor stops it after a
@@ -1427,7 +1480,8 @@ impl Sim {
             6..=40 => self.request(),
             41..=43 => self.cancel(),
             44..=68 => self.answer(),
-            69 => self.oversized(),
+            69 if self.rng.gen_bool(0.5) => self.oversized(),
+            69 => self.remote_fault(),
             70..=71 => self.answer_again(),
             72..=75 => self.child_speaks(),
             76 => self.stdio_fault(),
@@ -1591,6 +1645,8 @@ const COVERED: &[&str] = &[
     "a held request",
     "a hung client dropped",
     "an oversized reply",
+    "a bare HTTP status",
+    "a lost connection",
     "stdout closed",
     "a failed stdin write",
     "progress delivered",
