@@ -767,3 +767,60 @@ fn remote_requests_go_through_the_proxy_the_environment_names() {
     assert_eq!(outage(&r)["class"], "unreachable", "{r}");
     sup.stop();
 }
+
+fn verb(sup: &Supervisor, args: &[&str]) -> std::process::Output {
+    Command::new(SUPERVISOR)
+        .args(args)
+        .arg("-c")
+        .arg(&sup.config)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The operator's verbs on a url server: `restart` DELETEs the session and opens a new one,
+/// `stop` DELETEs it and stays stopped (calls say so), `start` opens one again, and `logs`
+/// shows the instance's last errors (there is no stderr).
+#[test]
+fn remote_operator_verbs_delete_and_reopen_the_session() {
+    let remote = incidents(&[]);
+    let sup = Supervisor::start(&format!(
+        "[servers.ops]\nurl = {:?}\nprobe_interval = \"1h\"\n",
+        remote.url()
+    ));
+    let mut c = ready_client(&sup, "ops");
+    let r = c.call(json!(1), "status", json!({"code": 502}));
+    assert_eq!(outage(&r)["class"], "upstream_error");
+    let logs = verb(&sup, &["logs", "ops"]);
+    assert!(
+        String::from_utf8_lossy(&logs.stdout).contains("HTTP 502"),
+        "{}",
+        String::from_utf8_lossy(&logs.stdout)
+    );
+    assert!(verb(&sup, &["restart", "ops"]).status.success());
+    assert!(wait_state(&sup, "ops", "ready"));
+    let deletes = || {
+        remote
+            .requests()
+            .iter()
+            .filter(|r| r["method"] == "DELETE")
+            .count()
+    };
+    assert_eq!(deletes(), 1, "{:?}", remote.requests());
+    assert_eq!(remote.count("POST", "initialize"), 2);
+    assert_eq!(
+        Client::text(&echo(&mut c, 2, "after restart")),
+        "after restart"
+    );
+    assert!(verb(&sup, &["stop", "ops"]).status.success());
+    assert!(wait_state(&sup, "ops", "stopped"));
+    assert_eq!(deletes(), 2);
+    let r = echo(&mut c, 3, "stopped?");
+    assert_eq!(outage(&r)["status"], "stopped", "{r}");
+    let st = sup.server_status("ops");
+    assert_eq!(st["remote"]["session"], false, "{st}");
+    assert!(verb(&sup, &["start", "ops"]).status.success());
+    assert!(wait_state(&sup, "ops", "ready"));
+    assert_eq!(Client::text(&echo(&mut c, 4, "started")), "started");
+    assert_eq!(remote.count("POST", "initialize"), 3);
+}
