@@ -258,7 +258,10 @@ pub fn summary(statuses: &[Status]) -> String {
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default();
             match (&s.last_exit, s.state) {
-                (Some(e), State::Backoff | State::Failed | State::Starting) => {
+                (
+                    Some(e),
+                    State::Backoff | State::Failed | State::AuthRequired | State::Starting,
+                ) => {
                     format!("{} {state} ({})", s.name, e.reason)
                 }
                 _ => format!("{} {state}", s.name),

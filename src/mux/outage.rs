@@ -32,6 +32,9 @@ pub enum OutageStatus {
     Idle,
     /// Up, but it refused this request: a remote server's bare HTTP error status (issue 29).
     Ready,
+    /// A url server refused the credential at the handshake; waiting for the operator.
+    #[serde(rename = "auth_required")]
+    AuthRequired,
 }
 
 impl OutageStatus {
@@ -46,6 +49,7 @@ impl OutageStatus {
             OutageStatus::Stopped => "stopped",
             OutageStatus::Idle => "idle",
             OutageStatus::Ready => "ready",
+            OutageStatus::AuthRequired => "auth_required",
         }
     }
 }

@@ -158,7 +158,14 @@ pub struct Metrics {
 
 /// Child states exported as `mcp_child_state{state=...}` (1 for the current one).
 pub const STATES: &[&str] = &[
-    "starting", "ready", "backoff", "stopping", "stopped", "failed", "idle",
+    "starting",
+    "ready",
+    "backoff",
+    "stopping",
+    "stopped",
+    "failed",
+    "idle",
+    "auth_required",
 ];
 
 /// Probe events, the `result` label of `mcp_supervisor_probes_total`.

@@ -479,7 +479,7 @@ fn remote_credentials_reach_the_server_and_are_shown_nowhere() {
     let mut c = ready_client(&sup, "good");
     assert_eq!(Client::text(&echo(&mut c, 1, "authorized")), "authorized");
     assert!(
-        wait_state(&sup, "bad", "failed"),
+        wait_state(&sup, "bad", "auth_required"),
         "{}",
         sup.server_status("bad")
     );
@@ -494,6 +494,8 @@ fn remote_credentials_reach_the_server_and_are_shown_nowhere() {
     b.initialize("remote-test", json!({}));
     let r = echo(&mut b, 1, "let me in");
     assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(outage(&r)["class"], "auth_failed", "{r}");
+    assert_eq!(outage(&r)["status"], "auth_required", "{r}");
     // No reconnect loop: one refused request, nothing after it.
     let refused_before = remote
         .requests()

@@ -688,7 +688,10 @@ impl Server {
             self.life = Life::Stopped;
         } else if cause == Some(StopCause::AuthFailed) {
             // No reconnect loop on a credential the server refuses (issue 29, decisions).
-            self.enter_failed("auth_failed: the remote server refused the credential (HTTP 401/403) at the handshake; fix `headers` and run `start`");
+            error!(message_id = MSG_FAILED, reason = "auth-failed",
+                "auth_required: the remote server refused the credential (HTTP 401/403) at the handshake; fix `headers`, then run `mcp-supervisor start {}`", self.cfg.name);
+            self.life = Life::AuthRequired;
+            self.fail_held(OutageStatus::AuthRequired);
         } else if remote
             && cause != Some(StopCause::Restart)
             && !(ready_since.is_none() && self.lazy_start())
@@ -4098,6 +4101,7 @@ impl Server {
                 State::Failed => OutageStatus::Failed,
                 State::Stopping | State::Stopped => OutageStatus::Stopped,
                 State::Idle => OutageStatus::Idle,
+                State::AuthRequired => OutageStatus::AuthRequired,
                 // Ready but the request cannot reach the child (its input closed): it exits.
                 State::Ready => OutageStatus::Exited,
             },

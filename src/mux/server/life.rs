@@ -52,6 +52,9 @@ pub(super) enum Life {
     Failed { retry_at: Option<Instant> },
     /// Not running and not scheduled to run.
     Stopped,
+    /// A url server refused the credential at the handshake: not running, not retried until
+    /// the operator's `start` (issue 29).
+    AuthRequired,
     /// Not running; the next client request that needs the child starts it (`start =
     /// "on-demand"` before its first start, or after an `idle_stop`; issue 18).
     Idle,
@@ -80,6 +83,7 @@ impl Life {
             Life::Failed { .. } => State::Failed,
             Life::Stopped => State::Stopped,
             Life::Idle => State::Idle,
+            Life::AuthRequired => State::AuthRequired,
         }
     }
 
@@ -148,7 +152,7 @@ impl Life {
         match self {
             Life::Backoff { until, .. } => *until = at,
             Life::Failed { retry_at } => *retry_at = Some(at),
-            Life::Stopped | Life::Idle => {
+            Life::Stopped | Life::Idle | Life::AuthRequired => {
                 *self = Life::Backoff {
                     until: at,
                     probe_respawn: false,

@@ -106,6 +106,11 @@ pub enum State {
     Failed,
     /// Not running, by design: started by the next request that needs it (issue 18).
     Idle,
+    /// A url server refused the credential at the handshake (HTTP 401/403): not retried
+    /// until the operator fixes `headers` and runs `start` (issue 29; the sign-in issue
+    /// signs in from here).
+    #[serde(rename = "auth_required")]
+    AuthRequired,
 }
 
 impl State {
@@ -119,6 +124,7 @@ impl State {
             State::Stopped => "stopped",
             State::Failed => "failed",
             State::Idle => "idle",
+            State::AuthRequired => "auth_required",
         }
     }
 }
