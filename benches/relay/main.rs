@@ -22,6 +22,12 @@
 //! servers; a behaviour check of the two daemons. Paths are measured in interleaved rounds, so
 //! machine noise hits them alike; only ratios between paths of one run mean anything.
 //!
+//! The remote row (issue 29 §6, `remote.rs`): the same sequential `echo` round trips to an
+//! HTTP upstream on loopback (a second `mcp-supervisor run` serving the fake server with
+//! `http = true`): by the benchmark's own HTTP client directly, and through the socket of a
+//! supervisor whose server is a url server pointing at that upstream; p50, p99 and the relay's
+//! CPU per message.
+//!
 //! The results replace the generated part of `docs/PERFORMANCE.md` (between the
 //! `relay-bench:begin`/`end` markers). `cargo bench` passes `--bench`; without it (`cargo test
 //! --benches`, `--all-targets`) the binary only checks in a few seconds that every path works.
@@ -43,6 +49,7 @@ mod footprint;
 mod measure;
 mod modes;
 mod procs;
+mod remote;
 mod report;
 mod results;
 mod rig;
@@ -145,6 +152,7 @@ fn bench(rig: &Rig, args: &[String], nofile: u64, wall: Instant, out: Option<Pat
         measure::measure_throughput(&one, &mut res);
         measure::measure_large(&one, &mut res);
     }
+    remote::measure_remote(rig, &mut res);
     footprint::measure_idle(rig, &mut res);
     let idle_clients = 1000;
     let need = (idle_clients * 2 + 512) as u64;

@@ -8,8 +8,8 @@ use crate::procs::{cpu_of, kib_to_mib, phase, reset_peak, status_kib, Proc};
 use crate::results::{median, percentile, Large, Live, Results, Throughput};
 use crate::rig::{One, MIB};
 
-const LAT_ROUNDS: usize = 5;
-const LAT_PER_ROUND: usize = 1000;
+pub const LAT_ROUNDS: usize = 5;
+pub const LAT_PER_ROUND: usize = 1000;
 
 fn slots<T>() -> Vec<Option<T>> {
     (0..5).map(|_| None).collect()

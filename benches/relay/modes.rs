@@ -10,8 +10,10 @@ use crate::client::{pipelined, window, Conn, Way, ALL_WAYS};
 use crate::procs::{phase, sh, Proc};
 use crate::rig::{One, Rig, MIB};
 
-/// `cargo test --benches`: every path answers an echo and a 1 MiB result; nothing is written.
-/// rmcp-mux is included when it is installed (and must then work), skipped with a note if not.
+/// `cargo test --benches`: every path answers an echo and a 1 MiB result, and the remote row's
+/// two paths (a url server to an HTTP upstream, and that upstream directly) a few echoes;
+/// nothing is written. rmcp-mux is included when it is installed (and must then work), skipped
+/// with a note if not.
 pub fn smoke(rig: &Rig) {
     phase(
         "smoke test (cargo bench runs the benchmark)",
@@ -34,6 +36,8 @@ pub fn smoke(rig: &Rig) {
         c.big(MIB, &mut buf)
             .unwrap_or_else(|e| panic!("{}: {e}", way.name()));
     }
+    drop(one);
+    crate::remote::smoke(rig);
     eprintln!("relay bench: every path works; run `cargo bench --bench relay` for the benchmark");
 }
 

@@ -598,6 +598,8 @@ pub fn report(res: &Results, rig: &Rig, run: &RunInfo) -> String {
         p99.join(", ")
     );
 
+    remote_section(w, res);
+
     // rmcp-mux: how it ran and what it does.
     let _ = writeln!(w, "\n### rmcp-mux\n");
     let _ = writeln!(
@@ -619,6 +621,54 @@ pub fn report(res: &Results, rig: &Rig, run: &RunInfo) -> String {
     }
     let _ = writeln!(w, "\n{END}");
     out
+}
+
+/// "Remote upstream (HTTP on loopback)": the url server's round trip and relay CPU against an
+/// HTTP client talking to the same upstream directly.
+fn remote_section(w: &mut String, res: &Results) {
+    let Some(r) = &res.remote else {
+        return;
+    };
+    let _ = writeln!(w, "\n### Remote upstream (HTTP on loopback)\n");
+    let _ = writeln!(
+        w,
+        "What the supervisor adds when its server is a url server: one more hop (the client's socket to the supervisor) and its relay, whose own HTTP client then makes the POST; the upstream, a second `mcp-supervisor run` serving the fake server over Streamable HTTP on 127.0.0.1 (`http = true`, bearer token), is the same daemon for both columns. *direct*: the benchmark's HTTP client (reqwest) in its own session with the upstream, one POST per call (`Accept: application/json, text/event-stream`, as the supervisor sends), each answer read to the end of its body. *through the supervisor*: the client on `bench.sock` of a daemon whose `bench` is `url = \"http://127.0.0.1:PORT/mcp/bench\"`. Sequential `echo` calls, 200 warm-up calls each, then {} rounds of up to {} calls (at most 2 s) per path, alternating; relay CPU is the relaying daemon's, per call of its rounds.\n",
+        crate::measure::LAT_ROUNDS,
+        crate::measure::LAT_PER_ROUND
+    );
+    let _ = writeln!(
+        w,
+        "| measurement | direct (HTTP client → upstream) | through the supervisor (socket → relay → HTTP → upstream) | through ÷ direct |"
+    );
+    let _ = writeln!(w, "|---|---:|---:|---:|");
+    for (name, d, t) in [
+        (
+            "echo round trip p50, µs (lower is better)",
+            r.direct.0,
+            r.through.0,
+        ),
+        (
+            "echo round trip p99, µs (lower is better)",
+            r.direct.1,
+            r.through.1,
+        ),
+    ] {
+        let _ = writeln!(
+            w,
+            "| {name} | {d:.1} | {t:.1} | {} |",
+            ratio(Some(t), Some(d))
+        );
+    }
+    let _ = writeln!(
+        w,
+        "| relay CPU per message, µs (lower is better) | — (no relay) | {:.1} | — |",
+        r.relay_cpu_us
+    );
+    let _ = writeln!(
+        w,
+        "\nSamples: direct {}, through {}. The upstream daemon's CPU per call (the same work in both columns, so these should be alike): direct {:.1} µs, through {:.1} µs.",
+        r.direct.2, r.through.2, r.upstream_cpu_us.0, r.upstream_cpu_us.1
+    );
 }
 
 /// Replaces the generated section of `path` (or creates the file with it).

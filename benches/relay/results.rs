@@ -81,6 +81,8 @@ pub struct Results {
     /// (way, accepting ms, ready ms)
     pub startup: Vec<(Way, Option<f64>, f64)>,
     pub scale: Vec<Scale>,
+    /// The remote row (a url server relaying to an HTTP upstream), when measured.
+    pub remote: Option<crate::remote::RemoteResult>,
     /// Why a cell is empty: key `section/way` (see [`key`]).
     pub why: BTreeMap<String, String>,
     pub notes: Vec<String>,
