@@ -108,6 +108,9 @@ fn every_key_at_its_upper_bound_runs_a_daemon_that_serves_a_request() {
     let mut supervisor = String::new();
     let mut server = String::new();
     let mut methods = String::new();
+    // A url server's own keys go to a url server beside it (its remote is never reached
+    // here: the remote tests serve calls through them; this checks the daemon runs).
+    let mut far = String::new();
     for k in KEYS {
         let Some((at, _)) = at_and_past(k) else {
             continue;
@@ -120,6 +123,9 @@ fn every_key_at_its_upper_bound_runs_a_daemon_that_serves_a_request() {
         match k.section {
             Section::Supervisor => supervisor.push_str(&format!("{} = {at}\n", k.name)),
             Section::MethodTimeout => methods.push_str(&format!("\"tools/call\" = {at}")),
+            _ if mcp_supervisor::config::keys::URL_ONLY.contains(&k.name) => {
+                far.push_str(&format!("{} = {at}\n", k.name))
+            }
             Section::Server | Section::ServerOnly => {
                 server.push_str(&format!("{} = {at}\n", k.name))
             }
@@ -136,7 +142,7 @@ fn every_key_at_its_upper_bound_runs_a_daemon_that_serves_a_request() {
                     "{server}http = true\nstart = \"{start}\"\nmethod_timeouts = {{ {methods} }}\n"
                 )
             )
-        );
+        ) + &format!("\n[servers.far]\nurl = \"http://127.0.0.1:9/mcp\"\n{far}");
         let sup = Supervisor::start(&text);
         let mut c = sup.client("fake");
         let r = c.call(json!(1), "echo", json!({"text": "at the bounds"}));

@@ -3166,6 +3166,21 @@ impl Server {
         } else if probe || self.cfg.protocol == ChildProtocol::Auto {
             // The probe's answer, or a remembered 2026 verdict that stopped working (the
             // server was replaced by a handshake-era one): the handshake, on this same child.
+            // A naive server that takes any first message for `initialize` answers the probe
+            // with an initialize result: that is its handshake, already done.
+            let initialized = m.result.as_ref().is_some_and(|r| {
+                serde_json::from_slice::<Value>(r.as_bytes())
+                    .ok()
+                    .and_then(|v| v.get("protocolVersion").map(Value::is_string))
+                    .unwrap_or(false)
+            });
+            if initialized {
+                self.set_verdict(
+                    Era::Handshake,
+                    "server/discover was answered with an initialize result",
+                );
+                return self.on_initialize_answer(m);
+            }
             let why = match code {
                 Some(c) => format!("server/discover was answered with error {c}"),
                 None => "server/discover was answered without the 2026 shape".to_string(),

@@ -895,6 +895,34 @@ fn an_empty_result_to_the_era_probe_means_the_handshake_era() {
     assert!(sim.stops().is_empty());
 }
 
+/// The same rule for a naive server that takes any first message for `initialize` (field
+/// scripts do): its initialize result to the probe is its handshake, already done; it is
+/// ready in the handshake era and is not sent `initialize` again.
+#[test]
+fn an_initialize_result_to_the_era_probe_is_the_handshake() {
+    let toml = BASE.replace("protocol = \"2025-11-25\"", "protocol = \"auto\"");
+    let mut sim = Sim::with_config(&toml, 30);
+    let probe = sim.asked.pop().expect("the era probe");
+    assert_eq!(probe.method, "server/discover");
+    sim.child_writes(
+        probe.generation,
+        json!({"jsonrpc": "2.0", "id": probe.id, "result": {"protocolVersion": "2025-06-18",
+            "capabilities": {"tools": {}}, "serverInfo": {"name": "naive", "version": "1"}}})
+        .to_string(),
+    );
+    assert_eq!(sim.server.life.state(), State::Ready);
+    assert_eq!(
+        sim.server.opener.verdict(),
+        Some(crate::mux::era::Era::Handshake)
+    );
+    let methods: Vec<String> = sim.written_methods().into_iter().map(|(_, m)| m).collect();
+    assert!(!methods.iter().any(|m| m == "initialize"), "{methods:?}");
+    assert!(
+        methods.iter().any(|m| m == "notifications/initialized"),
+        "{methods:?}"
+    );
+}
+
 /// Issue 27 §1: a decision is data before the shell carries it out. A `ping` from a socket
 /// client and one from an HTTP session are each answered with exactly one delivery effect,
 /// addressed only where the queue carries addresses (the HTTP session's, as the response to
