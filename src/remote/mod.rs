@@ -64,6 +64,11 @@ const VERSION: &str = "mcp-protocol-version";
 const METHOD: &str = "mcp-method";
 const NAME: &str = "mcp-name";
 const LAST_EVENT_ID: &str = "last-event-id";
+/// Cancelled ids remembered for 429 waits before the set is cleared (a bound, not a
+/// correctness limit: an id is removed when its exchange ends).
+const CANCELLED_KEEP: usize = 4096;
+/// Margin kept before a request's deadline when deciding to wait out a 429.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
 
 /// What starting a remote session needs, built from the server's configuration alone.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,6 +79,10 @@ pub struct RemoteSpec {
     pub config: RemoteConfig,
     /// The largest message accepted (a JSON body or one SSE event), in bytes.
     pub max_message_size: usize,
+    /// The deadline of a request with each method, as the core sets it (`request_timeout`,
+    /// `method_timeouts`): a 429 is waited out only within it.
+    pub request_timeout: Duration,
+    pub method_timeouts: std::collections::BTreeMap<String, Duration>,
 }
 
 impl RemoteSpec {
@@ -83,6 +92,8 @@ impl RemoteSpec {
             name: cfg.name.clone(),
             config: cfg.remote.clone()?,
             max_message_size: cfg.max_message_size,
+            request_timeout: cfg.request_timeout,
+            method_timeouts: cfg.method_timeouts.clone(),
         })
     }
 
@@ -161,6 +172,13 @@ struct Session {
     /// Held while the session re-initializes.
     reinit: tokio::sync::Mutex<()>,
     permits: Semaphore,
+    /// The request deadlines by method (from [`RemoteSpec`]).
+    request_timeout: Duration,
+    method_timeouts: std::collections::BTreeMap<String, Duration>,
+    /// Ids (JSON text) of requests the core cancelled (its `notifications/cancelled`, at its
+    /// deadline or a client's cancel): a 429 wait for one of them ends without a resend.
+    /// Bounded: cleared past [`CANCELLED_KEEP`].
+    cancelled: Mutex<std::collections::HashSet<String>>,
     cancel: CancellationToken,
     /// Set once the instance's one [`Event::Lost`] is sent.
     lost: AtomicBool,
@@ -240,6 +258,9 @@ pub fn start(
         facts: Mutex::new(Facts::default()),
         reinit: tokio::sync::Mutex::new(()),
         permits: Semaphore::new(cfg.max_connections.max(1)),
+        request_timeout: spec.request_timeout,
+        method_timeouts: spec.method_timeouts.clone(),
+        cancelled: Mutex::new(std::collections::HashSet::new()),
         cancel: CancellationToken::new(),
         lost: AtomicBool::new(false),
         tail,
@@ -391,6 +412,9 @@ async fn drive(
             warn!(server = %session.name, "a line toward the remote server is not JSON; dropped");
             continue;
         };
+        if out.method.as_deref() == Some("notifications/cancelled") {
+            session.note_cancel(&out.line);
+        }
         match out.method.as_deref() {
             Some("initialize") => {
                 if let Ok(v) = serde_json::from_slice::<Value>(&out.line) {
@@ -419,6 +443,8 @@ async fn drive(
 enum Sent {
     /// Answered (or nothing to answer).
     Done,
+    /// 429 with `Retry-After`: not answered yet; the caller waits or refuses.
+    RateLimited(Duration),
     /// `404` with the session id: the session is gone and the request never ran.
     SessionGone(u64),
 }
@@ -430,14 +456,50 @@ impl Session {
         let Ok(_permit) = self.permits.acquire().await else {
             return;
         };
-        match self.post(&out).await {
-            Sent::Done => {}
+        let deadline = crate::deadline::after(
+            Instant::now(),
+            out.method
+                .as_deref()
+                .and_then(|m| self.method_timeouts.get(m))
+                .copied()
+                .unwrap_or(self.request_timeout),
+        );
+        let mut sent = self.post(&out).await;
+        // 429: wait for `Retry-After` within the request's own deadline, then send again;
+        // past it, or once the core cancelled the request, the caller gets `rate_limited`
+        // with `retry_after` (issue 29, decisions).
+        while let Sent::RateLimited(wait) = sent {
+            let id = out.id.as_ref().map(|i| i.get().to_string());
+            let resend_at = crate::deadline::after(
+                crate::deadline::after(Instant::now(), wait),
+                DEADLINE_MARGIN,
+            );
+            if resend_at >= deadline || self.was_cancelled(&id) {
+                self.refuse(&out, 429, Some(wait), "").await;
+                self.forget_cancel(&id);
+                return;
+            }
+            debug!(server = %self.name, wait_ms = wait.as_millis() as u64, "429: waiting for Retry-After within the request's deadline");
+            tokio::time::sleep(wait).await;
+            if self.was_cancelled(&id) {
+                self.forget_cancel(&id);
+                return;
+            }
+            sent = self.post(&out).await;
+        }
+        self.forget_cancel(&out.id.as_ref().map(|i| i.get().to_string()));
+        match sent {
+            Sent::Done | Sent::RateLimited(_) => {}
             Sent::SessionGone(epoch) => {
                 info!(server = %self.name, method = ?out.method, "the server does not know the session any more (404): re-initializing, then sending again; the request had not run");
                 if self.reinitialize(epoch).await {
-                    if let Sent::SessionGone(_) = self.post(&out).await {
-                        self.refuse(&out, 404, None, "404 again on a fresh session")
-                            .await;
+                    match self.post(&out).await {
+                        Sent::SessionGone(_) => {
+                            self.refuse(&out, 404, None, "404 again on a fresh session")
+                                .await
+                        }
+                        Sent::RateLimited(wait) => self.refuse(&out, 429, Some(wait), "").await,
+                        Sent::Done => {}
                     }
                 }
             }
@@ -500,6 +562,10 @@ impl Session {
             return Sent::Done;
         }
         let retry_after = classify::retry_after(resp.headers());
+        if let (StatusCode::TOO_MANY_REQUESTS, Some(wait), Some(_)) = (status, retry_after, &out.id)
+        {
+            return Sent::RateLimited(wait);
+        }
         let content_type = resp
             .headers()
             .get(CONTENT_TYPE)
@@ -524,6 +590,38 @@ impl Session {
             }
         }
         Sent::Done
+    }
+
+    /// Notes the request a `notifications/cancelled` line names (its `requestId`).
+    fn note_cancel(&self, line: &[u8]) {
+        let id = serde_json::from_slice::<Value>(line)
+            .ok()
+            .and_then(|v| v.pointer("/params/requestId").map(Value::to_string));
+        if let Some(id) = id {
+            let mut set = self.cancelled.lock().unwrap_or_else(|p| p.into_inner());
+            if set.len() >= CANCELLED_KEEP {
+                set.clear();
+            }
+            set.insert(id);
+        }
+    }
+
+    fn was_cancelled(&self, id: &Option<String>) -> bool {
+        id.as_ref().is_some_and(|id| {
+            self.cancelled
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(id)
+        })
+    }
+
+    fn forget_cancel(&self, id: &Option<String>) {
+        if let Some(id) = id {
+            self.cancelled
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(id);
+        }
     }
 
     /// Opens a fresh session after a 404: the `initialize` the core sent first, with an id of

@@ -364,7 +364,11 @@ fn remote_incident_strict_sessions_that_expire_never_lose_a_call() {
 #[test]
 fn remote_http_error_statuses_reach_the_caller_with_their_class() {
     let remote = incidents(&[]);
-    let sup = Supervisor::start(&format!("[servers.api]\nurl = {:?}\n", remote.url()));
+    // Calls get 5 s: the 429 below (Retry-After 7 s) cannot be waited out within it.
+    let sup = Supervisor::start(&format!(
+        "[servers.api]\nurl = {:?}\nmethod_timeouts = {{ \"tools/call\" = \"5s\" }}\n",
+        remote.url()
+    ));
     let mut c = ready_client(&sup, "api");
     let limited = c.call(json!(1), "status", json!({"code": 429, "retry_after": 7}));
     assert_eq!(limited["result"]["isError"], true, "{limited}");
@@ -825,4 +829,38 @@ fn remote_operator_verbs_delete_and_reopen_the_session() {
     assert!(wait_state(&sup, "ops", "ready"));
     assert_eq!(Client::text(&echo(&mut c, 4, "started")), "started");
     assert_eq!(remote.count("POST", "initialize"), 3);
+}
+
+/// A 429 with `Retry-After` is waited out when the call's own deadline allows, and the call
+/// is sent again (the caller sees only the answer); when it does not, the caller gets
+/// `rate_limited` at once, with `retry_after_ms`.
+#[test]
+fn remote_rate_limits_are_waited_out_within_the_calls_deadline() {
+    let remote = incidents(&[]);
+    let sup = Supervisor::start(&format!(
+        "[servers.patient]\nurl = {url:?}\n\n[servers.hurried]\nurl = {url:?}\nmethod_timeouts = {{ \"tools/call\" = \"500ms\" }}\n",
+        url = remote.url()
+    ));
+    let mut c = ready_client(&sup, "patient");
+    let r = c.call(
+        json!(1),
+        "limited",
+        json!({"key": "patient", "retry_after": 1}),
+    );
+    assert_eq!(Client::text(&r), "limited ok", "{r}");
+    let statuses: Vec<Value> = remote
+        .requests()
+        .iter()
+        .filter(|r| r["rpc"] == "tools/call")
+        .map(|r| r["status"].clone())
+        .collect();
+    assert_eq!(statuses, [json!(429), json!(200)]);
+    let mut h = ready_client(&sup, "hurried");
+    let r = h.call(
+        json!(1),
+        "limited",
+        json!({"key": "hurried", "retry_after": 2}),
+    );
+    assert_eq!(outage(&r)["class"], "rate_limited", "{r}");
+    assert_eq!(outage(&r)["retry_after_ms"], 2000, "{r}");
 }
