@@ -506,18 +506,23 @@ impl Session {
         }
     }
 
+    /// A POST toward the endpoint with the configured headers, a JSON body, and both answer
+    /// forms accepted.
+    fn post_builder(&self) -> reqwest::RequestBuilder {
+        self.client
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json, text/event-stream")
+    }
+
     /// One POST of `out`, its answer delivered.
     async fn post(&self, out: &Outgoing) -> Sent {
         let (session_id, version, epoch) = {
             let f = lock(&self.facts);
             (f.session_id.clone(), f.protocol_version.clone(), f.epoch)
         };
-        let mut req = self
-            .client
-            .post(self.url.clone())
-            .headers(self.headers.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "application/json, text/event-stream");
+        let mut req = self.post_builder();
         if out.modern {
             req = req.header(VERSION, crate::protocol::MODERN_VERSION);
             if let Some(m) = &out.method {
@@ -649,12 +654,7 @@ impl Session {
         let Ok(line) = serde_json::to_vec(&init) else {
             return false;
         };
-        let mut req = self
-            .client
-            .post(self.url.clone())
-            .headers(self.headers.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "application/json, text/event-stream");
+        let mut req = self.post_builder();
         if let Some(v) = lock(&self.facts).protocol_version.clone() {
             req = req.header(VERSION, v);
         }

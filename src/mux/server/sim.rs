@@ -1163,17 +1163,9 @@ impl Sim {
             let Some(generation) = self.current_generation() else {
                 return;
             };
-            {
-                let mut w = lock(&self.world);
-                if !w.live.contains(&generation) {
-                    return;
-                }
-                w.live.retain(|g| *g != generation);
-                w.stops.retain(|g| *g != generation);
+            if !self.end_instance(generation) {
+                return;
             }
-            self.asked.retain(|a| a.generation != generation);
-            self.listens.retain(|(g, _)| *g != generation);
-            self.stdout_closed.remove(&generation);
             self.saw("a lost connection");
             self.input(Input::Upstream(Event::Lost(
                 generation,
@@ -1344,12 +1336,13 @@ impl Sim {
         self.exit_instance(generation, requested);
     }
 
-    /// Instance `generation` exits: by the stop ladder (`requested`), or by itself.
-    fn exit_instance(&mut self, generation: u64, requested: bool) {
+    /// Instance `generation` is gone (an exit, a lost connection): the world and the harness
+    /// forget it. False when it was not live.
+    fn end_instance(&mut self, generation: u64) -> bool {
         {
             let mut w = lock(&self.world);
             if !w.live.contains(&generation) {
-                return;
+                return false;
             }
             w.live.retain(|g| *g != generation);
             w.stops.retain(|g| *g != generation);
@@ -1357,6 +1350,14 @@ impl Sim {
         self.asked.retain(|a| a.generation != generation);
         self.listens.retain(|(g, _)| *g != generation);
         self.stdout_closed.remove(&generation);
+        true
+    }
+
+    /// Instance `generation` exits: by the stop ladder (`requested`), or by itself.
+    fn exit_instance(&mut self, generation: u64, requested: bool) {
+        if !self.end_instance(generation) {
+            return;
+        }
         let exit = process::Exit {
             code: (!requested).then_some(1),
             signal: requested.then_some(libc::SIGTERM),
