@@ -343,7 +343,7 @@ impl Validator<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{is_loopback_host, HeaderSource};
 
     #[test]
     fn loopback_hosts() {
