@@ -18,30 +18,17 @@
 //! proxy variables removed from their environment (a proxy would be a third hop).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use nix::sys::signal::Signal;
 
 use crate::client::{classify, head, Conn, Reply};
 use crate::measure::{LAT_PER_ROUND, LAT_ROUNDS};
 use crate::procs::{cpu_of, phase, Proc};
 use crate::results::{percentile, Results};
-use crate::rig::{Rig, FAKE, SUPERVISOR};
+use crate::rig::{Rig, FAKE};
 
 /// The server's name in both daemons.
 const NAME: &str = "bench";
-const PROXY_VARS: [&str; 8] = [
-    "HTTP_PROXY",
-    "http_proxy",
-    "HTTPS_PROXY",
-    "https_proxy",
-    "ALL_PROXY",
-    "all_proxy",
-    "NO_PROXY",
-    "no_proxy",
-];
 
 /// What the remote row measured.
 pub struct RemoteResult {
@@ -64,21 +51,6 @@ pub struct Remote<'a> {
     pub url: String,
     token: String,
     pub relay_sock: PathBuf,
-}
-
-fn daemon(rig: &Rig, config: &Path, tag: &str) -> Proc {
-    let log = std::fs::File::create(rig.log(tag)).expect("log file");
-    let mut c = Command::new(SUPERVISOR);
-    c.arg("run")
-        .arg("-c")
-        .arg(config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log);
-    for v in PROXY_VARS {
-        c.env_remove(v);
-    }
-    Proc::spawn(&mut c, Some(Signal::SIGTERM))
 }
 
 /// Waits (bounded) for a file the daemon `pid` writes at start; returns its trimmed text.
@@ -113,7 +85,7 @@ impl<'a> Remote<'a> {
             rig.pidfile().display()
         );
         std::fs::write(&up_config, text).map_err(|e| format!("write the config: {e}"))?;
-        let upstream = daemon(rig, &up_config, "remote-up");
+        let upstream = rig.supervisor(&up_config, "remote-up");
         rig.await_ready(
             "remote-up",
             upstream.pid(),
@@ -135,7 +107,7 @@ impl<'a> Remote<'a> {
             relay_dir.display()
         );
         std::fs::write(&relay_config, text).map_err(|e| format!("write the config: {e}"))?;
-        let relay = daemon(rig, &relay_config, "remote-relay");
+        let relay = rig.supervisor(&relay_config, "remote-relay");
         let relay_sock = relay_dir.join(format!("{NAME}.sock"));
         rig.await_ready(
             "remote-relay",
@@ -296,15 +268,21 @@ fn answer_of(body: &[u8]) -> &[u8] {
         .unwrap_or(b"")
 }
 
-/// `cargo test --benches`: a few calls each way.
-pub fn smoke(rig: &Rig) {
+/// Both daemons started, and a session each way: direct to the upstream, through the relay.
+fn open(rig: &Rig) -> (Remote<'_>, HttpConn, Conn) {
     let remote = Remote::start(rig).unwrap_or_else(|e| panic!("remote: {e}"));
-    let mut direct = remote
+    let direct = remote
         .direct()
         .unwrap_or_else(|e| panic!("remote direct: {e}"));
-    let mut through = remote
+    let through = remote
         .through()
         .unwrap_or_else(|e| panic!("remote through: {e}"));
+    (remote, direct, through)
+}
+
+/// `cargo test --benches`: a few calls each way.
+pub fn smoke(rig: &Rig) {
+    let (_remote, mut direct, mut through) = open(rig);
     let mut buf = Vec::new();
     for _ in 0..3 {
         direct
@@ -323,13 +301,7 @@ pub fn measure_remote(rig: &Rig, res: &mut Results) {
         "remote: round trips to an HTTP upstream, direct and through the supervisor",
         Duration::from_secs(90),
     );
-    let remote = Remote::start(rig).unwrap_or_else(|e| panic!("remote: {e}"));
-    let mut direct = remote
-        .direct()
-        .unwrap_or_else(|e| panic!("remote direct: {e}"));
-    let mut through = remote
-        .through()
-        .unwrap_or_else(|e| panic!("remote through: {e}"));
+    let (remote, mut direct, mut through) = open(rig);
     let mut buf = Vec::new();
     for _ in 0..200 {
         direct

@@ -67,6 +67,18 @@ pub struct Rig {
     pub rmcp: RmcpMux,
 }
 
+/// The environment variables that route HTTP through a proxy.
+const PROXY_VARS: [&str; 8] = [
+    "HTTP_PROXY",
+    "http_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
 impl Rig {
     pub fn new(dir: &Path) -> Rig {
         for p in [dir.to_str().unwrap_or(" "), FAKE, SUPERVISOR] {
@@ -145,7 +157,9 @@ impl Rig {
         (path, socks)
     }
 
-    /// Starts `mcp-supervisor run` (log in `<tag>.log`); does not wait.
+    /// Starts `mcp-supervisor run` (log in `<tag>.log`); does not wait. The proxy variables
+    /// are removed: every path of the benchmark is on this machine, and a url server's
+    /// session would otherwise go through a proxy the environment names (the remote row).
     pub fn supervisor(&self, config: &Path, tag: &str) -> Proc {
         let log = std::fs::File::create(self.dir.join(format!("{tag}.log"))).expect("log file");
         let mut c = Command::new(SUPERVISOR);
@@ -155,6 +169,9 @@ impl Rig {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
+        for v in PROXY_VARS {
+            c.env_remove(v);
+        }
         Proc::spawn(&mut c, Some(Signal::SIGTERM))
     }
 
