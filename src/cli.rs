@@ -134,6 +134,27 @@ pub enum Verb {
         #[command(flatten)]
         target: Target,
     },
+    /// Sign in to url server NAME (OAuth): the supervisor discovers the server's
+    /// authorization server and prints the URL to open; a browser is opened where there is
+    /// one. Waits until the sign-in is done and the server is started (exit 0), denied or
+    /// timed out (1); 2 when NAME does not sign in (not a url server, a static header).
+    Login {
+        /// The server name.
+        name: String,
+        /// Do not open a browser: print the URL and read the address the browser ended on,
+        /// pasted back (for SSH sessions).
+        #[arg(long)]
+        no_browser: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Forget the sign-in of url server NAME (its tokens) and restart its session.
+    Logout {
+        /// The server name.
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Print the last 64 KiB of server NAME's stderr.
     Logs {
         /// The server name.

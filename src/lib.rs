@@ -16,6 +16,7 @@
 
 pub mod adopt;
 pub mod attach;
+pub mod auth;
 pub mod child;
 pub mod cli;
 pub mod config;

@@ -113,6 +113,15 @@ fn main() {
         Verb::Restart { name, target } => operate(target, Op::Restart { name }, false),
         Verb::Reload { target } => operate(target, Op::Reload, false),
         Verb::Logs { name, target } => operate(target, Op::Logs { name }, false),
+        Verb::Logout { name, target } => operate(target, Op::Logout { name }, false),
+        Verb::Login {
+            name,
+            no_browser,
+            target,
+        } => match cli::control_socket(target.config) {
+            Ok(socket) => mcp_supervisor::control::client::login(&socket, &name, no_browser),
+            Err(code) => code,
+        },
         Verb::Probe { ready, target } => match cli::load_config(target.config) {
             Err(code) => code,
             Ok(c) => match c.supervisor.metrics_listen {

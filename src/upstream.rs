@@ -115,6 +115,9 @@ pub struct Refusal {
     pub status: u16,
     /// `Retry-After`, when the server gave one.
     pub retry_after: Option<std::time::Duration>,
+    /// A 401/403 only a person can fix (`mcp-supervisor login NAME`, issue 30): the server
+    /// goes `auth_required` (the scope a step-up asked for is in its sign-in status).
+    pub sign_in: bool,
 }
 
 impl Event {

@@ -77,4 +77,33 @@ impl Validator<'_> {
             None => socket_dir.to_path_buf(),
         }
     }
+
+    /// `token_dir` as written (relative to the config file), else the persistent default:
+    /// `$STATE_DIRECTORY` (systemd), `$XDG_STATE_HOME/mcp-supervisor`,
+    /// `$HOME/.local/state/mcp-supervisor`, or `/var/lib/mcp-supervisor` as root (issue 30,
+    /// decisions).
+    pub(super) fn token_dir(&self, raw: &RawSupervisor) -> PathBuf {
+        if let Some(p) = &raw.token_dir {
+            let p = PathBuf::from(p);
+            return if p.is_relative() {
+                self.path.parent().unwrap_or(Path::new(".")).join(p)
+            } else {
+                p
+            };
+        }
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        if let Some(v) = env("STATE_DIRECTORY").and_then(|v| v.split(':').next().map(str::to_string)) {
+            return PathBuf::from(v);
+        }
+        if nix::unistd::geteuid().is_root() {
+            return PathBuf::from("/var/lib/mcp-supervisor");
+        }
+        if let Some(x) = env("XDG_STATE_HOME").filter(|x| x.starts_with('/')) {
+            return PathBuf::from(x).join("mcp-supervisor");
+        }
+        match env("HOME") {
+            Some(h) => PathBuf::from(h).join(".local/state/mcp-supervisor"),
+            None => PathBuf::from("/var/lib/mcp-supervisor"),
+        }
+    }
 }

@@ -623,6 +623,7 @@ pub const URL_ONLY: &[&str] = &[
     "allow_plain_http",
     "max_connections",
     "connect_timeout",
+    "oauth",
 ];
 
 /// `max_connections` (url servers, issue 29 §1).
@@ -751,6 +752,8 @@ pub const KEYS: &[Key] = &[
         "the traces' `service.name`; only with `otel_endpoint`"),
     key!("otel_headers", Supervisor, Kind::Table, Default::Toml("{}"),
         "extra HTTP headers on each export (values are never logged); only with `otel_endpoint`"),
+    key!("token_dir", Supervisor, Kind::Path, Default::Prose("systemd's `$STATE_DIRECTORY`, else `/var/lib/mcp-supervisor` as root, else `$XDG_STATE_HOME/mcp-supervisor`"),
+        "where sign-ins to url servers are kept (`NAME.json`, mode 0600); must persist across reboots"),
     key!("state_dir", Supervisor, Kind::Path, Default::Prose("systemd's `$STATE_DIRECTORY`, else `socket_dir`"),
         "where each on-demand server keeps the record of its last run, `NAME.cache.json`"),
     key!("limits", Supervisor, Kind::Choice(&["auto", "cgroup", "rlimit"]), Default::Toml("\"auto\""),
@@ -771,6 +774,8 @@ pub const KEYS: &[Key] = &[
         "url servers: allow `http://` to a host that is not loopback (a warning at every start)"),
     MAX_CONNECTIONS,
     CONNECT_TIMEOUT,
+    key!("oauth", ServerOnly, Kind::Table, Default::Prose("OAuth on, with dynamic client registration, unless `headers` has `Authorization`"),
+        "url servers: the sign-in; keys `grant` (`\"authorization_code\"` or `\"client_credentials\"`), `client_id`, `client_secret_file`, `private_key_file`, `signing_algorithm` (`ES256`), `client_metadata_url`, `scopes`, `redirect_port` (0 = any), `login_timeout` (`\"5m\"`)"),
 
     key!("env", Server, Kind::Table, Default::Toml("{}"), "variables added to the environment"),
     key!("cwd", Server, Kind::Path, Default::Prose("the supervisor's"), "working directory"),

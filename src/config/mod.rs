@@ -24,6 +24,7 @@ mod locate;
 mod logs;
 mod otel;
 mod raw;
+mod oauth;
 mod remote;
 mod values;
 
@@ -37,6 +38,7 @@ pub use locate::socket_dir_of;
 pub use logs::LogFormat;
 pub use otel::{traces_url, OtelConfig, TRACES_PATH};
 use raw::{Dur, RawFile, RawServer, RawSupervisor};
+pub use oauth::{Grant, OAuthConfig, LOGIN_TIMEOUT};
 pub use remote::{is_loopback_host, HeaderSource, RemoteConfig};
 pub use values::{
     default_socket_dir, env_matches, parse_duration, parse_mode, resolve_group, resolve_user,
@@ -96,6 +98,10 @@ pub struct SupervisorConfig {
     /// (`NAME.cache.json`). Default: systemd's `$STATE_DIRECTORY`, else `socket_dir`. It gets
     /// `socket_dir`'s ownership checks when some server needs it (issue 26 §5).
     pub state_dir: PathBuf,
+    /// `token_dir`: where sign-ins to url servers are kept (issue 30), a persistent directory
+    /// (never a tmpfs): `$STATE_DIRECTORY` under systemd, else `$XDG_STATE_HOME/mcp-supervisor`
+    /// (`~/.local/state/mcp-supervisor`), or `/var/lib/mcp-supervisor` as root.
+    pub token_dir: PathBuf,
     /// Connected clients per server beyond which new connections are refused (R24). Default 256.
     pub max_clients: usize,
     /// Mode of every socket the supervisor binds (server sockets and `control.sock`). Default
@@ -454,6 +460,9 @@ pub fn parse_with(path: &Path, text: &str, checks: Checks) -> Result<Config, Con
         }
         let mut cfg = v.server(Table(Some(n)), server.span(), server.get_ref(), &defaults)?;
         cfg.cache_file = supervisor.state_dir.join(format!("{n}.cache.json"));
+        if let Some(r) = cfg.remote.as_mut() {
+            r.token_dir = supervisor.token_dir.clone();
+        }
         servers.insert(n.clone(), cfg);
         // A socket path must fit `sun_path` (108 bytes with its NUL): caught here rather than
         // as a bind error after start (issue 14 Why 6).
@@ -665,6 +674,7 @@ impl Validator<'_> {
             otel,
             metrics_listen,
             state_dir: self.state_dir(raw, &socket_dir),
+            token_dir: self.token_dir(raw),
             socket_dir,
             max_clients: self.supervisor_count(&keys::MAX_CLIENTS, &raw.max_clients)?,
             socket_mode,

@@ -46,6 +46,7 @@ pub(super) struct RawSupervisor {
     pub(super) otel_service_name: Option<Spanned<String>>,
     pub(super) otel_headers: Option<Spanned<BTreeMap<String, String>>>,
     pub(super) state_dir: Option<String>,
+    pub(super) token_dir: Option<String>,
     pub(super) limits: Option<Spanned<String>>,
 }
 
@@ -126,6 +127,22 @@ pub(super) struct RawServer {
     pub(super) allow_plain_http: Option<Spanned<bool>>,
     pub(super) max_connections: Option<Spanned<usize>>,
     pub(super) connect_timeout: Dur,
+    pub(super) oauth: Option<Spanned<RawOAuth>>,
+}
+
+/// `[servers.NAME.oauth]` (issue 30).
+#[derive(Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOAuth {
+    pub(super) grant: Option<String>,
+    pub(super) client_id: Option<String>,
+    pub(super) client_secret_file: Option<String>,
+    pub(super) private_key_file: Option<String>,
+    pub(super) signing_algorithm: Option<String>,
+    pub(super) client_metadata_url: Option<String>,
+    pub(super) scopes: Option<Vec<String>>,
+    pub(super) redirect_port: Option<u16>,
+    pub(super) login_timeout: Option<String>,
 }
 
 /// A url server's header value: a string, or where to read it.

@@ -33,6 +33,10 @@ pub struct RemoteConfig {
     pub max_connections: usize,
     /// How long DNS, TCP and TLS may take before the server counts as unreachable.
     pub connect_timeout: Duration,
+    /// The sign-in (issue 30): `None` when `headers` has a static `Authorization`.
+    pub oauth: Option<super::OAuthConfig>,
+    /// `[supervisor] token_dir`, where the sign-in is kept.
+    pub token_dir: PathBuf,
 }
 
 impl std::fmt::Debug for RemoteConfig {
@@ -48,6 +52,7 @@ impl std::fmt::Debug for RemoteConfig {
             .field("allow_plain_http", &self.allow_plain_http)
             .field("max_connections", &self.max_connections)
             .field("connect_timeout", &self.connect_timeout)
+            .field("oauth", &self.oauth)
             .finish()
     }
 }
@@ -145,6 +150,7 @@ impl RawServer {
                 "allow_plain_http" => self.allow_plain_http.as_ref().map(|v| v.span()),
                 "max_connections" => self.max_connections.as_ref().map(|v| v.span()),
                 "connect_timeout" => self.connect_timeout.as_ref().map(|v| v.span()),
+                "oauth" => self.oauth.as_ref().map(|v| v.span()),
                 _ => None,
             }
         };
@@ -286,7 +292,14 @@ impl Validator<'_> {
             }
         }
         let (max_connections, connect_timeout) = limits;
+        let static_authorization = headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("authorization"))
+            .then(|| s.headers.as_ref().map(|h| h.span()).unwrap_or(span.clone()));
+        let oauth = self.oauth(t, s.oauth.as_ref(), static_authorization)?;
         Ok(Some(RemoteConfig {
+            oauth,
+            token_dir: PathBuf::new(),
             url: url.get_ref().clone(),
             headers,
             tls_ca_file,
@@ -331,7 +344,7 @@ impl Validator<'_> {
     }
 
     /// A path as written: relative paths are relative to the config file's directory.
-    fn relative_to_file(&self, p: &str) -> PathBuf {
+    pub(super) fn relative_to_file(&self, p: &str) -> PathBuf {
         let p = PathBuf::from(p);
         if p.is_relative() {
             self.path.parent().unwrap_or(Path::new(".")).join(p)

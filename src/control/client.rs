@@ -33,12 +33,21 @@ pub enum ClientError {
 
 /// Sends `req` to the daemon listening on `socket` and returns its answer.
 pub fn request(socket: &Path, req: &Request) -> Result<Response, ClientError> {
+    request_within(socket, req, TIMEOUT)
+}
+
+/// [`request`], waiting up to `timeout` for the answer.
+pub fn request_within(
+    socket: &Path,
+    req: &Request,
+    timeout: Duration,
+) -> Result<Response, ClientError> {
     let mut stream = UnixStream::connect(socket).map_err(|source| ClientError::NotRunning {
         path: socket.display().to_string(),
         source,
     })?;
     stream
-        .set_read_timeout(Some(TIMEOUT))
+        .set_read_timeout(Some(timeout))
         .and_then(|_| stream.set_write_timeout(Some(TIMEOUT)))
         .map_err(|e| ClientError::Broken(e.to_string()))?;
     let refused = || {
@@ -110,7 +119,12 @@ pub fn run(socket: &Path, op: Op, json: bool) -> i32 {
             }
         }
         Op::Reload => print_reload(&resp.reload.unwrap_or_default(), json),
-        Op::Start { .. } | Op::Stop { .. } | Op::Restart { .. } => {
+        Op::Login { .. } | Op::LoginPaste { .. } => {}
+        Op::Start { .. }
+        | Op::Stop { .. }
+        | Op::Restart { .. }
+        | Op::LoginWait { .. }
+        | Op::Logout { .. } => {
             for s in &servers {
                 if json {
                     println!("{}", serde_json::to_string_pretty(s).unwrap_or_default());
@@ -131,6 +145,95 @@ pub fn run(socket: &Path, op: Op, json: bool) -> i32 {
     0
 }
 
+/// `mcp-supervisor login NAME` (issue 30): asks the daemon for the authorization URL, opens a
+/// browser on it (or, with `no_browser`, prints it and reads the redirect URL pasted back),
+/// then waits for the daemon to finish the sign-in and start the server. Exit codes: 0 signed
+/// in, 1 denied or timed out, 2 not a url server that signs in, 3 no daemon, 4 no such server.
+pub fn login(socket: &Path, name: &str, no_browser: bool) -> i32 {
+    let fail = |e: ClientError| match e {
+        e @ ClientError::NotRunning { .. } => {
+            eprintln!("mcp-supervisor: {e}");
+            EXIT_NOT_RUNNING
+        }
+        e => {
+            eprintln!("mcp-supervisor: {e}");
+            EXIT_FAILED
+        }
+    };
+    let begun = match request(
+        socket,
+        &Request::new(Op::Login {
+            name: name.to_string(),
+        }),
+    ) {
+        Ok(r) if r.ok => r,
+        Ok(r) => return refused(&r),
+        Err(e) => return fail(e),
+    };
+    let info = begun.login.unwrap_or_default();
+    if let Some(url) = &info.url {
+        eprintln!(
+            "To sign in to `{name}`, open this URL in a browser (waiting up to {}s):\n",
+            info.timeout_s
+        );
+        println!("{url}");
+        eprintln!();
+        if no_browser || webbrowser::open(url).is_err() {
+            eprintln!("After you approve, the browser is sent to http://127.0.0.1:…/callback. If that page does not load (over SSH it lands on your own machine), copy its whole address from the address bar, paste it here and press Enter.");
+            let socket = socket.to_path_buf();
+            let name = name.to_string();
+            std::thread::spawn(move || paste_loop(&socket, &name));
+        }
+    }
+    let wait = Duration::from_secs(info.timeout_s.saturating_add(120));
+    match request_within(
+        socket,
+        &Request::new(Op::LoginWait {
+            name: name.to_string(),
+        }),
+        wait,
+    ) {
+        Ok(r) if r.ok => {
+            for s in r.servers.unwrap_or_default() {
+                println!(
+                    "{}: signed in; {}",
+                    s["name"].as_str().unwrap_or(name),
+                    s["state"].as_str().unwrap_or("?")
+                );
+            }
+            0
+        }
+        Ok(r) => refused(&r),
+        Err(e) => fail(e),
+    }
+}
+
+/// Reads pasted redirect URLs from stdin and hands each to the daemon until one is taken.
+fn paste_loop(socket: &Path, name: &str) {
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { return };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let req = Request::new(Op::LoginPaste {
+            name: name.to_string(),
+            url: line.trim().to_string(),
+        });
+        match request(socket, &req) {
+            Ok(r) if r.ok => return,
+            Ok(r) => {
+                let m = r.error.map(|e| e.message).unwrap_or_default();
+                eprintln!("mcp-supervisor: {m}; paste the whole address again");
+            }
+            Err(e) => {
+                eprintln!("mcp-supervisor: {e}");
+                return;
+            }
+        }
+    }
+}
+
 /// Prints why the daemon refused a request and returns the exit code for it.
 fn refused(resp: &Response) -> i32 {
     let (kind, message) = match &resp.error {
@@ -145,6 +248,10 @@ fn refused(resp: &Response) -> i32 {
         Some(ErrorKind::UnknownServer) => {
             eprintln!("mcp-supervisor: {message}");
             EXIT_UNKNOWN_SERVER
+        }
+        Some(ErrorKind::NotApplicable) => {
+            eprintln!("mcp-supervisor: {message}");
+            EXIT_CONFIG
         }
         _ => {
             eprintln!("mcp-supervisor: {message}");

@@ -23,6 +23,7 @@
 //! CLI side. Access control is the daemon's accept loop (`SO_PEERCRED`), as for every socket.
 
 pub mod client;
+mod login;
 pub mod server;
 
 use serde::{Deserialize, Serialize};
@@ -90,6 +91,30 @@ pub enum Op {
     },
     /// The Prometheus/OpenMetrics text exposition of every metric (issue 8).
     Metrics,
+    /// Begin signing in to url server `name` (issue 30): the daemon discovers, registers and
+    /// answers the authorization URL to open (`login`).
+    Login {
+        /// The server.
+        name: String,
+    },
+    /// Wait for the login of `name` begun last: the redirect, the code exchange, then the
+    /// server started; answers like `start`.
+    LoginWait {
+        /// The server.
+        name: String,
+    },
+    /// The redirect URL the browser ended on, pasted by the user (`login --no-browser`).
+    LoginPaste {
+        /// The server.
+        name: String,
+        /// The whole URL.
+        url: String,
+    },
+    /// Forget the sign-in of `name` and restart its session.
+    Logout {
+        /// The server.
+        name: String,
+    },
 }
 
 impl Request {
@@ -116,6 +141,9 @@ pub enum ErrorKind {
     Failed,
     /// The daemon is shutting down.
     ShuttingDown,
+    /// `login`/`logout` of a server that does not sign in (not a url server, or a static
+    /// `Authorization` header).
+    NotApplicable,
 }
 
 /// An error answer.
@@ -162,6 +190,19 @@ pub struct Response {
     /// `reload`: what changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reload: Option<ReloadReport>,
+    /// `login`: what to open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login: Option<LoginInfo>,
+}
+
+/// `login`'s answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoginInfo {
+    /// The authorization URL; absent when no person is needed (client credentials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// How long the daemon waits for the redirect, in seconds.
+    pub timeout_s: u64,
 }
 
 impl Response {

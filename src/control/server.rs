@@ -155,6 +155,28 @@ pub async fn answer(line: &[u8], ctx: &Ctx) -> Response {
             ..Response::ok()
         },
         Op::Stop { name } => stop(ctx, &name).await,
+        Op::Login { name } => match lookup(ctx, &name) {
+            Ok(e) => super::login::begin(&name, &e).await,
+            Err(r) => *r,
+        },
+        Op::LoginWait { name } => match lookup(ctx, &name) {
+            Ok(e) => match super::login::wait(&name, &e).await {
+                Ok(()) => start(ctx, &name, false).await,
+                Err(r) => r,
+            },
+            Err(r) => *r,
+        },
+        Op::LoginPaste { name, url } => match lookup(ctx, &name) {
+            Ok(e) => super::login::paste(&name, &e, &url),
+            Err(r) => *r,
+        },
+        Op::Logout { name } => match lookup(ctx, &name) {
+            Ok(e) => match super::login::logout(&name, &e).await {
+                Ok(()) => start(ctx, &name, true).await,
+                Err(r) => r,
+            },
+            Err(r) => *r,
+        },
         Op::Start { name } => start(ctx, &name, false).await,
         Op::Restart { name } => start(ctx, &name, true).await,
         Op::Reload => {
@@ -176,7 +198,7 @@ pub async fn answer(line: &[u8], ctx: &Ctx) -> Response {
     }
 }
 
-fn lookup(ctx: &Ctx, name: &str) -> Result<Entry, Box<Response>> {
+pub(super) fn lookup(ctx: &Ctx, name: &str) -> Result<Entry, Box<Response>> {
     ctx.registry.get(name).ok_or_else(|| {
         let known: Vec<String> = ctx.registry.all().into_iter().map(|(n, _)| n).collect();
         Box::new(Response::error(

@@ -45,7 +45,7 @@ mod sockets;
 use sockets::{accept_loop, control_loop, SessionParams, Shared};
 pub use sockets::{
     bind_socket, client_access, lock_socket_dir, operator_access, prepare_socket_dir,
-    prepare_state_dir, server_access, socket_path, DirRefused, SocketPerms,
+    prepare_state_dir, prepare_token_dir, server_access, socket_path, DirRefused, SocketPerms,
 };
 
 /// At most this many reloads run per [`RELOAD_WINDOW`] (R3); more requests wait, coalesced.

@@ -209,15 +209,26 @@ pub fn prepare_socket_dir(dir: &Path, perms: SocketPerms) -> Result<()> {
 /// missing; never a symbolic link; owned by the supervisor's euid or root; writable by nobody
 /// else; every ancestor safe ([`check_ancestors`]). Errors are [`DirRefused`] (exit 2).
 pub fn prepare_state_dir(dir: &Path) -> Result<()> {
+    prepare_private_dir(dir, "state_dir", "keep records there")
+}
+
+/// Makes sure `token_dir`, where sign-ins to url servers are kept (issue 30), passes the
+/// checks of [`prepare_state_dir`]: a planted directory could hand the supervisor someone
+/// else's tokens or collect its own.
+pub fn prepare_token_dir(dir: &Path) -> Result<()> {
+    prepare_private_dir(dir, "token_dir", "keep sign-ins there")
+}
+
+/// The checks of [`prepare_state_dir`], for the directory of config key `key`.
+fn prepare_private_dir(dir: &Path, key: &str, purpose: &str) -> Result<()> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let me = nix::unistd::geteuid().as_raw();
-    let refuse =
-        |what: &str, fix: &str| refuse_key("state_dir", "keep records there", dir, what, fix);
+    let refuse = |what: &str, fix: &str| refuse_key(key, purpose, dir, what, fix);
     match std::fs::symlink_metadata(dir) {
         Ok(m) if m.file_type().is_symlink() => {
             return Err(refuse(
                 "is a symbolic link",
-                "set state_dir to the real directory, owned by the supervisor's user",
+                &format!("set {key} to the real directory, owned by the supervisor's user"),
             ))
         }
         Ok(m) if !m.is_dir() => {
@@ -235,16 +246,16 @@ pub fn prepare_state_dir(dir: &Path) -> Result<()> {
             std::fs::DirBuilder::new()
                 .mode(0o700)
                 .create(dir)
-                .with_context(|| format!("cannot create state directory {}", dir.display()))?;
+                .with_context(|| format!("cannot create {key} {}", dir.display()))?;
         }
         Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", dir.display())),
     }
-    check_ancestors(dir, me, "state_dir", "keep records there")?;
+    check_ancestors(dir, me, key, purpose)?;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
         .open(dir)
-        .with_context(|| format!("cannot open state directory {}", dir.display()))?;
+        .with_context(|| format!("cannot open {key} {}", dir.display()))?;
     let meta = file
         .metadata()
         .with_context(|| format!("cannot inspect {}", dir.display()))?;

@@ -40,7 +40,10 @@ use crate::jsonrpc::message;
 use crate::upstream::{Event, Lost, Queued, Refusal, StartError, StartFailure, Upstream};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use crate::auth::Verdict;
+use reqwest::header::{
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE,
+};
 use reqwest::StatusCode;
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -130,6 +133,9 @@ pub struct RemoteStatus {
     pub last_http_status: Option<u16>,
     /// The last error (a connect failure, an HTTP error status), secrets never included.
     pub last_error: Option<String>,
+    /// The sign-in (issue 30): whether signed in, the scopes, the expiry; never a token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<crate::auth::SignInStatus>,
 }
 
 /// The session's facts shared between its tasks and the handle's `status`.
@@ -183,6 +189,8 @@ struct Session {
     /// Set once the instance's one [`Event::Lost`] is sent.
     lost: AtomicBool,
     tail: StderrTail,
+    /// The sign-in (issue 30), for every request's bearer token and its 401/403.
+    auth: Option<Arc<crate::auth::SignIn>>,
 }
 
 /// Starts a remote session: builds the client (TLS, proxy from the environment, redirect
@@ -243,6 +251,7 @@ pub fn start(
         }))
         .build()
         .map_err(|e| fail(format!("HTTP client: {e}")))?;
+    let auth = sign_in_of(&spec.name, cfg).map_err(fail)?;
     let (normal_tx, normal_rx) = mpsc::channel(QUEUE);
     let (urgent_tx, urgent_rx) = mpsc::channel(QUEUE);
     let session = Arc::new(Session {
@@ -264,6 +273,7 @@ pub fn start(
         cancel: CancellationToken::new(),
         lost: AtomicBool::new(false),
         tail,
+        auth,
     });
     info!(server = %spec.name, url = %session.shown, generation, "remote session starting");
     tokio::spawn(drive(session.clone(), normal_rx, urgent_rx));
@@ -275,6 +285,37 @@ pub fn start(
         session,
         stopping: false,
     })
+}
+
+/// The sign-in of url server `name` (issue 30), `None` when it uses a static
+/// `Authorization` header. Shared with the control socket's `login`. Errors: the TLS settings
+/// cannot be read.
+pub fn sign_in_of(
+    name: &str,
+    cfg: &RemoteConfig,
+) -> Result<Option<Arc<crate::auth::SignIn>>, String> {
+    let Some(o) = &cfg.oauth else {
+        return Ok(None);
+    };
+    let url = reqwest::Url::parse(&cfg.url).map_err(|e| format!("url: {e}"))?;
+    let http = reqwest::Client::builder()
+        .tls_backend_preconfigured(tls::client_config(
+            cfg.tls_ca_file.as_deref(),
+            cfg.tls_skip_verify,
+        )?)
+        .connect_timeout(cfg.connect_timeout)
+        .user_agent(concat!("mcp-supervisor/", env!("CARGO_PKG_VERSION")))
+        // Token requests carry secrets: never sent on to another place.
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))?;
+    Ok(Some(crate::auth::sign_in_for(
+        name,
+        &url,
+        o,
+        &cfg.token_dir,
+        http,
+    )))
 }
 
 impl Upstream for RemoteHandle {
@@ -324,6 +365,7 @@ impl Upstream for RemoteHandle {
             protocol_version: f.protocol_version.clone(),
             last_http_status: f.last_http_status,
             last_error: f.last_error.clone(),
+            auth: None,
         })
     }
 }
@@ -443,6 +485,8 @@ async fn drive(
 enum Sent {
     /// Answered (or nothing to answer).
     Done,
+    /// A 401/403 after which the sign-in holds a new token: send once more.
+    AuthRetry,
     /// 429 with `Retry-After`: not answered yet; the caller waits or refuses.
     RateLimited(Duration),
     /// `404` with the session id: the session is gone and the request never ran.
@@ -489,7 +533,7 @@ impl Session {
         }
         self.forget_cancel(&out.id.as_ref().map(|i| i.get().to_string()));
         match sent {
-            Sent::Done | Sent::RateLimited(_) => {}
+            Sent::Done | Sent::RateLimited(_) | Sent::AuthRetry => {}
             Sent::SessionGone(epoch) => {
                 info!(server = %self.name, method = ?out.method, "the server does not know the session any more (404): re-initializing, then sending again; the request had not run");
                 if self.reinitialize(epoch).await {
@@ -499,7 +543,7 @@ impl Session {
                                 .await
                         }
                         Sent::RateLimited(wait) => self.refuse(&out, 429, Some(wait), "").await,
-                        Sent::Done => {}
+                        Sent::Done | Sent::AuthRetry => {}
                     }
                 }
             }
@@ -516,8 +560,27 @@ impl Session {
             .header(ACCEPT, "application/json, text/event-stream")
     }
 
-    /// One POST of `out`, its answer delivered.
+    /// One POST of `out`, its answer delivered; sent once more when the sign-in put a new
+    /// token in place after a 401/403 (issue 30 §3).
     async fn post(&self, out: &Outgoing) -> Sent {
+        match self.post_once(out, true).await {
+            Sent::AuthRetry => match self.post_once(out, false).await {
+                Sent::AuthRetry => Sent::Done,
+                s => s,
+            },
+            s => s,
+        }
+    }
+
+    /// The bearer token to send now, as a header value no log shows.
+    async fn bearer(&self) -> Option<(String, HeaderValue)> {
+        let token = self.auth.as_ref()?.bearer().await?;
+        let mut v = HeaderValue::from_str(&format!("Bearer {token}")).ok()?;
+        v.set_sensitive(true);
+        Some((token, v))
+    }
+
+    async fn post_once(&self, out: &Outgoing, auth_retry: bool) -> Sent {
         let (session_id, version, epoch) = {
             let f = lock(&self.facts);
             (f.session_id.clone(), f.protocol_version.clone(), f.epoch)
@@ -539,6 +602,13 @@ impl Session {
                 req = req.header(VERSION, v.as_str());
             }
         }
+        let token = match self.bearer().await {
+            Some((t, v)) => {
+                req = req.header(AUTHORIZATION, v);
+                Some(t)
+            }
+            None => None,
+        };
         let resp = match req.body(out.line.clone()).send().await {
             Ok(r) => r,
             Err(e) => {
@@ -562,6 +632,28 @@ impl Session {
         {
             lock(&self.facts).session_id = None;
             return Sent::SessionGone(epoch);
+        }
+        if let (Some(auth), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) = (&self.auth, status)
+        {
+            let www = resp
+                .headers()
+                .get(WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let verdict = if status == StatusCode::UNAUTHORIZED {
+                auth.unauthorized(www.as_deref(), token.as_deref()).await
+            } else {
+                auth.forbidden(www.as_deref()).await
+            };
+            match verdict {
+                Verdict::Retry if auth_retry => return Sent::AuthRetry,
+                Verdict::SignIn(scope) if out.id.is_some() => {
+                    let hint = format!("sign in with `mcp-supervisor login {}`", self.name);
+                    self.refuse_sign_in(out, status.as_u16(), scope, &hint).await;
+                    return Sent::Done;
+                }
+                _ => {}
+            }
         }
         if status == StatusCode::ACCEPTED || out.id.is_none() && status.is_success() {
             return Sent::Done;
@@ -657,6 +749,9 @@ impl Session {
         let mut req = self.post_builder();
         if let Some(v) = lock(&self.facts).protocol_version.clone() {
             req = req.header(VERSION, v);
+        }
+        if let Some((_, v)) = self.bearer().await {
+            req = req.header(AUTHORIZATION, v);
         }
         let resp = match req.body(line).send().await {
             Ok(r) => r,
@@ -804,7 +899,7 @@ impl Session {
             attempts += 1;
             tokio::time::sleep(state.retry.unwrap_or(DEFAULT_RETRY)).await;
             debug!(server = %self.name, attempt = attempts, "resuming a dropped SSE stream with Last-Event-ID");
-            let resp = match self.get(Some(&last)).send().await {
+            let resp = match self.get(Some(&last)).await.send().await {
                 Ok(r) if r.status().is_success() => r,
                 Ok(r) => {
                     self.note_status(r.status().as_u16(), None);
@@ -874,7 +969,7 @@ impl Session {
     }
 
     /// A GET toward the endpoint with the session's headers.
-    fn get(&self, last_event_id: Option<&str>) -> reqwest::RequestBuilder {
+    async fn get(&self, last_event_id: Option<&str>) -> reqwest::RequestBuilder {
         let (session_id, version) = {
             let f = lock(&self.facts);
             (f.session_id.clone(), f.protocol_version.clone())
@@ -893,6 +988,9 @@ impl Session {
         if let Some(l) = last_event_id {
             req = req.header(LAST_EVENT_ID, l);
         }
+        if let Some((_, v)) = self.bearer().await {
+            req = req.header(AUTHORIZATION, v);
+        }
         req
     }
 
@@ -909,7 +1007,7 @@ impl Session {
             modern: false,
         };
         loop {
-            let req = self.get(state.last_id.as_deref());
+            let req = self.get(state.last_id.as_deref()).await;
             let resp = tokio::select! {
                 _ = self.cancel.cancelled() => return,
                 r = req.send() => r,
@@ -949,6 +1047,9 @@ impl Session {
             .delete(self.url.clone())
             .headers(self.headers.clone())
             .header(SESSION, id);
+        if let Some((_, v)) = self.bearer().await {
+            req = req.header(AUTHORIZATION, v);
+        }
         if let Some(v) = version {
             req = req.header(VERSION, v);
         }
@@ -1024,6 +1125,30 @@ impl Session {
                 Refusal {
                     status,
                     retry_after,
+                    sign_in: false,
+                },
+            ))
+            .await;
+    }
+
+    /// The request of `out` was refused for want of a sign-in only a person can make.
+    async fn refuse_sign_in(&self, out: &Outgoing, status: u16, scope: Option<String>, why: &str) {
+        let Some(id) = out.id.clone() else { return };
+        let text = match scope {
+            Some(s) => format!("HTTP {status}: the server asks for scope `{s}`; {why}"),
+            None => format!("HTTP {status}: {why}"),
+        };
+        self.tail.note(&text);
+        self.note_status_error(text);
+        let _ = self
+            .events
+            .send(Event::Refused(
+                self.generation,
+                id,
+                Refusal {
+                    status,
+                    retry_after: None,
+                    sign_in: true,
                 },
             ))
             .await;

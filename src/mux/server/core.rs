@@ -543,12 +543,24 @@ impl Server {
                         client,
                         &id,
                         &p.method,
-                        OutageStatus::Ready,
+                        if r.sign_in {
+                            OutageStatus::AuthRequired
+                        } else {
+                            OutageStatus::Ready
+                        },
                         reason,
                         r.retry_after,
                         code::SERVER_UNAVAILABLE,
                         Outcome::Unreachable,
                     );
+                }
+                if r.sign_in {
+                    // No usable token and only a person can get one (issue 30 §3).
+                    error!(
+                        http_status = r.status,
+                        "the remote server needs a sign-in"
+                    );
+                    self.stop_child(StopCause::AuthFailed);
                 }
             }
             Whose::Handshake if reason.class() == Class::AuthFailed => {
@@ -688,8 +700,13 @@ impl Server {
             self.life = Life::Stopped;
         } else if cause == Some(StopCause::AuthFailed) {
             // No reconnect loop on a credential the server refuses (issue 29, decisions).
-            error!(message_id = MSG_FAILED, reason = "auth-failed",
-                "auth_required: the remote server refused the credential (HTTP 401/403) at the handshake; fix `headers`, then run `mcp-supervisor start {}`", self.cfg.name);
+            if self.signs_in() {
+                error!(message_id = MSG_FAILED, reason = "auth-failed",
+                    "auth_required: the remote server needs a sign-in (HTTP 401/403); run `mcp-supervisor login {}`", self.cfg.name);
+            } else {
+                error!(message_id = MSG_FAILED, reason = "auth-failed",
+                    "auth_required: the remote server refused the credential (HTTP 401/403) at the handshake; fix `headers`, then run `mcp-supervisor start {}`", self.cfg.name);
+            }
             self.life = Life::AuthRequired;
             self.fail_held(OutageStatus::AuthRequired);
         } else if remote
@@ -4218,6 +4235,11 @@ impl Server {
     /// Answers a client request that failed for an outage, a limit or a deadline with the
     /// documented record, and finishes it in the request log.
     #[allow(clippy::too_many_arguments)]
+    /// Whether this is a url server that signs in with OAuth (issue 30).
+    fn signs_in(&self) -> bool {
+        self.cfg.remote.as_ref().is_some_and(|r| r.oauth.is_some())
+    }
+
     pub(super) fn outage_respond(
         &mut self,
         client: ClientId,
@@ -4248,6 +4270,14 @@ impl Server {
             "server={} status={} reason={}",
             self.cfg.name, status, reason
         );
+        if reason.class() == Class::AuthFailed && self.signs_in() {
+            // What to do about it, where the user reads it (issue 30 §3).
+            let hint = format!("mcp-supervisor login {}", self.cfg.name);
+            text.push_str(&format!(" hint={hint:?}"));
+            if let Some(o) = record.as_object_mut() {
+                o.insert("hint".into(), json!(hint));
+            }
+        }
         if let Some(r) = retry {
             if let Some(o) = record.as_object_mut() {
                 o.insert("retry_after_ms".into(), json!(r.as_millis() as u64));

@@ -652,7 +652,8 @@ impl Server {
                 self.life.child().and_then(|c| c.usage()),
             ),
             remote: self.cfg.remote.as_ref().map(|r| {
-                self.life
+                let mut s = self
+                    .life
                     .child()
                     .and_then(|c| c.remote())
                     .unwrap_or_else(|| crate::remote::RemoteStatus {
@@ -660,7 +661,11 @@ impl Server {
                         last_error: Some(self.instances.tail().last_lines(1))
                             .filter(|l| !l.is_empty()),
                         ..Default::default()
-                    })
+                    });
+                if r.oauth.is_some() {
+                    s.auth = crate::auth::status(&self.cfg.name);
+                }
+                s
             }),
         }
     }

@@ -1157,6 +1157,7 @@ impl Sim {
                 Refusal {
                     status,
                     retry_after,
+                    sign_in: status == 401 && retry_after.is_none(),
                 },
             )));
         } else {
