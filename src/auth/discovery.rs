@@ -25,6 +25,8 @@ pub struct Challenge {
     pub scope: Option<String>,
     /// `error` (`invalid_token`, `insufficient_scope`, ...).
     pub error: Option<String>,
+    /// Whether the header has a `Bearer` challenge at all.
+    pub bearer: bool,
 }
 
 /// Parses the `Bearer` challenge of a `WWW-Authenticate` value (other schemes and unknown
@@ -79,6 +81,7 @@ pub fn parse_challenge(header: &str) -> Challenge {
         } else {
             if !token.is_empty() {
                 in_bearer = token.eq_ignore_ascii_case("bearer");
+                out.bearer |= in_bearer;
             }
             rest = rest.trim_start_matches(',').trim_start();
             if token.is_empty() && !rest.is_empty() {
@@ -259,6 +262,7 @@ mod tests {
             r#"Basic realm="x", Bearer error="insufficient_scope", scope="a b", resource_metadata="https://s/.well-known/oauth-protected-resource/mcp""#,
         );
         assert_eq!(c.error.as_deref(), Some("insufficient_scope"));
+        assert!(c.bearer);
         assert_eq!(c.scope.as_deref(), Some("a b"));
         assert_eq!(
             c.resource_metadata.as_deref(),
@@ -267,7 +271,8 @@ mod tests {
         let c = parse_challenge(r#"Bearer realm="a,\"b", scope=read"#);
         assert_eq!(c.scope.as_deref(), Some("read"));
         assert_eq!(parse_challenge("Basic realm=\"x\""), Challenge::default());
-        assert_eq!(parse_challenge("Bearer"), Challenge::default());
+        assert!(parse_challenge("Bearer").bearer);
+        assert!(parse_challenge(r#"Bearer resource_metadata="u""#).bearer);
     }
 
     #[test]

@@ -53,6 +53,8 @@ pub struct Tokens {
     pub refresh_token: Option<String>,
     /// When the access token expires, Unix seconds.
     pub expires_at: Option<u64>,
+    /// Its lifetime (`expires_in`), seconds.
+    pub lifetime_s: Option<u64>,
     /// The scopes granted (the server's `scope`, else those asked for).
     pub scope: Option<String>,
 }
@@ -336,6 +338,7 @@ fn tokens(r: TokenResult, asked: Option<&str>, what: &str) -> Result<Tokens, Str
         expires_at: t
             .expires_in()
             .map(|d| now_s().saturating_add(d.as_secs())),
+        lifetime_s: t.expires_in().map(|d| d.as_secs()),
         scope,
     })
 }
@@ -391,6 +394,7 @@ pub fn apply(record: &mut Record, t: Tokens) {
         record.refresh_token = t.refresh_token;
     }
     record.expires_at = t.expires_at;
+    record.lifetime_s = t.lifetime_s;
     if t.scope.is_some() {
         record.scope = t.scope;
     }

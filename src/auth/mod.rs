@@ -36,7 +36,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use store::{Record, Store};
 use tracing::{info, warn};
 
-/// A token this close to its expiry is refreshed before use, in seconds.
+/// A token this close to its expiry is refreshed before use, in seconds (at most a tenth of
+/// its lifetime: a 60 s token is used for 54 s).
 const REFRESH_AHEAD: u64 = 30;
 
 /// What the session should do after a refusal.
@@ -314,9 +315,10 @@ impl SignIn {
         let mut g = self.record().await;
         let rec = g.as_mut().and_then(|r| r.as_mut());
         if let Some(r) = rec {
+            let ahead = r.lifetime_s.map_or(REFRESH_AHEAD, |l| (l / 10).min(REFRESH_AHEAD));
             let fresh = r
                 .expires_at
-                .is_none_or(|t| t > grant::now_s().saturating_add(REFRESH_AHEAD));
+                .is_none_or(|t| t > grant::now_s().saturating_add(ahead));
             if r.access_token.is_some() && fresh {
                 return r.access_token.clone();
             }
@@ -389,6 +391,11 @@ impl SignIn {
         let c = discovery::parse_challenge(www.unwrap_or(""));
         self.remember(&c);
         let mut g = self.record().await;
+        let held = matches!(g.as_ref(), Some(Some(r)) if r.access_token.is_some() || r.refresh_token.is_some());
+        if !c.bearer && !held && self.cfg.grant == Grant::AuthorizationCode {
+            // A 401 without a Bearer challenge, and no sign-in to renew: not OAuth's to fix.
+            return Verdict::Stands;
+        }
         if let Some(Some(r)) = g.as_ref() {
             // Another request refreshed meanwhile: use that.
             if r.access_token.is_some() && r.access_token.as_deref() != sent {

@@ -44,6 +44,9 @@ pub struct Record {
     /// When the access token expires, Unix seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<u64>,
+    /// The access token's lifetime as issued, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifetime_s: Option<u64>,
     /// The scopes granted (or asked for, when the server did not say), space-separated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
@@ -90,6 +93,12 @@ impl Store {
     /// The record, `Ok(None)` when there is none. Errors: the directory or the file fails
     /// its checks (named with the fix), or the file is not a record.
     pub fn load(&self) -> Result<Option<Record>, String> {
+        // No directory yet: nobody signed in (and nothing is created until someone does).
+        if std::fs::symlink_metadata(&self.dir)
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        {
+            return Ok(None);
+        }
         crate::daemon::prepare_token_dir(&self.dir).map_err(|e| format!("{e:#}"))?;
         let path = self.path();
         let mut file = match std::fs::OpenOptions::new()

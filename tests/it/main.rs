@@ -25,3 +25,4 @@ mod probes;
 mod readme;
 mod reaping;
 mod remote;
+mod signin;

@@ -1,0 +1,292 @@
+//! Issue 30: sign in once. A real authorization server (`oidc-provider` from npm, short token
+//! lifetimes) and an MCP server that takes only its tokens (`tests/fixtures/oauth_server.mjs`);
+//! `mcp-supervisor login` with a `$BROWSER` that follows the redirects
+//! (`tests/conformance/browser.sh`); then what a user sees: the sign-in survives a restart of
+//! the daemon, an expired token is refreshed without the client noticing, and no token or
+//! secret appears anywhere but the 0600 store.
+
+use crate::harness::*;
+use crate::interop::Interop;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The fixture: an authorization server and the MCP server it protects.
+struct OAuthServers {
+    child: Option<Child>,
+    mcp: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for OAuthServers {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.take() {
+            terminate(c);
+        }
+    }
+}
+
+impl OAuthServers {
+    fn start(io: &Interop, access_ttl: u64) -> OAuthServers {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("oauth.log");
+        let mut child = Command::new(io.var("MCPSUP_INTEROP_NODE"))
+            .arg(io.var("MCPSUP_OAUTH_FIXTURE"))
+            .args(["--access-ttl", &access_ttl.to_string(), "--log"])
+            .arg(&log)
+            .env("MCPSUP_OIDC_NODE_MODULES", io.var("MCPSUP_OIDC_NODE_MODULES"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        OAuthServers {
+            child: Some(child),
+            mcp: v["mcp"].as_str().unwrap().to_string(),
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn browser() -> String {
+    format!("{}/tests/conformance/browser.sh", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn login(sup: &Supervisor, name: &str) -> std::process::Output {
+    Command::new(SUPERVISOR)
+        .args(["login", name, "-c"])
+        .arg(&sup.config)
+        .env("BROWSER", browser())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn auth_status(sup: &Supervisor, name: &str) -> Value {
+    sup.server_status(name)["remote"]["auth"].clone()
+}
+
+fn whoami(c: &mut Client, id: i64) -> Value {
+    let r = c.call(json!(id), "whoami", json!({}));
+    assert_eq!(r["result"]["isError"], Value::Null, "{r}");
+    r
+}
+
+/// Every file under `dir`, but `except`, as text.
+fn files_under(dir: &Path, except: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p != except {
+                if let Ok(bytes) = std::fs::read(&p) {
+                    out.push((p, String::from_utf8_lossy(&bytes).into_owned()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Sign in once, with a real authorization server: the server is `auth_required` until
+/// `login` (exit 0, then ready); calls carry the token; an expired access token is refreshed
+/// on the server's 401 and the call answered as if nothing happened; a new daemon on the same
+/// `token_dir` serves calls without signing in again; `logout` forgets it. No token, refresh
+/// token or client secret appears in the log, status, metrics, answers, or any file other
+/// than the 0600 store.
+#[test]
+fn remote_sign_in_once_survives_a_restart_and_refreshes_unnoticed() {
+    let io = Interop::load();
+    let servers = OAuthServers::start(&io, 6);
+    let tokens = tempfile::tempdir().unwrap();
+    let token_dir = tokens.path().join("tokens");
+    let keys = format!("token_dir = {token_dir:?}\nmetrics_listen = \"127.0.0.1:0\"");
+    let table = format!(
+        "[servers.hosted]\nurl = {:?}\nprobe_interval = \"1h\"\n",
+        servers.mcp
+    );
+    let mut sup = Supervisor::spawn_config(&keys, &table, &[]);
+    assert!(
+        wait_until(Duration::from_secs(10), || sup.path("run/control.sock").exists()),
+        "{}",
+        sup.log()
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || sup.server_status("hosted")["state"]
+            == "auth_required"),
+        "{}\n{}",
+        sup.server_status("hosted"),
+        sup.log()
+    );
+    assert_eq!(auth_status(&sup, "hosted")["signed_in"], false);
+    let out = login(&sup, "hosted");
+    let said = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}\n{}", sup.log());
+    assert!(said.contains("hosted: signed in; ready"), "{said}");
+    let store = token_dir.join("hosted.json");
+    let mode = std::fs::metadata(&store).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let record: Value = serde_json::from_str(&std::fs::read_to_string(&store).unwrap()).unwrap();
+    let auth = auth_status(&sup, "hosted");
+    assert_eq!(auth["signed_in"], true, "{auth}");
+    assert_eq!(auth["refreshable"], true, "{auth}");
+
+    let mut c = sup.client("hosted");
+    c.initialize("signin-test", json!({}));
+    let first = whoami(&mut c, 1);
+    assert!(Client::text(&first).contains("tester"), "{first}");
+    // Past the token's expiry (6 s): the supervisor refreshes before sending; the client sees
+    // an answer.
+    assert!(
+        wait_until(Duration::from_secs(30), || auth_status(&sup, "hosted")
+            ["expires_in_s"]
+            .as_i64()
+            .is_some_and(|s| s < 0)),
+        "{}",
+        auth_status(&sup, "hosted")
+    );
+    let second = whoami(&mut c, 2);
+    assert!(Client::text(&second).contains("tester"), "{second}");
+    assert!(
+        auth_status(&sup, "hosted")["expires_in_s"]
+            .as_i64()
+            .is_some_and(|s| s > 0),
+        "{}",
+        auth_status(&sup, "hosted")
+    );
+    let refreshed: Value =
+        serde_json::from_str(&std::fs::read_to_string(&store).unwrap()).unwrap();
+    assert_ne!(refreshed["access_token"], record["access_token"]);
+
+    // The secrets, as the store holds them, shown nowhere else.
+    let mut secrets: Vec<String> = Vec::new();
+    for r in [&record, &refreshed] {
+        for k in ["access_token", "refresh_token", "client_secret"] {
+            if let Some(s) = r[k].as_str() {
+                secrets.push(s.to_string());
+            }
+        }
+    }
+    assert!(secrets.len() >= 4, "{secrets:?}");
+    let mut shown = vec![
+        ("log".to_string(), sup.log()),
+        ("status".to_string(), sup.status_json().to_string()),
+        ("metrics".to_string(), sup.metrics()),
+        ("login".to_string(), said.clone()),
+        ("answers".to_string(), format!("{first}{second}")),
+        ("servers' log".to_string(), servers.log()),
+    ];
+    for (p, t) in files_under(sup.dir.path(), &store)
+        .into_iter()
+        .chain(files_under(tokens.path(), &store))
+    {
+        shown.push((p.display().to_string(), t));
+    }
+    for (what, text) in &shown {
+        for s in &secrets {
+            assert!(!text.contains(s.as_str()), "a secret is shown in {what}");
+        }
+    }
+    drop(c);
+    sup.stop();
+
+    // A new daemon with the same token_dir: no login, calls work. Its token has expired
+    // meanwhile, and the store is made to claim otherwise: the server's 401 is met with a
+    // refresh and the request sent again.
+    let at = refreshed["expires_at"].as_u64().unwrap();
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    assert!(wait_until(Duration::from_secs(30), || now() > at + 1));
+    let mut lie = refreshed.clone();
+    lie["expires_at"] = json!(now() + 3600);
+    std::fs::write(&store, lie.to_string()).unwrap();
+    let mut again = Supervisor::spawn_config(&keys, &table, &[]);
+    assert!(
+        wait_until(Duration::from_secs(10), || again.path("run/control.sock").exists()),
+        "{}",
+        again.log()
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || again.server_status("hosted")["state"]
+            == "ready"),
+        "{}\n{}",
+        again.server_status("hosted"),
+        again.log()
+    );
+    let mut c = again.client("hosted");
+    c.initialize("signin-test", json!({}));
+    let third = whoami(&mut c, 3);
+    assert!(Client::text(&third).contains("tester"), "{third}");
+    assert!(
+        servers.log().contains("token expired"),
+        "the server never saw the expired token:\n{}",
+        servers.log()
+    );
+
+    // logout: forgotten, and the server needs a sign-in again.
+    let out = Command::new(SUPERVISOR)
+        .args(["logout", "hosted", "-c"])
+        .arg(&again.config)
+        .output()
+        .unwrap();
+    assert!(!store.exists(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        wait_until(Duration::from_secs(30), || again.server_status("hosted")["state"]
+            == "auth_required"),
+        "{}",
+        again.server_status("hosted")
+    );
+    let r = c.call(json!(4), "whoami", json!({}));
+    let outage = &r["result"]["_meta"]["mcp-supervisor/outage"];
+    assert_eq!(outage["class"], "auth_failed", "{r}");
+    assert_eq!(outage["hint"], "mcp-supervisor login hosted", "{r}");
+    again.stop();
+}
+
+/// `login` says what is wrong with the exit codes the book gives: 2 for a server that does not
+/// sign in (a child process; a static `Authorization` header), 4 for no such server, 3 when
+/// no daemon runs.
+#[test]
+fn remote_login_exit_codes() {
+    let mut sup = Supervisor::start(&format!(
+        "{}\n[servers.static]\nurl = \"http://127.0.0.1:9/mcp\"\nheaders = {{ Authorization = \"Bearer x\" }}\nprobe_interval = \"1h\"\n",
+        fake_server("child", &[], "")
+    ));
+    for (name, code) in [("child", 2), ("static", 2), ("nope", 4)] {
+        let out = login(&sup, name);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    sup.stop();
+    let out = login(&sup, "static");
+    assert_eq!(out.status.code(), Some(3));
+}
