@@ -152,11 +152,19 @@ impl Endpoint<'_> {
         for (k, v) in self.assertion()? {
             req = req.add_extra_param(k, v);
         }
-        tokens(req.request_async(&Http(self.http)).await, asked_scope, "authorization code")
+        tokens(
+            req.request_async(&Http(self.http)).await,
+            asked_scope,
+            "authorization code",
+        )
     }
 
     /// Refreshes (RFC 6749 §6), for the same resource.
-    pub async fn refresh(&self, refresh_token: &str, scope: Option<&str>) -> Result<Tokens, String> {
+    pub async fn refresh(
+        &self,
+        refresh_token: &str,
+        scope: Option<&str>,
+    ) -> Result<Tokens, String> {
         let client = self.client()?;
         let token = RefreshToken::new(refresh_token.to_string());
         let mut req = client
@@ -185,7 +193,11 @@ impl Endpoint<'_> {
         for (k, v) in self.assertion()? {
             req = req.add_extra_param(k, v);
         }
-        tokens(req.request_async(&Http(self.http)).await, scope, "client credentials")
+        tokens(
+            req.request_async(&Http(self.http)).await,
+            scope,
+            "client credentials",
+        )
     }
 }
 
@@ -265,21 +277,16 @@ pub async fn register(
             error_code(&v)
         ));
     }
-    let client_id = v["client_id"]
-        .as_str()
-        .ok_or("registration: the answer has no client_id")?
-        .to_string();
-    let client_secret = v["client_secret"].as_str().map(str::to_string);
-    let auth_method = v["token_endpoint_auth_method"]
-        .as_str()
-        .map(str::to_string)
-        .unwrap_or_else(|| {
-            if client_secret.is_some() {
-                "client_secret_basic".into()
-            } else {
-                "none".into()
-            }
-        });
+    let field = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    let client_id = field("client_id").ok_or("registration: the answer has no client_id")?;
+    let client_secret = field("client_secret");
+    let auth_method = field("token_endpoint_auth_method").unwrap_or_else(|| {
+        if client_secret.is_some() {
+            "client_secret_basic".into()
+        } else {
+            "none".into()
+        }
+    });
     Ok(Identity {
         client_id,
         client_secret,
@@ -289,8 +296,8 @@ pub async fn register(
 
 /// ` (error: invalid_grant)` from an OAuth error body, or nothing.
 fn error_code(v: &Value) -> String {
-    v["error"]
-        .as_str()
+    v.get("error")
+        .and_then(Value::as_str)
         .map(|e| format!(" (error: {})", safe(e)))
         .unwrap_or_default()
 }
@@ -335,9 +342,7 @@ fn tokens(r: TokenResult, asked: Option<&str>, what: &str) -> Result<Tokens, Str
     Ok(Tokens {
         access_token: t.access_token().secret().clone(),
         refresh_token: t.refresh_token().map(|r| r.secret().clone()),
-        expires_at: t
-            .expires_in()
-            .map(|d| now_s().saturating_add(d.as_secs())),
+        expires_at: t.expires_in().map(|d| now_s().saturating_add(d.as_secs())),
         lifetime_s: t.expires_in().map(|d| d.as_secs()),
         scope,
     })
@@ -431,7 +436,10 @@ mod tests {
     #[test]
     fn pre_registered_clients_authenticate_the_way_the_server_takes() {
         let mut m = ServerMetadata::default();
-        assert_eq!(pre_registered_method(&m, true, false), "client_secret_basic");
+        assert_eq!(
+            pre_registered_method(&m, true, false),
+            "client_secret_basic"
+        );
         m.token_endpoint_auth_methods_supported = Some(vec!["client_secret_post".into()]);
         assert_eq!(pre_registered_method(&m, true, false), "client_secret_post");
         assert_eq!(pre_registered_method(&m, false, false), "none");

@@ -104,7 +104,10 @@ pub fn parse_pasted(url: &str) -> Result<Callback, String> {
         }
     }
     if cb.code.is_none() && cb.error.is_none() {
-        return Err("the URL has no `code` (copy the whole address of the page the browser ended on)".into());
+        return Err(
+            "the URL has no `code` (copy the whole address of the page the browser ended on)"
+                .into(),
+        );
     }
     Ok(cb)
 }
@@ -124,7 +127,10 @@ impl SignIn {
         let resp = self
             .http
             .post(self.url.clone())
-            .header(reqwest::header::ACCEPT, "application/json, text/event-stream")
+            .header(
+                reqwest::header::ACCEPT,
+                "application/json, text/event-stream",
+            )
             .json(&body)
             .timeout(Duration::from_secs(15))
             .send()
@@ -156,11 +162,9 @@ impl SignIn {
         }
         let c = self.challenge_now().await;
         let d = self.discover(&c).await.map_err(|e| self.failed(e))?;
-        let auth_endpoint = d
-            .meta
-            .authorization_endpoint
-            .clone()
-            .ok_or_else(|| self.failed("the authorization server has no authorization endpoint".into()))?;
+        let auth_endpoint = d.meta.authorization_endpoint.clone().ok_or_else(|| {
+            self.failed("the authorization server has no authorization endpoint".into())
+        })?;
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.cfg.redirect_port))
             .await
             .map_err(|e| {
@@ -296,7 +300,9 @@ impl SignIn {
                 return Ok(());
             };
             let Some(rx) = p.received.take() else {
-                return Err(LoginError::Failed("another `login` is already waiting".into()));
+                return Err(LoginError::Failed(
+                    "another `login` is already waiting".into(),
+                ));
             };
             (rx, p.deadline)
         };

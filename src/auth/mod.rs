@@ -220,7 +220,11 @@ fn covered(wanted: &str, held: Option<&str>) -> bool {
 /// `a` and `b`, space-separated, each scope once, in order.
 fn union(a: Option<&str>, b: &str) -> String {
     let mut out: Vec<&str> = Vec::new();
-    for s in a.unwrap_or("").split_whitespace().chain(b.split_whitespace()) {
+    for s in a
+        .unwrap_or("")
+        .split_whitespace()
+        .chain(b.split_whitespace())
+    {
         if !out.contains(&s) {
             out.push(s);
         }
@@ -315,7 +319,9 @@ impl SignIn {
         let mut g = self.record().await;
         let rec = g.as_mut().and_then(|r| r.as_mut());
         if let Some(r) = rec {
-            let ahead = r.lifetime_s.map_or(REFRESH_AHEAD, |l| (l / 10).min(REFRESH_AHEAD));
+            let ahead = r
+                .lifetime_s
+                .map_or(REFRESH_AHEAD, |l| (l / 10).min(REFRESH_AHEAD));
             let fresh = r
                 .expires_at
                 .is_none_or(|t| t > grant::now_s().saturating_add(ahead));
@@ -326,10 +332,10 @@ impl SignIn {
                 if let Ok(()) = self.refresh_locked(r).await {
                     return r.access_token.clone();
                 }
-            } else if self.cfg.grant == Grant::ClientCredentials {
-                if self.client_credentials_locked(&mut g, None).await.is_ok() {
-                    return g.as_ref()?.as_ref()?.access_token.clone();
-                }
+            } else if self.cfg.grant == Grant::ClientCredentials
+                && self.client_credentials_locked(&mut g, None).await.is_ok()
+            {
+                return g.as_ref()?.as_ref()?.access_token.clone();
             }
             return None;
         }
@@ -404,7 +410,10 @@ impl SignIn {
         }
         if self.cfg.grant == Grant::ClientCredentials {
             let scope = c.scope.clone();
-            return match self.client_credentials_locked(&mut g, scope.as_deref()).await {
+            return match self
+                .client_credentials_locked(&mut g, scope.as_deref())
+                .await
+            {
                 Ok(()) => Verdict::Retry,
                 Err(_) => Verdict::Stands,
             };
@@ -501,7 +510,12 @@ impl SignIn {
             Some(m) => m,
             None if prm.is_none() => {
                 // 2025-03-26: the server's origin, at its default paths.
-                let at = |p: &str| issuer_url.join(p).map(|u| u.to_string()).unwrap_or_default();
+                let at = |p: &str| {
+                    issuer_url
+                        .join(p)
+                        .map(|u| u.to_string())
+                        .unwrap_or_default()
+                };
                 ServerMetadata {
                     authorization_endpoint: Some(at("/authorize")),
                     token_endpoint: at("/token"),

@@ -62,7 +62,10 @@ impl std::fmt::Debug for Record {
             .field("issuer", &self.issuer)
             .field("auth_method", &self.auth_method)
             .field("access_token", &self.access_token.as_ref().map(|_| "<set>"))
-            .field("refresh_token", &self.refresh_token.as_ref().map(|_| "<set>"))
+            .field(
+                "refresh_token",
+                &self.refresh_token.as_ref().map(|_| "<set>"),
+            )
             .field("expires_at", &self.expires_at)
             .field("scope", &self.scope)
             .finish()
@@ -208,7 +211,10 @@ mod tests {
         assert_eq!(dir_mode, 0o700);
         assert_eq!(s.load().unwrap(), Some(record()));
         let shown = format!("{:?}", record());
-        assert!(!shown.contains("SECRET") && !shown.contains("k=v"), "{shown}");
+        assert!(
+            !shown.contains("SECRET") && !shown.contains("k=v"),
+            "{shown}"
+        );
         s.remove().unwrap();
         assert_eq!(s.load().unwrap(), None);
         s.remove().unwrap();
@@ -220,7 +226,10 @@ mod tests {
         let s = Store::new(d.path(), "hosted");
         s.save(&record()).unwrap();
         std::fs::set_permissions(s.path(), std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(s.load().unwrap_err().contains("can be read by its group or others"));
+        assert!(s
+            .load()
+            .unwrap_err()
+            .contains("can be read by its group or others"));
         std::fs::remove_file(s.path()).unwrap();
         let elsewhere = d.path().join("elsewhere.json");
         std::fs::write(&elsewhere, "{}").unwrap();

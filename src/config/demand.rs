@@ -92,7 +92,9 @@ impl Validator<'_> {
             };
         }
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        if let Some(v) = env("STATE_DIRECTORY").and_then(|v| v.split(':').next().map(str::to_string)) {
+        if let Some(v) =
+            env("STATE_DIRECTORY").and_then(|v| v.split(':').next().map(str::to_string))
+        {
             return PathBuf::from(v);
         }
         if nix::unistd::geteuid().is_root() {

@@ -22,9 +22,9 @@ pub mod keys;
 mod limits;
 mod locate;
 mod logs;
+mod oauth;
 mod otel;
 mod raw;
-mod oauth;
 mod remote;
 mod values;
 
@@ -36,9 +36,9 @@ use keys::Key;
 pub use limits::{LimitMode, Limits, MEMORY_MAX_MIN};
 pub use locate::socket_dir_of;
 pub use logs::LogFormat;
+pub use oauth::{Grant, OAuthConfig, LOGIN_TIMEOUT};
 pub use otel::{traces_url, OtelConfig, TRACES_PATH};
 use raw::{Dur, RawFile, RawServer, RawSupervisor};
-pub use oauth::{Grant, OAuthConfig, LOGIN_TIMEOUT};
 pub use remote::{is_loopback_host, HeaderSource, RemoteConfig};
 pub use values::{
     default_socket_dir, env_matches, parse_duration, parse_mode, resolve_group, resolve_user,

@@ -56,7 +56,9 @@ pub struct OAuthConfig {
 /// Default `login_timeout`.
 pub const LOGIN_TIMEOUT: Duration = Duration::from_secs(300);
 
-const ALGORITHMS: &[&str] = &["ES256", "ES384", "RS256", "RS384", "RS512", "PS256", "EdDSA"];
+const ALGORITHMS: &[&str] = &[
+    "ES256", "ES384", "RS256", "RS384", "RS512", "PS256", "EdDSA",
+];
 
 impl Validator<'_> {
     /// The server's sign-in, `None` when it has a static `Authorization` header (and no
@@ -95,7 +97,9 @@ impl Validator<'_> {
                 return Err(self.err(
                     at,
                     &k("grant"),
-                    &format!("`{other}`: expected \"authorization_code\" or \"client_credentials\""),
+                    &format!(
+                        "`{other}`: expected \"authorization_code\" or \"client_credentials\""
+                    ),
                 ))
             }
         };
@@ -137,18 +141,23 @@ impl Validator<'_> {
                 "client_credentials needs `client_id` with `client_secret_file` or `private_key_file`",
             ));
         }
-        let signing_algorithm = o.signing_algorithm.clone().unwrap_or_else(|| "ES256".into());
+        let signing_algorithm = o
+            .signing_algorithm
+            .clone()
+            .unwrap_or_else(|| "ES256".into());
         if !ALGORITHMS.contains(&signing_algorithm.as_str()) {
             return Err(self.err(
                 at,
                 &k("signing_algorithm"),
-                &format!("`{signing_algorithm}`: expected one of {}", ALGORITHMS.join(", ")),
+                &format!(
+                    "`{signing_algorithm}`: expected one of {}",
+                    ALGORITHMS.join(", ")
+                ),
             ));
         }
         if let Some(u) = &o.client_metadata_url {
-            let ok = reqwest::Url::parse(u).is_ok_and(|p| {
-                p.scheme() == "https" && p.path() != "/" && p.host_str().is_some()
-            });
+            let ok = reqwest::Url::parse(u)
+                .is_ok_and(|p| p.scheme() == "https" && p.path() != "/" && p.host_str().is_some());
             if !ok {
                 return Err(self.err(
                     at,
@@ -171,7 +180,10 @@ impl Validator<'_> {
                 })?,
         };
         for s in o.scopes.iter().flatten() {
-            if s.is_empty() || s.chars().any(|c| c.is_whitespace() || c == '"' || c == '\\') {
+            if s.is_empty()
+                || s.chars()
+                    .any(|c| c.is_whitespace() || c == '"' || c == '\\')
+            {
                 return Err(self.err(at, &k("scopes"), &format!("`{s}` is not a scope token")));
             }
         }

@@ -197,8 +197,8 @@ pub fn login(socket: &Path, name: &str, no_browser: bool) -> i32 {
             for s in r.servers.unwrap_or_default() {
                 println!(
                     "{}: signed in; {}",
-                    s["name"].as_str().unwrap_or(name),
-                    s["state"].as_str().unwrap_or("?")
+                    s.get("name").and_then(Value::as_str).unwrap_or(name),
+                    s.get("state").and_then(Value::as_str).unwrap_or("?")
                 );
             }
             0

@@ -9,35 +9,35 @@ use crate::auth::SignIn;
 use std::sync::Arc;
 
 /// The sign-in of the server, or the answer saying it has none.
-fn sign_in(name: &str, e: &Entry) -> Result<Arc<SignIn>, Response> {
+fn sign_in(name: &str, e: &Entry) -> Result<Arc<SignIn>, Box<Response>> {
     let Some(remote) = &e.cfg.remote else {
-        return Err(Response::error(
+        return Err(Box::new(Response::error(
             ErrorKind::NotApplicable,
             format!("server `{name}` is a child process (`command`), not a url server; it has nothing to sign in to"),
-        ));
+        )));
     };
     match crate::remote::sign_in_of(name, remote) {
         Ok(Some(s)) => Ok(s),
-        Ok(None) => Err(Response::error(
+        Ok(None) => Err(Box::new(Response::error(
             ErrorKind::NotApplicable,
             format!("server `{name}` sends a static `Authorization` header (`headers`); remove it to sign in with OAuth"),
-        )),
-        Err(m) => Err(Response::error(ErrorKind::NotApplicable, m)),
+        ))),
+        Err(m) => Err(Box::new(Response::error(ErrorKind::NotApplicable, m))),
     }
 }
 
-fn refused(e: LoginError) -> Response {
-    match e {
+fn refused(e: LoginError) -> Box<Response> {
+    Box::new(match e {
         LoginError::NotApplicable(m) => Response::error(ErrorKind::NotApplicable, m),
         LoginError::Failed(m) => Response::error(ErrorKind::Failed, m),
-    }
+    })
 }
 
 /// `login NAME`: discovery, registration, the URL to open.
 pub async fn begin(name: &str, e: &Entry) -> Response {
     let s = match sign_in(name, e) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match s.begin_login().await {
         Ok(start) => Response {
@@ -47,12 +47,12 @@ pub async fn begin(name: &str, e: &Entry) -> Response {
             }),
             ..Response::ok()
         },
-        Err(e) => refused(e),
+        Err(e) => *refused(e),
     }
 }
 
 /// Waits for the login of `name` begun last.
-pub async fn wait(name: &str, e: &Entry) -> Result<(), Response> {
+pub async fn wait(name: &str, e: &Entry) -> Result<(), Box<Response>> {
     let s = sign_in(name, e)?;
     s.wait_login().await.map_err(refused)
 }
@@ -61,15 +61,15 @@ pub async fn wait(name: &str, e: &Entry) -> Result<(), Response> {
 pub fn paste(name: &str, e: &Entry, url: &str) -> Response {
     match sign_in(name, e).and_then(|s| s.paste(url).map_err(refused)) {
         Ok(()) => Response::ok(),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
 /// `logout NAME`: forgets the sign-in.
-pub async fn logout(name: &str, e: &Entry) -> Result<(), Response> {
+pub async fn logout(name: &str, e: &Entry) -> Result<(), Box<Response>> {
     let s = sign_in(name, e)?;
     s.logout()
         .await
         .map(|_| ())
-        .map_err(|m| Response::error(ErrorKind::Failed, m))
+        .map_err(|m| Box::new(Response::error(ErrorKind::Failed, m)))
 }

@@ -162,7 +162,7 @@ pub async fn answer(line: &[u8], ctx: &Ctx) -> Response {
         Op::LoginWait { name } => match lookup(ctx, &name) {
             Ok(e) => match super::login::wait(&name, &e).await {
                 Ok(()) => start(ctx, &name, false).await,
-                Err(r) => r,
+                Err(r) => *r,
             },
             Err(r) => *r,
         },
@@ -173,7 +173,7 @@ pub async fn answer(line: &[u8], ctx: &Ctx) -> Response {
         Op::Logout { name } => match lookup(ctx, &name) {
             Ok(e) => match super::login::logout(&name, &e).await {
                 Ok(()) => start(ctx, &name, true).await,
-                Err(r) => r,
+                Err(r) => *r,
             },
             Err(r) => *r,
         },

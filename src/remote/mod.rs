@@ -34,13 +34,13 @@ mod classify;
 mod sse;
 pub mod tls;
 
+use crate::auth::Verdict;
 use crate::child::process::StderrTail;
 use crate::config::{RemoteConfig, ServerConfig};
 use crate::jsonrpc::message;
 use crate::upstream::{Event, Lost, Queued, Refusal, StartError, StartFailure, Upstream};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use crate::auth::Verdict;
 use reqwest::header::{
     HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE,
 };
@@ -649,7 +649,8 @@ impl Session {
                 Verdict::Retry if auth_retry => return Sent::AuthRetry,
                 Verdict::SignIn(scope) if out.id.is_some() => {
                     let hint = format!("sign in with `mcp-supervisor login {}`", self.name);
-                    self.refuse_sign_in(out, status.as_u16(), scope, &hint).await;
+                    self.refuse_sign_in(out, status.as_u16(), scope, &hint)
+                        .await;
                     return Sent::Done;
                 }
                 _ => {}

@@ -556,10 +556,7 @@ impl Server {
                 }
                 if r.sign_in {
                     // No usable token and only a person can get one (issue 30 §3).
-                    error!(
-                        http_status = r.status,
-                        "the remote server needs a sign-in"
-                    );
+                    error!(http_status = r.status, "the remote server needs a sign-in");
                     self.stop_child(StopCause::AuthFailed);
                 }
             }
@@ -4232,14 +4229,14 @@ impl Server {
         );
     }
 
-    /// Answers a client request that failed for an outage, a limit or a deadline with the
-    /// documented record, and finishes it in the request log.
-    #[allow(clippy::too_many_arguments)]
     /// Whether this is a url server that signs in with OAuth (issue 30).
     fn signs_in(&self) -> bool {
         self.cfg.remote.as_ref().is_some_and(|r| r.oauth.is_some())
     }
 
+    /// Answers a client request that failed for an outage, a limit or a deadline with the
+    /// documented record, and finishes it in the request log.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn outage_respond(
         &mut self,
         client: ClientId,
