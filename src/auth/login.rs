@@ -296,8 +296,14 @@ impl SignIn {
         let (mut rx, deadline) = {
             let mut p = lock(&self.pending);
             let Some(p) = p.as_mut() else {
-                // Client credentials: nothing to wait for.
-                return Ok(());
+                if self.cfg.grant == Grant::ClientCredentials {
+                    // The token was obtained by `begin_login`: nothing to wait for.
+                    return Ok(());
+                }
+                return Err(LoginError::Failed(format!(
+                    "no login of `{}` is waiting (another `login` took it, or it ended)",
+                    self.name
+                )));
             };
             let Some(rx) = p.received.take() else {
                 return Err(LoginError::Failed(
@@ -306,11 +312,32 @@ impl SignIn {
             };
             (rx, p.deadline)
         };
-        let cb = tokio::select! {
-            cb = rx.recv() => cb,
-            _ = tokio::time::sleep_until(deadline.into()) => None,
+        let expected = lock(&self.pending).as_ref().map(|p| p.state.clone());
+        let cb = loop {
+            let cb = tokio::select! {
+                cb = rx.recv() => cb,
+                _ = tokio::time::sleep_until(deadline.into()) => None,
+            };
+            // A redirect with another `state` is not this login's (an old tab, or another
+            // local user guessing the port): ignored, the wait goes on.
+            match cb {
+                Some(c) if c.state.is_some() && c.state != expected => {
+                    tracing::warn!(server = %self.name, "login: a redirect with another state was ignored");
+                }
+                other => break other,
+            }
         };
-        let pending = lock(&self.pending).take();
+        // Only this login's own attempt (a newer `login` replaced it otherwise).
+        let pending = {
+            let mut g = lock(&self.pending);
+            if g.as_ref().map(|p| p.state.clone()) == expected {
+                g.take()
+            } else {
+                return Err(LoginError::Failed(
+                    "a newer `login` of this server replaced this one".into(),
+                ));
+            }
+        };
         let (Some(cb), Some(p)) = (cb, pending) else {
             return Err(self.failed(format!(
                 "no sign-in within login_timeout ({}s); run `mcp-supervisor login {}` again",

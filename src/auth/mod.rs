@@ -495,9 +495,7 @@ impl SignIn {
                 (origin, None, None)
             }
         };
-        if !matches!(issuer_url.scheme(), "https" | "http") {
-            return Err("the authorization server's URL is not http(s)".into());
-        }
+        self.secure_enough(&issuer_url)?;
         let mut meta: Option<ServerMetadata> = None;
         for u in discovery::authorization_server_metadata_urls(&issuer_url) {
             if let Some(m) = discovery::get_json::<ServerMetadata>(&self.http, &u).await? {
@@ -530,12 +528,43 @@ impl SignIn {
                 ))
             }
         };
+        for ep in [
+            Some(&meta.token_endpoint),
+            meta.authorization_endpoint.as_ref(),
+            meta.registration_endpoint.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let u = reqwest::Url::parse(ep)
+                .map_err(|_| format!("the authorization server's endpoint {ep:?} is not a URL"))?;
+            self.secure_enough(&u)?;
+        }
         Ok(Discovered {
             resource,
             issuer: meta.issuer.clone().unwrap_or(issuer),
             meta,
             prm_scopes,
         })
+    }
+
+    /// Refuses an authorization server URL less protected than the server's own: `https`,
+    /// or `http` only to loopback or when the MCP server itself is plain `http` (the operator
+    /// allowed that). Codes, secrets and tokens travel to these URLs.
+    fn secure_enough(&self, u: &reqwest::Url) -> Result<(), String> {
+        match u.scheme() {
+            "https" => Ok(()),
+            "http"
+                if self.url.scheme() == "http"
+                    || crate::config::is_loopback_host(u.host_str().unwrap_or_default()) =>
+            {
+                Ok(())
+            }
+            _ => Err(format!(
+                "the authorization server's URL {} is not https; refusing to send credentials there",
+                discovery::shown(u)
+            )),
+        }
     }
 
     /// The scope to ask for: configured, else the challenge's, else the resource metadata's

@@ -428,6 +428,8 @@ pub fn parse_with(path: &Path, text: &str, checks: Checks) -> Result<Config, Con
                     "allow_plain_http",
                     d.allow_plain_http.as_ref().map(|v| v.span()),
                 ),
+                // A sign-in is one server's (issue 30).
+                ("oauth", d.oauth.as_ref().map(|v| v.span())),
             ] {
                 if let Some(at) = at {
                     return Err(v.err(

@@ -90,12 +90,14 @@ impl Validator<'_> {
         }
         let o = raw.get_ref();
         let at = raw.span();
-        let grant = match o.grant.as_deref() {
+        // Where a key is written, else the table's header.
+        let span_of = |v: Option<std::ops::Range<usize>>| v.unwrap_or(at.clone());
+        let grant = match o.grant.as_ref().map(|g| g.get_ref().as_str()) {
             None | Some("authorization_code") => Grant::AuthorizationCode,
             Some("client_credentials") => Grant::ClientCredentials,
             Some(other) => {
                 return Err(self.err(
-                    at,
+                    span_of(o.grant.as_ref().map(|g| g.span())),
                     &k("grant"),
                     &format!(
                         "`{other}`: expected \"authorization_code\" or \"client_credentials\""
@@ -103,12 +105,14 @@ impl Validator<'_> {
                 ))
             }
         };
-        let file = |p: &Option<String>, key: &str| -> Result<Option<PathBuf>, ConfigError> {
+        let file = |p: &Option<toml::Spanned<String>>,
+                    key: &str|
+         -> Result<Option<PathBuf>, ConfigError> {
             let Some(p) = p else { return Ok(None) };
-            let path = self.relative_to_file(p);
+            let path = self.relative_to_file(p.get_ref());
             if self.host && !path.is_file() {
                 return Err(self.err(
-                    at.clone(),
+                    p.span(),
                     &k(key),
                     &format!("{} is not a readable file", path.display()),
                 ));
@@ -119,7 +123,7 @@ impl Validator<'_> {
         let private_key_file = file(&o.private_key_file, "private_key_file")?;
         if client_secret_file.is_some() && private_key_file.is_some() {
             return Err(self.err(
-                at,
+                span_of(o.private_key_file.as_ref().map(|v| v.span())),
                 &k("private_key_file"),
                 "give one of `client_secret_file` and `private_key_file`",
             ));
@@ -136,18 +140,19 @@ impl Validator<'_> {
             && private_key_file.is_none()
         {
             return Err(self.err(
-                at,
+                span_of(o.grant.as_ref().map(|g| g.span())),
                 &k("grant"),
                 "client_credentials needs `client_id` with `client_secret_file` or `private_key_file`",
             ));
         }
         let signing_algorithm = o
             .signing_algorithm
-            .clone()
+            .as_ref()
+            .map(|a| a.get_ref().clone())
             .unwrap_or_else(|| "ES256".into());
         if !ALGORITHMS.contains(&signing_algorithm.as_str()) {
             return Err(self.err(
-                at,
+                span_of(o.signing_algorithm.as_ref().map(|v| v.span())),
                 &k("signing_algorithm"),
                 &format!(
                     "`{signing_algorithm}`: expected one of {}",
@@ -156,11 +161,11 @@ impl Validator<'_> {
             ));
         }
         if let Some(u) = &o.client_metadata_url {
-            let ok = reqwest::Url::parse(u)
+            let ok = reqwest::Url::parse(u.get_ref())
                 .is_ok_and(|p| p.scheme() == "https" && p.path() != "/" && p.host_str().is_some());
             if !ok {
                 return Err(self.err(
-                    at,
+                    u.span(),
                     &k("client_metadata_url"),
                     "must be an https:// URL with a path (the client ID metadata document)",
                 ));
@@ -168,34 +173,44 @@ impl Validator<'_> {
         }
         let login_timeout = match &o.login_timeout {
             None => LOGIN_TIMEOUT,
-            Some(text) => super::parse_duration(text)
+            Some(text) => super::parse_duration(text.get_ref())
                 .ok()
                 .filter(|d| !d.is_zero() && *d <= Duration::from_secs(3600))
                 .ok_or_else(|| {
                     self.err(
-                        at.clone(),
+                        text.span(),
                         &k("login_timeout"),
                         "a duration between 1s and 1h, e.g. \"5m\"",
                     )
                 })?,
         };
-        for s in o.scopes.iter().flatten() {
-            if s.is_empty()
-                || s.chars()
-                    .any(|c| c.is_whitespace() || c == '"' || c == '\\')
-            {
-                return Err(self.err(at, &k("scopes"), &format!("`{s}` is not a scope token")));
+        if let Some(list) = &o.scopes {
+            for s in list.get_ref() {
+                if s.is_empty()
+                    || s.chars()
+                        .any(|c| c.is_whitespace() || c == '"' || c == '\\')
+                {
+                    return Err(self.err(
+                        list.span(),
+                        &k("scopes"),
+                        &format!("`{s}` is not a scope token"),
+                    ));
+                }
             }
         }
         Ok(Some(OAuthConfig {
             grant,
-            client_id: o.client_id.clone(),
+            client_id: o.client_id.as_ref().map(|c| c.get_ref().clone()),
             client_secret_file,
             private_key_file,
             signing_algorithm,
-            client_metadata_url: o.client_metadata_url.clone(),
-            scopes: o.scopes.clone().unwrap_or_default(),
-            redirect_port: o.redirect_port.unwrap_or(0),
+            client_metadata_url: o.client_metadata_url.as_ref().map(|u| u.get_ref().clone()),
+            scopes: o
+                .scopes
+                .as_ref()
+                .map(|s| s.get_ref().clone())
+                .unwrap_or_default(),
+            redirect_port: o.redirect_port.as_ref().map(|p| *p.get_ref()).unwrap_or(0),
             login_timeout,
         }))
     }

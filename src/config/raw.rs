@@ -134,15 +134,15 @@ pub(super) struct RawServer {
 #[derive(Deserialize, Clone, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawOAuth {
-    pub(super) grant: Option<String>,
-    pub(super) client_id: Option<String>,
-    pub(super) client_secret_file: Option<String>,
-    pub(super) private_key_file: Option<String>,
-    pub(super) signing_algorithm: Option<String>,
-    pub(super) client_metadata_url: Option<String>,
-    pub(super) scopes: Option<Vec<String>>,
-    pub(super) redirect_port: Option<u16>,
-    pub(super) login_timeout: Option<String>,
+    pub(super) grant: Option<Spanned<String>>,
+    pub(super) client_id: Option<Spanned<String>>,
+    pub(super) client_secret_file: Option<Spanned<String>>,
+    pub(super) private_key_file: Option<Spanned<String>>,
+    pub(super) signing_algorithm: Option<Spanned<String>>,
+    pub(super) client_metadata_url: Option<Spanned<String>>,
+    pub(super) scopes: Option<Spanned<Vec<String>>>,
+    pub(super) redirect_port: Option<Spanned<u16>>,
+    pub(super) login_timeout: Option<Spanned<String>>,
 }
 
 /// A url server's header value: a string, or where to read it.

@@ -6,6 +6,7 @@ use super::server::Entry;
 use super::{ErrorKind, LoginInfo, Response};
 use crate::auth::login::LoginError;
 use crate::auth::SignIn;
+use crate::mux::server::Command;
 use std::sync::Arc;
 
 /// The sign-in of the server, or the answer saying it has none.
@@ -65,11 +66,25 @@ pub fn paste(name: &str, e: &Entry, url: &str) -> Response {
     }
 }
 
-/// `logout NAME`: forgets the sign-in.
-pub async fn logout(name: &str, e: &Entry) -> Result<(), Box<Response>> {
-    let s = sign_in(name, e)?;
-    s.logout()
-        .await
-        .map(|_| ())
-        .map_err(|m| Box::new(Response::error(ErrorKind::Failed, m)))
+/// `logout NAME`: forgets the sign-in, then restarts the session without waiting (a server
+/// that needs a sign-in goes `auth_required`, which is the point); answers the server's state.
+pub async fn logout(name: &str, e: &Entry) -> Response {
+    let s = match sign_in(name, e) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    if let Err(m) = s.logout().await {
+        return Response::error(ErrorKind::Failed, m);
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    if e.handle.commands.send(Command::Restart(tx)).await.is_ok() {
+        let _ = rx.await;
+    }
+    match super::server::query(&e.handle).await {
+        Some(st) => Response {
+            servers: Some(super::server::to_values(&[st])),
+            ..Response::ok()
+        },
+        None => Response::ok(),
+    }
 }

@@ -171,10 +171,7 @@ pub async fn answer(line: &[u8], ctx: &Ctx) -> Response {
             Err(r) => *r,
         },
         Op::Logout { name } => match lookup(ctx, &name) {
-            Ok(e) => match super::login::logout(&name, &e).await {
-                Ok(()) => start(ctx, &name, true).await,
-                Err(r) => *r,
-            },
+            Ok(e) => super::login::logout(&name, &e).await,
             Err(r) => *r,
         },
         Op::Start { name } => start(ctx, &name, false).await,
@@ -229,7 +226,7 @@ pub async fn query(handle: &ServerHandle) -> Option<Status> {
     tokio::time::timeout(STATUS_TIMEOUT, rx).await.ok()?.ok()
 }
 
-fn to_values(statuses: &[Status]) -> Vec<serde_json::Value> {
+pub(super) fn to_values(statuses: &[Status]) -> Vec<serde_json::Value> {
     statuses
         .iter()
         .filter_map(|s| serde_json::to_value(s).ok())

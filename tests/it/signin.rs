@@ -38,7 +38,10 @@ impl OAuthServers {
             .arg(io.var("MCPSUP_OAUTH_FIXTURE"))
             .args(["--access-ttl", &access_ttl.to_string(), "--log"])
             .arg(&log)
-            .env("MCPSUP_OIDC_NODE_MODULES", io.var("MCPSUP_OIDC_NODE_MODULES"))
+            .env(
+                "MCPSUP_OIDC_NODE_MODULES",
+                io.var("MCPSUP_OIDC_NODE_MODULES"),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -63,7 +66,10 @@ impl OAuthServers {
 }
 
 fn browser() -> String {
-    format!("{}/tests/conformance/browser.sh", env!("CARGO_MANIFEST_DIR"))
+    format!(
+        "{}/tests/conformance/browser.sh",
+        env!("CARGO_MANIFEST_DIR")
+    )
 }
 
 fn login(sup: &Supervisor, name: &str) -> std::process::Output {
@@ -124,12 +130,15 @@ fn remote_sign_in_once_survives_a_restart_and_refreshes_unnoticed() {
     );
     let mut sup = Supervisor::spawn_config(&keys, &table, &[]);
     assert!(
-        wait_until(Duration::from_secs(10), || sup.path("run/control.sock").exists()),
+        wait_until(Duration::from_secs(10), || sup
+            .path("run/control.sock")
+            .exists()),
         "{}",
         sup.log()
     );
     assert!(
-        wait_until(Duration::from_secs(30), || sup.server_status("hosted")["state"]
+        wait_until(Duration::from_secs(30), || sup.server_status("hosted")
+            ["state"]
             == "auth_required"),
         "{}\n{}",
         sup.server_status("hosted"),
@@ -175,8 +184,7 @@ fn remote_sign_in_once_survives_a_restart_and_refreshes_unnoticed() {
         "{}",
         auth_status(&sup, "hosted")
     );
-    let refreshed: Value =
-        serde_json::from_str(&std::fs::read_to_string(&store).unwrap()).unwrap();
+    let refreshed: Value = serde_json::from_str(&std::fs::read_to_string(&store).unwrap()).unwrap();
     assert_ne!(refreshed["access_token"], record["access_token"]);
 
     // The secrets, as the store holds them, shown nowhere else.
@@ -227,12 +235,15 @@ fn remote_sign_in_once_survives_a_restart_and_refreshes_unnoticed() {
     std::fs::write(&store, lie.to_string()).unwrap();
     let mut again = Supervisor::spawn_config(&keys, &table, &[]);
     assert!(
-        wait_until(Duration::from_secs(10), || again.path("run/control.sock").exists()),
+        wait_until(Duration::from_secs(10), || again
+            .path("run/control.sock")
+            .exists()),
         "{}",
         again.log()
     );
     assert!(
-        wait_until(Duration::from_secs(30), || again.server_status("hosted")["state"]
+        wait_until(Duration::from_secs(30), || again.server_status("hosted")
+            ["state"]
             == "ready"),
         "{}\n{}",
         again.server_status("hosted"),
@@ -248,15 +259,25 @@ fn remote_sign_in_once_survives_a_restart_and_refreshes_unnoticed() {
         servers.log()
     );
 
+    let listed = c.request(json!(30), "tools/list", json!({}));
+    assert!(listed.to_string().contains("whoami"), "{listed}");
+
     // logout: forgotten, and the server needs a sign-in again.
     let out = Command::new(SUPERVISOR)
         .args(["logout", "hosted", "-c"])
         .arg(&again.config)
         .output()
         .unwrap();
-    assert!(!store.exists(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!store.exists());
     assert!(
-        wait_until(Duration::from_secs(30), || again.server_status("hosted")["state"]
+        wait_until(Duration::from_secs(30), || again.server_status("hosted")
+            ["state"]
             == "auth_required"),
         "{}",
         again.server_status("hosted")
@@ -265,6 +286,20 @@ fn remote_sign_in_once_survives_a_restart_and_refreshes_unnoticed() {
     let outage = &r["result"]["_meta"]["mcp-supervisor/outage"];
     assert_eq!(outage["class"], "auth_failed", "{r}");
     assert_eq!(outage["hint"], "mcp-supervisor login hosted", "{r}");
+    // The tools stay listed from the cache, marked.
+    let listed = c.request(json!(5), "tools/list", json!({}));
+    let tools = listed["result"]["tools"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        tools.iter().any(|t| t["name"] == "whoami"
+            && t["description"]
+                .as_str()
+                .unwrap_or("")
+                .contains("auth_required")),
+        "{listed}"
+    );
     again.stop();
 }
 
