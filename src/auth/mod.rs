@@ -127,19 +127,22 @@ fn keeper() -> &'static Mutex<HashMap<String, Arc<SignIn>>> {
 
 /// The sign-in of server `name` for `url` with `cfg`, made once and shared (a reload with
 /// another URL, settings or `token_dir` makes a new one; the store on disk is what persists).
+/// `http` builds the client toward the authorization server, only when a new sign-in is made
+/// (it loads the TLS roots). Errors: `http`'s.
 pub fn sign_in_for(
     name: &str,
     url: &reqwest::Url,
     cfg: &OAuthConfig,
     token_dir: &Path,
-    http: reqwest::Client,
-) -> Arc<SignIn> {
+    http: impl FnOnce() -> Result<reqwest::Client, String>,
+) -> Result<Arc<SignIn>, String> {
     let mut k = lock(keeper());
     if let Some(s) = k.get(name) {
         if s.url == *url && s.cfg == *cfg && s.store == Store::new(token_dir, name) {
-            return s.clone();
+            return Ok(s.clone());
         }
     }
+    let http = http()?;
     let s = Arc::new(SignIn {
         name: name.to_string(),
         url: url.clone(),
@@ -155,7 +158,7 @@ pub fn sign_in_for(
         pending: Mutex::new(None),
     });
     k.insert(name.to_string(), s.clone());
-    s
+    Ok(s)
 }
 
 /// The sign-in of server `name`, once its session has started.

@@ -298,24 +298,20 @@ pub fn sign_in_of(
         return Ok(None);
     };
     let url = reqwest::Url::parse(&cfg.url).map_err(|e| format!("url: {e}"))?;
-    let http = reqwest::Client::builder()
-        .tls_backend_preconfigured(tls::client_config(
-            cfg.tls_ca_file.as_deref(),
-            cfg.tls_skip_verify,
-        )?)
-        .connect_timeout(cfg.connect_timeout)
-        .user_agent(concat!("mcp-supervisor/", env!("CARGO_PKG_VERSION")))
-        // Token requests carry secrets: never sent on to another place.
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| format!("HTTP client: {e}"))?;
-    Ok(Some(crate::auth::sign_in_for(
-        name,
-        &url,
-        o,
-        &cfg.token_dir,
-        http,
-    )))
+    let http = || {
+        reqwest::Client::builder()
+            .tls_backend_preconfigured(tls::client_config(
+                cfg.tls_ca_file.as_deref(),
+                cfg.tls_skip_verify,
+            )?)
+            .connect_timeout(cfg.connect_timeout)
+            .user_agent(concat!("mcp-supervisor/", env!("CARGO_PKG_VERSION")))
+            // Token requests carry secrets: never sent on to another place.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("HTTP client: {e}"))
+    };
+    crate::auth::sign_in_for(name, &url, o, &cfg.token_dir, http).map(Some)
 }
 
 impl Upstream for RemoteHandle {
