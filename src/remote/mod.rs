@@ -1112,19 +1112,22 @@ impl Session {
         } else {
             format!("HTTP {status}: {why}")
         };
+        let refusal = Refusal {
+            status,
+            retry_after,
+            sign_in: false,
+        };
+        self.send_refusal(id, refusal, text).await;
+    }
+
+    /// Tells the core that request `id` got `refusal` (noted in the tail and `status` as
+    /// `text`).
+    async fn send_refusal(&self, id: Box<RawValue>, refusal: Refusal, text: String) {
         self.tail.note(&text);
         self.note_status_error(text);
         let _ = self
             .events
-            .send(Event::Refused(
-                self.generation,
-                id,
-                Refusal {
-                    status,
-                    retry_after,
-                    sign_in: false,
-                },
-            ))
+            .send(Event::Refused(self.generation, id, refusal))
             .await;
     }
 
@@ -1135,20 +1138,12 @@ impl Session {
             Some(s) => format!("HTTP {status}: the server asks for scope `{s}`; {why}"),
             None => format!("HTTP {status}: {why}"),
         };
-        self.tail.note(&text);
-        self.note_status_error(text);
-        let _ = self
-            .events
-            .send(Event::Refused(
-                self.generation,
-                id,
-                Refusal {
-                    status,
-                    retry_after: None,
-                    sign_in: true,
-                },
-            ))
-            .await;
+        let refusal = Refusal {
+            status,
+            retry_after: None,
+            sign_in: true,
+        };
+        self.send_refusal(id, refusal, text).await;
     }
 
     fn note_status(&self, status: u16, error: Option<String>) {

@@ -27,14 +27,13 @@ the tool call got its answer; 1 otherwise (the supervisor's log goes to stderr).
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from client_driver import Client, text_of  # noqa: E402
+from client_driver import Run, text_of  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CIMD_URL = "https://conformance-test.local/client-metadata.json"
@@ -73,22 +72,18 @@ def main() -> int:
         return 2
     supervisor, url = sys.argv[1], sys.argv[2]
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "auth/metadata-default")
-    tmp = tempfile.mkdtemp(prefix="mcpsup-conformance-auth-")
-    run = os.path.join(tmp, "run")
-    config = os.path.join(tmp, "supervisor.toml")
-    with open(config, "w", encoding="utf-8") as f:
-        f.write(
-            "[supervisor]\n"
-            f"socket_dir = {json.dumps(run)}\n"
-            f"token_dir = {json.dumps(os.path.join(tmp, 'tokens'))}\n"
-            'http_listen = "off"\n\n'
-            "[servers.up]\n"
-            f"url = {json.dumps(url)}\n"
-            'probe_interval = "1h"\n\n' + oauth_table(tmp, scenario)
+    secrets = tempfile.mkdtemp(prefix="mcpsup-conformance-secrets-")
+    try:
+        run = Run(
+            supervisor,
+            url,
+            supervisor_keys=f"token_dir = {json.dumps(os.path.join(secrets, 'tokens'))}\n",
+            server_extra=oauth_table(secrets, scenario),
         )
-    log = open(os.path.join(tmp, "supervisor.log"), "w+", encoding="utf-8")
-    sup = subprocess.Popen([supervisor, "run", "-c", config], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-    attach = None
+    except RuntimeError as e:
+        print(f"auth_driver: {scenario}: {e}", file=sys.stderr)
+        return 1
+    config = run.config
     logins = 0
 
     def state() -> str:
@@ -124,21 +119,9 @@ def main() -> int:
         return isinstance(outage, dict) and outage.get("status") == "auth_required"
 
     try:
-        sock = os.path.join(run, "up.sock")
-        deadline = time.monotonic() + 15
-        while not os.path.exists(sock):
-            if time.monotonic() > deadline or sup.poll() is not None:
-                raise RuntimeError("the supervisor did not start")
-            time.sleep(0.05)
         if settled() == "auth_required":
             login()
-        attach = subprocess.Popen(
-            [supervisor, "attach", "up", "-c", config],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=sys.stderr,
-        )
-        client = Client(attach)
+        client = run.attach()
 
         def ask(method: str, params: dict) -> dict:
             while True:
@@ -167,19 +150,9 @@ def main() -> int:
         print(json.dumps({"scenario": scenario, "ok": True, "tools": names, "logins": logins}))
         return 0
     except Exception as e:  # noqa: BLE001 - any failure is the driver's verdict
-        log.flush()
-        log.seek(0)
-        print(f"auth_driver: {scenario}: {e}\n--- supervisor log ---\n{log.read()}", file=sys.stderr)
-        return 1
+        return run.fail("auth_driver", scenario, e)
     finally:
-        if attach is not None:
-            attach.kill()
-            attach.wait()
-        sup.send_signal(signal.SIGTERM)
-        try:
-            sup.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            sup.kill()
+        run.close()
 
 
 if __name__ == "__main__":

@@ -30,41 +30,77 @@ import tempfile
 import time
 
 
+class Run:
+    """`SUPERVISOR run` on a config with one url server, `up`, at `url`, in a fresh temporary
+    directory: `supervisor_keys` and `server_extra` are TOML added to `[supervisor]` and after
+    `[servers.up]`. Waits for the socket; `attach()` opens a client through `SUPERVISOR attach
+    up`; `fail()` prints the supervisor's log; `close()` stops both."""
+
+    def __init__(self, supervisor: str, url: str, supervisor_keys: str = "", server_extra: str = ""):
+        self.supervisor = supervisor
+        self.tmp = tempfile.mkdtemp(prefix="mcpsup-conformance-")
+        run = os.path.join(self.tmp, "run")
+        self.config = os.path.join(self.tmp, "supervisor.toml")
+        with open(self.config, "w", encoding="utf-8") as f:
+            f.write(
+                "[supervisor]\n"
+                f"socket_dir = {json.dumps(run)}\n"
+                'http_listen = "off"\n' + supervisor_keys + "\n"
+                "[servers.up]\n"
+                f"url = {json.dumps(url)}\n"
+                'probe_interval = "1h"\n\n' + server_extra
+            )
+        self.log = open(os.path.join(self.tmp, "supervisor.log"), "w+", encoding="utf-8")
+        self.sup = subprocess.Popen(
+            [supervisor, "run", "-c", self.config], stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL
+        )
+        self.attached = None
+        sock = os.path.join(run, "up.sock")
+        deadline = time.monotonic() + 15
+        while not os.path.exists(sock):
+            if time.monotonic() > deadline or self.sup.poll() is not None:
+                raise RuntimeError("the supervisor did not start")
+            time.sleep(0.05)
+
+    def attach(self) -> "Client":
+        self.attached = subprocess.Popen(
+            [self.supervisor, "attach", "up", "-c", self.config],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=sys.stderr,
+        )
+        return Client(self.attached)
+
+    def fail(self, driver: str, scenario: str, e: Exception) -> int:
+        self.log.flush()
+        self.log.seek(0)
+        print(f"{driver}: {scenario}: {e}\n--- supervisor log ---\n{self.log.read()}", file=sys.stderr)
+        return 1
+
+    def close(self) -> None:
+        if self.attached is not None:
+            self.attached.kill()
+            self.attached.wait()
+        self.sup.send_signal(signal.SIGTERM)
+        try:
+            self.sup.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.sup.kill()
+
+
 def main() -> int:
     if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
         return 2
     supervisor, url = sys.argv[1], sys.argv[2]
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "initialize")
-    tmp = tempfile.mkdtemp(prefix="mcpsup-conformance-client-")
-    run = os.path.join(tmp, "run")
-    config = os.path.join(tmp, "supervisor.toml")
-    with open(config, "w", encoding="utf-8") as f:
-        f.write(
-            "[supervisor]\n"
-            f"socket_dir = {json.dumps(run)}\n"
-            'http_listen = "off"\n\n'
-            "[servers.up]\n"
-            f"url = {json.dumps(url)}\n"
-            'probe_interval = "1h"\n'
-        )
-    log = open(os.path.join(tmp, "supervisor.log"), "w+", encoding="utf-8")
-    sup = subprocess.Popen([supervisor, "run", "-c", config], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-    attach = None
     try:
-        sock = os.path.join(run, "up.sock")
-        deadline = time.monotonic() + 15
-        while not os.path.exists(sock):
-            if time.monotonic() > deadline or sup.poll() is not None:
-                raise RuntimeError("the supervisor did not start")
-            time.sleep(0.05)
-        attach = subprocess.Popen(
-            [supervisor, "attach", "up", "-c", config],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=sys.stderr,
-        )
-        client = Client(attach)
+        run = Run(supervisor, url)
+    except RuntimeError as e:
+        print(f"client_driver: {scenario}: {e}", file=sys.stderr)
+        return 1
+    try:
+        client = run.attach()
         init = client.request(
             "initialize",
             {
@@ -89,19 +125,9 @@ def main() -> int:
         print(json.dumps({"scenario": scenario, "ok": True, "tools": names}))
         return 0
     except Exception as e:  # noqa: BLE001 - any failure is the driver's verdict
-        log.flush()
-        log.seek(0)
-        print(f"client_driver: {scenario}: {e}\n--- supervisor log ---\n{log.read()}", file=sys.stderr)
-        return 1
+        return run.fail("client_driver", scenario, e)
     finally:
-        if attach is not None:
-            attach.kill()
-            attach.wait()
-        sup.send_signal(signal.SIGTERM)
-        try:
-            sup.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            sup.kill()
+        run.close()
 
 
 def check(cond: bool, why: str) -> None:
