@@ -96,15 +96,17 @@ pub fn parse_challenge(header: &str) -> Challenge {
 }
 
 /// Where to look for the protected resource metadata of `server`, in order: the challenge's
-/// `resource_metadata`, then the path-inserted well-known URL, then the root one (RFC 9728
+/// `resource_metadata` (on the server's origin only), then the path-inserted well-known URL, then the root one (RFC 9728
 /// §3.1; MCP authorization, "Protected Resource Metadata Discovery").
 pub fn resource_metadata_urls(server: &reqwest::Url, challenge: &Challenge) -> Vec<reqwest::Url> {
     let mut out = Vec::new();
+    // Only on the server's own origin: a challenge must not make the daemon fetch an
+    // arbitrary address (a link-local metadata service, another pod).
     if let Some(u) = challenge
         .resource_metadata
         .as_deref()
         .and_then(|u| server.join(u).ok())
-        .filter(|u| matches!(u.scheme(), "https" | "http"))
+        .filter(|u| u.origin() == server.origin())
     {
         out.push(u);
     }
@@ -208,6 +210,9 @@ pub struct ServerMetadata {
     /// Whether a URL may be a `client_id` (client ID metadata documents).
     #[serde(default)]
     pub client_id_metadata_document_supported: bool,
+    /// Whether its redirects name it in `iss` (RFC 9207); then one without is refused.
+    #[serde(default)]
+    pub authorization_response_iss_parameter_supported: bool,
 }
 
 /// GETs a JSON document; `Ok(None)` for a 4xx (absent), `Err` for the rest.
@@ -282,6 +287,11 @@ mod tests {
             resource_metadata: Some("https://h.example/custom/prm".into()),
             ..Challenge::default()
         };
+        let elsewhere = Challenge {
+            resource_metadata: Some("http://169.254.169.254/latest/meta-data".into()),
+            ..Challenge::default()
+        };
+        assert_eq!(resource_metadata_urls(&s, &elsewhere).len(), 2);
         let got: Vec<String> = resource_metadata_urls(&s, &c)
             .into_iter()
             .map(|u| u.to_string())

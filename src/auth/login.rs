@@ -9,14 +9,12 @@
 
 use super::discovery::{self, Challenge};
 use super::grant::{self, Endpoint, Identity};
+use super::redirect::{self, Callback};
 use super::store::Record;
 use super::{lock, Discovered, SignIn};
 use crate::config::Grant;
-use axum::extract::{Query, State};
-use axum::routing::get;
 use oauth2::basic::BasicClient;
 use oauth2::{AuthUrl, ClientId, CsrfToken, PkceCodeChallenge, RedirectUrl, Scope};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -42,15 +40,6 @@ pub struct LoginStart {
     pub timeout_s: u64,
 }
 
-/// The redirect's query as the browser (or the pasted URL) gives it.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-pub struct Callback {
-    code: Option<String>,
-    state: Option<String>,
-    error: Option<String>,
-    error_description: Option<String>,
-}
-
 /// A login waiting for its redirect.
 pub struct Pending {
     state: String,
@@ -71,38 +60,11 @@ impl Drop for Pending {
     }
 }
 
-const PAGE_OK: &str = "<!doctype html><title>mcp-supervisor</title><p>Signed in. You can close this tab and return to the terminal.</p>";
-const PAGE_BAD: &str = "<!doctype html><title>mcp-supervisor</title><p>The sign-in did not complete; see the terminal.</p>";
-
-async fn on_callback(
-    State(tx): State<mpsc::Sender<Callback>>,
-    Query(q): Query<HashMap<String, String>>,
-) -> axum::response::Html<&'static str> {
-    let cb = Callback {
-        code: q.get("code").cloned(),
-        state: q.get("state").cloned(),
-        error: q.get("error").cloned(),
-        error_description: q.get("error_description").cloned(),
-    };
-    let ok = cb.code.is_some();
-    let _ = tx.try_send(cb);
-    axum::response::Html(if ok { PAGE_OK } else { PAGE_BAD })
-}
-
-/// Reads a redirect URL pasted by the user: its `code`, `state`, `error`.
+/// Reads a redirect URL pasted by the user: its `code`, `state`, `iss`, `error`.
 pub fn parse_pasted(url: &str) -> Result<Callback, String> {
     let u = reqwest::Url::parse(url.trim())
         .map_err(|_| "that is not the URL the browser was sent to".to_string())?;
-    let mut cb = Callback::default();
-    for (k, v) in u.query_pairs() {
-        match k.as_ref() {
-            "code" => cb.code = Some(v.into_owned()),
-            "state" => cb.state = Some(v.into_owned()),
-            "error" => cb.error = Some(v.into_owned()),
-            "error_description" => cb.error_description = Some(v.into_owned()),
-            _ => {}
-        }
-    }
+    let cb = Callback::of(&u);
     if cb.code.is_none() && cb.error.is_none() {
         return Err(
             "the URL has no `code` (copy the whole address of the page the browser ended on)"
@@ -110,6 +72,15 @@ pub fn parse_pasted(url: &str) -> Result<Callback, String> {
         );
     }
     Ok(cb)
+}
+
+/// Text from the redirect as shown: printable ASCII, at most 200 characters (it comes from
+/// whoever sent the browser there).
+fn shown(text: &str) -> String {
+    text.chars()
+        .filter(|c| c.is_ascii_graphic() || *c == ' ')
+        .take(200)
+        .collect()
 }
 
 impl SignIn {
@@ -205,15 +176,7 @@ impl SignIn {
         let (url, state) = req.url();
         let (tx, rx) = mpsc::channel(4);
         let stop = CancellationToken::new();
-        let app = axum::Router::new()
-            .route("/callback", get(on_callback))
-            .with_state(tx.clone());
-        let until = stop.clone();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { until.cancelled().await })
-                .await;
-        });
+        tokio::spawn(redirect::serve(listener, tx.clone(), stop.clone()));
         info!(server = %self.name, issuer = %d.issuer, scope = ?scope, redirect = %redirect, "login: waiting for the browser");
         *lock(&self.pending) = Some(Pending {
             state: state.secret().clone(),
@@ -318,11 +281,11 @@ impl SignIn {
                 cb = rx.recv() => cb,
                 _ = tokio::time::sleep_until(deadline.into()) => None,
             };
-            // A redirect with another `state` is not this login's (an old tab, or another
-            // local user guessing the port): ignored, the wait goes on.
+            // A redirect without this login's `state` (an old tab, or another local user
+            // guessing the port) is not this login's: ignored, the wait goes on.
             match cb {
-                Some(c) if c.state.is_some() && c.state != expected => {
-                    tracing::warn!(server = %self.name, "login: a redirect with another state was ignored");
+                Some(c) if c.state != expected => {
+                    tracing::warn!(server = %self.name, "login: a redirect without this login's state was ignored");
                 }
                 other => break other,
             }
@@ -345,18 +308,31 @@ impl SignIn {
                 self.name
             )));
         };
+        // RFC 9207: the redirect names the authorization server that answered; a code from
+        // another one than this login's (a mix-up: a hostile server's metadata sending the
+        // browser to an honest one) is never sent to this login's token endpoint.
+        let issuer_ok = match &cb.iss {
+            Some(iss) => iss.trim_end_matches('/') == p.discovered.issuer.trim_end_matches('/'),
+            None => {
+                !p.discovered
+                    .meta
+                    .authorization_response_iss_parameter_supported
+            }
+        };
+        if !issuer_ok {
+            return Err(self.failed(format!(
+                "the redirect comes from another authorization server ({}) than this login's ({}); refusing the code (a mix-up attack, or a misconfigured server)",
+                shown(cb.iss.as_deref().unwrap_or("none named")),
+                shown(&p.discovered.issuer)
+            )));
+        }
         if let Some(e) = &cb.error {
             let why = cb
                 .error_description
                 .as_deref()
-                .map(|d| format!(": {}", d.chars().take(200).collect::<String>()))
+                .map(|d| format!(": {}", shown(d)))
                 .unwrap_or_default();
-            return Err(self.failed(format!("the authorization server said {e}{why}")));
-        }
-        if cb.state.as_deref() != Some(p.state.as_str()) {
-            return Err(self.failed(
-                "the redirect's state does not match this login (an old or forged redirect); run login again".into(),
-            ));
+            return Err(self.failed(format!("the authorization server said {}{why}", shown(e))));
         }
         let code = cb.code.clone().unwrap_or_default();
         let resource = p.discovered.resource.clone().unwrap_or_default();

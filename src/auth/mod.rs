@@ -23,6 +23,7 @@
 pub mod discovery;
 pub mod grant;
 pub mod login;
+pub mod redirect;
 pub mod store;
 
 use crate::config::{Grant, OAuthConfig};
@@ -412,7 +413,10 @@ impl SignIn {
             }
         }
         if self.cfg.grant == Grant::ClientCredentials {
-            let scope = c.scope.clone();
+            // The configured scopes, else what the server asks for.
+            let scope = Some(self.cfg.scopes.join(" "))
+                .filter(|s| !s.is_empty())
+                .or(c.scope.clone());
             return match self
                 .client_credentials_locked(&mut g, scope.as_deref())
                 .await
@@ -452,6 +456,14 @@ impl SignIn {
         if covered(&wanted, held.as_deref()) {
             return Verdict::Stands;
         }
+        let allowed = self.cfg.scopes.join(" ");
+        if self.cfg.grant == Grant::ClientCredentials
+            && !self.cfg.scopes.is_empty()
+            && !covered(&wanted, Some(&allowed))
+        {
+            // No person to ask: never beyond the configured `scopes`.
+            return Verdict::Stands;
+        }
         let scope = union(held.as_deref(), &wanted);
         if self.cfg.grant == Grant::ClientCredentials {
             return match self.client_credentials_locked(&mut g, Some(&scope)).await {
@@ -459,7 +471,7 @@ impl SignIn {
                 Err(_) => Verdict::Stands,
             };
         }
-        info!(server = %self.name, scope = %scope, "the server asks for more scope: a sign-in is needed (mcp-supervisor login {})", self.name);
+        info!(server = %self.name, scope = ?scope, "the server asks for more scope: a sign-in is needed (mcp-supervisor login {})", self.name);
         lock(&self.shown).needs_scope = Some(scope.clone());
         Verdict::SignIn(Some(scope))
     }
@@ -507,6 +519,26 @@ impl SignIn {
             }
         }
         let issuer = issuer_url.as_str().trim_end_matches('/').to_string();
+        if let (Some(m), true) = (&meta, prm.is_some()) {
+            // RFC 8414 §3.3: the metadata is the issuer's own. (Not in the 2025-03-26
+            // fallback, where the server's origin stands in for an issuer it never named.)
+            let named = m.issuer.as_deref().map(|i| i.trim_end_matches('/'));
+            if named.is_some_and(|n| n != issuer) {
+                return Err(format!(
+                    "the authorization server {} publishes metadata for another issuer; refusing to sign in",
+                    discovery::shown(&issuer_url)
+                ));
+            }
+        }
+        if let Some(pinned) = &self.cfg.issuer {
+            if *pinned != issuer {
+                return Err(format!(
+                    "the server names authorization server {}, not `oauth.issuer` {}; refusing to sign in there",
+                    discovery::shown(&issuer_url),
+                    pinned
+                ));
+            }
+        }
         let meta = match meta {
             Some(m) => m,
             None if prm.is_none() => {
@@ -545,20 +577,22 @@ impl SignIn {
         }
         Ok(Discovered {
             resource,
-            issuer: meta.issuer.clone().unwrap_or(issuer),
+            issuer: match &prm {
+                Some(_) => issuer,
+                None => meta.issuer.clone().unwrap_or(issuer),
+            },
             meta,
             prm_scopes,
         })
     }
 
-    /// Refuses an authorization server URL less protected than the server's own: `https`,
-    /// or `http` only to loopback or when the MCP server itself is plain `http` (the operator
-    /// allowed that). Codes, secrets and tokens travel to these URLs.
+    /// Refuses an authorization server URL that is not `https`, but `http` to loopback or
+    /// where the server's `allow_plain_http` says so. Codes, secrets and tokens travel there.
     fn secure_enough(&self, u: &reqwest::Url) -> Result<(), String> {
         match u.scheme() {
             "https" => Ok(()),
             "http"
-                if self.url.scheme() == "http"
+                if self.cfg.allow_plain_http
                     || crate::config::is_loopback_host(u.host_str().unwrap_or_default()) =>
             {
                 Ok(())

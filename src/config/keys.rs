@@ -775,7 +775,7 @@ pub const KEYS: &[Key] = &[
     MAX_CONNECTIONS,
     CONNECT_TIMEOUT,
     key!("oauth", ServerOnly, Kind::Table, Default::Prose("OAuth on, with dynamic client registration, unless `headers` has `Authorization`"),
-        "url servers: the sign-in; keys `grant` (`\"authorization_code\"` or `\"client_credentials\"`), `client_id`, `client_secret_file`, `private_key_file`, `signing_algorithm` (`ES256`), `client_metadata_url`, `scopes`, `redirect_port` (0 = any), `login_timeout` (`\"5m\"`)"),
+        "url servers: the sign-in; keys `grant` (`\"authorization_code\"` or `\"client_credentials\"`), `client_id`, `client_secret_file`, `private_key_file`, `signing_algorithm` (`ES256`), `client_metadata_url`, `scopes`, `redirect_port` (0 = any), `login_timeout` (`\"5m\"`), `issuer` (pins the authorization server)"),
 
     key!("env", Server, Kind::Table, Default::Toml("{}"), "variables added to the environment"),
     key!("cwd", Server, Kind::Path, Default::Prose("the supervisor's"), "working directory"),

@@ -51,6 +51,12 @@ pub struct OAuthConfig {
     pub redirect_port: u16,
     /// `login_timeout`: how long `login` waits for the browser (default 300 s).
     pub login_timeout: Duration,
+    /// `issuer`: the authorization server this server must use; another named by the server's
+    /// metadata is refused (pins where a configured secret or key may go).
+    pub issuer: Option<String>,
+    /// The server's own `allow_plain_http`: only then may the authorization server be plain
+    /// `http://` beyond loopback.
+    pub allow_plain_http: bool,
 }
 
 /// Default `login_timeout`.
@@ -171,6 +177,17 @@ impl Validator<'_> {
                 ));
             }
         }
+        if let Some(i) = &o.issuer {
+            let ok = reqwest::Url::parse(i.get_ref())
+                .is_ok_and(|u| matches!(u.scheme(), "https" | "http") && u.host_str().is_some());
+            if !ok {
+                return Err(self.err(
+                    i.span(),
+                    &k("issuer"),
+                    "must be the authorization server's issuer URL, e.g. \"https://auth.example.com\"",
+                ));
+            }
+        }
         let login_timeout = match &o.login_timeout {
             None => LOGIN_TIMEOUT,
             Some(text) => super::parse_duration(text.get_ref())
@@ -211,6 +228,11 @@ impl Validator<'_> {
                 .map(|s| s.get_ref().clone())
                 .unwrap_or_default(),
             redirect_port: o.redirect_port.as_ref().map(|p| *p.get_ref()).unwrap_or(0),
+            issuer: o
+                .issuer
+                .as_ref()
+                .map(|i| i.get_ref().trim_end_matches('/').to_string()),
+            allow_plain_http: false,
             login_timeout,
         }))
     }

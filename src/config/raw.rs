@@ -143,6 +143,7 @@ pub(super) struct RawOAuth {
     pub(super) scopes: Option<Spanned<Vec<String>>>,
     pub(super) redirect_port: Option<Spanned<u16>>,
     pub(super) login_timeout: Option<Spanned<String>>,
+    pub(super) issuer: Option<Spanned<String>>,
 }
 
 /// A url server's header value: a string, or where to read it.

@@ -296,7 +296,12 @@ impl Validator<'_> {
             .iter()
             .any(|(n, _)| n.eq_ignore_ascii_case("authorization"))
             .then(|| s.headers.as_ref().map(|h| h.span()).unwrap_or(span.clone()));
-        let oauth = self.oauth(t, s.oauth.as_ref(), static_authorization)?;
+        let oauth = self
+            .oauth(t, s.oauth.as_ref(), static_authorization)?
+            .map(|o| super::OAuthConfig {
+                allow_plain_http,
+                ..o
+            });
         Ok(Some(RemoteConfig {
             oauth,
             token_dir: PathBuf::new(),

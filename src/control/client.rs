@@ -176,7 +176,9 @@ pub fn login(socket: &Path, name: &str, no_browser: bool) -> i32 {
             "To sign in to `{name}`, open this URL in a browser (waiting up to {}s):\n",
             info.timeout_s
         );
-        println!("{url}");
+        // Not `println!`: a closed stdout (a script that read the URL and went) is no panic.
+        let _ = writeln!(std::io::stdout(), "{url}");
+        let _ = std::io::stdout().flush();
         eprintln!();
         if no_browser || webbrowser::open(url).is_err() {
             eprintln!("After you approve, the browser is sent to http://127.0.0.1:…/callback. If that page does not load (over SSH it lands on your own machine), copy its whole address from the address bar, paste it here and press Enter.");
@@ -195,7 +197,8 @@ pub fn login(socket: &Path, name: &str, no_browser: bool) -> i32 {
     ) {
         Ok(r) if r.ok => {
             for s in r.servers.unwrap_or_default() {
-                println!(
+                let _ = writeln!(
+                    std::io::stdout(),
                     "{}: signed in; {}",
                     s.get("name").and_then(Value::as_str).unwrap_or(name),
                     s.get("state").and_then(Value::as_str).unwrap_or("?")

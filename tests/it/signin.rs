@@ -325,3 +325,139 @@ fn remote_login_exit_codes() {
     let out = login(&sup, "static");
     assert_eq!(out.status.code(), Some(3));
 }
+
+/// `login` as an attacker on the same machine meets it (issue 30; the redirect listener is on
+/// loopback, anyone can connect): redirects without the login's `state` (an `error`, a
+/// guessed code) are ignored and the real sign-in still completes; a redirect naming another
+/// authorization server in `iss` (RFC 9207, a mix-up) is refused, pasted back with
+/// `--no-browser`, and the login exits 1 saying why.
+#[test]
+fn remote_login_ignores_forged_redirects_and_refuses_a_mixed_up_issuer() {
+    use std::io::Write;
+    let io = Interop::load();
+    let servers = OAuthServers::start(&io, 60);
+    let tokens = tempfile::tempdir().unwrap();
+    let keys = format!("token_dir = {:?}", tokens.path().join("tokens"));
+    let table = format!(
+        "[servers.hosted]\nurl = {:?}\nprobe_interval = \"1h\"\n",
+        servers.mcp
+    );
+    let mut sup = Supervisor::spawn_config(&keys, &table, &[]);
+    assert!(
+        wait_until(Duration::from_secs(30), || sup
+            .path("run/control.sock")
+            .exists()
+            && sup.server_status("hosted")["state"] == "auth_required"),
+        "{}",
+        sup.log()
+    );
+    let begin = || {
+        let mut child = Command::new(SUPERVISOR)
+            .args(["login", "hosted", "--no-browser", "-c"])
+            .arg(&sup.config)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+        // The rest of stdout is read (and dropped) while the login runs.
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        let url = reqwest_free_parse(line.trim());
+        (child, line.trim().to_string(), url)
+    };
+    // 1. Forged redirects first, then the real one.
+    let (child, url, q) = begin();
+    let redirect = q["redirect_uri"].clone();
+    for forged in [
+        "?error=access_denied&error_description=%1b%5b2J",
+        "?code=guess&state=wrong",
+    ] {
+        let got = http_get(&format!("{redirect}{forged}"));
+        assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    }
+    let ran = Command::new(browser()).arg(&url).status().unwrap();
+    assert!(ran.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        sup.log()
+    );
+    assert!(sup
+        .log()
+        .contains("a redirect without this login's state was ignored"));
+    // 2. A redirect naming another authorization server, pasted back.
+    let (mut child, _, q) = begin();
+    let pasted = format!(
+        "{}?code=stolen&state={}&iss=https%3A%2F%2Fevil.example\n",
+        q["redirect_uri"], q["state"]
+    );
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(pasted.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("another authorization server"), "{err}");
+    assert!(!err.contains('\u{1b}'));
+    sup.stop();
+}
+
+/// The query of an authorization URL, by parameter.
+fn reqwest_free_parse(url: &str) -> std::collections::HashMap<String, String> {
+    let query = url.split_once('?').map(|(_, q)| q).unwrap_or("");
+    query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), percent_decode(v)))
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        match (b[i], b.get(i + 1..i + 3)) {
+            (b'%', Some(h)) => {
+                let hex = std::str::from_utf8(h).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(v) => {
+                        out.push(v);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            (b'+', _) => out.push(b' '),
+            (c, _) => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A GET of `url` (http://127.0.0.1:PORT/…), the whole answer as text.
+fn http_get(url: &str) -> String {
+    use std::io::{Read, Write};
+    let rest = url.trim_start_matches("http://");
+    let (host, path) = rest.split_once('/').unwrap();
+    let mut c = std::net::TcpStream::connect(host).unwrap();
+    write!(
+        c,
+        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    let _ = c.read_to_string(&mut text);
+    text
+}
