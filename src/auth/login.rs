@@ -368,7 +368,7 @@ impl SignIn {
         let mut g = self.record().await;
         self.save(&r);
         *g = Some(Some(r));
-        lock(&self.shown).needs_scope = None;
+        lock(&self.shown).status.needs_scope = None;
         *lock(&self.challenge) = None;
         self.note_error(None);
         info!(server = %self.name, "signed in");

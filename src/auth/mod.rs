@@ -90,6 +90,14 @@ struct Discovered {
     prm_scopes: Option<Vec<String>>,
 }
 
+/// What `status` shows, and the expiry it counts down from.
+#[derive(Default)]
+struct Shown {
+    status: SignInStatus,
+    /// The access token's expiry, Unix seconds.
+    expires_at: Option<u64>,
+}
+
 /// One url server's sign-in.
 pub struct SignIn {
     name: String,
@@ -102,7 +110,7 @@ pub struct SignIn {
     /// The last challenge a session saw (its scope and metadata URL guide `login`).
     challenge: Mutex<Option<Challenge>>,
     /// What `status` shows, kept current.
-    shown: Mutex<SignInStatus>,
+    shown: Mutex<Shown>,
     /// A `login` in progress.
     pending: Mutex<Option<login::Pending>>,
 }
@@ -152,9 +160,12 @@ pub fn sign_in_for(
         http,
         record: tokio::sync::Mutex::new(None),
         challenge: Mutex::new(None),
-        shown: Mutex::new(SignInStatus {
-            grant: grant_name(&cfg.grant),
-            ..SignInStatus::default()
+        shown: Mutex::new(Shown {
+            status: SignInStatus {
+                grant: grant_name(&cfg.grant),
+                ..SignInStatus::default()
+            },
+            expires_at: None,
         }),
         pending: Mutex::new(None),
     });
@@ -170,9 +181,11 @@ pub fn lookup(name: &str) -> Option<Arc<SignIn>> {
 /// What `status` shows of server `name`'s sign-in.
 pub fn status(name: &str) -> Option<SignInStatus> {
     lookup(name).map(|s| {
-        let mut st = lock(&s.shown).clone();
-        // Kept as the absolute time; shown as seconds from now.
-        st.expires_in_s = s.expires_at_now();
+        let shown = lock(&s.shown);
+        let mut st = shown.status.clone();
+        st.expires_in_s = shown
+            .expires_at
+            .map(|t| (t as i64).saturating_sub(grant::now_s() as i64));
         st
     })
 }
@@ -237,24 +250,14 @@ fn union(a: Option<&str>, b: &str) -> String {
 }
 
 impl SignIn {
-    /// The server's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn expires_at_now(&self) -> Option<i64> {
-        let at = lock(&self.shown).expires_in_s?;
-        Some(at.saturating_sub(grant::now_s() as i64))
-    }
-
     /// Updates what `status` shows from `record`.
     fn show(&self, record: Option<&Record>) {
-        let mut s = lock(&self.shown);
+        let mut shown = lock(&self.shown);
+        shown.expires_at = record.and_then(|r| r.expires_at);
+        let s = &mut shown.status;
         s.signed_in = record.is_some_and(|r| r.access_token.is_some() || r.refresh_token.is_some());
         s.issuer = record.map(|r| r.issuer.clone());
         s.scope = record.and_then(|r| r.scope.clone());
-        // Kept as the absolute time; `status` turns it into seconds from now.
-        s.expires_in_s = record.and_then(|r| r.expires_at).map(|t| t as i64);
         s.refreshable = record.is_some_and(|r| r.refresh_token.is_some());
     }
 
@@ -262,7 +265,7 @@ impl SignIn {
         if let Some(e) = &e {
             warn!(server = %self.name, error = %e, "sign-in");
         }
-        lock(&self.shown).last_error = e;
+        lock(&self.shown).status.last_error = e;
     }
 
     /// The record, loaded from the store at first use. A record for another URL is not used.
@@ -472,7 +475,7 @@ impl SignIn {
             };
         }
         info!(server = %self.name, scope = ?scope, "the server asks for more scope: a sign-in is needed (mcp-supervisor login {})", self.name);
-        lock(&self.shown).needs_scope = Some(scope.clone());
+        lock(&self.shown).status.needs_scope = Some(scope.clone());
         Verdict::SignIn(Some(scope))
     }
 
@@ -617,7 +620,8 @@ impl SignIn {
         } else {
             String::new()
         };
-        if let Some(needed) = lock(&self.shown).needs_scope.clone() {
+        let needed = lock(&self.shown).status.needs_scope.clone();
+        if let Some(needed) = needed {
             s = union(Some(&s), &needed);
         }
         let offline = d
@@ -701,7 +705,7 @@ impl SignIn {
         self.store.remove()?;
         *g = Some(None);
         self.show(None);
-        lock(&self.shown).needs_scope = None;
+        lock(&self.shown).status.needs_scope = None;
         info!(server = %self.name, "signed out");
         Ok(had)
     }
