@@ -65,6 +65,21 @@ impl OAuthServers {
     }
 }
 
+/// A daemon with the `[supervisor]` lines `keys` and the tables `servers`, once its control
+/// socket is up and server `hosted` is in `state` (30 s each).
+fn daemon_in_state(keys: &str, servers: &str, state: &str) -> Supervisor {
+    let sup = Supervisor::spawn_config(keys, servers, &[]);
+    assert!(
+        wait_until(Duration::from_secs(30), || sup
+            .path("run/control.sock")
+            .exists()
+            && sup.server_status("hosted")["state"] == state),
+        "hosted never {state}: {}",
+        sup.log()
+    );
+    sup
+}
+
 fn browser() -> String {
     format!(
         "{}/tests/conformance/browser.sh",
@@ -128,22 +143,7 @@ fn remote_sign_in_once_survives_a_restart_and_refreshes_unnoticed() {
         "[servers.hosted]\nurl = {:?}\nprobe_interval = \"1h\"\n",
         servers.mcp
     );
-    let mut sup = Supervisor::spawn_config(&keys, &table, &[]);
-    assert!(
-        wait_until(Duration::from_secs(10), || sup
-            .path("run/control.sock")
-            .exists()),
-        "{}",
-        sup.log()
-    );
-    assert!(
-        wait_until(Duration::from_secs(30), || sup.server_status("hosted")
-            ["state"]
-            == "auth_required"),
-        "{}\n{}",
-        sup.server_status("hosted"),
-        sup.log()
-    );
+    let mut sup = daemon_in_state(&keys, &table, "auth_required");
     assert_eq!(auth_status(&sup, "hosted")["signed_in"], false);
     let out = login(&sup, "hosted");
     let said = format!(
@@ -233,22 +233,7 @@ fn remote_sign_in_once_survives_a_restart_and_refreshes_unnoticed() {
     let mut lie = refreshed.clone();
     lie["expires_at"] = json!(now() + 3600);
     std::fs::write(&store, lie.to_string()).unwrap();
-    let mut again = Supervisor::spawn_config(&keys, &table, &[]);
-    assert!(
-        wait_until(Duration::from_secs(10), || again
-            .path("run/control.sock")
-            .exists()),
-        "{}",
-        again.log()
-    );
-    assert!(
-        wait_until(Duration::from_secs(30), || again.server_status("hosted")
-            ["state"]
-            == "ready"),
-        "{}\n{}",
-        again.server_status("hosted"),
-        again.log()
-    );
+    let mut again = daemon_in_state(&keys, &table, "ready");
     let mut c = again.client("hosted");
     c.initialize("signin-test", json!({}));
     let third = whoami(&mut c, 3);
@@ -342,15 +327,7 @@ fn remote_login_ignores_forged_redirects_and_refuses_a_mixed_up_issuer() {
         "[servers.hosted]\nurl = {:?}\nprobe_interval = \"1h\"\n",
         servers.mcp
     );
-    let mut sup = Supervisor::spawn_config(&keys, &table, &[]);
-    assert!(
-        wait_until(Duration::from_secs(30), || sup
-            .path("run/control.sock")
-            .exists()
-            && sup.server_status("hosted")["state"] == "auth_required"),
-        "{}",
-        sup.log()
-    );
+    let mut sup = daemon_in_state(&keys, &table, "auth_required");
     let begin = || {
         let mut child = Command::new(SUPERVISOR)
             .args(["login", "hosted", "--no-browser", "-c"])
