@@ -23,6 +23,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod deadline;
+pub mod endpoint;
 pub mod http;
 pub mod jsonrpc;
 pub mod logging;

@@ -6,6 +6,7 @@ use super::raw::{RawServer, RawSupervisor};
 use super::{ConfigError, Table, Validator};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use toml::Spanned;
 
 /// `[supervisor]`'s `http_*` keys: the Streamable HTTP endpoint (issue 16,
 /// docs/book/src/guides/http.md).
@@ -103,17 +104,30 @@ impl Validator<'_> {
         let Some(v) = s.http_token_file.as_ref().or(d.http_token_file.as_ref()) else {
             return Ok(None);
         };
+        let key = t.key("http_token_file", s.http_token_file.is_some());
+        let check = s.http.or(d.http) == Some(true);
+        self.token_path(v, &key, check).map(Some)
+    }
+
+    /// `http_token_file`'s path (relative to the config file), checked when `check` and the
+    /// host is checked: an operator's token file must exist, be a regular file, and hold at
+    /// least [`TOKEN_MIN`] characters when readable. Errors name `key` at `v`'s line.
+    pub(super) fn token_path(
+        &self,
+        v: &Spanned<String>,
+        key: &str,
+        check: bool,
+    ) -> Result<PathBuf, ConfigError> {
         let p = PathBuf::from(v.get_ref());
         let p = if p.is_relative() {
             self.path.parent().unwrap_or(Path::new(".")).join(p)
         } else {
             p
         };
-        if s.http.or(d.http) != Some(true) || !self.host {
-            return Ok(Some(p));
+        if !check || !self.host {
+            return Ok(p);
         }
-        let key = t.key("http_token_file", s.http_token_file.is_some());
-        let fail = |m: String| self.err(v.span(), &key, &m);
+        let fail = |m: String| self.err(v.span(), key, &m);
         match std::fs::metadata(&p) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(fail(format!(
@@ -137,6 +151,6 @@ impl Validator<'_> {
                 )));
             }
         }
-        Ok(Some(p))
+        Ok(p)
     }
 }

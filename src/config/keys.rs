@@ -29,6 +29,8 @@ pub enum Section {
     /// A value of a server's `method_timeouts` table (in `[defaults]` or `[servers.NAME]`),
     /// keyed by method name.
     MethodTimeout,
+    /// `[endpoints.NAME]` (issue 31).
+    Endpoint,
 }
 
 impl Section {
@@ -39,6 +41,7 @@ impl Section {
             Section::Server => "[defaults], [servers.NAME]",
             Section::ServerOnly => "[servers.NAME]",
             Section::MethodTimeout => "[defaults.method_timeouts], [servers.NAME.method_timeouts]",
+            Section::Endpoint => "[endpoints.NAME]",
         }
     }
 }
@@ -167,6 +170,7 @@ impl Key {
             Section::Supervisor => format!("supervisor.{}", self.name),
             Section::Server | Section::ServerOnly => format!("{table}.{}", self.name),
             Section::MethodTimeout => format!("{table}.method_timeouts.{}", self.name),
+            Section::Endpoint => format!("endpoints.{}.{}", server.unwrap_or("NAME"), self.name),
         }
     }
 
@@ -837,6 +841,26 @@ pub const KEYS: &[Key] = &[
     MEMORY_MAX,
     TASKS_MAX,
     OPEN_FILES_MAX,
+    // ---- [endpoints.NAME] (issue 31)
+    key!("servers", Endpoint, Kind::Strings, Default::Prose("none: required"),
+        "the endpoint's sources, in order (the first wins a resource template two match), or `[\"*\"]` for every server"),
+    key!("descriptions", Endpoint, Kind::Table, Default::Toml("{}"),
+        "what each source is for, `{ SOURCE = \"text\" }`, said in the endpoint's instructions"),
+    key!("status_tool", Endpoint, Kind::String, Default::Prose("none (off)"),
+        "the name of an extra tool that reports each source's state; reserved among the exposed names"),
+    key!("http", Endpoint, Kind::Flag, Default::Flag(false), "also serve this endpoint over Streamable HTTP"),
+    key!("http_token_file", Endpoint, Kind::Path, Default::Prose("`<socket_dir>/NAME.http.token` (created, 0600)"),
+        "file holding this endpoint's bearer token for the TCP endpoint; an operator's file must exist"),
+    key!("allowed_uids", Endpoint, Kind::Ids, Default::Prose("`[supervisor]`'s"),
+        "peer uids allowed to connect to this endpoint, replacing `[supervisor]`'s (each source's own list still applies to its tools)"),
+    key!("allowed_gids", Endpoint, Kind::Ids, Default::Prose("`[supervisor]`'s"),
+        "peer primary gids allowed to connect to this endpoint, replacing `[supervisor]`'s"),
+    key!("hide", Endpoint, Kind::Strings, Default::Toml("[]"),
+        "patterns of exposed tool and prompt names (`SOURCE__NAME`; `*` any run, `?` one character) hidden from every client"),
+    key!("hidden_calls", Endpoint, Kind::Choice(&["denied", "unknown"]), Default::Toml("\"denied\""),
+        "how a call to a hidden tool is answered: `denied` (an `isError` result, `class=denied`) or exactly like an unknown tool"),
+    key!("clients", Endpoint, Kind::Table, Default::Toml("{}"),
+        "client identities, `[endpoints.NAME.clients.LABEL]` with `uids`, `gids` (who it is), `allow` and `hide` (patterns; deny wins)"),
 ];
 
 /// A rule between two keys, checked after each key is within its own bound.

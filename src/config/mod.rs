@@ -15,6 +15,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 mod demand;
+mod endpoint;
 mod exposure;
 mod fields;
 mod http;
@@ -29,6 +30,7 @@ mod remote;
 mod values;
 
 pub use demand::StartMode;
+pub use endpoint::{ClientRule, EndpointConfig, HiddenCalls, Policy, NAME_MAX};
 pub use exposure::exposure;
 pub use fields::{ClientRoots, RestartPolicy};
 pub use http::{HttpConfig, DEFAULT_HTTP_LISTEN};
@@ -81,6 +83,8 @@ pub struct Config {
     pub supervisor: SupervisorConfig,
     /// Servers by name, in name order.
     pub servers: BTreeMap<String, ServerConfig>,
+    /// Endpoints by name, in name order (issue 31): names shared with `servers`, never equal.
+    pub endpoints: BTreeMap<String, EndpointConfig>,
     /// The keys that set values which may be secrets (a non-empty `env` table, or
     /// `otel_headers`), as dotted paths where they are written (`servers.NAME.env`,
     /// `defaults.env`, `supervisor.otel_headers`): what [`exposure`] names.
@@ -481,6 +485,14 @@ pub fn parse_with(path: &Path, text: &str, checks: Checks) -> Result<Config, Con
             ));
         }
     }
+    let mut endpoints = BTreeMap::new();
+    if !raw.endpoints.is_empty() {
+        let base = endpoint::defaults_alone(&v, &defaults)?;
+        for (name, e) in &raw.endpoints {
+            let cfg = v.endpoint(name, e, &servers, &base, &supervisor.socket_dir)?;
+            endpoints.insert(name.get_ref().clone(), cfg);
+        }
+    }
     let mut secrets = Vec::new();
     if raw
         .supervisor
@@ -502,6 +514,7 @@ pub fn parse_with(path: &Path, text: &str, checks: Checks) -> Result<Config, Con
         path: path.to_path_buf(),
         supervisor,
         servers,
+        endpoints,
         secrets,
     })
 }

@@ -85,6 +85,17 @@ fn placements(key: &Key, value: &str) -> Vec<(String, String)> {
                 ),
             ]
         }
+        Section::Endpoint => vec![(
+            if key.name == "servers" {
+                format!("[servers.a]\ncommand = \"x\"\n[endpoints.e]\nservers = {value}\n")
+            } else {
+                format!(
+                    "[servers.a]\ncommand = \"x\"\n[endpoints.e]\nservers = [\"a\"]\n{} = {value}\n",
+                    key.name
+                )
+            },
+            key.path(Some("e")),
+        )],
         Section::MethodTimeout => vec![
             (
                 format!("{server}[servers.a.method_timeouts]\n\"tools/call\" = {value}\n"),

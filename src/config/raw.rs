@@ -17,6 +17,34 @@ pub(super) struct RawFile {
     pub(super) defaults: Option<RawServer>,
     #[serde(default)]
     pub(super) servers: BTreeMap<Spanned<String>, Spanned<RawServer>>,
+    #[serde(default)]
+    pub(super) endpoints: BTreeMap<Spanned<String>, Spanned<RawEndpoint>>,
+}
+
+/// `[endpoints.NAME]` (issue 31).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEndpoint {
+    pub(super) servers: Option<Spanned<Vec<String>>>,
+    pub(super) descriptions: Option<Spanned<BTreeMap<String, String>>>,
+    pub(super) status_tool: Option<Spanned<String>>,
+    pub(super) http: Option<bool>,
+    pub(super) http_token_file: Option<Spanned<String>>,
+    pub(super) allowed_uids: Option<Vec<u32>>,
+    pub(super) allowed_gids: Option<Vec<u32>>,
+    pub(super) hide: Option<Spanned<Vec<String>>>,
+    pub(super) hidden_calls: Option<Spanned<String>>,
+    pub(super) clients: Option<BTreeMap<Spanned<String>, Spanned<RawClient>>>,
+}
+
+/// `[endpoints.NAME.clients.LABEL]` (issue 31 §5): one client identity's rules.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawClient {
+    pub(super) uids: Option<Vec<u32>>,
+    pub(super) gids: Option<Vec<u32>>,
+    pub(super) allow: Option<Spanned<Vec<String>>>,
+    pub(super) hide: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Deserialize, Default)]

@@ -542,6 +542,9 @@ fn every_raw_key_has_exactly_one_row_and_every_row_a_key() {
     assert!(server.contains(&"start_timeout"));
     assert_eq!(rows(&[Section::Server, Section::ServerOnly]), server);
     assert_eq!(rows(&[Section::MethodTimeout]), ["METHOD"]);
+    let mut endpoint = field_names::<raw::RawEndpoint>();
+    endpoint.sort_unstable();
+    assert_eq!(rows(&[Section::Endpoint]), endpoint);
 }
 
 #[test]
@@ -770,6 +773,7 @@ fn readme_lists_every_key_with_the_tables_default_and_bound() {
             "### `[defaults]` and `[servers.NAME]`",
             &[Section::Server, Section::ServerOnly][..],
         ),
+        ("### `[endpoints.NAME]`", &[Section::Endpoint][..]),
     ] {
         let rows = readme_rows(heading);
         let mut seen = Vec::new();

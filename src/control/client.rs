@@ -106,10 +106,19 @@ pub fn run(socket: &Path, op: Op, json: bool) -> i32 {
     let servers = resp.servers.clone().unwrap_or_default();
     match op {
         Op::Status { .. } if json => {
-            let out = serde_json::json!({ "servers": servers });
+            let mut out = serde_json::Map::new();
+            out.insert("servers".into(), serde_json::json!(servers));
+            if let Some(e) = &resp.endpoints {
+                out.insert("endpoints".into(), serde_json::json!(e));
+            }
             println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         }
-        Op::Status { .. } => print!("{}", table(&servers, SystemTime::now())),
+        Op::Status { .. } => {
+            print!("{}", table(&servers, SystemTime::now()));
+            if let Some(e) = &resp.endpoints {
+                print!("{}", endpoint_lines(e));
+            }
+        }
         Op::Metrics => print!("{}", resp.metrics.unwrap_or_default()),
         Op::Logs { .. } => {
             let tail = resp.stderr_tail.unwrap_or_default();
@@ -283,6 +292,37 @@ fn print_reload(r: &super::ReloadReport, json: bool) {
         list(&r.changed),
         list(&r.unchanged)
     );
+}
+
+/// The endpoints under the `status` table: one line each, its sources with their states
+/// (`desk -> alpha ready, beta backoff`).
+pub fn endpoint_lines(endpoints: &[Value]) -> String {
+    let mut out = String::new();
+    if !endpoints.is_empty() {
+        out.push_str("\nENDPOINT  SOURCES\n");
+    }
+    for e in endpoints {
+        let sources: Vec<String> = e["servers"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|s| {
+                        format!(
+                            "{} {}",
+                            s["name"].as_str().unwrap_or("?"),
+                            s["state"].as_str().unwrap_or("?")
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{}  {}\n",
+            e["name"].as_str().unwrap_or("?"),
+            sources.join(", ")
+        ));
+    }
+    out
 }
 
 /// The `status` table: name, era, state, pid, uptime, restarts, clients, last exit.

@@ -193,6 +193,10 @@ pub struct Response {
     /// `login`: what to open.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub login: Option<LoginInfo>,
+    /// `status`: the endpoints (issue 31), each `{"name", "servers": [{"name", "state"}]}`
+    /// in its `servers` order; absent when none is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<Vec<Value>>,
 }
 
 /// `login`'s answer.

@@ -27,8 +27,11 @@ const POLL: Duration = Duration::from_millis(50);
 pub struct Entry {
     /// The actor.
     pub handle: ServerHandle,
-    /// Its current configuration (for the wait budgets).
+    /// Its current configuration (for the wait budgets). For an endpoint, what faces its
+    /// clients (its `http`, token file and client limits).
     pub cfg: Arc<ServerConfig>,
+    /// For an endpoint (issue 31): its sources, in order. `None` for a server.
+    pub sources: Option<Vec<String>>,
 }
 
 /// The servers currently configured, by name. Written by the daemon's main loop (start-up,
@@ -62,7 +65,7 @@ impl Registry {
             .cloned()
     }
 
-    /// Every server, in name order.
+    /// Every server and endpoint, in name order.
     pub fn all(&self) -> Vec<(String, Entry)> {
         self.0
             .read()
@@ -140,7 +143,7 @@ pub async fn answer(line: &[u8], ctx: &Ctx) -> Response {
     debug!(request = ?req.op, "control request");
     match req.op {
         Op::Status { name } => status(ctx, name.as_deref()).await,
-        Op::Logs { name } => match lookup(ctx, &name) {
+        Op::Logs { name } => match lookup_server(ctx, &name) {
             Err(r) => *r,
             Ok(e) => match query(&e.handle).await {
                 Some(s) => Response {
@@ -155,22 +158,22 @@ pub async fn answer(line: &[u8], ctx: &Ctx) -> Response {
             ..Response::ok()
         },
         Op::Stop { name } => stop(ctx, &name).await,
-        Op::Login { name } => match lookup(ctx, &name) {
+        Op::Login { name } => match lookup_server(ctx, &name) {
             Ok(e) => super::login::begin(&name, &e).await,
             Err(r) => *r,
         },
-        Op::LoginWait { name } => match lookup(ctx, &name) {
+        Op::LoginWait { name } => match lookup_server(ctx, &name) {
             Ok(e) => match super::login::wait(&name, &e).await {
                 Ok(()) => start(ctx, &name, false).await,
                 Err(r) => *r,
             },
             Err(r) => *r,
         },
-        Op::LoginPaste { name, url } => match lookup(ctx, &name) {
+        Op::LoginPaste { name, url } => match lookup_server(ctx, &name) {
             Ok(e) => super::login::paste(&name, &e, &url),
             Err(r) => *r,
         },
-        Op::Logout { name } => match lookup(ctx, &name) {
+        Op::Logout { name } => match lookup_server(ctx, &name) {
             Ok(e) => super::login::logout(&name, &e).await,
             Err(r) => *r,
         },
@@ -192,6 +195,22 @@ pub async fn answer(line: &[u8], ctx: &Ctx) -> Response {
                 }
             }
         }
+    }
+}
+
+/// [`lookup`] for a verb that acts on a child or a session: an endpoint has neither, and the
+/// answer names its servers (issue 31, "verbs and status").
+pub(super) fn lookup_server(ctx: &Ctx, name: &str) -> Result<Entry, Box<Response>> {
+    let e = lookup(ctx, name)?;
+    match &e.sources {
+        None => Ok(e),
+        Some(sources) => Err(Box::new(Response::error(
+            ErrorKind::NotApplicable,
+            format!(
+                "`{name}` is an endpoint: it runs no child and has no session of its own; act on its servers by name: {}",
+                sources.join(", ")
+            ),
+        ))),
     }
 }
 
@@ -242,7 +261,12 @@ async fn status(ctx: &Ctx, name: Option<&str>) -> Response {
         None => ctx.registry.all(),
     };
     let mut out = Vec::new();
+    let mut endpoints = Vec::new();
     for (n, e) in &entries {
+        if let Some(sources) = &e.sources {
+            endpoints.push(endpoint_status(ctx, n, sources).await);
+            continue;
+        }
         match query(&e.handle).await {
             Some(s) => out.push(s),
             // Removed by a reload while we asked: not a server any more.
@@ -252,12 +276,29 @@ async fn status(ctx: &Ctx, name: Option<&str>) -> Response {
     }
     Response {
         servers: Some(to_values(&out)),
+        endpoints: (!endpoints.is_empty()).then_some(endpoints),
         ..Response::ok()
     }
 }
 
+/// An endpoint's line in `status`: each source's state, from its actor now.
+async fn endpoint_status(ctx: &Ctx, name: &str, sources: &[String]) -> serde_json::Value {
+    let mut out = Vec::new();
+    for s in sources {
+        let state = match ctx.registry.get(s) {
+            Some(e) => match query(&e.handle).await {
+                Some(st) => state_name(st.state),
+                None => "unknown".to_string(),
+            },
+            None => "removed".to_string(),
+        };
+        out.push(serde_json::json!({"name": s, "state": state}));
+    }
+    serde_json::json!({"name": name, "servers": out})
+}
+
 async fn stop(ctx: &Ctx, name: &str) -> Response {
-    let e = match lookup(ctx, name) {
+    let e = match lookup_server(ctx, name) {
         Ok(e) => e,
         Err(r) => return *r,
     };
@@ -286,7 +327,7 @@ async fn stop(ctx: &Ctx, name: &str) -> Response {
 /// `start` (or `restart`): sends the command, then waits until the server is ready or gave
 /// up (backoff, failed, stopped), within its start budget.
 async fn start(ctx: &Ctx, name: &str, restart: bool) -> Response {
-    let e = match lookup(ctx, name) {
+    let e = match lookup_server(ctx, name) {
         Ok(e) => e,
         Err(r) => return *r,
     };

@@ -49,7 +49,8 @@ impl Daemon {
     /// `http_listen` is not `"off"`, and writes the bound address to `<socket_dir>/http.addr`
     /// (for `mcp-supervisor url`). Errors: the address cannot be bound.
     pub(super) async fn ensure_http_listener(&mut self) -> Result<()> {
-        let wanted = self.config.servers.values().any(|c| c.http);
+        let wanted = self.config.servers.values().any(|c| c.http)
+            || self.config.endpoints.values().any(|e| e.front.http);
         let Some(addr) = self
             .config
             .supervisor

@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
+mod endpoints;
 mod http;
 mod sockets;
 use sockets::{accept_loop, control_loop, SessionParams, Shared};
@@ -117,6 +118,8 @@ struct Daemon {
     shared: Arc<Shared>,
     registry: Registry,
     servers: BTreeMap<String, Running>,
+    /// The endpoints (issue 31), started after the servers.
+    endpoints: BTreeMap<String, endpoints::RunningEndpoint>,
     /// Removed by a reload and still stopping.
     retiring: Vec<(String, ServerHandle, JoinHandle<()>)>,
     /// Socket-activated descriptors by name; a dup of one is used for each listener, so a
@@ -182,6 +185,7 @@ impl Daemon {
             Entry {
                 handle: handle.clone(),
                 cfg: entry_cfg,
+                sources: None,
             },
         );
         self.servers.insert(
@@ -288,6 +292,23 @@ impl Daemon {
             .filter(|n| !new.servers.contains_key(*n))
             .cloned()
             .collect();
+        // Endpoints (issue 31): the same report, by name.
+        let mut endpoints_added = Vec::new();
+        let mut endpoints_removed = Vec::new();
+        for (name, cfg) in &new.endpoints {
+            match self.config.endpoints.get(name) {
+                None => endpoints_added.push(name.clone()),
+                Some(old) if old == cfg => report.unchanged.push(name.clone()),
+                Some(_) => report.changed.push(name.clone()),
+            }
+        }
+        for name in self.config.endpoints.keys() {
+            if !new.endpoints.contains_key(name) {
+                endpoints_removed.push(name.clone());
+            }
+        }
+        report.added.extend(endpoints_added.iter().cloned());
+        report.removed.extend(endpoints_removed.iter().cloned());
         // The records' directory, if a server now needs it, is checked before anything changes.
         prepare_records_dir(&new, &self.dir).map_err(|e| ErrorBody {
             kind: ErrorKind::InvalidConfig,
@@ -296,6 +317,10 @@ impl Daemon {
         // Bind every new socket first: if one cannot be bound, nothing changes.
         let mut bound = Vec::new();
         for name in &report.added {
+            if endpoints_added.contains(name) {
+                // Bound below, after the servers (their names may not collide).
+                continue;
+            }
             let path = socket_path(&self.dir, name);
             match self.listener_for(name, &path) {
                 Ok((l, activated)) => bound.push((name.clone(), l, activated)),
@@ -313,11 +338,26 @@ impl Daemon {
                 }
             }
         }
-        let revised: HashMap<String, Access> = new
-            .servers
-            .iter()
-            .map(|(n, c)| (n.clone(), server_access(new_s, c)))
-            .collect();
+        let mut bound_endpoints = Vec::new();
+        for name in &endpoints_added {
+            let path = socket_path(&self.dir, name);
+            match self.listener_for(name, &path) {
+                Ok((l, activated)) => bound_endpoints.push((name.clone(), l, activated)),
+                Err(e) => {
+                    for (n, l, activated) in bound.into_iter().chain(bound_endpoints) {
+                        drop(l);
+                        if !activated {
+                            let _ = std::fs::remove_file(socket_path(&self.dir, &n));
+                        }
+                    }
+                    return Err(ErrorBody {
+                        kind: ErrorKind::Failed,
+                        message: format!("cannot add endpoint `{name}`: {e:#}"),
+                    });
+                }
+            }
+        }
+        let revised = client_table(&new);
         *self
             .shared
             .clients
@@ -345,8 +385,14 @@ impl Daemon {
         self.shared
             .max_clients
             .store(new_s.max_clients, Ordering::Relaxed);
+        for name in &endpoints_removed {
+            self.retire_endpoint(name).await;
+            info!(endpoint = %name, "removed from the configuration");
+        }
         for name in &report.removed {
-            self.retire(name).await;
+            if !endpoints_removed.contains(name) {
+                self.retire(name).await;
+            }
         }
         for name in &report.changed {
             if let Some(cfg) = new.servers.get(name).cloned() {
@@ -371,6 +417,13 @@ impl Daemon {
             self.load_token(cfg);
         }
         self.config = new;
+        // Endpoints last: they join the servers as they now run.
+        self.refresh_endpoints();
+        for (name, listener, activated) in bound_endpoints {
+            if let Some(cfg) = self.config.endpoints.get(&name).cloned() {
+                self.start_endpoint(cfg, listener, activated);
+            }
+        }
         if let Err(e) = self.ensure_http_listener().await {
             error!(error = %format!("{e:#}"), "the HTTP endpoint's TCP side is not served");
         }
@@ -408,6 +461,7 @@ impl Daemon {
             Entry {
                 handle: r.handle.clone(),
                 cfg: Arc::new(cfg.clone()),
+                sources: None,
             },
         );
         let (tx, rx) = oneshot::channel();
@@ -438,6 +492,23 @@ fn prepare_records_dir(config: &Config, socket_dir: &Path) -> Result<()> {
         prepare_state_dir(dir)?;
     }
     Ok(())
+}
+
+/// Who may connect to each socket: every server's and every endpoint's allow-lists (or
+/// `[supervisor]`'s).
+fn client_table(config: &Config) -> HashMap<String, Access> {
+    let s = &config.supervisor;
+    config
+        .servers
+        .iter()
+        .map(|(n, c)| (n.clone(), server_access(s, c)))
+        .chain(
+            config
+                .endpoints
+                .iter()
+                .map(|(n, e)| (n.clone(), server_access(s, &e.front))),
+        )
+        .collect()
 }
 
 /// A server's per-connection limits, with the daemon-wide client memory budget.
@@ -522,7 +593,10 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
     }
     let mut activated = HashMap::new();
     for (name, fd) in plumbing.listeners.drain(..) {
-        if name != control::SOCKET_NAME && !config.servers.contains_key(&name) {
+        if name != control::SOCKET_NAME
+            && !config.servers.contains_key(&name)
+            && !config.endpoints.contains_key(&name)
+        {
             warn!(socket = %name, "a socket-activated descriptor matches no configured server; keeping it for a later reload");
         }
         activated.insert(name, fd);
@@ -535,13 +609,7 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
         memory: memory.clone(),
         perms,
         shared: Arc::new(Shared {
-            clients: RwLock::new(
-                config
-                    .servers
-                    .iter()
-                    .map(|(n, c)| (n.clone(), server_access(&config.supervisor, c)))
-                    .collect(),
-            ),
+            clients: RwLock::new(client_table(&config)),
             operators: RwLock::new(operator_access(&config.supervisor)),
             refused_log: std::sync::Mutex::new(crate::logging::LogBudget::new(
                 20,
@@ -552,6 +620,7 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
         }),
         registry: registry.clone(),
         servers: BTreeMap::new(),
+        endpoints: BTreeMap::new(),
         retiring: Vec::new(),
         activated,
         accepting: CancellationToken::new(),
@@ -636,6 +705,10 @@ impl Daemon {
                 let l = self.listener_for(name, &socket_path(&self.dir, name))?;
                 listeners.push((name.clone(), l));
             }
+            for name in self.config.endpoints.keys() {
+                let l = self.listener_for(name, &socket_path(&self.dir, name))?;
+                listeners.push((name.clone(), l));
+            }
             Ok(())
         };
         if let Err(e) = bind(&mut listeners) {
@@ -658,6 +731,7 @@ impl Daemon {
         reload_tx: mpsc::Sender<oneshot::Sender<ReloadOutcome>>,
     ) -> Result<bool> {
         let mut control_activated = false;
+        let mut endpoints = Vec::new();
         for (name, (listener, act)) in listeners {
             if name == control::SOCKET_NAME {
                 control_activated = act;
@@ -676,7 +750,13 @@ impl Daemon {
                 ));
             } else if let Some(cfg) = self.config.servers.get(&name).cloned() {
                 self.start_server(cfg, listener, act);
+            } else if let Some(cfg) = self.config.endpoints.get(&name).cloned() {
+                endpoints.push((cfg, listener, act));
             }
+        }
+        // After every server: an endpoint joins their actors.
+        for (cfg, listener, act) in endpoints {
+            self.start_endpoint(cfg, listener, act);
         }
         self.ensure_http_listener().await?;
         if let Some(addr) = self.config.supervisor.metrics_listen {
@@ -753,6 +833,7 @@ impl Daemon {
     async fn shutdown(&mut self, signals: &mut Signals, watchdog: &mut Watchdog) {
         crate::observe::readiness().set_stopping();
         self.accepting.cancel();
+        self.stop_endpoints().await;
         let mut stops = Vec::new();
         for r in self.servers.values() {
             let (tx, rx) = oneshot::channel();

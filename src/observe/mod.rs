@@ -42,6 +42,9 @@ pub enum Outcome {
     Denied,
     /// Malformed (not JSON, not JSON-RPC, bad params the supervisor checks itself).
     Invalid,
+    /// Refused by an endpoint's policy (issue 31): this client may not use this tool; not an
+    /// outage, neither good nor bad for the SLI.
+    PolicyDenied,
 }
 
 impl Outcome {
@@ -56,6 +59,7 @@ impl Outcome {
             Outcome::Cancelled => "cancelled",
             Outcome::Denied => "denied",
             Outcome::Invalid => "invalid",
+            Outcome::PolicyDenied => "policy_denied",
         }
     }
 }
@@ -187,7 +191,7 @@ const CACHED_CODES: &[i64] = &[
 
 impl Outcome {
     /// Every outcome, in the order of [`Outcome::index`].
-    const ALL: [Outcome; 8] = [
+    const ALL: [Outcome; 9] = [
         Outcome::Ok,
         Outcome::ToolError,
         Outcome::ProtocolError,
@@ -196,6 +200,7 @@ impl Outcome {
         Outcome::Cancelled,
         Outcome::Denied,
         Outcome::Invalid,
+        Outcome::PolicyDenied,
     ];
 
     /// Position in [`Outcome::ALL`].

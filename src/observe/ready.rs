@@ -78,6 +78,11 @@ impl Readiness {
         }
     }
 
+    /// `server`'s last recorded state (`ready`, `backoff`, ...), `None` when undeclared.
+    pub fn state(&self, server: &str) -> Option<&'static str> {
+        self.lock().servers.get(server).map(|e| e.state)
+    }
+
     /// Every socket is bound (`true` once start-up is done).
     pub fn set_bound(&self, bound: bool) {
         self.lock().bound = bound;

@@ -486,7 +486,8 @@ fn server_names(servers: &str) -> Vec<String> {
         .lines()
         .filter_map(|l| {
             l.trim()
-                .strip_prefix("[servers.")?
+                .strip_prefix("[servers.")
+                .or_else(|| l.trim().strip_prefix("[endpoints."))?
                 .strip_suffix(']')
                 .map(str::to_string)
         })

@@ -8,6 +8,7 @@ mod basics;
 mod config;
 mod core;
 mod demand;
+mod endpoint;
 mod eras;
 mod health;
 mod hostile;

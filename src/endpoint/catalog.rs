@@ -1,0 +1,459 @@
+//! What an endpoint's sources offer, merged (issue 31 §2, §4): each source's last list of
+//! each kind, the merged lists the endpoint's clients see, and the tables that route a call
+//! back to its source (exposed tool and prompt names, resource URIs, resource templates).
+//!
+//! Owns: the per-source lists and the routing tables. A source whose list could not be had
+//! keeps its last one (stable discovery: a tool of a source that is down stays listed, as
+//! its own cached answer marks it), and a source never listed is named as missing.
+
+use super::names::{exposed, hashed};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use tracing::warn;
+
+/// The four lists an endpoint merges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ListKind {
+    /// `tools/list`.
+    Tools,
+    /// `prompts/list`.
+    Prompts,
+    /// `resources/list`.
+    Resources,
+    /// `resources/templates/list`.
+    Templates,
+}
+
+impl ListKind {
+    /// Every kind.
+    pub const ALL: [ListKind; 4] = [
+        ListKind::Tools,
+        ListKind::Prompts,
+        ListKind::Resources,
+        ListKind::Templates,
+    ];
+
+    /// The list request's method.
+    pub fn method(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools/list",
+            ListKind::Prompts => "prompts/list",
+            ListKind::Resources => "resources/list",
+            ListKind::Templates => "resources/templates/list",
+        }
+    }
+
+    /// The kind a list method asks for.
+    pub fn of_method(method: &str) -> Option<ListKind> {
+        ListKind::ALL.into_iter().find(|k| k.method() == method)
+    }
+
+    /// The result's array member.
+    pub fn field(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools",
+            ListKind::Prompts => "prompts",
+            ListKind::Resources => "resources",
+            ListKind::Templates => "resourceTemplates",
+        }
+    }
+
+    /// The notification that says this list changed (templates share the resources one).
+    pub fn changed(self) -> &'static str {
+        match self {
+            ListKind::Tools => "notifications/tools/list_changed",
+            ListKind::Prompts => "notifications/prompts/list_changed",
+            ListKind::Resources | ListKind::Templates => "notifications/resources/list_changed",
+        }
+    }
+
+    /// The kinds a list-changed notification announces.
+    pub fn of_changed(method: &str) -> &'static [ListKind] {
+        match method {
+            "notifications/tools/list_changed" => &[ListKind::Tools],
+            "notifications/prompts/list_changed" => &[ListKind::Prompts],
+            "notifications/resources/list_changed" => &[ListKind::Resources, ListKind::Templates],
+            _ => &[],
+        }
+    }
+}
+
+/// One value per list kind.
+#[derive(Debug, Clone, Default)]
+struct PerKind<T> {
+    tools: T,
+    prompts: T,
+    resources: T,
+    templates: T,
+}
+
+impl<T> PerKind<T> {
+    fn get(&self, kind: ListKind) -> &T {
+        match kind {
+            ListKind::Tools => &self.tools,
+            ListKind::Prompts => &self.prompts,
+            ListKind::Resources => &self.resources,
+            ListKind::Templates => &self.templates,
+        }
+    }
+
+    fn get_mut(&mut self, kind: ListKind) -> &mut T {
+        match kind {
+            ListKind::Tools => &mut self.tools,
+            ListKind::Prompts => &mut self.prompts,
+            ListKind::Resources => &mut self.resources,
+            ListKind::Templates => &mut self.templates,
+        }
+    }
+}
+
+/// Where a tool or prompt of the endpoint comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The source's index in the endpoint's `servers`.
+    pub source: usize,
+    /// The name the source gave it.
+    pub name: String,
+}
+
+/// A URI template split into its literal pieces (`{…}` expressions removed).
+#[derive(Debug, Clone)]
+struct Template {
+    source: usize,
+    pieces: Vec<String>,
+    /// Whether the template begins and ends with a literal (else that end matches anything).
+    open_start: bool,
+    open_end: bool,
+}
+
+impl Template {
+    fn parse(source: usize, t: &str) -> Template {
+        let mut pieces = Vec::new();
+        let mut rest = t;
+        let open_start = t.starts_with('{');
+        let open_end = t.ends_with('}');
+        while let Some(start) = rest.find('{') {
+            if start > 0 {
+                pieces.push(rest[..start].to_string());
+            }
+            match rest[start..].find('}') {
+                Some(end) => rest = &rest[start + end + 1..],
+                None => {
+                    rest = "";
+                    break;
+                }
+            }
+        }
+        if !rest.is_empty() {
+            pieces.push(rest.to_string());
+        }
+        Template {
+            source,
+            pieces,
+            open_start,
+            open_end,
+        }
+    }
+
+    /// Whether `uri` could come from this template: its literals in order, anchored at an end
+    /// that is literal.
+    fn matches(&self, uri: &str) -> bool {
+        let mut at = 0;
+        for (i, p) in self.pieces.iter().enumerate() {
+            let first = i == 0;
+            let last = i + 1 == self.pieces.len();
+            if first && !self.open_start {
+                if !uri.starts_with(p.as_str()) {
+                    return false;
+                }
+                at = p.len();
+                if last && !self.open_end {
+                    return at == uri.len();
+                }
+                continue;
+            }
+            if last && !self.open_end {
+                return uri.len() >= at + p.len() && uri.ends_with(p.as_str());
+            }
+            match uri.get(at..).and_then(|r| r.find(p.as_str())) {
+                Some(found) => at += found + p.len(),
+                None => return false,
+            }
+        }
+        true
+    }
+}
+
+/// Per-source lists and the tables built from them, for one endpoint connection.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    /// The sources' names, in the endpoint's order.
+    sources: Vec<String>,
+    /// `lists[kind][source]`: the source's last complete list, `None` until one was had.
+    lists: PerKind<Vec<Option<Vec<Value>>>>,
+    /// Whether each kind was filled (every source asked) during this connection.
+    filled: PerKind<bool>,
+    tools: HashMap<String, Route>,
+    prompts: HashMap<String, Route>,
+    /// Resource URI → source, first source in order winning.
+    uris: HashMap<String, usize>,
+    templates: Vec<Template>,
+    /// Names no source may take (the status tool's).
+    reserved: Vec<String>,
+}
+
+impl Catalog {
+    /// An empty catalog for these sources; `reserved` names are never given to a source's
+    /// tool.
+    pub fn new(sources: Vec<String>, reserved: Vec<String>) -> Catalog {
+        let n = sources.len();
+        Catalog {
+            sources,
+            lists: PerKind {
+                tools: vec![None; n],
+                prompts: vec![None; n],
+                resources: vec![None; n],
+                templates: vec![None; n],
+            },
+            filled: PerKind::default(),
+            tools: HashMap::new(),
+            prompts: HashMap::new(),
+            uris: HashMap::new(),
+            templates: Vec::new(),
+            reserved,
+        }
+    }
+
+    /// Whether `kind` was listed from every source during this connection.
+    pub fn filled(&self, kind: ListKind) -> bool {
+        *self.filled.get(kind)
+    }
+
+    /// Forgets that `kind` was filled (a source said it changed): the next lookup that
+    /// misses lists again.
+    pub fn stale(&mut self, kind: ListKind) {
+        *self.filled.get_mut(kind) = false;
+    }
+
+    /// Records a source's complete list of `kind` (its items as it wrote them).
+    pub fn set(&mut self, kind: ListKind, source: usize, items: Vec<Value>) {
+        if let Some(slot) = self.lists.get_mut(kind).get_mut(source) {
+            *slot = Some(items);
+        }
+    }
+
+    /// Whether the source ever gave a list of `kind`.
+    pub fn known(&self, kind: ListKind, source: usize) -> bool {
+        self.lists
+            .get(kind)
+            .get(source)
+            .is_some_and(Option::is_some)
+    }
+
+    /// Rebuilds `kind`'s routing table and returns the merged list the clients see: tools and
+    /// prompts renamed (`SOURCE__NAME`) with `_meta["mcp-supervisor/source"]`, resources and
+    /// templates as they are. Marks `kind` filled. Collisions are logged and resolved: the
+    /// first source in order keeps the name, a later one gets the hashed form.
+    pub fn merge(&mut self, kind: ListKind, endpoint: &str) -> Vec<Value> {
+        *self.filled.get_mut(kind) = true;
+        let mut out = Vec::new();
+        match kind {
+            ListKind::Tools | ListKind::Prompts => {
+                let mut table: HashMap<String, Route> = HashMap::new();
+                for (source, items) in self.lists.get(kind).iter().enumerate() {
+                    let Some(items) = items else { continue };
+                    let sname = self.sources.get(source).cloned().unwrap_or_default();
+                    for item in items {
+                        let Some(name) = item.get("name").and_then(Value::as_str) else {
+                            continue;
+                        };
+                        let mut e = exposed(&sname, name);
+                        if table.contains_key(&e) || self.reserved.contains(&e) {
+                            let again = hashed(&e, &sname, name);
+                            warn!(endpoint, source = %sname, name, exposed = %e, instead = %again,
+                                "two tools or prompts of this endpoint would have the same name; the later source's gets a hashed one");
+                            e = again;
+                            if table.contains_key(&e) {
+                                continue;
+                            }
+                        }
+                        let mut item = item.clone();
+                        if let Some(o) = item.as_object_mut() {
+                            o.insert("name".into(), Value::String(e.clone()));
+                            let meta = o.entry("_meta").or_insert_with(|| json!({}));
+                            if let Some(m) = meta.as_object_mut() {
+                                m.insert("mcp-supervisor/source".into(), json!(sname));
+                            }
+                        }
+                        out.push(item);
+                        table.insert(
+                            e,
+                            Route {
+                                source,
+                                name: name.to_string(),
+                            },
+                        );
+                    }
+                }
+                if kind == ListKind::Tools {
+                    self.tools = table;
+                } else {
+                    self.prompts = table;
+                }
+            }
+            ListKind::Resources => {
+                let mut uris: HashMap<String, usize> = HashMap::new();
+                for (source, items) in self.lists.get(kind).iter().enumerate() {
+                    let Some(items) = items else { continue };
+                    for item in items {
+                        let Some(uri) = item.get("uri").and_then(Value::as_str) else {
+                            continue;
+                        };
+                        if let Some(first) = uris.get(uri) {
+                            warn!(endpoint, uri,
+                                winner = %self.sources.get(*first).map_or("", String::as_str),
+                                other = %self.sources.get(source).map_or("", String::as_str),
+                                "two sources of this endpoint offer the same resource URI; the first in `servers` wins");
+                            continue;
+                        }
+                        uris.insert(uri.to_string(), source);
+                        out.push(item.clone());
+                    }
+                }
+                self.uris = uris;
+            }
+            ListKind::Templates => {
+                let mut templates = Vec::new();
+                for (source, items) in self.lists.get(kind).iter().enumerate() {
+                    let Some(items) = items else { continue };
+                    for item in items {
+                        let Some(t) = item.get("uriTemplate").and_then(Value::as_str) else {
+                            continue;
+                        };
+                        templates.push(Template::parse(source, t));
+                        out.push(item.clone());
+                    }
+                }
+                self.templates = templates;
+            }
+        }
+        out
+    }
+
+    /// The source and original name of exposed tool `name`.
+    pub fn tool(&self, name: &str) -> Option<&Route> {
+        self.tools.get(name)
+    }
+
+    /// The source and original name of exposed prompt `name`.
+    pub fn prompt(&self, name: &str) -> Option<&Route> {
+        self.prompts.get(name)
+    }
+
+    /// The source of resource `uri`: a listed resource, else the first template (in source
+    /// order) it matches.
+    pub fn resource(&self, uri: &str) -> Option<usize> {
+        if let Some(s) = self.uris.get(uri) {
+            return Some(*s);
+        }
+        self.templates
+            .iter()
+            .find(|t| t.matches(uri))
+            .map(|t| t.source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str) -> Value {
+        json!({"name": name, "inputSchema": {"type": "object"}})
+    }
+
+    #[test]
+    fn tools_are_prefixed_and_routed_back_to_their_source() {
+        let mut c = Catalog::new(vec!["a".into(), "b".into()], vec![]);
+        c.set(ListKind::Tools, 0, vec![tool("search")]);
+        c.set(ListKind::Tools, 1, vec![tool("search"), tool("fetch")]);
+        let merged = c.merge(ListKind::Tools, "ep");
+        let names: Vec<&str> = merged.iter().filter_map(|t| t["name"].as_str()).collect();
+        assert_eq!(names, ["a__search", "b__search", "b__fetch"]);
+        assert_eq!(merged[1]["_meta"]["mcp-supervisor/source"], "b");
+        assert_eq!(
+            c.tool("b__search"),
+            Some(&Route {
+                source: 1,
+                name: "search".into()
+            })
+        );
+        assert!(c.tool("search").is_none());
+    }
+
+    #[test]
+    fn a_collision_keeps_the_first_source_and_hashes_the_later() {
+        // `x` + `a__b` and `x__a` + `b` both spell `x__a__b`.
+        let mut c = Catalog::new(vec!["x".into(), "x__a".into()], vec![]);
+        c.set(ListKind::Tools, 0, vec![tool("a__b")]);
+        c.set(ListKind::Tools, 1, vec![tool("b")]);
+        let merged = c.merge(ListKind::Tools, "ep");
+        assert_eq!(merged.len(), 2);
+        assert_eq!(c.tool("x__a__b").map(|r| r.source), Some(0));
+        let other = merged[1]["name"].as_str().unwrap();
+        assert_eq!(c.tool(other).map(|r| r.source), Some(1));
+    }
+
+    #[test]
+    fn the_reserved_status_tool_name_is_never_a_sources() {
+        let mut c = Catalog::new(vec!["a".into()], vec!["a__status".into()]);
+        c.set(ListKind::Tools, 0, vec![tool("status")]);
+        let merged = c.merge(ListKind::Tools, "ep");
+        assert_ne!(merged[0]["name"], "a__status");
+        assert!(c.tool("a__status").is_none());
+    }
+
+    #[test]
+    fn resources_route_by_uri_and_template_first_source_winning() {
+        let mut c = Catalog::new(vec!["a".into(), "b".into()], vec![]);
+        c.set(
+            ListKind::Resources,
+            0,
+            vec![json!({"uri": "file:///x", "name": "x"})],
+        );
+        c.set(
+            ListKind::Resources,
+            1,
+            vec![
+                json!({"uri": "file:///x", "name": "x"}),
+                json!({"uri": "file:///y", "name": "y"}),
+            ],
+        );
+        assert_eq!(c.merge(ListKind::Resources, "ep").len(), 2);
+        c.set(
+            ListKind::Templates,
+            0,
+            vec![json!({"uriTemplate": "db://{table}/rows", "name": "t"})],
+        );
+        c.set(
+            ListKind::Templates,
+            1,
+            vec![json!({"uriTemplate": "db://{table}/{row}", "name": "t"})],
+        );
+        c.merge(ListKind::Templates, "ep");
+        assert_eq!(c.resource("file:///x"), Some(0));
+        assert_eq!(c.resource("file:///y"), Some(1));
+        assert_eq!(c.resource("db://users/rows"), Some(0));
+        assert_eq!(c.resource("db://users/7"), Some(1));
+        assert_eq!(c.resource("http://elsewhere"), None);
+    }
+
+    #[test]
+    fn template_matching_anchors_literal_ends() {
+        let t = Template::parse(0, "repo://{owner}/{name}/readme");
+        assert!(t.matches("repo://a/b/readme"));
+        assert!(!t.matches("repo://a/b/readme/x"));
+        assert!(!t.matches("rep://a/b/readme"));
+        let open = Template::parse(0, "{+path}");
+        assert!(open.matches("anything"));
+    }
+}

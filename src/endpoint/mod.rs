@@ -1,0 +1,301 @@
+//! Endpoints (issue 31): one MCP server in front of many, with namespaced tools, stable
+//! discovery while a source is down, and answers that name the failing source.
+//!
+//! An endpoint looks like a server to everything in front of it: it has a
+//! [`ServerHandle`] whose `sessions` inbox takes the same [`SessionEvent`]s, so
+//! `NAME.sock`, `attach NAME` and the HTTP front serve it with no code of their own. Behind
+//! it, each client of the endpoint is one client of each source's actor (an addressed
+//! [`ClientTx::channel`], as the HTTP front's), so the sources' id rewriting, caches, outage
+//! answers, limits and health apply unchanged, and no second child or upstream session is
+//! ever made.
+//!
+//! Owns: the dispatcher task (one per endpoint: hands each client's events to its task) and
+//! one task per client that executes the decisions of [`conn::Conn`] and pumps each source's
+//! outbox into it. Never routes by itself: every decision is `conn.rs`'s.
+
+pub mod catalog;
+pub mod conn;
+pub mod names;
+pub mod policy;
+
+use crate::config::EndpointConfig;
+use crate::jsonrpc::framing::Line;
+use crate::mux::server::{Command, ServerHandle};
+use crate::mux::session::{Access, Address, ClientId, ClientTx, Peer, SessionEvent};
+use conn::{Conn, Effect, Plan};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn, Instrument};
+
+/// Events queued toward one client's task before the client is cut off as stuck.
+const CONN_INBOX: usize = 1024;
+/// Lines queued from all sources toward one client's task (each source's own outbox is
+/// bounded too: a client that does not keep up is closed by the source, as any client).
+const SOURCE_LINES: usize = 1024;
+
+/// One source as an endpoint reaches it.
+#[derive(Debug, Clone)]
+pub struct Link {
+    /// The server's name.
+    pub name: String,
+    /// Its actor.
+    pub handle: ServerHandle,
+    /// Who may use it (its `allowed_uids`/`allowed_gids`): a peer it refuses does not see it.
+    pub access: Access,
+    /// Its `client_queue`.
+    pub queue: usize,
+}
+
+/// What an endpoint's clients are joined to: its configuration and its sources' actors
+/// (replaced by a reload; clients keep the one they connected with).
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// The endpoint's configuration.
+    pub cfg: Arc<EndpointConfig>,
+    /// Its sources in order; `None` for one whose actor is not running.
+    pub sources: Vec<Option<Link>>,
+}
+
+/// Starts an endpoint: its handle (served like a server's) and the sender that gives it a
+/// new [`Setup`] on reload.
+pub fn start(setup: Setup) -> (ServerHandle, watch::Sender<Arc<Setup>>) {
+    let (stx, srx) = mpsc::channel(1024);
+    let (ctx, crx) = mpsc::channel(16);
+    let name = setup.cfg.name.clone();
+    let (wtx, wrx) = watch::channel(Arc::new(setup));
+    let span = tracing::info_span!("endpoint", endpoint = %name);
+    tokio::spawn(dispatch(srx, crx, wrx).instrument(span));
+    (
+        ServerHandle {
+            sessions: stx,
+            commands: ctx,
+            pid: Arc::new(AtomicU32::new(0)),
+        },
+        wtx,
+    )
+}
+
+/// A client's task as the dispatcher holds it.
+struct Held {
+    inbox: mpsc::Sender<ClientEvent>,
+    tx: ClientTx,
+}
+
+/// What the dispatcher hands a client's task.
+enum ClientEvent {
+    Message(crate::jsonrpc::message::Message),
+    Closed,
+    /// A reload changed the endpoint's configuration: its policy applies now.
+    Setup(Arc<Setup>),
+}
+
+/// Hands each client's events to its task; ends at `Shutdown` or when every sender is gone.
+async fn dispatch(
+    mut sessions: mpsc::Receiver<SessionEvent>,
+    mut commands: mpsc::Receiver<Command>,
+    mut setup: watch::Receiver<Arc<Setup>>,
+) {
+    let stop = CancellationToken::new();
+    let mut conns: HashMap<ClientId, Held> = HashMap::new();
+    loop {
+        tokio::select! {
+            ev = sessions.recv() => {
+                let Some(ev) = ev else { break };
+                match ev {
+                    SessionEvent::Connected(id, tx, peer) => {
+                        let (itx, irx) = mpsc::channel(CONN_INBOX);
+                        let s = setup.borrow().clone();
+                        conns.insert(id, Held { inbox: itx, tx: tx.clone() });
+                        let span = tracing::debug_span!("client", client = %id);
+                        tokio::spawn(client_task(s, tx, peer, irx, stop.child_token()).instrument(span));
+                    }
+                    SessionEvent::Message(id, m) => {
+                        if let Some(h) = conns.get(&id) {
+                            if h.inbox.try_send(ClientEvent::Message(m)).is_err() {
+                                warn!(client = %id, "the endpoint is not keeping up with this client; disconnecting it");
+                                h.tx.kick();
+                            }
+                        }
+                    }
+                    SessionEvent::Rejected(..) => {}
+                    SessionEvent::InputClosed(id) => {
+                        if let Some(h) = conns.get(&id) {
+                            let _ = h.inbox.try_send(ClientEvent::Closed);
+                        }
+                    }
+                    SessionEvent::Disconnected(id) => {
+                        // Dropping the inbox ends the task, which leaves every source.
+                        conns.remove(&id);
+                    }
+                }
+            }
+            changed = setup.changed() => {
+                if changed.is_err() {
+                    // The daemon dropped the sender: the endpoint is being removed.
+                    break;
+                }
+                let s = setup.borrow_and_update().clone();
+                for (id, h) in &conns {
+                    if h.inbox.try_send(ClientEvent::Setup(s.clone())).is_err() {
+                        warn!(client = %id, "the endpoint is not keeping up with this client; disconnecting it");
+                        h.tx.kick();
+                    }
+                }
+            }
+            cmd = commands.recv() => match cmd {
+                Some(Command::Shutdown(done)) => {
+                    stop.cancel();
+                    let _ = done.send(());
+                    break;
+                }
+                // An endpoint has no child: the other commands are the daemon's to refuse.
+                Some(_) => {}
+                None => break,
+            },
+        }
+        conns.retain(|_, h| !h.inbox.is_closed());
+    }
+    stop.cancel();
+}
+
+/// What a source's pump hands the client's task.
+enum FromSource {
+    Line(usize, Address, Line),
+    Closed(usize),
+}
+
+/// One client of the endpoint: joins each source it may use, then executes its
+/// [`Conn`]'s decisions until the client or the endpoint goes.
+async fn client_task(
+    setup: Arc<Setup>,
+    down: ClientTx,
+    peer: Peer,
+    mut inbox: mpsc::Receiver<ClientEvent>,
+    stop: CancellationToken,
+) {
+    let (src_tx, mut src_rx) = mpsc::channel(SOURCE_LINES);
+    let mut joined: Vec<Option<(ClientId, mpsc::Sender<SessionEvent>)>> = Vec::new();
+    for (i, link) in setup.sources.iter().enumerate() {
+        let Some(link) = link
+            .as_ref()
+            .filter(|l| l.access.permits(peer.uid, peer.gid))
+        else {
+            joined.push(None);
+            continue;
+        };
+        let sub = ClientId::next();
+        let (tx, outbox) = ClientTx::channel(link.queue, &stop);
+        if link
+            .handle
+            .sessions
+            .send(SessionEvent::Connected(sub, tx, peer))
+            .await
+            .is_err()
+        {
+            joined.push(None);
+            continue;
+        }
+        tokio::spawn(pump(i, outbox, src_tx.clone()));
+        joined.push(Some((sub, link.handle.sessions.clone())));
+    }
+    drop(src_tx);
+    let open: Vec<bool> = joined.iter().map(Option::is_some).collect();
+    let plan = Plan {
+        name: setup.cfg.name.clone(),
+        sources: setup
+            .cfg
+            .servers
+            .iter()
+            .map(|s| (s.clone(), setup.cfg.descriptions.get(s).cloned()))
+            .collect(),
+        status_tool: setup.cfg.status_tool.clone(),
+    };
+    let view = policy::View::of(&setup.cfg.policy, &peer);
+    if !view.labels.is_empty() {
+        debug!(clients = ?view.labels, "client identities");
+    }
+    let mut conn = Conn::new(plan, &open, view);
+    let endpoint = setup.cfg.name.clone();
+    'run: loop {
+        let deadline = conn.next_deadline();
+        let effects = tokio::select! {
+            input = inbox.recv() => match input {
+                Some(ClientEvent::Message(m)) => conn.on_client(m, Instant::now()),
+                Some(ClientEvent::Closed) => conn.input_closed(),
+                Some(ClientEvent::Setup(s)) => conn.set_view(policy::View::of(&s.cfg.policy, &peer)),
+                None => break,
+            },
+            from = src_rx.recv() => match from {
+                Some(FromSource::Line(i, to, line)) => conn.on_source(i, to, line, Instant::now()),
+                Some(FromSource::Closed(i)) => conn.source_closed(i, Instant::now()),
+                None => Vec::new(),
+            },
+            _ = sleep_until(deadline) => conn.tick(Instant::now()),
+            _ = stop.cancelled() => break,
+        };
+        for e in effects {
+            match e {
+                Effect::Source(i, m) => {
+                    let Some(Some((sub, events))) = joined.get(i) else {
+                        continue;
+                    };
+                    if events.send(SessionEvent::Message(*sub, m)).await.is_err() {
+                        debug!(source = i, "a source's actor is gone");
+                    }
+                }
+                Effect::Client(to, line) => {
+                    if !down.deliver_at(Some(to), line) {
+                        break 'run;
+                    }
+                }
+                Effect::Close => {
+                    down.close_after_drain();
+                    break 'run;
+                }
+                Effect::PolicyDenied(method) => crate::observe::metrics().request(
+                    &endpoint,
+                    method,
+                    crate::observe::Outcome::PolicyDenied,
+                    None,
+                    0.0,
+                ),
+            }
+        }
+    }
+    for (sub, events) in joined.into_iter().flatten() {
+        let _ = events.send(SessionEvent::Disconnected(sub)).await;
+    }
+}
+
+/// Sleeps until `t`, or forever when there is no deadline.
+async fn sleep_until(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Moves source `i`'s lines for this client into the client's task, until the source closes
+/// the client.
+async fn pump(i: usize, mut outbox: crate::mux::session::Outbox, to: mpsc::Sender<FromSource>) {
+    let kicked = outbox.kicked();
+    loop {
+        tokio::select! {
+            line = outbox.recv() => match line {
+                Some((_, line)) if line.is_empty() => break,
+                Some((addr, line)) => {
+                    if to.send(FromSource::Line(i, addr, line)).await.is_err() {
+                        return;
+                    }
+                }
+                None => break,
+            },
+            _ = kicked.cancelled() => break,
+        }
+    }
+    let _ = to.send(FromSource::Closed(i)).await;
+}

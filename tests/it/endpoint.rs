@@ -1,0 +1,337 @@
+//! Endpoints (issue 31): one endpoint in front of several servers, as a client sees it.
+
+use crate::harness::{fake_server, wait_until, Client, Supervisor};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// Two fake servers and an endpoint `desk` in front of both (and a status tool).
+fn two_sources(extra_endpoint: &str) -> String {
+    fake_server("alpha", &[], "")
+        + &fake_server("beta", &[], "backoff_initial = \"200ms\"\nbackoff_max = \"200ms\"")
+        + &format!(
+            "[endpoints.desk]\nservers = [\"alpha\", \"beta\"]\ndescriptions = {{ alpha = \"the first fake\" }}\n{extra_endpoint}\n"
+        )
+}
+
+fn tool_names(list: &Value) -> Vec<String> {
+    list["result"]["tools"]
+        .as_array()
+        .unwrap_or(&Vec::new())
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn an_endpoint_lists_every_sources_tools_prefixed_and_routes_each_call_to_its_source() {
+    let sup = Supervisor::start(&two_sources(""));
+    let mut c = sup.connect("desk");
+    let init = c.initialize("test-client", json!({}));
+    assert_eq!(init["result"]["serverInfo"]["name"], "desk", "{init}");
+    let instructions = init["result"]["instructions"].as_str().unwrap_or("");
+    assert!(
+        instructions.contains("## alpha: the first fake"),
+        "{instructions}"
+    );
+    assert!(instructions.contains("## beta"), "{instructions}");
+    assert_eq!(init["result"]["capabilities"]["tools"]["listChanged"], true);
+    let list = c.request(json!(1), "tools/list", json!({}));
+    let names = tool_names(&list);
+    assert!(names.contains(&"alpha__echo".to_string()), "{names:?}");
+    assert!(names.contains(&"beta__echo".to_string()), "{names:?}");
+    assert!(!names.iter().any(|n| n == "echo"), "{names:?}");
+    // Each call goes to its own source: the pid tells them apart.
+    let a = Client::text(&c.call(json!(2), "alpha__pid", json!({})));
+    let b = Client::text(&c.call(json!(3), "beta__pid", json!({})));
+    let pa = sup.server_status("alpha")["pid"].to_string();
+    let pb = sup.server_status("beta")["pid"].to_string();
+    assert_eq!((a, b), (pa, pb));
+    let r = c.call(json!(4), "alpha__echo", json!({"text": "hello"}));
+    assert_eq!(Client::text(&r), "hello", "{r}");
+}
+
+#[test]
+fn a_call_by_name_before_any_list_is_routed_and_an_unknown_tool_is_invalid_params() {
+    let sup = Supervisor::start(&two_sources(""));
+    let mut c = sup.client("desk");
+    let r = c.call(json!(1), "beta__add", json!({"a": 2, "b": 3}));
+    assert_eq!(Client::text(&r), "5", "{r}");
+    let r = c.call(json!(2), "nosuch__tool", json!({}));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert_eq!(r["error"]["message"], "Unknown tool: nosuch__tool", "{r}");
+    // The source's own names are not the endpoint's.
+    let r = c.call(json!(3), "echo", json!({"text": "x"}));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+}
+
+#[test]
+fn a_source_killed_mid_use_stays_listed_its_calls_name_it_and_the_other_keeps_working() {
+    let sup = Supervisor::start(&two_sources("status_tool = \"desk_status\""));
+    let mut c = sup.client("desk");
+    let before = tool_names(&c.request(json!(1), "tools/list", json!({})));
+    assert!(before.contains(&"desk_status".to_string()), "{before:?}");
+    // beta kills itself; its answer is the outage.
+    let r = c.call(json!(2), "beta__crash", json!({}));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let text = Client::text(&r);
+    assert!(text.contains("server=beta"), "{text}");
+    // While it is down or restarting: alpha answers, beta's tools stay listed.
+    let r = c.call(json!(3), "alpha__echo", json!({"text": "still here"}));
+    assert_eq!(Client::text(&r), "still here", "{r}");
+    let during = tool_names(&c.request(json!(4), "tools/list", json!({})));
+    assert_eq!(during, before);
+    let status = c.call(json!(5), "desk_status", json!({}));
+    let st = Client::text(&status);
+    assert!(st.contains("alpha: ready"), "{st}");
+    assert!(st.contains("beta: "), "{st}");
+    // It comes back; its calls work again through the same connection.
+    assert!(wait_until(Duration::from_secs(10), || sup
+        .server_status("beta")["state"]
+        == "ready"));
+    let r = c.call(json!(6), "beta__echo", json!({"text": "back"}));
+    assert_eq!(Client::text(&r), "back", "{r}");
+    // Nothing changed in its list: no list_changed was sent.
+    assert!(c
+        .notification(
+            "notifications/tools/list_changed",
+            Duration::from_millis(300)
+        )
+        .is_none());
+}
+
+#[test]
+fn a_sources_request_reaches_the_client_renumbered_and_its_answer_goes_back() {
+    let sup = Supervisor::start(&two_sources(""));
+    let mut c = sup.connect("desk");
+    c.initialize("test-client", json!({"sampling": {}}));
+    c.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "alpha__ask", "arguments": {"method": "sampling/createMessage", "params": {"x": 1}}}}));
+    let q = c
+        .server_request("sampling/createMessage", Duration::from_secs(10))
+        .expect("the source's request reaches the client");
+    c.send(&json!({"jsonrpc": "2.0", "id": q["id"], "result": {"answer": 42}}));
+    let r = c.response(&json!(7));
+    assert_eq!(Client::text(&r), "{\"answer\":42}", "{r}");
+}
+
+#[test]
+fn progress_reaches_the_client_that_asked() {
+    let sup = Supervisor::start(&two_sources(""));
+    let mut c = sup.client("desk");
+    let mut other = sup.client("desk");
+    c.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "beta__progress", "arguments": {"count": 2}, "_meta": {"progressToken": "p1"}}}));
+    let r = c.response(&json!(1));
+    assert_eq!(Client::text(&r), "progress done", "{r}");
+    let got = c
+        .backlog
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .count();
+    assert_eq!(got, 2, "{:?}", c.backlog);
+    assert!(other
+        .notification("notifications/progress", Duration::from_millis(300))
+        .is_none());
+}
+
+#[test]
+fn stop_on_an_endpoint_acts_on_no_child_and_names_its_servers_and_status_lists_it() {
+    let sup = Supervisor::start(&two_sources(""));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-supervisor"))
+        .args(["stop", "desk", "--config"])
+        .arg(&sup.config)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("alpha, beta"), "{text}");
+    let status = sup.status_json();
+    let eps = status["endpoints"].as_array().cloned().unwrap_or_default();
+    assert_eq!(eps.len(), 1, "{status}");
+    assert_eq!(eps[0]["name"], "desk");
+    assert_eq!(eps[0]["servers"][0]["name"], "alpha");
+    assert_eq!(sup.server_status("alpha")["state"], "ready");
+}
+
+#[test]
+fn an_endpoint_named_like_a_server_is_exit_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("s.toml");
+    std::fs::write(
+        &p,
+        "[servers.a]\ncommand = \"x\"\n\n[endpoints.a]\nservers = [\"a\"]\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-supervisor"))
+        .arg("check-config")
+        .arg(&p)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains(":4: key `endpoints.a`"), "{text}");
+}
+
+fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Runs `attach desk` as uid 65534 with `lines` on its stdin; its stdout, parsed.
+fn attach_as_nobody(sup: &Supervisor, lines: &[Value]) -> Vec<Value> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_mcp-supervisor"),
+            "attach",
+            "desk",
+            "--socket",
+        ])
+        .arg(sup.socket("desk"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = String::new();
+    for l in lines {
+        input.push_str(&l.to_string());
+        input.push('\n');
+    }
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// An endpoint whose socket another uid may reach, with `policy` lines.
+fn shared_endpoint(policy: &str) -> Supervisor {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = dir.path().join("supervisor.toml");
+    let text = format!(
+        "[supervisor]\nsocket_dir = {:?}\nsocket_mode = \"0666\"\nallowed_uids = [65534]\n\n{}",
+        dir.path().join("run"),
+        two_sources(policy)
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut s = Supervisor::spawn_with(dir, config, &[]);
+    if !wait_until(Duration::from_secs(10), || {
+        s.socket("desk").exists() && s.socket("control").exists()
+    }) {
+        s.stop();
+        panic!("no socket; log:\n{}", s.log());
+    }
+    s
+}
+
+#[test]
+fn two_unix_users_see_different_tools_and_a_hidden_call_is_denied_not_an_outage() {
+    if !is_root()
+        || std::process::Command::new("setpriv")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        eprintln!("skipped: needs root and setpriv to connect as another uid");
+        return;
+    }
+    let sup = shared_endpoint(
+        "hide = [\"*__crash\"]\n[endpoints.desk.clients.nobody]\nuids = [65534]\nallow = [\"alpha__*\"]\nhide = [\"alpha__exit\"]\n",
+    );
+    // root: everything but the hidden-for-all.
+    let mut c = sup.client("desk");
+    let mine = tool_names(&c.request(json!(1), "tools/list", json!({})));
+    assert!(mine.contains(&"beta__echo".to_string()), "{mine:?}");
+    assert!(!mine.iter().any(|n| n.ends_with("__crash")), "{mine:?}");
+    // nobody: alpha's tools only, without exit.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "n", "version": "1"}}});
+    let out = attach_as_nobody(
+        &sup,
+        &[
+            init,
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "beta__echo", "arguments": {"text": "x"}}}),
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "alpha__echo", "arguments": {"text": "ok"}}}),
+        ],
+    );
+    let by_id = |id: i64| {
+        out.iter()
+            .find(|m| m["id"] == id)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let theirs = tool_names(&by_id(1));
+    assert!(!theirs.is_empty(), "{out:?}");
+    assert!(
+        theirs.iter().all(|n| n.starts_with("alpha__")),
+        "{theirs:?}"
+    );
+    assert!(!theirs.contains(&"alpha__exit".to_string()), "{theirs:?}");
+    let denied = by_id(2);
+    assert_eq!(denied["result"]["isError"], true, "{denied}");
+    assert_eq!(
+        denied["result"]["_meta"]["mcp-supervisor/outage"]["class"],
+        "denied"
+    );
+    assert!(Client::text(&denied).starts_with("denied:"), "{denied}");
+    assert_eq!(Client::text(&by_id(3)), "ok");
+    // Counted apart: a policy_denied outcome, under the endpoint's name.
+    let m = sup.metrics();
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("mcp_supervisor_requests_total{")
+                && l.contains("server=\"desk\"")
+                && l.contains("outcome=\"policy_denied\"")),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_reload_that_changes_policy_updates_a_connected_client_without_a_reconnect() {
+    let sup = Supervisor::start(&two_sources(""));
+    let mut c = sup.client("desk");
+    let before = tool_names(&c.request(json!(1), "tools/list", json!({})));
+    assert!(before.contains(&"alpha__echo".to_string()));
+    let text = std::fs::read_to_string(&sup.config).unwrap();
+    std::fs::write(
+        &sup.config,
+        text.replace(
+            "[endpoints.desk]\n",
+            "[endpoints.desk]\nhide = [\"alpha__*\"]\n",
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-supervisor"))
+        .args(["reload", "-c"])
+        .arg(&sup.config)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        c.notification("notifications/tools/list_changed", Duration::from_secs(10))
+            .is_some(),
+        "the client is told its view changed"
+    );
+    let after = tool_names(&c.request(json!(2), "tools/list", json!({})));
+    assert!(!after.iter().any(|n| n.starts_with("alpha__")), "{after:?}");
+    assert!(after.contains(&"beta__echo".to_string()), "{after:?}");
+    let r = c.call(json!(3), "alpha__echo", json!({"text": "x"}));
+    assert_eq!(
+        r["result"]["_meta"]["mcp-supervisor/outage"]["class"], "denied",
+        "{r}"
+    );
+}
