@@ -116,11 +116,15 @@ pub enum Verb {
     /// Print server NAME's Streamable HTTP endpoint: the URL, the token header, the Unix
     /// socket, and ready-to-paste configurations for Claude Code, Cursor, VS Code and Codex.
     Url {
-        /// The server name.
+        /// The server or endpoint name.
         name: String,
         /// Print JSON (`{"url", "token", "header", "token_file", "unix_socket"}`).
         #[arg(long)]
         json: bool,
+        /// An endpoint's named token: the client `LABEL` of `[endpoints.NAME.clients.LABEL]`
+        /// with `token = true`.
+        #[arg(long, value_name = "LABEL")]
+        token: Option<String>,
         #[command(flatten)]
         target: Target,
     },

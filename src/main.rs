@@ -149,8 +149,13 @@ fn main() {
             },
         },
         Verb::Metrics { target } => operate(target, Op::Metrics, false),
-        Verb::Url { name, json, target } => match cli::load_config(target.config) {
-            Ok(c) => match mcp_supervisor::http::url::endpoint(&c, &name) {
+        Verb::Url {
+            name,
+            json,
+            token,
+            target,
+        } => match cli::load_config(target.config) {
+            Ok(c) => match mcp_supervisor::http::url::endpoint(&c, &name, token.as_deref()) {
                 Ok(e) if json => {
                     println!("{}", mcp_supervisor::http::url::render_json(&e));
                     0

@@ -62,6 +62,10 @@ pub enum HiddenCalls {
 /// One client identity: who it is (Unix peers by uid or primary gid) and what it may see.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ClientRule {
+    /// `token`: this client has a named HTTP token of its own
+    /// (`<socket_dir>/ENDPOINT.LABEL.http.token`, created 0600; `mcp-supervisor url ENDPOINT
+    /// --token LABEL` prints it): a request bearing it is this client.
+    pub token: bool,
     /// Peer uids that are this client.
     pub uids: Vec<u32>,
     /// Peer primary gids that are this client.
@@ -269,6 +273,7 @@ impl Validator<'_> {
             clients.insert(
                 l.clone(),
                 ClientRule {
+                    token: c.token.unwrap_or(false),
                     uids: c.uids.clone().unwrap_or_default(),
                     gids: c.gids.clone().unwrap_or_default(),
                     allow,

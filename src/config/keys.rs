@@ -860,7 +860,7 @@ pub const KEYS: &[Key] = &[
     key!("hidden_calls", Endpoint, Kind::Choice(&["denied", "unknown"]), Default::Toml("\"denied\""),
         "how a call to a hidden tool is answered: `denied` (an `isError` result, `class=denied`) or exactly like an unknown tool"),
     key!("clients", Endpoint, Kind::Table, Default::Toml("{}"),
-        "client identities, `[endpoints.NAME.clients.LABEL]` with `uids`, `gids` (who it is), `allow` and `hide` (patterns; deny wins)"),
+        "client identities, `[endpoints.NAME.clients.LABEL]` with `token = true` (a named HTTP token), `uids`, `gids` (who it is), `allow` and `hide` (patterns; deny wins)"),
 ];
 
 /// A rule between two keys, checked after each key is within its own bound.

@@ -41,6 +41,7 @@ pub(super) struct RawEndpoint {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawClient {
+    pub(super) token: Option<bool>,
     pub(super) uids: Option<Vec<u32>>,
     pub(super) gids: Option<Vec<u32>>,
     pub(super) allow: Option<Spanned<Vec<String>>>,

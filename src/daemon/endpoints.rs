@@ -18,7 +18,7 @@ use std::sync::Arc;
 use tokio::net::UnixListener;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{error, info};
 
 /// One running endpoint.
 pub(super) struct RunningEndpoint {
@@ -54,6 +54,30 @@ impl Daemon {
         }
     }
 
+    /// Reads (or creates) endpoint `cfg`'s named tokens into the front (issue 31 §5). A token
+    /// that cannot be had is logged; its client cannot use HTTP until the next reload.
+    fn load_labelled(&self, cfg: &EndpointConfig) {
+        let mut tokens = Vec::new();
+        if cfg.front.http {
+            for label in cfg
+                .policy
+                .clients
+                .iter()
+                .filter(|(_, r)| r.token)
+                .map(|(l, _)| l)
+            {
+                let path = crate::http::access::labelled_token_path(&self.dir, &cfg.name, label);
+                match crate::http::access::ensure_token_file(&path, true, &cfg.name) {
+                    Ok(t) => tokens.push((crate::endpoint::policy::label_id(label), t)),
+                    Err(e) => {
+                        error!(endpoint = %cfg.name, client = %label, error = %format!("{e:#}"), "no named HTTP token for this client");
+                    }
+                }
+            }
+        }
+        self.front.set_labelled(&cfg.name, tokens);
+    }
+
     /// Starts endpoint `cfg` on `listener`: its dispatcher, accept loop, HTTP side and
     /// registry entry.
     pub(super) fn start_endpoint(
@@ -69,6 +93,7 @@ impl Daemon {
         let accept = self.accepting.child_token();
         info!(endpoint = %name, socket = %path.display(), sources = ?cfg.servers, "endpoint listening");
         let http = self.start_http(&cfg.front, &accept);
+        self.load_labelled(&cfg);
         self.tracker.spawn(accept_loop(
             listener,
             name.clone(),
@@ -133,6 +158,7 @@ impl Daemon {
             } else if cfg.front.http {
                 self.load_token(&cfg.front);
             }
+            self.load_labelled(&cfg);
             self.registry.insert(
                 &cfg.name,
                 Entry {
@@ -159,6 +185,7 @@ impl Daemon {
             let _ = std::fs::remove_file(p);
         }
         self.front.set_token(name, None);
+        self.front.set_labelled(name, Vec::new());
         let (tx, rx) = oneshot::channel();
         if r.handle.commands.send(Command::Shutdown(tx)).await.is_ok() {
             let _ = rx.await;

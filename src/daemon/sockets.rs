@@ -635,6 +635,7 @@ pub(super) async fn accept_checked(
                 uid: cred.uid(),
                 gid: cred.gid(),
                 pid: cred.pid(),
+                label: None,
                 transport: Default::default(),
             },
         ));

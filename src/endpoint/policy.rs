@@ -22,7 +22,8 @@ pub struct View {
 impl View {
     /// The view of `peer` under `policy`. A client identity's `uids`/`gids` match Unix peers
     /// only (a socket, `attach`, `NAME.http.sock`: a peer with a pid from `SO_PEERCRED`); an
-    /// HTTP client over TCP is the supervisor's own uid and matches no identity by uid. Every
+    /// HTTP client over TCP is the supervisor's own uid and matches no identity by uid, only by
+    /// the named token it bears (a client with `token = true`). Every
     /// identity the peer matches applies: all their `hide`s, and the union of their `allow`s
     /// when any sets one.
     pub fn of(policy: &Policy, peer: &Peer) -> View {
@@ -31,7 +32,9 @@ impl View {
         let mut labels = Vec::new();
         let unix = peer.pid.is_some();
         for (label, rule) in &policy.clients {
-            let me = unix && (rule.uids.contains(&peer.uid) || rule.gids.contains(&peer.gid));
+            let by_token = rule.token && peer.label == Some(label_id(label));
+            let me = by_token
+                || (unix && (rule.uids.contains(&peer.uid) || rule.gids.contains(&peer.gid)));
             if !me {
                 continue;
             }
@@ -59,6 +62,18 @@ impl View {
             Some(a) => a.iter().any(|p| glob(p, name)),
         }
     }
+}
+
+/// The id a named token's label travels under in a [`Peer`]: the first 8 bytes of its
+/// SHA-256 (a `Peer` stays `Copy`; labels are the operator's, so no collision is sought).
+pub fn label_id(label: &str) -> u64 {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(label.as_bytes());
+    let mut b = [0u8; 8];
+    for (o, i) in b.iter_mut().zip(d.iter()) {
+        *o = *i;
+    }
+    u64::from_be_bytes(b)
 }
 
 /// Whether `text` matches `pattern` (`*` any run, `?` one character). Linear in
@@ -114,6 +129,7 @@ mod tests {
             uid,
             gid: 100,
             pid: unix.then_some(1),
+            label: None,
             transport: Default::default(),
         }
     }

@@ -35,6 +35,9 @@ pub enum Caller {
     Tcp {
         /// SHA-256 of the token the request carried.
         token: [u8; 32],
+        /// The endpoint's named token it was (issue 31 §5): [`crate::endpoint::policy::label_id`]
+        /// of its label; `None` for the server's (or endpoint's) own token.
+        label: Option<u64>,
     },
     /// `NAME.http.sock`, from this uid (`SO_PEERCRED`).
     Unix {
@@ -96,9 +99,26 @@ pub(super) fn check(
         (Some(want), Some(Some(given))) => bool::from(given.as_bytes().ct_eq(want.as_bytes())),
         _ => false,
     };
-    if matched {
+    // An endpoint's named tokens: each compared in constant time, all of them every time.
+    let label = match given {
+        Some(Some(given)) if !matched => {
+            front
+                .labelled(server)
+                .iter()
+                .fold(None, |found, (id, want)| {
+                    let eq = bool::from(given.as_bytes().ct_eq(want.as_bytes()));
+                    if eq && found.is_none() {
+                        Some(*id)
+                    } else {
+                        found
+                    }
+                })
+        }
+        _ => None,
+    };
+    if matched || label.is_some() {
         let token = sha2::Sha256::digest(given.flatten().unwrap_or("").as_bytes()).into();
-        return Ok(Caller::Tcp { token });
+        return Ok(Caller::Tcp { token, label });
     }
     if let Some(suppressed) = log_allowed(&front.tokens_log) {
         // Never the token: only which kind of failure it was.
@@ -194,7 +214,21 @@ pub fn token_path(dir: &Path, cfg: &ServerConfig) -> PathBuf {
 /// Errors: the file cannot be read or created, or holds too short a token.
 pub fn ensure_token(dir: &Path, cfg: &ServerConfig) -> anyhow::Result<String> {
     let path = token_path(dir, cfg);
-    match std::fs::read_to_string(&path) {
+    ensure_token_file(&path, cfg.http_token_file.is_none(), &cfg.name)
+}
+
+/// Where endpoint `endpoint`'s named token `label` lives (issue 31 §5):
+/// `<socket_dir>/ENDPOINT.LABEL.http.token`, created like the default token file.
+pub fn labelled_token_path(dir: &Path, endpoint: &str, label: &str) -> PathBuf {
+    dir.join(format!("{endpoint}.{label}.http.token"))
+}
+
+/// Reads the token in `path`, creating it (32 random bytes as hex, 0600, exclusively) when
+/// it is missing and `create`; `name` is for the log line.
+///
+/// Errors: the file cannot be read or created, or holds too short a token.
+pub fn ensure_token_file(path: &Path, create: bool, name: &str) -> anyhow::Result<String> {
+    match std::fs::read_to_string(path) {
         Ok(t) => {
             let t = t.trim().to_string();
             if t.len() < 16 {
@@ -205,17 +239,17 @@ pub fn ensure_token(dir: &Path, cfg: &ServerConfig) -> anyhow::Result<String> {
             }
             Ok(t)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && cfg.http_token_file.is_none() => {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
             let token = session::random_hex(32);
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
-                .open(&path)
+                .open(path)
                 .map_err(|e| anyhow::anyhow!("{}: cannot create: {e}", path.display()))?;
             f.write_all(format!("{token}\n").as_bytes())
                 .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", path.display()))?;
-            info!(server = %cfg.name, path = %path.display(), "created the HTTP bearer token file");
+            info!(server = %name, path = %path.display(), "created the HTTP bearer token file");
             Ok(token)
         }
         Err(e) => anyhow::bail!("{}: cannot read the HTTP token: {e}", path.display()),

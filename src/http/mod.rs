@@ -136,6 +136,8 @@ pub struct Front {
     registry: Registry,
     settings: RwLock<HttpConfig>,
     tokens: RwLock<HashMap<String, Arc<str>>>,
+    /// Each endpoint's named tokens (issue 31 §5): label id and token.
+    labelled: RwLock<HashMap<String, Arc<Vec<(u64, String)>>>>,
     sessions: Mutex<HashMap<String, Arc<session::HttpSession>>>,
     /// Open 2026-07-28 requests per server (against `http_max_requests`).
     requests: Mutex<HashMap<String, usize>>,
@@ -168,12 +170,14 @@ impl Front {
             uid: nix::unistd::geteuid().as_raw(),
             gid: nix::unistd::getegid().as_raw(),
             pid: None,
+            label: None,
             transport: Default::default(),
         };
         let front = Arc::new(Front {
             registry,
             settings: RwLock::new(settings),
             tokens: RwLock::new(HashMap::new()),
+            labelled: RwLock::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
             requests: Mutex::new(HashMap::new()),
             me,
@@ -211,6 +215,25 @@ impl Front {
                 t.remove(name);
             }
         }
+    }
+
+    /// Sets endpoint `name`'s named tokens (label id, token); empty removes them.
+    pub fn set_labelled(&self, name: &str, tokens: Vec<(u64, String)>) {
+        let mut t = self.labelled.write().unwrap_or_else(|p| p.into_inner());
+        if tokens.is_empty() {
+            t.remove(name);
+        } else {
+            t.insert(name.to_string(), Arc::new(tokens));
+        }
+    }
+
+    fn labelled(&self, name: &str) -> Arc<Vec<(u64, String)>> {
+        self.labelled
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
     }
 
     fn token(&self, name: &str) -> Option<Arc<str>> {
@@ -383,6 +406,10 @@ async fn handle(front: Arc<Front>, via: Via, req: Request<Body>) -> Response {
     let caller = match access::check(&front, &settings, &via, &server, req.headers()) {
         Ok(c) => c,
         Err(refusal) => return *refusal,
+    };
+    let peer = match caller {
+        access::Caller::Tcp { label, .. } => Peer { label, ..peer },
+        access::Caller::Unix { .. } => peer,
     };
     if let Via::Tcp { admission, .. } = &via {
         if admission.authenticate().is_err() {

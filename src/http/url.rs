@@ -32,15 +32,33 @@ pub fn unix_socket_path(dir: &Path, name: &str) -> PathBuf {
 
 /// Finds server `name`'s endpoint. Errors (as text for the operator): no such server, or
 /// `http` is not on for it.
-pub fn endpoint(config: &Config, name: &str) -> Result<Endpoint, String> {
-    let cfg = config
-        .servers
-        .get(name)
-        .ok_or_else(|| format!("no server `{name}` in {}", config.path.display()))?;
+pub fn endpoint(config: &Config, name: &str, label: Option<&str>) -> Result<Endpoint, String> {
+    let (cfg, table) = match (config.servers.get(name), config.endpoints.get(name)) {
+        (Some(c), _) => (c, "servers"),
+        (None, Some(e)) => (&e.front, "endpoints"),
+        (None, None) => {
+            return Err(format!(
+                "no server or endpoint `{name}` in {}",
+                config.path.display()
+            ))
+        }
+    };
     if !cfg.http {
         return Err(format!(
-            "server `{name}` has no HTTP endpoint: set `http = true` in [servers.{name}] and reload"
+            "`{name}` has no HTTP endpoint: set `http = true` in [{table}.{name}] and reload"
         ));
+    }
+    if let Some(l) = label {
+        let named = config
+            .endpoints
+            .get(name)
+            .and_then(|e| e.policy.clients.get(l))
+            .is_some_and(|c| c.token);
+        if !named {
+            return Err(format!(
+                "`{name}` has no named token `{l}`: add `[endpoints.{name}.clients.{l}]` with `token = true` and reload"
+            ));
+        }
     }
     let dir = &config.supervisor.socket_dir;
     let bound = std::fs::read_to_string(dir.join(ADDR_FILE))
@@ -49,7 +67,10 @@ pub fn endpoint(config: &Config, name: &str) -> Result<Endpoint, String> {
     // An address with port 0 is only known once the daemon has bound it and written the file:
     // until then there is no URL (never `http://127.0.0.1:0/...`).
     let addr = bound.or(config.supervisor.http.listen.filter(|a| a.port() != 0));
-    let token_file = super::access::token_path(dir, cfg);
+    let token_file = match label {
+        Some(l) => super::access::labelled_token_path(dir, name, l),
+        None => super::access::token_path(dir, cfg),
+    };
     let token = std::fs::read_to_string(&token_file)
         .ok()
         .map(|t| t.trim().to_string())

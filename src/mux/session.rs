@@ -61,6 +61,9 @@ pub struct Peer {
     pub gid: u32,
     /// Peer process id, when known.
     pub pid: Option<i32>,
+    /// The endpoint's named HTTP token the peer used (issue 31 §5), as
+    /// [`crate::endpoint::policy::label_id`] of its label.
+    pub label: Option<u64>,
     /// How it reached us.
     pub transport: Transport,
 }

@@ -335,3 +335,114 @@ fn a_reload_that_changes_policy_updates_a_connected_client_without_a_reconnect()
         "{r}"
     );
 }
+
+/// POSTs `body` to endpoint `desk` over TCP with `token`.
+fn post_with(
+    s: &crate::http::HttpSup,
+    token: &str,
+    extra: &[(&str, &str)],
+    body: &Value,
+) -> crate::http::Resp {
+    let auth = format!("Bearer {token}");
+    let mut h = vec![
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    h.extend_from_slice(extra);
+    crate::http::request(&s.tcp(), "POST", "/mcp/desk", &h, &body.to_string())
+}
+
+fn named_token(s: &crate::http::HttpSup, label: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-supervisor"))
+        .args(["url", "desk", "--json", "--token", label, "-c"])
+        .arg(&s.sup.config)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["token"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn two_named_http_tokens_see_different_tools_in_both_eras() {
+    let s = crate::http::HttpSup::start(&two_sources(
+        "http = true\n[endpoints.desk.clients.ci]\ntoken = true\nallow = [\"alpha__*\"]\n[endpoints.desk.clients.ops]\ntoken = true\nhide = [\"alpha__*\"]\n",
+    ));
+    let ci = named_token(&s, "ci");
+    let ops = named_token(&s, "ops");
+    assert_ne!(ci, ops);
+    // 2026-07-28: one request per POST.
+    let list = |token: &str| {
+        let mut m = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+        m["params"] = crate::http::modern(m["params"].clone());
+        let r = post_with(
+            &s,
+            token,
+            &[
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", "tools/list"),
+            ],
+            &m,
+        );
+        assert_eq!(r.status, 200);
+        tool_names(&r.json())
+    };
+    let a = list(&ci);
+    let b = list(&ops);
+    assert!(
+        !a.is_empty() && a.iter().all(|n| n.starts_with("alpha__")),
+        "{a:?}"
+    );
+    assert!(
+        !b.is_empty() && b.iter().all(|n| n.starts_with("beta__")),
+        "{b:?}"
+    );
+    // The endpoint's own token sees both.
+    let all = list(&s.token("desk"));
+    assert!(
+        all.iter().any(|n| n.starts_with("alpha__")) && all.iter().any(|n| n.starts_with("beta__"))
+    );
+    // Handshake era, a session under the ci token: a call of a beta tool is denied.
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"it","version":"1"}}});
+    let r = post_with(&s, &ci, &[], &init);
+    assert_eq!(r.status, 200);
+    let sid = r.header("mcp-session-id").unwrap().to_string();
+    assert_eq!(r.json()["result"]["serverInfo"]["name"], "desk");
+    let h = [
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    assert_eq!(
+        post_with(
+            &s,
+            &ci,
+            &h,
+            &json!({"jsonrpc":"2.0","method":"notifications/initialized"})
+        )
+        .status,
+        202
+    );
+    let r = post_with(
+        &s,
+        &ci,
+        &h,
+        &json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"beta__echo","arguments":{"text":"x"}}}),
+    );
+    let v = r.json();
+    assert_eq!(
+        v["result"]["_meta"]["mcp-supervisor/outage"]["class"], "denied",
+        "{v}"
+    );
+    let r = post_with(
+        &s,
+        &ci,
+        &h,
+        &json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"alpha__echo","arguments":{"text":"over http"}}}),
+    );
+    assert_eq!(Client::text(&r.json()), "over http");
+    // A wrong token is refused; a named token of another endpoint would be too.
+    let r = post_with(&s, "0123456789abcdef0123", &[], &init);
+    assert_eq!(r.status, 401);
+}

@@ -489,6 +489,7 @@ fn server_names(servers: &str) -> Vec<String> {
                 .strip_prefix("[servers.")
                 .or_else(|| l.trim().strip_prefix("[endpoints."))?
                 .strip_suffix(']')
+                .filter(|n| !n.contains('.'))
                 .map(str::to_string)
         })
         .collect()

@@ -939,6 +939,7 @@ fn a_ping_is_answered_by_one_delivery_effect_that_only_the_shell_carries_out() {
         uid: 0,
         gid: 0,
         pid: None,
+        label: None,
         transport: Transport::HttpSession,
     };
     sim.input(Input::Session(SessionEvent::Connected(http, tx, peer)));

@@ -449,6 +449,7 @@ impl Sim {
                 uid: 0,
                 gid: 0,
                 pid: None,
+                label: None,
                 transport,
             },
         )));
