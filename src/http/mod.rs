@@ -137,7 +137,7 @@ pub struct Front {
     settings: RwLock<HttpConfig>,
     tokens: RwLock<HashMap<String, Arc<str>>>,
     /// Each endpoint's named tokens (issue 31 §5): label id and token.
-    labelled: RwLock<HashMap<String, Arc<Vec<(u64, String)>>>>,
+    labelled: RwLock<HashMap<String, Arc<NamedTokens>>>,
     sessions: Mutex<HashMap<String, Arc<session::HttpSession>>>,
     /// Open 2026-07-28 requests per server (against `http_max_requests`).
     requests: Mutex<HashMap<String, usize>>,
@@ -227,7 +227,7 @@ impl Front {
         }
     }
 
-    fn labelled(&self, name: &str) -> Arc<Vec<(u64, String)>> {
+    fn labelled(&self, name: &str) -> Arc<NamedTokens> {
         self.labelled
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -244,6 +244,10 @@ impl Front {
             .cloned()
     }
 }
+
+/// An endpoint's named tokens: the label's id ([`crate::endpoint::policy::label_id`]) and
+/// the token.
+type NamedTokens = Vec<(u64, String)>;
 
 /// Whether `budget` allows one more log line now: `Some(suppressed since the last one)`.
 fn log_allowed(budget: &Mutex<LogBudget>) -> Option<u64> {
