@@ -70,6 +70,8 @@ pub struct Conn {
     pub next_id: u64,
     /// Lines [`Conn::response`] skipped (notifications, requests) so far.
     pub skipped: u64,
+    /// Put before the `echo` tool's name (`bench__` through an endpoint, issue 31).
+    pub prefix: &'static str,
 }
 
 #[derive(PartialEq, Eq, Debug, Clone, Copy)]
@@ -94,6 +96,7 @@ impl Conn {
             proc: None,
             next_id: 1,
             skipped: 0,
+            prefix: "",
         })
     }
 
@@ -108,6 +111,7 @@ impl Conn {
             proc: Some(p),
             next_id: 1,
             skipped: 0,
+            prefix: "",
         }
     }
 
@@ -151,7 +155,8 @@ impl Conn {
         let id = self.next_id;
         self.next_id += 1;
         format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"echo\",\"arguments\":{{\"text\":\"hello\"}}}}}}\n"
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"{}echo\",\"arguments\":{{\"text\":\"hello\"}}}}}}\n",
+            self.prefix
         )
         .into_bytes()
     }

@@ -45,6 +45,7 @@
 
 mod behaviour;
 mod client;
+mod endpoint;
 mod footprint;
 mod measure;
 mod modes;
@@ -153,6 +154,7 @@ fn bench(rig: &Rig, args: &[String], nofile: u64, wall: Instant, out: Option<Pat
         measure::measure_large(&one, &mut res);
     }
     remote::measure_remote(rig, &mut res);
+    endpoint::measure_endpoint(rig, &mut res);
     footprint::measure_idle(rig, &mut res);
     let idle_clients = 1000;
     let need = (idle_clients * 2 + 512) as u64;

@@ -38,6 +38,7 @@ pub fn smoke(rig: &Rig) {
     }
     drop(one);
     crate::remote::smoke(rig);
+    crate::endpoint::smoke(rig);
     eprintln!("relay bench: every path works; run `cargo bench --bench relay` for the benchmark");
 }
 

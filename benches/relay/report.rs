@@ -599,6 +599,7 @@ pub fn report(res: &Results, rig: &Rig, run: &RunInfo) -> String {
     );
 
     remote_section(w, res);
+    endpoint_section(w, res);
 
     // rmcp-mux: how it ran and what it does.
     let _ = writeln!(w, "\n### rmcp-mux\n");
@@ -668,6 +669,53 @@ fn remote_section(w: &mut String, res: &Results) {
         w,
         "\nSamples: direct {}, through {}. The upstream daemon's CPU per call (the same work in both columns, so these should be alike): direct {:.1} µs, through {:.1} µs.",
         r.direct.2, r.through.2, r.upstream_cpu_us.0, r.upstream_cpu_us.1
+    );
+}
+
+/// "Endpoint": a call through an endpoint against the same call on the server's own socket.
+fn endpoint_section(w: &mut String, res: &Results) {
+    let Some(r) = &res.endpoint else {
+        return;
+    };
+    let _ = writeln!(w, "\n### Endpoint (issue 31)\n");
+    let _ = writeln!(
+        w,
+        "What an endpoint adds: one daemon with the fake server `bench` and `[endpoints.desk] servers = [\"bench\"]`; *own socket*: sequential `echo` calls on `bench.sock`; *endpoint*: the same calls as `bench__echo` on `desk.sock` (the endpoint's client task, the name lookup, a minted id, one more queue into the server's actor). 200 warm-up calls each, then {} rounds of up to {} calls (at most 2 s) per path, alternating; CPU is the daemon's, per call of its rounds.\n",
+        crate::measure::LAT_ROUNDS,
+        crate::measure::LAT_PER_ROUND
+    );
+    let _ = writeln!(
+        w,
+        "| measurement | server's own socket | through the endpoint | endpoint ÷ own |"
+    );
+    let _ = writeln!(w, "|---|---:|---:|---:|");
+    for (name, a, b) in [
+        (
+            "echo round trip p50, µs (lower is better)",
+            r.own.0,
+            r.endpoint.0,
+        ),
+        (
+            "echo round trip p99, µs (lower is better)",
+            r.own.1,
+            r.endpoint.1,
+        ),
+        (
+            "daemon CPU per call, µs (lower is better)",
+            r.cpu_us.0,
+            r.cpu_us.1,
+        ),
+    ] {
+        let _ = writeln!(
+            w,
+            "| {name} | {a:.1} | {b:.1} | {} |",
+            ratio(Some(b), Some(a))
+        );
+    }
+    let _ = writeln!(
+        w,
+        "\nSamples: own socket {}, endpoint {}.",
+        r.own.2, r.endpoint.2
     );
 }
 

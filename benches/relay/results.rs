@@ -83,6 +83,8 @@ pub struct Results {
     pub scale: Vec<Scale>,
     /// The remote row (a url server relaying to an HTTP upstream), when measured.
     pub remote: Option<crate::remote::RemoteResult>,
+    /// The endpoint row (a call through an endpoint against the server's own socket).
+    pub endpoint: Option<crate::endpoint::EndpointResult>,
     /// Why a cell is empty: key `section/way` (see [`key`]).
     pub why: BTreeMap<String, String>,
     pub notes: Vec<String>,

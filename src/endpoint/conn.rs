@@ -158,6 +158,10 @@ pub struct Conn {
     era: Option<Era>,
     /// The client's `initialize` params, replayed to a source asked again.
     hello: Option<Box<RawValue>>,
+    /// A 2026-07-28 client's envelope (`{"_meta": {…}}` with the protocol keys only), put on
+    /// the requests the endpoint sends on its own (a fill before a call), so each source sees
+    /// this client in its era from its first request.
+    envelope: Option<Box<RawValue>>,
     /// The client sent `notifications/initialized`.
     initialized: bool,
     next: u64,
@@ -214,6 +218,7 @@ impl Conn {
             sources,
             era: None,
             hello: None,
+            envelope: None,
             initialized: false,
             next: 1,
             pending: HashMap::new(),
@@ -290,6 +295,9 @@ impl Conn {
                 Era::Handshake
             });
         }
+        if self.era == Some(Era::Modern) && self.envelope.is_none() {
+            self.envelope = envelope_of(m.params.as_deref());
+        }
         match m.method() {
             "initialize" => {
                 self.era = Some(Era::Handshake);
@@ -301,7 +309,7 @@ impl Conn {
                 }
                 self.fan(Some(id), FanWhat::Initialize, m.params, now, out);
             }
-            "ping" => reply(out, &id, &json!({})),
+            "ping" => self.reply(out, &id, "ping", json!({})),
             "server/discover" => self.fan(Some(id), FanWhat::Discover, m.params, now, out),
             "logging/setLevel" => self.fan(Some(id), FanWhat::SetLevel, m.params, now, out),
             method => {
@@ -336,7 +344,7 @@ impl Conn {
         match (at, self.snapshots.get(&kind)) {
             (Some((snap, offset)), Some((current, items))) if snap == *current => {
                 let page = page_of(kind, items, offset, snap);
-                reply(out, &id, &page);
+                self.reply(out, &id, kind.method(), page);
             }
             _ => error(
                 out,
@@ -413,7 +421,7 @@ impl Conn {
         };
         if method == "tools/call" && self.plan.status_tool.as_deref() == Some(key.as_str()) {
             let result = self.status_result();
-            return reply(out, &id, &result);
+            return self.reply(out, &id, "tools/call", result);
         }
         let target = match kind {
             ListKind::Tools => self.catalog.tool(&key).map(|r| (r.source, r.name.clone())),
@@ -885,7 +893,8 @@ impl Conn {
         let params = match what {
             FanWhat::List(_) => params.map(|p| without(&p, "cursor")),
             _ => params,
-        };
+        }
+        .or_else(|| self.envelope.clone());
         let method = match what {
             FanWhat::Initialize => "initialize",
             FanWhat::Discover => "server/discover",
@@ -1072,7 +1081,7 @@ impl Conn {
             }
             FanWhat::SetLevel => {
                 if let Some(id) = &f.reply {
-                    reply(out, id, &json!({}));
+                    self.reply(out, id, "logging/setLevel", json!({}));
                 }
             }
             FanWhat::List(kind) => {
@@ -1111,7 +1120,7 @@ impl Conn {
                             );
                         }
                     }
-                    reply(out, id, &page);
+                    self.reply(out, id, kind.method(), page);
                 }
                 self.snapshots.insert(kind, (snap, items));
                 if !self.filling(kind) {
@@ -1218,13 +1227,29 @@ impl Conn {
         if method == "tools/call" {
             let result = json!({"content": [{"type": "text", "text": text}], "isError": true,
                 "_meta": {"mcp-supervisor/outage": record}});
-            reply(out, id, &result);
+            self.reply(out, id, "tools/call", result);
         } else {
             error(out, id, code::INVALID_PARAMS, &text, Some(record));
         }
     }
 
     // ---- answers the endpoint gives itself ---------------------------------------------
+
+    /// Answers the client's request `id` (`method`) with `result`; a 2026-07-28 client's
+    /// result gets `resultType` and, for the cacheable methods, `ttlMs` and `cacheScope`
+    /// (absent members only), as its SDK requires.
+    fn reply(&self, out: &mut Vec<Effect>, id: &RawValue, method: &str, mut result: Value) {
+        if self.era == Some(Era::Modern) {
+            if let Some(o) = result.as_object_mut() {
+                o.entry("resultType").or_insert_with(|| json!("complete"));
+                if crate::mux::era::CACHEABLE.contains(&method) {
+                    o.entry("ttlMs").or_insert_with(|| json!(0));
+                    o.entry("cacheScope").or_insert_with(|| json!("private"));
+                }
+            }
+        }
+        reply(out, id, &result);
+    }
 
     /// The endpoint's `initialize` result: its own name, the union of the sources'
     /// capabilities, and instructions that say which source says what.
@@ -1351,7 +1376,7 @@ impl Conn {
             let text = format!("server={name} status=stopped reason=disconnected request_id={rid}");
             let result = json!({"content": [{"type": "text", "text": text}], "isError": true,
                 "_meta": {"mcp-supervisor/outage": record}});
-            reply(out, id, &result);
+            self.reply(out, id, "tools/call", result);
         } else {
             error(
                 out,
@@ -1411,6 +1436,21 @@ fn notification(m: &Message) -> Message {
 /// Whether params carry the 2026-07-28 per-request envelope (`_meta` with a protocol version).
 fn has_envelope(params: Option<&RawValue>) -> bool {
     params.is_some_and(|p| p.get().contains(crate::protocol::META_VERSION))
+}
+
+/// `{"_meta": {…}}` holding only the 2026-07-28 envelope keys of `params._meta`.
+fn envelope_of(params: Option<&RawValue>) -> Option<Box<RawValue>> {
+    let o = RawObject::parse(params?)?;
+    let meta = RawObject::parse(o.get("_meta")?)?;
+    let kept = RawObject(
+        meta.0
+            .into_iter()
+            .filter(|(k, _)| crate::protocol::ENVELOPE_KEYS.contains(&k.as_str()))
+            .collect(),
+    );
+    let mut out = RawObject::default();
+    out.set("_meta", kept.to_raw());
+    Some(out.to_raw())
 }
 
 /// `params` with member `key` set to the string `value`.

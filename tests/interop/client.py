@@ -37,6 +37,12 @@ Scenarios:
                 (non-empty) and calling --outage-tool
                 returns a readable outage (isError, "status=") with no SDK validation error.
 
+Endpoints (--prefix PREFIX, default empty): every tool name the scenario lists as
+required, calls or checks for (including --outage-tool's) is PREFIX + name, e.g.
+`--prefix everything__` makes echo `everything__echo`: for a supervisor endpoint
+(`[endpoints.NAME]`), which serves each source's tools renamed SOURCE__NAME. Resource
+URIs are never prefixed. Without --prefix the names are used as they are.
+
 Eras (--era), mapped onto the SDK 2.x `mcp.Client(mode=...)` setting:
     handshake   mode="legacy": the `initialize` handshake (protocol <= 2025-11-25).
     modern      mode="2026-07-28": no handshake, every request carries the
@@ -103,6 +109,11 @@ def emit(step: str, ok: bool = True, **details: Any) -> None:
 def check(cond: bool, msg: str) -> None:
     if not cond:
         raise Failure(msg)
+
+
+def named(args: argparse.Namespace, name: str) -> str:
+    """A tool's (or prompt's) name as the server serves it: --prefix PREFIX + name."""
+    return args.prefix + name
 
 
 def text_of(result: CallToolResult) -> str:
@@ -173,20 +184,21 @@ async def scenario_tools(r: Runner, iteration: int) -> None:
 
 
 async def scenario_everything(r: Runner, iteration: int) -> None:
-    long_tool = "trigger-long-running-operation"
-    await r.list_tools(iteration, required=("echo", "get-sum", long_tool))
+    echo_tool, sum_tool = named(r.args, "echo"), named(r.args, "get-sum")
+    long_tool = named(r.args, "trigger-long-running-operation")
+    await r.list_tools(iteration, required=(echo_tool, sum_tool, long_tool))
 
     message = f"interop {r.args.client_name} pid={os.getpid()} it={iteration} {uuid.uuid4().hex}"
 
     async def echo() -> dict[str, Any]:
-        text = text_of(await r.call("echo", {"message": message}))
+        text = text_of(await r.call(echo_tool, {"message": message}))
         check(message in text, f"echo text {text!r} does not contain {message!r}")
         return {"sent": message, "text": text}
 
     await r.step("echo", iteration, echo)
 
     async def get_sum() -> dict[str, Any]:
-        text = text_of(await r.call("get-sum", {"a": 2, "b": 3}))
+        text = text_of(await r.call(sum_tool, {"a": 2, "b": 3}))
         check(re.search(r"(?<![\d.])5(?![\d])", text) is not None, f"get-sum(2, 3) text {text!r} does not say 5")
         return {"text": text}
 
@@ -221,10 +233,11 @@ async def scenario_everything(r: Runner, iteration: int) -> None:
 
 
 async def scenario_time(r: Runner, iteration: int) -> None:
-    names = await r.list_tools(iteration, required=("get_current_time",))
+    current_tool, convert_tool = named(r.args, "get_current_time"), named(r.args, "convert_time")
+    names = await r.list_tools(iteration, required=(current_tool,))
 
     async def current() -> dict[str, Any]:
-        result = await r.call("get_current_time", {"timezone": "UTC"})
+        result = await r.call(current_tool, {"timezone": "UTC"})
         text = text_of(result)
         check("UTC" in text, f"get_current_time(UTC) text {text!r} does not mention UTC")
         check(
@@ -235,11 +248,11 @@ async def scenario_time(r: Runner, iteration: int) -> None:
 
     await r.step("get_current_time", iteration, current)
 
-    if "convert_time" in names:
+    if convert_tool in names:
 
         async def convert() -> dict[str, Any]:
             result = await r.call(
-                "convert_time",
+                convert_tool,
                 {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"},
             )
             text = text_of(result)
@@ -251,16 +264,18 @@ async def scenario_time(r: Runner, iteration: int) -> None:
 
 
 async def scenario_features(r: Runner, iteration: int) -> None:
-    await r.list_tools(iteration, required=("trigger-sampling-request", "trigger-elicitation-request"))
+    sampling_tool = named(r.args, "trigger-sampling-request")
+    elicitation_tool = named(r.args, "trigger-elicitation-request")
+    await r.list_tools(iteration, required=(sampling_tool, elicitation_tool))
 
     async def sampling() -> dict[str, Any]:
-        result = await r.call("trigger-sampling-request", {"prompt": f"interop {iteration}", "maxTokens": 5})
+        result = await r.call(sampling_tool, {"prompt": f"interop {iteration}", "maxTokens": 5})
         text = text_of(result)
         check(SAMPLED in text, f"the sampled text is not in the result: {text!r}")
         return {"chars": len(text)}
 
     async def elicitation() -> dict[str, Any]:
-        result = await r.call("trigger-elicitation-request", {})
+        result = await r.call(elicitation_tool, {})
         text = text_of(result)
         check(ELICITED in text, f"the elicited name is not in the result: {text!r}")
         return {"chars": len(text)}
@@ -274,7 +289,7 @@ async def scenario_outage(r: Runner, iteration: int) -> None:
     check(len(names) > 0, "no tools served from the cache during the outage")
 
     async def call() -> dict[str, Any]:
-        result = await r.client.call_tool(r.args.outage_tool, {})
+        result = await r.client.call_tool(named(r.args, r.args.outage_tool), {})
         text = text_of(result)
         check(result.is_error, f"the outage call did not return isError: {text!r}")
         check("status=" in text, f"not an outage record: {text!r}")
@@ -284,10 +299,11 @@ async def scenario_outage(r: Runner, iteration: int) -> None:
 
 
 async def scenario_fastmcp(r: Runner, iteration: int) -> None:
-    await r.list_tools(iteration, required=("echo", "count", "ask_name"))
+    echo_tool, count_tool, ask_tool = (named(r.args, n) for n in ("echo", "count", "ask_name"))
+    await r.list_tools(iteration, required=(echo_tool, count_tool, ask_tool))
 
     async def echo() -> dict[str, Any]:
-        text = text_of(await r.call("echo", {"message": f"fm {iteration}"}))
+        text = text_of(await r.call(echo_tool, {"message": f"fm {iteration}"}))
         check(text == f"Echo: fm {iteration}", f"echo said {text!r}")
         return {}
 
@@ -297,14 +313,14 @@ async def scenario_fastmcp(r: Runner, iteration: int) -> None:
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             seen.append(progress)
 
-        text = text_of(await r.call("count", {"steps": 3}, progress_callback=on_progress))
+        text = text_of(await r.call(count_tool, {"steps": 3}, progress_callback=on_progress))
         check(text == "counted 3", f"count said {text!r}")
         # fastmcp 4.2 writes progress concurrently with the result: how many arrive before it
         # varies run to run, directly too, so the count is reported, not required.
         return {"progress": len(seen)}
 
     async def ask_name() -> dict[str, Any]:
-        text = text_of(await r.call("ask_name", {}))
+        text = text_of(await r.call(ask_tool, {}))
         check(ELICITED in text, f"ask_name said {text!r}")
         return {}
 
@@ -326,7 +342,7 @@ async def scenario_roots(r: Runner, iteration: int) -> None:
         deadline = time.monotonic() + 10
         text = ""
         while True:
-            text = text_of(await r.client.call_tool("list_allowed_directories", {}))
+            text = text_of(await r.client.call_tool(named(r.args, "list_allowed_directories"), {}))
             if all(d in text for d in expect) or time.monotonic() > deadline:
                 break
             await anyio.sleep(0.1)
@@ -523,7 +539,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--expect-dirs", default=None, help="roots: directories that must be allowed (comma-separated)")
     parser.add_argument("--forbid-dirs", default=None, help="roots: directories that must not be allowed")
     parser.add_argument("--skip-elicit", action="store_true", help="fastmcp: do not call ask_name")
-    parser.add_argument("--outage-tool", default="echo", help="the tool the outage scenario calls")
+    parser.add_argument("--outage-tool", default="echo", help="the tool the outage scenario calls (--prefix applies)")
+    parser.add_argument("--prefix", default="", metavar="PREFIX", help="prepended to every tool name the scenario uses, e.g. everything__ for an endpoint (default none)")
     parser.add_argument("--progress-steps", type=int, default=3, help="steps for the long-running tool (>= 2)")
     parser.add_argument("--progress-duration", type=float, default=0.6, help="seconds for the long-running tool")
     parser.add_argument("--url", default=None, help="connect to this Streamable HTTP endpoint instead of launching COMMAND")

@@ -6,13 +6,19 @@
 //
 // Usage:
 //   node ts_client.mjs [--sdk v2|v1] --mode auto|legacy|2026-07-28 [--expect-era handshake|modern] \
-//       [--roots URI,URI] SCENARIO -- COMMAND [ARGS...]
+//       [--roots URI,URI] [--prefix PREFIX] SCENARIO -- COMMAND [ARGS...]
 //   node ts_client.mjs [options] --url URL [--header 'Name: value']... [--unix-socket PATH] SCENARIO
 //
 // With --url the SDK's StreamableHTTPClientTransport talks to URL instead of launching COMMAND:
 // every --header goes on every HTTP request (`requestInit.headers`, e.g. `Authorization: Bearer
 // TOKEN`); with --unix-socket PATH the transport's `fetch` is one on node:http with `socketPath`
 // (no extra package), and URL's host is only a placeholder (e.g. http://localhost/mcp).
+//
+// With --prefix PREFIX (default empty) every tool and prompt name the scenario requires, calls
+// or gets (--outage-tool's included) is PREFIX + name, e.g. `--prefix everything__` makes echo
+// `everything__echo` and simple-prompt `everything__simple-prompt`: for a supervisor endpoint
+// (`[endpoints.NAME]`), which serves each source's tools and prompts renamed SOURCE__NAME.
+// Resource URIs are never prefixed. Without --prefix the names are used as they are.
 //
 // v2 is imported from $MCPSUP_INTEROP_NODE_MODULES, v1 from $MCPSUP_INTEROP_V1_NODE_MODULES
 // (both installed by .ci/install-deps).
@@ -61,7 +67,7 @@ function parse(argv) {
         process.exit(2);
     };
     const sep = argv.indexOf('--');
-    const opts = { sdk: 'v2', mode: 'auto', expectEra: null, roots: [], expectDirs: null, forbidDirs: [], outageTool: 'echo', scenario: null, url: null, headers: {}, unixSocket: null };
+    const opts = { sdk: 'v2', mode: 'auto', expectEra: null, roots: [], expectDirs: null, forbidDirs: [], outageTool: 'echo', prefix: '', scenario: null, url: null, headers: {}, unixSocket: null };
     const head = sep < 0 ? argv : argv.slice(0, sep);
     for (let i = 0; i < head.length; i++) {
         const a = head[i];
@@ -78,6 +84,10 @@ function parse(argv) {
         else if (a === '--expect-era') opts.expectEra = head[++i];
         else if (a === '--roots') opts.roots = head[++i].split(',').filter(Boolean);
         else if (a === '--outage-tool') opts.outageTool = head[++i];
+        else if (a === '--prefix') {
+            if (i + 1 >= head.length) usage('--prefix needs a value');
+            opts.prefix = head[++i];
+        }
         else if (a === '--skip-elicit') opts.skipElicit = true;
         else if (a === '--expect-dirs') opts.expectDirs = head[++i].split(',').filter(Boolean);
         else if (a === '--forbid-dirs') opts.forbidDirs = head[++i].split(',').filter(Boolean);
@@ -89,6 +99,11 @@ function parse(argv) {
     if (!opts.url && (opts.unixSocket || Object.keys(opts.headers).length)) usage('--header and --unix-socket need --url');
     if (!SCENARIOS[opts.scenario]) usage(`unknown scenario ${opts.scenario}`);
     return { opts, command };
+}
+
+// A tool's or prompt's name as the server serves it: --prefix PREFIX + name.
+function named(opts, name) {
+    return opts.prefix + name;
 }
 
 function text(result) {
@@ -226,19 +241,21 @@ const SCENARIOS = {
         await step('list_tools', async () => {
             const { tools } = await client.listTools();
             const names = tools.map((t) => t.name);
-            for (const n of ['echo', 'trigger-sampling-request', 'trigger-elicitation-request']) {
+            for (const tool of ['echo', 'trigger-sampling-request', 'trigger-elicitation-request']) {
+                const n = named(opts, tool);
                 check(names.includes(n), `${n} missing from ${names}`);
             }
             return { count: names.length };
         });
         await step('echo', async () => {
-            const r = await client.callTool({ name: 'echo', arguments: { message: 'ts interop' } });
+            const r = await client.callTool({ name: named(opts, 'echo'), arguments: { message: 'ts interop' } });
             check(text(r).includes('ts interop'), text(r));
         });
         await step('prompts', async () => {
             const { prompts } = await client.listPrompts();
-            check(prompts.some((p) => p.name === 'simple-prompt'), JSON.stringify(prompts.map((p) => p.name)));
-            const r = await client.getPrompt({ name: 'simple-prompt' });
+            const prompt = named(opts, 'simple-prompt');
+            check(prompts.some((p) => p.name === prompt), JSON.stringify(prompts.map((p) => p.name)));
+            const r = await client.getPrompt({ name: prompt });
             check(r.messages.length > 0, 'no messages');
             return { count: prompts.length };
         });
@@ -250,16 +267,16 @@ const SCENARIOS = {
             return { count: resources.length };
         });
         await step('sampling', async () => {
-            const r = await client.callTool({ name: 'trigger-sampling-request', arguments: { prompt: 'hi', maxTokens: 5 } });
+            const r = await client.callTool({ name: named(opts, 'trigger-sampling-request'), arguments: { prompt: 'hi', maxTokens: 5 } });
             check(text(r).includes(SAMPLED), text(r));
         });
         await step('elicitation', async () => {
-            const r = await client.callTool({ name: 'trigger-elicitation-request', arguments: {} });
+            const r = await client.callTool({ name: named(opts, 'trigger-elicitation-request'), arguments: {} });
             check(text(r).includes(ELICITED), text(r));
         });
         await step('progress', async () => {
             let n = 0;
-            const params = { name: 'trigger-long-running-operation', arguments: { duration: 0.5, steps: 3 } };
+            const params = { name: named(opts, 'trigger-long-running-operation'), arguments: { duration: 0.5, steps: 3 } };
             const options = { onprogress: () => { n += 1; } };
             // v1: callTool(params, resultSchema, options); v2: callTool(params, options).
             const r = opts.sdk === 'v1'
@@ -295,9 +312,10 @@ const SCENARIOS = {
         await step('updated', async () => {
             // A toggle of the server's session: on a child shared with earlier clients it
             // may already be on, and this call turns it off; then turn it on again.
-            const r = await client.callTool({ name: 'toggle-subscriber-updates', arguments: {} });
+            const toggle = named(opts, 'toggle-subscriber-updates');
+            const r = await client.callTool({ name: toggle, arguments: {} });
             if (text(r).startsWith('Stopped')) {
-                await client.callTool({ name: 'toggle-subscriber-updates', arguments: {} });
+                await client.callTool({ name: toggle, arguments: {} });
             }
             const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error('no update within 15 s')), 15_000));
             await Promise.race([updated, timeout]);
@@ -305,12 +323,12 @@ const SCENARIOS = {
     },
     async fastmcp(client, opts) {
         await step('echo', async () => {
-            const r = await client.callTool({ name: 'echo', arguments: { message: 'fm' } });
+            const r = await client.callTool({ name: named(opts, 'echo'), arguments: { message: 'fm' } });
             check(text(r) === 'Echo: fm', text(r));
         });
         await step('progress', async () => {
             let n = 0;
-            const params = { name: 'count', arguments: { steps: 3 } };
+            const params = { name: named(opts, 'count'), arguments: { steps: 3 } };
             const options = { onprogress: () => { n += 1; } };
             const r = opts.sdk === 'v1'
                 ? await client.callTool(params, undefined, options)
@@ -322,7 +340,7 @@ const SCENARIOS = {
         });
         if (!opts.skipElicit) {
             await step('elicitation', async () => {
-                const r = await client.callTool({ name: 'ask_name', arguments: {} });
+                const r = await client.callTool({ name: named(opts, 'ask_name'), arguments: {} });
                 check(text(r).includes(ELICITED), text(r));
             });
         }
@@ -334,7 +352,7 @@ const SCENARIOS = {
             return { count: tools.length };
         });
         await step('outage_call', async () => {
-            const r = await client.callTool({ name: opts.outageTool, arguments: {} });
+            const r = await client.callTool({ name: named(opts, opts.outageTool), arguments: {} });
             check(r.isError === true, `not isError: ${text(r)}`);
             check(text(r).includes('status='), `not an outage record: ${text(r)}`);
             return { text: text(r).slice(0, 200) };
@@ -349,7 +367,7 @@ const SCENARIOS = {
             const end = Date.now() + 10_000;
             let t = '';
             for (;;) {
-                const r = await client.callTool({ name: 'list_allowed_directories', arguments: {} });
+                const r = await client.callTool({ name: named(opts, 'list_allowed_directories'), arguments: {} });
                 t = text(r);
                 if (expect.every((d) => t.includes(d)) || Date.now() > end) break;
                 await new Promise((res) => setTimeout(res, 100));

@@ -30,7 +30,7 @@ pub(crate) fn ts(io: &Interop, args: &[&str], command: &[&str]) -> Output {
 }
 
 /// The Python SDK client script with `args` (options, scenario), against `command`.
-fn py(io: &Interop, args: &[&str], command: &[&str]) -> Output {
+pub(crate) fn py(io: &Interop, args: &[&str], command: &[&str]) -> Output {
     Command::new(io.var("MCPSUP_INTEROP_PYTHON"))
         .arg(io.var("MCPSUP_INTEROP_CLIENT"))
         .args(["--timeout", "90"])

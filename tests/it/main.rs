@@ -14,6 +14,7 @@ mod health;
 mod hostile;
 mod http;
 mod interop;
+mod interop_endpoint;
 mod interop_http;
 mod interop_matrix;
 mod lifecycle;

@@ -19,9 +19,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// A server process on loopback, terminated when dropped.
-struct Remote {
+pub(crate) struct Remote {
     child: Option<Child>,
-    port: u16,
+    pub(crate) port: u16,
     /// Its request log (http_incidents.py only).
     log: PathBuf,
     _dir: tempfile::TempDir,
@@ -112,7 +112,7 @@ fn incidents(args: &[&str]) -> Remote {
 }
 
 /// server-everything in its Streamable HTTP mode (`PORT`), as installed by `.ci/install-deps`.
-fn everything_http(io: &Interop) -> Remote {
+pub(crate) fn everything_http(io: &Interop) -> Remote {
     let port = free_port();
     let js = io
         .var("MCPSUP_EVERYTHING_ARGS")

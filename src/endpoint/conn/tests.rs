@@ -363,3 +363,53 @@ fn a_source_the_peer_may_not_use_is_never_asked_and_its_closed_link_answers_as_a
         .unwrap()
         .starts_with("server=s0 status=stopped"));
 }
+
+#[test]
+fn a_2026_clients_call_before_any_list_fills_the_catalog_in_its_era_and_its_answers_are_complete() {
+    let now = Instant::now();
+    let mut c = Conn::new(plan(2), &[true, true], View::default());
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "m"}, "progressToken": 9});
+    let (sent, _) = split(c.on_client(
+        msg(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "s1__t", "arguments": {}, "_meta": meta}})),
+        now,
+    ));
+    // The fill carries the client's envelope (and no progress token) to every source.
+    assert_eq!(sent.len(), 2);
+    for (_, m) in &sent {
+        assert_eq!(m["method"], "tools/list");
+        let got = &m["params"]["_meta"];
+        assert_eq!(
+            got["io.modelcontextprotocol/protocolVersion"], "2026-07-28",
+            "{m}"
+        );
+        assert!(got.get("progressToken").is_none(), "{m}");
+    }
+    answer(&mut c, 0, &sent[0].1, json!({"tools": []}), now);
+    let (fwd, _) = split(answer(
+        &mut c,
+        1,
+        &sent[1].1,
+        json!({"tools": [{"name": "t"}]}),
+        now,
+    ));
+    assert_eq!(fwd[0].1["params"]["name"], "t");
+    // A list the endpoint answers itself is complete for a 2026 client.
+    let (sent, _) = split(c.on_client(
+        msg(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}})),
+        now,
+    ));
+    answer(&mut c, 0, &sent[0].1, json!({"tools": []}), now);
+    let (_, out) = split(answer(&mut c, 1, &sent[1].1, json!({"tools": []}), now));
+    let r = &out[0].1["result"];
+    assert_eq!(
+        (
+            r["resultType"].as_str(),
+            r["ttlMs"].as_i64(),
+            r["cacheScope"].as_str()
+        ),
+        (Some("complete"), Some(0), Some("private")),
+        "{r}"
+    );
+}
