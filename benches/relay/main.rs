@@ -72,6 +72,7 @@ fn main() {
     let mut out = Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/PERFORMANCE.md"));
     let mut profiling = false;
     let mut benching = false;
+    let mut endpoint_only = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -79,6 +80,8 @@ fn main() {
             "--no-write" => out = None,
             "--out" => out = it.next().map(PathBuf::from),
             "--profile" => profiling = true,
+            // Only the endpoint row, printed (issue 31): `cargo bench --bench relay -- --endpoint`.
+            "--endpoint" => endpoint_only = true,
             other => eprintln!("relay bench: ignoring argument {other:?}"),
         }
     }
@@ -95,6 +98,12 @@ fn main() {
 
     if profiling {
         modes::profile(&rig);
+    } else if benching && endpoint_only {
+        let mut res = results::Results::default();
+        endpoint::measure_endpoint(&rig, &mut res);
+        let mut w = String::new();
+        report::endpoint_section(&mut w, &res);
+        println!("{w}");
     } else if !benching {
         modes::smoke(&rig);
     } else {

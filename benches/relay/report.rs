@@ -673,7 +673,7 @@ fn remote_section(w: &mut String, res: &Results) {
 }
 
 /// "Endpoint": a call through an endpoint against the same call on the server's own socket.
-fn endpoint_section(w: &mut String, res: &Results) {
+pub fn endpoint_section(w: &mut String, res: &Results) {
     let Some(r) = &res.endpoint else {
         return;
     };
