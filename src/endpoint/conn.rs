@@ -43,6 +43,10 @@ pub const MAX_PAGES: usize = 64;
 pub const PAGE: usize = 500;
 /// Requests held while the catalog is filled (a call by name before any list).
 const MAX_WAITING: usize = 256;
+/// Requests the sources may have asked of this client and not seen answered; beyond it a
+/// source's request is answered with an error at once (its actor bounds them too, and ends
+/// them at `request_timeout` with a cancel that frees their place).
+pub const MAX_ASKED: usize = 1024;
 
 /// What the connection knows of its endpoint.
 #[derive(Debug, Clone)]
@@ -593,6 +597,22 @@ impl Conn {
             }
             Address::Progress(token) => out.push(Effect::Client(Address::Progress(token), line)),
             Address::Request { id, method } => {
+                if self.asked.len() >= MAX_ASKED {
+                    warn!(endpoint = %self.plan.name, source = %self.source_name(source), method, "too many requests of the sources wait for this client; answering this one with an error");
+                    out.push(Effect::Source(
+                        source,
+                        Message {
+                            kind: Kind::Response,
+                            id: Some(id),
+                            method: None,
+                            params: None,
+                            result: None,
+                            error: Some(message::raw(&json!({"code": code::LIMIT_EXCEEDED,
+                                "message": "the client has too many requests of its servers to answer"}))),
+                        },
+                    ));
+                    return out;
+                }
                 let ask = self.next_ask;
                 self.next_ask += 1;
                 let mine = message::raw(&json!(format!("{}-{ask}", self.source_name(source))));

@@ -107,6 +107,9 @@ async fn dispatch(
                 let Some(ev) = ev else { break };
                 match ev {
                     SessionEvent::Connected(id, tx, peer) => {
+                        // Clients whose task ended before their session said so (amortized
+                        // here rather than on every message).
+                        conns.retain(|_, h| !h.inbox.is_closed());
                         let (itx, irx) = mpsc::channel(CONN_INBOX);
                         let s = setup.borrow().clone();
                         conns.insert(id, Held { inbox: itx, tx: tx.clone() });
@@ -157,7 +160,6 @@ async fn dispatch(
                 None => break,
             },
         }
-        conns.retain(|_, h| !h.inbox.is_closed());
     }
     stop.cancel();
 }

@@ -413,3 +413,27 @@ fn a_2026_clients_call_before_any_list_fills_the_catalog_in_its_era_and_its_answ
         "{r}"
     );
 }
+
+#[test]
+fn requests_of_the_sources_beyond_the_bound_are_answered_with_an_error_at_once() {
+    let now = Instant::now();
+    let mut c = Conn::new(plan(1), &[true], View::default());
+    let ask = |c: &mut Conn, n: usize| {
+        let line = Line::from(bytes::Bytes::from(format!(
+            r#"{{"jsonrpc":"2.0","id":{n},"method":"roots/list"}}"#
+        )));
+        let to = Address::Request {
+            id: message::raw(&json!(n)),
+            method: "roots/list".into(),
+        };
+        split(c.on_source(0, to, line, now))
+    };
+    for n in 0..MAX_ASKED {
+        let (to_sources, to_client) = ask(&mut c, n);
+        assert!(to_sources.is_empty() && to_client.len() == 1);
+    }
+    let (to_sources, to_client) = ask(&mut c, MAX_ASKED);
+    assert!(to_client.is_empty());
+    assert_eq!(to_sources[0].1["error"]["code"], -32002);
+    assert_eq!(to_sources[0].1["id"], MAX_ASKED);
+}
