@@ -636,6 +636,7 @@ pub(super) async fn accept_checked(
                 gid: cred.gid(),
                 pid: cred.pid(),
                 label: None,
+                endpoint: None,
                 transport: Default::default(),
             },
         ));
@@ -721,7 +722,7 @@ pub(super) async fn http_accept_loop(
         }
         live.fetch_add(1, Ordering::Relaxed);
         let live = live.clone();
-        let (n, revoked) = shared.register_http(&name, peer);
+        let (n, revoked) = shared.register_http(&name, peer.clone());
         let via = crate::http::Via::Unix {
             server: name.clone(),
             peer,

@@ -22,6 +22,7 @@ use crate::jsonrpc::message::{self, code, Kind, Message, Out, RawObject};
 use crate::logging::requests::RequestId;
 use crate::mux::ids::id_key;
 use crate::mux::session::Address;
+use crate::observe::Outcome;
 use crate::protocol::{HANDSHAKE_VERSION, HANDSHAKE_VERSIONS, MODERN_VERSION};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
@@ -68,8 +69,28 @@ pub enum Effect {
     Client(Address, Line),
     /// Close the client once what was delivered before is written.
     Close,
-    /// A request was refused by policy (`method`): counted as `policy_denied`.
-    PolicyDenied(&'static str),
+    /// A request the endpoint answered itself for one of its sources, which never saw it:
+    /// one request log line and its metrics (§7).
+    Answered(Answered),
+}
+
+/// A request the endpoint answered itself for source `source`: refused by policy
+/// (`policy_denied`), or sent after the source's actor had closed this client
+/// (`unreachable`).
+#[derive(Debug)]
+pub struct Answered {
+    /// The source's name.
+    pub source: String,
+    /// The method.
+    pub method: String,
+    /// The tool of `tools/call`, as the source names it.
+    pub tool: Option<String>,
+    /// The request id the answer shows (a fresh one when it shows none).
+    pub rid: RequestId,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// The JSON-RPC error code answered, if any.
+    pub code: Option<i64>,
 }
 
 /// Where a source's handshake with this client stands.
@@ -478,7 +499,7 @@ impl Conn {
             };
         };
         if matches!(kind, ListKind::Tools | ListKind::Prompts) && !self.view.visible(&key) {
-            return self.denied(&id, &method, kind, &key, source, out);
+            return self.denied(&id, &method, kind, (&key, &original), source, out);
         }
         let params = match (kind, method.as_str()) {
             (ListKind::Tools | ListKind::Prompts, "completion/complete") => {
@@ -490,7 +511,16 @@ impl Conn {
             _ => m.params,
         };
         if !self.sources.get(source).is_some_and(|s| s.open) {
-            return self.closed_answer(source, &id, &method, out);
+            let (rid, code) = self.closed_answer(source, &id, &method, out);
+            out.push(Effect::Answered(Answered {
+                source: self.source_name(source).to_string(),
+                tool: (method == "tools/call").then_some(original),
+                method,
+                rid,
+                outcome: Outcome::Unreachable,
+                code,
+            }));
+            return;
         }
         self.maybe_reinit(source, out);
         let n = self.mint();
@@ -652,7 +682,8 @@ impl Conn {
             match self.pending.remove(&k) {
                 Some(Pending::Forward { id, method }) => {
                     self.forwarded.remove(&id_key(&id));
-                    self.closed_answer(source, &id, &method, &mut out);
+                    // The source finished it already (its client went): no second line.
+                    let _ = self.closed_answer(source, &id, &method, &mut out);
                 }
                 Some(Pending::Part { fan }) => {
                     let gone =
@@ -1201,12 +1232,13 @@ impl Conn {
 
     /// A request for a tool or prompt this client may not use: `denied` (not an outage), or
     /// the unknown-name answer when the operator chose so.
+    /// `names` is the name the client asked for and the source's own.
     fn denied(
         &self,
         id: &RawValue,
         method: &str,
         kind: ListKind,
-        key: &str,
+        (key, original): (&str, &str),
         source: usize,
         out: &mut Vec<Effect>,
     ) {
@@ -1215,12 +1247,18 @@ impl Conn {
         } else {
             "prompt"
         };
-        out.push(Effect::PolicyDenied(if kind == ListKind::Tools {
-            "tools/call"
-        } else {
-            "prompts/get"
+        let rid = RequestId::random();
+        let unknown = self.view.hidden_calls == HiddenCalls::Unknown;
+        let name = self.source_name(source).to_string();
+        out.push(Effect::Answered(Answered {
+            source: name.clone(),
+            method: method.to_string(),
+            tool: (method == "tools/call").then(|| original.to_string()),
+            rid,
+            outcome: Outcome::PolicyDenied,
+            code: (unknown || method != "tools/call").then_some(code::INVALID_PARAMS),
         }));
-        if self.view.hidden_calls == HiddenCalls::Unknown {
+        if unknown {
             let word = if kind == ListKind::Tools {
                 "tool"
             } else {
@@ -1234,8 +1272,6 @@ impl Conn {
                 None,
             );
         }
-        let rid = RequestId::random();
-        let name = self.source_name(source).to_string();
         info!(endpoint = %self.plan.name, source = %name, request_id = %rid, clients = ?self.view.labels, method, name = key,
             "refused by the endpoint's policy");
         let record = json!({"server": name, "endpoint": self.plan.name, "status": "ready",
@@ -1385,7 +1421,14 @@ impl Conn {
     }
 
     /// The answer when the source's actor closed this client: the outage vocabulary, named.
-    fn closed_answer(&self, source: usize, id: &RawValue, method: &str, out: &mut Vec<Effect>) {
+    /// Gives the request id it shows and the JSON-RPC code, if it was an error.
+    fn closed_answer(
+        &self,
+        source: usize,
+        id: &RawValue,
+        method: &str,
+        out: &mut Vec<Effect>,
+    ) -> (RequestId, Option<i64>) {
         let rid = RequestId::random();
         let name = self.source_name(source).to_string();
         warn!(endpoint = %self.plan.name, source = %name, request_id = %rid, method,
@@ -1397,6 +1440,7 @@ impl Conn {
             let result = json!({"content": [{"type": "text", "text": text}], "isError": true,
                 "_meta": {"mcp-supervisor/outage": record}});
             self.reply(out, id, "tools/call", result);
+            (rid, None)
         } else {
             error(
                 out,
@@ -1405,6 +1449,7 @@ impl Conn {
                 &format!("server `{name}` is unavailable (stopped)"),
                 Some(record),
             );
+            (rid, Some(code::SERVER_UNAVAILABLE))
         }
     }
 }

@@ -26,7 +26,7 @@ use conn::{Conn, Effect, Plan};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn, Instrument};
@@ -180,6 +180,11 @@ async fn client_task(
     stop: CancellationToken,
 ) {
     let (src_tx, mut src_rx) = mpsc::channel(SOURCE_LINES);
+    // Each source sees this client as one of its own, named as the endpoint's (§7).
+    let as_source = Peer {
+        endpoint: Some(Arc::from(setup.cfg.name.as_str())),
+        ..peer.clone()
+    };
     let mut joined: Vec<Option<(ClientId, mpsc::Sender<SessionEvent>)>> = Vec::new();
     for (i, link) in setup.sources.iter().enumerate() {
         let Some(link) = link
@@ -194,7 +199,7 @@ async fn client_task(
         if link
             .handle
             .sessions
-            .send(SessionEvent::Connected(sub, tx, peer))
+            .send(SessionEvent::Connected(sub, tx, as_source.clone()))
             .await
             .is_err()
         {
@@ -258,18 +263,40 @@ async fn client_task(
                     down.close_after_drain();
                     break 'run;
                 }
-                Effect::PolicyDenied(method) => crate::observe::metrics().request(
-                    &endpoint,
-                    method,
-                    crate::observe::Outcome::PolicyDenied,
-                    None,
-                    0.0,
-                ),
+                Effect::Answered(a) => answered(&endpoint, &peer, a),
             }
         }
     }
     for (sub, events) in joined.into_iter().flatten() {
         let _ = events.send(SessionEvent::Disconnected(sub)).await;
+    }
+}
+
+/// Counts and logs a request the endpoint answered itself (§7): under the endpoint's name in
+/// `mcp_supervisor_requests_total`, under the endpoint and the source in
+/// `mcp_supervisor_endpoint_requests_total`, and one request log line naming both.
+fn answered(endpoint: &str, peer: &Peer, a: conn::Answered) {
+    let m = crate::observe::metrics();
+    m.request(endpoint, &a.method, a.outcome, a.code, 0.0);
+    m.endpoint_request(endpoint, &a.source, &a.method, a.outcome);
+    if crate::logging::requests::enabled() {
+        crate::logging::requests::log_one(crate::logging::requests::Record {
+            at: std::time::SystemTime::now(),
+            server: a.source.into(),
+            request_id: a.rid,
+            client: 0,
+            peer_uid: Some(peer.uid),
+            peer_pid: peer.pid,
+            client_name: "".into(),
+            endpoint: Some(endpoint.into()),
+            method: a.method.into(),
+            tool: a.tool.map(Into::into),
+            arg_keys: "".into(),
+            duration: Duration::ZERO,
+            outcome: a.outcome.as_str(),
+            error_code: a.code,
+            restarted: false,
+        });
     }
 }
 

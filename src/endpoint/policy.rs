@@ -130,6 +130,7 @@ mod tests {
             gid: 100,
             pid: unix.then_some(1),
             label: None,
+            endpoint: None,
             transport: Default::default(),
         }
     }

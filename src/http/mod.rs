@@ -171,6 +171,7 @@ impl Front {
             gid: nix::unistd::getegid().as_raw(),
             pid: None,
             label: None,
+            endpoint: None,
             transport: Default::default(),
         };
         let front = Arc::new(Front {
@@ -377,7 +378,7 @@ async fn handle(front: Arc<Front>, via: Via, req: Request<Body>) -> Response {
             .map(|n| n.trim_end_matches('/'))
             .filter(|n| !n.is_empty() && !n.contains('/'))
         {
-            Some(n) => (n.to_string(), front.me),
+            Some(n) => (n.to_string(), front.me.clone()),
             None => {
                 return plain(
                     StatusCode::NOT_FOUND,
@@ -403,7 +404,7 @@ async fn handle(front: Arc<Front>, via: Via, req: Request<Body>) -> Response {
             if !ok {
                 return plain(StatusCode::NOT_FOUND, "not found: the MCP endpoint is /mcp");
             }
-            (server.clone(), *peer)
+            (server.clone(), peer.clone())
         }
     };
     let settings = front.settings();
@@ -451,7 +452,7 @@ async fn handle(front: Arc<Front>, via: Via, req: Request<Body>) -> Response {
 }
 
 /// Who sent a request: the identity the actor sees, and the one sessions are bound to.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Who {
     peer: Peer,
     caller: access::Caller,

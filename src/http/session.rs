@@ -255,7 +255,7 @@ pub(super) async fn open(
         ..peer
     };
     events
-        .send(SessionEvent::Connected(client, tx, peer))
+        .send(SessionEvent::Connected(client, tx, peer.clone()))
         .await
         .ok()?;
     let s = Arc::new(HttpSession {

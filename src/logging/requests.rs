@@ -86,6 +86,9 @@ pub struct Record<'a> {
     pub peer_pid: Option<i32>,
     /// `client_name`: from `initialize`, or a 2026 client's first request.
     pub client_name: Cow<'a, str>,
+    /// `endpoint`: the endpoint the client came through (issue 31 §7), else absent; `server`
+    /// is then the endpoint's source that had the request.
+    pub endpoint: Option<Cow<'a, str>>,
     /// `method`.
     pub method: Cow<'a, str>,
     /// `tool`: the `tools/call` tool name, else empty.
@@ -114,6 +117,7 @@ impl Record<'_> {
             peer_uid: self.peer_uid,
             peer_pid: self.peer_pid,
             client_name: own(self.client_name),
+            endpoint: self.endpoint.map(own),
             method: own(self.method),
             tool: self.tool.map(own),
             arg_keys: own(self.arg_keys),
@@ -184,6 +188,14 @@ impl LineBuffer {
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
+}
+
+/// Logs one record made outside an actor (an endpoint's own answers, issue 31 §7): formatted
+/// and handed over at once, as [`LineBuffer::add`] then [`LineBuffer::flush`] would.
+pub fn log_one(record: Record<'_>) {
+    let mut buf = LineBuffer::default();
+    buf.add(record);
+    buf.flush();
 }
 
 /// Whether request log lines are wanted at all (the filter of [`super::init`]; false when no
@@ -333,6 +345,7 @@ fn event(r: &Record<'_>) {
         peer_uid = r.peer_uid,
         peer_pid = r.peer_pid,
         client_name = %r.client_name,
+        endpoint = r.endpoint.as_deref(),
         method = %r.method,
         tool = r.tool.as_deref().unwrap_or(""),
         arg_keys = %r.arg_keys,
@@ -383,6 +396,10 @@ pub(crate) fn format_line(r: &Record<'_>, stamp: &str, buf: &mut Vec<u8>) {
     }
     buf.extend_from_slice(b" client_name=");
     buf.extend_from_slice(r.client_name.as_bytes());
+    if let Some(e) = &r.endpoint {
+        buf.extend_from_slice(b" endpoint=");
+        push_quoted(buf, e);
+    }
     buf.extend_from_slice(b" method=");
     buf.extend_from_slice(r.method.as_bytes());
     buf.extend_from_slice(b" tool=");
@@ -488,6 +505,7 @@ mod tests {
             peer_uid: Some(0),
             peer_pid: Some(9187),
             client_name: "t".into(),
+            endpoint: None,
             method: Cow::Borrowed("tools/call"),
             tool: Some("echo".into()),
             arg_keys: "text".into(),
@@ -557,7 +575,9 @@ mod tests {
         let mut early = record();
         early.at = SystemTime::UNIX_EPOCH + Duration::from_micros(1_795_000_000_000_005);
         early.peer_pid = Some(-1);
-        for r in [record(), full, sparse, quoted, early]
+        let mut via = record();
+        via.endpoint = Some("desk".into());
+        for r in [record(), full, sparse, quoted, early, via]
             .into_iter()
             .chain(rounds)
         {

@@ -53,7 +53,7 @@ pub enum Transport {
 }
 
 /// Who is on the other end of a connection (`SO_PEERCRED`).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Peer {
     /// Peer user id.
     pub uid: u32,
@@ -64,6 +64,9 @@ pub struct Peer {
     /// The endpoint's named HTTP token the peer used (issue 31 §5), as
     /// [`crate::endpoint::policy::label_id`] of its label.
     pub label: Option<u64>,
+    /// The endpoint the client came through (issue 31 §7), when a source's actor serves one
+    /// of an endpoint's clients: its request log lines, metrics and spans name it.
+    pub endpoint: Option<std::sync::Arc<str>>,
     /// How it reached us.
     pub transport: Transport,
 }
@@ -446,7 +449,7 @@ pub async fn run(
         kick: kick.clone(),
     };
     if events
-        .send(SessionEvent::Connected(id, tx.clone(), peer))
+        .send(SessionEvent::Connected(id, tx.clone(), peer.clone()))
         .await
         .is_err()
     {

@@ -78,6 +78,14 @@ pub fn method_label(method: &str) -> &'static str {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    endpoint: String,
+    server: String,
+    method: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     server: String,
     method: String,
@@ -130,6 +138,7 @@ struct DirectionLabels {
 #[derive(Clone)]
 struct Families {
     requests: Family<RequestLabels, Counter>,
+    endpoint_requests: Family<EndpointLabels, Counter>,
     errors: Family<CodeLabels, Counter>,
     duration: Family<MethodLabels, DurationHistogram>,
     in_flight: Family<ServerLabels, Gauge>,
@@ -234,6 +243,12 @@ impl Metrics {
             "Requests finished, by server, method and outcome",
             requests.clone(),
         );
+        let endpoint_requests = Family::<EndpointLabels, Counter>::default();
+        registry.register(
+            "endpoint_requests",
+            "Requests of an endpoint's clients finished, by endpoint, source server, method and outcome (issue 31)",
+            endpoint_requests.clone(),
+        );
         let errors = Family::<CodeLabels, Counter>::default();
         registry.register(
             "jsonrpc_errors",
@@ -314,6 +329,7 @@ impl Metrics {
             spans_dropped,
             families: Families {
                 requests,
+                endpoint_requests,
                 errors,
                 duration,
                 in_flight,
@@ -389,6 +405,20 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    /// A finished request of one of endpoint `endpoint`'s clients, for its source `server`
+    /// (issue 31 §7), beside what [`Metrics::request`] counts. Takes the families' lock.
+    pub fn endpoint_request(&self, endpoint: &str, server: &str, method: &str, outcome: Outcome) {
+        self.families
+            .endpoint_requests
+            .get_or_create(&EndpointLabels {
+                endpoint: endpoint.into(),
+                server: server.into(),
+                method: method_label(method).into(),
+                outcome: outcome.as_str().into(),
+            })
+            .inc();
     }
 
     /// Requests in flight to the child right now.
@@ -538,6 +568,22 @@ impl ServerMetrics {
     /// The server's name (the `server` label).
     pub fn server(&self) -> &str {
         &self.0.server
+    }
+
+    /// A finished request of a client of endpoint `endpoint`: as
+    /// [`Metrics::endpoint_request`] for this server (through the family's lock: endpoint
+    /// names are not known when the slots are made).
+    pub fn endpoint_request(&self, endpoint: &str, method: &str, outcome: Outcome) {
+        let s = &*self.0;
+        s.families
+            .endpoint_requests
+            .get_or_create(&EndpointLabels {
+                endpoint: endpoint.into(),
+                server: s.server.clone(),
+                method: method_label(method).into(),
+                outcome: outcome.as_str().into(),
+            })
+            .inc();
     }
 
     /// A finished request: as [`Metrics::request`].

@@ -281,6 +281,7 @@ fn with_every_family(m: &Metrics) {
     } = m;
     let Families {
         requests,
+        endpoint_requests,
         errors,
         duration,
         in_flight,
@@ -300,6 +301,14 @@ fn with_every_family(m: &Metrics) {
     };
     requests
         .get_or_create(&RequestLabels {
+            server: server(),
+            method: "ping".into(),
+            outcome: "ok".into(),
+        })
+        .inc();
+    endpoint_requests
+        .get_or_create(&EndpointLabels {
+            endpoint: "e".into(),
             server: server(),
             method: "ping".into(),
             outcome: "ok".into(),

@@ -446,3 +446,95 @@ fn two_named_http_tokens_see_different_tools_in_both_eras() {
     let r = post_with(&s, "0123456789abcdef0123", &[], &init);
     assert_eq!(r.status, 401);
 }
+
+#[test]
+fn a_request_through_an_endpoint_is_logged_and_counted_under_the_endpoint_and_its_source() {
+    let sup = Supervisor::start(&two_sources("hide = [\"alpha__exit\"]"));
+    let mut c = sup.client("desk");
+    let r = c.call(json!(1), "alpha__echo", json!({"text": "hi"}));
+    assert_eq!(Client::text(&r), "hi", "{r}");
+    let denied = c.call(json!(2), "alpha__exit", json!({}));
+    assert_eq!(denied["result"]["isError"], true, "{denied}");
+    let rid = denied["result"]["_meta"]["mcp-supervisor/outage"]["request_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    // A direct client of the same server: no endpoint in its line.
+    let mut direct = sup.client("alpha");
+    let r = direct.call(json!(1), "echo", json!({"text": "direct"}));
+    assert_eq!(Client::text(&r), "direct", "{r}");
+    let line = |needle: &str| {
+        sup.log()
+            .lines()
+            .find(|l| l.contains("request finished") && l.contains(needle))
+            .map(str::to_string)
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || line(
+            "tool=\"echo\" arg_keys=text"
+        )
+        .is_some()
+            && line(&rid).is_some()
+            && sup.log().matches("tool=\"echo\"").count() >= 2),
+        "{}",
+        sup.log()
+    );
+    let via: Vec<String> = sup
+        .log()
+        .lines()
+        .filter(|l| l.contains("request finished") && l.contains("tool=\"echo\""))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        via.iter().any(|l| l.contains("server{server=alpha}")
+            && l.contains("endpoint=\"desk\"")
+            && l.contains("outcome=\"ok\"")),
+        "{via:?}"
+    );
+    assert!(
+        via.iter()
+            .any(|l| l.contains("server{server=alpha}") && !l.contains("endpoint=")),
+        "{via:?}"
+    );
+    // The refusal: its request id is the one the client was shown, source and endpoint named.
+    let refused = line(&rid).unwrap_or_default();
+    for part in [
+        "server{server=alpha}",
+        "endpoint=\"desk\"",
+        "tool=\"exit\"",
+        "outcome=\"policy_denied\"",
+    ] {
+        assert!(refused.contains(part), "{part}: {refused}");
+    }
+    let m = sup.metrics();
+    let series = |outcome: &str| {
+        m.lines().any(|l| {
+            l.starts_with("mcp_supervisor_endpoint_requests_total{")
+                && l.contains("endpoint=\"desk\"")
+                && l.contains("server=\"alpha\"")
+                && l.contains("method=\"tools/call\"")
+                && l.contains(&format!("outcome=\"{outcome}\""))
+        })
+    };
+    assert!(series("ok") && series("policy_denied"), "{m}");
+    // The direct call is the source's, not the endpoint's: two calls, one through `desk`.
+    let value = |prefix: &str| {
+        m.lines()
+            .find(|l| {
+                l.starts_with(prefix)
+                    && l.contains("server=\"alpha\"")
+                    && l.contains("method=\"tools/call\"")
+                    && l.contains("outcome=\"ok\"")
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_string)
+    };
+    assert_eq!(
+        (
+            value("mcp_supervisor_requests_total{"),
+            value("mcp_supervisor_endpoint_requests_total{")
+        ),
+        (Some("2".into()), Some("1".into())),
+        "{m}"
+    );
+}

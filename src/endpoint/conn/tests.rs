@@ -40,7 +40,7 @@ fn split(effects: Vec<Effect>) -> Split {
             Effect::Client(a, l) => {
                 to_client.push((a, serde_json::from_slice(&l.to_bytes()).unwrap()))
             }
-            Effect::Close | Effect::PolicyDenied(_) => {}
+            Effect::Close | Effect::Answered(_) => {}
         }
     }
     (to_sources, to_client)

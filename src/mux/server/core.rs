@@ -2023,7 +2023,7 @@ impl Server {
             .clients
             .iter()
             .filter(|(_, c)| !access.permits(c.peer().uid, c.peer().gid))
-            .map(|(id, c)| (*id, *c.peer()))
+            .map(|(id, c)| (*id, c.peer().clone()))
             .collect();
         for (id, peer) in gone {
             warn!(client = %id, peer_uid = peer.uid, peer_gid = peer.gid, peer_pid = peer.pid,
@@ -3990,11 +3990,16 @@ impl Server {
         let Some(mut t) = self.ledger.close(client, key) else {
             return;
         };
+        let via = self
+            .clients
+            .get(&client)
+            .and_then(|c| c.peer().endpoint.clone());
         if let Some(span) = t.span.take() {
             trace::submit(trace::span_data(
                 *span,
                 trace::Finish {
                     server: &self.cfg.name,
+                    endpoint: via.as_deref(),
                     rid: t.rid,
                     method: &t.method,
                     id: key,
@@ -4009,6 +4014,11 @@ impl Server {
         self.telemetry
             .metrics()
             .request(&t.method, outcome, code, elapsed.as_secs_f64());
+        if let Some(e) = &via {
+            self.telemetry
+                .metrics()
+                .endpoint_request(e, &t.method, outcome);
+        }
         if self.telemetry.request_log() {
             // The instance that was running at arrival exited or was replaced meanwhile.
             let restarted =
@@ -4023,6 +4033,7 @@ impl Server {
                 peer_uid: c.map(|c| c.peer().uid),
                 peer_pid: c.and_then(|c| c.peer().pid),
                 client_name: Cow::Borrowed(c.map_or("", |c| c.name())),
+                endpoint: via.as_deref().map(Cow::Borrowed),
                 method: Cow::Borrowed(&t.method),
                 tool: t.tool.as_deref().map(Cow::Borrowed),
                 arg_keys: Cow::Borrowed(&t.arg_keys),

@@ -940,6 +940,7 @@ fn a_ping_is_answered_by_one_delivery_effect_that_only_the_shell_carries_out() {
         gid: 0,
         pid: None,
         label: None,
+        endpoint: None,
         transport: Transport::HttpSession,
     };
     sim.input(Input::Session(SessionEvent::Connected(http, tx, peer)));

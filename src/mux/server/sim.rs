@@ -450,6 +450,7 @@ impl Sim {
                 gid: 0,
                 pid: None,
                 label: None,
+                endpoint: None,
                 transport,
             },
         )));

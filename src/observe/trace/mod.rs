@@ -150,6 +150,8 @@ impl SpanStart {
 pub struct Finish<'a> {
     /// The server's name.
     pub server: &'a str,
+    /// The endpoint the client came through (issue 31 §7), if any.
+    pub endpoint: Option<&'a str>,
     /// The supervisor's `request_id`.
     pub rid: RequestId,
     /// The method.
@@ -170,8 +172,8 @@ pub struct Finish<'a> {
 /// say (`{mcp.method.name} {target}`, the target being the tool or prompt name), with their
 /// attributes (`mcp.method.name`, `jsonrpc.request.id`, `gen_ai.tool.name`,
 /// `gen_ai.operation.name`, `gen_ai.prompt.name`, `mcp.protocol.version`, `error.type`,
-/// `rpc.response.status_code`) and ours (`mcp_supervisor.server`, `.request_id`,
-/// `.outcome`). Status `Error` for every outcome but `ok` and `cancelled` (the client gave
+/// `rpc.response.status_code`) and ours (`mcp_supervisor.server`, `.endpoint` for a client of
+/// an endpoint, `.request_id`, `.outcome`). Status `Error` for every outcome but `ok` and `cancelled` (the client gave
 /// up: not the server's error); `error.type` is the JSON-RPC code when there was one, else
 /// the outcome.
 pub fn span_data(s: SpanStart, f: Finish<'_>) -> SpanData {
@@ -195,6 +197,9 @@ pub fn span_data(s: SpanStart, f: Finish<'_>) -> SpanData {
         attributes.push(KeyValue::new("mcp.protocol.version", v.to_string()));
     }
     attributes.push(KeyValue::new("mcp_supervisor.server", f.server.to_string()));
+    if let Some(e) = f.endpoint {
+        attributes.push(KeyValue::new("mcp_supervisor.endpoint", e.to_string()));
+    }
     attributes.push(KeyValue::new(
         "mcp_supervisor.request_id",
         f.rid.to_string(),

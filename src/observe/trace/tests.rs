@@ -21,6 +21,7 @@ fn attr<'a>(s: &'a SpanData, key: &str) -> Option<&'a Value> {
 fn finish(outcome: Outcome, code: Option<i64>) -> Finish<'static> {
     Finish {
         server: "git",
+        endpoint: None,
         rid: RequestId(0xabc),
         method: "tools/call",
         id: "\"a-1\"",
@@ -109,6 +110,23 @@ fn span_data_follows_the_mcp_conventions() {
         assert_eq!(attr(&d, k).map(|v| v.as_str()), Some(v.into()), "{k}");
     }
     assert!(attr(&d, "error.type").is_none());
+    assert!(attr(&d, "mcp_supervisor.endpoint").is_none());
+}
+
+#[test]
+fn a_request_through_an_endpoint_names_it_beside_its_source() {
+    let s = SpanStart::with_ids(None, None, [1; 8], [2; 16], at(10));
+    let mut f = finish(Outcome::Ok, None);
+    f.endpoint = Some("desk");
+    let d = span_data(s, f);
+    assert_eq!(
+        attr(&d, "mcp_supervisor.endpoint").map(Value::as_str),
+        Some("desk".into())
+    );
+    assert_eq!(
+        attr(&d, "mcp_supervisor.server").map(Value::as_str),
+        Some("git".into())
+    );
 }
 
 #[test]
