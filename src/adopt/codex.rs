@@ -5,7 +5,7 @@
 //! (as `jsonc.rs` does).
 
 use super::jsonc::{apply, Entries};
-use super::{AdoptError, Rewrite};
+use super::{AdoptError, Edit};
 use serde_json::Value;
 use std::path::Path;
 use toml_edit::{Array, DocumentMut, Item, TableLike};
@@ -93,7 +93,7 @@ impl Doc {
 pub fn rewrite(
     path: &Path,
     text: &str,
-    edits: &[(Vec<String>, String, Rewrite)],
+    edits: &[(Vec<String>, String, Edit)],
 ) -> Result<String, AdoptError> {
     let Doc { mut doc, value } = parse(path, text)?;
     let mut expected = value;
@@ -101,14 +101,36 @@ pub fn rewrite(
         path: path.to_path_buf(),
         message,
     };
-    for (pointer, key, rw) in edits {
-        let mut t: &mut dyn TableLike = doc.as_table_mut();
-        for k in pointer.iter().chain(std::iter::once(key)) {
-            t = t
+    for (pointer, key, edit) in edits {
+        let mut parent: &mut dyn TableLike = doc.as_table_mut();
+        for k in pointer {
+            parent = parent
                 .get_mut(k)
                 .and_then(Item::as_table_like_mut)
                 .ok_or_else(|| internal(format!("entry `{key}` not found")))?;
         }
+        let (entry, rw) = match edit {
+            Edit::Remove => {
+                parent
+                    .remove(key)
+                    .ok_or_else(|| internal(format!("entry `{key}` not found")))?;
+                apply(&mut expected, pointer, key, edit);
+                continue;
+            }
+            Edit::Point(rw) => (key.as_str(), rw),
+            Edit::PointAs(name, rw) => {
+                // A table cannot be renamed in place: it moves, keeping its decoration.
+                let item = parent
+                    .remove(key)
+                    .ok_or_else(|| internal(format!("entry `{key}` not found")))?;
+                parent.insert(name, item);
+                (name.as_str(), rw)
+            }
+        };
+        let t = parent
+            .get_mut(entry)
+            .and_then(Item::as_table_like_mut)
+            .ok_or_else(|| internal(format!("entry `{key}` not found")))?;
         set(t, "command", rw.command.as_str().into());
         let mut args = Array::new();
         for a in &rw.args {
@@ -117,7 +139,7 @@ pub fn rewrite(
         set(t, "args", args.into());
         t.remove("env");
         t.remove("cwd");
-        apply(&mut expected, pointer, key, rw);
+        apply(&mut expected, pointer, key, edit);
     }
     let out = doc.to_string();
     if to_value(path, &out)? != expected {

@@ -6,7 +6,7 @@
 //! Every rewrite is checked by parsing the result again and comparing it with the original
 //! document plus the intended change; any other difference is an error and nothing is written.
 
-use super::{AdoptError, Rewrite};
+use super::{AdoptError, Edit};
 use jsonc_parser::cst::{CstInputValue, CstObject, CstRootNode};
 use jsonc_parser::ParseOptions;
 use serde_json::Value;
@@ -130,13 +130,15 @@ impl Doc {
     }
 }
 
-/// `text` with each entry `(pointer, key)` of `edits` rewritten to run `rewrite`: `command`
-/// and `args` replaced (`args` added after `command` if absent), `env`, `envFile` and `cwd`
-/// removed, every other key and every byte outside these entries kept.
+/// `text` with each entry `(pointer, key)` of `edits` changed: [`Edit::Point`] rewrites it to
+/// run its [`Rewrite`] (`command` and `args` replaced, `args` added after `command` if
+/// absent; `env`, `envFile` and `cwd` removed; every other key kept), [`Edit::PointAs`] also
+/// renames its key, [`Edit::Remove`] removes it with its comma. Every byte outside these
+/// entries is kept.
 pub fn rewrite(
     path: &Path,
     text: &str,
-    edits: &[(Vec<String>, String, Rewrite)],
+    edits: &[(Vec<String>, String, Edit)],
 ) -> Result<String, AdoptError> {
     let doc = parse(path, text)?;
     let mut expected = doc.value();
@@ -144,13 +146,33 @@ pub fn rewrite(
         path: path.to_path_buf(),
         message,
     };
-    for (pointer, key, rw) in edits {
-        let obj = doc
+    for (pointer, key, edit) in edits {
+        let prop = doc
             .object_at(pointer)
             .ok()
             .flatten()
-            .and_then(|o| o.object_value(key))
+            .and_then(|o| o.get(key))
             .ok_or_else(|| internal(format!("entry `{key}` not found")))?;
+        let rw = match edit {
+            Edit::Remove => {
+                prop.remove();
+                apply(&mut expected, pointer, key, edit);
+                continue;
+            }
+            Edit::Point(rw) => rw,
+            Edit::PointAs(name, rw) => {
+                let quoted = serde_json::to_string(name)
+                    .map_err(|e| internal(format!("the name `{name}`: {e}")))?;
+                prop.name()
+                    .and_then(|n| n.as_string_lit())
+                    .ok_or_else(|| internal(format!("entry `{key}` has no quoted name")))?
+                    .set_raw_value(quoted);
+                rw
+            }
+        };
+        let obj = prop
+            .object_value()
+            .ok_or_else(|| internal(format!("entry `{key}` is not an object")))?;
         let args = CstInputValue::Array(
             rw.args
                 .iter()
@@ -172,7 +194,7 @@ pub fn rewrite(
                 p.remove();
             }
         }
-        apply(&mut expected, pointer, key, rw);
+        apply(&mut expected, pointer, key, edit);
     }
     let out = doc.text();
     let again = parse(path, &out)?;
@@ -185,7 +207,7 @@ pub fn rewrite(
 }
 
 /// The intended change on the document's value: what the rewritten text must read back as.
-pub fn apply(doc: &mut Value, pointer: &[String], key: &str, rw: &Rewrite) {
+pub fn apply(doc: &mut Value, pointer: &[String], key: &str, edit: &Edit) {
     let mut v = doc;
     for k in pointer {
         match v.get_mut(k) {
@@ -193,7 +215,23 @@ pub fn apply(doc: &mut Value, pointer: &[String], key: &str, rw: &Rewrite) {
             None => return,
         }
     }
-    if let Some(Value::Object(e)) = v.get_mut(key) {
+    let Some(object) = v.as_object_mut() else {
+        return;
+    };
+    let (key, rw) = match edit {
+        Edit::Remove => {
+            object.remove(key);
+            return;
+        }
+        Edit::Point(rw) => (key, rw),
+        Edit::PointAs(name, rw) => {
+            if let Some(entry) = object.remove(key) {
+                object.insert(name.clone(), entry);
+            }
+            (name.as_str(), rw)
+        }
+    };
+    if let Some(Value::Object(e)) = object.get_mut(key) {
         e.insert("command".into(), Value::String(rw.command.clone()));
         e.insert(
             "args".into(),

@@ -16,7 +16,10 @@
 //!    their values), the files to change.
 //! 4. **Edit in memory** (`jsonc.rs`, `codex.rs`, `supervisor.rs`): each client file with its
 //!    adopted entries rewritten, every other byte kept; the supervisor config with the new
-//!    `[servers.NAME]` tables appended. Each result is read back and checked.
+//!    `[servers.NAME]` tables appended. Each result is read back and checked. With
+//!    `--endpoint NAME` (`endpoint.rs`, issue 31 §6) each servers object's adopted and
+//!    already-attached entries fold into one entry `NAME` running `attach NAME`, and the
+//!    config gets (or extends) `[endpoints.NAME]`.
 //! 5. **Confirm** (`--yes`, or `y` on a terminal; never waits on a pipe), then **back up and
 //!    write** (`backup.rs`): copies and a manifest first, then atomic writes.
 //!
@@ -31,6 +34,7 @@
 
 mod backup;
 mod codex;
+mod endpoint;
 mod entry;
 mod jsonc;
 mod plan;
@@ -77,6 +81,11 @@ pub struct Options {
     /// With --undo: also restore files changed since the adoption.
     #[arg(long, requires = "undo")]
     pub force: bool,
+    /// Point every client at endpoint NAME instead: each client's adopted entries (and those
+    /// already attached to a server) become one entry `NAME` running `attach NAME`, and the
+    /// config gets `[endpoints.NAME]` serving those servers (or its list extended).
+    #[arg(long, value_name = "NAME", conflicts_with = "undo")]
+    pub endpoint: Option<String>,
 }
 
 /// How an adopted client entry is rewritten: `command` and `args` replace the entry's.
@@ -87,6 +96,18 @@ pub struct Rewrite {
     /// `["attach", NAME]`, plus `["--config", PATH]` off the default location, or
     /// `["--socket", PATH]` for a server adopted from another user's files.
     pub args: Vec<String>,
+}
+
+/// What becomes of one client entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Edit {
+    /// Rewritten to run the [`Rewrite`], under its key (`adopt`).
+    Point(Rewrite),
+    /// Rewritten to run the [`Rewrite`], under the key `.0` (`adopt --endpoint`: the
+    /// endpoint's one entry).
+    PointAs(String, Rewrite),
+    /// Removed (`adopt --endpoint`: folded into the endpoint's entry).
+    Remove,
 }
 
 /// Why `adopt` stopped. [`AdoptError::is_usage`] tells bad input (exit 2) from failure (1).
@@ -334,12 +355,25 @@ pub fn run(o: &Options) -> Result<(), AdoptError> {
         state: &s.state,
         sockets,
     };
-    print!("{}", render::plan(&view));
-    if plan.servers.is_empty() {
+    let fold = match &o.endpoint {
+        Some(name) => Some(endpoint::fold(name, &plan, &found, &current)?),
+        None => None,
+    };
+    print!("{}", render::plan(&view, fold.as_ref()));
+    if plan.servers.is_empty() && fold.as_ref().is_none_or(|f| f.folded.is_empty()) {
         println!("\nNothing to adopt: no client file has a stdio server left to move.");
         return Ok(());
     }
-    let mut changes = edit(&s, &files, &read, &found, &plan, &current, sockets)?;
+    let mut changes = edit(
+        &s,
+        &files,
+        &read,
+        &found,
+        &plan,
+        &current,
+        sockets,
+        fold.as_ref(),
+    )?;
     if o.dry_run {
         println!("\nDry run: nothing was written.");
         return Ok(());
@@ -356,7 +390,10 @@ pub fn run(o: &Options) -> Result<(), AdoptError> {
     }
     let dir = backup::save(&s.state, &changes)?;
     backup::apply(&changes)?;
-    print!("{}", render::done(&view, &dir, &s.config, s.config_flag));
+    print!(
+        "{}",
+        render::done(&view, &dir, &s.config, s.config_flag, fold.as_ref())
+    );
     Ok(())
 }
 
@@ -432,7 +469,82 @@ fn gather(index: usize, f: &ClientFile, text: &str) -> Result<Vec<plan::Found>, 
     Ok(out)
 }
 
+/// The [`Rewrite`] of an entry that attaches to `name` (a server or an endpoint); `by_socket`
+/// when a user who cannot read the config runs it.
+fn attach(s: &Setup, current: &supervisor::Current, name: &str, by_socket: bool) -> Rewrite {
+    let mut args = vec!["attach".to_string(), name.to_string()];
+    if by_socket {
+        // That user cannot read this config (it is root's): the socket itself.
+        args.push("--socket".to_string());
+        args.push(current.socket_of(name).to_string_lossy().into_owned());
+    } else if s.config_flag {
+        args.push("--config".to_string());
+        args.push(s.config.to_string_lossy().into_owned());
+    }
+    Rewrite {
+        command: s.exe.to_string_lossy().into_owned(),
+        args,
+    }
+}
+
+/// The edits of client file `i`: each adopted entry pointed at its server, or with `fold`
+/// every folded entry of a servers object replaced by the endpoint's one entry.
+fn edits_of(
+    s: &Setup,
+    i: usize,
+    file: &ClientFile,
+    found: &[plan::Found],
+    plan: &plan::Plan,
+    current: &supervisor::Current,
+    fold: Option<&endpoint::Fold>,
+) -> Vec<(Vec<String>, String, Edit)> {
+    let mut edits = Vec::new();
+    let Some(fold) = fold else {
+        for (fi, f) in found.iter().enumerate().filter(|(_, f)| f.file == i) {
+            let (Some(server), Some(section)) = (plan.server_of(fi), file.sections.get(f.section))
+            else {
+                continue;
+            };
+            let rw = attach(s, current, &server.name, server.spec.user.is_some());
+            edits.push((section.pointer.clone(), f.key.clone(), Edit::Point(rw)));
+        }
+        return edits;
+    };
+    for (si, section) in file.sections.iter().enumerate() {
+        let here = |f: &&plan::Found| f.file == i && f.section == si;
+        let keys: Vec<String> = fold
+            .folded
+            .iter()
+            .filter_map(|&fi| found.get(fi))
+            .filter(here)
+            .map(|f| f.key.clone())
+            .collect();
+        if keys.is_empty() {
+            continue;
+        }
+        let has_endpoint = found.iter().filter(here).any(|f| {
+            f.key == fold.name
+                && matches!(&f.verdict, Verdict::Attached(Some(n)) if *n == fold.name)
+        });
+        for (key, keep) in endpoint::in_object(&keys, &fold.name, has_endpoint) {
+            let edit = if keep {
+                let rw = attach(s, current, &fold.name, !fold.users.is_empty());
+                if key == fold.name {
+                    Edit::Point(rw)
+                } else {
+                    Edit::PointAs(fold.name.clone(), rw)
+                }
+            } else {
+                Edit::Remove
+            };
+            edits.push((section.pointer.clone(), key, edit));
+        }
+    }
+    edits
+}
+
 /// Every file's new content, computed and checked before anything is written.
+#[allow(clippy::too_many_arguments)]
 fn edit(
     s: &Setup,
     files: &[ClientFile],
@@ -441,38 +553,14 @@ fn edit(
     plan: &plan::Plan,
     current: &supervisor::Current,
     sockets: supervisor::Sockets,
+    fold: Option<&endpoint::Fold>,
 ) -> Result<Vec<backup::Change>, AdoptError> {
     let mut changes = Vec::new();
     for (i, text) in read {
         let Some(file) = files.get(*i) else {
             continue;
         };
-        let mut edits = Vec::new();
-        for (fi, f) in found.iter().enumerate().filter(|(_, f)| f.file == *i) {
-            let (Some(server), Some(section)) = (plan.server_of(fi), file.sections.get(f.section))
-            else {
-                continue;
-            };
-            let mut args = vec!["attach".to_string(), server.name.clone()];
-            if server.spec.user.is_some() {
-                // That user cannot read this config (it is root's): the socket itself.
-                args.push("--socket".to_string());
-                args.push(
-                    current
-                        .socket_of(&server.name)
-                        .to_string_lossy()
-                        .into_owned(),
-                );
-            } else if s.config_flag {
-                args.push("--config".to_string());
-                args.push(s.config.to_string_lossy().into_owned());
-            }
-            let rw = Rewrite {
-                command: s.exe.to_string_lossy().into_owned(),
-                args,
-            };
-            edits.push((section.pointer.clone(), f.key.clone(), rw));
-        }
+        let edits = edits_of(s, *i, file, found, plan, current, fold);
         if edits.is_empty() {
             continue;
         }
@@ -497,8 +585,11 @@ fn edit(
             )
         })
         .collect();
-    if !new.is_empty() || sockets == supervisor::Sockets::AddMode {
-        let after = supervisor::append(current, &new, sockets)?;
+    if !new.is_empty()
+        || sockets == supervisor::Sockets::AddMode
+        || fold.is_some_and(endpoint::Fold::changes_config)
+    {
+        let after = supervisor::append(current, &new, sockets, fold)?;
         changes.push(backup::Change {
             path: current.path.clone(),
             trust: supervisor::trust(),

@@ -2,6 +2,7 @@
 //! restored. Env values are never part of it (only their keys).
 
 use super::backup::Undone;
+use super::endpoint::Fold;
 use super::entry::Verdict;
 use super::plan::{command_line, Found, Plan, Server};
 use super::sources::{show, ClientFile};
@@ -85,8 +86,33 @@ pub fn sources_of(
         .collect()
 }
 
-/// The plan, as printed before anything is written.
-pub fn plan(v: &View<'_>) -> String {
+/// What `--endpoint` adds to the plan: the endpoint, its servers and the entries folded.
+fn endpoint_part(v: &View<'_>, f: &Fold, out: &mut String) {
+    let state = if !f.exists {
+        "new".to_string()
+    } else if f.added.is_empty() {
+        "already configured, unchanged".to_string()
+    } else {
+        format!("already configured, {} servers added", f.added.len())
+    };
+    let _ = writeln!(out, "\nEndpoint {} [{state}]", f.name);
+    let _ = writeln!(out, "  serves: {}", f.servers.join(", "));
+    if !f.users.is_empty() {
+        let list: Vec<String> = f.users.iter().map(|u| u.to_string()).collect();
+        let _ = writeln!(out, "  allowed_uids: [{}]", list.join(", "));
+    }
+    let _ = writeln!(
+        out,
+        "  Each client's entries below become one entry {:?} running `mcp-supervisor attach {}`:",
+        f.name, f.name
+    );
+    for e in f.folded.iter().filter_map(|&i| v.found.get(i)) {
+        let _ = writeln!(out, "    {}", origin(e, v.files, v.home));
+    }
+}
+
+/// The plan, as printed before anything is written; with `fold`, as `--endpoint` changes it.
+pub fn plan(v: &View<'_>, fold: Option<&Fold>) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Client config files read ({}):", v.read.len());
     if v.read.is_empty() {
@@ -205,6 +231,13 @@ pub fn plan(v: &View<'_>) -> String {
             let _ = writeln!(out, "{w}");
         }
     }
+    if let Some(f) = fold {
+        endpoint_part(v, f, &mut out);
+    }
+    let touched = |fi: usize| match fold {
+        Some(f) => f.folded.contains(&fi),
+        None => v.plan.server_of(fi).is_some(),
+    };
     let changed: Vec<String> = v
         .read
         .iter()
@@ -212,14 +245,18 @@ pub fn plan(v: &View<'_>) -> String {
             v.found
                 .iter()
                 .enumerate()
-                .any(|(fi, f)| f.file == *i && v.plan.server_of(fi).is_some())
+                .any(|(fi, f)| f.file == *i && touched(fi))
         })
         .filter_map(|(i, _)| v.files.get(*i).map(|f| show(&f.path, v.home)))
         .collect();
-    if !v.plan.servers.is_empty() {
+    if !changed.is_empty() || !v.plan.servers.is_empty() {
         let _ = writeln!(
             out,
-            "\nEach adopted entry becomes `mcp-supervisor attach NAME` (absolute path); its env, envFile\nand cwd move to the supervisor config, its other keys stay."
+            "{}",
+            match fold {
+                None => "\nEach adopted entry becomes `mcp-supervisor attach NAME` (absolute path); its env, envFile\nand cwd move to the supervisor config, its other keys stay.",
+                Some(_) => "\nThe first entry of each servers object is renamed and becomes `mcp-supervisor attach ENDPOINT`\n(absolute path), its other keys kept; the others are removed; env, envFile and cwd move to\nthe supervisor config.",
+            }
         );
         let users = supervisor::users_of(v.plan);
         if !users.is_empty() {
@@ -246,7 +283,10 @@ pub fn plan(v: &View<'_>) -> String {
         for c in changed {
             let _ = writeln!(out, "  {c}");
         }
-        if v.plan.new_servers().next().is_some() || v.sockets == Sockets::AddMode {
+        if v.plan.new_servers().next().is_some()
+            || v.sockets == Sockets::AddMode
+            || fold.is_some_and(Fold::changes_config)
+        {
             let _ = writeln!(out, "  {cfg}");
         }
     }
@@ -254,7 +294,13 @@ pub fn plan(v: &View<'_>) -> String {
 }
 
 /// After writing: the summary and the next steps.
-pub fn done(v: &View<'_>, backup: &Path, config: &Path, config_flag: bool) -> String {
+pub fn done(
+    v: &View<'_>,
+    backup: &Path,
+    config: &Path,
+    config_flag: bool,
+    fold: Option<&Fold>,
+) -> String {
     let flag = if config_flag {
         format!(" --config {}", config.display())
     } else {
@@ -262,8 +308,12 @@ pub fn done(v: &View<'_>, backup: &Path, config: &Path, config_flag: bool) -> St
     };
     let new = v.plan.new_servers().count();
     let mut clients: Vec<&str> = Vec::new();
+    let touched = |fi: usize| match fold {
+        Some(f) => f.folded.contains(&fi),
+        None => v.plan.server_of(fi).is_some(),
+    };
     for (fi, f) in v.found.iter().enumerate() {
-        if v.plan.server_of(fi).is_none() {
+        if !touched(fi) {
             continue;
         }
         let client = v
@@ -277,16 +327,20 @@ pub fn done(v: &View<'_>, backup: &Path, config: &Path, config_flag: bool) -> St
             }
         }
     }
-    let warning = readable_warning(v)
+    let mut warning = readable_warning(v)
         .map(|w| format!("{w}\n"))
         .unwrap_or_default();
+    if let Some(f) = fold {
+        warning = format!(
+            "{warning}Every client now reaches {} through endpoint {} (`mcp-supervisor attach {}`).\n",
+            f.servers.join(", "),
+            f.name,
+            f.name
+        );
+    }
     format!(
         "\nAdopted: {} client entries, {new} new servers in {}.\n{warning}Backups: {}\n\nNext:\n  1. Reload the supervisor if it runs (`mcp-supervisor reload{flag}`), else start it\n     (`mcp-supervisor run{flag}`, or its systemd unit).\n  2. Restart {} so they start `mcp-supervisor attach`.\n  To put every file back: `mcp-supervisor adopt --undo`.\n",
-        v.found
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| v.plan.server_of(*i).is_some())
-            .count(),
+        (0..v.found.len()).filter(|i| touched(*i)).count(),
         show(config, v.home),
         show(backup, v.home),
         clients.join(", "),

@@ -6,6 +6,7 @@
 //! `config::parse` (what `run` and `check-config` read), or nothing is written.
 
 use super::codex::bad_toml;
+use super::endpoint::Fold;
 use super::entry::Spec;
 use super::plan::{Plan, Server};
 use super::safe::{self, Meta, Place, Trust};
@@ -37,6 +38,8 @@ pub struct Current {
     /// `[servers.NAME]` already there, with their spec when it is plain strings (and, for a
     /// server with `user`, that user may connect to it).
     pub servers: Vec<(String, Option<Spec>)>,
+    /// `[endpoints.NAME]` already there, with their `servers` as written (`["*"]` kept).
+    pub endpoints: Vec<(String, Vec<String>)>,
     /// `socket_dir` (the default when unset).
     pub socket_dir: PathBuf,
     /// `socket_mode` as it applies (0600 by default).
@@ -102,6 +105,22 @@ pub fn read(path: &Path) -> Result<Current, AdoptError> {
             servers.push((name.to_string(), spec));
         }
     }
+    let mut endpoints = Vec::new();
+    if let Some(t) = doc.get("endpoints").and_then(Item::as_table_like) {
+        for (name, item) in t.iter() {
+            let list = item
+                .as_table_like()
+                .and_then(|e| e.get("servers"))
+                .and_then(Item::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            endpoints.push((name.to_string(), list));
+        }
+    }
     let socket_mode_set = doc
         .get("supervisor")
         .and_then(Item::as_table_like)
@@ -111,6 +130,7 @@ pub fn read(path: &Path) -> Result<Current, AdoptError> {
         text,
         meta,
         servers,
+        endpoints,
         socket_dir: cfg.supervisor.socket_dir.clone(),
         socket_mode: cfg.supervisor.socket_mode,
         socket_mode_set,
@@ -220,6 +240,78 @@ pub fn user_value(uid: u32) -> String {
         .unwrap_or_else(|| uid.to_string())
 }
 
+/// Appends `[endpoints.NAME]` for `f`, or extends the existing table's `servers` and
+/// `allowed_uids` with what `f` adds. `first`: the table is the file's first.
+fn endpoint_table(
+    doc: &mut DocumentMut,
+    path: &Path,
+    f: &Fold,
+    first: bool,
+) -> Result<(), AdoptError> {
+    let bad = |message: String| AdoptError::BadFile {
+        path: path.to_path_buf(),
+        line: None,
+        message,
+    };
+    let endpoints = doc
+        .entry("endpoints")
+        .or_insert_with(|| {
+            let mut t = Table::new();
+            t.set_implicit(true);
+            Item::Table(t)
+        })
+        .as_table_like_mut()
+        .ok_or_else(|| bad("`endpoints` is not a table".to_string()))?;
+    let Some(t) = endpoints.get_mut(&f.name).and_then(Item::as_table_like_mut) else {
+        let mut t = Table::new();
+        let mut servers = Array::new();
+        for s in &f.added {
+            servers.push(s.as_str());
+        }
+        t.insert("servers", toml_edit::value(servers));
+        if !f.users.is_empty() {
+            let mut allowed = Array::new();
+            for u in &f.users {
+                allowed.push(i64::from(*u));
+            }
+            t.insert("allowed_uids", toml_edit::value(allowed));
+        }
+        let lead = if first { "" } else { "\n" };
+        t.decor_mut().set_prefix(format!(
+            "{lead}# added by `adopt --endpoint {}`: every client reaches these servers through it\n",
+            f.name
+        ));
+        endpoints.insert(&f.name, Item::Table(t));
+        return Ok(());
+    };
+    let servers = t
+        .get_mut("servers")
+        .and_then(Item::as_array_mut)
+        .ok_or_else(|| bad(format!("`endpoints.{}.servers` is not an array", f.name)))?;
+    for s in &f.added {
+        servers.push(s.as_str());
+    }
+    if !f.users.is_empty() {
+        match t.get_mut("allowed_uids").and_then(Item::as_array_mut) {
+            Some(a) => {
+                for u in &f.users {
+                    if !a.iter().any(|v| v.as_integer() == Some(i64::from(*u))) {
+                        a.push(i64::from(*u));
+                    }
+                }
+            }
+            None => {
+                let mut allowed = Array::new();
+                for u in &f.users {
+                    allowed.push(i64::from(*u));
+                }
+                t.insert("allowed_uids", toml_edit::value(allowed));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn spec_of(t: &dyn toml_edit::TableLike) -> Option<Spec> {
     let s = |i: &Item| i.as_str().map(str::to_string);
     let command = t.get("command").and_then(s)?;
@@ -258,12 +350,15 @@ fn spec_of(t: &dyn toml_edit::TableLike) -> Option<Spec> {
 }
 
 /// The config text with `new` appended: each a `[servers.NAME]` table preceded by a comment
-/// naming the client entries it came from (`sources`, one line each), and `socket_mode` added
-/// to `[supervisor]` for [`Sockets::AddMode`]. Checked with `config::parse`.
+/// naming the client entries it came from (`sources`, one line each), `socket_mode` added
+/// to `[supervisor]` for [`Sockets::AddMode`], and for `adopt --endpoint` (`fold`) an
+/// `[endpoints.NAME]` table appended or its `servers` (and `allowed_uids`) extended. Checked
+/// with `config::parse`.
 pub fn append(
     current: &Current,
     new: &[(&Server, Vec<String>)],
     sockets: Sockets,
+    fold: Option<&Fold>,
 ) -> Result<String, AdoptError> {
     let path = &current.path;
     let created = current.text.is_none();
@@ -337,6 +432,9 @@ pub fn append(
             .collect();
         t.decor_mut().set_prefix(format!("{lead}{comment}"));
         servers.insert(&server.name, Item::Table(t));
+    }
+    if let Some(f) = fold.filter(|f| f.changes_config()) {
+        endpoint_table(&mut doc, path, f, created && new.is_empty())?;
     }
     let mut out = doc.to_string();
     if created {

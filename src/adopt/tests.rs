@@ -6,7 +6,7 @@ use super::entry::{classify, Dialect, Spec, Verdict};
 use super::safe::{self, Meta, Place, Trust};
 use super::sources::{client_files, Client, Places, Scope};
 use super::supervisor::Sockets;
-use super::{backup, codex, jsonc, supervisor, AdoptError, Rewrite};
+use super::{backup, codex, jsonc, supervisor, AdoptError, Edit, Rewrite};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
@@ -171,7 +171,12 @@ fn ptr(keys: &[&str]) -> Vec<String> {
 fn jsonc_rewrite_keeps_comments_commas_bom_and_crlf() {
     let text = "\u{feff}{\r\n  // top\r\n  \"x\": 1,\r\n  \"servers\": {\r\n    \"a\": { \"type\": \"stdio\", /* keep */ \"command\": \"npx\", \"env\": {\"K\": \"v\"}, },\r\n    \"b\": {\"url\": \"https://b\"},\r\n  },\r\n}\r\n";
     let path = Path::new("t.json");
-    let out = jsonc::rewrite(path, text, &[(ptr(&["servers"]), "a".into(), rw("a"))]).unwrap();
+    let out = jsonc::rewrite(
+        path,
+        text,
+        &[(ptr(&["servers"]), "a".into(), Edit::Point(rw("a")))],
+    )
+    .unwrap();
     assert!(out.starts_with("\u{feff}{\r\n  // top\r\n  \"x\": 1,\r\n  \"servers\": {\r\n"));
     assert!(
         out.ends_with("    \"b\": {\"url\": \"https://b\"},\r\n  },\r\n}\r\n"),
@@ -248,7 +253,7 @@ fn codex_rewrite_keeps_comments_and_other_tables() {
     let out = codex::rewrite(
         path,
         text,
-        &[(ptr(&["mcp_servers"]), "fs".into(), rw("fs"))],
+        &[(ptr(&["mcp_servers"]), "fs".into(), Edit::Point(rw("fs")))],
     )
     .unwrap();
     assert_eq!(
@@ -263,8 +268,8 @@ fn codex_inline_and_dotted_entries() {
         "mcp_servers.a.command = \"x\"\nmcp_servers.b = { command = \"y\", env = { K = \"v\" } }\n";
     let path = Path::new("config.toml");
     let edits = [
-        (ptr(&["mcp_servers"]), "a".to_string(), rw("a")),
-        (ptr(&["mcp_servers"]), "b".to_string(), rw("b")),
+        (ptr(&["mcp_servers"]), "a".to_string(), Edit::Point(rw("a"))),
+        (ptr(&["mcp_servers"]), "b".to_string(), Edit::Point(rw("b"))),
     ];
     let out = codex::rewrite(path, text, &edits).unwrap();
     let v: toml::Table = toml::from_str(&out).unwrap();
@@ -322,6 +327,7 @@ fn supervisor_config_is_appended_to_and_validated() {
         &current,
         &[(&gh, vec!["Cursor (user) x \"gh\"".into()])],
         Sockets::Enough,
+        None,
     )
     .unwrap();
     assert!(out.starts_with(old), "{out}");
@@ -343,7 +349,8 @@ fn a_new_supervisor_config_starts_with_a_header_and_validates() {
     let current = supervisor::read(&path).unwrap();
     assert!(current.text.is_none());
     let a = server("a", &[], None);
-    let out = supervisor::append(&current, &[(&a, vec!["src".into()])], Sockets::Enough).unwrap();
+    let out =
+        supervisor::append(&current, &[(&a, vec!["src".into()])], Sockets::Enough, None).unwrap();
     assert!(out.starts_with("# mcp-supervisor configuration"), "{out}");
     assert!(
         out.contains("\n\n# adopted from src\n[servers.a]\n"),
@@ -662,4 +669,49 @@ fn walks_refuse_directories_others_can_write_and_state_others_can_change() {
         .unwrap();
     let e = p.read().unwrap_err();
     assert!(e.to_string().contains("not a regular file"), "{e}");
+}
+
+#[test]
+fn codex_entries_fold_into_one_renamed_entry() {
+    let text = "# top\nmodel = \"o3\"\n\n[mcp_servers.fs]\n# about fs\ncommand = \"npx\" # why\nargs = [\"-y\", \"fs\"]\n\n[mcp_servers.fs.env]\nTOKEN = \"s\"\n\n[mcp_servers.remote]\nurl = \"https://r\"\n\n[mcp_servers.ctx]\ncommand = \"npx\"\n\n[profiles.x]\nmodel = \"y\"\n";
+    let path = Path::new("config.toml");
+    let edits = [
+        (
+            ptr(&["mcp_servers"]),
+            "fs".to_string(),
+            Edit::PointAs("desk".into(), rw("desk")),
+        ),
+        (ptr(&["mcp_servers"]), "ctx".to_string(), Edit::Remove),
+    ];
+    let out = codex::rewrite(path, text, &edits).unwrap();
+    let v: toml::Table = toml::from_str(&out).unwrap();
+    let servers = v["mcp_servers"].as_table().unwrap();
+    assert_eq!(
+        servers.keys().collect::<Vec<_>>(),
+        ["desk", "remote"],
+        "{out}"
+    );
+    assert_eq!(servers["desk"]["args"][1].as_str(), Some("desk"), "{out}");
+    assert!(servers["desk"].get("env").is_none(), "{out}");
+    assert!(out.starts_with("# top\nmodel = \"o3\"\n"), "{out}");
+    assert!(out.contains("[profiles.x]\nmodel = \"y\"\n"), "{out}");
+}
+
+#[test]
+fn jsonc_entries_fold_into_one_renamed_entry_keeping_the_rest() {
+    let text = "{\n  // top\n  \"servers\": {\n    \"a\": { \"type\": \"stdio\", \"command\": \"npx\", \"env\": {\"K\": \"v\"} },\n    \"b\": {\"url\": \"https://b\"}, // remote\n    \"c\": {\"command\": \"uvx\"},\n  },\n}\n";
+    let path = Path::new("t.json");
+    let edits = [
+        (
+            ptr(&["servers"]),
+            "a".to_string(),
+            Edit::PointAs("desk".into(), rw("desk")),
+        ),
+        (ptr(&["servers"]), "c".to_string(), Edit::Remove),
+    ];
+    let out = jsonc::rewrite(path, text, &edits).unwrap();
+    assert_eq!(
+        out,
+        "{\n  // top\n  \"servers\": {\n    \"desk\": {\n      \"type\": \"stdio\",\n      \"command\": \"/opt/mcp-supervisor\",\n      \"args\": [\"attach\", \"desk\"]\n    },\n    \"b\": {\"url\": \"https://b\"}, // remote\n  },\n}\n"
+    );
 }

@@ -668,6 +668,18 @@ fn response(rx: &std::sync::mpsc::Receiver<Value>, id: i64) -> Value {
 
 #[test]
 fn adopt_entry_serves_mcp_through_attach_as_the_client_would_start_it() {
+    adopt_and_serve(None);
+}
+
+#[test]
+fn adopt_endpoint_entry_serves_the_servers_tools_through_attach_of_the_endpoint() {
+    adopt_and_serve(Some("desk"));
+}
+
+/// Adopts one Claude Desktop entry running the fake server (with `--endpoint`, into that
+/// endpoint), starts the supervisor, and runs the client's entry as the client would: its
+/// tools are listed and called, with the env that moved into the supervisor config.
+fn adopt_and_serve(endpoint: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     let (home, project) = (root.join("home"), root.join("project"));
@@ -692,6 +704,7 @@ fn adopt_entry_serves_mcp_through_attach_as_the_client_would_start_it() {
         .arg("--config")
         .arg(&config)
         .arg("--yes")
+        .args(endpoint.map(|e| vec!["--endpoint", e]).unwrap_or_default())
         .env("XDG_STATE_HOME", root.join("state"))
         .stdin(Stdio::null())
         .output()
@@ -703,17 +716,20 @@ fn adopt_entry_serves_mcp_through_attach_as_the_client_would_start_it() {
     );
 
     let mut sup = Supervisor::spawn_with(dir, config, &[]);
-    let up = wait_until(Duration::from_secs(10), || {
-        sup.socket("fake-server").exists()
-    });
+    let socket = endpoint.unwrap_or("fake-server");
+    let up = wait_until(Duration::from_secs(10), || sup.socket(socket).exists());
     if !up {
         sup.stop();
-        panic!("no socket for fake-server; log:\n{}", sup.log());
+        panic!("no socket for {socket}; log:\n{}", sup.log());
     }
     // The client's command, exactly as the rewritten file says.
     let rewritten: Value =
         serde_json::from_str(&std::fs::read_to_string(&desktop).unwrap()).unwrap();
-    let e = &rewritten["mcpServers"]["Fake Server"];
+    let e = &rewritten["mcpServers"][endpoint.unwrap_or("Fake Server")];
+    let tool = |t: &str| match endpoint {
+        Some(_) => format!("fake-server__{t}"),
+        None => t.to_string(),
+    };
     assert!(e.get("env").is_none(), "{e}");
     let args: Vec<String> = e["args"]
         .as_array()
@@ -737,7 +753,7 @@ fn adopt_entry_serves_mcp_through_attach_as_the_client_would_start_it() {
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}),
         json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-            "params": {"name": "env", "arguments": {"name": "ADOPT_MARK"}}}),
+            "params": {"name": tool("env"), "arguments": {"name": "ADOPT_MARK"}}}),
     ] {
         writeln!(stdin, "{m}").unwrap();
     }
@@ -746,7 +762,7 @@ fn adopt_entry_serves_mcp_through_attach_as_the_client_would_start_it() {
     assert!(init["result"]["serverInfo"].is_object(), "{init}");
     let list = response(&rx, 2);
     let tools = list["result"]["tools"].as_array().unwrap();
-    assert!(tools.iter().any(|t| t["name"] == "echo"), "{list}");
+    assert!(tools.iter().any(|t| t["name"] == tool("echo")), "{list}");
     // The env moved from the client entry to the supervisor config and reaches the server.
     let call = response(&rx, 3);
     assert_eq!(Client::text(&call), "moved-with-the-server", "{call}");
@@ -1496,4 +1512,146 @@ fn adopt_as_a_user_refuses_another_users_home_and_follows_her_own_links() {
     let out = as_alice(&["--undo"]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert_eq!(desk.snapshot(), before);
+}
+
+/// The servers object at `pointer` of `rel` in the desk now.
+fn servers_object(desk: &Desk, rel: &str, pointer: &[&str]) -> Value {
+    let project = desk.project.to_string_lossy().into_owned();
+    let doc = value_of(rel, &desk.text(rel));
+    let mut v = &doc;
+    for k in pointer {
+        v = &v[k.replace("@PROJECT@", &project)];
+    }
+    v.clone()
+}
+
+#[test]
+fn adopt_endpoint_points_every_client_at_one_entry_and_undo_restores_every_file_byte_for_byte() {
+    let desk = Desk::new();
+    let before = desk.snapshot();
+    let config = desk.config.to_string_lossy().into_owned();
+    let out = desk.adopt(&["--yes", "--endpoint", "desk"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("Endpoint desk [new]"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("Adopted: 16 client entries, 9 new servers"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("through endpoint desk"),
+        "{}",
+        out.stdout
+    );
+    // Each servers object that had adopted entries: none of them left, one `desk` entry
+    // attaching to the endpoint, the entries left untouched still there.
+    let exe = canonical_supervisor();
+    let mut objects: BTreeMap<(&str, Vec<&str>), Vec<&str>> = BTreeMap::new();
+    for (rel, pointer, key, _) in ADOPTED {
+        objects
+            .entry((rel, pointer.to_vec()))
+            .or_default()
+            .push(key);
+    }
+    for ((rel, pointer), keys) in &objects {
+        let obj = servers_object(&desk, rel, pointer);
+        for key in keys {
+            assert!(obj.get(key).is_none(), "{rel} {key} still there: {obj}");
+        }
+        assert_eq!(obj["desk"]["command"], json!(exe), "{rel}: {obj}");
+        assert_eq!(
+            obj["desk"]["args"],
+            json!(["attach", "desk", "--config", config]),
+            "{rel}: {obj}"
+        );
+        for gone in ["env", "envFile", "cwd"] {
+            assert!(obj["desk"].get(gone).is_none(), "{rel}: {obj}");
+        }
+    }
+    // VS Code's `"type": "stdio"` (an other key of the entry renamed) is kept.
+    let vscode = servers_object(&desk, "project/.vscode/mcp.json", &["servers"]);
+    assert_eq!(vscode["desk"]["type"], "stdio", "{vscode}");
+    for (key, _) in SKIPPED {
+        let key = key.trim_matches('"');
+        let anywhere = objects
+            .keys()
+            .any(|(rel, pointer)| servers_object(&desk, rel, pointer).get(key).is_some())
+            || desk.text("home/.codex/config.toml").contains(key);
+        assert!(anywhere, "the untouched entry {key} was lost");
+    }
+    // The config: valid, the nine servers and one endpoint serving each of them.
+    let check = Command::new(SUPERVISOR)
+        .args(["check-config"])
+        .arg(&desk.config)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let cfg: toml::Table = toml::from_str(&std::fs::read_to_string(&desk.config).unwrap()).unwrap();
+    let mut served: Vec<&str> = cfg["endpoints"]["desk"]["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    served.sort_unstable();
+    let mut servers: Vec<&str> = cfg["servers"]
+        .as_table()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    servers.sort_unstable();
+    assert_eq!(served, servers);
+    assert_eq!(servers.len(), 9);
+
+    // Again: every client already reaches the endpoint; nothing to do.
+    let snapshot = desk.snapshot();
+    let out = desk.adopt(&["--yes", "--endpoint", "desk"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("Nothing to adopt"), "{}", out.stdout);
+    assert_eq!(desk.snapshot(), snapshot);
+
+    let out = desk.adopt(&["--undo"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(desk.snapshot(), before);
+}
+
+#[test]
+fn adopt_endpoint_after_adopt_folds_the_attached_entries_and_undo_goes_back_one_step() {
+    let desk = Desk::new();
+    assert_eq!(desk.adopt(&["--yes"]).code, 0);
+    let per_server = desk.snapshot();
+    // A name that is a server's is refused, and nothing is written.
+    let out = desk.adopt(&["--yes", "--endpoint", "github"]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("server's name"), "{}", out.stderr);
+    let out = desk.adopt(&["--yes", "--endpoint", "Bad Name"]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert_eq!(desk.snapshot(), per_server);
+
+    let out = desk.adopt(&["--yes", "--endpoint", "all"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("Endpoint all [new]"), "{}", out.stdout);
+    let cursor = servers_object(&desk, "home/.cursor/mcp.json", &["mcpServers"]);
+    assert_eq!(cursor["all"]["args"][1], "all", "{cursor}");
+    assert!(
+        cursor.get("fs").is_none() && cursor.get("github").is_none(),
+        "{cursor}"
+    );
+    let codex = desk.text("home/.codex/config.toml");
+    let codex: toml::Table = toml::from_str(&codex).unwrap();
+    let codex = codex["mcp_servers"].as_table().unwrap();
+    assert_eq!(codex["all"]["args"][1].as_str(), Some("all"));
+    assert!(!codex.contains_key("filesystem") && !codex.contains_key("context7"));
+    let cfg = std::fs::read_to_string(&desk.config).unwrap();
+    assert!(cfg.contains("[endpoints.all]"), "{cfg}");
+
+    // Undo goes back to the entry per server, byte for byte.
+    assert_eq!(desk.adopt(&["--undo"]).code, 0);
+    assert_eq!(desk.snapshot(), per_server);
 }
