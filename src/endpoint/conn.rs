@@ -15,6 +15,7 @@
 //! subscriptions and roots.
 
 use super::catalog::{Catalog, ListKind};
+use super::listen::{Filter, Listens};
 use super::policy::View;
 use crate::config::HiddenCalls;
 use crate::jsonrpc::framing::Line;
@@ -134,6 +135,8 @@ enum Pending {
     Part { fan: u64 },
     /// A handshake the endpoint sent on its own (a retry after a failed one).
     Init,
+    /// The stream toward this source of the client's `subscriptions/listen` (key of its id).
+    Listen(String),
     /// Anything whose answer is dropped.
     Ignore,
 }
@@ -213,6 +216,11 @@ pub struct Conn {
     notified: HashMap<ListKind, bool>,
     retry_at: Option<Instant>,
     input_closed: bool,
+    /// A 2026-07-28 client's `subscriptions/listen` streams.
+    listens: Listens,
+    /// When the streams toward sources that ended them are opened again (every
+    /// [`RETRY_INIT`] while one is ended, and at once when such a source answers).
+    relisten_at: Option<Instant>,
 }
 
 impl Conn {
@@ -261,16 +269,18 @@ impl Conn {
             notified: HashMap::new(),
             retry_at: None,
             input_closed: false,
+            listens: Listens::default(),
+            relisten_at: None,
         }
     }
 
     /// The next moment [`Conn::tick`] has work.
     pub fn next_deadline(&self) -> Option<Instant> {
         let fans = self.fans.values().map(|f| f.deadline).min();
-        match (fans, self.retry_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [fans, self.retry_at, self.relisten_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Whether nothing is owed to the client (after its input closed: time to close).
@@ -337,6 +347,7 @@ impl Conn {
             "ping" => self.reply(out, &id, "ping", json!({})),
             "server/discover" => self.fan(Some(id), FanWhat::Discover, m.params, now, out),
             "logging/setLevel" => self.fan(Some(id), FanWhat::SetLevel, m.params, now, out),
+            "subscriptions/listen" => self.listen(id, &m, out),
             method => {
                 if let Some(kind) = ListKind::of_method(method) {
                     return self.list(id, kind, m.params, now, out);
@@ -410,15 +421,6 @@ impl Conn {
                         r.and_then(|r| r.get("uri")).and_then(Value::as_str),
                     ),
                 }
-            }
-            "subscriptions/listen" => {
-                return error(
-                    out,
-                    &id,
-                    code::METHOD_NOT_FOUND,
-                    "Method not found: subscriptions/listen is not served by endpoints yet",
-                    None,
-                )
             }
             other => {
                 return error(
@@ -559,6 +561,20 @@ impl Conn {
                     return;
                 };
                 let key = id_key(&message::raw(rid));
+                if let Some(streams) = self.listens.cancel(&key) {
+                    for (source, n) in streams {
+                        self.pending.remove(&(source, n));
+                        out.push(Effect::Source(
+                            source,
+                            request(
+                                None,
+                                Cow::Borrowed("notifications/cancelled"),
+                                Some(message::raw(&json!({"requestId": n}))),
+                            ),
+                        ));
+                    }
+                    return;
+                }
                 let Some((source, n)) = self.forwarded.remove(&key) else {
                     return;
                 };
@@ -653,8 +669,15 @@ impl Conn {
                     Line::from(line),
                 ));
             }
-            Address::Listen(_) => {}
+            Address::Listen(key) => {
+                if let Ok(n) = key.parse::<u64>() {
+                    self.listen_traffic(source, n, m, &mut out);
+                }
+            }
             Address::Session => self.source_notification(source, m, line, &mut out),
+        }
+        if self.relisten_at.is_none() && self.listens.any_ended() {
+            self.relisten_at = Some(crate::deadline::after(now, RETRY_INIT));
         }
         self.close_if_done(&mut out);
         out
@@ -672,6 +695,7 @@ impl Conn {
             s.down = Some("stopped".into());
         }
         info!(endpoint = %self.plan.name, source = %self.source_name(source), "the source closed this endpoint client");
+        self.listens.source_closed(source);
         let keys: Vec<(usize, u64)> = self
             .pending
             .keys()
@@ -712,6 +736,12 @@ impl Conn {
         now: Instant,
         out: &mut Vec<Effect>,
     ) {
+        // A source that answers is up: listen streams it ended are opened again.
+        if m.result.is_some() {
+            for key in self.listens.to_reopen(source) {
+                self.open_toward(&key, source, out);
+            }
+        }
         match self.pending.remove(&(source, n)) {
             Some(Pending::Forward { id, method: _ }) => {
                 self.forwarded.remove(&id_key(&id));
@@ -763,7 +793,105 @@ impl Conn {
                     }
                 }
             }
+            Some(Pending::Listen(key)) => {
+                if self.listens.ended(source, n) {
+                    debug!(endpoint = %self.plan.name, source = %self.source_name(source), stream = key, "a source ended its listen stream; opened again when it answers again");
+                }
+            }
             Some(Pending::Ignore) | None => {}
+        }
+    }
+
+    // ---- listen streams (2026-07-28) ---------------------------------------------------
+
+    /// A 2026-07-28 client's `subscriptions/listen`: acknowledged by the endpoint with what it
+    /// asked, and opened toward every source (each asked for the resource URIs it serves).
+    fn listen(&mut self, id: Box<RawValue>, m: &Message, out: &mut Vec<Effect>) {
+        if self.era != Some(Era::Modern) {
+            return error(
+                out,
+                &id,
+                code::METHOD_NOT_FOUND,
+                "Method not found: subscriptions/listen is a 2026-07-28 method; this session began with initialize",
+                None,
+            );
+        }
+        if !self.listens.has_room() {
+            return error(
+                out,
+                &id,
+                code::LIMIT_EXCEEDED,
+                &format!(
+                    "too many listen streams open on this connection to endpoint `{}` ({})",
+                    self.plan.name,
+                    super::listen::MAX_STREAMS
+                ),
+                None,
+            );
+        }
+        let filter = Filter::of(&m.params_object().unwrap_or_default());
+        let (to, ack) = self.listens.open(&id, filter);
+        out.push(Effect::Client(to, ack));
+        let key = id_key(&id);
+        for source in 0..self.sources.len() {
+            if self.sources.get(source).is_some_and(|s| s.open) {
+                self.open_toward(&key, source, out);
+            }
+        }
+    }
+
+    /// Opens the client's stream `key` toward `source`: its filter with the resource URIs
+    /// that source serves (or that no source is known to serve), in the client's envelope.
+    fn open_toward(&mut self, key: &str, source: usize, out: &mut Vec<Effect>) {
+        let Some(filter) = self.listens.filter(key) else {
+            return;
+        };
+        if !self.sources.get(source).is_some_and(|s| s.open) {
+            return;
+        }
+        let uris: Vec<String> = filter
+            .uris
+            .iter()
+            .filter(|u| self.catalog.resource(u).is_none_or(|s| s == source))
+            .cloned()
+            .collect();
+        let notifications = filter.notifications(&uris);
+        let mut params = self
+            .envelope
+            .as_deref()
+            .and_then(|e| serde_json::from_str::<Map<String, Value>>(e.get()).ok())
+            .unwrap_or_default();
+        params.insert("notifications".into(), notifications);
+        let n = self.mint();
+        self.pending
+            .insert((source, n), Pending::Listen(key.to_string()));
+        self.listens.toward(key, source, n);
+        out.push(Effect::Source(
+            source,
+            request(
+                Some(n),
+                Cow::Borrowed("subscriptions/listen"),
+                Some(message::raw(&Value::Object(params))),
+            ),
+        ));
+    }
+
+    /// A line of source `source`'s stream `n`: its notifications put on the client's stream
+    /// (a list change also marks the catalog stale); its end (a result on the stream)
+    /// remembered, to open it again.
+    fn listen_traffic(&mut self, source: usize, n: u64, m: Message, out: &mut Vec<Effect>) {
+        if m.kind == Kind::Response {
+            self.pending.remove(&(source, n));
+            self.listens.ended(source, n);
+            return;
+        }
+        let method = m.method().to_string();
+        for k in ListKind::of_changed(&method) {
+            self.catalog.stale(*k);
+        }
+        let params = m.params_object().unwrap_or_default();
+        if let Some((to, line)) = self.listens.traffic(source, n, &method, params) {
+            out.push(Effect::Client(to, line));
         }
     }
 
@@ -794,6 +922,12 @@ impl Conn {
                 let Some(rid) = p.get("requestId") else {
                     return;
                 };
+                if let Some(n) = rid.as_u64().filter(|n| self.listens.is_stream(source, *n)) {
+                    // The source ended a listen stream.
+                    self.pending.remove(&(source, n));
+                    self.listens.ended(source, n);
+                    return;
+                }
                 let theirs = id_key(&message::raw(rid));
                 let mine = self
                     .asked
@@ -834,8 +968,15 @@ impl Conn {
         }
     }
 
-    /// Tells the client `kind` changed, once until it lists again (coalesced).
+    /// Tells the client `kind` changed: a handshake client once until it lists again
+    /// (coalesced), a 2026-07-28 client on each listen stream that asked for it.
     fn announce(&mut self, kind: ListKind, out: &mut Vec<Effect>) {
+        if self.era == Some(Era::Modern) {
+            for (to, line) in self.listens.announce(kind.changed()) {
+                out.push(Effect::Client(to, line));
+            }
+            return;
+        }
         if self.era != Some(Era::Handshake) || !self.initialized {
             return;
         }
@@ -862,6 +1003,14 @@ impl Conn {
             .collect();
         for fan in late {
             self.finish(fan, now, &mut out);
+        }
+        if self.relisten_at.is_some_and(|t| t <= now) {
+            self.relisten_at = None;
+            for source in 0..self.sources.len() {
+                for key in self.listens.to_reopen(source) {
+                    self.open_toward(&key, source, &mut out);
+                }
+            }
         }
         if self.retry_at.is_some_and(|t| t <= now) {
             self.retry_at = None;

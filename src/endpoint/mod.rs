@@ -15,6 +15,7 @@
 
 pub mod catalog;
 pub mod conn;
+pub mod listen;
 pub mod names;
 pub mod policy;
 

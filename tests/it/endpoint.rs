@@ -538,3 +538,119 @@ fn a_request_through_an_endpoint_is_logged_and_counted_under_the_endpoint_and_it
         "{m}"
     );
 }
+
+/// The 2026-07-28 envelope of a client named `name`.
+fn envelope(name: &str) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": name, "version": "1"},
+    })
+}
+
+#[test]
+fn a_2026_listen_stream_gets_every_sources_changes_under_its_own_id_until_cancelled() {
+    let sup = Supervisor::start(
+        &(fake_server("alpha", &[], "")
+            + &fake_server("gamma", &["--era", "modern"], "")
+            + "[endpoints.desk]\nservers = [\"alpha\", \"gamma\"]\n"),
+    );
+    let mut c = sup.connect("desk");
+    let mut p = json!({"notifications": {"toolsListChanged": true,
+        "resourceSubscriptions": ["fake://one"]}});
+    p["_meta"] = envelope("listener");
+    c.send(&json!({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen", "params": p}));
+    let ack = c
+        .notification(
+            "notifications/subscriptions/acknowledged",
+            Duration::from_secs(5),
+        )
+        .expect("the endpoint acknowledges the stream");
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "L",
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true, "resourceSubscriptions": ["fake://one"]})
+    );
+    let on_stream = |c: &mut Client, method: &str| {
+        let n = c
+            .notification(method, Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("{method} on the stream: {:?}", c.backlog));
+        assert_eq!(
+            n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "L",
+            "{n}"
+        );
+        n
+    };
+    // A handshake source's change (made by one of its own clients) reaches the stream.
+    let mut direct = sup.client("alpha");
+    direct.call(json!(1), "list_changed", json!({}));
+    on_stream(&mut c, "notifications/tools/list_changed");
+    // So do a 2026 source's change and its resource update, called through the endpoint.
+    let call = |c: &mut Client, id: i64, name: &str, args: Value| {
+        let mut p = json!({"name": name, "arguments": args});
+        p["_meta"] = envelope("listener");
+        c.request(json!(id), "tools/call", p)
+    };
+    let r = call(&mut c, 2, "gamma__list_changed", json!({}));
+    assert!(r.get("result").is_some(), "{r}");
+    on_stream(&mut c, "notifications/tools/list_changed");
+    let r = call(&mut c, 3, "gamma__update", json!({"uri": "fake://one"}));
+    assert!(r.get("result").is_some(), "{r}");
+    let u = on_stream(&mut c, "notifications/resources/updated");
+    assert_eq!(u["params"]["uri"], "fake://one", "{u}");
+    // The 2026 source restarts (its child ends the stream with the outage): the stream
+    // toward it is opened again, and its next changes reach the same stream.
+    let r = call(&mut c, 6, "gamma__crash", json!({}));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(wait_until(Duration::from_secs(10), || sup
+        .server_status("gamma")["state"]
+        == "ready"));
+    let mut id = 100;
+    let back = wait_until(Duration::from_secs(15), || {
+        id += 1;
+        call(&mut c, id, "gamma__list_changed", json!({}));
+        c.notification(
+            "notifications/tools/list_changed",
+            Duration::from_millis(300),
+        )
+        .is_some()
+    });
+    assert!(
+        back,
+        "no change on the stream after the restart: {:?}",
+        c.backlog
+    );
+    // Cancelled: nothing more on it, and the endpoint keeps serving the connection.
+    c.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "L"}}));
+    let r = call(&mut c, 4, "alpha__echo", json!({"text": "sync"}));
+    assert_eq!(Client::text(&r), "sync", "{r}");
+    c.backlog.clear();
+    direct.call(json!(2), "list_changed", json!({}));
+    direct
+        .notification("notifications/tools/list_changed", Duration::from_secs(5))
+        .expect("the direct client still hears it");
+    let r = call(&mut c, 5, "alpha__echo", json!({"text": "sync2"}));
+    assert_eq!(Client::text(&r), "sync2", "{r}");
+    assert!(
+        c.backlog
+            .iter()
+            .all(|m| m["method"] != "notifications/tools/list_changed"),
+        "{:?}",
+        c.backlog
+    );
+}
+
+#[test]
+fn a_handshake_client_asking_to_listen_on_an_endpoint_is_told_it_is_a_2026_method() {
+    let sup = Supervisor::start(&two_sources(""));
+    let mut c = sup.client("desk");
+    let r = c.request(
+        json!(1),
+        "subscriptions/listen",
+        json!({"notifications": {}}),
+    );
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+}
