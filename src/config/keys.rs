@@ -378,7 +378,7 @@ pub const MAX_CLIENTS: Key = key!(
     Kind::Count,
     Default::Number(256),
     count(1, NR_OPEN),
-    "connections per server beyond which new ones are refused",
+    "connections per server beyond which new ones are refused; an endpoint's client joined to the server takes one too",
     "each connection is a descriptor, and one process cannot hold more than fs.nr_open (1048576 by default)"
 );
 /// `[supervisor] client_memory`.

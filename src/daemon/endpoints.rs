@@ -45,12 +45,14 @@ impl Daemon {
                     handle: running.handle.clone(),
                     access: server_access(&self.config.supervisor, scfg),
                     queue: scfg.client_queue,
+                    seats: running.seats.clone(),
                 })
             })
             .collect();
         Setup {
             cfg: Arc::new(cfg.clone()),
             sources,
+            max_clients: self.config.supervisor.max_clients,
         }
     }
 
@@ -100,6 +102,7 @@ impl Daemon {
             handle.clone(),
             params_rx,
             self.shared.clone(),
+            Arc::new(crate::mux::session::Seats::default()),
             accept.clone(),
             self.connections.clone(),
             self.tracker.clone(),

@@ -106,6 +106,9 @@ struct Running {
     activated: bool,
     /// `NAME.http.sock` and the token that stops its accept loop, when `http = true`.
     http: Option<(PathBuf, CancellationToken)>,
+    /// Its client seats (`max_clients`): its socket's connections and the endpoint clients
+    /// joined to it.
+    seats: Arc<crate::mux::session::Seats>,
 }
 
 /// The daemon's state, owned by the main loop.
@@ -170,12 +173,14 @@ impl Daemon {
         let accept = self.accepting.child_token();
         info!(server = %name, socket = %path.display(), activated, "listening");
         let http = self.start_http(&entry_cfg, &accept);
+        let seats = Arc::new(crate::mux::session::Seats::default());
         self.tracker.spawn(accept_loop(
             listener,
             name.clone(),
             handle.clone(),
             params_rx,
             self.shared.clone(),
+            seats.clone(),
             accept.clone(),
             self.connections.clone(),
             self.tracker.clone(),
@@ -198,6 +203,7 @@ impl Daemon {
                 path,
                 activated,
                 http,
+                seats,
             },
         );
     }

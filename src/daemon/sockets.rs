@@ -7,7 +7,7 @@ use crate::config::{ServerConfig, SupervisorConfig};
 use crate::control::{self, server as ctl};
 use crate::logging::MSG_REFUSED;
 use crate::mux::server::ServerHandle;
-use crate::mux::session::{self, Access, Peer};
+use crate::mux::session::{self, Access, Peer, Seats};
 use anyhow::{bail, Context, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -650,34 +650,32 @@ pub(super) async fn accept_loop(
     server: ServerHandle,
     params: watch::Receiver<SessionParams>,
     shared: Arc<Shared>,
+    seats: Arc<Seats>,
     stop: CancellationToken,
     connections: CancellationToken,
     tracker: TaskTracker,
 ) {
-    let live = Arc::new(AtomicUsize::new(0));
     while let Some((stream, peer)) =
         accept_checked(&listener, &shared, Role::Server(&name), &stop).await
     {
         let max_clients = shared.max_clients.load(Ordering::Relaxed);
-        if live.load(Ordering::Relaxed) >= max_clients {
+        let Some(seat) = seats.take(max_clients) else {
             let budget = shared
                 .refused_log
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .allow(Instant::now());
             if let Some(suppressed) = budget {
-                warn!(server = %name, max_clients, suppressed, "refused a connection: max_clients reached");
+                warn!(server = %name, max_clients, suppressed, "refused a connection: max_clients reached (socket connections and endpoint clients)");
             }
             continue;
-        }
+        };
         let limits = params.borrow().clone();
         let events = server.sessions.clone();
         let token = connections.clone();
-        let live = live.clone();
-        live.fetch_add(1, Ordering::Relaxed);
         tracker.spawn(async move {
             session::run(stream, peer, events, limits, token).await;
-            live.fetch_sub(1, Ordering::Relaxed);
+            drop(seat);
         });
     }
 }

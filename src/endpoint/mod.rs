@@ -22,7 +22,7 @@ pub mod policy;
 use crate::config::EndpointConfig;
 use crate::jsonrpc::framing::Line;
 use crate::mux::server::{Command, ServerHandle};
-use crate::mux::session::{Access, Address, ClientId, ClientTx, Peer, SessionEvent};
+use crate::mux::session::{Access, Address, ClientId, ClientTx, Peer, Seats, SessionEvent};
 use conn::{Conn, Effect, Plan};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU32;
@@ -49,6 +49,8 @@ pub struct Link {
     pub access: Access,
     /// Its `client_queue`.
     pub queue: usize,
+    /// Its client seats: an endpoint client takes one of each source it joins.
+    pub seats: Arc<Seats>,
 }
 
 /// What an endpoint's clients are joined to: its configuration and its sources' actors
@@ -59,6 +61,8 @@ pub struct Setup {
     pub cfg: Arc<EndpointConfig>,
     /// Its sources in order; `None` for one whose actor is not running.
     pub sources: Vec<Option<Link>>,
+    /// `[supervisor] max_clients`: a source whose seats are all taken is not joined.
+    pub max_clients: usize,
 }
 
 /// Starts an endpoint: its handle (served like a server's) and the sender that gives it a
@@ -187,11 +191,19 @@ async fn client_task(
         ..peer.clone()
     };
     let mut joined: Vec<Option<(ClientId, mpsc::Sender<SessionEvent>)>> = Vec::new();
+    // Held while this client is joined to each source (`max_clients`).
+    let mut seats = Vec::new();
     for (i, link) in setup.sources.iter().enumerate() {
         let Some(link) = link
             .as_ref()
             .filter(|l| l.access.permits(peer.uid, peer.gid))
         else {
+            joined.push(None);
+            continue;
+        };
+        let Some(seat) = link.seats.take(setup.max_clients) else {
+            warn!(endpoint = %setup.cfg.name, source = %link.name, max_clients = setup.max_clients,
+                "a client of the endpoint is not joined to this source: its max_clients is reached (socket connections and endpoint clients)");
             joined.push(None);
             continue;
         };
@@ -209,6 +221,7 @@ async fn client_task(
         }
         tokio::spawn(pump(i, outbox, src_tx.clone()));
         joined.push(Some((sub, link.handle.sessions.clone())));
+        seats.push(seat);
     }
     drop(src_tx);
     let open: Vec<bool> = joined.iter().map(Option::is_some).collect();

@@ -358,6 +358,47 @@ pub enum SessionEvent {
     Disconnected(ClientId),
 }
 
+/// A server's client seats against `[supervisor] max_clients`: its socket connections and
+/// the endpoint clients joined to it (issue 31: an endpoint's clients count against each
+/// source's `max_clients`). Shared by the server's accept loop and every endpoint it is a
+/// source of.
+#[derive(Debug, Default)]
+pub struct Seats {
+    taken: AtomicUsize,
+}
+
+/// One seat taken from [`Seats`], given back when dropped.
+#[derive(Debug)]
+pub struct Seat(Arc<Seats>);
+
+impl Seats {
+    /// A seat when fewer than `max` are taken.
+    pub fn take(self: &Arc<Self>, max: usize) -> Option<Seat> {
+        self.taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Seat(self.clone()))
+    }
+
+    /// Seats taken now.
+    pub fn taken(&self) -> usize {
+        self.taken.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let _ = self
+            .0
+            .taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(1))
+            });
+    }
+}
+
 /// The bytes every client's unfinished input holds, against `client_memory` (issue 14 §3:
 /// eight clients each holding 60 MiB of one line took the supervisor to 516 MB). A client whose
 /// read takes the total over the limit while it holds more than an eighth of the limit (so the

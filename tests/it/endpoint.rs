@@ -654,3 +654,45 @@ fn a_handshake_client_asking_to_listen_on_an_endpoint_is_told_it_is_a_2026_metho
     );
     assert_eq!(r["error"]["code"], -32601, "{r}");
 }
+
+#[test]
+fn an_endpoints_clients_count_against_each_sources_max_clients() {
+    let servers = two_sources("");
+    let sup = Supervisor::spawn_config("max_clients = 2", &servers, &[]);
+    assert!(
+        wait_until(Duration::from_secs(10), || sup.socket("desk").exists()),
+        "{}",
+        sup.log()
+    );
+    let mut direct = sup.client("alpha");
+    // The endpoint's client takes alpha's second seat...
+    let mut through = sup.client("desk");
+    let r = through.call(json!(1), "alpha__echo", json!({"text": "seated"}));
+    assert_eq!(Client::text(&r), "seated", "{r}");
+    // ...so a third client of alpha's socket is refused,
+    let mut third = sup.connect("alpha");
+    assert!(third.closed_within(Duration::from_secs(5)));
+    assert!(sup.wait_log("max_clients reached", Duration::from_secs(5)));
+    // and a second endpoint client is not joined to alpha (beta still serves it).
+    let mut second = sup.client("desk");
+    let r = second.call(json!(1), "beta__echo", json!({"text": "beta"}));
+    assert_eq!(Client::text(&r), "beta", "{r}");
+    assert!(
+        sup.wait_log("its max_clients is reached", Duration::from_secs(5)),
+        "{}",
+        sup.log()
+    );
+    // The seat comes back when the endpoint's client leaves.
+    drop(through);
+    drop(second);
+    let freed = wait_until(Duration::from_secs(10), || {
+        let mut c = sup.connect("alpha");
+        c.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}));
+        !c.closed_within(Duration::from_millis(300))
+    });
+    assert!(freed, "{}", sup.log());
+    assert_eq!(
+        direct.request(json!(9), "ping", json!({}))["result"],
+        json!({})
+    );
+}
