@@ -696,3 +696,48 @@ fn an_endpoints_clients_count_against_each_sources_max_clients() {
         json!({})
     );
 }
+
+#[test]
+fn a_paged_source_that_is_down_pages_the_same_for_a_client_that_never_listed_it() {
+    let sup = Supervisor::start(
+        &(fake_server(
+            "alpha",
+            &["--page-size", "3"],
+            "backoff_initial = \"60s\"\nbackoff_max = \"60s\"",
+        ) + &fake_server("beta", &[], "")
+            + "[endpoints.desk]\nservers = [\"alpha\", \"beta\"]\n"),
+    );
+    let alpha_of = |list: &Value| -> Vec<String> {
+        tool_names(list)
+            .into_iter()
+            .filter(|n| n.starts_with("alpha__"))
+            .collect()
+    };
+    let mut first = sup.client("desk");
+    let before = alpha_of(&first.request(json!(1), "tools/list", json!({})));
+    assert!(before.len() > 6, "alpha pages its tools: {before:?}");
+    // alpha goes down and stays down (60 s of backoff).
+    first.call(json!(2), "alpha__crash", json!({}));
+    assert!(
+        wait_until(Duration::from_secs(10), || sup.server_status("alpha")
+            ["state"]
+            == "backoff"),
+        "{}",
+        sup.server_status("alpha")
+    );
+    let mut second = sup.client("desk");
+    let during = second.request(json!(1), "tools/list", json!({}));
+    assert_eq!(alpha_of(&during), before, "{during}");
+    // Served from alpha's cache, every page: each marked unavailable.
+    let marked = during["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"].as_str().is_some_and(|n| n.starts_with("alpha__")))
+        .all(|t| {
+            t["description"]
+                .as_str()
+                .is_some_and(|d| d.contains("currently unavailable"))
+        });
+    assert!(marked, "{during}");
+}

@@ -30,7 +30,6 @@ use super::util::health_config;
 use super::util::input_requests;
 use super::util::is_tool_error;
 use super::util::level_name;
-use super::util::list_to_cache;
 use super::util::listen_close_result;
 use super::util::malformed;
 use super::util::missing_capability;
@@ -38,6 +37,7 @@ use super::util::request_state;
 use super::util::shareable;
 use super::util::subscribe_uri;
 use super::util::tracked;
+use super::util::{list_to_cache, ListPage};
 use super::Server;
 use super::SpawnOutcome;
 use super::State;
@@ -129,8 +129,8 @@ pub(super) enum Owner {
         progress: Option<Box<RawValue>>,
         /// `resources/subscribe` URI: recorded as subscribed when the child says yes.
         subscribe: Option<String>,
-        /// The list method to cache the result of (no cursor in the request).
-        cache: Option<&'static str>,
+        /// The list page to cache the result of.
+        cache: Option<ListPage>,
         /// A modern client's request on a handshake child: add `resultType` to the result.
         add_result_type: bool,
         /// The log level this request asked for (modern `_meta` logLevel, or a handshake
@@ -3009,13 +3009,18 @@ impl Server {
                 self.subs.add(client, &uri, Hold::Direct);
             }
         }
-        if let (Some(list), Some(r)) = (cache, &m.result) {
+        if let (Some(page), Some(r)) = (cache, &m.result) {
             if let Some(v) = serde_json::from_slice::<Value>(r.as_bytes())
                 .ok()
                 .filter(shareable)
             {
-                if self.lists.store(list, v) {
-                    self.save_record();
+                match page.cursor {
+                    None => {
+                        if self.lists.store(page.list, v) {
+                            self.save_record();
+                        }
+                    }
+                    Some(cursor) => self.lists.store_page(page.list, cursor, v),
                 }
             }
         }
@@ -4176,21 +4181,21 @@ impl Server {
         )
     }
 
-    /// Answers a list request from the last known result while the child is down (issue 5 §3).
+    /// Answers a list request from the last known result while the child is down (issue 5
+    /// §3): the first page, or a later one read before with the same cursor (issue 31).
     pub(super) fn answer_from_cache(&mut self, client: ClientId, m: &Message) -> bool {
         let method = m.method();
-        let Some((list, _, _)) = era::LISTS.iter().find(|(l, _, _)| *l == method) else {
+        let Some(page) = list_to_cache(method, m.params.as_deref()) else {
             return false;
         };
-        if m.params
-            .as_deref()
-            .is_some_and(|p| message::mentions(p.get(), "\"cursor\""))
-        {
-            return false;
-        }
-        let Some(cached) = self.lists.get(list) else {
+        let cached = match &page.cursor {
+            None => self.lists.get(page.list),
+            Some(c) => self.lists.page(page.list, c),
+        };
+        let Some(cached) = cached else {
             return false;
         };
+        let list = &page.list;
         let mut result = cached.clone();
         if self.life.state() == State::Idle {
             // Idle is not an outage (issue 18 §1): the next call starts the child.

@@ -1,17 +1,26 @@
 //! The list cache: the last result of each list method (`tools/list`, `prompts/list`,
 //! `resources/list`, `resources/templates/list`) without a cursor, kept across restarts and
-//! outages (issue 5 §3-4). The outage answers and the restart comparison read it; an
-//! on-demand server's record saves it.
+//! outages (issue 5 §3-4), and the later pages clients read with a cursor (issue 31: while a
+//! server is down, discovery pages the same). The outage answers and the restart comparison
+//! read it; an on-demand server's record saves the first pages.
 //!
 //! Owns the cache alone; never forwards and never answers a client itself.
 
 use serde_json::Value;
 use std::collections::BTreeMap;
 
+/// Later pages kept per list method; beyond, the oldest is forgotten.
+pub(super) const MAX_PAGES: usize = 64;
+
+/// Cursors longer than this (bytes) are not kept.
+pub(super) const MAX_CURSOR: usize = 4096;
+
 /// The last list results, by method.
 #[derive(Debug, Default)]
 pub(super) struct ListCache {
     lists: BTreeMap<&'static str, Value>,
+    /// Later pages by method: (cursor, result), oldest first.
+    pages: BTreeMap<&'static str, Vec<(Box<str>, Value)>>,
 }
 
 impl ListCache {
@@ -26,12 +35,35 @@ impl ListCache {
     }
 
     /// Stores `value` as the result of `method`; returns whether it differs from the last.
+    /// When it does, the later pages read before are forgotten (their cursors were the old
+    /// list's).
     pub(super) fn store(&mut self, method: &'static str, value: Value) -> bool {
         if self.lists.get(method) == Some(&value) {
             return false;
         }
         self.lists.insert(method, value);
+        self.pages.remove(method);
         true
+    }
+
+    /// The page of `method` read with `cursor`.
+    pub(super) fn page(&self, method: &str, cursor: &str) -> Option<&Value> {
+        self.pages
+            .get(method)?
+            .iter()
+            .find(|(c, _)| &**c == cursor)
+            .map(|(_, v)| v)
+    }
+
+    /// Stores `value` as the page of `method` read with `cursor` (at most [`MAX_PAGES`] per
+    /// method: the oldest goes).
+    pub(super) fn store_page(&mut self, method: &'static str, cursor: Box<str>, value: Value) {
+        let pages = self.pages.entry(method).or_default();
+        pages.retain(|(c, _)| *c != cursor);
+        if pages.len() >= MAX_PAGES {
+            pages.remove(0);
+        }
+        pages.push((cursor, value));
     }
 
     /// The methods with a result.
@@ -47,10 +79,41 @@ impl ListCache {
     /// Replaces the cache with a saved record's lists.
     pub(super) fn restore(&mut self, lists: BTreeMap<&'static str, Value>) {
         self.lists = lists;
+        self.pages.clear();
     }
 
     /// Forgets every result (a new command).
     pub(super) fn clear(&mut self) {
         self.lists.clear();
+        self.pages.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn later_pages_are_kept_bounded_and_forgotten_when_the_first_changes() {
+        let mut c = ListCache::default();
+        c.store("tools/list", json!({"tools": [1], "nextCursor": "a"}));
+        c.store_page("tools/list", "a".into(), json!({"tools": [2]}));
+        assert_eq!(c.page("tools/list", "a"), Some(&json!({"tools": [2]})));
+        assert_eq!(c.page("tools/list", "b"), None);
+        // The same first page: kept.
+        assert!(!c.store("tools/list", json!({"tools": [1], "nextCursor": "a"})));
+        assert!(c.page("tools/list", "a").is_some());
+        // A new first page: the old cursors' pages go.
+        assert!(c.store("tools/list", json!({"tools": [9]})));
+        assert_eq!(c.page("tools/list", "a"), None);
+        for i in 0..MAX_PAGES + 5 {
+            c.store_page("tools/list", i.to_string().into(), json!(i));
+        }
+        assert_eq!(c.page("tools/list", "0"), None);
+        assert_eq!(
+            c.page("tools/list", &(MAX_PAGES + 4).to_string()),
+            Some(&json!(MAX_PAGES + 4))
+        );
     }
 }

@@ -173,14 +173,34 @@ pub(super) fn listen_close_result(r: &RawValue, id: &RawValue) -> Box<RawValue> 
     raw(&v)
 }
 
-/// The list method whose result a request for `method` refreshes in the cache: a list read
-/// from its start (no `cursor`).
-pub(super) fn list_to_cache(method: &str, params: Option<&RawValue>) -> Option<&'static str> {
-    era::LISTS
+/// The list page whose result a request for `method` refreshes in the cache: the list
+/// method, and the request's `cursor` (`None`: the list read from its start). A cursor that
+/// is not a string, or longer than [`super::lists::MAX_CURSOR`], is not cached.
+pub(super) fn list_to_cache(method: &str, params: Option<&RawValue>) -> Option<ListPage> {
+    let list = era::LISTS
         .iter()
         .map(|(l, _, _)| *l)
-        .find(|l| *l == method)
-        .filter(|_| !params.is_some_and(|p| message::mentions(p.get(), "\"cursor\"")))
+        .find(|l| *l == method)?;
+    let Some(p) = params.filter(|p| message::mentions(p.get(), "\"cursor\"")) else {
+        return Some(ListPage { list, cursor: None });
+    };
+    let cursor = message::RawObject::parse(p)?
+        .get("cursor")
+        .and_then(|c| serde_json::from_str::<String>(c.get()).ok())
+        .filter(|c| c.len() <= super::lists::MAX_CURSOR)?;
+    Some(ListPage {
+        list,
+        cursor: Some(cursor.into()),
+    })
+}
+
+/// One page of a list: its method, and the cursor it was asked with (`None`: the first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ListPage {
+    /// The list method.
+    pub(super) list: &'static str,
+    /// The request's cursor.
+    pub(super) cursor: Option<Box<str>>,
 }
 
 /// The URI of a `resources/subscribe` request.
