@@ -21,7 +21,7 @@ pub mod policy;
 
 use crate::config::EndpointConfig;
 use crate::jsonrpc::framing::Line;
-use crate::mux::server::{Command, ServerHandle};
+use crate::mux::server::{panic_message, Command, Restarts, ServerHandle};
 use crate::mux::session::{Access, Address, ClientId, ClientTx, Peer, Seats, SessionEvent};
 use conn::{Conn, Effect, Plan};
 use std::collections::HashMap;
@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn, Instrument};
+use tracing::{debug, error, info, warn, Instrument};
 
 /// Events queued toward one client's task before the client is cut off as stuck.
 const CONN_INBOX: usize = 1024;
@@ -73,7 +73,7 @@ pub fn start(setup: Setup) -> (ServerHandle, watch::Sender<Arc<Setup>>) {
     let name = setup.cfg.name.clone();
     let (wtx, wrx) = watch::channel(Arc::new(setup));
     let span = tracing::info_span!("endpoint", endpoint = %name);
-    tokio::spawn(dispatch(srx, crx, wrx).instrument(span));
+    tokio::spawn(supervise(name, srx, crx, wrx).instrument(span));
     (
         ServerHandle {
             sessions: stx,
@@ -98,14 +98,89 @@ enum ClientEvent {
     Setup(Arc<Setup>),
 }
 
-/// Hands each client's events to its task; ends at `Shutdown` or when every sender is gone.
-async fn dispatch(
+/// The test hook (`MCP_SUPERVISOR_TEST_PANIC=@endpoint:NAME`): endpoint NAME's dispatcher
+/// panics at the first client connection of the process, so tests can prove it is supervised.
+/// Unset in production.
+const TEST_PANIC: &str = "@endpoint:";
+
+/// Runs the dispatcher and starts a fresh one when it panics, by the actors' policy
+/// ([`Restarts`]: 1 s doubling to 60 s, jittered; the intensity limit's verdict only lengthens
+/// the wait). Its clients were cut with it (they reconnect); during the delay new connections
+/// wait in the inbox for the fresh dispatcher, and `Shutdown` is answered.
+async fn supervise(
+    name: String,
     mut sessions: mpsc::Receiver<SessionEvent>,
     mut commands: mpsc::Receiver<Command>,
     mut setup: watch::Receiver<Arc<Setup>>,
 ) {
-    let stop = CancellationToken::new();
+    use futures_util::FutureExt;
+    use rand::SeedableRng;
+    let hook = std::env::var("MCP_SUPERVISOR_TEST_PANIC")
+        .ok()
+        .is_some_and(|v| v.strip_prefix(TEST_PANIC) == Some(name.as_str()));
+    let mut restarts = Restarts::new();
+    let mut rng = rand::rngs::StdRng::from_entropy();
+    // Outlives a panic of the dispatcher, so its clients can be cut.
     let mut conns: HashMap<ClientId, Held> = HashMap::new();
+    loop {
+        let run = std::panic::AssertUnwindSafe(dispatch(
+            &mut sessions,
+            &mut commands,
+            &mut setup,
+            &mut conns,
+            hook,
+        ));
+        let Err(panic) = run.catch_unwind().await else {
+            return;
+        };
+        for (_, h) in conns.drain() {
+            h.tx.kick();
+        }
+        let why = panic_message(&*panic);
+        let next = restarts.on_panic(Instant::now(), &why, &mut rng);
+        crate::observe::metrics().restart(&name, "actor-panic");
+        let wait = next.at().saturating_duration_since(Instant::now());
+        error!(panic = %why, restart_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            "the endpoint's dispatcher panicked; its clients were cut; restarting it after a delay");
+        let timer = tokio::time::sleep(wait);
+        tokio::pin!(timer);
+        loop {
+            tokio::select! {
+                _ = &mut timer => break,
+                cmd = commands.recv() => match cmd {
+                    Some(Command::Shutdown(done)) => {
+                        let _ = done.send(());
+                        return;
+                    }
+                    Some(_) => {}
+                    None => return,
+                },
+            }
+        }
+        info!("starting a fresh endpoint dispatcher");
+    }
+}
+
+/// Panics for the test hook ([`TEST_PANIC`]), once per process.
+#[allow(clippy::panic)]
+fn test_panic() {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !DONE.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        panic!("test hook: MCP_SUPERVISOR_TEST_PANIC={TEST_PANIC}");
+    }
+}
+
+/// Hands each client's events to its task; ends at `Shutdown` or when every sender is gone.
+async fn dispatch(
+    sessions: &mut mpsc::Receiver<SessionEvent>,
+    commands: &mut mpsc::Receiver<Command>,
+    setup: &mut watch::Receiver<Arc<Setup>>,
+    conns: &mut HashMap<ClientId, Held>,
+    hook: bool,
+) {
+    let stop = CancellationToken::new();
+    // A panic unwinding out of here cuts every client task (they see the token).
+    let _cut = stop.clone().drop_guard();
     loop {
         tokio::select! {
             ev = sessions.recv() => {
@@ -118,6 +193,9 @@ async fn dispatch(
                         let (itx, irx) = mpsc::channel(CONN_INBOX);
                         let s = setup.borrow().clone();
                         conns.insert(id, Held { inbox: itx, tx: tx.clone() });
+                        if hook {
+                            test_panic();
+                        }
                         let span = tracing::debug_span!("client", client = %id);
                         tokio::spawn(client_task(s, tx, peer, irx, stop.child_token()).instrument(span));
                     }
@@ -147,7 +225,7 @@ async fn dispatch(
                     break;
                 }
                 let s = setup.borrow_and_update().clone();
-                for (id, h) in &conns {
+                for (id, h) in conns.iter() {
                     if h.inbox.try_send(ClientEvent::Setup(s.clone())).is_err() {
                         warn!(client = %id, "the endpoint is not keeping up with this client; disconnecting it");
                         h.tx.kick();

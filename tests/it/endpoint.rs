@@ -741,3 +741,37 @@ fn a_paged_source_that_is_down_pages_the_same_for_a_client_that_never_listed_it(
         });
     assert!(marked, "{during}");
 }
+
+#[test]
+fn a_panicked_endpoint_dispatcher_cuts_its_clients_and_a_fresh_one_serves_the_next() {
+    let sup = Supervisor::spawn_config(
+        "",
+        &two_sources(""),
+        &[("MCP_SUPERVISOR_TEST_PANIC", "@endpoint:desk")],
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || sup.socket("desk").exists()),
+        "{}",
+        sup.log()
+    );
+    // The hook panics the dispatcher at this first connection: the client is cut, not left
+    // hanging.
+    let mut first = sup.connect("desk");
+    assert!(
+        first.closed_within(Duration::from_secs(10)),
+        "{}",
+        sup.log()
+    );
+    assert!(sup.wait_log("the endpoint's dispatcher panicked", Duration::from_secs(5)));
+    // The sources never noticed; a fresh dispatcher (after its delay) serves a new client.
+    let mut direct = sup.client("alpha");
+    let r = direct.call(json!(1), "echo", json!({"text": "fine"}));
+    assert_eq!(Client::text(&r), "fine", "{r}");
+    let mut next = sup.client("desk");
+    let r = next.call(json!(1), "beta__echo", json!({"text": "again"}));
+    assert_eq!(Client::text(&r), "again", "{r}");
+    assert!(sup.wait_log(
+        "starting a fresh endpoint dispatcher",
+        Duration::from_secs(5)
+    ));
+}

@@ -82,6 +82,7 @@ mod shell;
 mod sim;
 mod subtable;
 mod supervise;
+pub(crate) use supervise::{panic_message, Restarts};
 mod telemetry;
 mod util;
 

@@ -46,7 +46,7 @@ pub(super) const MAX_DELAY: Duration = Duration::from_secs(60);
 
 /// What follows a panic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Next {
+pub(crate) enum Next {
     /// Start a fresh actor at this moment.
     RestartAt(Instant),
     /// Too many panics: `failed` until cleared, with one automatic attempt at this moment.
@@ -54,7 +54,8 @@ pub(super) enum Next {
 }
 
 impl Next {
-    fn at(self) -> Instant {
+    /// When the next actor may start.
+    pub(crate) fn at(self) -> Instant {
         match self {
             Next::RestartAt(t) | Next::Failed(t) => t,
         }
@@ -81,14 +82,15 @@ impl ActorHistory {
 }
 
 /// The restart policy's state, sans-IO: panics in the window, and the history `status` shows.
+/// Also an endpoint's dispatcher's (`endpoint/mod.rs`).
 #[derive(Debug)]
-pub(super) struct Restarts {
+pub(crate) struct Restarts {
     recent: VecDeque<Instant>,
     history: ActorHistory,
 }
 
 impl Restarts {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Restarts {
             recent: VecDeque::new(),
             history: ActorHistory::default(),
@@ -106,7 +108,7 @@ impl Restarts {
     }
 
     /// Records a panic at `now` with its message; returns what follows.
-    pub(super) fn on_panic(&mut self, now: Instant, why: &str, rng: &mut impl Rng) -> Next {
+    pub(crate) fn on_panic(&mut self, now: Instant, why: &str, rng: &mut impl Rng) -> Next {
         self.history.restarts = self.history.restarts.saturating_add(1);
         self.history.last_panic = Some(why.to_string());
         while self
@@ -337,7 +339,8 @@ fn ms_until(t: Instant) -> u64 {
 }
 
 /// The text of a panic payload.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+/// The message of a caught panic.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())
