@@ -13,12 +13,14 @@ use crate::config::EndpointConfig;
 use crate::control::server::Entry;
 use crate::endpoint::{self, Link, Setup};
 use crate::mux::server::{Command, ServerHandle};
+use crate::mux::session::Access;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::net::UnixListener;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 /// One running endpoint.
 pub(super) struct RunningEndpoint {
@@ -32,6 +34,23 @@ pub(super) struct RunningEndpoint {
 }
 
 impl Daemon {
+    /// Tells each endpoint who may use it now (a reload): its clients no longer allowed are
+    /// cut, as a server's are (issue 14 §2).
+    pub(super) fn permit_endpoints(&self, revised: &HashMap<String, Access>) {
+        for (name, e) in &self.endpoints {
+            let Some(access) = revised.get(name) else {
+                continue;
+            };
+            if e.handle
+                .commands
+                .try_send(Command::Permit(access.clone()))
+                .is_err()
+            {
+                warn!(endpoint = %name, "the endpoint's command queue is full: sessions no longer allowed stay open until they close");
+            }
+        }
+    }
+
     /// The sources of `cfg` as they run now.
     fn endpoint_setup(&self, cfg: &EndpointConfig) -> Setup {
         let sources = cfg
@@ -53,6 +72,7 @@ impl Daemon {
             cfg: Arc::new(cfg.clone()),
             sources,
             max_clients: self.config.supervisor.max_clients,
+            catalogs: Default::default(),
         }
     }
 

@@ -388,6 +388,7 @@ impl Daemon {
                 }
             }
         }
+        self.permit_endpoints(&revised);
         self.shared
             .max_clients
             .store(new_s.max_clients, Ordering::Relaxed);

@@ -184,6 +184,40 @@ impl Template {
     }
 }
 
+/// Catalogs one connection shares with the next ones of an endpoint ([`Shared`]); beyond
+/// this many keys, the oldest goes.
+pub const SHARED: usize = 16;
+
+/// What a shared catalog is valid for: the client's era (2026-07-28: `true`) and which
+/// sources it is joined to (lists differ by both; policy applies per connection on top).
+pub type SeedKey = (bool, Vec<bool>);
+
+/// The last catalog the connections of one endpoint built, by [`SeedKey`], so a new
+/// connection routes a call by name without listing every source first (a 2026-07-28 HTTP
+/// request is a connection of its own). A seeded connection still lists when a name misses.
+#[derive(Debug, Default)]
+pub struct Shared {
+    slots: std::sync::Mutex<Vec<(SeedKey, Catalog)>>,
+}
+
+impl Shared {
+    /// A copy of the catalog shared for `key`.
+    pub fn get(&self, key: &SeedKey) -> Option<Catalog> {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.iter().find(|(k, _)| k == key).map(|(_, c)| c.clone())
+    }
+
+    /// Shares `catalog` for `key` (at most [`SHARED`] keys).
+    pub fn put(&self, key: SeedKey, catalog: Catalog) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.retain(|(k, _)| *k != key);
+        if slots.len() >= SHARED {
+            slots.remove(0);
+        }
+        slots.push((key, catalog));
+    }
+}
+
 /// Per-source lists and the tables built from them, for one endpoint connection.
 #[derive(Debug, Clone)]
 pub struct Catalog {
@@ -222,6 +256,19 @@ impl Catalog {
             templates: Vec::new(),
             reserved,
         }
+    }
+
+    /// A copy to seed another connection of the endpoint with: its lists and tables, nothing
+    /// marked filled (a name it does not know is looked up by listing again).
+    pub fn seed(&self) -> Catalog {
+        let mut c = self.clone();
+        c.filled = PerKind::default();
+        c
+    }
+
+    /// Whether `other` was built for the same sources.
+    pub fn same_sources(&self, other: &Catalog) -> bool {
+        self.sources == other.sources
     }
 
     /// Whether `kind` was listed from every source during this connection.

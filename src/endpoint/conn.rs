@@ -14,6 +14,7 @@
 //! through as the client wrote them: only one source ever sees a given request), log levels,
 //! subscriptions and roots.
 
+pub use super::catalog::SeedKey;
 use super::catalog::{Catalog, ListKind};
 use super::listen::{Filter, Listens};
 use super::policy::View;
@@ -221,6 +222,8 @@ pub struct Conn {
     /// When the streams toward sources that ended them are opened again (every
     /// [`RETRY_INIT`] while one is ended, and at once when such a source answers).
     relisten_at: Option<Instant>,
+    /// A list was merged since the catalog was last taken to share ([`Conn::take_catalog`]).
+    merged_since: bool,
 }
 
 impl Conn {
@@ -271,7 +274,21 @@ impl Conn {
             input_closed: false,
             listens: Listens::default(),
             relisten_at: None,
+            merged_since: false,
         }
+    }
+
+    /// Seeds the catalog with one another connection of the endpoint built
+    /// ([`Catalog::seed`]), before the first message; ignored when built for other sources.
+    pub fn seed(&mut self, catalog: Catalog) {
+        if catalog.same_sources(&self.catalog) {
+            self.catalog = catalog;
+        }
+    }
+
+    /// The catalog to share with the endpoint's next connections, once after each merge.
+    pub fn take_catalog(&mut self) -> Option<Catalog> {
+        std::mem::take(&mut self.merged_since).then(|| self.catalog.seed())
     }
 
     /// The next moment [`Conn::tick`] has work.
@@ -1296,6 +1313,7 @@ impl Conn {
                     }
                 }
                 let mut items = self.catalog.merge(kind, &self.plan.name);
+                self.merged_since = true;
                 if matches!(kind, ListKind::Tools | ListKind::Prompts) {
                     self.merged.insert(kind, items.clone());
                     items = self.visible_items(&items);
@@ -1645,6 +1663,13 @@ fn notification(m: &Message) -> Message {
         result: None,
         error: None,
     }
+}
+
+/// Whether a connection whose first message is `m` is a 2026-07-28 client (as
+/// [`Conn::on_client`] decides it): `server/discover`, or a request with the envelope.
+pub fn modern_first(m: &Message) -> bool {
+    m.method() != "initialize"
+        && (m.method() == "server/discover" || has_envelope(m.params.as_deref()))
 }
 
 /// Whether params carry the 2026-07-28 per-request envelope (`_meta` with a protocol version).

@@ -63,6 +63,8 @@ pub struct Setup {
     pub sources: Vec<Option<Link>>,
     /// `[supervisor] max_clients`: a source whose seats are all taken is not joined.
     pub max_clients: usize,
+    /// The catalogs its connections share (`catalog::Shared`); a reload starts afresh.
+    pub catalogs: Arc<catalog::Shared>,
 }
 
 /// Starts an endpoint: its handle (served like a server's) and the sender that gives it a
@@ -88,6 +90,9 @@ pub fn start(setup: Setup) -> (ServerHandle, watch::Sender<Arc<Setup>>) {
 struct Held {
     inbox: mpsc::Sender<ClientEvent>,
     tx: ClientTx,
+    /// Its peer's uid and gid (a reload's new `allowed_*` may cut it).
+    uid: u32,
+    gid: u32,
 }
 
 /// What the dispatcher hands a client's task.
@@ -192,7 +197,7 @@ async fn dispatch(
                         conns.retain(|_, h| !h.inbox.is_closed());
                         let (itx, irx) = mpsc::channel(CONN_INBOX);
                         let s = setup.borrow().clone();
-                        conns.insert(id, Held { inbox: itx, tx: tx.clone() });
+                        conns.insert(id, Held { inbox: itx, tx: tx.clone(), uid: peer.uid, gid: peer.gid });
                         if hook {
                             test_panic();
                         }
@@ -237,6 +242,17 @@ async fn dispatch(
                     stop.cancel();
                     let _ = done.send(());
                     break;
+                }
+                // A reload: clients no longer allowed on the endpoint are cut (issue 14 §2).
+                Some(Command::Permit(access)) => {
+                    conns.retain(|id, h| {
+                        let keep = access.permits(h.uid, h.gid);
+                        if !keep {
+                            warn!(client = %id, peer_uid = h.uid, "ending the session of uid {}: no longer allowed on the endpoint after a reload", h.uid);
+                            h.tx.kick();
+                        }
+                        keep
+                    });
                 }
                 // An endpoint has no child: the other commands are the daemon's to refuse.
                 Some(_) => {}
@@ -319,11 +335,22 @@ async fn client_task(
     }
     let mut conn = Conn::new(plan, &open, view);
     let endpoint = setup.cfg.name.clone();
+    // Decided by the first message: which shared catalog this connection reads and feeds.
+    let mut seed: Option<conn::SeedKey> = None;
     'run: loop {
         let deadline = conn.next_deadline();
         let effects = tokio::select! {
             input = inbox.recv() => match input {
-                Some(ClientEvent::Message(m)) => conn.on_client(m, Instant::now()),
+                Some(ClientEvent::Message(m)) => {
+                    if seed.is_none() {
+                        let key = (conn::modern_first(&m), open.clone());
+                        if let Some(c) = setup.catalogs.get(&key) {
+                            conn.seed(c);
+                        }
+                        seed = Some(key);
+                    }
+                    conn.on_client(m, Instant::now())
+                }
                 Some(ClientEvent::Closed) => conn.input_closed(),
                 Some(ClientEvent::Setup(s)) => conn.set_view(policy::View::of(&s.cfg.policy, &peer)),
                 None => break,
@@ -336,6 +363,9 @@ async fn client_task(
             _ = sleep_until(deadline) => conn.tick(Instant::now()),
             _ = stop.cancelled() => break,
         };
+        if let (Some(key), Some(c)) = (&seed, conn.take_catalog()) {
+            setup.catalogs.put(key.clone(), c);
+        }
         for e in effects {
             match e {
                 Effect::Source(i, m) => {

@@ -775,3 +775,72 @@ fn a_panicked_endpoint_dispatcher_cuts_its_clients_and_a_fresh_one_serves_the_ne
         Duration::from_secs(5)
     ));
 }
+
+#[test]
+fn a_reload_that_no_longer_allows_a_uid_on_the_endpoint_cuts_its_live_session() {
+    if !is_root()
+        || std::process::Command::new("setpriv")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        eprintln!("skipped: needs root and setpriv to connect as another uid");
+        return;
+    }
+    use std::io::{BufRead, Write};
+    use std::process::{Command, Stdio};
+    let sup = shared_endpoint("allowed_uids = [65534]");
+    let mut child = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_mcp-supervisor"),
+            "attach",
+            "desk",
+            "--socket",
+        ])
+        .arg(sup.socket("desk"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "n", "version": "1"}}});
+    writeln!(stdin, "{init}").unwrap();
+    let answered = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+    assert!(answered.contains("\"result\""), "{answered}\n{}", sup.log());
+    // The endpoint no longer lets uid 65534 in (its sources still do).
+    let text = std::fs::read_to_string(&sup.config).unwrap();
+    std::fs::write(
+        &sup.config,
+        text.replace("}\nallowed_uids = [65534]\n", "}\nallowed_uids = []\n"),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-supervisor"))
+        .args(["reload", "-c"])
+        .arg(&sup.config)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let ended = wait_until(Duration::from_secs(10), || {
+        child.try_wait().ok().flatten().is_some()
+    });
+    if !ended {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    assert!(ended, "the session stayed open\n{}", sup.log());
+    assert!(sup.wait_log("no longer allowed on the endpoint", Duration::from_secs(5)));
+}

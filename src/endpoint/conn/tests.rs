@@ -437,3 +437,45 @@ fn requests_of_the_sources_beyond_the_bound_are_answered_with_an_error_at_once()
     assert_eq!(to_sources[0].1["error"]["code"], -32002);
     assert_eq!(to_sources[0].1["id"], MAX_ASKED);
 }
+
+#[test]
+fn a_connection_seeded_with_anothers_catalog_calls_by_name_at_once_and_lists_on_a_miss() {
+    let now = Instant::now();
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "m"}});
+    let call = |id: i64, name: &str| {
+        msg(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": {}, "_meta": meta}}))
+    };
+    // The first connection fills its catalog to call, and offers it once.
+    let mut a = Conn::new(plan(2), &[true, true], View::default());
+    assert!(a.take_catalog().is_none());
+    let (sent, _) = split(a.on_client(call(1, "s1__t"), now));
+    answer(&mut a, 0, &sent[0].1, json!({"tools": []}), now);
+    answer(
+        &mut a,
+        1,
+        &sent[1].1,
+        json!({"tools": [{"name": "t"}]}),
+        now,
+    );
+    let shared = a.take_catalog().expect("offered after the merge");
+    assert!(a.take_catalog().is_none());
+    // The next connection routes the same name without listing.
+    let mut b = Conn::new(plan(2), &[true, true], View::default());
+    b.seed(shared.clone());
+    let (sent, _) = split(b.on_client(call(1, "s1__t"), now));
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].0, 1);
+    assert_eq!(sent[0].1["method"], "tools/call");
+    assert_eq!(sent[0].1["params"]["name"], "t");
+    // A name the seed does not know is looked up by listing every source.
+    let (sent, _) = split(b.on_client(call(2, "s0__new"), now));
+    assert_eq!(sent.len(), 2);
+    assert!(sent.iter().all(|(_, m)| m["method"] == "tools/list"));
+    // A seed built for other sources is ignored.
+    let mut c = Conn::new(plan(3), &[true, true, true], View::default());
+    c.seed(shared);
+    let (sent, _) = split(c.on_client(call(1, "s1__t"), now));
+    assert!(sent.iter().all(|(_, m)| m["method"] == "tools/list"));
+}
