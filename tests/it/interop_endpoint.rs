@@ -58,19 +58,10 @@ fn interop_sdk_clients_of_both_eras_use_an_endpoint_of_two_children_and_a_url_se
         "-c".into(),
         config,
     ];
-    let mut runs: Vec<(String, Box<dyn FnOnce() -> Output + Send>)> = Vec::new();
-    // Python, through attach: each era, each kind of source (progress from the url server).
-    for (era, prefix, scenario) in [
-        ("handshake", "everything__", "everything"),
-        ("modern", "everything__", "everything"),
-        ("handshake", "far__", "everything"),
-        ("modern", "far__", "everything"),
-        ("auto", "time__", "time"),
-        ("handshake", "everything__", "features"),
-        ("modern", "everything__", "features"),
-    ] {
+    type Run = (String, Box<dyn FnOnce() -> Output + Send>);
+    let python = |era: &'static str, prefix: &'static str, scenario: &'static str| -> Run {
         let (io2, attach) = (Interop::load(), attach.clone());
-        runs.push((
+        (
             format!("python {era} {prefix}{scenario}"),
             Box::new(move || {
                 let cmd: Vec<&str> = attach.iter().map(String::as_str).collect();
@@ -88,31 +79,31 @@ fn interop_sdk_clients_of_both_eras_use_an_endpoint_of_two_children_and_a_url_se
                     &cmd,
                 )
             }),
-        ));
-    }
+        )
+    };
     // TypeScript, through attach: prompts, resources, sampling, elicitation, progress.
-    for mode in ["legacy", "2026-07-28"] {
+    let typescript = |mode: &'static str, prefix: &'static str| -> Run {
         let (io2, attach) = (Interop::load(), attach.clone());
-        runs.push((
-            format!("ts {mode} features"),
+        (
+            format!("ts {mode} {prefix}features"),
             Box::new(move || {
                 let cmd: Vec<&str> = attach.iter().map(String::as_str).collect();
                 ts(
                     &io2,
-                    &["--mode", mode, "--prefix", "everything__", "features"],
+                    &["--mode", mode, "--prefix", prefix, "features"],
                     &cmd,
                 )
             }),
-        ));
-    }
-    // Python over the endpoint's Streamable HTTP, both eras.
-    for era in ["handshake", "modern"] {
+        )
+    };
+    // Python over the endpoint's Streamable HTTP.
+    let over_http = |era: &'static str| -> Run {
         let io2 = Interop::load();
         let (url, header) = (
             format!("http://{addr}/mcp/desk"),
             format!("Authorization: Bearer {token}"),
         );
-        runs.push((
+        (
             format!("python http {era} time"),
             Box::new(move || {
                 std::process::Command::new(io2.var("MCPSUP_INTEROP_PYTHON"))
@@ -123,9 +114,44 @@ fn interop_sdk_clients_of_both_eras_use_an_endpoint_of_two_children_and_a_url_se
                     .output()
                     .expect("cannot run the Python client")
             }),
-        ));
-    }
-    all_at_once(&sup, runs);
+        )
+    };
+    // Round 1: each era on each kind of source, through attach and HTTP, all at once.
+    all_at_once(
+        &sup,
+        vec![
+            python("handshake", "everything__", "everything"),
+            python("modern", "everything__", "everything"),
+            python("handshake", "far__", "everything"),
+            python("modern", "far__", "everything"),
+            python("auto", "time__", "time"),
+            over_http("handshake"),
+            over_http("modern"),
+        ],
+    );
+    // Rounds 2 and 3: sampling, elicitation and progress reach the client that asked, while
+    // other clients' lists and calls are in flight at every source (their fan-outs). A
+    // handshake-era server links its request to no client request, so two clients of one
+    // source asking at the same instant cannot be told apart (K06): each round has one such
+    // client per source (server-everything over stdio, and over Streamable HTTP).
+    all_at_once(
+        &sup,
+        vec![
+            python("handshake", "everything__", "features"),
+            typescript("legacy", "far__"),
+            python("auto", "time__", "time"),
+            over_http("handshake"),
+        ],
+    );
+    all_at_once(
+        &sup,
+        vec![
+            typescript("2026-07-28", "everything__"),
+            python("modern", "far__", "features"),
+            python("auto", "time__", "time"),
+            over_http("modern"),
+        ],
+    );
     // One child per stdio server and one session with the url server, whatever the clients.
     let status = sup.status_json();
     for name in ["everything", "time", "far"] {

@@ -3263,7 +3263,10 @@ impl Server {
 
     /// The ownership rule for a child's request (issue 3 §5, K06). The handshake era has no
     /// field linking it to the client request that caused it, so: among clients that can be
-    /// asked and have a request in flight, the one whose request was forwarded most recently.
+    /// asked and have a request in flight, the one whose request was forwarded most recently,
+    /// preferring requests that can make a server ask (`tools/call`, `prompts/get`,
+    /// `resources/read`, `completion/complete`) over those that cannot (lists, `ping`: an
+    /// endpoint's fan-outs keep those in flight at every source, issue 31).
     /// A handshake client can be asked when it declared the needed capability; a 2026 client
     /// when it declared it in its envelope and its request may end `input_required` (K26).
     /// Returns the client and the child-side id of that request; `None` → the child gets an
@@ -3284,7 +3287,7 @@ impl Server {
                     }
                 })
             })
-            .max_by_key(|(id, _, _)| *id)
+            .max_by_key(|(id, _, p)| (can_ask(&p.method), *id))
             .map(|(id, c, _)| (c, id))
     }
 
@@ -4427,4 +4430,13 @@ fn session_end(requested: bool) -> Exit {
         requested,
         limit: None,
     }
+}
+
+/// Whether a client request of `method` is one a server may ask the client something while
+/// handling (the owner rule's preference, [`Server::pick_owner`]).
+fn can_ask(method: &str) -> bool {
+    matches!(
+        method,
+        "tools/call" | "prompts/get" | "resources/read" | "completion/complete"
+    )
 }

@@ -1045,3 +1045,38 @@ fn a_request_the_childs_full_queue_refuses_is_answered_limit_exceeded_at_once() 
     answer_all(&mut sim);
     assert_eq!(responses(&sim, b).len(), 1);
 }
+
+#[test]
+fn case_k06_a_list_in_flight_does_not_take_a_sampling_request_from_a_call() {
+    // Issue 31: an endpoint's fan-outs keep lists in flight at every source; the child's
+    // request goes to the client whose call can cause it, not to a later list.
+    let mut sim = ready(BASE, 18);
+    let sampler = |sim: &mut Sim, name: &str| {
+        let c = sim.connect();
+        let init = json!({"jsonrpc": "2.0", "id": "i", "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}},
+            "clientInfo": {"name": name, "version": "1"}}});
+        sim.send(c, &init.to_string());
+        sim.send(
+            c,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        );
+        c
+    };
+    let (a, b) = (sampler(&mut sim, "caller"), sampler(&mut sim, "lister"));
+    sim.send(a, &call(a, 1));
+    sim.send(b, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
+    let generation = sim.current_generation().unwrap_or(0);
+    sim.child_writes(
+        generation,
+        r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{}}"#.into(),
+    );
+    let asked: Vec<Value> = requests_to(&sim, a);
+    assert!(
+        asked
+            .iter()
+            .any(|v| v["method"] == "sampling/createMessage"),
+        "{asked:?}"
+    );
+    assert!(requests_to(&sim, b).is_empty(), "the lister was asked");
+}
