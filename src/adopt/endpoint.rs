@@ -33,9 +33,10 @@ pub struct Fold {
 }
 
 impl Fold {
-    /// Whether the supervisor config must change for the endpoint.
+    /// Whether the supervisor config may change for the endpoint (a new table, servers to
+    /// add, or users to allow).
     pub fn changes_config(&self) -> bool {
-        !self.exists || !self.added.is_empty()
+        !self.exists || !self.added.is_empty() || !self.users.is_empty()
     }
 }
 
@@ -83,7 +84,18 @@ pub fn fold(
                 }
                 Some(s.name.clone())
             }
-            (Verdict::Attached(Some(n)), _) if n != name && known(n) => Some(n.clone()),
+            (Verdict::Attached(Some(n)), _) if n != name && known(n) => {
+                // A server adopted before from another user's files runs as that user.
+                let user = current
+                    .servers
+                    .iter()
+                    .find(|(s, _)| s == n)
+                    .and_then(|(_, spec)| spec.as_ref()?.user);
+                if let Some(uid) = user {
+                    users.push(uid);
+                }
+                Some(n.clone())
+            }
             _ => None,
         };
         if let Some(s) = server {

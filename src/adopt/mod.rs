@@ -522,10 +522,11 @@ fn edits_of(
         if keys.is_empty() {
             continue;
         }
-        let has_endpoint = found.iter().filter(here).any(|f| {
-            f.key == fold.name
-                && matches!(&f.verdict, Verdict::Attached(Some(n)) if *n == fold.name)
-        });
+        // Under any key, as `endpoint::fold` sees it.
+        let has_endpoint = found
+            .iter()
+            .filter(here)
+            .any(|f| matches!(&f.verdict, Verdict::Attached(Some(n)) if *n == fold.name));
         for (key, keep) in endpoint::in_object(&keys, &fold.name, has_endpoint) {
             let edit = if keep {
                 let rw = attach(s, current, &fold.name, !fold.users.is_empty());

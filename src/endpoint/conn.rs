@@ -518,6 +518,18 @@ impl Conn {
             };
         };
         if matches!(kind, ListKind::Tools | ListKind::Prompts) && !self.view.visible(&key) {
+            // Answered like an unknown name: after the same fill an unknown name waits for,
+            // so the time taken does not tell hidden from absent.
+            if self.view.hidden_calls == HiddenCalls::Unknown
+                && !self.catalog.filled(kind)
+                && self.waiting.len() < MAX_WAITING
+            {
+                self.waiting.push(m);
+                if !self.filling(kind) {
+                    self.fan(None, FanWhat::List(kind), None, now, out);
+                }
+                return;
+            }
             return self.denied(&id, &method, kind, (&key, &original), source, out);
         }
         let params = match (kind, method.as_str()) {
@@ -810,16 +822,30 @@ impl Conn {
                     }
                 }
             }
-            Some(Pending::Listen(key)) => {
-                if self.listens.ended(source, n) {
-                    debug!(endpoint = %self.plan.name, source = %self.source_name(source), stream = key, "a source ended its listen stream; opened again when it answers again");
-                }
-            }
+            Some(Pending::Listen(key)) => self.listen_answered(source, n, &m, &key),
             Some(Pending::Ignore) | None => {}
         }
     }
 
     // ---- listen streams (2026-07-28) ---------------------------------------------------
+
+    /// Source `source` answered its part `n` of the client's stream `key`: a close result or
+    /// an outage (the source is down or restarting) ends it, to be opened again; any other
+    /// error (a limit, no such method) is a refusal, and that source stays out of the stream.
+    fn listen_answered(&mut self, source: usize, n: u64, m: &Message, key: &str) {
+        let outage = matches!(
+            m.error_code(),
+            Some(code::SERVER_UNAVAILABLE | code::REQUEST_TIMEOUT)
+        );
+        if m.error.is_none() || outage {
+            if self.listens.ended(source, n) {
+                debug!(endpoint = %self.plan.name, source = %self.source_name(source), stream = key, "a source ended its part of a listen stream; opened again when it answers again");
+            }
+        } else {
+            self.listens.refused(source, n);
+            warn!(endpoint = %self.plan.name, source = %self.source_name(source), stream = key, code = m.error_code(), "a source refused its part of a listen stream; the stream goes on without it");
+        }
+    }
 
     /// A 2026-07-28 client's `subscriptions/listen`: acknowledged by the endpoint with what it
     /// asked, and opened toward every source (each asked for the resource URIs it serves).
@@ -843,6 +869,16 @@ impl Conn {
                     self.plan.name,
                     super::listen::MAX_STREAMS
                 ),
+                None,
+            );
+        }
+        if self.listens.filter(&id_key(&id)).is_some() || self.forwarded.contains_key(&id_key(&id))
+        {
+            return error(
+                out,
+                &id,
+                code::INVALID_REQUEST,
+                "a request with this id is already open on this connection",
                 None,
             );
         }
@@ -898,8 +934,9 @@ impl Conn {
     /// remembered, to open it again.
     fn listen_traffic(&mut self, source: usize, n: u64, m: Message, out: &mut Vec<Effect>) {
         if m.kind == Kind::Response {
-            self.pending.remove(&(source, n));
-            self.listens.ended(source, n);
+            if let Some(Pending::Listen(key)) = self.pending.remove(&(source, n)) {
+                self.listen_answered(source, n, &m, &key);
+            }
             return;
         }
         let method = m.method().to_string();

@@ -181,6 +181,14 @@ impl Listens {
         false
     }
 
+    /// Source `source` refused its part `n` of a stream: the stream goes on without it (it is
+    /// not asked again).
+    pub fn refused(&mut self, source: usize, n: u64) {
+        for s in self.streams.values_mut() {
+            s.toward.retain(|t| *t != (source, n));
+        }
+    }
+
     /// Source `source`'s actor closed this client: its streams are gone for good.
     pub fn source_closed(&mut self, source: usize) {
         for s in self.streams.values_mut() {

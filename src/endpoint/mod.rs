@@ -125,14 +125,17 @@ async fn supervise(
         .is_some_and(|v| v.strip_prefix(TEST_PANIC) == Some(name.as_str()));
     let mut restarts = Restarts::new();
     let mut rng = rand::rngs::StdRng::from_entropy();
-    // Outlives a panic of the dispatcher, so its clients can be cut.
+    // Outlive a panic of the dispatcher: its clients, to cut them; the last reload's access,
+    // for the connections that waited through the restart.
     let mut conns: HashMap<ClientId, Held> = HashMap::new();
+    let mut permit: Option<Access> = None;
     loop {
         let run = std::panic::AssertUnwindSafe(dispatch(
             &mut sessions,
             &mut commands,
             &mut setup,
             &mut conns,
+            &mut permit,
             hook,
         ));
         let Err(panic) = run.catch_unwind().await else {
@@ -157,6 +160,7 @@ async fn supervise(
                         let _ = done.send(());
                         return;
                     }
+                    Some(Command::Permit(access)) => permit = Some(access),
                     Some(_) => {}
                     None => return,
                 },
@@ -181,6 +185,7 @@ async fn dispatch(
     commands: &mut mpsc::Receiver<Command>,
     setup: &mut watch::Receiver<Arc<Setup>>,
     conns: &mut HashMap<ClientId, Held>,
+    permit: &mut Option<Access>,
     hook: bool,
 ) {
     let stop = CancellationToken::new();
@@ -192,6 +197,12 @@ async fn dispatch(
                 let Some(ev) = ev else { break };
                 match ev {
                     SessionEvent::Connected(id, tx, peer) => {
+                        // Accepted before a reload that no longer allows it.
+                        if permit.as_ref().is_some_and(|a| !a.permits(peer.uid, peer.gid)) {
+                            warn!(client = %id, peer_uid = peer.uid, "refusing a session of uid {}: no longer allowed on the endpoint after a reload", peer.uid);
+                            tx.kick();
+                            continue;
+                        }
                         // Clients whose task ended before their session said so (amortized
                         // here rather than on every message).
                         conns.retain(|_, h| !h.inbox.is_closed());
@@ -245,6 +256,7 @@ async fn dispatch(
                 }
                 // A reload: clients no longer allowed on the endpoint are cut (issue 14 §2).
                 Some(Command::Permit(access)) => {
+                    *permit = Some(access.clone());
                     conns.retain(|id, h| {
                         let keep = access.permits(h.uid, h.gid);
                         if !keep {
@@ -285,20 +297,22 @@ async fn client_task(
         ..peer.clone()
     };
     let mut joined: Vec<Option<(ClientId, mpsc::Sender<SessionEvent>)>> = Vec::new();
-    // Held while this client is joined to each source (`max_clients`).
-    let mut seats = Vec::new();
+    // Held while this client is joined to each source (`max_clients`), by source.
+    let mut seats: Vec<Option<crate::mux::session::Seat>> = Vec::new();
     for (i, link) in setup.sources.iter().enumerate() {
         let Some(link) = link
             .as_ref()
             .filter(|l| l.access.permits(peer.uid, peer.gid))
         else {
             joined.push(None);
+            seats.push(None);
             continue;
         };
         let Some(seat) = link.seats.take(setup.max_clients) else {
             warn!(endpoint = %setup.cfg.name, source = %link.name, max_clients = setup.max_clients,
                 "a client of the endpoint is not joined to this source: its max_clients is reached (socket connections and endpoint clients)");
             joined.push(None);
+            seats.push(None);
             continue;
         };
         let sub = ClientId::next();
@@ -311,11 +325,12 @@ async fn client_task(
             .is_err()
         {
             joined.push(None);
+            seats.push(None);
             continue;
         }
         tokio::spawn(pump(i, outbox, src_tx.clone()));
         joined.push(Some((sub, link.handle.sessions.clone())));
-        seats.push(seat);
+        seats.push(Some(seat));
     }
     drop(src_tx);
     let open: Vec<bool> = joined.iter().map(Option::is_some).collect();
@@ -342,7 +357,8 @@ async fn client_task(
         let effects = tokio::select! {
             input = inbox.recv() => match input {
                 Some(ClientEvent::Message(m)) => {
-                    if seed.is_none() {
+                    // The era is decided by the first request, as the `Conn` decides it.
+                    if seed.is_none() && m.kind == crate::jsonrpc::message::Kind::Request {
                         let key = (conn::modern_first(&m), open.clone());
                         if let Some(c) = setup.catalogs.get(&key) {
                             conn.seed(c);
@@ -357,7 +373,13 @@ async fn client_task(
             },
             from = src_rx.recv() => match from {
                 Some(FromSource::Line(i, to, line)) => conn.on_source(i, to, line, Instant::now()),
-                Some(FromSource::Closed(i)) => conn.source_closed(i, Instant::now()),
+                Some(FromSource::Closed(i)) => {
+                    // Its seat goes back to that source at once.
+                    if let Some(seat) = seats.get_mut(i) {
+                        seat.take();
+                    }
+                    conn.source_closed(i, Instant::now())
+                }
                 None => Vec::new(),
             },
             _ = sleep_until(deadline) => conn.tick(Instant::now()),

@@ -479,3 +479,47 @@ fn a_connection_seeded_with_anothers_catalog_calls_by_name_at_once_and_lists_on_
     let (sent, _) = split(c.on_client(call(1, "s1__t"), now));
     assert!(sent.iter().all(|(_, m)| m["method"] == "tools/list"));
 }
+
+#[test]
+fn a_listen_part_a_source_refuses_is_not_asked_again_and_a_repeated_id_is_refused() {
+    let now = Instant::now();
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "m"}});
+    let listen = |id: i64| {
+        msg(
+            json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+            "params": {"notifications": {"toolsListChanged": true}, "_meta": meta}}),
+        )
+    };
+    let mut c = Conn::new(plan(2), &[true, true], View::default());
+    let (sent, acked) = split(c.on_client(listen(7), now));
+    assert_eq!(sent.len(), 2);
+    assert_eq!(
+        acked[0].1["method"], "notifications/subscriptions/acknowledged",
+        "{acked:?}"
+    );
+    // s0 refuses (a limit): left out for good. s1 is down (an outage): asked again later.
+    let refuse = |c: &mut Conn, source: usize, sent: &Value, code: i64| {
+        let id = sent["id"].clone();
+        let line = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id,
+            "error": {"code": code, "message": "no"}}))
+        .unwrap();
+        c.on_source(
+            source,
+            Address::Response(id.to_string()),
+            Line::from(bytes::Bytes::from(line)),
+            now,
+        )
+    };
+    refuse(&mut c, 0, &sent[0].1, -32002);
+    refuse(&mut c, 1, &sent[1].1, -32000);
+    let at = c.next_deadline().expect("a reopen is due");
+    let (again, _) = split(c.tick(at));
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].0, 1);
+    assert_eq!(again[0].1["method"], "subscriptions/listen");
+    // The same id again while the stream is open: refused, nothing opened.
+    let (sent, out) = split(c.on_client(listen(7), now));
+    assert!(sent.is_empty(), "{sent:?}");
+    assert_eq!(out[0].1["error"]["code"], -32600, "{out:?}");
+}

@@ -55,9 +55,19 @@ impl ListCache {
             .map(|(_, v)| v)
     }
 
-    /// Stores `value` as the page of `method` read with `cursor` (at most [`MAX_PAGES`] per
-    /// method: the oldest goes).
+    /// Stores `value` as the page of `method` read with `cursor`, when that cursor is one the
+    /// child gave (the `nextCursor` of the cached first page or of a cached page): a client's
+    /// made-up cursors are never kept. At most [`MAX_PAGES`] per method: the oldest goes.
     pub(super) fn store_page(&mut self, method: &'static str, cursor: Box<str>, value: Value) {
+        let next = |v: &Value| v.get("nextCursor").and_then(Value::as_str) == Some(&*cursor);
+        let given = self.lists.get(method).is_some_and(next)
+            || self
+                .pages
+                .get(method)
+                .is_some_and(|p| p.iter().any(|(_, v)| next(v)));
+        if !given {
+            return;
+        }
         let pages = self.pages.entry(method).or_default();
         pages.retain(|(c, _)| *c != cursor);
         if pages.len() >= MAX_PAGES {
@@ -98,22 +108,35 @@ mod tests {
     fn later_pages_are_kept_bounded_and_forgotten_when_the_first_changes() {
         let mut c = ListCache::default();
         c.store("tools/list", json!({"tools": [1], "nextCursor": "a"}));
-        c.store_page("tools/list", "a".into(), json!({"tools": [2]}));
-        assert_eq!(c.page("tools/list", "a"), Some(&json!({"tools": [2]})));
-        assert_eq!(c.page("tools/list", "b"), None);
+        c.store_page(
+            "tools/list",
+            "a".into(),
+            json!({"tools": [2], "nextCursor": "b"}),
+        );
+        c.store_page("tools/list", "b".into(), json!({"tools": [3]}));
+        assert_eq!(c.page("tools/list", "b"), Some(&json!({"tools": [3]})));
+        // A cursor the child never gave is not kept.
+        c.store_page("tools/list", "made-up".into(), json!({"tools": [4]}));
+        assert_eq!(c.page("tools/list", "made-up"), None);
         // The same first page: kept.
         assert!(!c.store("tools/list", json!({"tools": [1], "nextCursor": "a"})));
         assert!(c.page("tools/list", "a").is_some());
         // A new first page: the old cursors' pages go.
-        assert!(c.store("tools/list", json!({"tools": [9]})));
+        assert!(c.store("tools/list", json!({"tools": [9], "nextCursor": "0"})));
         assert_eq!(c.page("tools/list", "a"), None);
         for i in 0..MAX_PAGES + 5 {
-            c.store_page("tools/list", i.to_string().into(), json!(i));
+            c.store_page(
+                "tools/list",
+                i.to_string().into(),
+                json!({"n": i, "nextCursor": (i + 1).to_string()}),
+            );
         }
         assert_eq!(c.page("tools/list", "0"), None);
+        let last = MAX_PAGES + 4;
         assert_eq!(
-            c.page("tools/list", &(MAX_PAGES + 4).to_string()),
-            Some(&json!(MAX_PAGES + 4))
+            c.page("tools/list", &last.to_string())
+                .map(|v| v["n"].clone()),
+            Some(json!(last))
         );
     }
 }
