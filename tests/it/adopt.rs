@@ -228,6 +228,21 @@ impl Desk {
         self.state_home.join("mcp-supervisor/adopt")
     }
 
+    /// The supervisor config adopt wrote, after `check-config` passed on it.
+    fn checked_config(&self) -> toml::Table {
+        let check = Command::new(SUPERVISOR)
+            .args(["check-config"])
+            .arg(&self.config)
+            .output()
+            .unwrap();
+        assert!(
+            check.status.success(),
+            "{}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+        toml::from_str(&std::fs::read_to_string(&self.config).unwrap()).unwrap()
+    }
+
     fn adoptions(&self) -> usize {
         std::fs::read_dir(self.state()).map_or(0, |d| d.count())
     }
@@ -474,17 +489,7 @@ fn adopt_yes_rewrites_every_client_and_undo_restores_every_file_byte_for_byte() 
 
     // The supervisor config: created 0600, valid, one table per server, env copied as is.
     assert_eq!(mode(&desk.config), 0o600);
-    let check = Command::new(SUPERVISOR)
-        .args(["check-config"])
-        .arg(&desk.config)
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
-    let cfg: toml::Table = toml::from_str(&std::fs::read_to_string(&desk.config).unwrap()).unwrap();
+    let cfg = desk.checked_config();
     let servers = cfg["servers"].as_table().unwrap();
     let names: Vec<&str> = servers.keys().map(String::as_str).collect();
     let mut want = vec![
@@ -1581,17 +1586,7 @@ fn adopt_endpoint_points_every_client_at_one_entry_and_undo_restores_every_file_
         assert!(anywhere, "the untouched entry {key} was lost");
     }
     // The config: valid, the nine servers and one endpoint serving each of them.
-    let check = Command::new(SUPERVISOR)
-        .args(["check-config"])
-        .arg(&desk.config)
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
-    let cfg: toml::Table = toml::from_str(&std::fs::read_to_string(&desk.config).unwrap()).unwrap();
+    let cfg = desk.checked_config();
     let mut served: Vec<&str> = cfg["endpoints"]["desk"]["servers"]
         .as_array()
         .unwrap()

@@ -177,11 +177,10 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Runs `attach desk` as uid 65534 with `lines` on its stdin; its stdout, parsed.
-fn attach_as_nobody(sup: &Supervisor, lines: &[Value]) -> Vec<Value> {
-    use std::io::Write;
+/// `attach desk` run as uid 65534, its stdin and stdout piped.
+fn nobody_attach(sup: &Supervisor) -> std::process::Child {
     use std::process::{Command, Stdio};
-    let mut child = Command::new("setpriv")
+    Command::new("setpriv")
         .args([
             "--reuid=65534",
             "--regid=65534",
@@ -194,9 +193,15 @@ fn attach_as_nobody(sup: &Supervisor, lines: &[Value]) -> Vec<Value> {
         .arg(sup.socket("desk"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Runs `attach desk` as uid 65534 with `lines` on its stdin; its stdout, parsed.
+fn attach_as_nobody(sup: &Supervisor, lines: &[Value]) -> Vec<Value> {
+    use std::io::Write;
+    let mut child = nobody_attach(sup);
     let mut input = String::new();
     for l in lines {
         input.push_str(&l.to_string());
@@ -788,24 +793,9 @@ fn a_reload_that_no_longer_allows_a_uid_on_the_endpoint_cuts_its_live_session() 
         return;
     }
     use std::io::{BufRead, Write};
-    use std::process::{Command, Stdio};
+    use std::process::Command;
     let sup = shared_endpoint("allowed_uids = [65534]");
-    let mut child = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            env!("CARGO_BIN_EXE_mcp-supervisor"),
-            "attach",
-            "desk",
-            "--socket",
-        ])
-        .arg(sup.socket("desk"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = nobody_attach(&sup);
     let mut stdin = child.stdin.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let stdout = child.stdout.take().unwrap();
