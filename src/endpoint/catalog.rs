@@ -184,7 +184,7 @@ impl Template {
     }
 }
 
-/// Catalogs one connection shares with the next ones of an endpoint ([`Shared`]); beyond
+/// Catalogs one connection shares with the next ones of an endpoint ([`SharedCatalogs`]); beyond
 /// this many keys, the oldest goes.
 pub const SHARED: usize = 16;
 
@@ -196,11 +196,11 @@ pub type SeedKey = (bool, Vec<bool>);
 /// connection routes a call by name without listing every source first (a 2026-07-28 HTTP
 /// request is a connection of its own). A seeded connection still lists when a name misses.
 #[derive(Debug, Default)]
-pub struct Shared {
+pub struct SharedCatalogs {
     slots: std::sync::Mutex<Vec<(SeedKey, Catalog)>>,
 }
 
-impl Shared {
+impl SharedCatalogs {
     /// A copy of the catalog shared for `key`.
     pub fn get(&self, key: &SeedKey) -> Option<Catalog> {
         let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());

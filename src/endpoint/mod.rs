@@ -63,8 +63,8 @@ pub struct Setup {
     pub sources: Vec<Option<Link>>,
     /// `[supervisor] max_clients`: a source whose seats are all taken is not joined.
     pub max_clients: usize,
-    /// The catalogs its connections share (`catalog::Shared`); a reload starts afresh.
-    pub catalogs: Arc<catalog::Shared>,
+    /// The catalogs its connections share (`catalog::SharedCatalogs`); a reload starts afresh.
+    pub catalogs: Arc<catalog::SharedCatalogs>,
 }
 
 /// Starts an endpoint: its handle (served like a server's) and the sender that gives it a
