@@ -177,6 +177,19 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Whether a test can connect as another uid (root and `setpriv`); says so when it cannot.
+fn can_be_another_uid() -> bool {
+    let can = is_root()
+        && std::process::Command::new("setpriv")
+            .arg("--version")
+            .output()
+            .is_ok();
+    if !can {
+        eprintln!("skipped: needs root and setpriv to connect as another uid");
+    }
+    can
+}
+
 /// `attach desk` run as uid 65534, its stdin and stdout piped.
 fn nobody_attach(sup: &Supervisor) -> std::process::Child {
     use std::process::{Command, Stdio};
@@ -244,13 +257,7 @@ fn shared_endpoint(policy: &str) -> Supervisor {
 
 #[test]
 fn two_unix_users_see_different_tools_and_a_hidden_call_is_denied_not_an_outage() {
-    if !is_root()
-        || std::process::Command::new("setpriv")
-            .arg("--version")
-            .output()
-            .is_err()
-    {
-        eprintln!("skipped: needs root and setpriv to connect as another uid");
+    if !can_be_another_uid() {
         return;
     }
     let sup = shared_endpoint(
@@ -783,13 +790,7 @@ fn a_panicked_endpoint_dispatcher_cuts_its_clients_and_a_fresh_one_serves_the_ne
 
 #[test]
 fn a_reload_that_no_longer_allows_a_uid_on_the_endpoint_cuts_its_live_session() {
-    if !is_root()
-        || std::process::Command::new("setpriv")
-            .arg("--version")
-            .output()
-            .is_err()
-    {
-        eprintln!("skipped: needs root and setpriv to connect as another uid");
+    if !can_be_another_uid() {
         return;
     }
     use std::io::{BufRead, Write};

@@ -58,11 +58,17 @@ fn answer(c: &mut Conn, source: usize, sent: &Value, result: Value, now: Instant
     )
 }
 
+/// A source's outage answer (`status`) to the request `sent`.
 fn fail(c: &mut Conn, source: usize, sent: &Value, status: &str, now: Instant) -> Vec<Effect> {
+    let e = json!({"code": -32000, "message": "down",
+        "data": {"server": format!("s{source}"), "status": status}});
+    error_answer(c, source, sent, e, now)
+}
+
+/// A source's error answer `e` to the request `sent`.
+fn error_answer(c: &mut Conn, source: usize, sent: &Value, e: Value, now: Instant) -> Vec<Effect> {
     let id = sent["id"].clone();
-    let line = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "error":
-        {"code": -32000, "message": "down", "data": {"server": format!("s{source}"), "status": status}}}))
-    .unwrap();
+    let line = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "error": e})).unwrap();
     c.on_source(
         source,
         Address::Response(id.to_string()),
@@ -499,20 +505,9 @@ fn a_listen_part_a_source_refuses_is_not_asked_again_and_a_repeated_id_is_refuse
         "{acked:?}"
     );
     // s0 refuses (a limit): left out for good. s1 is down (an outage): asked again later.
-    let refuse = |c: &mut Conn, source: usize, sent: &Value, code: i64| {
-        let id = sent["id"].clone();
-        let line = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id,
-            "error": {"code": code, "message": "no"}}))
-        .unwrap();
-        c.on_source(
-            source,
-            Address::Response(id.to_string()),
-            Line::from(bytes::Bytes::from(line)),
-            now,
-        )
-    };
-    refuse(&mut c, 0, &sent[0].1, -32002);
-    refuse(&mut c, 1, &sent[1].1, -32000);
+    let limit = json!({"code": -32002, "message": "no"});
+    error_answer(&mut c, 0, &sent[0].1, limit, now);
+    fail(&mut c, 1, &sent[1].1, "backoff", now);
     let at = c.next_deadline().expect("a reopen is due");
     let (again, _) = split(c.tick(at));
     assert_eq!(again.len(), 1, "{again:?}");
