@@ -55,6 +55,10 @@ pub enum Verb {
         /// The socket path itself, instead of looking it up in the configuration.
         #[arg(long)]
         socket: Option<PathBuf>,
+        /// After the connection to the supervisor is lost (it crashed or was restarted), how
+        /// long to keep reconnecting before giving up (exit 1); `0` gives up at once.
+        #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
+        reconnect_for: std::time::Duration,
     },
     /// Validate a configuration file and exit (0 valid, 2 invalid with file, line and key).
     CheckConfig {

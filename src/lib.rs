@@ -32,6 +32,7 @@ pub mod observe;
 pub mod protocol;
 pub mod reaper;
 pub mod remote;
+pub mod statefile;
 pub mod systemd;
 pub mod upstream;
 

@@ -85,6 +85,7 @@ fn main() {
             name,
             config,
             socket,
+            reconnect_for,
         } => {
             let path = match socket {
                 Some(p) => p,
@@ -96,8 +97,18 @@ fn main() {
                     Err(code) => std::process::exit(code),
                 },
             };
-            match attach::run(&path) {
-                Ok(()) => 0,
+            // The name in outage records: NAME, or the socket's file name without `.sock`.
+            let server = name.unwrap_or_else(|| {
+                let file = path.file_name().unwrap_or_default().to_string_lossy();
+                file.strip_suffix(".sock").unwrap_or(&file).to_string()
+            });
+            let opts = attach::Options {
+                server,
+                reconnect_for,
+            };
+            match attach::run(&path, opts) {
+                Ok(attach::Ended::Done) => 0,
+                Ok(attach::Ended::GaveUp | attach::Ended::HungUp) => 1,
                 Err(e) => {
                     eprintln!(
                         "mcp-supervisor attach: cannot connect to {}: {e} (is `mcp-supervisor run` running with this server?)",

@@ -488,13 +488,15 @@ impl Daemon {
 }
 
 /// Checks `state_dir` ([`prepare_state_dir`]) when a server of `config` keeps a record there
-/// (`start = "on-demand"`) and it is not `socket_dir` (checked already).
+/// (`start = "on-demand"`, or HTTP sessions: `http = true` on a server or an endpoint) and it
+/// is not `socket_dir` (checked already).
 fn prepare_records_dir(config: &Config, socket_dir: &Path) -> Result<()> {
     let dir = &config.supervisor.state_dir;
     let needed = config
         .servers
         .values()
-        .any(|s| s.start == crate::config::StartMode::OnDemand);
+        .any(|s| s.start == crate::config::StartMode::OnDemand || s.http)
+        || config.endpoints.values().any(|e| e.front.http);
     if needed && dir != socket_dir {
         prepare_state_dir(dir)?;
     }
@@ -764,6 +766,14 @@ impl Daemon {
         // After every server: an endpoint joins their actors.
         for (cfg, listener, act) in endpoints {
             self.start_endpoint(cfg, listener, act);
+        }
+        // Sessions of the last run, before the TCP listener (issue 32 §2).
+        if self.config.servers.values().any(|s| s.http)
+            || self.config.endpoints.values().any(|e| e.front.http)
+        {
+            self.front
+                .restore_sessions(&self.config.supervisor.state_dir)
+                .await;
         }
         self.ensure_http_listener().await?;
         if let Some(addr) = self.config.supervisor.metrics_listen {

@@ -603,6 +603,15 @@ pub(super) async fn accept_checked(
         };
         let allowed = shared.permits(role, cred.uid(), cred.gid());
         if !allowed {
+            if let Role::Server(name) = role {
+                // Said once, without waiting (a refused peer gets no more of our time): the
+                // marked line tells `attach` not to reconnect (issue 32 §2).
+                let line = crate::mux::session::hangup_line(
+                    &format!("this user is not allowed to use `{name}`"),
+                    "denied",
+                );
+                let _ = stream.try_write(&line);
+            }
             let budget = shared
                 .refused_log
                 .lock()

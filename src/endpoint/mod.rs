@@ -200,7 +200,11 @@ async fn dispatch(
                         // Accepted before a reload that no longer allows it.
                         if permit.as_ref().is_some_and(|a| !a.permits(peer.uid, peer.gid)) {
                             warn!(client = %id, peer_uid = peer.uid, "refusing a session of uid {}: no longer allowed on the endpoint after a reload", peer.uid);
-                            tx.kick();
+                            tx.deliver(crate::mux::session::hangup_line(
+                                &format!("endpoint `{}`: access revoked by a configuration reload", setup.borrow().cfg.name),
+                                "revoked",
+                            ));
+                            tx.close_after_drain();
                             continue;
                         }
                         // Clients whose task ended before their session said so (amortized
@@ -261,7 +265,11 @@ async fn dispatch(
                         let keep = access.permits(h.uid, h.gid);
                         if !keep {
                             warn!(client = %id, peer_uid = h.uid, "ending the session of uid {}: no longer allowed on the endpoint after a reload", h.uid);
-                            h.tx.kick();
+                            h.tx.deliver(crate::mux::session::hangup_line(
+                                &format!("endpoint `{}`: access revoked by a configuration reload", setup.borrow().cfg.name),
+                                "revoked",
+                            ));
+                            h.tx.close_after_drain();
                         }
                         keep
                     });

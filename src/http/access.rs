@@ -46,6 +46,11 @@ pub enum Caller {
     },
 }
 
+/// The SHA-256 of a bearer token: what a [`Caller::Tcp`] holds of it.
+pub fn digest(token: &str) -> [u8; 32] {
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
 /// Checks a request's credentials and origin: the [`Caller`], or the answer to send instead.
 pub(super) fn check(
     front: &Front,
@@ -117,7 +122,7 @@ pub(super) fn check(
         _ => None,
     };
     if matched || label.is_some() {
-        let token = sha2::Sha256::digest(given.flatten().unwrap_or("").as_bytes()).into();
+        let token = digest(given.flatten().unwrap_or(""));
         return Ok(Caller::Tcp { token, label });
     }
     if let Some(suppressed) = log_allowed(&front.tokens_log) {

@@ -63,6 +63,7 @@ use tracing::{debug, info, warn};
 pub mod access;
 pub mod admit;
 mod router;
+pub mod saved;
 mod session;
 mod stateless;
 mod stream;
@@ -155,6 +156,9 @@ pub struct Front {
     limits_log: Mutex<LogBudget>,
     /// Cancelled at shutdown: every stream and session ends.
     stop: CancellationToken,
+    /// Where the open handshake-era sessions are recorded (issue 32 §2): set once by
+    /// [`Front::restore_sessions`].
+    saved: std::sync::OnceLock<crate::statefile::Writer>,
 }
 
 impl Front {
@@ -188,6 +192,7 @@ impl Front {
             questions_log: Mutex::new(LogBudget::new(REFUSALS_LOGGED, REFUSALS_WINDOW)),
             limits_log: Mutex::new(LogBudget::new(REFUSALS_LOGGED, REFUSALS_WINDOW)),
             stop,
+            saved: std::sync::OnceLock::new(),
         });
         tokio::spawn(session::reap(Arc::downgrade(&front)));
         front
@@ -235,6 +240,105 @@ impl Front {
             .get(name)
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// Reopens the handshake-era sessions recorded in `<state_dir>/http-sessions.json`
+    /// ([`saved`]) by the last run, then records the open sessions there from now on (issue
+    /// 32 §2). A session whose server is gone or no longer served over HTTP, or whose TCP
+    /// token changed, is not reopened; an unusable file is logged and ignored.
+    pub async fn restore_sessions(self: &Arc<Front>, state_dir: &std::path::Path) {
+        let path = state_dir.join(saved::FILE);
+        let read_path = path.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            crate::statefile::read_own(&read_path, saved::MAX_FILE)
+        })
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|r| r);
+        let list = match read.map(|text| saved::decode(&text)) {
+            Ok(Ok(list)) => list,
+            Ok(Err(why)) => {
+                warn!(path = %path.display(), "the record of HTTP sessions is not used: {why}; clients of the last run open new sessions");
+                Vec::new()
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "the record of HTTP sessions is not used; clients of the last run open new sessions");
+                Vec::new()
+            }
+        };
+        let (mut restored, mut skipped) = (0usize, 0usize);
+        for s in list {
+            let entry = match self.registry.get(&s.server) {
+                Some(e) if e.cfg.http => e,
+                _ => {
+                    skipped += 1;
+                    continue;
+                }
+            };
+            let peer = match s.owner {
+                access::Caller::Tcp { token, label } => {
+                    let current = match label {
+                        None => self.token(&s.server).map(|t| access::digest(&t)),
+                        Some(l) => self
+                            .labelled(&s.server)
+                            .iter()
+                            .find(|(id, _)| *id == l)
+                            .map(|(_, t)| access::digest(t)),
+                    };
+                    if current != Some(token) {
+                        skipped += 1;
+                        continue;
+                    }
+                    Peer {
+                        label,
+                        ..self.me.clone()
+                    }
+                }
+                access::Caller::Unix { .. } => Peer {
+                    uid: s.uid,
+                    gid: s.gid,
+                    pid: None,
+                    label: None,
+                    endpoint: None,
+                    transport: Default::default(),
+                },
+            };
+            if session::restore(self, &entry, peer, s).await {
+                restored += 1;
+            } else {
+                skipped += 1;
+            }
+        }
+        if restored + skipped > 0 {
+            info!(restored, skipped, "HTTP sessions of the last run reopened");
+        }
+        if let Some(w) =
+            crate::statefile::Writer::start(path, "HTTP sessions will not survive a restart")
+        {
+            let _ = self.saved.set(w);
+        }
+        self.save_sessions();
+    }
+
+    /// Records the open sessions whose handshake is known (not while shutting down: the
+    /// record of a stop is the one the next start reopens).
+    fn save_sessions(&self) {
+        if self.stop.is_cancelled() {
+            return;
+        }
+        let Some(writer) = self.saved.get() else {
+            return;
+        };
+        let list: Vec<saved::Saved> = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|s| !s.is_ended())
+            .filter_map(|s| s.saved())
+            .collect();
+        writer.save(saved::encode(&list));
     }
 
     fn token(&self, name: &str) -> Option<Arc<str>> {

@@ -40,6 +40,7 @@
 
 use super::access::Caller;
 use super::router::{Routed, Router, STREAM_QUEUE};
+use super::saved::{self, Saved};
 use super::stream::{self, OnDrop};
 use super::{
     accepts_sse, header, header_str, json_body, log_allowed, plain, rpc_error, trim_newline,
@@ -82,6 +83,13 @@ pub struct HttpSession {
     activity: Activity,
     /// Cancelled when the session ends (DELETE, expiry, the actor closed it, shutdown).
     ended: CancellationToken,
+    /// The peer's uid and gid as the actor knows them (recorded for a restore).
+    peer_ids: (u32, u32),
+    /// The client's `initialize` params once sent, and whether it sent
+    /// `notifications/initialized`: what a restore replays (issue 32 §2, [`super::saved`]).
+    handshake: std::sync::Mutex<(Option<Box<RawValue>>, bool)>,
+    /// The front, told when the handshake is known so the session is recorded.
+    front: Weak<Front>,
 }
 
 /// What a request handler tells the pump ([`pump`]) about the session's streams.
@@ -245,7 +253,56 @@ pub(super) async fn open(
     peer: Peer,
     owner: Caller,
 ) -> Option<Arc<HttpSession>> {
-    let id = random_hex(16);
+    open_as(front, entry, peer, owner, random_hex(16)).await
+}
+
+/// Opens the session a record names again, with its id and owner, and replays its
+/// handshake to the actor (issue 32 §2): the answer is dropped (no stream awaits it), the
+/// client already has it.
+pub(super) async fn restore(front: &Arc<Front>, entry: &Entry, peer: Peer, saved: Saved) -> bool {
+    let Saved {
+        id,
+        owner,
+        initialize,
+        initialized,
+        ..
+    } = saved;
+    let Some(s) = open_as(front, entry, peer, owner, id).await else {
+        return false;
+    };
+    let line = format!(
+        r#"{{"jsonrpc":"2.0","id":"mcp-supervisor-restore","method":"initialize","params":{}}}"#,
+        initialize.get()
+    );
+    let mut msgs = vec![message::parse_one(line.as_bytes())];
+    if initialized {
+        msgs.push(message::parse_one(
+            br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        ));
+    }
+    *s.handshake.lock().unwrap_or_else(|p| p.into_inner()) = (Some(initialize), initialized);
+    for m in msgs.into_iter().flatten() {
+        if s.events
+            .send(SessionEvent::Message(s.client, m))
+            .await
+            .is_err()
+        {
+            s.ended.cancel();
+            return false;
+        }
+    }
+    info!(server = %s.server, client = %s.client, "HTTP session restored from the record of the last run");
+    true
+}
+
+/// Opens session `id`.
+async fn open_as(
+    front: &Arc<Front>,
+    entry: &Entry,
+    peer: Peer,
+    owner: Caller,
+    id: String,
+) -> Option<Arc<HttpSession>> {
     let client = ClientId::next();
     let (tx, outbox) = ClientTx::channel(entry.cfg.client_queue, &front.stop);
     let (ctl, ctl_rx) = mpsc::unbounded_channel();
@@ -268,6 +325,9 @@ pub(super) async fn open(
         next_stream: AtomicU64::new(0),
         activity: Activity::new(),
         ended: front.stop.child_token(),
+        peer_ids: (peer.uid, peer.gid),
+        handshake: std::sync::Mutex::new((None, false)),
+        front: Arc::downgrade(front),
     });
     front
         .sessions
@@ -409,6 +469,7 @@ impl HttpSession {
                 Err(Refused::Ended) => return not_found(),
             }
         };
+        self.note_handshake(&msgs);
         for m in msgs {
             if self
                 .events
@@ -462,6 +523,57 @@ impl HttpSession {
             answers.swap_remove(0)
         };
         json_body(StatusCode::OK, body)
+    }
+
+    /// Keeps what a restore needs from the client's handshake, and has the sessions recorded
+    /// when it changed.
+    fn note_handshake(&self, msgs: &[Message]) {
+        let mut changed = false;
+        {
+            let mut hs = self.handshake.lock().unwrap_or_else(|p| p.into_inner());
+            for m in msgs {
+                match (m.kind, m.method()) {
+                    (Kind::Request, "initialize") => {
+                        // A handshake too large to record: this session is not restored.
+                        hs.0 = m
+                            .params
+                            .as_deref()
+                            .filter(|p| p.get().len() <= saved::MAX_PARAMS)
+                            .map(ToOwned::to_owned);
+                        changed = true;
+                    }
+                    (Kind::Notification, "notifications/initialized") if !hs.1 => {
+                        hs.1 = true;
+                        changed = true;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if changed {
+            if let Some(front) = self.front.upgrade() {
+                front.save_sessions();
+            }
+        }
+    }
+
+    /// Whether the session ended.
+    pub(super) fn is_ended(&self) -> bool {
+        self.ended.is_cancelled()
+    }
+
+    /// The record of this session, once its handshake is known.
+    pub(super) fn saved(&self) -> Option<Saved> {
+        let hs = self.handshake.lock().unwrap_or_else(|p| p.into_inner());
+        Some(Saved {
+            id: self.id.clone(),
+            server: self.server.clone(),
+            owner: self.owner,
+            uid: self.peer_ids.0,
+            gid: self.peer_ids.1,
+            initialize: hs.0.clone()?,
+            initialized: hs.1,
+        })
     }
 
     /// Registers a new POST stream with the pump, awaiting the answers to `pending`
@@ -656,6 +768,7 @@ async fn pump(
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&s.id);
+        front.save_sessions();
     }
     if by_client {
         let _ = s.events.send(SessionEvent::Disconnected(s.client)).await;

@@ -15,10 +15,9 @@
 
 use crate::config::ServerConfig;
 use crate::mux::era::{self, Era, Handshake};
+use crate::statefile;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use tokio::sync::watch;
 use tracing::{debug, warn};
 
 /// The format's version; a record of another version is ignored.
@@ -121,7 +120,7 @@ const MAX_RECORD: u64 = 64 << 20;
 /// logged and ignored.
 pub async fn load(cfg: &ServerConfig) -> Option<Record> {
     let path = cfg.cache_file.clone();
-    let read = tokio::task::spawn_blocking(move || read_own(&path))
+    let read = tokio::task::spawn_blocking(move || statefile::read_own(&path, MAX_RECORD))
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))
         .and_then(|r| r);
@@ -145,111 +144,10 @@ pub async fn load(cfg: &ServerConfig) -> Option<Record> {
     }
 }
 
-/// Writes records in the background, the latest one wins (a watch channel: a burst of list
-/// changes costs one write).
-#[derive(Debug)]
-pub struct Writer {
-    tx: watch::Sender<Option<Vec<u8>>>,
-}
-
-impl Writer {
-    /// A writer for `path`, on the current tokio runtime; `None` outside one (the
-    /// simulation).
-    pub fn start(path: PathBuf) -> Option<Self> {
-        let rt = tokio::runtime::Handle::try_current().ok()?;
-        let (tx, mut rx) = watch::channel::<Option<Vec<u8>>>(None);
-        rt.spawn(async move {
-            while rx.changed().await.is_ok() {
-                let Some(bytes) = rx.borrow_and_update().clone() else {
-                    continue;
-                };
-                let path = path.clone();
-                let written = tokio::task::spawn_blocking(move || write_atomic(&path, &bytes))
-                    .await
-                    .map_err(|e| std::io::Error::other(e.to_string()))
-                    .and_then(|r| r);
-                if let Err(e) = written {
-                    warn!(error = %e, "cannot write the record of this run (on-demand answers before the next start will be missing)");
-                }
-            }
-        });
-        Some(Writer { tx })
-    }
-
-    /// Queues `bytes` to be written (replacing any not written yet).
-    pub fn save(&self, bytes: Vec<u8>) {
-        let _ = self.tx.send(Some(bytes));
-    }
-}
-
-/// Reads `path` if it is a record we could have written: see [`load`].
-fn read_own(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => std::io::Error::other("it is a symbolic link"),
-            _ => e,
-        })?;
-    let m = f.metadata()?;
-    let me = nix::unistd::geteuid().as_raw();
-    if !m.is_file() {
-        return Err(std::io::Error::other("it is not a regular file"));
-    }
-    if m.uid() != me {
-        return Err(std::io::Error::other(format!(
-            "it is owned by uid {}, not by the supervisor's uid {me}",
-            m.uid()
-        )));
-    }
-    if m.mode() & 0o022 != 0 {
-        return Err(std::io::Error::other(format!(
-            "its group or others may write it (mode {:04o})",
-            m.mode() & 0o7777
-        )));
-    }
-    if m.len() > MAX_RECORD {
-        return Err(std::io::Error::other(format!(
-            "it is {} bytes, over {MAX_RECORD}",
-            m.len()
-        )));
-    }
-    let mut text = Vec::new();
-    f.take(MAX_RECORD).read_to_end(&mut text)?;
-    Ok(text)
-}
-
-/// Writes `bytes` to `path` through a temporary file in the same directory, then renames it
-/// over `path`. The temporary file has a random name and is created exclusively without
-/// following a link (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600), so nothing planted at a guessed
-/// name can redirect the write (issue 26 §5); the rename replaces a link at `path` itself,
-/// never its target.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension(format!("json.tmp{:016x}", rand::random::<u64>()));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)?;
-    let written = f
-        .write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn cfg() -> ServerConfig {
         let text = "[servers.a]\ncommand = \"/bin/true\"\nargs = [\"x\"]\nstart = \"on-demand\"\n";
@@ -295,24 +193,30 @@ mod tests {
         let c = cfg();
         let dir = tempfile::tempdir().unwrap_or_else(|e| unreachable!("{e}"));
         let path = dir.path().join("a.cache.json");
-        write_atomic(&path, &a_record(&c)).unwrap_or_else(|e| unreachable!("{e}"));
+        statefile::write_atomic(&path, &a_record(&c)).unwrap_or_else(|e| unreachable!("{e}"));
         let mode = std::fs::metadata(&path).map(|m| m.permissions().mode() & 0o777);
         assert_eq!(mode.ok(), Some(0o600));
-        assert!(read_own(&path).is_ok());
+        assert!(statefile::read_own(&path, MAX_RECORD).is_ok());
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
             .unwrap_or_else(|e| unreachable!("{e}"));
-        let e = read_own(&path).map(|_| ()).unwrap_err();
+        let e = statefile::read_own(&path, MAX_RECORD)
+            .map(|_| ())
+            .unwrap_err();
         assert!(e.to_string().contains("may write it"), "{e}");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             .unwrap_or_else(|e| unreachable!("{e}"));
         let link = dir.path().join("b.cache.json");
         std::os::unix::fs::symlink(&path, &link).unwrap_or_else(|e| unreachable!("{e}"));
-        let e = read_own(&link).map(|_| ()).unwrap_err();
+        let e = statefile::read_own(&link, MAX_RECORD)
+            .map(|_| ())
+            .unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
         if nix::unistd::geteuid().is_root() {
             std::os::unix::fs::chown(&path, Some(4242), Some(4242))
                 .unwrap_or_else(|e| unreachable!("{e}"));
-            let e = read_own(&path).map(|_| ()).unwrap_err();
+            let e = statefile::read_own(&path, MAX_RECORD)
+                .map(|_| ())
+                .unwrap_err();
             assert!(e.to_string().contains("owned by uid 4242"), "{e}");
         }
     }
@@ -327,7 +231,7 @@ mod tests {
         std::fs::write(&secret, "root only").unwrap_or_else(|e| unreachable!("{e}"));
         let path = dir.path().join("a.cache.json");
         std::os::unix::fs::symlink(&secret, &path).unwrap_or_else(|e| unreachable!("{e}"));
-        write_atomic(&path, &a_record(&c)).unwrap_or_else(|e| unreachable!("{e}"));
+        statefile::write_atomic(&path, &a_record(&c)).unwrap_or_else(|e| unreachable!("{e}"));
         assert_eq!(
             std::fs::read_to_string(&secret).ok().as_deref(),
             Some("root only")

@@ -874,6 +874,22 @@ fn reject(
     ));
 }
 
+/// The `error.data` key that marks a session's last line when the supervisor ends it on
+/// purpose (issue 32 §2): `attach` passes the line on and does not reconnect.
+pub const HANGUP_KEY: &str = "mcp-supervisor/hangup";
+
+/// The line a session gets before the supervisor ends it on purpose: a `-32000` error with id
+/// `null`, `message`, and `data` `{"mcp-supervisor/hangup": reason}` (`denied`: the peer is
+/// not allowed at all; `revoked`: a reload no longer allows it).
+pub fn hangup_line(message: &str, reason: &str) -> bytes::Bytes {
+    crate::jsonrpc::message::error_response(
+        &crate::jsonrpc::message::raw_null(),
+        crate::jsonrpc::message::code::SERVER_UNAVAILABLE,
+        message,
+        Some(serde_json::json!({ HANGUP_KEY: reason })),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

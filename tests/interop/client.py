@@ -36,6 +36,11 @@ Scenarios:
     outage      any server behind a stopped supervisor child: tools/list is served
                 (non-empty) and calling --outage-tool
                 returns a readable outage (isError, "status=") with no SDK validation error.
+    survive     the fake server (echo {text}, slow {ms}) while the test kills and restarts the
+                supervisor: echo works; prints {"step": "ready"}; with --in-flight-tool the
+                call in flight at the crash returns the outage record (isError,
+                "status=disconnected"); waits for the line "go" on stdin; echo works again
+                in the same session (no new initialize on the client side).
 
 Endpoints (--prefix PREFIX, default empty): every tool name the scenario lists as
 required, calls or checks for (including --outage-tool's) is PREFIX + name, e.g.
@@ -93,7 +98,7 @@ except NameError:  # Python 3.10: anyio depends on the backport there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[no-redef]
 
 ERA_TO_MODE = {"handshake": "legacy", "modern": LATEST_MODERN_VERSION, "auto": "auto"}
-SCENARIOS = ("everything", "time", "tools", "features", "outage", "fastmcp", "roots")
+SCENARIOS = ("everything", "time", "tools", "features", "outage", "fastmcp", "roots", "survive")
 
 
 class Failure(Exception):
@@ -298,6 +303,33 @@ async def scenario_outage(r: Runner, iteration: int) -> None:
     await r.step("outage_call", iteration, call)
 
 
+async def scenario_survive(r: Runner, iteration: int) -> None:
+    """The supervisor crashes and comes back under one session (tests/it/survive.rs)."""
+    tag = uuid.uuid4().hex
+
+    async def echo(word: str) -> dict[str, Any]:
+        sent = f"{word} {tag}"
+        text = text_of(await r.call(named(r.args, "echo"), {"text": sent}))
+        check(text == sent, f"echo said {text!r}, not {sent!r}")
+        return {"text": text}
+
+    await r.step("before", iteration, lambda: echo("before"))
+    emit("ready")
+    if r.args.in_flight_tool:
+        async def in_flight() -> dict[str, Any]:
+            result = await r.client.call_tool(named(r.args, r.args.in_flight_tool), {"ms": 120000})
+            text = text_of(result)
+            check(result.is_error, f"the call in flight at the crash did not fail: {text!r}")
+            check("status=disconnected" in text, f"not the outage record: {text!r}")
+            return {"text": text[:200]}
+
+        await r.step("in_flight", iteration, in_flight)
+    # The test writes a line once the supervisor is back.
+    line = await anyio.to_thread.run_sync(sys.stdin.readline)
+    check(line.strip() == "go", f"stdin said {line!r}, not go")
+    await r.step("after", iteration, lambda: echo("after"))
+
+
 async def scenario_fastmcp(r: Runner, iteration: int) -> None:
     echo_tool, count_tool, ask_tool = (named(r.args, n) for n in ("echo", "count", "ask_name"))
     await r.list_tools(iteration, required=(echo_tool, count_tool, ask_tool))
@@ -393,6 +425,7 @@ SCENARIO_FNS = {
     "outage": scenario_outage,
     "fastmcp": scenario_fastmcp,
     "roots": scenario_roots,
+    "survive": scenario_survive,
 }
 
 
@@ -539,6 +572,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--expect-dirs", default=None, help="roots: directories that must be allowed (comma-separated)")
     parser.add_argument("--forbid-dirs", default=None, help="roots: directories that must not be allowed")
     parser.add_argument("--skip-elicit", action="store_true", help="fastmcp: do not call ask_name")
+    parser.add_argument("--in-flight-tool", default=None, help="survive: the tool called (with {\"ms\": 120000}) while the supervisor is killed")
     parser.add_argument("--outage-tool", default="echo", help="the tool the outage scenario calls (--prefix applies)")
     parser.add_argument("--prefix", default="", metavar="PREFIX", help="prepended to every tool name the scenario uses, e.g. everything__ for an endpoint (default none)")
     parser.add_argument("--progress-steps", type=int, default=3, help="steps for the long-running tool (>= 2)")

@@ -1425,7 +1425,13 @@ fn adopt_as_root_the_owner_connects_through_the_rewritten_entry_and_no_one_else(
         let _ = other.kill();
     }
     assert!(ended, "the refused client's attach did not end");
-    assert!(rx.try_recv().is_err(), "uid {MALLORY} got an answer");
+    // Only the refusal, which tells attach not to reconnect (issue 32 §2).
+    let got: Vec<Value> = rx.try_iter().collect();
+    assert!(
+        got.iter()
+            .all(|v| v["error"]["data"]["mcp-supervisor/hangup"] == "denied"),
+        "uid {MALLORY} got an answer: {got:?}"
+    );
     assert!(
         wait_until(Duration::from_secs(10), || sup
             .log()

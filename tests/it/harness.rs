@@ -159,29 +159,9 @@ impl Supervisor {
         namespaced: bool,
     ) -> Self {
         let id = test_id();
-        let mut cmd = if namespaced {
-            let mut c = Command::new("unshare");
-            c.args(["--pid", "--fork", "--mount-proc", SUPERVISOR]);
-            c
-        } else {
-            Command::new(SUPERVISOR)
-        };
-        cmd.arg("run")
-            .arg("-c")
-            .arg(&config)
-            .env("MCPSUP_TEST_ID", &id)
-            .env("RUST_LOG", "debug")
-            .env("NO_COLOR", "1")
-            .env_remove("JOURNAL_STREAM")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
+        let mut child = launch(&config, &id, env, namespaced);
         let log = Arc::new(Mutex::new(String::new()));
-        let mut err = child.stderr.take().unwrap();
+        let err = child.stderr.take().unwrap();
         if !read_stderr {
             return Supervisor {
                 child: Some(child),
@@ -193,20 +173,7 @@ impl Supervisor {
                 namespaced,
             };
         }
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                let text = String::from_utf8_lossy(&buf[..n]);
-                if std::env::var_os("MCPSUP_TEST_ECHO").is_some() {
-                    eprint!("{text}");
-                }
-                sink.lock().unwrap().push_str(&text);
-            }
-        });
+        read_log(err, log.clone());
         Supervisor {
             child: Some(child),
             dir,
@@ -352,6 +319,71 @@ impl Supervisor {
     pub fn marked(&self) -> Vec<i32> {
         marked_processes(&self.id)
     }
+
+    /// A crash: SIGKILLs the supervisor and waits for it to be gone.
+    pub fn kill(&mut self) {
+        assert!(!self.namespaced, "kill: not in a PID namespace");
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Runs the supervisor again on the same configuration and directory, for the same test
+    /// (after [`Supervisor::kill`]): as systemd or an operator would after a crash. Its log is
+    /// appended to the first run's.
+    pub fn run_again(&mut self) {
+        assert!(
+            self.child.is_none(),
+            "run_again: the supervisor is still running"
+        );
+        let mut child = launch(&self.config, &self.id, &[], false);
+        read_log(child.stderr.take().unwrap(), self.log.clone());
+        self.child = Some(child);
+    }
+}
+
+/// Runs `mcp-supervisor run -c config` for test `id` (its children carry the marker), its
+/// stderr piped.
+fn launch(config: &Path, id: &str, env: &[(&str, &str)], namespaced: bool) -> Child {
+    let mut cmd = if namespaced {
+        let mut c = Command::new("unshare");
+        c.args(["--pid", "--fork", "--mount-proc", SUPERVISOR]);
+        c
+    } else {
+        Command::new(SUPERVISOR)
+    };
+    cmd.arg("run")
+        .arg("-c")
+        .arg(config)
+        .env("MCPSUP_TEST_ID", id)
+        .env("RUST_LOG", "debug")
+        .env("NO_COLOR", "1")
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
+/// Appends everything `err` says to `sink`, on a thread of its own.
+fn read_log(mut err: std::process::ChildStderr, sink: Arc<Mutex<String>>) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = err.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let text = String::from_utf8_lossy(&buf[..n]);
+            if std::env::var_os("MCPSUP_TEST_ECHO").is_some() {
+                eprint!("{text}");
+            }
+            sink.lock().unwrap().push_str(&text);
+        }
+    });
 }
 
 impl Drop for Supervisor {

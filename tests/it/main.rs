@@ -28,3 +28,4 @@ mod readme;
 mod reaping;
 mod remote;
 mod signin;
+mod survive;

@@ -850,7 +850,16 @@ fn another_uid_is_refused_and_logged() {
         &["attach", "fake", "--socket", socket.to_str().unwrap()],
         &format!("{init}\n"),
     );
-    assert!(stdout.is_empty(), "a refused peer got {stdout}");
+    // A refused peer is told so, on a line `attach` does not reconnect after (issue 32 §2),
+    // and gets nothing of the server.
+    assert!(
+        !stdout.contains("serverInfo"),
+        "a refused peer got {stdout}"
+    );
+    assert!(
+        stdout.contains("not allowed") && stdout.contains("mcp-supervisor/hangup"),
+        "{stdout}"
+    );
     assert!(
         sup.wait_log(
             "refused a connection from uid 65534",

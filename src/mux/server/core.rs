@@ -2033,11 +2033,8 @@ impl Server {
                     "server `{}`: access revoked by a configuration reload",
                     self.cfg.name
                 );
-                let hangup = c.hangup(Line::from(message::error_response(
-                    &message::raw_null(),
-                    code::SERVER_UNAVAILABLE,
-                    &msg,
-                    None,
+                let hangup = c.hangup(Line::from(crate::mux::session::hangup_line(
+                    &msg, "revoked",
                 )));
                 self.shell.effects().push(hangup);
             }

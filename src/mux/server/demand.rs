@@ -18,7 +18,7 @@
 //! `demand` section of `core.rs`.
 
 use crate::config::ServerConfig;
-use crate::mux::record::Writer;
+use crate::statefile::Writer;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -54,7 +54,10 @@ impl Demand {
     /// Starts the record's writer to `path`, unless one runs (on-demand servers only).
     pub(super) fn open_writer(&mut self, path: PathBuf) {
         if self.writer.is_none() {
-            self.writer = Writer::start(path);
+            self.writer = Writer::start(
+                path,
+                "on-demand answers before the next start will be missing",
+            );
         }
     }
 

@@ -1,0 +1,400 @@
+//! `mcp-supervisor attach NAME`: a framing bridge between stdin/stdout and a server's socket,
+//! for MCP clients that can only launch a command (issue 3 §2), that outlives the supervisor's
+//! crashes and restarts (issue 32 §2).
+//!
+//! Owns two plain threads with blocking I/O (no async runtime: tokio's stdin/stdout hand every
+//! read and write to its blocking pool). The stdin thread splits the client's input into lines
+//! and writes them to the current connection; the main thread reads the supervisor's lines and
+//! writes them to stdout, and when the connection is lost, reconnects with jittered backoff
+//! ([`crate::child::backoff`], 100 ms doubling to 2 s) for [`Options::reconnect_for`]. What to
+//! send, show, hold, replay and answer is decided by [`bridge::Bridge`], sans-IO.
+//!
+//! Rules:
+//! - never connected at all: exit 1 (`run` returns the error), as before issue 32;
+//! - stdin EOF shuts down the socket's write side; output drains until the supervisor closes,
+//!   then `attach` exits (after answering what was in flight, if the close was a loss);
+//! - a lost connection (the supervisor crashed, was killed or restarted) is reconnected; the
+//!   client's requests in flight get one outage answer each; its handshake, log level,
+//!   subscriptions and listen streams are replayed; a line cut by the loss is dropped whole;
+//! - giving up (after `reconnect_for` without a connection) answers what was held and exits 1;
+//! - a session the supervisor ends on purpose (its last line marked
+//!   [`crate::mux::session::HANGUP_KEY`]: this user is not, or no longer, allowed) is not
+//!   reconnected: `attach` exits 1;
+//! - stdout that cannot be written (the client is gone) ends `attach`;
+//! - lock order: `writer`, then `bridge`; no lock is held while writing to stdout, and
+//!   `bridge` is never held during I/O.
+
+pub mod bridge;
+
+use crate::child::backoff::Backoff;
+use crate::jsonrpc::framing::{Frame, LineDecoder};
+use bridge::{Bridge, Out};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::Shutdown;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Read size of both directions.
+const CHUNK: usize = 64 * 1024;
+
+/// Longest line carried: the largest `max_message_size` a server may have (1 GiB). A longer
+/// request is answered -32600 by the bridge.
+const MAX_LINE: usize = 1 << 30;
+
+/// First and longest wait between reconnection attempts.
+const RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
+
+/// How `attach` behaves.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The server's (or endpoint's) name, for outage records and notes.
+    pub server: String,
+    /// How long to try to reconnect after a lost connection before giving up; zero: never
+    /// (answer what is in flight and exit, as a plain bridge).
+    pub reconnect_for: Duration,
+}
+
+/// What both threads share.
+struct Shared {
+    bridge: Mutex<Bridge>,
+    /// The current connection's write half; `None` while no connection is up. Taken before
+    /// `bridge` whenever both are.
+    writer: Mutex<Option<UnixStream>>,
+    /// stdout (a duplicate of fd 1; `None` when it is not open: output is discarded).
+    out: Mutex<Option<File>>,
+}
+
+/// How `attach` ended after it had connected.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The client closed its input and everything owed was answered, or it closed stdout.
+    Done,
+    /// No connection came back within `reconnect_for`.
+    GaveUp,
+    /// The supervisor ended the session on purpose (this user is not, or no longer, allowed).
+    HungUp,
+}
+
+/// Bridges until the client is done (or gone), reconnecting after losses. Errors only when
+/// the first connection fails.
+pub fn run(socket: &Path, opts: Options) -> Result<Ended, std::io::Error> {
+    let stream = UnixStream::connect(socket)?;
+    let shared = Arc::new(Shared {
+        bridge: Mutex::new(Bridge::new(&opts.server)),
+        writer: Mutex::new(Some(stream.try_clone()?)),
+        // Unbuffered handles on duplicates of fds 0 and 1: a closed fd 0 reads as EOF and a
+        // closed fd 1 discards, as std's own handles do.
+        out: Mutex::new(dup(std::io::stdout().as_fd())),
+    });
+    let stdin = dup(std::io::stdin().as_fd());
+    let up = shared.clone();
+    std::thread::Builder::new()
+        .name("attach-stdin".into())
+        .spawn(move || from_client(&up, stdin))?;
+    Ok(from_server(&shared, stream, socket, &opts))
+}
+
+/// The stdin thread: the client's lines to the current connection (or held).
+fn from_client(shared: &Shared, stdin: Option<File>) {
+    let mut decoder = LineDecoder::new(MAX_LINE);
+    let mut buf = vec![0u8; CHUNK];
+    if let Some(mut stdin) = stdin {
+        loop {
+            let n = match stdin.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            decoder.extend(buf.get(..n).unwrap_or_default());
+            let frames = std::iter::from_fn(|| decoder.next_frame()).collect();
+            if !client_frames(shared, frames) {
+                return;
+            }
+            decoder.shrink_if_idle(CHUNK * 16);
+        }
+        if let Some(f) = decoder.finish() {
+            client_frames(shared, vec![f]);
+        }
+    }
+    let writer = lock(&shared.writer);
+    lock(&shared.bridge).client_done();
+    if let Some(s) = writer.as_ref() {
+        let _ = s.shutdown(Shutdown::Write);
+    }
+}
+
+/// Decides and sends one read's frames; `false` once stdout is gone.
+fn client_frames(shared: &Shared, frames: Vec<Frame>) -> bool {
+    let now = Instant::now();
+    let mut all = Out::default();
+    let mut writer = lock(&shared.writer);
+    {
+        let mut bridge = lock(&shared.bridge);
+        for f in frames {
+            let out = bridge.from_client(f, now);
+            all.to_server.extend(out.to_server);
+            all.to_client.extend(out.to_client);
+            all.notes.extend(out.notes);
+        }
+    }
+    if let Some(s) = writer.as_mut() {
+        // A failed write is a lost connection: the main thread sees it end and answers what
+        // was in flight.
+        let _ = s.write_all(&joined(&all.to_server));
+    }
+    drop(writer);
+    emit(
+        shared,
+        Out {
+            to_server: Vec::new(),
+            ..all
+        },
+    )
+}
+
+/// The main thread: the supervisor's lines to stdout, and reconnection.
+fn from_server(shared: &Shared, mut stream: UnixStream, socket: &Path, opts: &Options) -> Ended {
+    let mut rng = StdRng::from_entropy();
+    let mut backoff = Backoff::new(RETRY.0, RETRY.1, Duration::MAX);
+    loop {
+        let (heard, stdout_ok) = pump(shared, &mut stream);
+        if !stdout_ok {
+            return Ended::Done;
+        }
+        if heard {
+            backoff.reset();
+        }
+        if let Some(said) = lock(&shared.bridge).hangup().map(str::to_string) {
+            emit(
+                shared,
+                Out {
+                    notes: vec![format!("the supervisor ended the session: {said}")],
+                    ..Out::default()
+                },
+            );
+            return Ended::HungUp;
+        }
+        let out = {
+            let mut writer = lock(&shared.writer);
+            *writer = None;
+            lock(&shared.bridge).lost()
+        };
+        let done = {
+            let b = lock(&shared.bridge);
+            b.is_client_done() && b.idle()
+        };
+        // After the client's EOF, the supervisor closing is the normal end.
+        if !done {
+            emit(
+                shared,
+                Out {
+                    notes: vec![format!(
+                        "the connection to {} was lost; reconnecting for up to {}",
+                        socket.display(),
+                        humantime::format_duration(opts.reconnect_for)
+                    )],
+                    ..Out::default()
+                },
+            );
+        }
+        if !emit(shared, out) || done {
+            return Ended::Done;
+        }
+        let since = Instant::now();
+        match reconnect(shared, socket, opts, &mut backoff, &mut rng) {
+            Reconnect::Up(s) => {
+                stream = s;
+                emit(
+                    shared,
+                    Out {
+                        notes: vec![format!(
+                            "reconnected to {} after {:.1}s",
+                            socket.display(),
+                            since.elapsed().as_secs_f64()
+                        )],
+                        ..Out::default()
+                    },
+                );
+            }
+            Reconnect::Done => return Ended::Done,
+            Reconnect::GaveUp(why) => {
+                let out = lock(&shared.bridge).give_up();
+                emit(shared, out);
+                emit(
+                    shared,
+                    Out {
+                        notes: vec![format!(
+                            "gave up reconnecting to {} after {}: {why}",
+                            socket.display(),
+                            humantime::format_duration(opts.reconnect_for)
+                        )],
+                        ..Out::default()
+                    },
+                );
+                return Ended::GaveUp;
+            }
+        }
+    }
+}
+
+/// Copies the supervisor's lines to stdout until the connection ends: (whether a line came,
+/// whether stdout can still be written).
+fn pump(shared: &Shared, stream: &mut UnixStream) -> (bool, bool) {
+    let mut decoder = LineDecoder::new(MAX_LINE);
+    let mut buf = vec![0u8; CHUNK];
+    let mut heard = false;
+    loop {
+        let n = match stream.read(&mut buf) {
+            Ok(0) => return (heard, true),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return (heard, true),
+        };
+        decoder.extend(buf.get(..n).unwrap_or_default());
+        let mut all = Out::default();
+        {
+            let mut bridge = lock(&shared.bridge);
+            while let Some(frame) = decoder.next_frame() {
+                heard = true;
+                match frame {
+                    Frame::Line(line) => {
+                        let out = bridge.from_server(line);
+                        all.to_client.extend(out.to_client);
+                        all.notes.extend(out.notes);
+                    }
+                    Frame::Oversized { len, .. } => all
+                        .notes
+                        .push(format!("dropped a line of {len} bytes from the supervisor")),
+                }
+            }
+        }
+        decoder.shrink_if_idle(CHUNK * 16);
+        if !emit(shared, all) {
+            return (heard, false);
+        }
+    }
+}
+
+/// How a reconnection ended.
+enum Reconnect {
+    Up(UnixStream),
+    /// The client is done and nothing is owed: no need for a connection.
+    Done,
+    /// `reconnect_for` passed; the last error.
+    GaveUp(String),
+}
+
+/// Tries to connect until `reconnect_for` passes, answering held messages as they expire;
+/// replays the client's state on the new connection.
+fn reconnect(
+    shared: &Shared,
+    socket: &Path,
+    opts: &Options,
+    backoff: &mut Backoff,
+    rng: &mut StdRng,
+) -> Reconnect {
+    let since = Instant::now();
+    let mut last = "not tried".to_string();
+    loop {
+        let now = Instant::now();
+        if now.saturating_duration_since(since) >= opts.reconnect_for {
+            return Reconnect::GaveUp(last);
+        }
+        let attempt = now + backoff.on_exit(now, now, None, rng);
+        // Wait, answering held messages whose time is up meanwhile.
+        loop {
+            let now = Instant::now();
+            let expiry = lock(&shared.bridge).next_expiry();
+            let wake = expiry.map_or(attempt, |e| e.min(attempt));
+            std::thread::sleep(wake.saturating_duration_since(now));
+            let out = lock(&shared.bridge).expire(Instant::now());
+            if !emit(shared, out) {
+                return Reconnect::Done;
+            }
+            if Instant::now() >= attempt {
+                break;
+            }
+        }
+        {
+            let b = lock(&shared.bridge);
+            if b.is_client_done() && b.idle() {
+                return Reconnect::Done;
+            }
+        }
+        let stream = match UnixStream::connect(socket).and_then(|s| Ok((s.try_clone()?, s))) {
+            Ok(s) => s,
+            Err(e) => {
+                last = e.to_string();
+                continue;
+            }
+        };
+        let (mut write, read) = stream;
+        let mut writer = lock(&shared.writer);
+        let out = lock(&shared.bridge).connected();
+        let _ = write.write_all(&joined(&out.to_server));
+        if lock(&shared.bridge).is_client_done() {
+            let _ = write.shutdown(Shutdown::Write);
+        }
+        *writer = Some(write);
+        drop(writer);
+        emit(
+            shared,
+            Out {
+                to_server: Vec::new(),
+                ..out
+            },
+        );
+        return Reconnect::Up(read);
+    }
+}
+
+/// Writes lines to stdout and notes to stderr; `false` when stdout cannot be written.
+fn emit(shared: &Shared, out: Out) -> bool {
+    for note in &out.notes {
+        eprintln!("mcp-supervisor attach: {note}");
+    }
+    if out.to_client.is_empty() {
+        return true;
+    }
+    let mut stdout = lock(&shared.out);
+    match stdout.as_mut() {
+        Some(f) => {
+            let ok = f.write_all(&joined(&out.to_client)).is_ok();
+            if !ok {
+                *stdout = None;
+            }
+            ok
+        }
+        None => true,
+    }
+}
+
+/// Lines joined, each followed by `\n`.
+fn joined(lines: &[bytes::Bytes]) -> Vec<u8> {
+    let len = lines.iter().map(|l| l.len() + 1).sum();
+    let mut buf = Vec::with_capacity(len);
+    for l in lines {
+        buf.extend_from_slice(l);
+        buf.push(b'\n');
+    }
+    buf
+}
+
+/// A lock that a panicked holder does not poison for the other thread (the state stays
+/// usable: every change to it is one method call).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A `File` on a duplicate of `fd` (closing it leaves the original open), `None` when `fd` is
+/// not open.
+fn dup(fd: std::os::fd::BorrowedFd<'_>) -> Option<File> {
+    fd.try_clone_to_owned().ok().map(File::from)
+}

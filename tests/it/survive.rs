@@ -1,0 +1,527 @@
+//! Issue 32: clients survive crashes and restarts of the supervisor itself. `attach` as a
+//! reconnecting framing bridge against a SIGKILLed and restarted supervisor, as a client sees
+//! it on its stdin and stdout.
+
+use crate::harness::*;
+use crate::interop::Interop;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// `mcp-supervisor attach` run as an MCP client runs it (or an SDK client script): lines on
+/// its stdin, JSON lines read from its stdout on a thread, stderr kept.
+pub(crate) struct Attached {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Value>,
+    /// Every line read so far, in order.
+    pub seen: Vec<Value>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Attached {
+    pub(crate) fn start(sup: &Supervisor, name: &str, extra: &[&str]) -> Attached {
+        let mut cmd = Command::new(SUPERVISOR);
+        cmd.args(["attach", name, "-c"])
+            .arg(&sup.config)
+            .args(extra);
+        Self::spawn(sup, cmd)
+    }
+
+    /// Runs `cmd` (for `sup`'s test: its processes carry the marker) with its stdin, stdout
+    /// (JSON lines) and stderr piped.
+    pub(crate) fn spawn(sup: &Supervisor, mut cmd: Command) -> Attached {
+        let mut child = cmd
+            .env("MCPSUP_TEST_ID", &sup.id)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let v = serde_json::from_str(&line).unwrap_or_else(|e| {
+                    panic!("attach wrote a line that is not JSON ({e}): {line}")
+                });
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let mut err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Attached {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            seen: Vec::new(),
+            stderr,
+        }
+    }
+
+    pub(crate) fn send(&mut self, v: &Value) {
+        self.send_text(&v.to_string());
+    }
+
+    /// Writes `text` and a newline to its stdin.
+    pub(crate) fn send_text(&mut self, text: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin closed");
+        stdin.write_all(format!("{text}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Waits for the first line (from now on, or already seen) that `pred` accepts.
+    pub(crate) fn wait_for(
+        &mut self,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Option<Value> {
+        if let Some(v) = self.seen.iter().find(|v| pred(v)) {
+            return Some(v.clone());
+        }
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) => {
+                    self.seen.push(v.clone());
+                    if pred(&v) {
+                        return Some(v);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+
+    /// The answer to request `id` (waits up to `timeout`), or a panic naming what was seen.
+    pub(crate) fn response(&mut self, id: Value, timeout: Duration) -> Value {
+        let found = self.wait_for(timeout, |v| v["id"] == id && v.get("method").is_none());
+        found.unwrap_or_else(|| {
+            panic!(
+                "no answer to {id} within {timeout:?}; seen {:?}; attach stderr:\n{}",
+                self.seen,
+                self.stderr()
+            )
+        })
+    }
+
+    /// How many answers to `id` the client got.
+    pub(crate) fn answers(&self, id: Value) -> usize {
+        self.seen
+            .iter()
+            .filter(|v| v["id"] == id && v.get("method").is_none())
+            .count()
+    }
+
+    pub(crate) fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Closes stdin and waits (up to `timeout`) for attach to exit: its exit code.
+    pub(crate) fn finish(&mut self, timeout: Duration) -> Option<i32> {
+        self.stdin = None;
+        self.wait(timeout)
+    }
+
+    /// Waits up to `timeout` for attach to exit: its exit code.
+    pub(crate) fn wait(&mut self, timeout: Duration) -> Option<i32> {
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                // Whatever it wrote last.
+                while let Ok(v) = self.lines.recv_timeout(Duration::from_millis(200)) {
+                    self.seen.push(v);
+                }
+                return st.code();
+            }
+            if Instant::now() > end {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn handshake(a: &mut Attached) {
+    a.send(
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "survivor", "version": "1"}}}),
+    );
+    let r = a.response(json!(0), Duration::from_secs(10));
+    assert!(r["result"]["serverInfo"].is_object(), "{r}");
+    a.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+}
+
+fn call(id: u64, tool: &str, args: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": args}})
+}
+
+/// The record of an outage answer (a tool result's `_meta`, or an error's `data`).
+fn record(r: &Value) -> Value {
+    r["result"]["_meta"]["mcp-supervisor/outage"]
+        .as_object()
+        .map(|o| Value::Object(o.clone()))
+        .unwrap_or_else(|| r["error"]["data"].clone())
+}
+
+/// Issue 32 §2: the supervisor is SIGKILLed while an `attach` client has a call in flight and
+/// a resource subscription; it is run again. The call in flight gets exactly one outage
+/// answer; a call made during the gap is answered after the restart; the client's handshake
+/// and subscription are replayed without the client seeing a second handshake answer; the
+/// client never re-initializes and `attach` never exits.
+#[test]
+fn attach_outlives_a_supervisor_crash_with_one_outage_answer_and_its_session_replayed() {
+    let saw = tempfile::tempdir().unwrap();
+    let log = saw.path().join("saw.jsonl");
+    let mut sup = Supervisor::start(&fake_server("fake", &["--log", log.to_str().unwrap()], ""));
+    let mut a = Attached::start(&sup, "fake", &[]);
+    handshake(&mut a);
+    a.send(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe",
+        "params": {"uri": "file:///watched"}}),
+    );
+    a.response(json!(1), Duration::from_secs(10));
+    a.send(&call(2, "slow", json!({"ms": 120_000})));
+    assert!(
+        wait_until(Duration::from_secs(10), || child_saw(&log)
+            .iter()
+            .any(|l| l.contains("\"slow\""))),
+        "the child never got the call; {}",
+        sup.log()
+    );
+
+    sup.kill();
+    let r = a.response(json!(2), Duration::from_secs(10));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let text = r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("server=fake status=disconnected"), "{text}");
+    let rec = record(&r);
+    assert_eq!(rec["class"], "unreachable", "{rec}");
+    assert_eq!(rec["detail"], "supervisor", "{rec}");
+    assert_eq!(rec["reason"], "supervisor-connection-lost", "{rec}");
+
+    // Made while no supervisor runs: held, then served by the next one.
+    a.send(&call(3, "echo", json!({"text": "across the gap"})));
+    sup.run_again();
+    let r = a.response(json!(3), Duration::from_secs(20));
+    assert_eq!(Client::text(&r), "across the gap", "{r}");
+
+    // The subscription was replayed to the new supervisor (and the new child).
+    a.send(&call(4, "update", json!({"uri": "file:///watched"})));
+    a.response(json!(4), Duration::from_secs(10));
+    let updated = a.wait_for(Duration::from_secs(10), |v| {
+        v["method"] == "notifications/resources/updated" && v["params"]["uri"] == "file:///watched"
+    });
+    assert!(
+        updated.is_some(),
+        "no update after the restart; seen {:?}",
+        a.seen
+    );
+
+    // Exactly one answer each; nothing of the bridge's own requests.
+    for id in 0..=4 {
+        assert_eq!(a.answers(json!(id)), 1, "answers to {id}: {:?}", a.seen);
+    }
+    assert!(
+        !a.seen.iter().any(|v| v["id"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("mcp-supervisor-attach-"))),
+        "{:?}",
+        a.seen
+    );
+    let err = a.stderr();
+    assert!(err.contains("reconnected"), "{err}");
+    assert!(err.contains("the handshake"), "{err}");
+    assert_eq!(a.finish(Duration::from_secs(10)), Some(0), "{}", a.stderr());
+}
+
+/// Issue 32 §2: with no supervisor to come back, `attach` tries for `--reconnect-for`, then
+/// answers what it held with the outage record (it never ran) and exits 1 saying so.
+#[test]
+fn attach_gives_up_after_reconnect_for_and_answers_what_it_held() {
+    let mut sup = Supervisor::start(&fake_server("fake", &[], ""));
+    let mut a = Attached::start(&sup, "fake", &["--reconnect-for", "2s"]);
+    handshake(&mut a);
+    sup.kill();
+    assert!(
+        wait_until(Duration::from_secs(10), || a
+            .stderr()
+            .contains("reconnecting")),
+        "{}",
+        a.stderr()
+    );
+    a.send(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}));
+    let r = a.response(json!(9), Duration::from_secs(20));
+    assert_eq!(r["error"]["code"], -32000, "{r}");
+    assert_eq!(
+        r["error"]["data"]["reason"], "supervisor-unreachable",
+        "{r}"
+    );
+    assert_eq!(a.wait(Duration::from_secs(10)), Some(1));
+    assert!(a.stderr().contains("gave up"), "{}", a.stderr());
+}
+
+/// Issue 32 "Done when": the official Python SDK, one client over stdio through `attach` and
+/// one over HTTP on `NAME.http.sock` (a handshake-era session), while the supervisor is
+/// SIGKILLed and run again. The call the stdio client had in flight gets one outage answer;
+/// after the restart each client's next call succeeds in the same session, without a new
+/// `initialize` on the client side (the HTTP client keeps its `Mcp-Session-Id`).
+#[test]
+fn interop_sdk_clients_through_attach_and_http_outlive_a_supervisor_sigkill() {
+    let io = Interop::load();
+    let saw = tempfile::tempdir().unwrap();
+    let log = saw.path().join("saw.jsonl");
+    let mut sup = Supervisor::start(&fake_server(
+        "fake",
+        &["--log", log.to_str().unwrap()],
+        "http = true",
+    ));
+    let script = |args: &[&str]| {
+        let mut cmd = Command::new(io.var("MCPSUP_INTEROP_PYTHON"));
+        cmd.arg(io.var("MCPSUP_INTEROP_CLIENT"))
+            .args(["--timeout", "120"])
+            .args(args);
+        cmd
+    };
+    let config = sup.config.to_string_lossy().into_owned();
+    let http_sock = sup.dir.path().join("run/fake.http.sock");
+    let mut stdio = Attached::spawn(
+        &sup,
+        script(&[
+            "--era",
+            "handshake",
+            "--client-name",
+            "py-stdio",
+            "--in-flight-tool",
+            "slow",
+            "survive",
+            "--",
+            SUPERVISOR,
+            "attach",
+            "fake",
+            "-c",
+            &config,
+        ]),
+    );
+    let mut http = Attached::spawn(
+        &sup,
+        script(&[
+            "--era",
+            "handshake",
+            "--client-name",
+            "py-http",
+            "survive",
+            "--url",
+            "http://localhost/mcp",
+            "--unix-socket",
+            http_sock.to_str().unwrap(),
+        ]),
+    );
+    for (c, what) in [(&mut stdio, "stdio"), (&mut http, "http")] {
+        let ready = c.wait_for(Duration::from_secs(60), |v| v["step"] == "ready");
+        assert!(
+            ready.is_some(),
+            "{what} client never ready: {:?}\n{}\n{}",
+            c.seen,
+            c.stderr(),
+            sup.log()
+        );
+    }
+    assert!(
+        wait_until(Duration::from_secs(20), || child_saw(&log)
+            .iter()
+            .any(|l| l.contains("\"slow\""))),
+        "the child never got the call in flight; {}",
+        sup.log()
+    );
+    sup.kill();
+    let in_flight = stdio.wait_for(Duration::from_secs(30), |v| v["step"] == "in_flight");
+    assert_eq!(
+        in_flight.as_ref().map(|v| v["ok"].clone()),
+        Some(json!(true)),
+        "{:?}\n{}",
+        stdio.seen,
+        stdio.stderr()
+    );
+    sup.run_again();
+    assert!(
+        wait_until(Duration::from_secs(20), || sup.socket("fake").exists()
+            && http_sock.exists()
+            && sup.log().contains("HTTP session restored")),
+        "{}",
+        sup.log()
+    );
+    for (c, what) in [(&mut stdio, "stdio"), (&mut http, "http")] {
+        c.send_text("go");
+        let after = c.wait_for(Duration::from_secs(60), |v| v["step"] == "after");
+        assert_eq!(
+            after.as_ref().map(|v| v["ok"].clone()),
+            Some(json!(true)),
+            "{what}: {:?}\nstderr:\n{}\nsupervisor:\n{}",
+            c.seen,
+            c.stderr(),
+            sup.log()
+        );
+        assert_eq!(
+            c.wait(Duration::from_secs(30)),
+            Some(0),
+            "{what}: {}",
+            c.stderr()
+        );
+        // One handshake per client, ever: the restart was not seen as a new session.
+        let connects = c.seen.iter().filter(|v| v["step"] == "connect").count();
+        assert_eq!(connects, 1, "{what}: {:?}", c.seen);
+    }
+}
+
+/// Issue 32 §2 and §3: a handshake-era HTTP session outlives a SIGKILL of the supervisor under
+/// the same `Mcp-Session-Id`, for the caller that opened it only; a record that is not the
+/// supervisor's own (a link planted in its place) or not intact is ignored with a log line,
+/// and its sessions get 404 as the transport specifies.
+#[test]
+fn http_sessions_outlive_a_crash_for_their_owner_only_and_a_planted_record_is_ignored() {
+    use crate::http::{request, HttpSup};
+    let mut hs = HttpSup::start(&fake_server("fake", &[], "http = true"));
+    let sid = hs.session("fake");
+    let echo = |hs: &HttpSup, sid: &str, text: &str| {
+        hs.post(
+            "fake",
+            &[
+                ("Mcp-Session-Id", sid),
+                ("MCP-Protocol-Version", "2025-06-18"),
+            ],
+            &call(7, "echo", json!({"text": text})),
+        )
+    };
+    let r = echo(&hs, &sid, "before");
+    assert_eq!(r.status, 200);
+    let record = hs.sup.dir.path().join("run/http-sessions.json");
+    assert!(
+        wait_until(Duration::from_secs(10), || std::fs::read_to_string(&record)
+            .is_ok_and(|t| t.contains(&sid))),
+        "the session was not recorded; {}",
+        hs.sup.log()
+    );
+    let text = std::fs::read_to_string(&record).unwrap();
+    assert!(
+        !text.contains(&hs.token("fake")),
+        "the token itself is on disk: {text}"
+    );
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&record).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+
+    let restart = |hs: &mut HttpSup| {
+        let addr_file = hs.sup.dir.path().join("run/http.addr");
+        let _ = std::fs::remove_file(&addr_file);
+        hs.sup.kill();
+        hs.sup.run_again();
+        assert!(
+            wait_until(Duration::from_secs(20), || std::fs::read_to_string(
+                &addr_file
+            )
+            .is_ok_and(|a| !a.trim().is_empty())),
+            "{}",
+            hs.sup.log()
+        );
+        hs.addr = std::fs::read_to_string(&addr_file)
+            .unwrap()
+            .trim()
+            .to_string();
+    };
+    restart(&mut hs);
+    let r = echo(&hs, &sid, "after");
+    assert_eq!(r.status, 200, "{}", hs.sup.log());
+    let v = r.json();
+    assert_eq!(Client::text(&v), "after", "{v}");
+    // Another caller naming it (this uid on NAME.http.sock, not the token) does not find it.
+    let other = request(
+        &hs.unix("fake"),
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Mcp-Session-Id", &sid),
+            ("MCP-Protocol-Version", "2025-06-18"),
+        ],
+        &call(8, "echo", json!({"text": "theirs"})).to_string(),
+    );
+    assert_eq!(other.status, 404);
+
+    // A link planted where the record goes, pointing at an intact copy: not read.
+    let copy = hs.sup.dir.path().join("copy.json");
+    std::fs::copy(&record, &copy).unwrap();
+    std::fs::remove_file(&record).unwrap();
+    std::os::unix::fs::symlink(&copy, &record).unwrap();
+    restart(&mut hs);
+    assert!(
+        wait_until(Duration::from_secs(10), || hs
+            .sup
+            .log()
+            .contains("the record of HTTP sessions is not used")),
+        "{}",
+        hs.sup.log()
+    );
+    assert_eq!(echo(&hs, &sid, "gone").status, 404);
+
+    // A damaged record: ignored whole.
+    let sid = hs.session("fake");
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&record)
+            .is_ok_and(|t| t.contains(&sid) && t.contains("\"initialized\":true"))
+    }));
+    let text = std::fs::read_to_string(&record).unwrap();
+    std::fs::write(
+        &record,
+        text.replace("\"initialized\":true", "\"initialized\":1"),
+    )
+    .unwrap();
+    let before = hs
+        .sup
+        .log()
+        .matches("the record of HTTP sessions is not used")
+        .count();
+    restart(&mut hs);
+    assert!(
+        wait_until(Duration::from_secs(10), || hs
+            .sup
+            .log()
+            .matches("the record of HTTP sessions is not used")
+            .count()
+            > before),
+        "{}",
+        hs.sup.log()
+    );
+    assert_eq!(echo(&hs, &sid, "gone").status, 404);
+}
