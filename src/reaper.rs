@@ -300,6 +300,58 @@ pub fn kill_escaped(server: &str, marker: &str, since: u64, pgid: i32) -> usize 
     killed.len()
 }
 
+/// The name of the file in `socket_dir` that holds the running supervisor's [`token`] (issue
+/// 32 §3).
+pub const RUN_FILE: &str = "supervisor.run.json";
+
+/// How long the processes a crashed run left get after SIGTERM before SIGKILL.
+const LEFTOVER_GRACE: Duration = Duration::from_secs(2);
+
+/// Ends what a supervisor that died without stopping its children left running (issue 32 §3:
+/// a child is never run twice at once): every process carrying a marker of run `token`, and
+/// its descendants, gets SIGTERM, then SIGKILL after [`LEFTOVER_GRACE`]. Call it with the
+/// socket directory's lock held (so that run is gone) and before any child is spawned.
+/// Returns the processes found (`pid(comm)`), for the log.
+pub fn end_previous_run(token: &str) -> Vec<String> {
+    let prefix = format!("{MARKER_VAR}={token}:");
+    let me = std::process::id() as i32;
+    let find = || -> Vec<Proc> {
+        let procs: Vec<Proc> = all()
+            .into_iter()
+            .filter(|p| p.state != b'Z' && p.pid != me)
+            .collect();
+        with_descendants(&procs, |p| environ_has(p.pid, prefix.as_bytes(), true))
+    };
+    let found = find();
+    if found.is_empty() {
+        return Vec::new();
+    }
+    for p in &found {
+        let _ = kill(Pid::from_raw(p.pid), Signal::SIGTERM);
+    }
+    let deadline = std::time::Instant::now() + LEFTOVER_GRACE;
+    loop {
+        let left = find();
+        if left.is_empty() {
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            for p in &left {
+                let _ = kill(Pid::from_raw(p.pid), Signal::SIGKILL);
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if role().adopts() {
+        reap_orphans();
+    }
+    found
+        .iter()
+        .map(|p| format!("{}({})", p.pid, p.comm))
+        .collect()
+}
+
 /// Our children: from `/proc/self/task/*/children` (one small file per thread of ours), or,
 /// when the kernel lacks those files (`CONFIG_PROC_CHILDREN`), from a scan of all of `/proc`.
 pub fn children() -> Vec<Proc> {

@@ -147,7 +147,7 @@ fn client_frames(shared: &Shared, frames: Vec<Frame>) -> bool {
     if let Some(s) = writer.as_mut() {
         // A failed write is a lost connection: the main thread sees it end and answers what
         // was in flight.
-        let _ = s.write_all(&joined(&all.to_server));
+        let _ = write_lines(s, &all.to_server);
     }
     drop(writer);
     emit(
@@ -338,7 +338,7 @@ fn reconnect(
         let (mut write, read) = stream;
         let mut writer = lock(&shared.writer);
         let out = lock(&shared.bridge).connected();
-        let _ = write.write_all(&joined(&out.to_server));
+        let _ = write_lines(&mut write, &out.to_server);
         if lock(&shared.bridge).is_client_done() {
             let _ = write.shutdown(Shutdown::Write);
         }
@@ -366,7 +366,7 @@ fn emit(shared: &Shared, out: Out) -> bool {
     let mut stdout = lock(&shared.out);
     match stdout.as_mut() {
         Some(f) => {
-            let ok = f.write_all(&joined(&out.to_client)).is_ok();
+            let ok = write_lines(f, &out.to_client).is_ok();
             if !ok {
                 *stdout = None;
             }
@@ -376,15 +376,28 @@ fn emit(shared: &Shared, out: Out) -> bool {
     }
 }
 
-/// Lines joined, each followed by `\n`.
-fn joined(lines: &[bytes::Bytes]) -> Vec<u8> {
-    let len = lines.iter().map(|l| l.len() + 1).sum();
-    let mut buf = Vec::with_capacity(len);
-    for l in lines {
-        buf.extend_from_slice(l);
-        buf.push(b'\n');
+/// Writes `lines`, each followed by `\n`, with vectored writes: a large result is written from
+/// the buffer it was read into, never copied.
+fn write_lines(w: &mut impl Write, lines: &[bytes::Bytes]) -> std::io::Result<()> {
+    // At most this many slices per call (the kernel's IOV_MAX is 1024).
+    const BATCH: usize = 512;
+    for group in lines.chunks(BATCH / 2) {
+        let mut slices: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(group.len() * 2);
+        for l in group {
+            slices.push(std::io::IoSlice::new(l));
+            slices.push(std::io::IoSlice::new(b"\n"));
+        }
+        let mut rest: &mut [std::io::IoSlice<'_>] = &mut slices;
+        while !rest.is_empty() {
+            match w.write_vectored(rest) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => std::io::IoSlice::advance_slices(&mut rest, n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
-    buf
+    Ok(())
 }
 
 /// A lock that a panicked holder does not poison for the other thread (the state stays
@@ -397,4 +410,38 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// not open.
 fn dup(fd: std::os::fd::BorrowedFd<'_>) -> Option<File> {
     fd.try_clone_to_owned().ok().map(File::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that takes at most 3 bytes per call, vectored or not.
+    struct Trickle(Vec<u8>);
+
+    impl Write for Trickle {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(3);
+            self.0.extend_from_slice(buf.get(..n).unwrap_or_default());
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lines_are_written_whole_and_in_order_whatever_the_writer_takes_per_call() {
+        let lines: Vec<bytes::Bytes> = (0..600)
+            .map(|i| bytes::Bytes::from(format!("{{\"n\":{i}}}")))
+            .collect();
+        let mut w = Trickle(Vec::new());
+        write_lines(&mut w, &lines).unwrap_or_else(|e| unreachable!("{e}"));
+        let expected: String = lines
+            .iter()
+            .map(|l| format!("{}\n", String::from_utf8_lossy(l)))
+            .collect();
+        assert_eq!(String::from_utf8_lossy(&w.0), expected);
+    }
 }

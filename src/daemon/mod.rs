@@ -487,6 +487,50 @@ impl Daemon {
     }
 }
 
+/// Ends the processes the last run on this `socket_dir` left if it died without stopping its
+/// children (its token is in `<socket_dir>/supervisor.run.json`), then records this run's
+/// token there (issue 32 §3). The directory's lock is held, so that run is gone; no other
+/// supervisor shares the file (a `state_dir` may be shared, a locked `socket_dir` cannot).
+/// An unreadable record is logged and skipped: nothing is signalled on the word of a file that
+/// is not ours.
+async fn end_previous_run(socket_dir: &Path) {
+    let path = socket_dir.join(crate::reaper::RUN_FILE);
+    let read_path = path.clone();
+    let read = tokio::task::spawn_blocking(move || crate::statefile::read_own(&read_path, 4096))
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|r| r);
+    let previous = match read {
+        Ok(text) => serde_json::from_slice::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("token")?.as_str().map(str::to_string))
+            .filter(|t| t.len() == 16 && t.bytes().all(|b| b.is_ascii_hexdigit())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "the record of the last run is not used; processes it may have left are not looked for");
+            None
+        }
+    };
+    if let Some(token) = previous.filter(|t| t != crate::reaper::token()) {
+        let found = tokio::task::spawn_blocking(move || crate::reaper::end_previous_run(&token))
+            .await
+            .unwrap_or_default();
+        if !found.is_empty() {
+            warn!(processes = %found.join(" "), "ended the processes a previous run left (it died without stopping its children)");
+        }
+    }
+    let text =
+        serde_json::json!({"token": crate::reaper::token(), "pid": std::process::id()}).to_string();
+    let written =
+        tokio::task::spawn_blocking(move || crate::statefile::write_atomic(&path, text.as_bytes()))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|r| r);
+    if let Err(e) = written {
+        warn!(error = %e, "cannot record this run's token in socket_dir: after a crash, children it leaves will not be ended by the next run");
+    }
+}
+
 /// Checks `state_dir` ([`prepare_state_dir`]) when a server of `config` keeps a record there
 /// (`start = "on-demand"`, or HTTP sessions: `http = true` on a server or an endpoint) and it
 /// is not `socket_dir` (checked already).
@@ -596,6 +640,8 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
     prepare_socket_dir(&dir, perms)?;
     let _lock = lock_socket_dir(&dir)?;
     prepare_records_dir(&config, &dir)?;
+    // With the lock held and before any child exists: what a crashed run left goes.
+    end_previous_run(&dir).await;
     // Before any actor exists: each reads once whether traces are on.
     if let Some(otel) = &config.supervisor.otel {
         crate::observe::trace::start(otel)?;

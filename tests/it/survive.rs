@@ -525,3 +525,43 @@ fn http_sessions_outlive_a_crash_for_their_owner_only_and_a_planted_record_is_ig
     );
     assert_eq!(echo(&hs, &sid, "gone").status, 404);
 }
+
+/// Issue 32 §3: a child is never run twice at once. A child that ignores the end of its input
+/// outlives a SIGKILLed supervisor; the next run on the same `socket_dir` ends it (its marker
+/// names the dead run) before starting its own, and says so.
+#[test]
+fn a_child_left_by_a_crashed_run_is_ended_by_the_next_run_before_it_starts_its_own() {
+    let mut sup = Supervisor::start(&fake_server("fake", &["--ignore-stdin-eof"], ""));
+    let mut c = sup.client("fake");
+    let old = Client::text(&c.call(json!(1), "pid", json!({})))
+        .parse::<i32>()
+        .unwrap();
+    drop(c);
+    sup.kill();
+    assert!(
+        alive(old),
+        "the child should outlive the supervisor: it ignores end of input"
+    );
+    sup.run_again();
+    assert!(
+        wait_until(Duration::from_secs(10), || !alive(old)),
+        "the old run's child {old} still runs; {}",
+        sup.log()
+    );
+    assert!(
+        sup.wait_log(
+            "ended the processes a previous run left",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        sup.log()
+    );
+    assert!(wait_until(Duration::from_secs(10), || sup
+        .socket("fake")
+        .exists()));
+    let mut c = sup.client("fake");
+    let new = Client::text(&c.call(json!(2), "pid", json!({})))
+        .parse::<i32>()
+        .unwrap();
+    assert_ne!(new, old);
+}
