@@ -148,6 +148,9 @@ pub struct Bridge {
     client_done: bool,
     /// The supervisor ended the session on purpose, saying this (its hangup line).
     hangup: Option<String>,
+    /// The supervisor answered a request on the current connection (it is serving, not only
+    /// accepting and closing).
+    answered: bool,
 }
 
 /// The members of a line from the supervisor the bridge reads.
@@ -182,6 +185,7 @@ impl Bridge {
             stale: HashSet::new(),
             client_done: false,
             hangup: None,
+            answered: false,
         }
     }
 
@@ -204,6 +208,13 @@ impl Bridge {
     /// Whether the client closed its input.
     pub fn is_client_done(&self) -> bool {
         self.client_done
+    }
+
+    /// Whether the supervisor answered a request on the current connection: a connection
+    /// that did serves, one that only accepted and closed (a failed server, a full
+    /// `max_clients`) does not reset the backoff.
+    pub fn was_served(&self) -> bool {
+        self.answered
     }
 
     /// What the supervisor said when it ended the session on purpose (its hangup line, marked
@@ -238,24 +249,24 @@ impl Bridge {
                 return out;
             }
         };
+        let messages: Vec<message::Message> = message::parse_line(&line)
+            .map(|v| v.into_iter().flatten().collect())
+            .unwrap_or_default();
         let mut requests = Vec::new();
         let mut stale_answer = false;
-        if let Ok(messages) = message::parse_line(&line) {
-            for m in messages.into_iter().flatten() {
-                match m.kind {
-                    Kind::Request => {
-                        if let Some(id) = m.id.as_deref() {
-                            let method = m.method.clone().unwrap_or(Cow::Borrowed(""));
-                            self.note_request(id, &method, m.params.as_deref(), &line);
-                            requests.push((id_key(id), method));
-                        }
+        for m in &messages {
+            match m.kind {
+                Kind::Request => {
+                    if let Some(id) = m.id.as_deref() {
+                        let method = m.method.clone().unwrap_or(Cow::Borrowed(""));
+                        requests.push((id_key(id), method));
                     }
-                    Kind::Notification => self.note_notification(&m),
-                    Kind::Response => {
-                        let id = m.id.as_deref().map(id_key).unwrap_or_default();
-                        self.asked.remove(&id);
-                        stale_answer = self.link == Link::Down || self.stale.remove(&id);
-                    }
+                }
+                Kind::Notification => {}
+                Kind::Response => {
+                    let id = m.id.as_deref().map(id_key).unwrap_or_default();
+                    self.asked.remove(&id);
+                    stale_answer = self.link == Link::Down || self.stale.remove(&id);
                 }
             }
         }
@@ -266,6 +277,11 @@ impl Bridge {
                 "dropped a response to a request of an earlier connection to the supervisor".into(),
             );
             return out;
+        }
+        if self.link == Link::Up {
+            // What to replay is what the supervisor was sent: a held line counts when it is
+            // sent ([`Bridge::connected`]), one answered by the bridge never.
+            self.note(&messages, &line);
         }
         match self.link {
             Link::Up => {
@@ -294,6 +310,20 @@ impl Bridge {
             }
         }
         out
+    }
+
+    /// Records what the messages of `line`, sent to the supervisor, change in the state to
+    /// replay.
+    fn note(&mut self, messages: &[message::Message], line: &Bytes) {
+        for m in messages {
+            match (m.kind, m.id.as_deref()) {
+                (Kind::Request, Some(id)) => {
+                    self.note_request(id, m.method(), m.params.as_deref(), line)
+                }
+                (Kind::Notification, _) => self.note_notification(m),
+                _ => {}
+            }
+        }
     }
 
     /// Records what a request of the client changes in the state to replay.
@@ -357,12 +387,24 @@ impl Bridge {
     pub fn from_server(&mut self, line: Bytes) -> Out {
         let mut out = Out::default();
         let Ok(peek) = serde_json::from_slice::<Peek>(&line) else {
-            // Not one object (the supervisor writes none such): shown as it is.
+            // A batch's answers (a JSON array): each answered id is done. Anything else is
+            // shown as it is.
+            if let Ok(batch) = serde_json::from_slice::<Vec<Peek>>(&line) {
+                for p in batch {
+                    if let (Some(id), None) = (p.id, p.method.as_deref()) {
+                        self.answered = true;
+                        let key = id_key(id);
+                        self.inflight.remove(&key);
+                        self.listens.remove(&key);
+                    }
+                }
+            }
             out.to_client.push(line);
             return out;
         };
         match (peek.id, peek.method.as_deref()) {
             (Some(id), None) => {
+                self.answered = true;
                 let key = id_key(id);
                 if let Some(own) = self.own.remove(&key) {
                     if let Some(note) = own_failed(&own, &line) {
@@ -407,10 +449,17 @@ impl Bridge {
         let mut ids: Vec<_> = inflight.into_iter().collect();
         ids.sort();
         for (id, method) in ids {
-            if !self.listens.contains_key(&id) {
-                self.answer(&mut out, &id, &method, Why::Lost);
+            if self.listens.contains_key(&id) {
+                continue;
             }
+            if method == "initialize" {
+                // Failed as far as the client knows: it will send another.
+                self.handshake = None;
+                self.initialized = false;
+            }
+            self.answer(&mut out, &id, &method, Why::Lost);
         }
+        self.answered = false;
         self.own.clear();
         self.reacks.clear();
         self.stale = std::mem::take(&mut self.asked);
@@ -421,6 +470,7 @@ impl Bridge {
     pub fn connected(&mut self) -> Out {
         let mut out = Out::default();
         self.link = Link::Up;
+        self.answered = false;
         if let Some(params) = self.handshake.clone() {
             let id = self.own_id(Own::Initialize);
             out.to_server.push(request(&id, "initialize", &params));
@@ -455,6 +505,10 @@ impl Bridge {
         }
         let replayed = out.to_server.len();
         for h in std::mem::take(&mut self.held) {
+            let messages: Vec<message::Message> = message::parse_line(&h.line)
+                .map(|v| v.into_iter().flatten().collect())
+                .unwrap_or_default();
+            self.note(&messages, &h.line);
             for (id, method) in h.requests {
                 if self.inflight.len() < TRACK_MAX {
                     self.inflight.insert(id, method);
@@ -890,6 +944,69 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#,
         ));
         assert_eq!(b.hangup(), None, "a parse error is not a hangup");
+    }
+
+    #[test]
+    fn a_batch_answered_with_an_array_owes_nothing_at_a_loss() {
+        let mut b = handshaken();
+        b.from_client(
+            line(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]"#),
+            now(),
+        );
+        let answers = Bytes::from_static(
+            br#"[{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","id":2,"result":{}}]"#,
+        );
+        assert_eq!(b.from_server(answers).to_client.len(), 1);
+        assert!(b.lost().to_client.is_empty(), "answered twice");
+    }
+
+    #[test]
+    fn what_was_held_is_sent_once_and_replayed_only_once_it_was_sent() {
+        let mut b = Bridge::new("s");
+        b.lost();
+        let listen = r#"{"jsonrpc":"2.0","id":"L","method":"subscriptions/listen","params":{}}"#;
+        b.from_client(line(listen), now());
+        let sub =
+            r#"{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"a:b"}}"#;
+        b.from_client(line(sub), now());
+        let sent = b.connected().to_server;
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        // Now they were sent: the next connection replays them.
+        b.from_server(Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":3,"result":{}}"#,
+        ));
+        b.lost();
+        let again: Vec<Value> = b.connected().to_server.iter().map(text).collect();
+        let methods: Vec<&str> = again
+            .iter()
+            .map(|m| m["method"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            methods,
+            ["resources/subscribe", "subscriptions/listen"],
+            "{again:?}"
+        );
+        // Held, then answered by the bridge (too long): never replayed.
+        let mut b = Bridge::new("s");
+        b.lost();
+        let t = now();
+        b.from_client(line(sub), t);
+        b.expire(t + HOLD);
+        assert!(b.connected().to_server.is_empty());
+    }
+
+    #[test]
+    fn an_initialize_failed_by_a_loss_is_not_replayed() {
+        let mut b = Bridge::new("s");
+        b.from_client(line(INIT), now());
+        assert_eq!(b.lost().to_client.len(), 1);
+        assert!(b.connected().to_server.is_empty());
+        assert!(!b.was_served());
+        b.from_client(line(INIT), now());
+        b.from_server(Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":0,"result":{}}"#,
+        ));
+        assert!(b.was_served());
     }
 
     mod props {

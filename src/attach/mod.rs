@@ -47,6 +47,10 @@ const CHUNK: usize = 64 * 1024;
 /// request is answered -32600 by the bridge.
 const MAX_LINE: usize = 1 << 30;
 
+/// A connection open this long counts as one that served, even if no request was answered
+/// on it.
+const SERVED_AFTER: Duration = Duration::from_secs(5);
+
 /// First and longest wait between reconnection attempts.
 const RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
 
@@ -163,15 +167,24 @@ fn client_frames(shared: &Shared, frames: Vec<Frame>) -> bool {
 fn from_server(shared: &Shared, mut stream: UnixStream, socket: &Path, opts: &Options) -> Ended {
     let mut rng = StdRng::from_entropy();
     let mut backoff = Backoff::new(RETRY.0, RETRY.1, Duration::MAX);
+    // Since when no connection has served: what `reconnect_for` is counted from.
+    let mut down_since: Option<Instant> = None;
     loop {
-        let (heard, stdout_ok) = pump(shared, &mut stream);
+        let opened = Instant::now();
+        let stdout_ok = pump(shared, &mut stream);
         if !stdout_ok {
             return Ended::Done;
         }
-        if heard {
+        // A connection that served (answered a request, or lasted) resets the backoff and the
+        // give-up clock; one that was only accepted and closed (a failed server, a full
+        // `max_clients`) does neither, so such a loop backs off and ends.
+        let served = lock(&shared.bridge).was_served() || opened.elapsed() >= SERVED_AFTER;
+        if served {
             backoff.reset();
+            down_since = None;
         }
-        if let Some(said) = lock(&shared.bridge).hangup().map(str::to_string) {
+        let hangup = lock(&shared.bridge).hangup().map(str::to_string);
+        if let Some(said) = hangup {
             emit(
                 shared,
                 Out {
@@ -208,7 +221,8 @@ fn from_server(shared: &Shared, mut stream: UnixStream, socket: &Path, opts: &Op
             return Ended::Done;
         }
         let since = Instant::now();
-        match reconnect(shared, socket, opts, &mut backoff, &mut rng) {
+        let clock = *down_since.get_or_insert(since);
+        match reconnect(shared, socket, opts, clock, &mut backoff, &mut rng) {
             Reconnect::Up(s) => {
                 stream = s;
                 emit(
@@ -244,25 +258,23 @@ fn from_server(shared: &Shared, mut stream: UnixStream, socket: &Path, opts: &Op
     }
 }
 
-/// Copies the supervisor's lines to stdout until the connection ends: (whether a line came,
-/// whether stdout can still be written).
-fn pump(shared: &Shared, stream: &mut UnixStream) -> (bool, bool) {
+/// Copies the supervisor's lines to stdout until the connection ends; `false` when stdout
+/// can no longer be written.
+fn pump(shared: &Shared, stream: &mut UnixStream) -> bool {
     let mut decoder = LineDecoder::new(MAX_LINE);
     let mut buf = vec![0u8; CHUNK];
-    let mut heard = false;
     loop {
         let n = match stream.read(&mut buf) {
-            Ok(0) => return (heard, true),
+            Ok(0) => return true,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => return (heard, true),
+            Err(_) => return true,
         };
         decoder.extend(buf.get(..n).unwrap_or_default());
         let mut all = Out::default();
         {
             let mut bridge = lock(&shared.bridge);
             while let Some(frame) = decoder.next_frame() {
-                heard = true;
                 match frame {
                     Frame::Line(line) => {
                         let out = bridge.from_server(line);
@@ -277,7 +289,7 @@ fn pump(shared: &Shared, stream: &mut UnixStream) -> (bool, bool) {
         }
         decoder.shrink_if_idle(CHUNK * 16);
         if !emit(shared, all) {
-            return (heard, false);
+            return false;
         }
     }
 }
@@ -291,17 +303,18 @@ enum Reconnect {
     GaveUp(String),
 }
 
-/// Tries to connect until `reconnect_for` passes, answering held messages as they expire;
-/// replays the client's state on the new connection.
+/// Tries to connect until `reconnect_for` has passed since `since` (the last connection that
+/// served), answering held messages as they expire; replays the client's state on the new
+/// connection.
 fn reconnect(
     shared: &Shared,
     socket: &Path,
     opts: &Options,
+    since: Instant,
     backoff: &mut Backoff,
     rng: &mut StdRng,
 ) -> Reconnect {
-    let since = Instant::now();
-    let mut last = "not tried".to_string();
+    let mut last = "no connection served since".to_string();
     loop {
         let now = Instant::now();
         if now.saturating_duration_since(since) >= opts.reconnect_for {

@@ -818,7 +818,7 @@ impl Daemon {
             || self.config.endpoints.values().any(|e| e.front.http)
         {
             self.front
-                .restore_sessions(&self.config.supervisor.state_dir)
+                .restore_sessions(&self.config.supervisor.state_dir, &self.dir)
                 .await;
         }
         self.ensure_http_listener().await?;
@@ -895,6 +895,8 @@ impl Daemon {
     /// (a second signal SIGKILLs every group at once), then close connections and sockets.
     async fn shutdown(&mut self, signals: &mut Signals, watchdog: &mut Watchdog) {
         crate::observe::readiness().set_stopping();
+        // The HTTP sessions this shutdown ends stay recorded, for the next start (issue 32).
+        self.front.stop_recording();
         self.accepting.cancel();
         self.stop_endpoints().await;
         let mut stops = Vec::new();

@@ -570,11 +570,14 @@ impl Shared {
 pub(super) type SessionParams = session::SessionLimits;
 
 /// Accepts the next connection that passes the `SO_PEERCRED` check; refused ones are logged
-/// (uid, gid, pid) and closed. `None` when `stop` fires.
+/// (uid, gid, pid) and closed, after the hangup line when `say_hangup` (a server's line-based
+/// socket, `NAME.sock`: never `NAME.http.sock`, whose peers speak HTTP). `None` when `stop`
+/// fires.
 pub(super) async fn accept_checked(
     listener: &UnixListener,
     shared: &Shared,
     role: Role<'_>,
+    say_hangup: bool,
     stop: &CancellationToken,
 ) -> Option<(UnixStream, Peer)> {
     let socket = match role {
@@ -603,7 +606,7 @@ pub(super) async fn accept_checked(
         };
         let allowed = shared.permits(role, cred.uid(), cred.gid());
         if !allowed {
-            if let Role::Server(name) = role {
+            if let (Role::Server(name), true) = (role, say_hangup) {
                 // Said once, without waiting (a refused peer gets no more of our time): the
                 // marked line tells `attach` not to reconnect (issue 32 §2).
                 let line = crate::mux::session::hangup_line(
@@ -665,7 +668,7 @@ pub(super) async fn accept_loop(
     tracker: TaskTracker,
 ) {
     while let Some((stream, peer)) =
-        accept_checked(&listener, &shared, Role::Server(&name), &stop).await
+        accept_checked(&listener, &shared, Role::Server(&name), true, &stop).await
     {
         let max_clients = shared.max_clients.load(Ordering::Relaxed);
         let Some(seat) = seats.take(max_clients) else {
@@ -697,7 +700,8 @@ pub(super) async fn control_loop(
     connections: CancellationToken,
     tracker: TaskTracker,
 ) {
-    while let Some((stream, peer)) = accept_checked(&listener, &shared, Role::Control, &stop).await
+    while let Some((stream, peer)) =
+        accept_checked(&listener, &shared, Role::Control, false, &stop).await
     {
         debug!(
             peer_uid = peer.uid,
@@ -721,7 +725,7 @@ pub(super) async fn http_accept_loop(
 ) {
     let live = Arc::new(AtomicUsize::new(0));
     while let Some((stream, peer)) =
-        accept_checked(&listener, &shared, Role::Server(&name), &stop).await
+        accept_checked(&listener, &shared, Role::Server(&name), false, &stop).await
     {
         if live.load(Ordering::Relaxed) >= crate::http::MAX_CONNECTIONS {
             debug!(server = %name, "HTTP connection refused: too many open");

@@ -159,6 +159,9 @@ pub struct Front {
     /// Where the open handshake-era sessions are recorded (issue 32 §2): set once by
     /// [`Front::restore_sessions`].
     saved: std::sync::OnceLock<crate::statefile::Writer>,
+    /// Cleared at the start of a shutdown ([`Front::stop_recording`]): the sessions ending then
+    /// stay in the record, for the next start to reopen.
+    recording: std::sync::atomic::AtomicBool,
 }
 
 impl Front {
@@ -193,6 +196,7 @@ impl Front {
             limits_log: Mutex::new(LogBudget::new(REFUSALS_LOGGED, REFUSALS_WINDOW)),
             stop,
             saved: std::sync::OnceLock::new(),
+            recording: std::sync::atomic::AtomicBool::new(true),
         });
         tokio::spawn(session::reap(Arc::downgrade(&front)));
         front
@@ -242,12 +246,16 @@ impl Front {
             .unwrap_or_default()
     }
 
-    /// Reopens the handshake-era sessions recorded in `<state_dir>/http-sessions.json`
+    /// Reopens the handshake-era sessions recorded in `<state_dir>/http-sessions-HASH.json`
     /// ([`saved`]) by the last run, then records the open sessions there from now on (issue
     /// 32 §2). A session whose server is gone or no longer served over HTTP, or whose TCP
     /// token changed, is not reopened; an unusable file is logged and ignored.
-    pub async fn restore_sessions(self: &Arc<Front>, state_dir: &std::path::Path) {
-        let path = state_dir.join(saved::FILE);
+    pub async fn restore_sessions(
+        self: &Arc<Front>,
+        state_dir: &std::path::Path,
+        socket_dir: &std::path::Path,
+    ) {
+        let path = state_dir.join(saved::file_name(socket_dir));
         let read_path = path.clone();
         let read = tokio::task::spawn_blocking(move || {
             crate::statefile::read_own(&read_path, saved::MAX_FILE)
@@ -321,24 +329,31 @@ impl Front {
         self.save_sessions();
     }
 
-    /// Records the open sessions whose handshake is known (not while shutting down: the
-    /// record of a stop is the one the next start reopens).
+    /// Stops recording session changes: called when a shutdown begins, so the sessions it
+    /// ends stay in the record the next start reopens.
+    pub fn stop_recording(&self) {
+        self.recording
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Records the open sessions whose handshake is known (not once a shutdown began). The
+    /// list is built and queued under the table's lock, so an older list is never queued
+    /// after a newer one.
     fn save_sessions(&self) {
-        if self.stop.is_cancelled() {
+        if !self.recording.load(std::sync::atomic::Ordering::SeqCst) || self.stop.is_cancelled() {
             return;
         }
         let Some(writer) = self.saved.get() else {
             return;
         };
-        let list: Vec<saved::Saved> = self
-            .sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let list: Vec<saved::Saved> = sessions
             .values()
             .filter(|s| !s.is_ended())
             .filter_map(|s| s.saved())
             .collect();
         writer.save(saved::encode(&list));
+        drop(sessions);
     }
 
     fn token(&self, name: &str) -> Option<Arc<str>> {

@@ -1,7 +1,8 @@
 //! The record of the open handshake-era HTTP sessions, kept under `state_dir` so that the same
 //! `Mcp-Session-Id` goes on working after the supervisor crashes or restarts (issue 32 §2).
 //!
-//! The file is `<state_dir>/http-sessions.json`, written and read through
+//! The file is `<state_dir>/http-sessions-<hash of socket_dir>.json` ([`file_name`]), written
+//! and read through
 //! [`crate::statefile`] (mode 0600, atomic, ours only), JSON:
 //!
 //! ```json
@@ -27,8 +28,18 @@ use super::access::Caller;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-/// The file's name under `state_dir`.
-pub const FILE: &str = "http-sessions.json";
+/// The file's name under `state_dir` for the supervisor serving `socket_dir`:
+/// `http-sessions-<12 hex digits of the SHA-256 of socket_dir's path>.json`, so supervisors
+/// sharing a `state_dir` (each has its own, locked, `socket_dir`) never read or overwrite each
+/// other's sessions.
+pub fn file_name(socket_dir: &std::path::Path) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(socket_dir.as_os_str().as_encoded_bytes());
+    format!(
+        "http-sessions-{}.json",
+        hex(digest.get(..6).unwrap_or_default())
+    )
+}
 
 /// The format's version; a file of another version is ignored.
 const VERSION: u64 = 1;
@@ -37,12 +48,13 @@ const VERSION: u64 = 1;
 /// practice).
 pub const MAX_SESSIONS: usize = 4096;
 
-/// Largest file read back, in bytes.
-pub const MAX_FILE: u64 = 16 << 20;
-
 /// Largest `initialize` params kept for one session, in bytes (a client's capabilities and
 /// name; a larger handshake is not recorded and that session is not restored).
-pub const MAX_PARAMS: usize = 64 << 10;
+pub const MAX_PARAMS: usize = 8 << 10;
+
+/// Largest file read back, in bytes: room for [`MAX_SESSIONS`] of the largest entries, so a
+/// file this supervisor wrote is never refused for its size.
+pub const MAX_FILE: u64 = (MAX_SESSIONS as u64) * (MAX_PARAMS as u64 + 1024);
 
 /// One open session as recorded.
 #[derive(Debug)]
@@ -63,24 +75,34 @@ pub struct Saved {
     pub initialized: bool,
 }
 
-/// The file's text for `sessions`.
+/// One entry as written (the params stay raw: never re-parsed).
+#[derive(serde::Serialize)]
+struct Entry<'a> {
+    id: &'a str,
+    server: &'a str,
+    owner: Value,
+    peer: Value,
+    initialize: &'a RawValue,
+    initialized: bool,
+}
+
+/// The file's text for `sessions`: at most [`MAX_SESSIONS`] of them (the first ones; a reader
+/// refuses a longer list, so one caller opening sessions cannot make the record unusable).
 pub fn encode(sessions: &[Saved]) -> Vec<u8> {
-    let list: Vec<Value> = sessions
+    let list: Vec<Entry<'_>> = sessions
         .iter()
-        .map(|s| {
-            let owner = match s.owner {
+        .filter(|s| s.initialize.get().len() <= MAX_PARAMS)
+        .take(MAX_SESSIONS)
+        .map(|s| Entry {
+            id: &s.id,
+            server: &s.server,
+            owner: match s.owner {
                 Caller::Tcp { token, label } => json!({"tcp": hex(&token), "label": label}),
                 Caller::Unix { uid } => json!({"unix": uid}),
-            };
-            let initialize: Value = serde_json::from_str(s.initialize.get()).unwrap_or(Value::Null);
-            json!({
-                "id": s.id,
-                "server": s.server,
-                "owner": owner,
-                "peer": {"uid": s.uid, "gid": s.gid},
-                "initialize": initialize,
-                "initialized": s.initialized,
-            })
+            },
+            peer: json!({"uid": s.uid, "gid": s.gid}),
+            initialize: &s.initialize,
+            initialized: s.initialized,
         })
         .collect();
     serde_json::to_vec(&json!({"version": VERSION, "sessions": list})).unwrap_or_default()
@@ -220,6 +242,23 @@ mod tests {
         assert_eq!(params(&back[0].initialize), params(&list[0].initialize));
         assert!(back[0].initialized);
         assert_eq!((back[1].uid, back[1].gid), (1000, 100));
+    }
+
+    #[test]
+    fn the_writer_keeps_within_what_the_reader_accepts() {
+        let many: Vec<Saved> = (0..MAX_SESSIONS + 10)
+            .map(|_| saved(Caller::Unix { uid: 1 }))
+            .collect();
+        let text = encode(&many);
+        assert!(text.len() as u64 <= MAX_FILE);
+        assert_eq!(
+            decode(&text).map(|l| l.len()).unwrap_or_default(),
+            MAX_SESSIONS
+        );
+        assert_ne!(
+            file_name(std::path::Path::new("/run/a")),
+            file_name(std::path::Path::new("/run/b"))
+        );
     }
 
     #[test]

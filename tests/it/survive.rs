@@ -288,7 +288,11 @@ fn attach_gives_up_after_reconnect_for_and_answers_what_it_held() {
         "{r}"
     );
     assert_eq!(a.wait(Duration::from_secs(10)), Some(1));
-    assert!(a.stderr().contains("gave up"), "{}", a.stderr());
+    assert!(
+        wait_until(Duration::from_secs(5), || a.stderr().contains("gave up")),
+        "{}",
+        a.stderr()
+    );
 }
 
 /// Issue 32 "Done when": the official Python SDK, one client over stdio through `attach` and
@@ -425,7 +429,21 @@ fn http_sessions_outlive_a_crash_for_their_owner_only_and_a_planted_record_is_ig
     };
     let r = echo(&hs, &sid, "before");
     assert_eq!(r.status, 200);
-    let record = hs.sup.dir.path().join("run/http-sessions.json");
+    // `http-sessions-<hash of socket_dir>.json` in state_dir (socket_dir here).
+    let run = hs.sup.dir.path().join("run");
+    let find = || {
+        std::fs::read_dir(&run)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| is_record(p))
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || find().is_some()),
+        "{}",
+        hs.sup.log()
+    );
+    let record = find().unwrap();
     assert!(
         wait_until(Duration::from_secs(10), || std::fs::read_to_string(&record)
             .is_ok_and(|t| t.contains(&sid))),
@@ -479,12 +497,48 @@ fn http_sessions_outlive_a_crash_for_their_owner_only_and_a_planted_record_is_ig
     );
     assert_eq!(other.status, 404);
 
-    // A link planted where the record goes, pointing at an intact copy: not read.
+    // A graceful stop (`systemctl restart`) keeps the record: the session works after it too.
+    hs.sup.stop();
+    let addr_file = hs.sup.dir.path().join("run/http.addr");
+    let _ = std::fs::remove_file(&addr_file);
+    hs.sup.run_again();
+    assert!(
+        wait_until(Duration::from_secs(20), || std::fs::read_to_string(
+            &addr_file
+        )
+        .is_ok_and(|a| !a.trim().is_empty())),
+        "{}",
+        hs.sup.log()
+    );
+    hs.addr = std::fs::read_to_string(&addr_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let r = echo(&hs, &sid, "after a stop");
+    assert_eq!(r.status, 200, "{}", hs.sup.log());
+
+    // A link planted where the record goes (while no supervisor runs), pointing at an intact
+    // copy: not read.
     let copy = hs.sup.dir.path().join("copy.json");
     std::fs::copy(&record, &copy).unwrap();
+    hs.sup.kill();
     std::fs::remove_file(&record).unwrap();
     std::os::unix::fs::symlink(&copy, &record).unwrap();
-    restart(&mut hs);
+    let addr_file = hs.sup.dir.path().join("run/http.addr");
+    let _ = std::fs::remove_file(&addr_file);
+    hs.sup.run_again();
+    assert!(
+        wait_until(Duration::from_secs(20), || std::fs::read_to_string(
+            &addr_file
+        )
+        .is_ok_and(|a| !a.trim().is_empty())),
+        "{}",
+        hs.sup.log()
+    );
+    hs.addr = std::fs::read_to_string(&addr_file)
+        .unwrap()
+        .trim()
+        .to_string();
     assert!(
         wait_until(Duration::from_secs(10), || hs
             .sup
@@ -501,18 +555,28 @@ fn http_sessions_outlive_a_crash_for_their_owner_only_and_a_planted_record_is_ig
         std::fs::read_to_string(&record)
             .is_ok_and(|t| t.contains(&sid) && t.contains("\"initialized\":true"))
     }));
+    let before = hs
+        .sup
+        .log()
+        .matches("the record of HTTP sessions is not used")
+        .count();
+    hs.sup.kill();
     let text = std::fs::read_to_string(&record).unwrap();
     std::fs::write(
         &record,
         text.replace("\"initialized\":true", "\"initialized\":1"),
     )
     .unwrap();
-    let before = hs
-        .sup
-        .log()
-        .matches("the record of HTTP sessions is not used")
-        .count();
-    restart(&mut hs);
+    let addr_file = hs.sup.dir.path().join("run/http.addr");
+    let _ = std::fs::remove_file(&addr_file);
+    hs.sup.run_again();
+    assert!(wait_until(Duration::from_secs(20), || {
+        std::fs::read_to_string(&addr_file).is_ok_and(|a| !a.trim().is_empty())
+    }));
+    hs.addr = std::fs::read_to_string(&addr_file)
+        .unwrap()
+        .trim()
+        .to_string();
     assert!(
         wait_until(Duration::from_secs(10), || hs
             .sup
@@ -564,4 +628,11 @@ fn a_child_left_by_a_crashed_run_is_ended_by_the_next_run_before_it_starts_its_o
         .parse::<i32>()
         .unwrap();
     assert_ne!(new, old);
+}
+
+/// Whether `p` is a record of HTTP sessions (`http-sessions-HASH.json`, not the writer's
+/// temporary file beside it).
+fn is_record(p: &std::path::Path) -> bool {
+    let name = p.file_name().unwrap_or_default().to_string_lossy();
+    name.starts_with("http-sessions-") && name.ends_with(".json")
 }
