@@ -185,13 +185,7 @@ fn from_server(shared: &Shared, mut stream: UnixStream, socket: &Path, opts: &Op
         }
         let hangup = lock(&shared.bridge).hangup().map(str::to_string);
         if let Some(said) = hangup {
-            emit(
-                shared,
-                Out {
-                    notes: vec![format!("the supervisor ended the session: {said}")],
-                    ..Out::default()
-                },
-            );
+            say(&format!("the supervisor ended the session: {said}"));
             return Ended::HungUp;
         }
         let out = {
@@ -205,17 +199,11 @@ fn from_server(shared: &Shared, mut stream: UnixStream, socket: &Path, opts: &Op
         };
         // After the client's EOF, the supervisor closing is the normal end.
         if !done {
-            emit(
-                shared,
-                Out {
-                    notes: vec![format!(
-                        "the connection to {} was lost; reconnecting for up to {}",
-                        socket.display(),
-                        humantime::format_duration(opts.reconnect_for)
-                    )],
-                    ..Out::default()
-                },
-            );
+            say(&format!(
+                "the connection to {} was lost; reconnecting for up to {}",
+                socket.display(),
+                humantime::format_duration(opts.reconnect_for)
+            ));
         }
         if !emit(shared, out) || done {
             return Ended::Done;
@@ -225,33 +213,21 @@ fn from_server(shared: &Shared, mut stream: UnixStream, socket: &Path, opts: &Op
         match reconnect(shared, socket, opts, clock, &mut backoff, &mut rng) {
             Reconnect::Up(s) => {
                 stream = s;
-                emit(
-                    shared,
-                    Out {
-                        notes: vec![format!(
-                            "reconnected to {} after {:.1}s",
-                            socket.display(),
-                            since.elapsed().as_secs_f64()
-                        )],
-                        ..Out::default()
-                    },
-                );
+                say(&format!(
+                    "reconnected to {} after {:.1}s",
+                    socket.display(),
+                    since.elapsed().as_secs_f64()
+                ));
             }
             Reconnect::Done => return Ended::Done,
             Reconnect::GaveUp(why) => {
                 let out = lock(&shared.bridge).give_up();
                 emit(shared, out);
-                emit(
-                    shared,
-                    Out {
-                        notes: vec![format!(
-                            "gave up reconnecting to {} after {}: {why}",
-                            socket.display(),
-                            humantime::format_duration(opts.reconnect_for)
-                        )],
-                        ..Out::default()
-                    },
-                );
+                say(&format!(
+                    "gave up reconnecting to {} after {}: {why}",
+                    socket.display(),
+                    humantime::format_duration(opts.reconnect_for)
+                ));
                 return Ended::GaveUp;
             }
         }
@@ -368,10 +344,15 @@ fn reconnect(
     }
 }
 
+/// One note on stderr (the client's log of this server).
+fn say(note: &str) {
+    eprintln!("mcp-supervisor attach: {note}");
+}
+
 /// Writes lines to stdout and notes to stderr; `false` when stdout cannot be written.
 fn emit(shared: &Shared, out: Out) -> bool {
     for note in &out.notes {
-        eprintln!("mcp-supervisor attach: {note}");
+        say(note);
     }
     if out.to_client.is_empty() {
         return true;

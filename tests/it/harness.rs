@@ -353,24 +353,28 @@ fn launch(config: &Path, id: &str, env: &[(&str, &str)], namespaced: bool) -> Ch
     } else {
         Command::new(SUPERVISOR)
     };
-    cmd.arg("run")
-        .arg("-c")
-        .arg(config)
-        .env("MCPSUP_TEST_ID", id)
-        .env("RUST_LOG", "debug")
-        .env("NO_COLOR", "1")
-        .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+    cmd.arg("run").arg("-c").arg(config);
+    as_test_daemon(&mut cmd, id);
     for (k, v) in env {
         cmd.env(k, v);
     }
     cmd.spawn().unwrap()
 }
 
+/// How the tests run a supervisor for test `id`: its processes marked, debug logs without
+/// colour on a piped stderr, not the journal, no stdin or stdout.
+pub fn as_test_daemon(cmd: &mut Command, id: &str) {
+    cmd.env("MCPSUP_TEST_ID", id)
+        .env("RUST_LOG", "debug")
+        .env("NO_COLOR", "1")
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+}
+
 /// Appends everything `err` says to `sink`, on a thread of its own.
-fn read_log(mut err: std::process::ChildStderr, sink: Arc<Mutex<String>>) {
+pub fn read_log(mut err: impl Read + Send + 'static, sink: Arc<Mutex<String>>) {
     std::thread::spawn(move || {
         let mut buf = [0u8; 8192];
         while let Ok(n) = err.read(&mut buf) {

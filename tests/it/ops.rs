@@ -597,15 +597,9 @@ impl Activated {
             .arg("run")
             .arg("-c")
             .arg(config)
-            .env("MCPSUP_TEST_ID", &id)
             .env("LISTEN_FDS", fds.len().to_string())
-            .env("LISTEN_FDNAMES", names)
-            .env("RUST_LOG", "debug")
-            .env("NO_COLOR", "1")
-            .env_remove("JOURNAL_STREAM")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .env("LISTEN_FDNAMES", names);
+        as_test_daemon(&mut cmd, &id);
         unsafe {
             cmd.pre_exec(move || {
                 // Move the sockets out of the way first, then to 3, 4, ... without CLOEXEC.
@@ -628,19 +622,7 @@ impl Activated {
         }
         let mut child = cmd.spawn().unwrap();
         let log = Arc::new(Mutex::new(String::new()));
-        let mut err = child.stderr.take().unwrap();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        read_log(child.stderr.take().unwrap(), log.clone());
         Activated {
             child: Some(child),
             id,

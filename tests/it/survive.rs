@@ -3,9 +3,10 @@
 //! it on its stdin and stdout.
 
 use crate::harness::*;
+use crate::http::{request, HttpSup};
 use crate::interop::Interop;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -55,19 +56,7 @@ impl Attached {
             }
         });
         let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = stderr.clone();
-        let mut err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        read_log(child.stderr.take().unwrap(), stderr.clone());
         Attached {
             stdin: child.stdin.take(),
             child,
@@ -408,13 +397,42 @@ fn interop_sdk_clients_through_attach_and_http_outlive_a_supervisor_sigkill() {
     }
 }
 
-/// Issue 32 §2 and §3: a handshake-era HTTP session outlives a SIGKILL of the supervisor under
-/// the same `Mcp-Session-Id`, for the caller that opened it only; a record that is not the
-/// supervisor's own (a link planted in its place) or not intact is ignored with a log line,
-/// and its sessions get 404 as the transport specifies.
+/// How the supervisor of an HTTP test goes away before it is run again.
+enum Gone {
+    /// SIGKILL (a crash).
+    Killed,
+    /// SIGTERM (`systemctl restart`).
+    Stopped,
+}
+
+/// Ends `hs`'s supervisor, runs `meanwhile` while none runs, runs it again and waits for its
+/// TCP address (an ephemeral port: new each run).
+fn run_again_after(hs: &mut HttpSup, gone: Gone, meanwhile: impl FnOnce()) {
+    match gone {
+        Gone::Killed => hs.sup.kill(),
+        Gone::Stopped => {
+            hs.sup.stop();
+        }
+    }
+    let addr_file = hs.sup.dir.path().join("run/http.addr");
+    let _ = std::fs::remove_file(&addr_file);
+    meanwhile();
+    hs.sup.run_again();
+    let addr = || std::fs::read_to_string(&addr_file).unwrap_or_default();
+    assert!(
+        wait_until(Duration::from_secs(20), || !addr().trim().is_empty()),
+        "{}",
+        hs.sup.log()
+    );
+    hs.addr = addr().trim().to_string();
+}
+
+/// Issue 32 §2 and §3: a handshake-era HTTP session outlives a SIGKILL of the supervisor, and
+/// a graceful restart, under the same `Mcp-Session-Id`, for the caller that opened it only; a
+/// record that is not the supervisor's own (a link planted in its place) or not intact is
+/// ignored with a log line, and its sessions get 404 as the transport specifies.
 #[test]
 fn http_sessions_outlive_a_crash_for_their_owner_only_and_a_planted_record_is_ignored() {
-    use crate::http::{request, HttpSup};
     let mut hs = HttpSup::start(&fake_server("fake", &[], "http = true"));
     let sid = hs.session("fake");
     let echo = |hs: &HttpSup, sid: &str, text: &str| {
@@ -427,8 +445,7 @@ fn http_sessions_outlive_a_crash_for_their_owner_only_and_a_planted_record_is_ig
             &call(7, "echo", json!({"text": text})),
         )
     };
-    let r = echo(&hs, &sid, "before");
-    assert_eq!(r.status, 200);
+    assert_eq!(echo(&hs, &sid, "before").status, 200);
     // `http-sessions-<hash of socket_dir>.json` in state_dir (socket_dir here).
     let run = hs.sup.dir.path().join("run");
     let find = || {
@@ -444,9 +461,14 @@ fn http_sessions_outlive_a_crash_for_their_owner_only_and_a_planted_record_is_ig
         hs.sup.log()
     );
     let record = find().unwrap();
+    let recorded = |sid: &str| {
+        wait_until(Duration::from_secs(10), || {
+            std::fs::read_to_string(&record)
+                .is_ok_and(|t| t.contains(sid) && t.contains("\"initialized\":true"))
+        })
+    };
     assert!(
-        wait_until(Duration::from_secs(10), || std::fs::read_to_string(&record)
-            .is_ok_and(|t| t.contains(&sid))),
+        recorded(&sid),
         "the session was not recorded; {}",
         hs.sup.log()
     );
@@ -459,25 +481,7 @@ fn http_sessions_outlive_a_crash_for_their_owner_only_and_a_planted_record_is_ig
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&record).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600);
 
-    let restart = |hs: &mut HttpSup| {
-        let addr_file = hs.sup.dir.path().join("run/http.addr");
-        let _ = std::fs::remove_file(&addr_file);
-        hs.sup.kill();
-        hs.sup.run_again();
-        assert!(
-            wait_until(Duration::from_secs(20), || std::fs::read_to_string(
-                &addr_file
-            )
-            .is_ok_and(|a| !a.trim().is_empty())),
-            "{}",
-            hs.sup.log()
-        );
-        hs.addr = std::fs::read_to_string(&addr_file)
-            .unwrap()
-            .trim()
-            .to_string();
-    };
-    restart(&mut hs);
+    run_again_after(&mut hs, Gone::Killed, || {});
     let r = echo(&hs, &sid, "after");
     assert_eq!(r.status, 200, "{}", hs.sup.log());
     let v = r.json();
@@ -498,52 +502,29 @@ fn http_sessions_outlive_a_crash_for_their_owner_only_and_a_planted_record_is_ig
     assert_eq!(other.status, 404);
 
     // A graceful stop (`systemctl restart`) keeps the record: the session works after it too.
-    hs.sup.stop();
-    let addr_file = hs.sup.dir.path().join("run/http.addr");
-    let _ = std::fs::remove_file(&addr_file);
-    hs.sup.run_again();
-    assert!(
-        wait_until(Duration::from_secs(20), || std::fs::read_to_string(
-            &addr_file
-        )
-        .is_ok_and(|a| !a.trim().is_empty())),
+    run_again_after(&mut hs, Gone::Stopped, || {});
+    assert_eq!(
+        echo(&hs, &sid, "after a stop").status,
+        200,
         "{}",
         hs.sup.log()
     );
-    hs.addr = std::fs::read_to_string(&addr_file)
-        .unwrap()
-        .trim()
-        .to_string();
-    let r = echo(&hs, &sid, "after a stop");
-    assert_eq!(r.status, 200, "{}", hs.sup.log());
 
-    // A link planted where the record goes (while no supervisor runs), pointing at an intact
-    // copy: not read.
-    let copy = hs.sup.dir.path().join("copy.json");
-    std::fs::copy(&record, &copy).unwrap();
-    hs.sup.kill();
-    std::fs::remove_file(&record).unwrap();
-    std::os::unix::fs::symlink(&copy, &record).unwrap();
-    let addr_file = hs.sup.dir.path().join("run/http.addr");
-    let _ = std::fs::remove_file(&addr_file);
-    hs.sup.run_again();
-    assert!(
-        wait_until(Duration::from_secs(20), || std::fs::read_to_string(
-            &addr_file
-        )
-        .is_ok_and(|a| !a.trim().is_empty())),
-        "{}",
-        hs.sup.log()
-    );
-    hs.addr = std::fs::read_to_string(&addr_file)
-        .unwrap()
-        .trim()
-        .to_string();
-    assert!(
-        wait_until(Duration::from_secs(10), || hs
-            .sup
+    let refusals = |hs: &HttpSup| {
+        hs.sup
             .log()
-            .contains("the record of HTTP sessions is not used")),
+            .matches("the record of HTTP sessions is not used")
+            .count()
+    };
+    // A link planted where the record goes, pointing at an intact copy: not read.
+    let copy = hs.sup.dir.path().join("copy.json");
+    run_again_after(&mut hs, Gone::Killed, || {
+        std::fs::copy(&record, &copy).unwrap();
+        std::fs::remove_file(&record).unwrap();
+        std::os::unix::fs::symlink(&copy, &record).unwrap();
+    });
+    assert!(
+        wait_until(Duration::from_secs(10), || refusals(&hs) == 1),
         "{}",
         hs.sup.log()
     );
@@ -551,39 +532,17 @@ fn http_sessions_outlive_a_crash_for_their_owner_only_and_a_planted_record_is_ig
 
     // A damaged record: ignored whole.
     let sid = hs.session("fake");
-    assert!(wait_until(Duration::from_secs(10), || {
-        std::fs::read_to_string(&record)
-            .is_ok_and(|t| t.contains(&sid) && t.contains("\"initialized\":true"))
-    }));
-    let before = hs
-        .sup
-        .log()
-        .matches("the record of HTTP sessions is not used")
-        .count();
-    hs.sup.kill();
-    let text = std::fs::read_to_string(&record).unwrap();
-    std::fs::write(
-        &record,
-        text.replace("\"initialized\":true", "\"initialized\":1"),
-    )
-    .unwrap();
-    let addr_file = hs.sup.dir.path().join("run/http.addr");
-    let _ = std::fs::remove_file(&addr_file);
-    hs.sup.run_again();
-    assert!(wait_until(Duration::from_secs(20), || {
-        std::fs::read_to_string(&addr_file).is_ok_and(|a| !a.trim().is_empty())
-    }));
-    hs.addr = std::fs::read_to_string(&addr_file)
-        .unwrap()
-        .trim()
-        .to_string();
+    assert!(recorded(&sid), "{}", hs.sup.log());
+    run_again_after(&mut hs, Gone::Killed, || {
+        let text = std::fs::read_to_string(&record).unwrap();
+        std::fs::write(
+            &record,
+            text.replace("\"initialized\":true", "\"initialized\":1"),
+        )
+        .unwrap();
+    });
     assert!(
-        wait_until(Duration::from_secs(10), || hs
-            .sup
-            .log()
-            .matches("the record of HTTP sessions is not used")
-            .count()
-            > before),
+        wait_until(Duration::from_secs(10), || refusals(&hs) == 2),
         "{}",
         hs.sup.log()
     );
