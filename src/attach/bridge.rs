@@ -1016,7 +1016,11 @@ mod tests {
         #[derive(Debug, Clone)]
         enum Ev {
             Request(bool),
+            /// Two requests in one batch (a JSON array).
+            Batch,
             Answer(u8),
+            /// Two answers in one array.
+            AnswerPair(u8, u8),
             Lost,
             Connected,
             Expire,
@@ -1025,7 +1029,9 @@ mod tests {
         fn ev() -> impl Strategy<Value = Ev> {
             prop_oneof![
                 4 => any::<bool>().prop_map(Ev::Request),
+                1 => Just(Ev::Batch),
                 3 => (0u8..16).prop_map(Ev::Answer),
+                1 => (0u8..16, 0u8..16).prop_map(|(i, j)| Ev::AnswerPair(i, j)),
                 1 => Just(Ev::Lost),
                 1 => Just(Ev::Connected),
                 1 => Just(Ev::Expire),
@@ -1046,17 +1052,24 @@ mod tests {
                 let mut answered: HashMap<u32, u32> = HashMap::new();
                 let mut sent: HashMap<u32, u32> = HashMap::new();
                 let count = |out: &Out, on_wire: &mut Vec<u32>, answered: &mut HashMap<u32, u32>, sent: &mut HashMap<u32, u32>| {
-                    for l in &out.to_client {
+                    // A line is one message or a batch of them.
+                    let ids = |l: &Bytes| -> Vec<u32> {
                         let v: Value = serde_json::from_slice(l).unwrap();
-                        if let Some(id) = v["id"].as_u64() {
-                            *answered.entry(id as u32).or_default() += 1;
+                        let all = match v {
+                            Value::Array(items) => items,
+                            one => vec![one],
+                        };
+                        all.iter().filter_map(|m| m["id"].as_u64()).map(|id| id as u32).collect()
+                    };
+                    for l in &out.to_client {
+                        for id in ids(l) {
+                            *answered.entry(id).or_default() += 1;
                         }
                     }
                     for l in &out.to_server {
-                        let v: Value = serde_json::from_slice(l).unwrap();
-                        if let Some(id) = v["id"].as_u64() {
-                            *sent.entry(id as u32).or_default() += 1;
-                            on_wire.push(id as u32);
+                        for id in ids(l) {
+                            *sent.entry(id).or_default() += 1;
+                            on_wire.push(id);
                         }
                     }
                 };
@@ -1066,6 +1079,17 @@ mod tests {
                             next += 1;
                             let m = if call { "tools/call" } else { "ping" };
                             b.from_client(line(&format!(r#"{{"jsonrpc":"2.0","id":{next},"method":"{m}"}}"#)), t)
+                        }
+                        Ev::Batch => {
+                            next += 2;
+                            let (a, c) = (next - 1, next);
+                            b.from_client(line(&format!(r#"[{{"jsonrpc":"2.0","id":{a},"method":"ping"}},{{"jsonrpc":"2.0","id":{c},"method":"tools/call"}}]"#)), t)
+                        }
+                        Ev::AnswerPair(i, j) => {
+                            if on_wire.len() < 2 || !b.is_up() { continue; }
+                            let a = on_wire.remove(i as usize % on_wire.len());
+                            let c = on_wire.remove(j as usize % on_wire.len());
+                            b.from_server(Bytes::from(format!(r#"[{{"jsonrpc":"2.0","id":{a},"result":{{}}}},{{"jsonrpc":"2.0","id":{c},"result":{{}}}}]"#)))
                         }
                         Ev::Answer(i) => {
                             if on_wire.is_empty() || !b.is_up() { continue; }

@@ -787,6 +787,13 @@ impl Daemon {
     ) -> Result<bool> {
         let mut control_activated = false;
         let mut endpoints = Vec::new();
+        let restore = self.config.servers.values().any(|s| s.http)
+            || self.config.endpoints.values().any(|e| e.front.http);
+        if restore {
+            // `NAME.http.sock` accepts as each server starts: requests naming a session wait
+            // for the restore below.
+            self.front.expect_restore();
+        }
         for (name, (listener, act)) in listeners {
             if name == control::SOCKET_NAME {
                 control_activated = act;
@@ -814,9 +821,7 @@ impl Daemon {
             self.start_endpoint(cfg, listener, act);
         }
         // Sessions of the last run, before the TCP listener (issue 32 §2).
-        if self.config.servers.values().any(|s| s.http)
-            || self.config.endpoints.values().any(|e| e.front.http)
-        {
+        if restore {
             self.front
                 .restore_sessions(&self.config.supervisor.state_dir, &self.dir)
                 .await;

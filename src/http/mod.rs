@@ -162,6 +162,9 @@ pub struct Front {
     /// Cleared at the start of a shutdown ([`Front::stop_recording`]): the sessions ending then
     /// stay in the record, for the next start to reopen.
     recording: std::sync::atomic::AtomicBool,
+    /// `false` from [`Front::expect_restore`] until [`Front::restore_sessions`] is done: a
+    /// request naming a session waits for it (a socket accepts before the restore).
+    restored: tokio::sync::watch::Sender<bool>,
 }
 
 impl Front {
@@ -197,6 +200,7 @@ impl Front {
             stop,
             saved: std::sync::OnceLock::new(),
             recording: std::sync::atomic::AtomicBool::new(true),
+            restored: tokio::sync::watch::Sender::new(true),
         });
         tokio::spawn(session::reap(Arc::downgrade(&front)));
         front
@@ -321,12 +325,25 @@ impl Front {
         if restored + skipped > 0 {
             info!(restored, skipped, "HTTP sessions of the last run reopened");
         }
+        self.restored.send_replace(true);
         if let Some(w) =
             crate::statefile::Writer::start(path, "HTTP sessions will not survive a restart")
         {
             let _ = self.saved.set(w);
         }
         self.save_sessions();
+    }
+
+    /// Makes requests naming a session wait until [`Front::restore_sessions`] is done: called
+    /// before the first socket accepts, when sessions will be restored.
+    pub fn expect_restore(&self) {
+        self.restored.send_replace(false);
+    }
+
+    /// Waits until the sessions of the last run are reopened (at once when none are expected).
+    async fn wait_restored(&self) {
+        let mut rx = self.restored.subscribe();
+        let _ = rx.wait_for(|done| *done).await;
     }
 
     /// Stops recording session changes: called when a shutdown begins, so the sessions it
@@ -526,6 +543,10 @@ async fn handle(front: Arc<Front>, via: Via, req: Request<Body>) -> Response {
             (server.clone(), peer.clone())
         }
     };
+    if req.headers().contains_key(SESSION_HEADER) {
+        // A session of the last run may not be reopened yet (issue 32 §2).
+        front.wait_restored().await;
+    }
     let settings = front.settings();
     let caller = match access::check(&front, &settings, &via, &server, req.headers()) {
         Ok(c) => c,
