@@ -101,6 +101,36 @@ impl Attached {
         }
     }
 
+    /// Waits for a line `pred` accepts among those seen from index `from` on (already seen, or
+    /// coming within `timeout`).
+    pub(crate) fn wait_new(
+        &mut self,
+        from: usize,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Option<Value> {
+        if let Some(v) = self
+            .seen
+            .get(from..)
+            .unwrap_or_default()
+            .iter()
+            .find(|v| pred(v))
+        {
+            return Some(v.clone());
+        }
+        let end = Instant::now() + timeout;
+        while let Ok(v) = self
+            .lines
+            .recv_timeout(end.saturating_duration_since(Instant::now()))
+        {
+            self.seen.push(v.clone());
+            if pred(&v) {
+                return Some(v);
+            }
+        }
+        None
+    }
+
     /// The answer to request `id` (waits up to `timeout`), or a panic naming what was seen.
     pub(crate) fn response(&mut self, id: Value, timeout: Duration) -> Value {
         let found = self.wait_for(timeout, |v| v["id"] == id && v.get("method").is_none());
@@ -594,4 +624,74 @@ fn a_child_left_by_a_crashed_run_is_ended_by_the_next_run_before_it_starts_its_o
 fn is_record(p: &std::path::Path) -> bool {
     let name = p.file_name().unwrap_or_default().to_string_lossy();
     name.starts_with("http-sessions-") && name.ends_with(".json")
+}
+
+/// The 2026-07-28 `_meta` envelope on `params`.
+fn modern(mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "listener", "version": "1"},
+    });
+    params
+}
+
+/// Issue 32 §2: a 2026-07-28 client's `subscriptions/listen` stream through `attach` is opened
+/// again on the supervisor that comes back after a SIGKILL, under the client's own id; the
+/// client sees one acknowledgement in all, and the list changes of the new run on its stream.
+#[test]
+fn attach_reopens_a_listen_stream_across_a_supervisor_crash() {
+    let mut sup = Supervisor::start(&fake_server("fake", &[], ""));
+    let mut a = Attached::start(&sup, "fake", &[]);
+    a.send(
+        &json!({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
+        "params": modern(json!({"notifications": {"toolsListChanged": true}}))}),
+    );
+    let ack = |v: &Value| v["method"] == "notifications/subscriptions/acknowledged";
+    assert!(
+        a.wait_for(Duration::from_secs(10), ack).is_some(),
+        "{:?}",
+        a.seen
+    );
+    let changed = |v: &Value| {
+        v["method"] == "notifications/tools/list_changed"
+            && v["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "L"
+    };
+    a.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": modern(json!({"name": "list_changed", "arguments": {}}))}));
+    a.response(json!(1), Duration::from_secs(10));
+    assert!(
+        a.wait_for(Duration::from_secs(10), changed).is_some(),
+        "{:?}",
+        a.seen
+    );
+    let before = a.seen.len();
+
+    sup.kill();
+    sup.run_again();
+    assert!(
+        wait_until(Duration::from_secs(20), || a
+            .stderr()
+            .contains("reconnected")),
+        "{}",
+        a.stderr()
+    );
+    a.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": modern(json!({"name": "list_changed", "arguments": {}}))}));
+    a.response(json!(2), Duration::from_secs(20));
+    let after = a.wait_new(before, Duration::from_secs(10), changed);
+    assert!(
+        after.is_some(),
+        "no change on the reopened stream: {:?}\n{}",
+        a.seen,
+        sup.log()
+    );
+    assert_eq!(a.seen.iter().filter(|v| ack(v)).count(), 1, "{:?}", a.seen);
+    // The stream is not answered as failed at the loss: it was open, not in flight.
+    assert_eq!(a.answers(json!("L")), 0, "{:?}", a.seen);
+    a.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "L"}}),
+    );
+    assert_eq!(a.finish(Duration::from_secs(10)), Some(0), "{}", a.stderr());
 }
