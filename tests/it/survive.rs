@@ -695,3 +695,76 @@ fn attach_reopens_a_listen_stream_across_a_supervisor_crash() {
     );
     assert_eq!(a.finish(Duration::from_secs(10)), Some(0), "{}", a.stderr());
 }
+
+/// Issue 32 §3 (nothing lost, nothing doubled), under load: three `attach` clients keep calls
+/// in flight while the supervisor is SIGKILLed and run again five times. Every call gets
+/// exactly one answer (the echo, or the outage record when it was in flight at a crash), no
+/// `attach` exits, and each client's last call after the last restart succeeds.
+#[test]
+fn attach_answers_every_call_exactly_once_across_repeated_crashes_under_load() {
+    let mut sup = Supervisor::start(&fake_server("fake", &[], ""));
+    let mut clients: Vec<Attached> = (0..3).map(|_| Attached::start(&sup, "fake", &[])).collect();
+    for c in &mut clients {
+        handshake(c);
+    }
+    let mut next = 100u64;
+    let mut sent: Vec<Vec<u64>> = vec![Vec::new(); clients.len()];
+    let mut burst = |clients: &mut [Attached], sent: &mut [Vec<u64>], n: usize| {
+        for (k, c) in clients.iter_mut().enumerate() {
+            for _ in 0..n {
+                next += 1;
+                c.send(&call(
+                    next,
+                    "echo",
+                    json!({"text": format!("c{k} {next}"), "delay_ms": 20}),
+                ));
+                sent[k].push(next);
+            }
+        }
+    };
+    for round in 1..=5 {
+        burst(&mut clients, &mut sent, 20);
+        sup.kill();
+        // Sent while no supervisor runs: held, then served.
+        burst(&mut clients, &mut sent, 5);
+        sup.run_again();
+        // This run is up and every client is on it.
+        let up = |sup: &Supervisor, clients: &[Attached]| {
+            sup.log().matches("mcp-supervisor running").count() == round + 1
+                && clients
+                    .iter()
+                    .all(|c| c.stderr().matches("reconnected").count() == round)
+        };
+        assert!(
+            wait_until(Duration::from_secs(20), || up(&sup, &clients)),
+            "{}",
+            sup.log()
+        );
+    }
+    burst(&mut clients, &mut sent, 3);
+    for (k, c) in clients.iter_mut().enumerate() {
+        for id in &sent[k] {
+            let r = c.response(json!(id), Duration::from_secs(30));
+            let text = Client::text(&r);
+            let ok = text == format!("c{k} {id}");
+            let outage = r["result"]["isError"] == true && text.contains("status=disconnected");
+            assert!(ok || outage, "client {k}, call {id}: {r}");
+        }
+        // The last burst came after the last restart: served.
+        for id in sent[k].iter().rev().take(3) {
+            assert_eq!(
+                Client::text(&c.response(json!(id), Duration::from_secs(5))),
+                format!("c{k} {id}")
+            );
+        }
+        assert_eq!(c.finish(Duration::from_secs(10)), Some(0), "{}", c.stderr());
+        for id in &sent[k] {
+            assert_eq!(
+                c.answers(json!(id)),
+                1,
+                "client {k}, call {id}: {:?}",
+                c.seen
+            );
+        }
+    }
+}
