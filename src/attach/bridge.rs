@@ -386,6 +386,18 @@ impl Bridge {
     /// A line read from the supervisor: the lines to show the client (none or this one).
     pub fn from_server(&mut self, line: Bytes) -> Out {
         let mut out = Out::default();
+        // The common case, read from the first bytes: a result (a large one is never parsed).
+        if let Some(key) = result_id(&line) {
+            self.answered = true;
+            if self.own.remove(key).is_some() {
+                return out;
+            }
+            self.inflight.remove(key);
+            self.listens.remove(key);
+            self.reacks.remove(key);
+            out.to_client.push(line);
+            return out;
+        }
         let Ok(peek) = serde_json::from_slice::<Peek>(&line) else {
             // A batch's answers (a JSON array): each answered id is done. Anything else is
             // shown as it is.
@@ -631,6 +643,41 @@ fn unframed(mut line: Bytes) -> Bytes {
         line.truncate(line.len() - 1);
     }
     line
+}
+
+/// The id of a successful response written as the supervisor writes one
+/// (`{"jsonrpc":"2.0","id":ID,"result":…`, compact), read from the line's first bytes without
+/// looking at the result: its compact JSON text, as [`id_key`] gives it. `None` for any other
+/// line (it is then parsed whole). An id is a number or a string of at most
+/// [`crate::jsonrpc::toplevel::ID_MAX`] bytes.
+fn result_id(line: &[u8]) -> Option<&str> {
+    let rest = line.strip_prefix(br#"{"jsonrpc":"2.0","id":"#)?;
+    let max = crate::jsonrpc::toplevel::ID_MAX;
+    let end = if rest.first() == Some(&b'"') {
+        let mut escaped = false;
+        let mut end = None;
+        for (i, &b) in rest.iter().enumerate().skip(1).take(max) {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => {
+                    end = Some(i + 1);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        end?
+    } else {
+        rest.iter()
+            .take(max)
+            .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))?
+    };
+    let (id, after) = rest.split_at_checked(end)?;
+    if id.is_empty() || !after.starts_with(br#","result":"#) {
+        return None;
+    }
+    std::str::from_utf8(id).ok()
 }
 
 /// An id as a key: its compact JSON text.
@@ -1007,6 +1054,54 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":0,"result":{}}"#,
         ));
         assert!(b.was_served());
+    }
+
+    #[test]
+    fn a_result_is_recognised_from_its_first_bytes_as_the_parser_would() {
+        let cases: &[(&[u8], Option<&str>)] = &[
+            (br#"{"jsonrpc":"2.0","id":7,"result":{}}"#, Some("7")),
+            (
+                br#"{"jsonrpc":"2.0","id":-1.5e3,"result":[1]}"#,
+                Some("-1.5e3"),
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":"a\"b,\\","result":{}}"#,
+                Some(r#""a\"b,\\""#),
+            ),
+            (br#"{"jsonrpc":"2.0","id":"x","error":{}}"#, None),
+            (br#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#, None),
+            (br#"{"jsonrpc":"2.0","method":"n","params":{}}"#, None),
+            (br#"{"jsonrpc":"2.0","id":"unterminated"#, None),
+            (br#"{"jsonrpc":"2.0","id":,"result":{}}"#, None),
+            (br#"{"id":1,"jsonrpc":"2.0","result":{}}"#, None),
+        ];
+        for (line, want) in cases {
+            assert_eq!(result_id(line), *want, "{}", String::from_utf8_lossy(line));
+            if let Some(id) = want {
+                // The same key the parsed path gives.
+                let v: Value = serde_json::from_slice(line).unwrap_or_default();
+                let raw =
+                    serde_json::value::to_raw_value(&v["id"]).unwrap_or_else(|_| unreachable!());
+                let parsed = id_key(&raw);
+                let n: Value = serde_json::from_str(id).unwrap_or_default();
+                assert_eq!(
+                    serde_json::from_str::<Value>(&parsed).unwrap_or_default(),
+                    n
+                );
+            }
+        }
+        let long = format!(
+            r#"{{"jsonrpc":"2.0","id":"{}","result":{{}}}}"#,
+            "x".repeat(300)
+        );
+        assert_eq!(result_id(long.as_bytes()), None);
+        // A result of one of the bridge's own requests is hidden by the fast path too.
+        let mut b = handshaken();
+        b.lost();
+        let replay = b.connected();
+        let id = text(&replay.to_server[0])["id"].clone();
+        let answer = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#);
+        assert!(b.from_server(Bytes::from(answer)).to_client.is_empty());
     }
 
     mod props {
