@@ -278,9 +278,15 @@ fn attach_outlives_a_supervisor_crash_with_one_outage_answer_and_its_session_rep
         "{:?}",
         a.seen
     );
-    let err = a.stderr();
-    assert!(err.contains("reconnected"), "{err}");
-    assert!(err.contains("the handshake"), "{err}");
+    // Its notes come on stderr, written as it goes: wait for them.
+    assert!(
+        wait_until(Duration::from_secs(5), || a
+            .stderr()
+            .contains("reconnected")),
+        "{}",
+        a.stderr()
+    );
+    assert!(a.stderr().contains("the handshake"), "{}", a.stderr());
     assert_eq!(a.finish(Duration::from_secs(10)), Some(0), "{}", a.stderr());
 }
 
