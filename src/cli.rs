@@ -112,6 +112,16 @@ pub enum Verb {
         #[command(flatten)]
         target: Target,
     },
+    /// Upgrade in place: the supervisor executes its binary again in its own process (same
+    /// pid), keeping its sockets, children and sessions; exits 0 when upgraded, 1 when refused
+    /// (the running supervisor serves on and the reason is printed), 3 when none runs.
+    Upgrade {
+        /// How long to wait for the upgraded supervisor to answer.
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        wait: std::time::Duration,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Print every metric in the Prometheus/OpenMetrics text format.
     Metrics {
         #[command(flatten)]

@@ -24,6 +24,7 @@ pub mod control;
 pub mod daemon;
 pub mod deadline;
 pub mod endpoint;
+pub mod handover;
 pub mod http;
 pub mod jsonrpc;
 pub mod logging;

@@ -50,13 +50,37 @@ fn main() {
             // systemd's plumbing (NOTIFY_SOCKET, LISTEN_*, WATCHDOG_*) is read and removed from
             // our environment while single-threaded (R18; `std::env::remove_var` is not
             // thread-safe); the values go to the daemon, children never see them.
-            let plumbing = Plumbing::take_from_env();
-            match cli::load_config(config) {
+            let mut plumbing = Plumbing::take_from_env();
+            // An upgrade in place (issue 32 §1): the previous image's record, and the
+            // configuration it ran (not the file: a changed file is for `reload`).
+            let handover = match mcp_supervisor::handover::take_from_env() {
+                None => None,
+                Some(Err(e)) => {
+                    eprintln!(
+                        "mcp-supervisor: the hand-over record of an upgrade is unusable: {e}"
+                    );
+                    std::process::exit(cli::EXIT_FAILED);
+                }
+                Some(Ok(r)) => Some(r),
+            };
+            let loaded = match &handover {
+                None => cli::load_config(config),
+                Some(r) => match config::parse(&r.config.path, &r.config.text) {
+                    Ok(c) => Ok(c),
+                    Err(e) => refuse_handover(r, &format!("the configuration does not parse: {e}")),
+                },
+            };
+            if let Some(r) = &handover {
+                plumbing.notify_socket = r.notify_socket.clone().map(Into::into);
+                plumbing.watchdog = r.watchdog_usec.map(std::time::Duration::from_micros);
+            }
+            match loaded {
                 Err(code) => code,
                 Ok(cfg) => {
                     // Held until the end of `main`: dropping it writes the queued log lines.
                     let _log_writer = logging::init(cfg.supervisor.log_format);
-                    let run = runtime().and_then(|rt| rt.block_on(daemon::run(cfg, plumbing)));
+                    let run =
+                        runtime().and_then(|rt| rt.block_on(daemon::run(cfg, plumbing, handover)));
                     // The last requests' log lines, still queued for the log thread.
                     logging::requests::flush(std::time::Duration::from_secs(2));
                     // And the last spans (traces on only), with their own deadline.
@@ -123,6 +147,10 @@ fn main() {
         Verb::Stop { name, target } => operate(target, Op::Stop { name }, false),
         Verb::Restart { name, target } => operate(target, Op::Restart { name }, false),
         Verb::Reload { target } => operate(target, Op::Reload, false),
+        Verb::Upgrade { wait, target } => match cli::control_socket(target.config) {
+            Ok(socket) => control::client::upgrade(&socket, wait),
+            Err(code) => code,
+        },
         Verb::Logs { name, target } => operate(target, Op::Logs { name }, false),
         Verb::Logout { name, target } => operate(target, Op::Logout { name }, false),
         Verb::Login {
@@ -203,6 +231,22 @@ fn operate(target: Target, op: Op, json: bool) -> i32 {
         Ok(socket) => control::client::run(&socket, op, json),
         Err(code) => code,
     }
+}
+
+/// The new image cannot adopt record `r`: the old image runs again with it, told why. Returns
+/// only if that fails too (the process then exits).
+fn refuse_handover(r: &mcp_supervisor::handover::Record, why: &str) -> ! {
+    use mcp_supervisor::handover;
+    eprintln!("mcp-supervisor: refusing the hand-over: {why}");
+    if r.refused.is_some() {
+        // Already the old image run again: nothing older to go back to.
+        std::process::exit(cli::EXIT_FAILED);
+    }
+    let mut again = r.clone();
+    again.refused = Some(why.to_string());
+    let e = handover::exec(&again, &handover::old_image_path(&again));
+    eprintln!("mcp-supervisor: cannot run the old image again: {e}");
+    std::process::exit(cli::EXIT_FAILED);
 }
 
 /// The daemon's runtime; failing to create it (no threads, no epoll) is an error, not a panic.

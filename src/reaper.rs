@@ -101,10 +101,25 @@ pub fn role() -> Role {
     ROLE.get().copied().unwrap_or(Role::Plain)
 }
 
+static TOKEN: OnceLock<String> = OnceLock::new();
+static INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Random per supervisor process: the first part of every [`marker`].
 pub fn token() -> &'static str {
-    static TOKEN: OnceLock<String> = OnceLock::new();
     TOKEN.get_or_init(|| format!("{:016x}", rand::random::<u64>()))
+}
+
+/// Goes on with the previous image's token and instance count after an upgrade in place
+/// (issue 32 §1): inherited children keep their markers, new ones never repeat them. Call it
+/// before the first [`token`] or [`marker`].
+pub fn resume(token: &str, instances: u64) {
+    let _ = TOKEN.set(token.to_string());
+    INSTANCES.fetch_max(instances, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Instances started so far (the next [`marker`] counts on from it).
+pub fn instances() -> u64 {
+    INSTANCES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A fresh [`MARKER_VAR`] value for an instance of `server`: `<token>:<n>:<server>`, `n`
@@ -112,7 +127,6 @@ pub fn token() -> &'static str {
 /// by a reload and added back while the old actor still stops its child starts again at
 /// generation 1, and the old instance's cleanup would then kill the new one.
 pub fn marker(server: &str) -> String {
-    static INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     format!("{}:{n}:{server}", token())
 }

@@ -53,6 +53,11 @@ pub trait Upstream: Send {
     fn usage(&self) -> Option<crate::child::limits::Usage> {
         None
     }
+    /// Pauses a child's pipe tasks for an upgrade's hand-over (issue 32 §1); `None` for an
+    /// upstream that cannot be handed over (a remote session, a stopping child).
+    fn hand_over(&mut self) -> Option<crate::child::process::ChildTakeover> {
+        None
+    }
     /// A remote session's facts for `status` (none for a child).
     fn remote(&self) -> Option<crate::remote::RemoteStatus> {
         None

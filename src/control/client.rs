@@ -128,6 +128,7 @@ pub fn run(socket: &Path, op: Op, json: bool) -> i32 {
             }
         }
         Op::Reload => print_reload(&resp.reload.unwrap_or_default(), json),
+        Op::Upgrade | Op::Upgraded => {}
         Op::Login { .. } | Op::LoginPaste { .. } => {}
         Op::Start { .. }
         | Op::Stop { .. }
@@ -152,6 +153,57 @@ pub fn run(socket: &Path, op: Op, json: bool) -> i32 {
         }
     }
     0
+}
+
+/// `mcp-supervisor upgrade` (issue 32 §1): asks the daemon to execute its binary again in
+/// place, then waits (up to `wait`) for the daemon to answer again with one more upgrade
+/// counted. Exit codes: 0 upgraded (same pid), 1 refused (the old daemon serves on; why is
+/// printed), 3 no daemon.
+pub fn upgrade(socket: &Path, wait: Duration) -> i32 {
+    let upgraded = |timeout| -> Result<crate::control::Upgraded, ClientError> {
+        let r = request_within(socket, &Request::new(Op::Upgraded), timeout)?;
+        r.upgraded
+            .ok_or_else(|| ClientError::Broken("the supervisor does not know `upgrade`".into()))
+    };
+    let before = match upgraded(TIMEOUT) {
+        Ok(u) => u,
+        Err(e @ ClientError::NotRunning { .. }) => {
+            eprintln!("mcp-supervisor: {e}");
+            return EXIT_NOT_RUNNING;
+        }
+        Err(e) => {
+            eprintln!("mcp-supervisor upgrade: {e}");
+            return EXIT_FAILED;
+        }
+    };
+    // Answered only when refused before the hand-over (the connection ends at the hand-over).
+    match request_within(socket, &Request::new(Op::Upgrade), wait) {
+        Ok(r) if !r.ok => {
+            let why = r.error.map(|e| e.message).unwrap_or_default();
+            eprintln!("mcp-supervisor upgrade: refused: {why}");
+            return EXIT_FAILED;
+        }
+        _ => {}
+    }
+    let deadline = std::time::Instant::now() + wait;
+    while std::time::Instant::now() < deadline {
+        if let Ok(after) = upgraded(Duration::from_secs(2)) {
+            if after.upgrades > before.upgrades {
+                if let Some(why) = after.refused {
+                    eprintln!("mcp-supervisor upgrade: the new binary refused the hand-over; the old one serves again: {why}");
+                    return EXIT_FAILED;
+                }
+                println!(
+                    "upgraded in place (pid {}, upgrade {})",
+                    after.pid, after.upgrades
+                );
+                return 0;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("mcp-supervisor upgrade: no answer from the upgraded supervisor within {wait:?}");
+    EXIT_FAILED
 }
 
 /// `mcp-supervisor login NAME` (issue 30): asks the daemon for the authorization URL, opens a

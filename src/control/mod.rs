@@ -115,6 +115,13 @@ pub enum Op {
         /// The server.
         name: String,
     },
+    /// Upgrade in place (issue 32 §1): the daemon executes its binary again in its own
+    /// process, handing over its listeners, children and sessions. Answered only when it is
+    /// refused; otherwise the connection ends at the hand-over, and `upgraded` tells the
+    /// outcome.
+    Upgrade,
+    /// How many upgrades this process went through and why the last was refused, if it was.
+    Upgraded,
 }
 
 impl Request {
@@ -155,6 +162,17 @@ pub struct ErrorBody {
     pub message: String,
 }
 
+/// The answer to `upgraded`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Upgraded {
+    /// The daemon's pid (an upgrade keeps it).
+    pub pid: u32,
+    /// Upgrades this process went through (a refused one counts: the old image ran again).
+    pub upgrades: u64,
+    /// Why the last upgrade was refused by the new image, if it was.
+    pub refused: Option<String>,
+}
+
 /// What a reload changed, by server name.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReloadReport {
@@ -190,6 +208,9 @@ pub struct Response {
     /// `reload`: what changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reload: Option<ReloadReport>,
+    /// `upgraded`: the daemon's pid, its upgrades, and why the last hand-over was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgraded: Option<Upgraded>,
     /// `login`: what to open.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub login: Option<LoginInfo>,

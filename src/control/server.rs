@@ -86,6 +86,10 @@ pub struct Ctx {
     pub registry: Registry,
     /// Reload requests to the main loop (coalesced there with SIGHUP).
     pub reloads: mpsc::Sender<oneshot::Sender<ReloadOutcome>>,
+    /// Upgrade requests to the main loop: answered only with why one was refused.
+    pub upgrades: mpsc::Sender<oneshot::Sender<String>>,
+    /// This process's upgrades so far and the last refusal.
+    pub upgraded: crate::control::Upgraded,
 }
 
 /// Serves one connection until the peer closes it or `stop` fires.
@@ -179,6 +183,23 @@ pub async fn answer(line: &[u8], ctx: &Ctx) -> Response {
         },
         Op::Start { name } => start(ctx, &name, false).await,
         Op::Restart { name } => start(ctx, &name, true).await,
+        Op::Upgraded => Response {
+            upgraded: Some(ctx.upgraded.clone()),
+            ..Response::ok()
+        },
+        Op::Upgrade => {
+            let (tx, rx) = oneshot::channel();
+            if ctx.upgrades.send(tx).await.is_err() {
+                return Response::error(ErrorKind::ShuttingDown, "the supervisor is shutting down");
+            }
+            match rx.await {
+                Ok(why) => Response::error(ErrorKind::Failed, why),
+                // The main loop keeps the request until the process is replaced.
+                Err(_) => {
+                    Response::error(ErrorKind::ShuttingDown, "the supervisor is shutting down")
+                }
+            }
+        }
         Op::Reload => {
             let (tx, rx) = oneshot::channel();
             if ctx.reloads.send(tx).await.is_err() {

@@ -113,6 +113,7 @@ impl Daemon {
         let (handle, setup) = endpoint::start(self.endpoint_setup(&cfg));
         let (params, params_rx) = watch::channel(session_limits(&cfg.front, &self.memory));
         let accept = self.accepting.child_token();
+        self.keep_listener(&name, &listener, activated);
         info!(endpoint = %name, socket = %path.display(), sources = ?cfg.servers, "endpoint listening");
         let http = self.start_http(&cfg.front, &accept);
         self.load_labelled(&cfg);

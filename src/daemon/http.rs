@@ -25,13 +25,24 @@ impl Daemon {
         }
         self.load_token(cfg);
         let path = crate::http::url::unix_socket_path(&self.dir, &cfg.name);
-        let listener = match bind_socket(&path, self.perms) {
+        let key = format!("http:{}", cfg.name);
+        let inherited = self.inherited(&key).and_then(|(fd, _)| {
+            let std = std::os::unix::net::UnixListener::from(fd);
+            std.set_nonblocking(true).ok()?;
+            tokio::net::UnixListener::from_std(std).ok()
+        });
+        let bound = match inherited {
+            Some(l) => Ok(l),
+            None => bind_socket(&path, self.perms),
+        };
+        let listener = match bound {
             Ok(l) => l,
             Err(e) => {
                 error!(server = %cfg.name, socket = %path.display(), error = %format!("{e:#}"), "cannot bind the HTTP Unix socket");
                 return None;
             }
         };
+        self.keep_listener(&key, &listener, false);
         let stop = accept.child_token();
         info!(server = %cfg.name, socket = %path.display(), "serving Streamable HTTP on the Unix socket");
         self.tracker.spawn(sockets::http_accept_loop(
@@ -60,9 +71,18 @@ impl Daemon {
         else {
             return Ok(());
         };
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen for HTTP on {addr} (http_listen)"))?;
+        let inherited = self.inherited("http-tcp").and_then(|(fd, _)| {
+            let std = std::net::TcpListener::from(fd);
+            std.set_nonblocking(true).ok()?;
+            tokio::net::TcpListener::from_std(std).ok()
+        });
+        let listener = match inherited {
+            Some(l) => l,
+            None => tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for HTTP on {addr} (http_listen)"))?,
+        };
+        self.keep_listener("http-tcp", &listener, false);
         let bound = listener.local_addr().unwrap_or(addr);
         let file = self.dir.join(crate::http::url::ADDR_FILE);
         // Written aside and renamed, so a reader (`mcp-supervisor url`, a test) never sees it

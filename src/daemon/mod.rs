@@ -43,6 +43,7 @@ use tracing::{error, info, warn};
 mod endpoints;
 mod http;
 mod sockets;
+mod upgrade;
 use sockets::{accept_loop, control_loop, SessionParams, Shared};
 pub use sockets::{
     bind_socket, client_access, lock_socket_dir, operator_access, prepare_socket_dir,
@@ -137,12 +138,30 @@ struct Daemon {
     /// Whether the TCP side of the HTTP endpoint is bound (at start or by a reload that
     /// turned `http` on for a first server).
     http_tcp: bool,
+    /// What an upgrade runs and passes on (issue 32 §1).
+    image: upgrade::Image,
+    /// Every listener's descriptor (a duplicate) by hand-over name, and whether systemd
+    /// passed it.
+    listening: BTreeMap<String, (OwnedFd, bool)>,
+    /// Listeners the previous image handed over, taken as each is needed.
+    inherited: std::sync::Mutex<HashMap<String, (OwnedFd, bool)>>,
+    /// What each server adopts from the previous image.
+    adoptions: HashMap<String, server::Adoption>,
+    /// Upgrades so far and the last refusal, for `upgraded`.
+    upgraded: control::Upgraded,
 }
 
 impl Daemon {
     /// A listener for `name` at `path`: the socket-activated one when systemd passed it,
     /// else a freshly bound socket. Returns whether it was activated.
     fn listener_for(&self, name: &str, path: &Path) -> Result<(UnixListener, bool)> {
+        if let Some((fd, activated)) = self.inherited(name) {
+            let std = std::os::unix::net::UnixListener::from(fd);
+            std.set_nonblocking(true)?;
+            let l = UnixListener::from_std(std)
+                .with_context(|| format!("cannot use the handed-over `{name}`"))?;
+            return Ok((l, activated));
+        }
         if let Some(fd) = self.activated.get(name) {
             let dup = fd
                 .try_clone()
@@ -169,7 +188,9 @@ impl Daemon {
         let (params, params_rx) = watch::channel(session_limits(&cfg, &self.memory));
         let entry_cfg = Arc::new(cfg.clone());
         crate::observe::readiness().declare(&name, cfg.required);
-        let (handle, task) = server::start(cfg);
+        self.keep_listener(&name, &listener, activated);
+        let adoption = self.adoptions.remove(&name);
+        let (handle, task) = server::start_adopting(cfg, adoption);
         let accept = self.accepting.child_token();
         info!(server = %name, socket = %path.display(), activated, "listening");
         let http = self.start_http(&entry_cfg, &accept);
@@ -215,6 +236,8 @@ impl Daemon {
             return;
         };
         self.registry.remove(name);
+        self.listening.remove(name);
+        self.listening.remove(&format!("http:{name}"));
         crate::observe::readiness().forget(name);
         r.accept.cancel();
         if !r.activated {
@@ -612,7 +635,11 @@ async fn summary(registry: &Registry) -> String {
 ///
 /// `plumbing` is what systemd passed (read from the environment before the runtime started):
 /// the notify socket, the watchdog period, socket-activated listeners.
-pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
+pub async fn run(
+    config: Config,
+    mut plumbing: Plumbing,
+    handover: Option<crate::handover::Record>,
+) -> Result<()> {
     for note in &plumbing.notes {
         warn!("{note}");
     }
@@ -623,6 +650,25 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
         warn!(error = %e, "NOTIFY_SOCKET is unusable; not notifying systemd");
         Notifier::default()
     });
+    let mut handover = handover;
+    if let Some(r) = &handover {
+        crate::reaper::resume(&r.run_token, r.instances);
+        match &r.refused {
+            None => info!(
+                upgrades = r.upgrades,
+                "upgraded in place: adopting what the previous image handed over"
+            ),
+            Some(why) => {
+                warn!(upgrades = r.upgrades, reason = %why, "the upgrade was refused; this image runs again and adopts what it handed over")
+            }
+        }
+    }
+    // Inherited children are ours before the orphan sweep starts.
+    for s in handover.iter().flat_map(|r| &r.servers) {
+        if let Some(c) = &s.child {
+            crate::reaper::spawn_guard().insert(c.pid as i32);
+        }
+    }
     // Before any child exists: as PID 1 or a subreaper, orphans below us are ours to reap.
     let role = crate::reaper::setup(config.supervisor.subreaper);
     if role.adopts() {
@@ -638,10 +684,22 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
     let dir = config.supervisor.socket_dir.clone();
     let perms = SocketPerms::from(&config.supervisor);
     prepare_socket_dir(&dir, perms)?;
-    let _lock = lock_socket_dir(&dir)?;
+    let adopted = handover.take().map(upgrade::adopt);
+    let lock = match &adopted {
+        // The previous image's lock, on the same open file: still held.
+        Some(a) => nix::fcntl::Flock::lock(
+            std::fs::File::from(a.lock.try_clone()?),
+            nix::fcntl::FlockArg::LockExclusiveNonblock,
+        )
+        .map_err(|(_, e)| anyhow::anyhow!("cannot keep the handed-over lock: {e}"))?,
+        None => lock_socket_dir(&dir)?,
+    };
     prepare_records_dir(&config, &dir)?;
-    // With the lock held and before any child exists: what a crashed run left goes.
-    end_previous_run(&dir).await;
+    // With the lock held and before any child exists: what a crashed run left goes (not
+    // after an upgrade in place: the run goes on, its children are adopted).
+    if adopted.is_none() {
+        end_previous_run(&dir).await;
+    }
     // Before any actor exists: each reads once whether traces are on.
     if let Some(otel) = &config.supervisor.otel {
         crate::observe::trace::start(otel)?;
@@ -689,6 +747,42 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
             connections.clone(),
         ),
         http_tcp: false,
+        image: upgrade::Image {
+            binary: adopted.as_ref().map_or_else(
+                || std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
+                |a| a.image.binary.clone(),
+            ),
+            argv: adopted.as_ref().map_or_else(
+                || {
+                    std::env::args_os()
+                        .map(|a| a.to_string_lossy().into_owned())
+                        .collect()
+                },
+                |a| a.image.argv.clone(),
+            ),
+            config_text: adopted.as_ref().map_or_else(
+                || std::fs::read_to_string(&config.path).unwrap_or_default(),
+                |a| a.image.config_text.clone(),
+            ),
+            notify_socket: plumbing
+                .notify_socket
+                .as_ref()
+                .map(|s| s.to_string_lossy().into_owned()),
+            watchdog_usec: plumbing
+                .watchdog
+                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+            upgrades: adopted.as_ref().map_or(0, |a| a.image.upgrades),
+        },
+        listening: BTreeMap::new(),
+        upgraded: control::Upgraded {
+            pid: std::process::id(),
+            upgrades: adopted.as_ref().map_or(0, |a| a.image.upgrades),
+            refused: adopted.as_ref().and_then(|a| a.refused.clone()),
+        },
+        inherited: std::sync::Mutex::new(
+            adopted.as_ref().map(|a| a.listeners()).unwrap_or_default(),
+        ),
+        adoptions: adopted.map(|a| a.servers).unwrap_or_default(),
         config,
     };
     let listeners = daemon.bind_all()?;
@@ -699,10 +793,11 @@ pub async fn run(config: Config, mut plumbing: Plumbing) -> Result<()> {
         hup: signal(SignalKind::hangup())?,
     };
     let (reload_tx, reload_rx) = mpsc::channel::<oneshot::Sender<ReloadOutcome>>(64);
-    let control_activated = daemon.start_all(listeners, reload_tx).await?;
+    let (upgrade_tx, upgrade_rx) = mpsc::channel::<oneshot::Sender<String>>(4);
+    let control_activated = daemon.start_all(listeners, reload_tx, upgrade_tx).await?;
     let mut watchdog = Watchdog::new(plumbing.watchdog);
     daemon
-        .main_loop(&mut signals, reload_rx, &mut watchdog)
+        .main_loop(&mut signals, (reload_rx, upgrade_rx), &mut watchdog, &*lock)
         .await;
     daemon.shutdown(&mut signals, &mut watchdog).await;
     if !control_activated {
@@ -784,6 +879,7 @@ impl Daemon {
         &mut self,
         listeners: Bound,
         reload_tx: mpsc::Sender<oneshot::Sender<ReloadOutcome>>,
+        upgrade_tx: mpsc::Sender<oneshot::Sender<String>>,
     ) -> Result<bool> {
         let mut control_activated = false;
         let mut endpoints = Vec::new();
@@ -799,11 +895,14 @@ impl Daemon {
                 control_activated = act;
                 let control_path = control::socket_path(&self.dir);
                 info!(socket = %control_path.display(), activated = act, "control socket listening");
+                self.keep_listener(control::SOCKET_NAME, &listener, act);
                 self.tracker.spawn(control_loop(
                     listener,
                     ctl::Ctx {
                         registry: self.registry.clone(),
                         reloads: reload_tx.clone(),
+                        upgrades: upgrade_tx.clone(),
+                        upgraded: self.upgraded.clone(),
                     },
                     self.shared.clone(),
                     self.accepting.clone(),
@@ -857,8 +956,12 @@ impl Daemon {
     async fn main_loop(
         &mut self,
         signals: &mut Signals,
-        mut reload_rx: mpsc::Receiver<oneshot::Sender<ReloadOutcome>>,
+        (mut reload_rx, mut upgrade_rx): (
+            mpsc::Receiver<oneshot::Sender<ReloadOutcome>>,
+            mpsc::Receiver<oneshot::Sender<String>>,
+        ),
         watchdog: &mut Watchdog,
+        lock: &impl std::os::fd::AsRawFd,
     ) {
         let mut gate = ReloadGate::default();
         let mut pending = false;
@@ -873,6 +976,12 @@ impl Daemon {
                         info!("SIGHUP: reloading the configuration");
                     }
                     pending = true;
+                }
+                Some(w) = upgrade_rx.recv() => {
+                    info!("upgrade requested on the control socket");
+                    let why = self.upgrade(lock).await;
+                    warn!(reason = %why, "upgrade refused; serving on");
+                    let _ = w.send(why);
                 }
                 Some(w) = reload_rx.recv() => {
                     if !pending {

@@ -140,6 +140,12 @@ impl LineDecoder {
         !self.buf.is_empty() || self.discarding.is_some()
     }
 
+    /// The bytes held that are not a frame yet, for a hand-over (issue 32 §1); `None` while
+    /// an oversized line is being discarded (its end cannot be told from a new line's start).
+    pub fn pending(&self) -> Option<&[u8]> {
+        self.discarding.is_none().then_some(&self.buf[..])
+    }
+
     /// Gives a grown buffer back once it holds nothing: after a huge line the buffer keeps the
     /// capacity it grew to (and, once the line is dropped, the whole allocation), so an idle
     /// decoder whose capacity exceeds `limit` bytes gets a fresh, empty one. Call it after

@@ -89,6 +89,17 @@ pub struct Removed<T> {
 }
 
 impl<T> Inflight<T> {
+    /// The id [`Inflight::allocate`] gives next.
+    pub fn next_id(&self) -> u64 {
+        self.next
+    }
+
+    /// Goes on from `next` (an upgrade's hand-over: the child saw the ids below it), never
+    /// back.
+    pub fn resume_at(&mut self, next: u64) {
+        self.next = self.next.max(next);
+    }
+
     /// Allocates the next child-side id (never reused by this table).
     pub fn allocate(&mut self) -> u64 {
         let id = self.next;

@@ -29,3 +29,4 @@ mod reaping;
 mod remote;
 mod signin;
 mod survive;
+mod upgrade;

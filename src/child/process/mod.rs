@@ -27,10 +27,12 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 mod identity;
+mod leader;
 mod watch;
 use crate::reaper;
 use crate::upstream::{Event, Lost, Queued, Upstream};
 use identity::run_as;
+use leader::Leader;
 use watch::{watch, Watched};
 
 /// Bytes of stderr kept as the "stderr tail" (issue 2 §3).
@@ -196,9 +198,61 @@ pub struct ChildHandle {
     urgent: Option<mpsc::Sender<Bytes>>,
     stop: Option<oneshot::Sender<()>>,
     limits: Guard,
+    /// What a hand-over needs (issue 32 §1): the pipes' descriptors, the marker, and the
+    /// requests that pause the stdout reader and flush the stdin writer.
+    takeover: Option<Takeover>,
+}
+
+/// A running instance's part of an upgrade's hand-over: its pipes (still open, owned by its
+/// paused tasks), who it is, and its stdout reader's unframed bytes.
+#[derive(Debug)]
+pub struct ChildTakeover {
+    /// Pid (= process group).
+    pub pid: u32,
+    /// Our ends of stdin, stdout, stderr.
+    pub fds: (std::os::fd::RawFd, std::os::fd::RawFd, std::os::fd::RawFd),
+    /// Its instance marker.
+    pub marker: String,
+    /// Its start time (clock ticks since boot).
+    pub since: u64,
+    /// The stdout reader's bytes read and not yet a line (the reader stops reading first).
+    pub pending: oneshot::Receiver<Vec<u8>>,
+    /// Resolves once everything queued for stdin is written (the writer then stops).
+    pub flushed: oneshot::Receiver<()>,
+}
+
+#[derive(Debug)]
+struct Takeover {
+    fds: (std::os::fd::RawFd, std::os::fd::RawFd, std::os::fd::RawFd),
+    marker: String,
+    since: u64,
+    pause_reader: oneshot::Sender<oneshot::Sender<Vec<u8>>>,
+    flush_writer: oneshot::Sender<oneshot::Sender<()>>,
 }
 
 impl ChildHandle {
+    /// Stops the instance's pipe tasks at a line boundary for an upgrade's hand-over: the
+    /// stdout reader stops reading and gives its unframed bytes, the stdin writer writes what
+    /// is queued and stops; the pipes stay open. `None` once stopping or already asked.
+    pub fn hand_over(&mut self) -> Option<ChildTakeover> {
+        if self.stopping() {
+            return None;
+        }
+        let t = self.takeover.take()?;
+        let (pending_tx, pending) = oneshot::channel();
+        let (flushed_tx, flushed) = oneshot::channel();
+        let _ = t.pause_reader.send(pending_tx);
+        let _ = t.flush_writer.send(flushed_tx);
+        Some(ChildTakeover {
+            pid: self.pid,
+            fds: t.fds,
+            marker: t.marker,
+            since: t.since,
+            pending,
+            flushed,
+        })
+    }
+
     /// Queues a line for stdin, behind earlier lines. Never blocks.
     pub fn send(&self, line: Bytes) -> Queued {
         match &self.stdin {
@@ -271,6 +325,9 @@ impl Upstream for ChildHandle {
     }
     fn usage(&self) -> Option<Usage> {
         ChildHandle::usage(self)
+    }
+    fn hand_over(&mut self) -> Option<ChildTakeover> {
+        ChildHandle::hand_over(self)
     }
 }
 
@@ -347,8 +404,10 @@ impl SpawnSpec {
 #[derive(Debug)]
 pub struct Launched {
     instance: Instance,
-    child: tokio::process::Child,
+    leader: Leader,
     pipes: Pipes,
+    /// Stdout bytes an inherited instance's previous reader had not framed yet.
+    pending: Vec<u8>,
     tail: StderrTail,
     /// What the tasks need of the configuration.
     server: String,
@@ -425,8 +484,9 @@ pub fn launch(cfg: &SpawnSpec, generation: u64, tail: StderrTail) -> Result<Laun
             since,
             guard,
         },
-        child,
+        leader: Leader::Spawned(child),
         pipes: (pid, stdin, stdout, stderr),
+        pending: Vec::new(),
         tail,
         server: cfg.name.clone(),
         max_message_size: cfg.max_message_size,
@@ -435,6 +495,94 @@ pub fn launch(cfg: &SpawnSpec, generation: u64, tail: StderrTail) -> Result<Laun
             kill_timeout: cfg.kill_timeout,
         },
         spawned_at,
+    })
+}
+
+/// A running instance this process inherited from its previous image across an upgrade in
+/// place (issue 32 §1): our child still, with its pipes.
+#[derive(Debug)]
+pub struct Inherited {
+    /// Pid (= process group).
+    pub pid: u32,
+    /// Our end of its stdin.
+    pub stdin: std::os::fd::OwnedFd,
+    /// Our end of its stdout.
+    pub stdout: std::os::fd::OwnedFd,
+    /// Our end of its stderr.
+    pub stderr: std::os::fd::OwnedFd,
+    /// Its instance marker.
+    pub marker: String,
+    /// Its start time (clock ticks since boot).
+    pub since: u64,
+    /// Stdout bytes read by the previous image and not yet a line.
+    pub pending: Vec<u8>,
+    /// Its stderr tail as the previous image had it.
+    pub tail: String,
+}
+
+/// Adopts `inherited` as instance `generation` of `cfg`: waited for through a pidfd, its
+/// pipes pumped by the usual tasks. It has no limits guard (the kernel keeps its rlimits and
+/// cgroup; the watchdog's sampling is not resumed). Errors: it is gone, or pidfds are not
+/// available; the pipes are closed then.
+pub fn adopt(
+    cfg: &SpawnSpec,
+    generation: u64,
+    tail: StderrTail,
+    inherited: Inherited,
+) -> Result<Launched, SpawnError> {
+    let err = |source| SpawnError {
+        command: cfg.command.clone(),
+        source,
+        cwd: None,
+    };
+    let Inherited {
+        pid,
+        stdin,
+        stdout,
+        stderr,
+        marker,
+        since,
+        pending,
+        tail: text,
+    } = inherited;
+    for fd in [&stdin, &stdout, &stderr] {
+        crate::handover::close_on_exec(std::os::fd::AsRawFd::as_raw_fd(fd));
+    }
+    let mut owned = reaper::spawn_guard();
+    let leader = Leader::adopt(pid).map_err(err)?;
+    owned.insert(pid as i32);
+    drop(owned);
+    let pipes = (
+        pid,
+        ChildStdin::from_std(std::process::ChildStdin::from(stdin)).map_err(err)?,
+        ChildStdout::from_std(std::process::ChildStdout::from(stdout)).map_err(err)?,
+        ChildStderr::from_std(std::process::ChildStderr::from(stderr)).map_err(err)?,
+    );
+    tail.clear();
+    for line in text.lines() {
+        tail.note(line);
+    }
+    let guard = Prepared::new(crate::config::Limits::default(), &marker)
+        .map_err(err)?
+        .start(&cfg.name, pid as i32, &marker, since, tail.clone());
+    Ok(Launched {
+        instance: Instance {
+            generation,
+            marker,
+            since,
+            guard,
+        },
+        leader,
+        pipes,
+        pending,
+        tail,
+        server: cfg.name.clone(),
+        max_message_size: cfg.max_message_size,
+        ladder: Ladder {
+            stop_grace: cfg.stop_grace,
+            kill_timeout: cfg.kill_timeout,
+        },
+        spawned_at: Instant::now(),
     })
 }
 
@@ -524,8 +672,9 @@ struct Instance {
 fn start_tasks(launched: Launched, events: mpsc::Sender<Event>) -> ChildHandle {
     let Launched {
         instance,
-        mut child,
+        leader: mut child,
         pipes: (pid, stdin, stdout, stderr),
+        pending,
         tail,
         server,
         max_message_size,
@@ -537,14 +686,25 @@ fn start_tasks(launched: Launched, events: mpsc::Sender<Event>) -> ChildHandle {
     let (urgent_tx, urgent_rx) = mpsc::channel(STDIN_QUEUE);
     let (stop_tx, stop_rx) = oneshot::channel();
     let (close_tx, close_rx) = oneshot::channel();
+    let (pause_tx, pause_rx) = oneshot::channel();
+    let (flush_tx, flush_rx) = oneshot::channel();
     let span = tracing::info_span!("child", server = %server, child_pid = pid);
+    use std::os::fd::AsRawFd;
+    let fds = (stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd());
+    let takeover = Takeover {
+        fds,
+        marker: instance.marker.clone(),
+        since: instance.since,
+        pause_reader: pause_tx,
+        flush_writer: flush_tx,
+    };
 
     tokio::spawn(tracing::Instrument::instrument(
         write_stdin(
             stdin,
             stdin_rx,
             urgent_rx,
-            close_rx,
+            (close_rx, flush_rx),
             generation,
             events.clone(),
         ),
@@ -555,7 +715,7 @@ fn start_tasks(launched: Launched, events: mpsc::Sender<Event>) -> ChildHandle {
     let max = max_message_size;
     tokio::spawn(tracing::Instrument::instrument(
         async move {
-            read_stdout(stdout, max, generation, out_events).await;
+            read_stdout(stdout, (max, pending), generation, out_events, pause_rx).await;
             let _ = stdout_done_tx.send(());
         },
         span.clone(),
@@ -603,6 +763,7 @@ fn start_tasks(launched: Launched, events: mpsc::Sender<Event>) -> ChildHandle {
         urgent: Some(urgent_tx),
         stop: Some(stop_tx),
         limits: instance.guard,
+        takeover: Some(takeover),
     }
 }
 
@@ -614,15 +775,27 @@ async fn write_stdin(
     mut stdin: ChildStdin,
     mut normal: mpsc::Receiver<Bytes>,
     mut urgent: mpsc::Receiver<Bytes>,
-    mut close: oneshot::Receiver<()>,
+    (mut close, mut flush): (
+        oneshot::Receiver<()>,
+        oneshot::Receiver<oneshot::Sender<()>>,
+    ),
     generation: u64,
     events: mpsc::Sender<Event>,
 ) {
     let mut batch = LineBatch::new();
+    let mut flushed: Option<oneshot::Sender<()>> = None;
     loop {
+        if flushed.is_some() && urgent.is_empty() && normal.is_empty() {
+            // A hand-over: everything queued is written; the pipe stays open, untouched.
+            if let Some(done) = flushed.take() {
+                let _ = done.send(());
+            }
+            std::future::pending::<()>().await;
+        }
         let line = tokio::select! {
             biased;
             _ = &mut close => return,
+            Ok(done) = &mut flush, if flushed.is_none() => { flushed = Some(done); continue }
             Some(l) = urgent.recv() => l,
             l = normal.recv() => match l { Some(l) => l, None => return },
         };
@@ -666,12 +839,16 @@ async fn write_stdin(
 /// the stream (R15, K01, K04).
 async fn read_stdout(
     mut stdout: ChildStdout,
-    max: usize,
+    (max, pending): (usize, Vec<u8>),
     generation: u64,
     events: mpsc::Sender<Event>,
+    mut pause: oneshot::Receiver<oneshot::Sender<Vec<u8>>>,
 ) {
     let mut dec = LineDecoder::new(max);
     let mut noise = RateLimit::new(10, 100);
+    // An inherited instance: what the previous image's reader had not framed yet comes first.
+    dec.extend(&pending);
+    let mut first = !pending.is_empty();
     loop {
         let buf = dec.buffer_mut();
         // A new buffer only when this one is nearly full: lines still on their way to clients
@@ -680,10 +857,25 @@ async fn read_stdout(
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(64 * 1024);
         }
-        let eof = match stdout.read_buf(buf).await {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => {
+        let read = tokio::select! {
+            r = stdout.read_buf(buf), if !first => Some(r),
+            Ok(give) = &mut pause => {
+                // A hand-over: the next image reads on from here; this task stops reading.
+                let _ = give.send(dec.pending().map(<[u8]>::to_vec).unwrap_or_else(|| {
+                    warn!("hand-over in the middle of an oversized stdout line; its end will be skipped as noise");
+                    Vec::new()
+                }));
+                std::future::pending::<()>().await;
+                None
+            }
+            _ = std::future::ready(()), if first => None,
+        };
+        first = false;
+        let eof = match read {
+            None => false,
+            Some(Ok(0)) => true,
+            Some(Ok(_)) => false,
+            Some(Err(e)) => {
                 warn!(error = %e, "reading stdout failed");
                 true
             }

@@ -80,7 +80,7 @@ impl Watched {
 /// dropped). Whatever ends the leader, the rest of its group and its escaped descendants are
 /// SIGKILLed at once (R14, [`Watched::reaped`]).
 pub(super) async fn watch(
-    child: &mut tokio::process::Child,
+    child: &mut super::leader::Leader,
     me: &mut Watched,
     stop_rx: oneshot::Receiver<()>,
     close_stdin: oneshot::Sender<()>,

@@ -321,6 +321,13 @@ impl Server {
     /// anything else is sent (protocol.md Implications 4).
     fn open_session(&mut self) {
         self.shell.panic_on_spawn(&self.cfg.name);
+        if self.opener.take_adopted() {
+            // Handed over by the previous image (issue 32 §1): its session is open already.
+            if let Some(hs) = self.opener.handshake().cloned() {
+                self.health.restart(self.clock.now());
+                return self.on_ready(hs);
+            }
+        }
         let deadline = self
             .life
             .start_deadline()
@@ -1227,7 +1234,7 @@ impl Server {
     /// The actor's first step: spawn now (`eager`), or wait in `idle` for a request with the
     /// last run's `record`, if any (`on-demand`).
     pub(super) fn begin(&mut self, record: Option<Record>) {
-        if self.cfg.start == StartMode::Eager {
+        if self.cfg.start == StartMode::Eager || self.opener.is_adopted() {
             return self.spawn();
         }
         self.demand.open_writer(self.cfg.cache_file.clone());
@@ -1326,6 +1333,19 @@ impl Server {
         let after = self.cfg.idle_stop?;
         (self.life.state() == State::Ready)
             .then_some(crate::deadline::after(self.demand.last_use(), after))
+    }
+
+    /// Client requests forwarded and not answered yet, listen streams aside (an upgrade
+    /// waits for none, issue 32 §1).
+    pub(super) fn forwarded_requests(&self) -> usize {
+        self.routing
+            .inflight()
+            .iter()
+            .filter(|(_, _, _, p)| {
+                matches!(p.owner, Owner::Client { .. } | Owner::Parked { .. })
+                    && p.method != "subscriptions/listen"
+            })
+            .count()
     }
 
     /// Whether something still holds the child: client requests in flight or held, the

@@ -79,6 +79,11 @@ impl Instances {
         self.spawner.start(spec, generation, tail);
     }
 
+    /// Goes on from an inherited instance's `generation` (issue 32 §1): the next is it.
+    pub(super) fn resume_at(&mut self, generation: u64) {
+        self.generation = generation.saturating_sub(1);
+    }
+
     /// The generation of the newest instance started (0 before the first).
     pub(super) fn generation(&self) -> u64 {
         self.generation

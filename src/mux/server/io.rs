@@ -12,6 +12,9 @@ use tokio::sync::mpsc;
 pub(crate) struct ProcessStarter {
     /// The actor's upstream inbox.
     pub(crate) events: mpsc::Sender<Event>,
+    /// The instance the previous image handed over (issue 32 §1): adopted by the first
+    /// start instead of a spawn.
+    pub(crate) inherited: Option<process::Inherited>,
 }
 
 impl ProcessStarter {
@@ -49,18 +52,21 @@ impl Starter for ProcessStarter {
         };
         let cfg = spec.clone();
         let events = self.events.clone();
+        let inherited = self.inherited.take();
         tokio::spawn(async move {
             let command = cfg.command.clone();
-            let launched =
-                tokio::task::spawn_blocking(move || process::launch(&cfg, generation, tail))
-                    .await
-                    .unwrap_or_else(|e| {
-                        Err(process::SpawnError {
-                            command,
-                            source: std::io::Error::other(format!("the spawn thread failed: {e}")),
-                            cwd: None,
-                        })
-                    });
+            let launched = tokio::task::spawn_blocking(move || match inherited {
+                Some(i) => process::adopt(&cfg, generation, tail, i),
+                None => process::launch(&cfg, generation, tail),
+            })
+            .await
+            .unwrap_or_else(|e| {
+                Err(process::SpawnError {
+                    command,
+                    source: std::io::Error::other(format!("the spawn thread failed: {e}")),
+                    cwd: None,
+                })
+            });
             match events.reserve().await {
                 Ok(permit) => {
                     let connected = launched

@@ -97,6 +97,16 @@ impl Life {
         }
     }
 
+    /// The running instance, mutable (an upgrade's hand-over pauses its pipes).
+    pub(super) fn child_mut(&mut self) -> Option<&mut Box<dyn Upstream>> {
+        match self {
+            Life::Starting { child, .. }
+            | Life::Ready { child, .. }
+            | Life::Stopping { child, .. } => Some(child),
+            _ => None,
+        }
+    }
+
     /// When the next spawn is due (`backoff`, `failed`).
     pub(super) fn next_spawn(&self) -> Option<Instant> {
         match self {

@@ -65,6 +65,8 @@ mod demand;
 mod effects;
 #[cfg(test)]
 mod fakes;
+mod handover;
+pub use handover::{Adoption, HandOver};
 mod held;
 mod instances;
 mod io;
@@ -209,6 +211,11 @@ pub enum Command {
     /// Who may be a client now (a reload changed the allow-lists): connected clients this
     /// no longer permits are told and disconnected (issue 14 §2).
     Permit(crate::mux::session::Access),
+    /// How many client requests are unfinished (an upgrade waits for 0, issue 32 §1).
+    Busy(oneshot::Sender<usize>),
+    /// Hand over to the next image (issue 32 §1): the child's pipe tasks pause, each socket
+    /// client's state is told, and the actor freezes (it handles nothing more).
+    HandOver(oneshot::Sender<HandOver>),
 }
 
 /// A cheap handle to a running server actor.
@@ -239,11 +246,20 @@ impl ServerHandle {
 /// Starts the actor for `cfg`; it spawns the child at once. The returned task is the actor's
 /// supervisor ([`supervise`]): it ends only when the actor ends normally.
 pub fn start(cfg: ServerConfig) -> (ServerHandle, tokio::task::JoinHandle<()>) {
+    start_adopting(cfg, None)
+}
+
+/// [`start`], adopting what the previous image handed over (issue 32 §1), if anything.
+pub fn start_adopting(
+    cfg: ServerConfig,
+    adoption: Option<Adoption>,
+) -> (ServerHandle, tokio::task::JoinHandle<()>) {
     let (stx, srx) = mpsc::channel(1024);
     let (ctx, crx) = mpsc::channel(16);
     let span = tracing::info_span!("server", server = %cfg.name);
     let pid = Arc::new(AtomicU32::new(0));
-    let task = tokio::spawn(supervise::supervise(cfg, srx, crx, pid.clone()).instrument(span));
+    let task =
+        tokio::spawn(supervise::supervise(cfg, srx, crx, pid.clone(), adoption).instrument(span));
     (
         ServerHandle {
             sessions: stx,
@@ -311,11 +327,25 @@ struct Server {
 
 impl Server {
     /// An actor for `cfg` on real processes.
-    fn new(cfg: ServerConfig, pid: Arc<AtomicU32>, history: ActorHistory) -> Self {
+    /// An actor for `cfg` on real processes, adopting `adoption` (issue 32 §1) if given.
+    fn new(
+        cfg: ServerConfig,
+        pid: Arc<AtomicU32>,
+        history: ActorHistory,
+        adoption: Option<Adoption>,
+    ) -> Self {
         let (events, events_rx) = mpsc::channel(256);
-        let spawner = Box::new(ProcessStarter { events });
+        let mut adoption = adoption;
+        let spawner = Box::new(ProcessStarter {
+            events,
+            inherited: adoption.as_mut().and_then(|a| a.inherited.take()),
+        });
         let rng = StdRng::from_entropy();
-        Server::with_spawner(cfg, pid, history, spawner, events_rx, rng)
+        let mut server = Server::with_spawner(cfg, pid, history, spawner, events_rx, rng);
+        if let Some(a) = &adoption {
+            server.adopt(a);
+        }
+        server
     }
 
     /// An actor for `cfg` whose children come from `spawner` and report to `events_rx`, with
@@ -488,6 +518,11 @@ impl Server {
                 // more `epoll_wait` per burst.
                 self.telemetry.flush();
             }
+            if self.shell.frozen() {
+                // Handed over to the next image (issue 32 §1): nothing more is handled; the
+                // process executes the next image (or, failing that, the old one) shortly.
+                std::future::pending::<()>().await;
+            }
             let wake = self.next_wake();
             let input = tokio::select! {
                 ev = self.shell.events().recv() => match ev {
@@ -615,6 +650,13 @@ impl Server {
                     let _ = reply.send(self.status());
                 }
                 Command::Permit(access) => self.revoke_unpermitted(&access),
+                Command::Busy(reply) => {
+                    let _ = reply.send(self.unfinished());
+                }
+                Command::HandOver(reply) => {
+                    let _ = reply.send(self.hand_over());
+                    self.shell.freeze();
+                }
             },
         }
     }

@@ -22,6 +22,9 @@ pub(super) struct Opener {
     listen: Option<u64>,
     /// The level the child's logging was set to (handshake children).
     log_level: Option<usize>,
+    /// The session was opened by the previous image and handed over (issue 32 §1): the
+    /// adopted child is not sent a handshake again.
+    adopted: bool,
 }
 
 impl Opener {
@@ -62,6 +65,23 @@ impl Opener {
             self.verdict = Some(hs.era);
         }
         self.handshake = Some(hs);
+    }
+
+    /// A session the previous image opened with the child it hands over (issue 32 §1).
+    pub(super) fn adopt(&mut self, hs: Handshake, auto: bool, log_level: Option<usize>) {
+        self.restore(hs, auto);
+        self.log_level = log_level;
+        self.adopted = true;
+    }
+
+    /// Whether a handed-over session waits for its instance.
+    pub(super) fn is_adopted(&self) -> bool {
+        self.adopted
+    }
+
+    /// Whether the instance now starting is the handed-over one (asked once).
+    pub(super) fn take_adopted(&mut self) -> bool {
+        std::mem::take(&mut self.adopted)
     }
 
     /// A new command: what the old one said no longer describes it. `idle` (nothing runs)

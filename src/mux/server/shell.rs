@@ -23,6 +23,8 @@ pub(super) struct Shell {
     stop_waiters: Vec<oneshot::Sender<()>>,
     /// Shutdown requested: end the actor once stopped.
     exiting: bool,
+    /// Handed over to the next image (issue 32 §1): the actor handles nothing more.
+    frozen: bool,
     history: ActorHistory,
     /// `MCP_SUPERVISOR_TEST_PANIC`, read at actor start ([`Shell::panic_on_request`]).
     test_panic: Option<String>,
@@ -38,6 +40,7 @@ impl Shell {
             shutdown_waiters: Vec::new(),
             stop_waiters: Vec::new(),
             exiting: false,
+            frozen: false,
             history,
             test_panic: std::env::var("MCP_SUPERVISOR_TEST_PANIC")
                 .ok()
@@ -74,6 +77,16 @@ impl Shell {
     }
 
     /// Whether the actor ends once stopped.
+    pub(super) fn freeze(&mut self) {
+        self.frozen = true;
+    }
+
+    /// Whether [`Shell::freeze`] was called.
+    pub(super) fn frozen(&self) -> bool {
+        self.frozen
+    }
+
+    /// Whether the actor is to end once its child is stopped.
     pub(super) fn exiting(&self) -> bool {
         self.exiting
     }

@@ -118,7 +118,6 @@ impl Subscriptions {
     }
 
     /// Whether `client` holds `uri` directly.
-    #[cfg(test)]
     pub(super) fn holds_direct(&self, client: ClientId, uri: &str) -> bool {
         self.by_uri
             .get(uri)

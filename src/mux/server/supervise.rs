@@ -147,13 +147,20 @@ pub(super) async fn supervise(
     mut sessions: mpsc::Receiver<SessionEvent>,
     mut commands: mpsc::Receiver<Command>,
     pid: Arc<AtomicU32>,
+    adoption: Option<super::Adoption>,
 ) {
     use futures_util::FutureExt;
     let mut cfg = cfg;
+    let mut adoption = adoption;
     let mut restarts = Restarts::new();
     let mut rng = StdRng::from_entropy();
     loop {
-        let mut server = Server::new(cfg, pid.clone(), restarts.history().clone());
+        let mut server = Server::new(
+            cfg,
+            pid.clone(),
+            restarts.history().clone(),
+            adoption.take(),
+        );
         let run = std::panic::AssertUnwindSafe(server.run(&mut sessions, &mut commands));
         let Err(panic) = run.catch_unwind().await else {
             return;
@@ -258,6 +265,11 @@ impl Down<'_> {
                     }
                     // No clients are connected while no actor runs.
                     Some(Command::Permit(_)) => {}
+                    Some(Command::Busy(reply)) => {
+                        let _ = reply.send(0);
+                    }
+                    // Nothing runs: the next image starts this server afresh.
+                    Some(Command::HandOver(_)) => {}
                 },
             }
         }

@@ -1,0 +1,341 @@
+//! `mcp-supervisor upgrade` (issue 32 §1), the daemon's side: check the new binary, wait for
+//! the servers to be quiet, stop accepting, take each server's hand-over, write the record and
+//! execute the new image in this process (same pid). On a failed `execve` the old image runs
+//! again with the same record; the new image does the same when it refuses the record.
+//!
+//! What is handed over today: the `socket_dir` lock, every listening socket (control, servers,
+//! endpoints, `NAME.http.sock`, the HTTP TCP side), each stdio server's running child (pid,
+//! pipes, unframed stdout bytes, handshake, lists, log level, child-side ids). Connected
+//! clients are not: their connections end at the hand-over (`attach` reconnects and replays
+//! its client's handshake; HTTP sessions are reopened from their record).
+
+use super::Daemon;
+use crate::handover::{self, ChildRecord, ConfigText, Listener, Record, ServerRecord};
+use crate::mux::server::Command;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use tracing::{error, info, warn};
+
+/// How long an upgrade waits for every client request to be answered before it is refused.
+pub const QUIET_WAIT: Duration = Duration::from_secs(10);
+
+/// How long the new binary's `check-config` may take.
+const PREFLIGHT: Duration = Duration::from_secs(10);
+
+/// How long a server's hand-over (and its child's pipe tasks' pause) may take.
+const HANDOVER_WAIT: Duration = Duration::from_secs(5);
+
+/// What an upgrade runs and passes on: fixed at start (or taken from the record).
+#[derive(Debug, Clone)]
+pub struct Image {
+    /// The path the daemon was started from.
+    pub binary: PathBuf,
+    /// Its argv.
+    pub argv: Vec<String>,
+    /// The configuration text it runs.
+    pub config_text: String,
+    /// systemd's `NOTIFY_SOCKET`.
+    pub notify_socket: Option<String>,
+    /// systemd's `WATCHDOG_USEC`.
+    pub watchdog_usec: Option<u64>,
+    /// Upgrades so far.
+    pub upgrades: u64,
+}
+
+impl Daemon {
+    /// Upgrades in place. Returns only when refused, with why (the daemon serves on);
+    /// otherwise this process becomes the new image.
+    pub(super) async fn upgrade(&mut self, lock: &impl AsRawFd) -> String {
+        let binary = match handover::resolve_binary(&self.image.binary) {
+            Ok(b) => b,
+            Err(e) => return e,
+        };
+        if let Err(e) = preflight(&binary, &self.config.path).await {
+            return e;
+        }
+        let deadline = Instant::now() + QUIET_WAIT;
+        loop {
+            let busy = self.unfinished().await;
+            if busy == 0 {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return format!(
+                    "{busy} client requests were still unfinished after {}s; try again",
+                    QUIET_WAIT.as_secs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        info!(binary = %binary.display(), "upgrading in place: handing over to the new image");
+        self.accepting.cancel();
+        let old_image = match handover::open_old_image() {
+            Ok(fd) => fd,
+            Err(e) => return format!("cannot keep the running image open: {e}"),
+        };
+        let servers = self.hand_over_servers().await;
+        let record = Record {
+            version: handover::VERSION,
+            upgrades: self.image.upgrades.saturating_add(1),
+            binary: self.image.binary.clone(),
+            argv: self.image.argv.clone(),
+            config: ConfigText {
+                path: self.config.path.clone(),
+                text: self.image.config_text.clone(),
+            },
+            old_image: old_image.as_raw_fd(),
+            lock: lock.as_raw_fd(),
+            notify_socket: self.image.notify_socket.clone(),
+            watchdog_usec: self.image.watchdog_usec,
+            refused: None,
+            run_token: crate::reaper::token().to_string(),
+            instances: crate::reaper::instances(),
+            listeners: self
+                .listening
+                .iter()
+                .map(|(name, (fd, activated))| Listener {
+                    name: name.clone(),
+                    fd: fd.as_raw_fd(),
+                    activated: *activated,
+                })
+                .collect(),
+            servers,
+        };
+        if let Err(e) = record.validate() {
+            error!(error = %e, "the hand-over record is not valid; running this image again");
+        }
+        crate::logging::requests::flush(Duration::from_millis(500));
+        let e = handover::exec(&record, &binary);
+        error!(binary = %binary.display(), error = %e, "cannot execute the new image; running this one again");
+        let mut again = record;
+        again.refused = Some(format!("cannot execute {}: {e}", binary.display()));
+        let old = handover::old_image_path(&again);
+        let e = handover::exec(&again, &old);
+        error!(error = %e, "cannot execute the old image again either; exiting");
+        std::process::exit(crate::cli::EXIT_FAILED);
+    }
+
+    /// Client requests unfinished, all servers (a server that does not answer counts as one).
+    async fn unfinished(&self) -> usize {
+        let mut n = 0usize;
+        for r in self.servers.values() {
+            let (tx, rx) = oneshot::channel();
+            let _ = r.handle.commands.send(Command::Busy(tx)).await;
+            n = n.saturating_add(
+                tokio::time::timeout(HANDOVER_WAIT, rx)
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .unwrap_or(1),
+            );
+        }
+        n
+    }
+
+    /// Each server's hand-over, its child's pipe tasks paused (a server or child that does
+    /// not hand over in time is left out: the new image starts it afresh).
+    async fn hand_over_servers(&mut self) -> Vec<ServerRecord> {
+        let mut out = Vec::new();
+        for (name, r) in &self.servers {
+            let (tx, rx) = oneshot::channel();
+            let _ = r.handle.commands.send(Command::HandOver(tx)).await;
+            let Ok(Ok(h)) = tokio::time::timeout(HANDOVER_WAIT, rx).await else {
+                warn!(server = %name, "no hand-over from the server in time; the new image starts it afresh");
+                continue;
+            };
+            let child = match h.child {
+                Some(c) => {
+                    let pending = tokio::time::timeout(HANDOVER_WAIT, c.pending).await;
+                    let flushed = tokio::time::timeout(HANDOVER_WAIT, c.flushed).await;
+                    match (pending, flushed) {
+                        (Ok(Ok(pending)), Ok(Ok(()))) => Some(ChildRecord {
+                            pid: c.pid,
+                            stdin: c.fds.0,
+                            stdout: c.fds.1,
+                            stderr: c.fds.2,
+                            marker: c.marker,
+                            since: c.since,
+                            pending: handover::b64(&pending),
+                            tail: h.tail.clone(),
+                        }),
+                        _ => {
+                            warn!(server = %name, "the child's pipes did not pause in time; it is not handed over");
+                            None
+                        }
+                    }
+                }
+                None => None,
+            };
+            out.push(ServerRecord {
+                name: name.clone(),
+                generation: h.generation,
+                next_id: h.next_id,
+                handshake: h.handshake,
+                log_level: h.log_level,
+                child,
+                clients: Vec::new(),
+            });
+        }
+        out
+    }
+
+    /// Keeps a listener's descriptor for a hand-over (a duplicate: the accept loop owns its
+    /// own), by name.
+    pub(super) fn keep_listener(
+        &mut self,
+        name: &str,
+        fd: &impl std::os::fd::AsFd,
+        activated: bool,
+    ) {
+        match fd.as_fd().try_clone_to_owned() {
+            Ok(dup) => {
+                self.listening.insert(name.to_string(), (dup, activated));
+            }
+            Err(e) => {
+                warn!(socket = %name, error = %e, "cannot keep the listener for an upgrade; an upgrade will rebind it")
+            }
+        }
+    }
+
+    /// An inherited listener's descriptor, taken (once).
+    pub(super) fn inherited(&self, name: &str) -> Option<(OwnedFd, bool)> {
+        self.inherited
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name)
+    }
+}
+
+/// Runs `binary check-config CONFIG` within [`PREFLIGHT`]: the new binary must run and accept
+/// the configuration before this process becomes it. Errors say why, with its last words.
+async fn preflight(binary: &std::path::Path, config: &std::path::Path) -> Result<(), String> {
+    let mut cmd = tokio::process::Command::new(binary);
+    cmd.arg("check-config")
+        .arg(config)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let child = {
+        let mut owned = crate::reaper::spawn_guard();
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
+        if let Some(pid) = child.id() {
+            owned.insert(pid as i32);
+        }
+        child
+    };
+    let pid = child.id();
+    let out = tokio::time::timeout(PREFLIGHT, child.wait_with_output()).await;
+    if let Some(pid) = pid {
+        crate::reaper::disown(pid);
+    }
+    match out {
+        Err(_) => Err(format!(
+            "{} check-config did not finish within {}s",
+            binary.display(),
+            PREFLIGHT.as_secs()
+        )),
+        Ok(Err(e)) => Err(format!("cannot run {}: {e}", binary.display())),
+        Ok(Ok(o)) if o.status.success() => Ok(()),
+        Ok(Ok(o)) => {
+            let said = String::from_utf8_lossy(&o.stderr);
+            let last = said
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            Err(format!(
+                "the new binary {} failed `check-config` ({}): {}",
+                binary.display(),
+                o.status,
+                last.chars().take(500).collect::<String>()
+            ))
+        }
+    }
+}
+
+/// What the new image takes from a validated record: every descriptor owned (and
+/// close-on-exec again), by what it is for.
+pub(super) struct Adopted {
+    /// The `socket_dir` lock's open file.
+    pub(super) lock: OwnedFd,
+    /// What the next upgrade runs and passes on.
+    pub(super) image: Image,
+    /// Why the last hand-over was refused, if it was.
+    pub(super) refused: Option<String>,
+    listeners: Vec<(String, OwnedFd, bool)>,
+    /// What each server adopts.
+    pub(super) servers: std::collections::HashMap<String, crate::mux::server::Adoption>,
+}
+
+impl Adopted {
+    /// The listeners by hand-over name.
+    pub(super) fn listeners(&self) -> std::collections::HashMap<String, (OwnedFd, bool)> {
+        self.listeners
+            .iter()
+            .filter_map(|(n, fd, a)| fd.try_clone().ok().map(|fd| (n.clone(), (fd, *a))))
+            .collect()
+    }
+}
+
+/// Takes ownership of a validated record's descriptors.
+pub(super) fn adopt(r: Record) -> Adopted {
+    // SAFETY (every `own` below): `r` was validated (`Record::decode`): each descriptor is
+    // open, of its kind, named once, and nothing else in this image owns it.
+    let own = |fd| {
+        handover::close_on_exec(fd);
+        unsafe { Record::own(fd) }
+    };
+    drop(own(r.old_image));
+    let lock = own(r.lock);
+    let listeners = r
+        .listeners
+        .iter()
+        .map(|l| (l.name.clone(), own(l.fd), l.activated))
+        .collect();
+    let mut servers = std::collections::HashMap::new();
+    for s in r.servers {
+        for c in &s.clients {
+            drop(own(c.fd));
+        }
+        let inherited = s.child.map(|c| crate::child::process::Inherited {
+            pid: c.pid,
+            stdin: own(c.stdin),
+            stdout: own(c.stdout),
+            stderr: own(c.stderr),
+            marker: c.marker,
+            since: c.since,
+            pending: handover::unb64(&c.pending, "pending").unwrap_or_default(),
+            tail: c.tail,
+        });
+        servers.insert(
+            s.name,
+            crate::mux::server::Adoption {
+                running: inherited.is_some(),
+                inherited,
+                generation: s.generation,
+                next_id: s.next_id,
+                handshake: s.handshake,
+                log_level: s.log_level,
+            },
+        );
+    }
+    Adopted {
+        lock,
+        image: Image {
+            binary: r.binary,
+            argv: r.argv,
+            config_text: r.config.text,
+            notify_socket: r.notify_socket,
+            watchdog_usec: r.watchdog_usec,
+            upgrades: r.upgrades,
+        },
+        refused: r.refused,
+        listeners,
+        servers,
+    }
+}

@@ -1,0 +1,439 @@
+//! The hand-over record of an upgrade in place (issue 32 §1): what a running daemon gives the
+//! image it executes in its own process (same pid), and how it is written, validated, read and
+//! executed.
+//!
+//! Shape (JSON, in a memfd whose number is in [`ENV`]; `fd` values are descriptors open
+//! without `FD_CLOEXEC` across the `execve`):
+//! `{"version":1,"upgrades":N,"binary":"/usr/bin/mcp-supervisor","argv":[…],
+//!   "config":{"path":…,"text":…},"old_image":FD,"lock":FD,
+//!   "notify_socket":…|null,"watchdog_usec":…|null,"refused":null|"why",
+//!   "listeners":[{"name":"control"|NAME|"http:NAME"|"http-tcp","fd":FD}],
+//!   "servers":[{"name":…,"generation":G,"next_id":N,"handshake":{record.rs's shape},
+//!     "log_level":L|null,"subscriptions":[URI…],
+//!     "child":{"pid":P,"stdin":FD,"stdout":FD,"stderr":FD,"marker":…,"since":T,
+//!              "pending":"base64","tail":"…"}|null,
+//!     "clients":[{"fd":FD,"uid":U,"gid":G,"pid":P|null,"pending":"base64",
+//!                 "replay":["a JSON-RPC line",…]}]}]}`
+//!
+//! The configuration travels as text: the new image runs what the old one ran (a changed file
+//! is applied by a later `reload`), and an image run again after a refusal does not depend on
+//! the file either. Every descriptor is checked on read for its kind (a socket, a pipe, the
+//! lock's regular file); a record of another version, or one naming a descriptor that is not
+//! what it says, is refused whole.
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// The environment variable naming the record's descriptor in the new image.
+pub const ENV: &str = "MCP_SUPERVISOR_HANDOVER";
+
+/// The record's format version; another is refused.
+pub const VERSION: u32 = 1;
+
+/// The largest record read, in bytes (a record names descriptors and small texts).
+pub const MAX_RECORD: usize = 64 << 20;
+
+/// Everything the new image adopts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    /// [`VERSION`].
+    pub version: u32,
+    /// Upgrades this process has been through (1 after the first).
+    pub upgrades: u64,
+    /// The path the daemon was started from (re-resolved and checked before each upgrade).
+    pub binary: PathBuf,
+    /// The daemon's argv as it was started.
+    pub argv: Vec<String>,
+    /// The configuration the daemon runs.
+    pub config: ConfigText,
+    /// The image that wrote the record, open read-only (run again on a refusal).
+    pub old_image: RawFd,
+    /// The `socket_dir` lock (`.lock`, held by `flock` on this open file).
+    pub lock: RawFd,
+    /// systemd's `NOTIFY_SOCKET`, when the daemon had one.
+    pub notify_socket: Option<String>,
+    /// systemd's `WATCHDOG_USEC`, when it was meant for the daemon.
+    pub watchdog_usec: Option<u64>,
+    /// Set when the new image refused the record and this image was run again: why.
+    pub refused: Option<String>,
+    /// The run token of every instance marker (`reaper::token`), kept so the next run's
+    /// cleanup of a crash still finds the inherited children.
+    pub run_token: String,
+    /// Instances started so far (`reaper::instances`), so markers are never reused.
+    pub instances: u64,
+    /// Listening sockets by name.
+    pub listeners: Vec<Listener>,
+    /// The stdio servers.
+    pub servers: Vec<ServerRecord>,
+}
+
+/// The configuration file's path and the text the daemon parsed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConfigText {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// What was read.
+    pub text: String,
+}
+
+/// One listening socket: `control`, a server's or endpoint's `NAME`, `http:NAME` for
+/// `NAME.http.sock`, `http-tcp` for the HTTP endpoint's TCP side.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Listener {
+    /// Its name.
+    pub name: String,
+    /// Its descriptor.
+    pub fd: RawFd,
+    /// Whether systemd passed it (never unlinked then).
+    pub activated: bool,
+}
+
+/// One server and what runs for it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServerRecord {
+    /// Its configured name.
+    pub name: String,
+    /// The running instance's generation.
+    pub generation: u64,
+    /// The next child-side request id (ids are never reused with one child).
+    pub next_id: u64,
+    /// The handshake (or discovery) the child answered, in `mux::record`'s shape.
+    pub handshake: Option<serde_json::Value>,
+    /// The level the child's logging was set to.
+    pub log_level: Option<usize>,
+    /// The running child, when one runs.
+    pub child: Option<ChildRecord>,
+    /// The connected socket clients.
+    pub clients: Vec<ClientRecord>,
+}
+
+/// A running child's process and pipes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChildRecord {
+    /// Its pid (= its process group).
+    pub pid: u32,
+    /// Our ends of its pipes.
+    pub stdin: RawFd,
+    /// Our end of its stdout.
+    pub stdout: RawFd,
+    /// Our end of its stderr.
+    pub stderr: RawFd,
+    /// Its instance marker (`reaper::MARKER_VAR`).
+    pub marker: String,
+    /// Its start time in clock ticks since boot (0: unknown).
+    pub since: u64,
+    /// Bytes of stdout read and not yet a whole line, base64.
+    pub pending: String,
+    /// Its stderr tail.
+    pub tail: String,
+}
+
+/// A connected socket client.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClientRecord {
+    /// The connection.
+    pub fd: RawFd,
+    /// Its peer credentials.
+    pub uid: u32,
+    /// Its primary group.
+    pub gid: u32,
+    /// Its pid, when known.
+    pub pid: Option<i32>,
+    /// Bytes read from it and not yet a whole line, base64.
+    pub pending: String,
+    /// The lines that rebuild its state in the new actor (its handshake, level,
+    /// subscriptions), each a request with an id of [`REPLAY_ID_PREFIX`] or a notification.
+    pub replay: Vec<String>,
+}
+
+/// The ids of replayed requests: `"mcp-supervisor-handover-N"`. Their answers are not shown.
+pub const REPLAY_ID_PREFIX: &str = "mcp-supervisor-handover-";
+
+/// Base64 of `bytes` (the record's byte fields).
+pub fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The bytes of a base64 field; an invalid one is an error naming `what`.
+pub fn unb64(text: &str, what: &str) -> Result<Vec<u8>, String> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| format!("{what}: not base64: {e}"))
+}
+
+/// What a descriptor must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Socket,
+    Pipe,
+    File,
+}
+
+fn check_fd(fd: RawFd, kind: Kind, what: &str) -> Result<(), String> {
+    if fd < 3 {
+        return Err(format!("{what}: descriptor {fd} is not one we hand over"));
+    }
+    // SAFETY: only fstat'ed; the descriptor is not closed or owned here.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    let st = rustix::fs::fstat(borrowed).map_err(|e| format!("{what}: descriptor {fd}: {e}"))?;
+    let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
+    let ok = match kind {
+        Kind::Socket => ft == rustix::fs::FileType::Socket,
+        Kind::Pipe => ft == rustix::fs::FileType::Fifo,
+        Kind::File => ft == rustix::fs::FileType::RegularFile,
+    };
+    if !ok {
+        return Err(format!(
+            "{what}: descriptor {fd} is a {ft:?}, not a {kind:?}"
+        ));
+    }
+    Ok(())
+}
+
+impl Record {
+    /// Every descriptor the record names, with what it must be.
+    fn fds(&self) -> Vec<(RawFd, Kind, String)> {
+        let mut v = vec![
+            (self.old_image, Kind::File, "the old image".to_string()),
+            (self.lock, Kind::File, "the lock".to_string()),
+        ];
+        for l in &self.listeners {
+            v.push((l.fd, Kind::Socket, format!("listener `{}`", l.name)));
+        }
+        for s in &self.servers {
+            if let Some(c) = &s.child {
+                v.push((c.stdin, Kind::Pipe, format!("`{}` stdin", s.name)));
+                v.push((c.stdout, Kind::Pipe, format!("`{}` stdout", s.name)));
+                v.push((c.stderr, Kind::Pipe, format!("`{}` stderr", s.name)));
+            }
+            for c in &s.clients {
+                v.push((c.fd, Kind::Socket, format!("a client of `{}`", s.name)));
+            }
+        }
+        v
+    }
+
+    /// The descriptors to keep open across the `execve`.
+    pub fn raw_fds(&self) -> Vec<RawFd> {
+        self.fds().into_iter().map(|(fd, _, _)| fd).collect()
+    }
+
+    /// Checks the version and that every descriptor is open, distinct and of its kind.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.version != VERSION {
+            return Err(format!(
+                "a version {} hand-over record (this build reads version {VERSION})",
+                self.version
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (fd, kind, what) in self.fds() {
+            if !seen.insert(fd) {
+                return Err(format!("{what}: descriptor {fd} is named twice"));
+            }
+            check_fd(fd, kind, &what)?;
+        }
+        for s in &self.servers {
+            if let Some(c) = &s.child {
+                unb64(&c.pending, "a child's pending bytes")?;
+                if c.pid < 2 {
+                    return Err(format!("`{}`: pid {} is not a child", s.name, c.pid));
+                }
+            }
+            for c in &s.clients {
+                unb64(&c.pending, "a client's pending bytes")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The record as JSON.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// A record from JSON, validated ([`Record::validate`]).
+    pub fn decode(bytes: &[u8]) -> Result<Record, String> {
+        let r: Record =
+            serde_json::from_slice(bytes).map_err(|e| format!("not a hand-over record: {e}"))?;
+        r.validate()?;
+        if r.run_token.len() != 16 || !r.run_token.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err("the run token is not 16 hex digits".into());
+        }
+        Ok(r)
+    }
+
+    /// Takes ownership of a descriptor the record names (once: the caller forgets it after).
+    ///
+    /// # Safety
+    /// `fd` must be one of [`Record::raw_fds`], validated, and not owned elsewhere.
+    pub unsafe fn own(fd: RawFd) -> OwnedFd {
+        // SAFETY: the caller's promise.
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    }
+}
+
+/// Reads the record named by [`ENV`], if any, and removes the variable. Call it before any
+/// thread exists (`std::env::remove_var`). `Some(Err)` says why a record given is unusable.
+pub fn take_from_env() -> Option<Result<Record, String>> {
+    let value = std::env::var_os(ENV)?;
+    // SAFETY: called from `main` before the runtime or any other thread starts.
+    unsafe { std::env::remove_var(ENV) };
+    Some(read_record(&value))
+}
+
+fn read_record(value: &std::ffi::OsStr) -> Result<Record, String> {
+    let fd: RawFd = value
+        .to_str()
+        .and_then(|v| v.parse().ok())
+        .filter(|fd| *fd > 2)
+        .ok_or_else(|| format!("{ENV} is not a descriptor number"))?;
+    check_fd(fd, Kind::File, "the record")?;
+    // SAFETY: the variable names a descriptor our previous image left open for us; it is
+    // owned (and closed) here.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let file = std::fs::File::from(owned);
+    let meta = file.metadata().map_err(|e| format!("the record: {e}"))?;
+    if meta.len() > MAX_RECORD as u64 {
+        return Err(format!("the record is over {MAX_RECORD} bytes"));
+    }
+    let mut bytes = Vec::new();
+    use std::io::{Read, Seek};
+    let mut file = file;
+    file.seek(std::io::SeekFrom::Start(0))
+        .and_then(|_| (&mut file).take(MAX_RECORD as u64).read_to_end(&mut bytes))
+        .map_err(|e| format!("reading the record: {e}"))?;
+    Record::decode(&bytes)
+}
+
+/// Clears `FD_CLOEXEC` on `fd` so it stays open across `execve`.
+pub fn keep_across_exec(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: only the descriptor flags change.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    rustix::io::fcntl_setfd(borrowed, rustix::io::FdFlags::empty()).map_err(Into::into)
+}
+
+/// Sets `FD_CLOEXEC` on `fd` again (the new image keeps what it adopted from its children).
+pub fn close_on_exec(fd: RawFd) {
+    // SAFETY: only the descriptor flags change.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    let _ = rustix::io::fcntl_setfd(borrowed, rustix::io::FdFlags::CLOEXEC);
+}
+
+/// The binary an upgrade runs: `path` re-resolved (links followed), a regular executable file
+/// owned by root or by us and writable by nobody else, in a directory nobody else may write.
+/// Errors say which rule failed.
+pub fn resolve_binary(path: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::MetadataExt;
+    let real = std::fs::canonicalize(path)
+        .map_err(|e| format!("cannot resolve {}: {e}", path.display()))?;
+    let me = rustix::process::geteuid().as_raw();
+    let trusted = |p: &Path, what: &str| -> Result<std::fs::Metadata, String> {
+        let m = std::fs::metadata(p).map_err(|e| format!("{what} {}: {e}", p.display()))?;
+        if m.uid() != 0 && m.uid() != me {
+            return Err(format!(
+                "{what} {} belongs to uid {}, not to root or to us (uid {me})",
+                p.display(),
+                m.uid()
+            ));
+        }
+        if m.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{what} {} may be written by others (mode {:o})",
+                p.display(),
+                m.mode() & 0o7777
+            ));
+        }
+        Ok(m)
+    };
+    let m = trusted(&real, "the binary")?;
+    if !m.is_file() || m.mode() & 0o111 == 0 {
+        return Err(format!(
+            "the binary {} is not an executable file",
+            real.display()
+        ));
+    }
+    if let Some(dir) = real.parent() {
+        trusted(dir, "the binary's directory")?;
+    }
+    Ok(real)
+}
+
+/// Opens the running image (`/proc/self/exe`) read-only and kept across `execve`: what a
+/// refusal runs again.
+pub fn open_old_image() -> std::io::Result<OwnedFd> {
+    let f = std::fs::File::open("/proc/self/exe")?;
+    let fd = OwnedFd::from(f);
+    keep_across_exec(fd.as_raw_fd())?;
+    Ok(fd)
+}
+
+/// Writes `record` to a memfd kept across `execve` and executes `image` in this process with
+/// the record's descriptors and [`ENV`]. Returns only on failure, with why.
+pub fn exec(record: &Record, image: &Path) -> std::io::Error {
+    let run = || -> std::io::Result<std::convert::Infallible> {
+        let memfd =
+            rustix::fs::memfd_create("mcp-supervisor-handover", rustix::fs::MemfdFlags::empty())?;
+        let bytes = record.encode();
+        let mut f = std::fs::File::from(memfd);
+        std::io::Write::write_all(&mut f, &bytes)?;
+        let memfd = OwnedFd::from(f);
+        for fd in record.raw_fds() {
+            keep_across_exec(fd)?;
+        }
+        keep_across_exec(memfd.as_raw_fd())?;
+        let mut env: Vec<CString> = std::env::vars_os()
+            .filter(|(k, _)| {
+                k != ENV && k != "NOTIFY_SOCKET" && k != "WATCHDOG_USEC" && k != "WATCHDOG_PID"
+            })
+            .filter_map(|(k, v)| {
+                let mut kv = k;
+                kv.push("=");
+                kv.push(v);
+                CString::new(kv.as_bytes()).ok()
+            })
+            .collect();
+        env.extend(CString::new(format!("{ENV}={}", memfd.as_raw_fd())).ok());
+        let argv: Vec<CString> = record
+            .argv
+            .iter()
+            .filter_map(|a| CString::new(a.as_bytes()).ok())
+            .collect();
+        let path = CString::new(image.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::other("the image path holds a NUL byte"))?;
+        let e = nix::unistd::execve(&path, &argv, &env);
+        // Still here: the memfd closes with `memfd`; the others stay as they were.
+        drop(memfd);
+        Err(std::io::Error::from(e.unwrap_err_or_errno()))
+    };
+    match run() {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
+/// `execve`'s error as an errno, whatever nix's result type says.
+trait ErrnoOf {
+    fn unwrap_err_or_errno(self) -> nix::errno::Errno;
+}
+
+impl ErrnoOf for nix::Result<std::convert::Infallible> {
+    fn unwrap_err_or_errno(self) -> nix::errno::Errno {
+        match self {
+            Ok(never) => match never {},
+            Err(e) => e,
+        }
+    }
+}
+
+/// The path that runs the old image again: `/proc/self/fd/N`.
+pub fn old_image_path(record: &Record) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", record.old_image))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,169 @@
+//! The actor's part of an upgrade in place (issue 32 §1): whether it is quiet (no client
+//! request unfinished), what it hands over (the child's pipes and session, each socket
+//! client's state as lines to replay), and what it adopts in the next image.
+//!
+//! Decisions only: the shell (`mod.rs`) freezes the actor once it has handed over, and the
+//! daemon (`daemon/upgrade.rs`) awaits the child's paused tasks and executes the new image.
+
+use super::util::level_name;
+use super::Server;
+use crate::child::process::ChildTakeover;
+use crate::handover::REPLAY_ID_PREFIX;
+use crate::jsonrpc::message::Out;
+use crate::mux::era::Era;
+use crate::mux::session::{ClientId, Transport};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use tracing::info;
+
+/// What a server hands over.
+#[derive(Debug)]
+pub struct HandOver {
+    /// The running instance's generation.
+    pub generation: u64,
+    /// The next child-side request id.
+    pub next_id: u64,
+    /// The handshake and lists (`mux::record`'s shape).
+    pub handshake: Option<Value>,
+    /// The level the child's logging was set to.
+    pub log_level: Option<usize>,
+    /// The child's paused pipe tasks, when a child runs and can be handed over.
+    pub child: Option<ChildTakeover>,
+    /// Its stderr tail.
+    pub tail: String,
+    /// Each socket client's state, as the lines that rebuild it in the next image's actor.
+    pub clients: BTreeMap<ClientId, Vec<String>>,
+}
+
+/// What the next image's actor adopts from the previous one's [`HandOver`].
+#[derive(Debug)]
+pub struct Adoption {
+    /// The running instance, when one ran (taken by the actor's starter).
+    pub inherited: Option<crate::child::process::Inherited>,
+    /// Whether an instance was handed over (stays true once `inherited` is taken).
+    pub running: bool,
+    /// Its generation.
+    pub generation: u64,
+    /// The next child-side id.
+    pub next_id: u64,
+    /// The handshake and lists (`mux::record`'s shape), when the session was open.
+    pub handshake: Option<Value>,
+    /// The child's log level.
+    pub log_level: Option<usize>,
+}
+
+impl Server {
+    /// Client requests not finished yet (held ones and questions to clients included): an
+    /// upgrade waits for 0 before it hands over.
+    pub(super) fn unfinished(&self) -> usize {
+        self.forwarded_requests()
+            .saturating_add(self.held.len())
+            .saturating_add(self.routing.asks())
+            .saturating_add(self.rounds.open_rounds())
+    }
+
+    /// Hands over: the supervisor's own listen stream on a 2026 child is cancelled (the next
+    /// image opens its own), the child's pipe tasks are paused, and each socket client's
+    /// state is written as replay lines. The caller freezes the actor after this.
+    pub(super) fn hand_over(&mut self) -> HandOver {
+        if let Some(old) = self.opener.replace_listen(None) {
+            self.routing.inflight_mut().remove(old);
+            let p = crate::jsonrpc::message::raw(
+                &json!({"requestId": old, "reason": "supervisor upgrade"}),
+            );
+            let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
+            self.write_child(
+                line,
+                super::core::Lane::Urgent,
+                "cancel of the listen stream",
+            );
+            self.carry_out();
+        }
+        let handshake = self.opener.handshake().map(|hs| {
+            let text = crate::mux::record::encode(&self.cfg, hs, self.lists.all(), "");
+            serde_json::from_slice(&text).unwrap_or(Value::Null)
+        });
+        let child = self.life.child_mut().and_then(|c| c.hand_over());
+        let mut clients = BTreeMap::new();
+        for (id, c) in self.clients.iter() {
+            if c.peer().transport != Transport::Socket || c.closing() {
+                continue;
+            }
+            let mut n = 0u64;
+            let mut next = || {
+                n += 1;
+                json!(format!("{REPLAY_ID_PREFIX}{n}"))
+            };
+            let mut lines = Vec::new();
+            if c.era() == Some(Era::Handshake) {
+                let version = self
+                    .opener
+                    .handshake()
+                    .map_or("2025-06-18".to_string(), |h| h.protocol_version.clone());
+                lines.push(
+                    json!({"jsonrpc": "2.0", "id": next(), "method": "initialize",
+                    "params": {"protocolVersion": version, "capabilities": c.capabilities(),
+                        "clientInfo": c.info()}}),
+                );
+                if c.initialized() {
+                    lines.push(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+                }
+                if let Some(level) = c.log_level() {
+                    lines.push(
+                        json!({"jsonrpc": "2.0", "id": next(), "method": "logging/setLevel",
+                        "params": {"level": level_name(level)}}),
+                    );
+                }
+            }
+            for uri in self.subs.uris() {
+                if self.subs.holds_direct(*id, uri) {
+                    lines.push(json!({"jsonrpc": "2.0", "id": next(),
+                        "method": "resources/subscribe", "params": {"uri": uri}}));
+                }
+            }
+            clients.insert(*id, lines.iter().map(Value::to_string).collect());
+        }
+        info!(
+            clients = clients.len(),
+            child = child.as_ref().map(|c| c.pid),
+            "handing over to the next image"
+        );
+        HandOver {
+            generation: self.instances.generation(),
+            next_id: self.routing.inflight().next_id(),
+            handshake,
+            log_level: self.opener.log_level(),
+            child,
+            tail: self.instances.tail().text(),
+            clients,
+        }
+    }
+
+    /// Takes what the previous image handed over: the session's handshake, lists and log
+    /// level, the ids the child has seen, and the generation the inherited instance runs as.
+    pub(super) fn adopt(&mut self, a: &Adoption) {
+        let Some(record) = a
+            .handshake
+            .as_ref()
+            .and_then(|v| serde_json::to_vec(v).ok())
+            .and_then(|t| crate::mux::record::decode(&self.cfg, &t).ok())
+        else {
+            return;
+        };
+        self.lists.restore(record.lists);
+        if a.running {
+            self.opener.adopt(
+                record.handshake,
+                self.cfg.protocol == crate::protocol::ChildProtocol::Auto,
+                a.log_level,
+            );
+            self.instances.resume_at(a.generation);
+        } else {
+            self.opener.restore(
+                record.handshake,
+                self.cfg.protocol == crate::protocol::ChildProtocol::Auto,
+            );
+        }
+        self.routing.inflight_mut().resume_at(a.next_id);
+    }
+}
