@@ -147,6 +147,8 @@ struct Daemon {
     inherited: std::sync::Mutex<HashMap<String, (OwnedFd, bool)>>,
     /// What each server adopts from the previous image.
     adoptions: HashMap<String, server::Adoption>,
+    /// Each server's socket clients handed over by the previous image.
+    adopted_clients: HashMap<String, Vec<upgrade::AdoptedClient>>,
     /// Upgrades so far and the last refusal, for `upgraded`.
     upgraded: control::Upgraded,
 }
@@ -195,6 +197,7 @@ impl Daemon {
         info!(server = %name, socket = %path.display(), activated, "listening");
         let http = self.start_http(&entry_cfg, &accept);
         let seats = Arc::new(crate::mux::session::Seats::default());
+        self.resume_clients(&name, &handle, &params_rx, &seats);
         self.tracker.spawn(accept_loop(
             listener,
             name.clone(),
@@ -684,7 +687,7 @@ pub async fn run(
     let dir = config.supervisor.socket_dir.clone();
     let perms = SocketPerms::from(&config.supervisor);
     prepare_socket_dir(&dir, perms)?;
-    let adopted = handover.take().map(upgrade::adopt);
+    let mut adopted = handover.take().map(upgrade::adopt);
     let lock = match &adopted {
         // The previous image's lock, on the same open file: still held.
         Some(a) => nix::fcntl::Flock::lock(
@@ -730,6 +733,7 @@ pub async fn run(
             )),
             max_clients: AtomicUsize::new(config.supervisor.max_clients),
             http_peers: Default::default(),
+            parking: Default::default(),
         }),
         registry: registry.clone(),
         servers: BTreeMap::new(),
@@ -782,6 +786,10 @@ pub async fn run(
         inherited: std::sync::Mutex::new(
             adopted.as_ref().map(|a| a.listeners()).unwrap_or_default(),
         ),
+        adopted_clients: adopted
+            .as_mut()
+            .map(|a| std::mem::take(&mut a.clients))
+            .unwrap_or_default(),
         adoptions: adopted.map(|a| a.servers).unwrap_or_default(),
         config,
     };

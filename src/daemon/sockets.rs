@@ -488,6 +488,8 @@ pub(super) struct Shared {
     /// The HTTP connections open on the servers' `NAME.http.sock`, so that a reload that
     /// revokes a peer closes them (issue 26 §5; [`Shared::close_revoked_http`]).
     pub(super) http_peers: std::sync::Mutex<HttpPeers>,
+    /// Where the socket sessions park for an upgrade's hand-over (issue 32 §1).
+    pub(super) parking: Arc<crate::mux::park::Parking>,
 }
 
 /// The connections open on every `NAME.http.sock`: by a number of their own, the server,
@@ -685,8 +687,9 @@ pub(super) async fn accept_loop(
         let limits = params.borrow().clone();
         let events = server.sessions.clone();
         let token = connections.clone();
+        let parking = shared.parking.clone();
         tracker.spawn(async move {
-            session::run(stream, peer, events, limits, token).await;
+            session::run(stream, peer, events, limits, token, (parking, None)).await;
             drop(seat);
         });
     }

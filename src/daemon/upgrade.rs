@@ -10,7 +10,9 @@
 //! its client's handshake; HTTP sessions are reopened from their record).
 
 use super::Daemon;
-use crate::handover::{self, ChildRecord, ConfigText, Listener, Record, ServerRecord};
+use crate::handover::{
+    self, ChildRecord, ClientRecord, ConfigText, Listener, Record, ServerRecord,
+};
 use crate::mux::server::Command;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -55,19 +57,13 @@ impl Daemon {
         if let Err(e) = preflight(&binary, &self.config.path).await {
             return e;
         }
-        let deadline = Instant::now() + QUIET_WAIT;
-        loop {
-            let busy = self.unfinished().await;
-            if busy == 0 {
-                break;
-            }
-            if Instant::now() >= deadline {
-                return format!(
-                    "{busy} client requests were still unfinished after {}s; try again",
-                    QUIET_WAIT.as_secs()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+        // Socket clients stop being read at a line boundary (what they send meanwhile waits
+        // in their connection for the next image); then every request taken must be answered.
+        let parking = self.shared.parking.clone();
+        parking.pause();
+        if let Err(why) = self.quiet().await {
+            parking.resume();
+            return why;
         }
         info!(binary = %binary.display(), "upgrading in place: handing over to the new image");
         self.accepting.cancel();
@@ -75,7 +71,28 @@ impl Daemon {
             Ok(fd) => fd,
             Err(e) => return format!("cannot keep the running image open: {e}"),
         };
-        let servers = self.hand_over_servers().await;
+        let mut servers = self.hand_over_servers().await;
+        // What the actors decided is written before the connections change hands.
+        let written = until(HANDOVER_WAIT, || parking.drained()).await;
+        if !written {
+            warn!("a client's answers were not all written in time; the rest may be lost");
+        }
+        let parked = parking.parked();
+        for (s, clients) in &mut servers {
+            for (id, replay) in std::mem::take(clients) {
+                if let Some(p) = parked.get(&id) {
+                    s.clients.push(ClientRecord {
+                        fd: p.fd,
+                        uid: p.peer.uid,
+                        gid: p.peer.gid,
+                        pid: p.peer.pid,
+                        pending: handover::b64(&p.pending),
+                        replay,
+                    });
+                }
+            }
+        }
+        let servers = servers.into_iter().map(|(s, _)| s).collect();
         let record = Record {
             version: handover::VERSION,
             upgrades: self.image.upgrades.saturating_add(1),
@@ -117,6 +134,31 @@ impl Daemon {
         std::process::exit(crate::cli::EXIT_FAILED);
     }
 
+    /// Waits until every socket session has parked and every client request is answered.
+    async fn quiet(&self) -> Result<(), String> {
+        let parking = self.shared.parking.clone();
+        if !until(HANDOVER_WAIT, || parking.all_parked()).await {
+            return Err(format!(
+                "the client connections did not pause within {}s; try again",
+                HANDOVER_WAIT.as_secs()
+            ));
+        }
+        let deadline = Instant::now() + QUIET_WAIT;
+        loop {
+            let busy = self.unfinished().await;
+            if busy == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "{busy} client requests were still unfinished after {}s; try again",
+                    QUIET_WAIT.as_secs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     /// Client requests unfinished, all servers (a server that does not answer counts as one).
     async fn unfinished(&self) -> usize {
         let mut n = 0usize;
@@ -136,7 +178,7 @@ impl Daemon {
 
     /// Each server's hand-over, its child's pipe tasks paused (a server or child that does
     /// not hand over in time is left out: the new image starts it afresh).
-    async fn hand_over_servers(&mut self) -> Vec<ServerRecord> {
+    async fn hand_over_servers(&mut self) -> Vec<(ServerRecord, ReplayOf)> {
         let mut out = Vec::new();
         for (name, r) in &self.servers {
             let (tx, rx) = oneshot::channel();
@@ -168,15 +210,18 @@ impl Daemon {
                 }
                 None => None,
             };
-            out.push(ServerRecord {
-                name: name.clone(),
-                generation: h.generation,
-                next_id: h.next_id,
-                handshake: h.handshake,
-                log_level: h.log_level,
-                child,
-                clients: Vec::new(),
-            });
+            out.push((
+                ServerRecord {
+                    name: name.clone(),
+                    generation: h.generation,
+                    next_id: h.next_id,
+                    handshake: h.handshake,
+                    log_level: h.log_level,
+                    child,
+                    clients: Vec::new(),
+                },
+                h.clients,
+            ));
         }
         out
     }
@@ -199,6 +244,47 @@ impl Daemon {
         }
     }
 
+    /// Serves the socket clients of server `name` the previous image handed over: each
+    /// resumes with its replay lines and pending bytes, in a seat of the server's.
+    pub(super) fn resume_clients(
+        &mut self,
+        name: &str,
+        handle: &crate::mux::server::ServerHandle,
+        params: &tokio::sync::watch::Receiver<super::SessionParams>,
+        seats: &std::sync::Arc<crate::mux::session::Seats>,
+    ) {
+        for c in self.adopted_clients.remove(name).unwrap_or_default() {
+            let std = std::os::unix::net::UnixStream::from(c.fd);
+            let stream = match std
+                .set_nonblocking(true)
+                .and_then(|()| tokio::net::UnixStream::from_std(std))
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(server = %name, error = %e, "cannot resume a handed-over client");
+                    continue;
+                }
+            };
+            let seat = seats.take(usize::MAX);
+            let limits = params.borrow().clone();
+            let events = handle.sessions.clone();
+            let token = self.connections.clone();
+            let parking = self.shared.parking.clone();
+            self.tracker.spawn(async move {
+                crate::mux::session::run(
+                    stream,
+                    c.peer,
+                    events,
+                    limits,
+                    token,
+                    (parking, Some(c.resume)),
+                )
+                .await;
+                drop(seat);
+            });
+        }
+    }
+
     /// An inherited listener's descriptor, taken (once).
     pub(super) fn inherited(&self, name: &str) -> Option<(OwnedFd, bool)> {
         self.inherited
@@ -206,6 +292,21 @@ impl Daemon {
             .unwrap_or_else(|p| p.into_inner())
             .remove(name)
     }
+}
+
+/// Each socket client's replay lines, by client.
+type ReplayOf = std::collections::BTreeMap<crate::mux::session::ClientId, Vec<String>>;
+
+/// Polls `cond` every 2 ms until it holds (true) or `within` passed (false).
+async fn until(within: Duration, cond: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    true
 }
 
 /// Runs `binary check-config CONFIG` within [`PREFLIGHT`]: the new binary must run and accept
@@ -270,6 +371,19 @@ pub(super) struct Adopted {
     listeners: Vec<(String, OwnedFd, bool)>,
     /// What each server adopts.
     pub(super) servers: std::collections::HashMap<String, crate::mux::server::Adoption>,
+    /// Each server's socket clients: their connections and what they resume with.
+    pub(super) clients: std::collections::HashMap<String, Vec<AdoptedClient>>,
+}
+
+/// A socket client handed over.
+#[derive(Debug)]
+pub(super) struct AdoptedClient {
+    /// Its connection.
+    pub(super) fd: OwnedFd,
+    /// Who it is.
+    pub(super) peer: crate::mux::session::Peer,
+    /// Its pending bytes and replay lines.
+    pub(super) resume: crate::mux::park::Resume,
 }
 
 impl Adopted {
@@ -298,10 +412,26 @@ pub(super) fn adopt(r: Record) -> Adopted {
         .map(|l| (l.name.clone(), own(l.fd), l.activated))
         .collect();
     let mut servers = std::collections::HashMap::new();
+    let mut clients = std::collections::HashMap::new();
     for s in r.servers {
-        for c in &s.clients {
-            drop(own(c.fd));
-        }
+        let adopted: Vec<AdoptedClient> = s
+            .clients
+            .into_iter()
+            .map(|c| AdoptedClient {
+                fd: own(c.fd),
+                peer: crate::mux::session::Peer {
+                    uid: c.uid,
+                    gid: c.gid,
+                    pid: c.pid,
+                    ..Default::default()
+                },
+                resume: crate::mux::park::Resume {
+                    pending: handover::unb64(&c.pending, "pending").unwrap_or_default(),
+                    replay: c.replay,
+                },
+            })
+            .collect();
+        clients.insert(s.name.clone(), adopted);
         let inherited = s.child.map(|c| crate::child::process::Inherited {
             pid: c.pid,
             stdin: own(c.stdin),
@@ -337,5 +467,6 @@ pub(super) fn adopt(r: Record) -> Adopted {
         refused: r.refused,
         listeners,
         servers,
+        clients,
     }
 }

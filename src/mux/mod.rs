@@ -7,6 +7,7 @@ pub mod era;
 pub mod health;
 pub mod ids;
 pub mod outage;
+pub mod park;
 pub mod record;
 pub mod server;
 pub mod session;

@@ -9,6 +9,7 @@ use crate::jsonrpc::framing::{Frame, Line, LineBatch, LineDecoder, BATCH_SLICES}
 use crate::jsonrpc::message::{self, code, Message};
 use crate::mux::batch::{Offer, SharedBatches};
 use crate::mux::ids::id_key;
+use crate::mux::park::{Parked, Parking, Resume};
 use serde_json::value::RawValue;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -459,14 +460,19 @@ pub struct SessionLimits {
     pub idle: Option<std::time::Duration>,
 }
 
-/// Runs one connection until it closes. `events` is the server actor's inbox.
+/// Runs one connection until it closes. `events` is the server actor's inbox. `parking` is
+/// where it parks for an upgrade's hand-over; `resume` is what a connection handed over by
+/// the previous image starts with (issue 32 §1).
 pub async fn run(
     stream: UnixStream,
     peer: Peer,
     events: mpsc::Sender<SessionEvent>,
     limits: SessionLimits,
     shutdown: CancellationToken,
+    (parking, resume): (Arc<Parking>, Option<Resume>),
 ) {
+    let _live = parking.enter();
+    let mut paused = parking.watch();
     let SessionLimits {
         queue,
         max_message,
@@ -497,18 +503,29 @@ pub async fn run(
         return;
     }
     info!(client = %id, uid = peer.uid, pid = peer.pid, "client connected");
+    let fd = stream.as_raw_fd();
     let (mut rd, wr) = stream.into_split();
     let batches = Arc::new(SharedBatches::default());
+    let resume = resume.unwrap_or_default();
+    let replayed = replay_requests(&resume.replay);
     let writer = tokio::spawn(write_loop(
         out_rx,
         wr,
-        queued,
+        (queued.clone(), replayed.len()),
         kick.clone(),
         batches.clone(),
         (epoch, last_write.clone()),
     ));
+    // Handed over: the client's state first (answers dropped by the writer), then what the
+    // previous image had read of its next line.
+    for m in replayed {
+        if events.send(SessionEvent::Message(id, m)).await.is_err() {
+            return;
+        }
+    }
 
     let mut dec = LineDecoder::new(max_message);
+    dec.extend(&resume.pending);
     let mut clean_eof = false;
     // Rejected-line warnings of this connection: 20 per 10 s, the rest counted (issue 26 §6:
     // a client sending garbage produced 34,748 warnings in 3 s).
@@ -516,6 +533,19 @@ pub async fn run(
         20,
         std::time::Duration::from_secs(10),
     ));
+    if !resume.pending.is_empty() {
+        let link = Link {
+            tx: &tx,
+            id,
+            events: &events,
+            batches: &batches,
+            rejections: &rejections,
+        };
+        if !pass_frames(&mut dec, false, &link, max_message).await {
+            return;
+        }
+    }
+    let mut park = false;
     'read: loop {
         let dec_mid_line = dec.mid_line();
         let buf = dec.buffer_mut();
@@ -546,6 +576,10 @@ pub async fn run(
                 continue 'read;
             }
             _ = kick.cancelled() => break 'read,
+            // An upgrade's hand-over (issue 32 §1): stop reading at this line boundary and
+            // leave the connection for the next image; the writer goes on. A refused upgrade
+            // lets it read on.
+            Ok(_) = paused.wait_for(|p| *p) => { park = true; false }
             // Half a line and then silence (slowloris): the client is told and closed, so it
             // cannot hold a connection slot and a line buffer forever (issue 14 §3).
             _ = tokio::time::sleep(stall), if mid_line => {
@@ -560,6 +594,20 @@ pub async fn run(
                 break 'read;
             }
         };
+        if std::mem::take(&mut park) {
+            parking.park(
+                id,
+                Parked {
+                    fd,
+                    pending: dec.pending().map(<[u8]>::to_vec).unwrap_or_default(),
+                    peer: peer.clone(),
+                    queued: queued.clone(),
+                },
+            );
+            let _ = paused.wait_for(|p| !*p).await;
+            parking.unpark(id);
+            continue 'read;
+        }
         let link = Link {
             tx: &tx,
             id,
@@ -743,7 +791,7 @@ fn batch_member_cancelled(link: &Link<'_>, m: &Message) {
 async fn write_loop(
     mut out_rx: mpsc::Receiver<Line>,
     mut wr: tokio::net::unix::OwnedWriteHalf,
-    queued: Arc<AtomicUsize>,
+    (queued, mut mute): (Arc<AtomicUsize>, usize),
     kick: CancellationToken,
     batches: Arc<SharedBatches>,
     (epoch, last_write): (tokio::time::Instant, Arc<std::sync::atomic::AtomicU64>),
@@ -757,6 +805,12 @@ async fn write_loop(
                     let mut close = line.is_empty();
                     // Queue bytes released once the write is done.
                     let mut release = 0;
+                    if mute > 0 && crate::mux::park::is_replay_answer(head_of(&line)) {
+                        // The answer to a line replayed after a hand-over: not the client's.
+                        mute -= 1;
+                        queued.fetch_sub(line.len(), Ordering::Relaxed);
+                        continue;
+                    }
                     if !close {
                         release += take(&mut batch, line, &batches);
                     }
@@ -782,6 +836,23 @@ async fn write_loop(
     // `None` means every sender is gone and the queue is drained: close our write side.
     // A kick (too slow, shutdown) closes without draining: that client is not reading.
     let _ = wr.shutdown().await;
+}
+
+/// The first piece of an outgoing line.
+fn head_of(line: &Line) -> &[u8] {
+    let [head, ..] = line.parts();
+    head
+}
+
+/// The requests and notifications of a hand-over's replay lines (unparsable ones are
+/// dropped: the previous image wrote them).
+fn replay_requests(lines: &[String]) -> Vec<Message> {
+    lines
+        .iter()
+        .filter_map(|l| message::parse_line(&bytes::Bytes::from(l.clone())).ok())
+        .flatten()
+        .filter_map(Result::ok)
+        .collect()
 }
 
 /// Puts an outgoing line in the write batch, unless it is a batch member's response to hold

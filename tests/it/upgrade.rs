@@ -34,6 +34,7 @@ fn an_upgrade_keeps_the_daemon_pid_the_child_and_its_session() {
     let log = saw.path().join("saw.jsonl");
     let mut sup = Supervisor::start(&fake_server("fake", &["--log", log.to_str().unwrap()], ""));
     let mut c = sup.client("fake");
+    c.request(json!(0), "logging/setLevel", json!({"level": "debug"}));
     let r = c.call(json!(1), "echo", json!({"text": "before"}));
     assert_eq!(Client::text(&r), "before", "{r}");
     let daemon = sup.pid();
@@ -55,10 +56,19 @@ fn an_upgrade_keeps_the_daemon_pid_the_child_and_its_session() {
             "the child was replaced\n{}",
             sup.log()
         );
-        let mut c = sup.client("fake");
-        let r = c.call(json!(2), "echo", json!({"text": format!("after {n}")}));
+        // The same connection goes on, its handshake kept, answers never doubled.
+        let r = c.call(json!(10 + n), "echo", json!({"text": format!("after {n}")}));
         assert_eq!(Client::text(&r), format!("after {n}"), "{r}\n{}", sup.log());
+        // A new one is served too.
+        let mut d = sup.client("fake");
+        let r = d.call(json!(2), "echo", json!({"text": "new"}));
+        assert_eq!(Client::text(&r), "new", "{r}");
     }
+    assert!(
+        c.recv_timeout(Duration::from_millis(300))
+            .is_none_or(|v| v["id"].is_null() && v["method"].is_string()),
+        "an extra line"
+    );
     // The child was never sent a second handshake.
     assert_eq!(
         child_saw_method(&log, "initialize"),
