@@ -53,6 +53,10 @@ fn main() {
             let mut plumbing = Plumbing::take_from_env();
             // An upgrade in place (issue 32 §1): the previous image's record, and the
             // configuration it ran (not the file: a changed file is for `reload`).
+            let refuse_hook = std::env::var_os("MCP_SUPERVISOR_TEST_REFUSE_HANDOVER").is_some();
+            // SAFETY: single-threaded still (before the runtime); not passed on to children or
+            // to the next image.
+            unsafe { std::env::remove_var("MCP_SUPERVISOR_TEST_REFUSE_HANDOVER") };
             let handover = match mcp_supervisor::handover::take_from_env() {
                 None => None,
                 Some(Err(e)) => {
@@ -65,6 +69,10 @@ fn main() {
             };
             let loaded = match &handover {
                 None => cli::load_config(config),
+                // The test suite's stand-in for a new image that cannot adopt the record.
+                Some(r) if r.refused.is_none() && refuse_hook => {
+                    refuse_handover(r, "MCP_SUPERVISOR_TEST_REFUSE_HANDOVER is set")
+                }
                 Some(r) => match config::parse(&r.config.path, &r.config.text) {
                     Ok(c) => Ok(c),
                     Err(e) => refuse_handover(r, &format!("the configuration does not parse: {e}")),

@@ -137,6 +137,26 @@ impl Supervisor {
         Self::spawn_with(dir, config, env)
     }
 
+    /// Runs the daemon from `binary` (not the built one) on an existing config.
+    pub fn spawn_binary(binary: &Path, dir: tempfile::TempDir, config: PathBuf) -> Self {
+        let id = test_id();
+        let mut cmd = Command::new(binary);
+        cmd.arg("run").arg("-c").arg(&config);
+        as_test_daemon(&mut cmd, &id);
+        let mut child = cmd.spawn().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        read_log(child.stderr.take().unwrap(), log.clone());
+        Supervisor {
+            child: Some(child),
+            dir,
+            config,
+            id,
+            log,
+            _unread_stderr: None,
+            namespaced: false,
+        }
+    }
+
     /// Runs the binary on an existing config with extra environment variables.
     pub fn spawn_with(dir: tempfile::TempDir, config: PathBuf, env: &[(&str, &str)]) -> Self {
         Self::spawn(dir, config, env, true)

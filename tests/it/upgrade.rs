@@ -84,3 +84,104 @@ fn an_upgrade_keeps_the_daemon_pid_the_child_and_its_session() {
     );
     sup.stop();
 }
+
+/// A copy of the binary in a directory of its own (mode 755), to run the daemon from and then
+/// replace as an operator installing a new version would (a rename over it).
+fn installed() -> (tempfile::TempDir, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("mcp-supervisor");
+    std::fs::copy(SUPERVISOR, &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, bin)
+}
+
+/// Installs `script` over `bin` (written aside, then renamed: the running image is kept).
+fn install_script(bin: &std::path::Path, script: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let aside = bin.with_extension("new");
+    std::fs::write(&aside, script).unwrap();
+    std::fs::set_permissions(&aside, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&aside, bin).unwrap();
+}
+
+/// Runs the daemon from `bin` on `servers`.
+fn start_from(bin: &std::path::Path, servers: &str) -> Supervisor {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("supervisor.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[supervisor]\nsocket_dir = {:?}\n\n{servers}",
+            dir.path().join("run")
+        ),
+    )
+    .unwrap();
+    let sup = Supervisor::spawn_binary(bin, dir, config);
+    assert!(
+        wait_until(Duration::from_secs(10), || sup.socket("fake").exists()),
+        "{}",
+        sup.log()
+    );
+    sup
+}
+
+#[test]
+fn a_new_binary_that_fails_its_check_or_refuses_the_hand_over_leaves_the_daemon_serving() {
+    let (_dir, bin) = installed();
+    let mut sup = start_from(&bin, &fake_server("fake", &[], ""));
+    let mut c = sup.client("fake");
+    let r = c.call(json!(1), "echo", json!({"text": "before"}));
+    assert_eq!(Client::text(&r), "before", "{r}");
+    let daemon = sup.pid();
+    let child = pid_of(&sup, "fake");
+
+    // Not even a program that runs `check-config`: refused before anything changes hands.
+    install_script(&bin, "#!/bin/sh\necho 'broken build' >&2\nexit 3\n");
+    let (code, said) = upgrade(&sup);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("check-config") && said.contains("broken build"),
+        "{said}"
+    );
+    let r = c.call(json!(2), "echo", json!({"text": "still"}));
+    assert_eq!(Client::text(&r), "still", "{r}");
+
+    // Writable by others: refused by its mode.
+    install_script(&bin, "#!/bin/sh\nexit 0\n");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let (code, said) = upgrade(&sup);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("written by others"), "{said}");
+
+    // It passes the check, then refuses the hand-over: the old image runs again with it.
+    install_script(
+        &bin,
+        &format!(
+            "#!/bin/sh\nif [ \"$1\" = check-config ]; then exec {SUPERVISOR:?} \"$@\"; fi\nMCP_SUPERVISOR_TEST_REFUSE_HANDOVER=1 exec {SUPERVISOR:?} \"$@\"\n"
+        ),
+    );
+    let (code, said) = upgrade(&sup);
+    assert_eq!(code, Some(1), "{said}\n{}", sup.log());
+    assert!(
+        said.contains("MCP_SUPERVISOR_TEST_REFUSE_HANDOVER"),
+        "{said}"
+    );
+    assert_eq!(sup.pid(), daemon);
+    assert_eq!(pid_of(&sup, "fake"), child, "{}", sup.log());
+    let r = c.call(json!(3), "echo", json!({"text": "served on"}));
+    assert_eq!(Client::text(&r), "served on", "{r}\n{}", sup.log());
+
+    // And a working binary afterwards upgrades.
+    install_script(&bin, &format!("#!/bin/sh\nexec {SUPERVISOR:?} \"$@\"\n"));
+    let (code, said) = upgrade(&sup);
+    assert_eq!(code, Some(0), "{said}\n{}", sup.log());
+    let r = c.call(json!(4), "echo", json!({"text": "upgraded"}));
+    assert_eq!(Client::text(&r), "upgraded", "{r}");
+    assert_eq!(pid_of(&sup, "fake"), child);
+    sup.stop();
+}
