@@ -984,6 +984,7 @@ mod tests {
             events,
             limits,
             shutdown.clone(),
+            (Arc::default(), None),
         ));
         assert!(matches!(
             inbox.recv().await,
@@ -1013,5 +1014,126 @@ mod tests {
         shutdown.cancel();
         drop(inbox);
         session.await.unwrap();
+    }
+
+    fn limits() -> SessionLimits {
+        SessionLimits {
+            queue: 16,
+            max_message: 1 << 16,
+            memory: Arc::new(MemoryBudget::new(1 << 20)),
+            stall: std::time::Duration::from_secs(30),
+            idle: None,
+        }
+    }
+
+    /// Issue 32 §1: a paused session stops at a line boundary with the half line it holds;
+    /// resumed in the next image it replays first, drops the replay's answers, frames the
+    /// half line's rest, and passes every other line.
+    #[tokio::test]
+    async fn a_parked_session_keeps_its_half_line_and_a_resumed_one_replays_silently() {
+        let (client, server) = UnixStream::pair().unwrap();
+        let (events, mut inbox) = mpsc::channel(16);
+        let parking = Arc::new(Parking::default());
+        let shutdown = CancellationToken::new();
+        let session = tokio::spawn(run(
+            server,
+            Peer::default(),
+            events,
+            limits(),
+            shutdown.clone(),
+            (parking.clone(), None),
+        ));
+        assert!(matches!(
+            inbox.recv().await,
+            Some(SessionEvent::Connected(..))
+        ));
+        let (_rd, mut wr) = client.into_split();
+        wr.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n{\"jsonrpc\":")
+            .await
+            .unwrap();
+        assert!(matches!(
+            inbox.recv().await,
+            Some(SessionEvent::Message(..))
+        ));
+        parking.pause();
+        for _ in 0..200 {
+            if parking.all_parked() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let parked = parking.parked();
+        let p = parked.values().next().expect("parked");
+        assert_eq!(p.pending, b"{\"jsonrpc\":");
+        // Sent while parked: not read by this image.
+        wr.write_all(b"\"2.0\",\"id\":2,\"method\":\"ping\"}\n")
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(inbox.try_recv().is_err());
+        shutdown.cancel();
+        parking.resume();
+        drop(inbox);
+        let _ = session.await;
+
+        // The next image: the same bytes arrive on a resumed session.
+        let (client, server) = UnixStream::pair().unwrap();
+        let (events, mut inbox) = mpsc::channel(16);
+        let replay = vec![
+            r#"{"jsonrpc":"2.0","id":"mcp-supervisor-handover-1","method":"initialize","params":{}}"#.to_string(),
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_string(),
+        ];
+        let session = tokio::spawn(run(
+            server,
+            Peer::default(),
+            events,
+            limits(),
+            CancellationToken::new(),
+            (
+                Arc::new(Parking::default()),
+                Some(Resume {
+                    pending: b"{\"jsonrpc\":".to_vec(),
+                    replay,
+                }),
+            ),
+        ));
+        let (rd, mut wr) = client.into_split();
+        wr.write_all(b"\"2.0\",\"id\":2,\"method\":\"ping\"}\n")
+            .await
+            .unwrap();
+        let Some(SessionEvent::Connected(id, tx, _)) = inbox.recv().await else {
+            panic!("not connected first")
+        };
+        let mut methods = Vec::new();
+        for _ in 0..3 {
+            match inbox.recv().await {
+                Some(SessionEvent::Message(c, m)) if c == id => {
+                    methods.push(m.method().to_string())
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(methods, ["initialize", "notifications/initialized", "ping"]);
+        // The replay's answer is dropped; the client's own goes through.
+        tx.deliver(message::error_response(
+            &message::raw(&serde_json::json!("mcp-supervisor-handover-1")),
+            -32601,
+            "x",
+            None,
+        ));
+        tx.deliver(message::error_response(
+            &message::raw(&serde_json::json!(2)),
+            -32601,
+            "y",
+            None,
+        ));
+        let mut lines = BufReader::new(rd).lines();
+        let line = lines.next_line().await.unwrap().unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["id"], 2, "{line}");
+        drop(wr);
+        drop(tx);
+        drop(inbox);
+        let _ = session.await;
     }
 }
