@@ -45,13 +45,14 @@ impl Daemon {
         self.keep_listener(&key, &listener, false);
         let stop = accept.child_token();
         info!(server = %cfg.name, socket = %path.display(), "serving Streamable HTTP on the Unix socket");
+        let resumed = self.resumed_http(Some(&cfg.name));
         self.tracker.spawn(sockets::http_accept_loop(
             listener,
             cfg.name.clone(),
             self.front.clone(),
             self.shared.clone(),
-            stop.clone(),
-            self.tracker.clone(),
+            (stop.clone(), self.tracker.clone()),
+            resumed,
         ));
         Some((path, stop))
     }
@@ -98,11 +99,12 @@ impl Daemon {
         }
         info!(addr = %bound, "serving Streamable HTTP at http://{bound}/mcp/NAME");
         self.http_tcp = true;
+        let resumed = self.resumed_http(None);
         self.tracker.spawn(crate::http::serve_tcp(
             listener,
             self.front.clone(),
-            self.accepting.clone(),
-            self.tracker.clone(),
+            (self.accepting.clone(), self.tracker.clone()),
+            resumed,
         ));
         Ok(())
     }

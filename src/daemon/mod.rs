@@ -149,6 +149,8 @@ struct Daemon {
     adoptions: HashMap<String, server::Adoption>,
     /// Each server's socket clients handed over by the previous image.
     adopted_clients: HashMap<String, Vec<upgrade::AdoptedClient>>,
+    /// HTTP connections handed over by the previous image, until their listener starts.
+    adopted_http: Vec<crate::http::handoff::ParkedConn>,
     /// Upgrades so far and the last refusal, for `upgraded`.
     upgraded: control::Upgraded,
 }
@@ -786,6 +788,10 @@ pub async fn run(
         inherited: std::sync::Mutex::new(
             adopted.as_ref().map(|a| a.listeners()).unwrap_or_default(),
         ),
+        adopted_http: adopted
+            .as_mut()
+            .map(|a| std::mem::take(&mut a.http))
+            .unwrap_or_default(),
         adopted_clients: adopted
             .as_mut()
             .map(|a| std::mem::take(&mut a.clients))
@@ -934,6 +940,8 @@ impl Daemon {
                 .await;
         }
         self.ensure_http_listener().await?;
+        // Handed-over HTTP connections no listener took (their server is gone) close now.
+        self.adopted_http.clear();
         if let Some(addr) = self.config.supervisor.metrics_listen {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await

@@ -723,13 +723,50 @@ pub(super) async fn http_accept_loop(
     name: String,
     front: Arc<crate::http::Front>,
     shared: Arc<Shared>,
-    stop: CancellationToken,
-    tracker: TaskTracker,
+    (stop, tracker): (CancellationToken, TaskTracker),
+    resumed: Vec<crate::http::handoff::ParkedConn>,
 ) {
     let live = Arc::new(AtomicUsize::new(0));
-    while let Some((stream, peer)) =
-        accept_checked(&listener, &shared, Role::Server(&name), false, &stop).await
-    {
+    // Connections the previous image handed over between two requests (issue 32 §1): their
+    // peers passed this check when they connected; they are checked again all the same.
+    let mut resumed: std::collections::VecDeque<_> = resumed
+        .into_iter()
+        .filter_map(|c| {
+            let std = std::os::unix::net::UnixStream::from(c.fd);
+            std.set_nonblocking(true).ok()?;
+            let stream = tokio::net::UnixStream::from_std(std).ok()?;
+            let cred = stream.peer_cred().ok()?;
+            shared
+                .permits(Role::Server(&name), cred.uid(), cred.gid())
+                .then(|| {
+                    let peer = Peer {
+                        uid: cred.uid(),
+                        gid: cred.gid(),
+                        pid: cred.pid(),
+                        label: None,
+                        endpoint: None,
+                        transport: Default::default(),
+                    };
+                    (
+                        crate::http::handoff::Prefixed::new(c.read_ahead, stream),
+                        peer,
+                    )
+                })
+        })
+        .collect();
+    loop {
+        let (stream, peer) = match resumed.pop_front() {
+            Some(x) => x,
+            None => {
+                match accept_checked(&listener, &shared, Role::Server(&name), false, &stop).await {
+                    Some((stream, peer)) => (
+                        crate::http::handoff::Prefixed::new(bytes::Bytes::new(), stream),
+                        peer,
+                    ),
+                    None => break,
+                }
+            }
+        };
         if live.load(Ordering::Relaxed) >= crate::http::MAX_CONNECTIONS {
             debug!(server = %name, "HTTP connection refused: too many open");
             continue;

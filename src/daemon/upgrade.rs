@@ -11,7 +11,7 @@
 
 use super::Daemon;
 use crate::handover::{
-    self, ChildRecord, ClientRecord, ConfigText, Listener, Record, ServerRecord,
+    self, ChildRecord, ClientRecord, ConfigText, HttpConn, Listener, Record, ServerRecord,
 };
 use crate::mux::server::Command;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -25,6 +25,9 @@ pub const QUIET_WAIT: Duration = Duration::from_secs(10);
 
 /// How long the new binary's `check-config` may take.
 const PREFLIGHT: Duration = Duration::from_secs(10);
+
+/// How long HTTP connections may take to finish what they are sending and park.
+const HTTP_PARK_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a server's hand-over (and its child's pipe tasks' pause) may take.
 const HANDOVER_WAIT: Duration = Duration::from_secs(5);
@@ -61,8 +64,11 @@ impl Daemon {
         // in their connection for the next image); then every request taken must be answered.
         let parking = self.shared.parking.clone();
         parking.pause();
+        // HTTP connections take no new request; each parks once between two.
+        self.front.hand_off().ask();
         if let Err(why) = self.quiet().await {
             parking.resume();
+            self.front.hand_off().cancel();
             return why;
         }
         info!(binary = %binary.display(), "upgrading in place: handing over to the new image");
@@ -76,6 +82,10 @@ impl Daemon {
         let written = until(HANDOVER_WAIT, || parking.drained()).await;
         if !written {
             warn!("a client's answers were not all written in time; the rest may be lost");
+        }
+        let front = self.front.clone();
+        if !front.hand_off().all_parked() {
+            warn!("some HTTP connections stayed busy (long streams); they end at the hand-over");
         }
         let parked = parking.parked();
         for (s, clients) in &mut servers {
@@ -119,7 +129,28 @@ impl Daemon {
                 })
                 .collect(),
             servers,
+            http: front
+                .hand_off()
+                .parked()
+                .into_iter()
+                .map(|(fd, read_ahead, server)| HttpConn {
+                    fd,
+                    read_ahead: handover::b64(&read_ahead),
+                    server,
+                })
+                .collect(),
         };
+        info!(
+            servers = record.servers.len(),
+            children = record.servers.iter().filter(|s| s.child.is_some()).count(),
+            socket_clients = record
+                .servers
+                .iter()
+                .map(|s| s.clients.len())
+                .sum::<usize>(),
+            http_connections = record.http.len(),
+            "hand-over record written; executing the new image"
+        );
         if let Err(e) = record.validate() {
             error!(error = %e, "the hand-over record is not valid; running this image again");
         }
@@ -143,10 +174,16 @@ impl Daemon {
                 HANDOVER_WAIT.as_secs()
             ));
         }
-        let deadline = Instant::now() + QUIET_WAIT;
+        let asked = Instant::now();
+        let deadline = asked + QUIET_WAIT;
+        let front = self.front.clone();
         loop {
             let busy = self.unfinished().await;
-            if busy == 0 {
+            // Every HTTP connection parked (so no request is on its way to an actor), or,
+            // past a bound, only long streams left and no request being handled.
+            let http = front.hand_off().all_parked()
+                || (asked.elapsed() >= HTTP_PARK_WAIT && front.hand_off().none_handling());
+            if busy == 0 && http {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -285,6 +322,19 @@ impl Daemon {
         }
     }
 
+    /// The HTTP connections the previous image handed over for `server`'s `NAME.http.sock`
+    /// (`None`: the TCP listener's), taken.
+    pub(super) fn resumed_http(
+        &mut self,
+        server: Option<&str>,
+    ) -> Vec<crate::http::handoff::ParkedConn> {
+        let (mine, rest) = std::mem::take(&mut self.adopted_http)
+            .into_iter()
+            .partition(|c| c.server.as_deref() == server);
+        self.adopted_http = rest;
+        mine
+    }
+
     /// An inherited listener's descriptor, taken (once).
     pub(super) fn inherited(&self, name: &str) -> Option<(OwnedFd, bool)> {
         self.inherited
@@ -373,6 +423,8 @@ pub(super) struct Adopted {
     pub(super) servers: std::collections::HashMap<String, crate::mux::server::Adoption>,
     /// Each server's socket clients: their connections and what they resume with.
     pub(super) clients: std::collections::HashMap<String, Vec<AdoptedClient>>,
+    /// HTTP connections between two requests.
+    pub(super) http: Vec<crate::http::handoff::ParkedConn>,
 }
 
 /// A socket client handed over.
@@ -468,5 +520,16 @@ pub(super) fn adopt(r: Record) -> Adopted {
         listeners,
         servers,
         clients,
+        http: r
+            .http
+            .iter()
+            .map(|c| crate::http::handoff::ParkedConn {
+                fd: own(c.fd),
+                read_ahead: handover::unb64(&c.read_ahead, "read-ahead")
+                    .unwrap_or_default()
+                    .into(),
+                server: c.server.clone(),
+            })
+            .collect(),
     }
 }

@@ -69,6 +69,20 @@ pub struct Record {
     pub listeners: Vec<Listener>,
     /// The stdio servers.
     pub servers: Vec<ServerRecord>,
+    /// HTTP connections between requests.
+    #[serde(default)]
+    pub http: Vec<HttpConn>,
+}
+
+/// An HTTP connection between two requests.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HttpConn {
+    /// Its socket.
+    pub fd: RawFd,
+    /// Bytes of the next request already read, base64.
+    pub read_ahead: String,
+    /// The server whose `NAME.http.sock` accepted it; `None` for the TCP listener.
+    pub server: Option<String>,
 }
 
 /// The configuration file's path and the text the daemon parsed.
@@ -214,6 +228,9 @@ impl Record {
                 v.push((c.fd, Kind::Socket, format!("a client of `{}`", s.name)));
             }
         }
+        for c in &self.http {
+            v.push((c.fd, Kind::Socket, "an HTTP connection".to_string()));
+        }
         v
     }
 
@@ -247,6 +264,9 @@ impl Record {
             for c in &s.clients {
                 unb64(&c.pending, "a client's pending bytes")?;
             }
+        }
+        for c in &self.http {
+            unb64(&c.read_ahead, "an HTTP connection's read-ahead")?;
         }
         Ok(())
     }

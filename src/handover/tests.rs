@@ -56,6 +56,7 @@ fn record() -> Record {
                 replay: vec![],
             }],
         }],
+        http: vec![],
     }
 }
 

@@ -62,6 +62,7 @@ use tracing::{debug, info, warn};
 
 pub mod access;
 pub mod admit;
+pub mod handoff;
 mod router;
 pub mod saved;
 mod session;
@@ -156,6 +157,8 @@ pub struct Front {
     limits_log: Mutex<LogBudget>,
     /// Cancelled at shutdown: every stream and session ends.
     stop: CancellationToken,
+    /// Connections parked for an upgrade's hand-over (issue 32 §1).
+    handoff: handoff::Handoff,
     /// Where the open handshake-era sessions are recorded (issue 32 §2): set once by
     /// [`Front::restore_sessions`].
     saved: std::sync::OnceLock<crate::statefile::Writer>,
@@ -168,6 +171,11 @@ pub struct Front {
 }
 
 impl Front {
+    /// The connections' hand-off for an upgrade (issue 32 §1).
+    pub fn hand_off(&self) -> &handoff::Handoff {
+        &self.handoff
+    }
+
     /// A front over `registry` with these settings; request bodies are charged to `memory`
     /// (`client_memory`); `stop` ends every stream.
     pub fn new(
@@ -198,6 +206,7 @@ impl Front {
             questions_log: Mutex::new(LogBudget::new(REFUSALS_LOGGED, REFUSALS_WINDOW)),
             limits_log: Mutex::new(LogBudget::new(REFUSALS_LOGGED, REFUSALS_WINDOW)),
             stop,
+            handoff: handoff::Handoff::default(),
             saved: std::sync::OnceLock::new(),
             recording: std::sync::atomic::AtomicBool::new(true),
             restored: tokio::sync::watch::Sender::new(true),
@@ -406,6 +415,9 @@ fn loggable(v: &str) -> &str {
 /// Serves HTTP/1.1 on one accepted connection until it closes, `close` completes (the
 /// connection is dropped at once: revoked, or anonymous for too long) or the front's `stop`
 /// fires (a graceful close of at most 2 s).
+///
+/// An upgrade's hand-off ([`Front::hand_off`], issue 32 §1) stops it taking new requests;
+/// once between requests its socket and hyper's read-ahead are parked, not closed.
 pub async fn serve_connection<I>(
     io: I,
     front: Arc<Front>,
@@ -413,12 +425,26 @@ pub async fn serve_connection<I>(
     close: impl std::future::Future<Output = ()>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    I: handoff::IntoFd,
 {
     let stop = front.stop.clone();
+    let owner = front.clone();
+    let _served = owner.handoff.serve();
+    let mut asked = owner.handoff.watch();
+    let server = match &via {
+        Via::Unix { server, .. } => Some(server.clone()),
+        Via::Tcp { .. } => None,
+    };
+    // Boxed, so the connection is `Unpin` and can be driven without shutting its socket.
+    type Answer =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response, Infallible>> + Send>>;
     let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
         let front = front.clone();
         let via = via.clone();
-        async move { Ok::<_, Infallible>(handle(front, via, req.map(Body::new)).await) }
+        Box::pin(async move {
+            let _handling = front.handoff.handling();
+            Ok::<_, Infallible>(handle(front.clone(), via, req.map(Body::new)).await)
+        }) as Answer
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -426,18 +452,56 @@ pub async fn serve_connection<I>(
         .header_read_timeout(HEADER_TIMEOUT)
         .max_buf_size(READ_BUFFER)
         .keep_alive(true);
-    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(io), service);
-    tokio::pin!(conn);
-    tokio::select! {
-        r = conn.as_mut() => {
-            if let Err(e) = r {
-                debug!(error = %e, "HTTP connection ended with an error");
+    let mut conn = builder.serve_connection(hyper_util::rt::TokioIo::new(io), service);
+    tokio::pin!(close);
+    enum Next {
+        Done(hyper::Result<()>),
+        Closed,
+        Stop,
+        HandOff,
+    }
+    let mut handing_off = false;
+    loop {
+        let next = tokio::select! {
+            r = std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)) => Next::Done(r),
+            () = &mut close => Next::Closed,
+            _ = stop.cancelled() => Next::Stop,
+            Ok(_) = asked.wait_for(|a| *a), if !handing_off => Next::HandOff,
+        };
+        match next {
+            Next::HandOff => {
+                handing_off = true;
+                std::pin::Pin::new(&mut conn).graceful_shutdown();
             }
-        }
-        () = close => debug!("HTTP connection closed"),
-        _ = stop.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(Duration::from_secs(2), conn).await;
+            Next::Done(Err(e)) => {
+                debug!(error = %e, "HTTP connection ended with an error");
+                return;
+            }
+            Next::Done(Ok(())) if handing_off && *asked.borrow() => {
+                let parts = conn.into_parts();
+                if let Some(fd) = handoff::IntoFd::into_fd(parts.io.into_inner()) {
+                    owner.handoff.park(handoff::ParkedConn {
+                        fd,
+                        read_ahead: parts.read_buf,
+                        server,
+                    });
+                }
+                return;
+            }
+            Next::Done(Ok(())) => return,
+            Next::Closed => {
+                debug!("HTTP connection closed");
+                return;
+            }
+            Next::Stop => {
+                std::pin::Pin::new(&mut conn).graceful_shutdown();
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)),
+                )
+                .await;
+                return;
+            }
         }
     }
 }
@@ -447,27 +511,43 @@ pub async fn serve_connection<I>(
 /// after its accept unless a request of it passed the access check) and then holds one of
 /// [`MAX_CONNECTIONS`] seats (module documentation). A failing `accept` is retried after a
 /// pause.
+///
+/// `resumed` are connections the previous image handed over between two requests (issue 32
+/// §1): served first, each as a new anonymous connection with hyper's read-ahead in front.
 pub async fn serve_tcp(
     listener: tokio::net::TcpListener,
     front: Arc<Front>,
-    stop: CancellationToken,
-    tracker: tokio_util::task::TaskTracker,
+    (stop, tracker): (CancellationToken, tokio_util::task::TaskTracker),
+    resumed: Vec<handoff::ParkedConn>,
 ) {
     let anonymous = admit::Pool::new(ANONYMOUS_CONNECTIONS);
     let seats = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     // One line per 10 s while the anonymous pool overflows (a flood, or a crowd).
     let mut crowded = LogBudget::new(1, Duration::from_secs(10));
+    let mut resumed: std::collections::VecDeque<_> = resumed
+        .into_iter()
+        .filter_map(|c| {
+            let std = std::net::TcpStream::from(c.fd);
+            std.set_nonblocking(true).ok()?;
+            let stream = tokio::net::TcpStream::from_std(std).ok()?;
+            let addr = stream.peer_addr().ok()?;
+            Some((handoff::Prefixed::new(c.read_ahead, stream), addr))
+        })
+        .collect();
     loop {
-        let (stream, addr) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    warn!(error = %e, "HTTP accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
+        let (stream, addr) = match resumed.pop_front() {
+            Some(x) => x,
+            None => tokio::select! {
+                r = listener.accept() => match r {
+                    Ok((s, a)) => (handoff::Prefixed::new(Bytes::new(), s), a),
+                    Err(e) => {
+                        warn!(error = %e, "HTTP accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                _ = stop.cancelled() => return,
             },
-            _ = stop.cancelled() => return,
         };
         let (place, evicted) = anonymous.admit();
         if let Some(oldest) = evicted {
@@ -480,7 +560,7 @@ pub async fn serve_tcp(
                 );
             }
         }
-        let _ = stream.set_nodelay(true);
+        let _ = stream.get_ref().set_nodelay(true);
         let admission = Arc::new(admit::Admission::anonymous(place, seats.clone()));
         let via = Via::Tcp {
             addr,

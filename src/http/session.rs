@@ -378,7 +378,7 @@ pub(super) fn get(front: &Front, server: &str, caller: Caller, headers: &HeaderM
     // The pump takes it (and closes the oldest beyond GET_STREAMS); if the session just
     // ended, `tx` is dropped with the message and the stream ends at once.
     let _ = s.ctl.send(Ctl::Get(tx));
-    stream::sse(rx, guard)
+    stream::sse_until(rx, guard, Some(front.hand_off().watch()))
 }
 
 /// DELETE: ends the session like a socket client's departure (its requests are cancelled

@@ -98,7 +98,7 @@ except NameError:  # Python 3.10: anyio depends on the backport there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[no-redef]
 
 ERA_TO_MODE = {"handshake": "legacy", "modern": LATEST_MODERN_VERSION, "auto": "auto"}
-SCENARIOS = ("everything", "time", "tools", "features", "outage", "fastmcp", "roots", "survive")
+SCENARIOS = ("everything", "time", "tools", "features", "outage", "fastmcp", "roots", "survive", "loop")
 
 
 class Failure(Exception):
@@ -330,6 +330,33 @@ async def scenario_survive(r: Runner, iteration: int) -> None:
     await r.step("after", iteration, lambda: echo("after"))
 
 
+async def scenario_loop(r: Runner, iteration: int) -> None:
+    """Calls echo with a new text each time until a line arrives on stdin (tests/it/upgrade.rs):
+    every call must be answered with exactly its own text."""
+    stop = anyio.Event()
+
+    async def watch_stdin() -> None:
+        await anyio.to_thread.run_sync(sys.stdin.readline)
+        stop.set()
+
+    calls = 0
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch_stdin)
+        emit("ready")
+        while not stop.is_set():
+            calls += 1
+            sent = f"loop {r.args.client_name} {calls} {uuid.uuid4().hex}"
+
+            async def echo() -> dict[str, Any]:
+                text = text_of(await r.call(named(r.args, "echo"), {"text": sent}))
+                check(text == sent, f"echo said {text!r}, not {sent!r}")
+                return {}
+
+            await r.step("echo", calls, echo)
+        tg.cancel_scope.cancel()
+    emit("calls", True, count=calls)
+
+
 async def scenario_fastmcp(r: Runner, iteration: int) -> None:
     echo_tool, count_tool, ask_tool = (named(r.args, n) for n in ("echo", "count", "ask_name"))
     await r.list_tools(iteration, required=(echo_tool, count_tool, ask_tool))
@@ -426,6 +453,7 @@ SCENARIO_FNS = {
     "fastmcp": scenario_fastmcp,
     "roots": scenario_roots,
     "survive": scenario_survive,
+    "loop": scenario_loop,
 }
 
 

@@ -185,3 +185,186 @@ fn a_new_binary_that_fails_its_check_or_refuses_the_hand_over_leaves_the_daemon_
     assert_eq!(pid_of(&sup, "fake"), child);
     sup.stop();
 }
+
+/// The done-when test of issue 32 §1: twenty upgrades in a row while clients keep calling a
+/// tool without pause: a raw socket client, the official Python SDK through `attach` (stdio),
+/// and the SDK over Streamable HTTP in both eras, on `NAME.http.sock` and on TCP (kept-alive
+/// connections). No client disconnects, no call fails, every call is answered once with its
+/// own text, the child is never restarted and the daemon keeps its pid.
+#[test]
+fn interop_twenty_upgrades_under_load_lose_no_call_and_restart_nothing() {
+    use crate::http::HttpSup;
+    use crate::interop::Interop;
+    use crate::survive::Attached;
+    let io = Interop::load();
+    let saw = tempfile::tempdir().unwrap();
+    let log = saw.path().join("saw.jsonl");
+    let hs = HttpSup::start(&fake_server(
+        "fake",
+        &["--log", log.to_str().unwrap()],
+        "http = true",
+    ));
+    let sup = &hs.sup;
+    let daemon = sup.pid();
+    let child = pid_of(sup, "fake");
+    let config = sup.config.to_string_lossy().into_owned();
+    let http_sock = sup.dir.path().join("run/fake.http.sock");
+    let auth = format!("Authorization: Bearer {}", hs.token("fake"));
+    let tcp_url = format!("http://{}/mcp/fake", hs.addr);
+    let script = |args: &[&str]| {
+        let mut cmd = Command::new(io.var("MCPSUP_INTEROP_PYTHON"));
+        cmd.arg(io.var("MCPSUP_INTEROP_CLIENT"))
+            .args(["--timeout", "600"])
+            .args(args);
+        cmd
+    };
+    let sock = http_sock.to_str().unwrap();
+    let clients: Vec<(&str, Vec<&str>)> = vec![
+        (
+            "py-attach",
+            vec![
+                "--era",
+                "handshake",
+                "--client-name",
+                "py-attach",
+                "loop",
+                "--",
+                SUPERVISOR,
+                "attach",
+                "fake",
+                "-c",
+                &config,
+            ],
+        ),
+        (
+            "py-http-handshake",
+            vec![
+                "--era",
+                "handshake",
+                "--client-name",
+                "py-http-handshake",
+                "loop",
+                "--url",
+                "http://localhost/mcp",
+                "--unix-socket",
+                sock,
+            ],
+        ),
+        (
+            "py-http-modern",
+            vec![
+                "--era",
+                "modern",
+                "--client-name",
+                "py-http-modern",
+                "loop",
+                "--url",
+                "http://localhost/mcp",
+                "--unix-socket",
+                sock,
+            ],
+        ),
+        (
+            "py-tcp-handshake",
+            vec![
+                "--era",
+                "handshake",
+                "--client-name",
+                "py-tcp-handshake",
+                "loop",
+                "--url",
+                &tcp_url,
+                "--header",
+                &auth,
+            ],
+        ),
+    ];
+    let mut running: Vec<(&str, Attached)> = clients
+        .iter()
+        .map(|(name, args)| (*name, Attached::spawn(sup, script(args))))
+        .collect();
+    for (name, c) in &mut running {
+        let ready = c.wait_for(Duration::from_secs(60), |v| v["step"] == "ready");
+        assert!(
+            ready.is_some(),
+            "{name} never ready: {:?}\n{}\n{}",
+            c.seen,
+            c.stderr(),
+            sup.log()
+        );
+    }
+    // A raw socket client calling as fast as it is answered, on one connection.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let raw = {
+        let mut c = sup.client("fake");
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                let text = format!("raw {n}");
+                c.send(&json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                    "params": {"name": "echo", "arguments": {"text": text}}}));
+                let r = c
+                    .response_timeout(&json!(n), Duration::from_secs(30))
+                    .unwrap_or_else(|| panic!("raw call {n} unanswered"));
+                assert_eq!(Client::text(&r), text, "{r}");
+            }
+            n
+        })
+    };
+
+    for n in 1..=20 {
+        let (code, said) = upgrade(sup);
+        assert_eq!(code, Some(0), "upgrade {n}: {said}\n{}", sup.log());
+        assert_eq!(sup.pid(), daemon);
+        assert_eq!(pid_of(sup, "fake"), child, "upgrade {n} replaced the child");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let raw_calls = raw.join().expect("the raw socket client failed");
+    assert!(raw_calls > 20, "{raw_calls}");
+    for (name, c) in &mut running {
+        c.send_text("stop");
+        let done = c.wait_for(Duration::from_secs(60), |v| v["step"] == "calls");
+        assert!(
+            done.is_some(),
+            "{name}: {:?}\n{}\n{}",
+            c.seen.iter().rev().take(5).collect::<Vec<_>>(),
+            c.stderr(),
+            sup.log()
+        );
+        assert_eq!(
+            c.wait(Duration::from_secs(30)),
+            Some(0),
+            "{name}: {}",
+            c.stderr()
+        );
+        let failed: Vec<&Value> = c.seen.iter().filter(|v| v["ok"] == false).collect();
+        assert!(failed.is_empty(), "{name}: {failed:?}");
+        let calls = done.unwrap()["count"].as_u64().unwrap_or(0);
+        assert!(calls > 20, "{name} made only {calls} calls");
+        let connects = c.seen.iter().filter(|v| v["step"] == "connect").count();
+        assert_eq!(connects, 1, "{name}");
+    }
+    assert_eq!(child_saw_method(&log, "initialize"), 1);
+    assert_eq!(sup.server_status("fake")["restarts"], Value::from(0));
+    // What was handed over: the socket clients each time, kept-alive HTTP connections.
+    let records: Vec<String> = sup
+        .log()
+        .lines()
+        .filter(|l| l.contains("hand-over record written"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(records.len(), 20, "{records:?}");
+    assert!(
+        records.iter().all(|l| l.contains("socket_clients=2")),
+        "{records:?}"
+    );
+    assert!(
+        records.iter().any(|l| !l.contains("http_connections=0")),
+        "no HTTP connection was ever handed over: {records:?}"
+    );
+    eprintln!("{}", records.join("\n"));
+}
