@@ -81,6 +81,7 @@ fn main() {
             if let Some(r) = &handover {
                 plumbing.notify_socket = r.notify_socket.clone().map(Into::into);
                 plumbing.watchdog = r.watchdog_usec.map(std::time::Duration::from_micros);
+                plumbing.fd_store = r.fd_store;
             }
             match loaded {
                 Err(code) => code,

@@ -325,8 +325,10 @@ const LEFTOVER_GRACE: Duration = Duration::from_secs(2);
 /// a child is never run twice at once): every process carrying a marker of run `token`, and
 /// its descendants, gets SIGTERM, then SIGKILL after [`LEFTOVER_GRACE`]. Call it with the
 /// socket directory's lock held (so that run is gone) and before any child is spawned.
-/// Returns the processes found (`pid(comm)`), for the log.
-pub fn end_previous_run(token: &str) -> Vec<String> {
+/// The process groups in `keep` are spared: the instances this run re-adopts from systemd's
+/// file descriptor store (`child::fdstore`). Returns the processes found (`pid(comm)`), for
+/// the log.
+pub fn end_previous_run(token: &str, keep: &[i32]) -> Vec<String> {
     let prefix = format!("{MARKER_VAR}={token}:");
     let me = std::process::id() as i32;
     let find = || -> Vec<Proc> {
@@ -335,6 +337,9 @@ pub fn end_previous_run(token: &str) -> Vec<String> {
             .filter(|p| p.state != b'Z' && p.pid != me)
             .collect();
         with_descendants(&procs, |p| environ_has(p.pid, prefix.as_bytes(), true))
+            .into_iter()
+            .filter(|p| !keep.contains(&p.pgid) && !keep.contains(&p.pid))
+            .collect()
     };
     let found = find();
     if found.is_empty() {

@@ -27,6 +27,7 @@ pub const VARS: &[&str] = &[
     "LISTEN_FDNAMES",
     "WATCHDOG_USEC",
     "WATCHDOG_PID",
+    "FDSTORE",
 ];
 
 /// First socket-activated descriptor (`SD_LISTEN_FDS_START`).
@@ -44,6 +45,9 @@ pub struct Plumbing {
     pub listeners: Vec<(String, OwnedFd)>,
     /// Things worth a warning once logging is up (bad values, fds meant for another pid).
     pub notes: Vec<String>,
+    /// `FDSTORE`: how many descriptors the unit's file descriptor store holds
+    /// (`FileDescriptorStoreMax=`, passed by systemd 254 and later), when above 0.
+    pub fd_store: Option<usize>,
 }
 
 impl Plumbing {
@@ -70,6 +74,13 @@ impl Plumbing {
                     .notes
                     .push("WATCHDOG_PID names another process; not sending WATCHDOG=1".into()),
                 _ => p.notes.push(format!("ignoring WATCHDOG_USEC={usec:?}")),
+            }
+        }
+        if let Some(n) = get("FDSTORE") {
+            match n.trim().parse::<usize>() {
+                Ok(0) => {}
+                Ok(n) => p.fd_store = Some(n),
+                Err(_) => p.notes.push(format!("ignoring FDSTORE={n:?}")),
             }
         }
         let listen_pid_ok =
@@ -153,6 +164,8 @@ fn adopt_fd(fd: RawFd) -> nix::Result<OwnedFd> {
 #[derive(Debug, Clone, Default)]
 pub struct Notifier {
     target: Option<Arc<(UnixDatagram, SocketAddr)>>,
+    /// The same address for `sendmsg` (descriptors travel only that way).
+    with_fds: Option<Arc<nix::sys::socket::UnixAddr>>,
 }
 
 impl Notifier {
@@ -162,18 +175,25 @@ impl Notifier {
             return Ok(Notifier::default());
         };
         let bytes = path.as_encoded_bytes();
-        let addr = match bytes.strip_prefix(b"@") {
+        let (addr, with_fds) = match bytes.strip_prefix(b"@") {
             Some(name) => {
                 use std::os::linux::net::SocketAddrExt;
-                SocketAddr::from_abstract_name(name)?
+                (
+                    SocketAddr::from_abstract_name(name)?,
+                    nix::sys::socket::UnixAddr::new_abstract(name)?,
+                )
             }
-            None => SocketAddr::from_pathname(path)?,
+            None => (
+                SocketAddr::from_pathname(path)?,
+                nix::sys::socket::UnixAddr::new(std::path::Path::new(path))?,
+            ),
         };
         let sock = UnixDatagram::unbound()?;
         // A full manager queue must never stall the event loop; a lost STATUS= is harmless.
         sock.set_nonblocking(true)?;
         Ok(Notifier {
             target: Some(Arc::new((sock, addr))),
+            with_fds: Some(Arc::new(with_fds)),
         })
     }
 
@@ -193,6 +213,39 @@ impl Notifier {
         if let Err(e) = t.0.send_to_addr(msg.as_bytes(), &t.1) {
             debug!(error = %e, "sd_notify failed");
         }
+    }
+
+    /// Sends one datagram made of `lines` with `fds` attached (`SCM_RIGHTS`): how descriptors
+    /// go into the file descriptor store (`FDSTORE=1`, `FDNAME=`). Errors: no notify socket,
+    /// or the send failed (a full queue: the socket never blocks).
+    pub fn send_with_fds(
+        &self,
+        lines: &[&str],
+        fds: &[std::os::fd::BorrowedFd<'_>],
+    ) -> std::io::Result<()> {
+        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+        use std::os::fd::AsRawFd;
+        let (Some(t), Some(addr)) = (&self.target, &self.with_fds) else {
+            return Err(std::io::Error::other("NOTIFY_SOCKET is not set"));
+        };
+        let mut msg = String::new();
+        for l in lines {
+            msg.push_str(l);
+            msg.push('\n');
+        }
+        let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        let cmsg = [ControlMessage::ScmRights(&raw)];
+        let iov = [std::io::IoSlice::new(msg.as_bytes())];
+        let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &cmsg };
+        sendmsg(
+            t.0.as_raw_fd(),
+            &iov,
+            cmsgs,
+            MsgFlags::MSG_NOSIGNAL,
+            Some(addr.as_ref()),
+        )
+        .map(|_| ())
+        .map_err(std::io::Error::from)
     }
 
     /// `READY=1` (startup finished, or a reload finished).

@@ -58,6 +58,10 @@ pub trait Upstream: Send {
     fn hand_over(&mut self) -> Option<crate::child::process::ChildTakeover> {
         None
     }
+    /// Records the open session (handshake and lists in `mux::record`'s shape, the log level)
+    /// where the next run finds it after a crash (`child::fdstore`, issue 32 §2); a no-op for
+    /// upstreams that keep no such record.
+    fn note_session(&mut self, _handshake: serde_json::Value, _log_level: Option<usize>) {}
     /// A remote session's facts for `status` (none for a child).
     fn remote(&self) -> Option<crate::remote::RemoteStatus> {
         None

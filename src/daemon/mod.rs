@@ -42,6 +42,7 @@ use tracing::{error, info, warn};
 
 mod endpoints;
 mod http;
+mod previous;
 mod sockets;
 mod upgrade;
 use sockets::{accept_loop, control_loop, SessionParams, Shared};
@@ -515,50 +516,6 @@ impl Daemon {
     }
 }
 
-/// Ends the processes the last run on this `socket_dir` left if it died without stopping its
-/// children (its token is in `<socket_dir>/supervisor.run.json`), then records this run's
-/// token there (issue 32 §3). The directory's lock is held, so that run is gone; no other
-/// supervisor shares the file (a `state_dir` may be shared, a locked `socket_dir` cannot).
-/// An unreadable record is logged and skipped: nothing is signalled on the word of a file that
-/// is not ours.
-async fn end_previous_run(socket_dir: &Path) {
-    let path = socket_dir.join(crate::reaper::RUN_FILE);
-    let read_path = path.clone();
-    let read = tokio::task::spawn_blocking(move || crate::statefile::read_own(&read_path, 4096))
-        .await
-        .map_err(|e| std::io::Error::other(e.to_string()))
-        .and_then(|r| r);
-    let previous = match read {
-        Ok(text) => serde_json::from_slice::<serde_json::Value>(&text)
-            .ok()
-            .and_then(|v| v.get("token")?.as_str().map(str::to_string))
-            .filter(|t| t.len() == 16 && t.bytes().all(|b| b.is_ascii_hexdigit())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => {
-            warn!(path = %path.display(), error = %e, "the record of the last run is not used; processes it may have left are not looked for");
-            None
-        }
-    };
-    if let Some(token) = previous.filter(|t| t != crate::reaper::token()) {
-        let found = tokio::task::spawn_blocking(move || crate::reaper::end_previous_run(&token))
-            .await
-            .unwrap_or_default();
-        if !found.is_empty() {
-            warn!(processes = %found.join(" "), "ended the processes a previous run left (it died without stopping its children)");
-        }
-    }
-    let text =
-        serde_json::json!({"token": crate::reaper::token(), "pid": std::process::id()}).to_string();
-    let written =
-        tokio::task::spawn_blocking(move || crate::statefile::write_atomic(&path, text.as_bytes()))
-            .await
-            .map_err(|e| std::io::Error::other(e.to_string()))
-            .and_then(|r| r);
-    if let Err(e) = written {
-        warn!(error = %e, "cannot record this run's token in socket_dir: after a crash, children it leaves will not be ended by the next run");
-    }
-}
-
 /// Checks `state_dir` ([`prepare_state_dir`]) when a server of `config` keeps a record there
 /// (`start = "on-demand"`, or HTTP sessions: `http = true` on a server or an endpoint) and it
 /// is not `socket_dir` (checked already).
@@ -702,8 +659,18 @@ pub async fn run(
     prepare_records_dir(&config, &dir)?;
     // With the lock held and before any child exists: what a crashed run left goes (not
     // after an upgrade in place: the run goes on, its children are adopted).
+    // Children a crashed run left in systemd's file descriptor store are re-adopted (issue
+    // 32 §2) when they are still the instances it recorded; anything else of that run ends.
+    if plumbing.fd_store.is_some() {
+        crate::child::fdstore::enable(notifier.clone());
+    }
+    let (stored, notes) = crate::child::fdstore::collect(&mut plumbing.listeners);
+    for note in notes {
+        warn!("{note}");
+    }
+    let mut revived = HashMap::new();
     if adopted.is_none() {
-        end_previous_run(&dir).await;
+        revived = previous::end_previous_run(&dir, stored, &config).await;
     }
     // Before any actor exists: each reads once whether traces are on.
     if let Some(otel) = &config.supervisor.otel {
@@ -777,6 +744,7 @@ pub async fn run(
             watchdog_usec: plumbing
                 .watchdog
                 .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+            fd_store: plumbing.fd_store,
             upgrades: adopted.as_ref().map_or(0, |a| a.image.upgrades),
         },
         listening: BTreeMap::new(),
@@ -796,7 +764,7 @@ pub async fn run(
             .as_mut()
             .map(|a| std::mem::take(&mut a.clients))
             .unwrap_or_default(),
-        adoptions: adopted.map(|a| a.servers).unwrap_or_default(),
+        adoptions: adopted.map(|a| a.servers).unwrap_or(revived),
         config,
     };
     let listeners = daemon.bind_all()?;

@@ -45,6 +45,8 @@ pub struct Image {
     pub notify_socket: Option<String>,
     /// systemd's `WATCHDOG_USEC`.
     pub watchdog_usec: Option<u64>,
+    /// systemd's `FDSTORE`.
+    pub fd_store: Option<usize>,
     /// Upgrades so far.
     pub upgrades: u64,
 }
@@ -116,6 +118,7 @@ impl Daemon {
             lock: lock.as_raw_fd(),
             notify_socket: self.image.notify_socket.clone(),
             watchdog_usec: self.image.watchdog_usec,
+            fd_store: self.image.fd_store,
             refused: None,
             run_token: crate::reaper::token().to_string(),
             instances: crate::reaper::instances(),
@@ -514,6 +517,7 @@ pub(super) fn adopt(r: Record) -> Adopted {
             config_text: r.config.text,
             notify_socket: r.notify_socket,
             watchdog_usec: r.watchdog_usec,
+            fd_store: r.fd_store,
             upgrades: r.upgrades,
         },
         refused: r.refused,

@@ -6,7 +6,7 @@
 //! without `FD_CLOEXEC` across the `execve`):
 //! `{"version":1,"upgrades":N,"binary":"/usr/bin/mcp-supervisor","argv":[…],
 //!   "config":{"path":…,"text":…},"old_image":FD,"lock":FD,
-//!   "notify_socket":…|null,"watchdog_usec":…|null,"refused":null|"why",
+//!   "notify_socket":…|null,"watchdog_usec":…|null,"fd_store":N|null,"refused":null|"why",
 //!   "listeners":[{"name":"control"|NAME|"http:NAME"|"http-tcp","fd":FD}],
 //!   "servers":[{"name":…,"generation":G,"next_id":N,"handshake":{record.rs's shape},
 //!     "log_level":L|null,"subscriptions":[URI…],
@@ -58,6 +58,9 @@ pub struct Record {
     pub notify_socket: Option<String>,
     /// systemd's `WATCHDOG_USEC`, when it was meant for the daemon.
     pub watchdog_usec: Option<u64>,
+    /// systemd's `FDSTORE` (the unit's file descriptor store size), when above 0.
+    #[serde(default)]
+    pub fd_store: Option<usize>,
     /// Set when the new image refused the record and this image was run again: why.
     pub refused: Option<String>,
     /// The run token of every instance marker (`reaper::token`), kept so the next run's

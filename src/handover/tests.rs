@@ -23,6 +23,7 @@ fn record() -> Record {
         lock,
         notify_socket: None,
         watchdog_usec: None,
+        fd_store: None,
         refused: None,
         run_token: "0123456789abcdef".into(),
         instances: 9,

@@ -363,6 +363,61 @@ impl Supervisor {
     }
 }
 
+impl Supervisor {
+    /// [`Supervisor::run_again`] as systemd does it with a file descriptor store: `passed`
+    /// (names and descriptors) become fds 3, 4, ... with `LISTEN_FDS`, `LISTEN_FDNAMES` and
+    /// `LISTEN_PID` (set by `sh` to its own pid, which `exec` keeps), plus `env`.
+    pub fn run_again_passing(
+        &mut self,
+        env: &[(&str, &str)],
+        passed: Vec<(String, std::os::fd::OwnedFd)>,
+    ) {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        assert!(self.child.is_none(), "run_again: still running");
+        let names: Vec<&str> = passed.iter().map(|(n, _)| n.as_str()).collect();
+        let fds: Vec<i32> = passed.iter().map(|(_, f)| f.as_raw_fd()).collect();
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg("export LISTEN_PID=$$; exec \"$0\" \"$@\"")
+            .arg(SUPERVISOR)
+            .arg("run")
+            .arg("-c")
+            .arg(&self.config)
+            .env("LISTEN_FDS", fds.len().to_string())
+            .env("LISTEN_FDNAMES", names.join(":"));
+        as_test_daemon(&mut cmd, &self.id);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        // SAFETY: only async-signal-safe calls (fcntl, dup2, close) on descriptors this
+        // process holds open until the spawn returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                let mut high = Vec::with_capacity(fds.len());
+                for fd in &fds {
+                    let h = libc::fcntl(*fd, libc::F_DUPFD, 100);
+                    if h < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    high.push(h);
+                }
+                for (i, h) in high.iter().enumerate() {
+                    if libc::dup2(*h, 3 + i as i32) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::close(*h);
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().unwrap();
+        drop(passed);
+        read_log(child.stderr.take().unwrap(), self.log.clone());
+        self.child = Some(child);
+    }
+}
+
 /// Runs `mcp-supervisor run -c config` for test `id` (its children carry the marker), its
 /// stderr piped.
 fn launch(config: &Path, id: &str, env: &[(&str, &str)], namespaced: bool) -> Child {

@@ -774,3 +774,196 @@ fn attach_answers_every_call_exactly_once_across_repeated_crashes_under_load() {
         }
     }
 }
+
+/// A stand-in for systemd's notify socket with a file descriptor store: it keeps what
+/// `FDSTORE=1` sends under its `FDNAME` (duplicates appended, as systemd does), drops what
+/// `FDSTOREREMOVE=1` names, and gives the kept descriptors back for the next run.
+struct FdStore {
+    path: std::path::PathBuf,
+    held: Arc<Mutex<Vec<(String, std::os::fd::OwnedFd)>>>,
+}
+
+impl FdStore {
+    fn bind(dir: &std::path::Path) -> FdStore {
+        use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let path = dir.join("notify.sock");
+        let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        let held: Arc<Mutex<Vec<(String, OwnedFd)>>> = Arc::default();
+        let keep = held.clone();
+        std::thread::spawn(move || loop {
+            let mut buf = vec![0u8; 65536];
+            let mut space = nix::cmsg_space!([std::os::fd::RawFd; 16]);
+            let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+            let Ok(msg) = recvmsg::<()>(
+                sock.as_raw_fd(),
+                &mut iov,
+                Some(&mut space),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            ) else {
+                return;
+            };
+            let mut fds = Vec::new();
+            for c in msg.cmsgs().into_iter().flatten() {
+                if let ControlMessageOwned::ScmRights(got) = c {
+                    // SAFETY: the kernel just gave these descriptors to this process.
+                    fds.extend(got.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
+                }
+            }
+            let n = msg.bytes;
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let name = text
+                .lines()
+                .find_map(|l| l.strip_prefix("FDNAME="))
+                .unwrap_or("stored")
+                .to_string();
+            let mut held = keep.lock().unwrap();
+            if text.lines().any(|l| l == "FDSTOREREMOVE=1") {
+                held.retain(|(n, _)| *n != name);
+            } else if text.lines().any(|l| l == "FDSTORE=1") {
+                held.extend(fds.into_iter().map(|f| (name.clone(), f)));
+            }
+        });
+        FdStore { path, held }
+    }
+
+    fn names(&self) -> Vec<String> {
+        let mut n: Vec<String> = self
+            .held
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect();
+        n.sort();
+        n
+    }
+
+    /// The text of the stored record named `name`, read through a fresh open of the memfd.
+    fn record(&self, name: &str) -> Option<Value> {
+        use std::os::fd::AsRawFd;
+        let held = self.held.lock().unwrap();
+        let (_, fd) = held.iter().find(|(n, _)| n == name)?;
+        let text = std::fs::read(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+        serde_json::from_slice(&text).ok()
+    }
+
+    fn take(&self) -> Vec<(String, std::os::fd::OwnedFd)> {
+        std::mem::take(&mut *self.held.lock().unwrap())
+    }
+}
+
+/// Issue 32 §2 "Done when", the file descriptor store path: under a stand-in for systemd
+/// (`NOTIFY_SOCKET` with `FDSTORE=64`, as `FileDescriptorStoreMax=64` sets it), the
+/// supervisor keeps each running child's pipes and session record in the store. It is
+/// SIGKILLed; the child goes on running (`KillMode=process`); the next run, passed the stored
+/// descriptors as systemd passes them (`LISTEN_FDS`, `LISTEN_FDNAMES`), re-adopts the child:
+/// same pid, never a second `initialize`, a client's call answered, no restart counted. When
+/// that child later dies, its exit status is unknown and it is started again; a stop empties
+/// the store.
+#[test]
+fn children_kept_in_the_fd_store_outlive_a_crash_and_are_re_adopted() {
+    let side = tempfile::tempdir().unwrap();
+    let store = FdStore::bind(side.path());
+    let saw = side.path().join("saw.jsonl");
+    let notify = store.path.to_str().unwrap().to_string();
+    let env = [("NOTIFY_SOCKET", notify.as_str()), ("FDSTORE", "64")];
+    let mut sup = Supervisor::spawn_config(
+        "",
+        &fake_server("fake", &["--log", saw.to_str().unwrap()], ""),
+        &env,
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || sup.socket("fake").exists()),
+        "{}",
+        sup.log()
+    );
+    let mut c = sup.client("fake");
+    c.request(json!(0), "logging/setLevel", json!({"level": "debug"}));
+    let r = c.call(json!(1), "echo", json!({"text": "before"}));
+    assert_eq!(Client::text(&r), "before", "{r}");
+    let child = sup.server_status("fake")["pid"].as_i64().unwrap() as i32;
+    let parts = [
+        "child.fake.record",
+        "child.fake.stderr",
+        "child.fake.stdin",
+        "child.fake.stdout",
+    ];
+    assert!(
+        wait_until(Duration::from_secs(10), || store.names() == parts
+            && store
+                .record("child.fake.record")
+                .is_some_and(|r| r["session"]["handshake"].is_object())),
+        "{:?} {:?}\n{}",
+        store.names(),
+        store.record("child.fake.record"),
+        sup.log()
+    );
+    let record = store.record("child.fake.record").unwrap();
+    assert_eq!(record["pid"], json!(child), "{record}");
+    drop(c);
+
+    sup.kill();
+    assert!(alive(child), "the child should outlive the crash");
+    sup.run_again_passing(&env, store.take());
+    assert!(
+        sup.wait_log("re-adopting the child", Duration::from_secs(10)),
+        "{}",
+        sup.log()
+    );
+    assert!(wait_until(Duration::from_secs(10), || sup
+        .socket("fake")
+        .exists()));
+    let mut c = sup.client("fake");
+    let r = c.call(json!(2), "echo", json!({"text": "after"}));
+    assert_eq!(Client::text(&r), "after", "{r}\n{}", sup.log());
+    let s = sup.server_status("fake");
+    assert_eq!(s["pid"], json!(child), "{s}\n{}", sup.log());
+    assert_eq!(s["restarts"], json!(0), "{s}");
+    assert_eq!(
+        child_saw_method(&saw, "initialize"),
+        1,
+        "{:?}",
+        child_saw(&saw)
+    );
+    assert!(
+        !sup.log()
+            .contains("ended the processes a previous run left"),
+        "{}",
+        sup.log()
+    );
+    // The new run keeps the re-adopted child in the store again.
+    assert!(
+        wait_until(Duration::from_secs(10), || store.names() == parts),
+        "{:?}",
+        store.names()
+    );
+
+    // Its end is noticed through its pidfd; how it ended is unknown; it is started again.
+    unsafe {
+        libc::kill(child, libc::SIGKILL);
+    }
+    let mut fresh = 0;
+    assert!(
+        wait_until(Duration::from_secs(15), || {
+            fresh = sup.server_status("fake")["pid"].as_i64().unwrap_or(0) as i32;
+            fresh != 0 && fresh != child
+        }),
+        "{}",
+        sup.log()
+    );
+    let s = sup.server_status("fake");
+    assert_eq!(s["last_exit"]["reason"], json!("exited(unknown)"), "{s}");
+    let r = c.call(json!(3), "echo", json!({"text": "again"}));
+    assert_eq!(Client::text(&r), "again", "{r}\n{}", sup.log());
+    assert!(
+        wait_until(Duration::from_secs(10), || store
+            .record("child.fake.record")
+            .is_some_and(|r| r["pid"] == json!(fresh))),
+        "{:?}",
+        store.record("child.fake.record")
+    );
+    drop(c);
+    assert_eq!(sup.stop(), Some(0), "{}", sup.log());
+    assert!(store.names().is_empty(), "{:?}", store.names());
+}

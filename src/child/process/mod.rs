@@ -89,15 +89,19 @@ impl Exit {
         match (self.code, self.signal) {
             (Some(c), _) => format!("exited({c})"),
             (_, Some(s)) => format!("signal({})", signal_name(s)),
-            _ => "exited(?)".into(),
+            // A re-adopted child's (issue 32 §2), or a failed wait.
+            _ => "exited(unknown)".into(),
         }
     }
 
-    /// A clean exit: code 0, or a stop signal the supervisor itself sent (R8).
-    /// A limit's kill never is, even during a stop.
+    /// A clean exit: code 0, or a stop signal the supervisor itself sent (R8), or an unknown
+    /// status after a stop the supervisor asked for. A limit's kill never is, even during a
+    /// stop.
     pub fn clean(&self) -> bool {
         let stop_signal = matches!(self.signal, Some(s) if s == libc::SIGTERM || s == libc::SIGKILL || s == libc::SIGINT || s == libc::SIGPIPE);
-        self.limit.is_none() && (self.code == Some(0) || (self.requested && stop_signal))
+        let unknown = self.code.is_none() && self.signal.is_none();
+        self.limit.is_none()
+            && (self.code == Some(0) || (self.requested && (stop_signal || unknown)))
     }
 }
 
@@ -201,6 +205,8 @@ pub struct ChildHandle {
     /// What a hand-over needs (issue 32 §1): the pipes' descriptors, the marker, and the
     /// requests that pause the stdout reader and flush the stdin writer.
     takeover: Option<Takeover>,
+    /// Its entries in systemd's file descriptor store, when kept there (issue 32 §2).
+    kept: Option<crate::child::fdstore::Kept>,
 }
 
 /// A running instance's part of an upgrade's hand-over: its pipes (still open, owned by its
@@ -239,6 +245,10 @@ impl ChildHandle {
             return None;
         }
         let t = self.takeover.take()?;
+        // The next image publishes the same entries again under the same names.
+        if let Some(k) = self.kept.take() {
+            k.keep();
+        }
         let (pending_tx, pending) = oneshot::channel();
         let (flushed_tx, flushed) = oneshot::channel();
         let _ = t.pause_reader.send(pending_tx);
@@ -282,6 +292,10 @@ impl ChildHandle {
 
     /// Starts the stop ladder (idempotent). An `Exited` event with `requested` follows.
     pub fn stop(&mut self) {
+        // First: the store's copy of stdin would keep the pipe open past the close.
+        if let Some(mut k) = self.kept.take() {
+            k.remove();
+        }
         self.stdin = None;
         self.urgent = None;
         if let Some(tx) = self.stop.take() {
@@ -325,6 +339,11 @@ impl Upstream for ChildHandle {
     }
     fn usage(&self) -> Option<Usage> {
         ChildHandle::usage(self)
+    }
+    fn note_session(&mut self, handshake: serde_json::Value, log_level: Option<usize>) {
+        if let Some(k) = &mut self.kept {
+            k.session(handshake, log_level);
+        }
     }
     fn hand_over(&mut self) -> Option<ChildTakeover> {
         ChildHandle::hand_over(self)
@@ -689,8 +708,16 @@ fn start_tasks(launched: Launched, events: mpsc::Sender<Event>) -> ChildHandle {
     let (pause_tx, pause_rx) = oneshot::channel();
     let (flush_tx, flush_rx) = oneshot::channel();
     let span = tracing::info_span!("child", server = %server, child_pid = pid);
-    use std::os::fd::AsRawFd;
+    use std::os::fd::{AsFd, AsRawFd};
     let fds = (stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd());
+    let kept = crate::child::fdstore::Kept::publish(
+        &server,
+        generation,
+        pid,
+        &instance.marker,
+        instance.since,
+        [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()],
+    );
     let takeover = Takeover {
         fds,
         marker: instance.marker.clone(),
@@ -764,6 +791,7 @@ fn start_tasks(launched: Launched, events: mpsc::Sender<Event>) -> ChildHandle {
         stop: Some(stop_tx),
         limits: instance.guard,
         takeover: Some(takeover),
+        kept,
     }
 }
 

@@ -43,11 +43,24 @@ impl Watched {
     /// for a requested stop); the watcher task awaits it after the exit is reported.
     /// The exit carries the limit that ended the instance, if one did (issue 18 §3); the
     /// cleanup also removes the instance's cgroup.
-    async fn reaped(&mut self, status: std::io::Result<ExitStatus>, requested: bool) -> Exit {
+    async fn reaped(
+        &mut self,
+        status: std::io::Result<Option<ExitStatus>>,
+        requested: bool,
+    ) -> Exit {
         reaper::disown(self.pid);
         let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
         let mut exit = match status {
-            Ok(s) => Exit::from_status(s, requested),
+            Ok(Some(s)) => Exit::from_status(s, requested),
+            Ok(None) => {
+                info!("the re-adopted child exited; its exit status is unknown (its parent is another process)");
+                Exit {
+                    code: None,
+                    signal: None,
+                    requested,
+                    limit: None,
+                }
+            }
             Err(e) => {
                 warn!(error = %e, "waiting for the child failed");
                 Exit {

@@ -1437,6 +1437,10 @@ impl Server {
             // A reload may have made this server on-demand.
             self.demand.open_writer(self.cfg.cache_file.clone());
         }
+        if self.opener.handshake().is_none() {
+            return;
+        }
+        self.note_session();
         let Some(hs) = self.opener.handshake() else {
             return;
         };
@@ -1887,6 +1891,27 @@ impl Server {
             let p = raw(&json!({"level": level_name(want)}));
             let deadline = crate::deadline::after(self.clock.now(), self.cfg.request_timeout);
             self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
+            self.note_session();
+        }
+    }
+
+    /// Records the open session with the running child where the next run finds it after a
+    /// crash of the supervisor (`child::fdstore`, issue 32 §2): the handshake and lists, the
+    /// log level. Nothing when the store is off.
+    pub(super) fn note_session(&mut self) {
+        if !crate::child::fdstore::enabled() {
+            return;
+        }
+        let Some(hs) = self.opener.handshake() else {
+            return;
+        };
+        let text = record::encode(&self.cfg, hs, self.lists.all(), "");
+        let Ok(value) = serde_json::from_slice::<Value>(&text) else {
+            return;
+        };
+        let level = self.opener.log_level();
+        if let Some(child) = self.life.child_mut() {
+            child.note_session(value, level);
         }
     }
 

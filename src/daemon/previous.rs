@@ -1,0 +1,176 @@
+//! What the last run on this `socket_dir` left when it died without stopping its children
+//! (issue 32 §2, §3): the instances it kept in systemd's file descriptor store that are still
+//! running are re-adopted; every other process of that run is ended before this run spawns
+//! anything, so a child never runs twice at once.
+//!
+//! The last run's token is in `<socket_dir>/supervisor.run.json` (`reaper::RUN_FILE`,
+//! `{"token":"16 hex","pid":N}`), read only if it is ours (`statefile::read_own`). A stored
+//! instance is re-adopted when its marker carries that token, its server is still configured
+//! with the same command, arguments and working directory (`mux::record::decode`), it had an
+//! open session, and its pid is still that instance (`fdstore::Stored::check`). This run then
+//! goes on with that token (`reaper::resume`), so a later crash's cleanup still finds them.
+
+use crate::child::fdstore::Stored;
+use crate::child::process::Inherited;
+use crate::config::Config;
+use crate::mux::server::Adoption;
+use std::collections::HashMap;
+use std::path::Path;
+use tracing::{info, warn};
+
+/// Ends what the last run left (sparing the instances re-adopted from `stored`), records this
+/// run's token, and returns the re-adopted instances by server. An unreadable record of the
+/// last run is logged and skipped: nothing is signalled or adopted on the word of a file that
+/// is not ours.
+pub(super) async fn end_previous_run(
+    socket_dir: &Path,
+    stored: Vec<Stored>,
+    config: &Config,
+) -> HashMap<String, Adoption> {
+    let path = socket_dir.join(crate::reaper::RUN_FILE);
+    let read_path = path.clone();
+    let read = tokio::task::spawn_blocking(move || crate::statefile::read_own(&read_path, 4096))
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|r| r);
+    let previous = match read {
+        Ok(text) => serde_json::from_slice::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("token")?.as_str().map(str::to_string))
+            .filter(|t| t.len() == 16 && t.bytes().all(|b| b.is_ascii_hexdigit())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "the record of the last run is not used; processes it may have left are not looked for");
+            None
+        }
+    };
+    let mut candidates = Vec::new();
+    for s in stored {
+        match adoptable(&s, previous.as_deref(), config) {
+            Ok(()) => candidates.push(s),
+            Err(why) => {
+                warn!(server = %s.server, pid = s.pid, reason = %why, "not re-adopting the instance a crashed run left in the file descriptor store; it is ended with the rest of that run")
+            }
+        }
+    }
+    let previous_token = previous.clone();
+    let (revived, found) = tokio::task::spawn_blocking(move || {
+        // The checks read `/proc`: off the runtime's threads.
+        let revived: Vec<Stored> = candidates
+            .into_iter()
+            .filter(|s| match s.check() {
+                Ok(()) => true,
+                Err(why) => {
+                    warn!(server = %s.server, pid = s.pid, reason = %why, "not re-adopting the instance a crashed run left in the file descriptor store");
+                    false
+                }
+            })
+            .collect();
+        if let Some(token) = &previous_token {
+            if !revived.is_empty() {
+                let n = revived
+                    .iter()
+                    .filter_map(|s| s.marker.split(':').nth(1)?.parse::<u64>().ok())
+                    .max()
+                    .unwrap_or(0);
+                crate::reaper::resume(token, n);
+            }
+        }
+        let keep: Vec<i32> = revived
+            .iter()
+            .filter_map(|s| i32::try_from(s.pid).ok())
+            .collect();
+        let found = previous_token
+            .as_deref()
+            .map(|t| crate::reaper::end_previous_run(t, &keep))
+            .unwrap_or_default();
+        (revived, found)
+    })
+    .await
+    .unwrap_or_default();
+    if !found.is_empty() {
+        warn!(processes = %found.join(" "), "ended the processes a previous run left (it died without stopping its children)");
+    }
+    let text =
+        serde_json::json!({"token": crate::reaper::token(), "pid": std::process::id()}).to_string();
+    let written =
+        tokio::task::spawn_blocking(move || crate::statefile::write_atomic(&path, text.as_bytes()))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|r| r);
+    if let Err(e) = written {
+        warn!(error = %e, "cannot record this run's token in socket_dir: after a crash, children it leaves will not be ended by the next run");
+    }
+    let next_id = fresh_ids();
+    revived
+        .into_iter()
+        .map(|s| {
+            info!(server = %s.server, pid = s.pid, generation = s.generation,
+                "re-adopting the child a crashed run left running (from systemd's file descriptor store); its exit status will be unknown");
+            let [stdin, stdout, stderr] = s.pipes;
+            let adoption = Adoption {
+                inherited: Some(Inherited {
+                    pid: s.pid,
+                    stdin,
+                    stdout,
+                    stderr,
+                    marker: s.marker,
+                    since: s.since,
+                    pending: Vec::new(),
+                    tail: String::new(),
+                }),
+                running: true,
+                generation: s.generation,
+                next_id,
+                handshake: s.handshake,
+                log_level: s.log_level,
+            };
+            (s.server, adoption)
+        })
+        .collect()
+}
+
+/// Why `s` cannot be re-adopted under `config`, if it cannot (the checks that need no
+/// `/proc`).
+fn adoptable(s: &Stored, previous: Option<&str>, config: &Config) -> Result<(), String> {
+    let Some(token) = previous else {
+        return Err("the last run's token is unknown".into());
+    };
+    if !s.marker.starts_with(&format!("{token}:")) {
+        return Err("its marker names another run than the last one".into());
+    }
+    let Some(cfg) = config.servers.get(&s.server) else {
+        return Err("its server is no longer configured".into());
+    };
+    let Some(hs) = &s.handshake else {
+        return Err("its session was not open (no handshake recorded)".into());
+    };
+    let text = serde_json::to_vec(hs).map_err(|e| e.to_string())?;
+    crate::mux::record::decode(cfg, &text)
+        .map(|_| ())
+        .map_err(|why| format!("its server's configuration changed ({why})"))
+}
+
+/// The first child-side request id of a re-adopted session: the child may still answer
+/// requests of the crashed run, whose ids counted up from 1 or from an earlier base like
+/// this one, so the new ids start at the wall clock in milliseconds times 1,000 (above any id
+/// a run could have reached, unless it sent a thousand requests per millisecond since it
+/// began), which stays below 2^53 (ids must survive a JavaScript server's number parsing)
+/// until the year 2255.
+fn fresh_ids() -> u64 {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    ms.saturating_mul(1000).min((1u64 << 53) - (1u64 << 40))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fresh_ids_are_above_any_counter_and_exact_in_a_double() {
+        let n = super::fresh_ids();
+        assert!(n > 1_700_000_000_000_000, "{n}");
+        assert!(n < 1u64 << 53);
+        assert_eq!((n as f64) as u64, n);
+    }
+}
