@@ -3,11 +3,13 @@
 //! and the next run re-adopts them from the store instead of starting them again.
 //!
 //! Owns: the store's entries of each running stdio instance and their names,
-//! `child.NAME.stdin`, `child.NAME.stdout`, `child.NAME.stderr` (dups of our ends of its
-//! pipes) and `child.NAME.record` (a memfd holding the instance's [`Stored`] record as JSON,
-//! rewritten in place when the session's handshake or lists change; systemd holds the same
-//! open file, so the next run reads the last version). `FDNAME` may not hold `:`, the
-//! separator of `LISTEN_FDNAMES`; server names are `[a-z0-9_-]+`, so the dots are unambiguous.
+//! `child.NAME.N.stdin`, `child.NAME.N.stdout`, `child.NAME.N.stderr` (dups of our ends of
+//! its pipes) and `child.NAME.N.record` (a memfd holding the instance's [`Stored`] record as
+//! JSON, rewritten in place when the session's handshake or lists change; systemd holds the
+//! same open file, so the next run reads the last version). `N` is the instance's number in
+//! its marker (`reaper::marker`), unique in a run, so an old instance still stopping never
+//! removes a newer one's entries. `FDNAME` may not hold `:`, the separator of
+//! `LISTEN_FDNAMES`; server names are `[a-z0-9_-]+`, so the dots are unambiguous.
 //!
 //! The store is used only when systemd says it has one (`FDSTORE=N`, systemd 254 and later,
 //! from `FileDescriptorStoreMax=N`) and `NOTIFY_SOCKET` is set ([`enable`]). Entries are sent
@@ -55,14 +57,15 @@ pub fn enabled() -> bool {
     STORE.get().is_some()
 }
 
-fn name(server: &str, part: &str) -> String {
-    format!("{PREFIX}{server}.{part}")
+fn name(key: &str, part: &str) -> String {
+    format!("{PREFIX}{key}.{part}")
 }
 
-/// Removes every entry of `server` from the store (harmless when there is none).
-fn remove_all(store: &Notifier, server: &str) {
+/// Removes every entry of instance `key` (`NAME.N`) from the store (harmless when there is
+/// none).
+fn remove_all(store: &Notifier, key: &str) {
     for part in PARTS {
-        let n = name(server, part);
+        let n = name(key, part);
         let _ = store.send_with_fds(&["FDSTOREREMOVE=1", &format!("FDNAME={n}")], &[]);
     }
 }
@@ -72,6 +75,8 @@ fn remove_all(store: &Notifier, server: &str) {
 #[derive(Debug)]
 pub struct Kept {
     server: String,
+    /// `NAME.N`: what its names are made of.
+    key: String,
     record: std::fs::File,
     head: Value,
     session: Value,
@@ -81,7 +86,8 @@ pub struct Kept {
 
 impl Kept {
     /// Stores instance `generation` of `server` (pid, marker, start time in clock ticks, our
-    /// ends of its stdin, stdout and stderr), replacing any earlier entry of `server`.
+    /// ends of its stdin, stdout and stderr), replacing the entries of the same instance if
+    /// there are any (an upgrade's previous image left them).
     /// `None` when the store is off, or when systemd could not be sent the descriptors
     /// (logged; the instance runs on, and a crash of the supervisor then ends it).
     pub fn publish(
@@ -104,8 +110,10 @@ impl Kept {
                 return None;
             }
         };
+        let n = marker.split(':').nth(1).unwrap_or("0");
         let mut kept = Kept {
             server: server.to_string(),
+            key: format!("{server}.{n}"),
             record,
             head: json!({"version": VERSION, "server": server, "generation": generation,
                 "pid": pid, "marker": marker, "since": since}),
@@ -113,11 +121,12 @@ impl Kept {
             done: false,
         };
         kept.write();
-        remove_all(store, server);
+        remove_all(store, &kept.key);
         let [stdin, stdout, stderr] = pipes;
         let fds = [stdin, stdout, stderr, kept.record.as_fd()];
+        let key = &kept.key;
         let sent = PARTS.iter().zip(fds).try_for_each(|(part, fd)| {
-            let n = name(server, part);
+            let n = name(key, part);
             store.send_with_fds(&["FDSTORE=1", &format!("FDNAME={n}")], &[fd])
         });
         match sent {
@@ -163,7 +172,7 @@ impl Kept {
         }
         self.done = true;
         if let Some(store) = STORE.get() {
-            remove_all(store, &self.server);
+            remove_all(store, &self.key);
         }
     }
 
@@ -228,11 +237,12 @@ impl Stored {
 }
 
 /// Takes every [`PREFIX`] entry out of `passed` (what systemd passed at start, by name) and
-/// reads each server's instance from them. Entries that are incomplete or whose record does
-/// not parse are closed; each is named in the returned notes (for the log).
+/// reads each instance from them (a server may have two: one stopping and its successor).
+/// Entries that are incomplete or whose record does not parse are closed; each is named in
+/// the returned notes (for the log).
 pub fn collect(passed: &mut Vec<(String, OwnedFd)>) -> (Vec<Stored>, Vec<String>) {
     use std::collections::BTreeMap;
-    let mut by_server: BTreeMap<String, BTreeMap<String, OwnedFd>> = BTreeMap::new();
+    let mut by_key: BTreeMap<String, BTreeMap<String, OwnedFd>> = BTreeMap::new();
     let mut rest = Vec::new();
     for (n, fd) in passed.drain(..) {
         let Some(tail) = n.strip_prefix(PREFIX) else {
@@ -240,9 +250,9 @@ pub fn collect(passed: &mut Vec<(String, OwnedFd)>) -> (Vec<Stored>, Vec<String>
             continue;
         };
         match tail.rsplit_once('.') {
-            Some((server, part)) if PARTS.contains(&part) => {
-                by_server
-                    .entry(server.to_string())
+            Some((key, part)) if PARTS.contains(&part) => {
+                by_key
+                    .entry(key.to_string())
                     .or_default()
                     .insert(part.to_string(), fd);
             }
@@ -252,7 +262,11 @@ pub fn collect(passed: &mut Vec<(String, OwnedFd)>) -> (Vec<Stored>, Vec<String>
     *passed = rest;
     let mut found = Vec::new();
     let mut notes = Vec::new();
-    for (server, mut parts) in by_server {
+    for (key, mut parts) in by_key {
+        let server = key
+            .rsplit_once('.')
+            .map_or(key.as_str(), |(s, _)| s)
+            .to_string();
         let got = (
             parts.remove("stdin"),
             parts.remove("stdout"),
@@ -261,7 +275,7 @@ pub fn collect(passed: &mut Vec<(String, OwnedFd)>) -> (Vec<Stored>, Vec<String>
         );
         let (Some(stdin), Some(stdout), Some(stderr), Some(record)) = got else {
             notes.push(format!(
-                "server {server}: its entry in the file descriptor store is incomplete; not re-adopted"
+                "server {server}: its entry {key} in the file descriptor store is incomplete; not re-adopted"
             ));
             continue;
         };
@@ -367,11 +381,11 @@ mod tests {
             "session": {"handshake": {"era": "handshake"}, "log_level": 2}});
         let mut passed = vec![
             ("control".to_string(), memfd("")),
-            ("child.fs.stdin".to_string(), i),
-            ("child.fs.stdout".to_string(), o),
-            ("child.fs.stderr".to_string(), e),
-            ("child.fs.record".to_string(), memfd(&rec.to_string())),
-            ("child.half.stdin".to_string(), memfd("")),
+            ("child.fs.7.stdin".to_string(), i),
+            ("child.fs.7.stdout".to_string(), o),
+            ("child.fs.7.stderr".to_string(), e),
+            ("child.fs.7.record".to_string(), memfd(&rec.to_string())),
+            ("child.half.3.stdin".to_string(), memfd("")),
         ];
         let (found, notes) = collect(&mut passed);
         assert_eq!(passed.len(), 1);
@@ -404,10 +418,10 @@ mod tests {
         ] {
             let [i, o, e] = pipe_ends();
             let mut passed = vec![
-                ("child.fs.stdin".to_string(), i),
-                ("child.fs.stdout".to_string(), o),
-                ("child.fs.stderr".to_string(), e),
-                ("child.fs.record".to_string(), memfd(&bad)),
+                ("child.fs.1.stdin".to_string(), i),
+                ("child.fs.1.stdout".to_string(), o),
+                ("child.fs.1.stderr".to_string(), e),
+                ("child.fs.1.record".to_string(), memfd(&bad)),
             ];
             let (found, notes) = collect(&mut passed);
             assert!(found.is_empty(), "{bad}");
@@ -423,10 +437,10 @@ mod tests {
         let rec = json!({"version": 1, "server": "fs", "generation": 1, "pid": me,
             "marker": "0123456789abcdef:1:fs", "since": since, "session": null});
         let mut passed = vec![
-            ("child.fs.stdin".to_string(), i),
-            ("child.fs.stdout".to_string(), o),
-            ("child.fs.stderr".to_string(), e),
-            ("child.fs.record".to_string(), memfd(&rec.to_string())),
+            ("child.fs.1.stdin".to_string(), i),
+            ("child.fs.1.stdout".to_string(), o),
+            ("child.fs.1.stderr".to_string(), e),
+            ("child.fs.1.record".to_string(), memfd(&rec.to_string())),
         ];
         let (found, _) = collect(&mut passed);
         // This process is running and started then, but carries no such marker.

@@ -56,7 +56,7 @@ pub(super) async fn end_previous_run(
     let previous_token = previous.clone();
     let (revived, found) = tokio::task::spawn_blocking(move || {
         // The checks read `/proc`: off the runtime's threads.
-        let revived: Vec<Stored> = candidates
+        let checked: Vec<Stored> = candidates
             .into_iter()
             .filter(|s| match s.check() {
                 Ok(()) => true,
@@ -66,13 +66,20 @@ pub(super) async fn end_previous_run(
                 }
             })
             .collect();
+        // One instance per server: the newest (an older one was stopping at the crash).
+        let mut newest: HashMap<String, Stored> = HashMap::new();
+        for s in checked {
+            match newest.get(&s.server) {
+                Some(other) if instance(other) > instance(&s) => {}
+                _ => {
+                    newest.insert(s.server.clone(), s);
+                }
+            }
+        }
+        let revived: Vec<Stored> = newest.into_values().collect();
         if let Some(token) = &previous_token {
             if !revived.is_empty() {
-                let n = revived
-                    .iter()
-                    .filter_map(|s| s.marker.split(':').nth(1)?.parse::<u64>().ok())
-                    .max()
-                    .unwrap_or(0);
+                let n = revived.iter().map(instance).max().unwrap_or(0);
                 crate::reaper::resume(token, n);
             }
         }
@@ -128,6 +135,15 @@ pub(super) async fn end_previous_run(
             (s.server, adoption)
         })
         .collect()
+}
+
+/// The instance number in `s`'s marker (`TOKEN:N:NAME`), 0 when unreadable.
+fn instance(s: &Stored) -> u64 {
+    s.marker
+        .split(':')
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Why `s` cannot be re-adopted under `config`, if it cannot (the checks that need no

@@ -848,6 +848,22 @@ impl FdStore {
         serde_json::from_slice(&text).ok()
     }
 
+    /// The one instance kept (`NAME.N`) when the store holds exactly its four parts.
+    fn instance(&self) -> Option<String> {
+        let names = self.names();
+        let key = names
+            .first()?
+            .strip_prefix("child.")?
+            .rsplit_once('.')?
+            .0
+            .to_string();
+        let want: Vec<String> = ["record", "stderr", "stdin", "stdout"]
+            .iter()
+            .map(|p| format!("child.{key}.{p}"))
+            .collect();
+        (names == want).then_some(key)
+    }
+
     fn take(&self) -> Vec<(String, std::os::fd::OwnedFd)> {
         std::mem::take(&mut *self.held.lock().unwrap())
     }
@@ -883,24 +899,22 @@ fn children_kept_in_the_fd_store_outlive_a_crash_and_are_re_adopted() {
     let r = c.call(json!(1), "echo", json!({"text": "before"}));
     assert_eq!(Client::text(&r), "before", "{r}");
     let child = sup.server_status("fake")["pid"].as_i64().unwrap() as i32;
-    let parts = [
-        "child.fake.record",
-        "child.fake.stderr",
-        "child.fake.stdin",
-        "child.fake.stdout",
-    ];
+    let mut key = String::new();
     assert!(
-        wait_until(Duration::from_secs(10), || store.names() == parts
-            && store
-                .record("child.fake.record")
-                .is_some_and(|r| r["session"]["handshake"].is_object())),
-        "{:?} {:?}\n{}",
+        wait_until(Duration::from_secs(10), || {
+            key = store.instance().unwrap_or_default();
+            key.starts_with("fake.")
+                && store
+                    .record(&format!("child.{key}.record"))
+                    .is_some_and(|r| r["session"]["handshake"].is_object())
+        }),
+        "{:?}\n{}",
         store.names(),
-        store.record("child.fake.record"),
         sup.log()
     );
-    let record = store.record("child.fake.record").unwrap();
+    let record = store.record(&format!("child.{key}.record")).unwrap();
     assert_eq!(record["pid"], json!(child), "{record}");
+    assert_eq!(record["session"]["log_level"], json!(0), "{record}");
     drop(c);
 
     sup.kill();
@@ -932,9 +946,10 @@ fn children_kept_in_the_fd_store_outlive_a_crash_and_are_re_adopted() {
         "{}",
         sup.log()
     );
-    // The new run keeps the re-adopted child in the store again.
+    // The new run keeps the re-adopted child in the store again, as the same instance.
     assert!(
-        wait_until(Duration::from_secs(10), || store.names() == parts),
+        wait_until(Duration::from_secs(10), || store.instance()
+            == Some(key.clone())),
         "{:?}",
         store.names()
     );
@@ -956,14 +971,78 @@ fn children_kept_in_the_fd_store_outlive_a_crash_and_are_re_adopted() {
     assert_eq!(s["last_exit"]["reason"], json!("exited(unknown)"), "{s}");
     let r = c.call(json!(3), "echo", json!({"text": "again"}));
     assert_eq!(Client::text(&r), "again", "{r}\n{}", sup.log());
+    // The new instance replaced the old one's entries.
     assert!(
-        wait_until(Duration::from_secs(10), || store
-            .record("child.fake.record")
-            .is_some_and(|r| r["pid"] == json!(fresh))),
+        wait_until(Duration::from_secs(10), || store.instance().is_some_and(
+            |k| k != key
+                && store
+                    .record(&format!("child.{k}.record"))
+                    .is_some_and(|r| r["pid"] == json!(fresh))
+        )),
         "{:?}",
-        store.record("child.fake.record")
+        store.names()
     );
     drop(c);
     assert_eq!(sup.stop(), Some(0), "{}", sup.log());
     assert!(store.names().is_empty(), "{:?}", store.names());
+}
+
+/// Issue 32 §2 and §3: a child in the file descriptor store whose server changed while the
+/// supervisor was down (here its arguments) is not re-adopted: the next run says why, ends it
+/// with the rest of the crashed run, and starts the new command.
+#[test]
+fn a_stored_child_whose_server_changed_is_ended_not_re_adopted() {
+    let side = tempfile::tempdir().unwrap();
+    let store = FdStore::bind(side.path());
+    let notify = store.path.to_str().unwrap().to_string();
+    let env = [("NOTIFY_SOCKET", notify.as_str()), ("FDSTORE", "64")];
+    let mut sup =
+        Supervisor::spawn_config("", &fake_server("fake", &["--ignore-stdin-eof"], ""), &env);
+    assert!(wait_until(Duration::from_secs(10), || sup
+        .socket("fake")
+        .exists()));
+    let mut c = sup.client("fake");
+    let old = Client::text(&c.call(json!(1), "pid", json!({})))
+        .parse::<i32>()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || store.instance().is_some()),
+        "{:?}",
+        store.names()
+    );
+    drop(c);
+    sup.kill();
+    assert!(alive(old));
+    let text = std::fs::read_to_string(&sup.config).unwrap();
+    let changed = text.replacen(
+        "\"--ignore-stdin-eof\"",
+        "\"--ignore-stdin-eof\", \"--name\", \"renamed\"",
+        1,
+    );
+    assert_ne!(text, changed, "{text}");
+    std::fs::write(&sup.config, changed).unwrap();
+    sup.run_again_passing(&env, store.take());
+    assert!(
+        sup.wait_log(
+            "its server's configuration changed",
+            Duration::from_secs(10)
+        ),
+        "{}",
+        sup.log()
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || !alive(old)),
+        "the crashed run's child {old} still runs\n{}",
+        sup.log()
+    );
+    assert!(wait_until(Duration::from_secs(10), || sup
+        .socket("fake")
+        .exists()));
+    let mut c = sup.client("fake");
+    let new = Client::text(&c.call(json!(2), "pid", json!({})))
+        .parse::<i32>()
+        .unwrap();
+    assert_ne!(new, old);
+    drop(c);
+    sup.stop();
 }

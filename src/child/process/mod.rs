@@ -192,6 +192,10 @@ impl SpawnError {
 /// as if [`ChildHandle::stop`] was called), so an instance can never be leaked by its owner.
 #[derive(Debug)]
 pub struct ChildHandle {
+    /// Its entries in systemd's file descriptor store, when kept there (issue 32 §2). First,
+    /// so a dropped handle takes them out of the store before its senders drop (the store's
+    /// copy of stdin would keep the pipe open past the stop ladder's close).
+    kept: Option<crate::child::fdstore::Kept>,
     /// Generation of this instance (events carry it).
     pub generation: u64,
     /// Process id, which is also the process group id.
@@ -205,8 +209,6 @@ pub struct ChildHandle {
     /// What a hand-over needs (issue 32 §1): the pipes' descriptors, the marker, and the
     /// requests that pause the stdout reader and flush the stdin writer.
     takeover: Option<Takeover>,
-    /// Its entries in systemd's file descriptor store, when kept there (issue 32 §2).
-    kept: Option<crate::child::fdstore::Kept>,
 }
 
 /// A running instance's part of an upgrade's hand-over: its pipes (still open, owned by its
