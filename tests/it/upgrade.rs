@@ -368,3 +368,46 @@ fn interop_twenty_upgrades_under_load_lose_no_call_and_restart_nothing() {
     );
     eprintln!("{}", records.join("\n"));
 }
+
+/// Issue 32 §1 with issue 18 §3: a limited server's watchdog is resumed by the image that
+/// adopts it. After an upgrade the same child (never restarted) going over `memory_max` is
+/// still ended as `memory-limit`, and comes back.
+#[test]
+fn an_adopted_child_is_still_held_to_its_limits() {
+    let servers = fake_server(
+        "hog",
+        &[],
+        "memory_max = \"64M\"\nbackoff_initial = \"100ms\"\nbackoff_max = \"200ms\"\n",
+    );
+    let mut sup = Supervisor::spawn_config("limits = \"rlimit\"", &servers, &[]);
+    assert!(
+        wait_until(Duration::from_secs(10), || sup.socket("hog").exists()),
+        "{}",
+        sup.log()
+    );
+    let mut c = sup.client("hog");
+    let r = c.call(json!(1), "echo", json!({"text": "before"}));
+    assert_eq!(Client::text(&r), "before", "{r}");
+    let child = pid_of(&sup, "hog");
+    let (code, said) = upgrade(&sup);
+    assert_eq!(code, Some(0), "{said}\n{}", sup.log());
+    assert_eq!(pid_of(&sup, "hog"), child);
+    let r = c.call(json!(2), "hog", json!({"mib": 256}));
+    assert_eq!(r["result"]["isError"], true, "{r}\n{}", sup.log());
+    assert_eq!(
+        r["result"]["_meta"]["mcp-supervisor/outage"]["reason"], "memory-limit",
+        "{r}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(15), || {
+            let p = pid_of(&sup, "hog");
+            p != 0 && p != child
+        }),
+        "{}",
+        sup.log()
+    );
+    let r = c.call(json!(3), "echo", json!({"text": "back"}));
+    assert_eq!(Client::text(&r), "back", "{r}");
+    drop(c);
+    sup.stop();
+}

@@ -247,6 +247,33 @@ impl Prepared {
         })
     }
 
+    /// The limits of an instance that already runs (adopted across an upgrade, or re-adopted
+    /// after a crash; issue 32): its cgroup, found by the marker's name under the cgroup root
+    /// and set to `limits` as they are now, or none (the tree is then sampled through
+    /// `/proc`). `open_files_max` is not applied again: the kernel kept the instance's.
+    pub fn adopt(limits: Limits, marker: &str) -> Prepared {
+        let cgroup = match cgroup_root() {
+            Some(root) if limits.tree() => {
+                let dir = root.join(cgroup::instance_name(marker));
+                dir.is_dir()
+                    .then_some(InstanceCgroup { dir })
+                    .filter(|cg| match cg.configure(&limits) {
+                        Ok(_) => true,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "the adopted instance's cgroup cannot be set to its limits; they are enforced by sampling /proc");
+                            false
+                        }
+                    })
+            }
+            _ => None,
+        };
+        Prepared {
+            limits,
+            cgroup,
+            exec: None,
+        }
+    }
+
     /// What the forked child must apply, if anything (taken once).
     pub fn take_exec(&mut self) -> Option<Exec> {
         self.exec.take()

@@ -542,9 +542,9 @@ pub struct Inherited {
 }
 
 /// Adopts `inherited` as instance `generation` of `cfg`: waited for through a pidfd, its
-/// pipes pumped by the usual tasks. It has no limits guard (the kernel keeps its rlimits and
-/// cgroup; the watchdog's sampling is not resumed). Errors: it is gone, or pidfds are not
-/// available; the pipes are closed then.
+/// pipes pumped by the usual tasks, its limits guarded again (`Prepared::adopt`: its cgroup
+/// found by its marker, the watchdog sampling as for a spawned one; the kernel kept its
+/// rlimits). Errors: it is gone, or pidfds are not available; the pipes are closed then.
 pub fn adopt(
     cfg: &SpawnSpec,
     generation: u64,
@@ -583,9 +583,13 @@ pub fn adopt(
     for line in text.lines() {
         tail.note(line);
     }
-    let guard = Prepared::new(crate::config::Limits::default(), &marker)
-        .map_err(err)?
-        .start(&cfg.name, pid as i32, &marker, since, tail.clone());
+    let guard = Prepared::adopt(cfg.limits, &marker).start(
+        &cfg.name,
+        pid as i32,
+        &marker,
+        since,
+        tail.clone(),
+    );
     Ok(Launched {
         instance: Instance {
             generation,
