@@ -81,20 +81,21 @@ fn main() {
             if let Some(r) = &handover {
                 plumbing.notify_socket = r.notify_socket.clone().map(Into::into);
                 plumbing.watchdog = r.watchdog_usec.map(std::time::Duration::from_micros);
-                plumbing.fd_store = r.fd_store;
+                // An image from before the store knew nothing of it: FDSTORE is still ours.
+                plumbing.fd_store = r.fd_store.or(plumbing.fd_store);
             }
             match loaded {
                 Err(code) => code,
                 Ok(cfg) => {
-                    // Held until the end of `main`: dropping it writes the queued log lines.
-                    let _log_writer = logging::init(cfg.supervisor.log_format);
+                    // Until `logging::finish` below, which writes the queued log lines.
+                    logging::init(cfg.supervisor.log_format);
                     let run =
                         runtime().and_then(|rt| rt.block_on(daemon::run(cfg, plumbing, handover)));
                     // The last requests' log lines, still queued for the log thread.
                     logging::requests::flush(std::time::Duration::from_secs(2));
                     // And the last spans (traces on only), with their own deadline.
                     mcp_supervisor::observe::trace::flush(std::time::Duration::from_secs(2));
-                    match run {
+                    let code = match run {
                         Ok(()) => 0,
                         Err(e) => {
                             tracing::error!("{e:#}");
@@ -110,7 +111,9 @@ fn main() {
                                 cli::EXIT_FAILED
                             }
                         }
-                    }
+                    };
+                    logging::finish();
+                    code
                 }
             }
         }

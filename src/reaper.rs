@@ -322,24 +322,35 @@ pub const RUN_FILE: &str = "supervisor.run.json";
 const LEFTOVER_GRACE: Duration = Duration::from_secs(2);
 
 /// Ends what a supervisor that died without stopping its children left running (issue 32 §3:
-/// a child is never run twice at once): every process carrying a marker of run `token`, and
-/// its descendants, gets SIGTERM, then SIGKILL after [`LEFTOVER_GRACE`]. Call it with the
-/// socket directory's lock held (so that run is gone) and before any child is spawned.
-/// The process groups in `keep` are spared: the instances this run re-adopts from systemd's
-/// file descriptor store (`child::fdstore`). Returns the processes found (`pid(comm)`), for
-/// the log.
-pub fn end_previous_run(token: &str, keep: &[i32]) -> Vec<String> {
-    let prefix = format!("{MARKER_VAR}={token}:");
+/// a child is never run twice at once): every process carrying a marker of run `token`, or
+/// exactly one of the markers in `extra` (instances found in systemd's file descriptor store
+/// when the token is unknown), and its descendants, gets SIGTERM, then SIGKILL after
+/// [`LEFTOVER_GRACE`]. Call it with the socket directory's lock held (so that run is gone)
+/// and before any child is spawned. Processes carrying exactly a marker in `keep` are
+/// spared: the instances this run re-adopts (`child::fdstore`), with their descendants,
+/// inside their process group or not. Returns the processes found (`pid(comm)`), for the
+/// log.
+pub fn end_previous_run(token: Option<&str>, extra: &[String], keep: &[String]) -> Vec<String> {
+    let prefix = token.map(|t| format!("{MARKER_VAR}={t}:"));
+    let exact: Vec<String> = extra.iter().map(|m| format!("{MARKER_VAR}={m}")).collect();
+    let kept: Vec<String> = keep.iter().map(|m| format!("{MARKER_VAR}={m}")).collect();
     let me = std::process::id() as i32;
     let find = || -> Vec<Proc> {
         let procs: Vec<Proc> = all()
             .into_iter()
             .filter(|p| p.state != b'Z' && p.pid != me)
             .collect();
-        with_descendants(&procs, |p| environ_has(p.pid, prefix.as_bytes(), true))
-            .into_iter()
-            .filter(|p| !keep.contains(&p.pgid) && !keep.contains(&p.pid))
-            .collect()
+        with_descendants(&procs, |p| {
+            prefix
+                .as_ref()
+                .is_some_and(|pre| environ_has(p.pid, pre.as_bytes(), true))
+                || exact
+                    .iter()
+                    .any(|e| environ_has(p.pid, e.as_bytes(), false))
+        })
+        .into_iter()
+        .filter(|p| !kept.iter().any(|k| environ_has(p.pid, k.as_bytes(), false)))
+        .collect()
     };
     let found = find();
     if found.is_empty() {

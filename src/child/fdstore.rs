@@ -3,21 +3,22 @@
 //! and the next run re-adopts them from the store instead of starting them again.
 //!
 //! Owns: the store's entries of each running stdio instance and their names,
-//! `child.NAME.N.stdin`, `child.NAME.N.stdout`, `child.NAME.N.stderr` (dups of our ends of
-//! its pipes) and `child.NAME.N.record` (a memfd holding the instance's [`Stored`] record as
+//! `child.NAME.I.stdin`, `child.NAME.I.stdout`, `child.NAME.I.stderr` (dups of our ends of
+//! its pipes) and `child.NAME.I.record` (a memfd holding the instance's [`Stored`] record as
 //! JSON, rewritten in place when the session's handshake or lists change; systemd holds the
-//! same open file, so the next run reads the last version). `N` is the instance's number in
-//! its marker (`reaper::marker`), unique in a run, so an old instance still stopping never
-//! removes a newer one's entries. `FDNAME` may not hold `:`, the separator of
+//! same open file, so the next run reads the last version). `I` is `N-TOKEN` from the
+//! instance's marker (`reaper::marker`, `TOKEN:N:NAME`), unique across runs, so an old
+//! instance still stopping never removes a newer one's entries. `FDNAME` may not hold `:`, the separator of
 //! `LISTEN_FDNAMES`; server names are `[a-z0-9_-]+`, so the dots are unambiguous.
 //!
 //! The store is used only when systemd says it has one (`FDSTORE=N`, systemd 254 and later,
 //! from `FileDescriptorStoreMax=N`) and `NOTIFY_SOCKET` is set ([`enable`]). Entries are sent
 //! with `FDSTORE=1` and `FDNAME=`, removed with `FDSTOREREMOVE=1` (systemd 236) before the
 //! instance's stdin is closed (else the store's copy keeps the pipe open and the child never
-//! sees end of input) and when it ends; an instance handed over to the next image across an
-//! upgrade in place keeps its entries (the next image publishes them again under the same
-//! names, removing the old ones first).
+//! sees end of input), when it ends, and when it is handed over to the next image across an
+//! upgrade in place (the next image publishes the instances it adopts again; one left out of
+//! the record sees end of input at the exec). A run that finds entries it does not re-adopt
+//! removes them ([`forget`]).
 //!
 //! The record's shape (version 1): `{"version":1,"server":NAME,"generation":N,"pid":N,
 //! "marker":"TOKEN:N:NAME","since":TICKS,"session":null|{"handshake":{mux::record shape},
@@ -61,12 +62,35 @@ fn name(key: &str, part: &str) -> String {
     format!("{PREFIX}{key}.{part}")
 }
 
-/// Removes every entry of instance `key` (`NAME.N`) from the store (harmless when there is
-/// none).
+/// Removes every entry of instance `key` (`NAME.N-TOKEN`) from the store (harmless when there is
+/// none). A full manager queue (`EAGAIN`: the socket never blocks) is retried for up to
+/// 10 ms, then logged: the store's copy of stdin then delays the child's end of input until
+/// its stop ladder's SIGTERM.
 fn remove_all(store: &Notifier, key: &str) {
     for part in PARTS {
         let n = name(key, part);
-        let _ = store.send_with_fds(&["FDSTOREREMOVE=1", &format!("FDNAME={n}")], &[]);
+        let line = format!("FDNAME={n}");
+        let mut tries = 0;
+        loop {
+            match store.send_with_fds(&["FDSTOREREMOVE=1", &line], &[]) {
+                Ok(()) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && tries < 10 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(e) => {
+                    warn!(entry = %n, error = %e, "cannot take a child's entry out of systemd's file descriptor store");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Takes the entries of a stored instance this run does not re-adopt out of the store.
+pub fn forget(s: &Stored) {
+    if let Some(store) = STORE.get() {
+        remove_all(store, &s.key);
     }
 }
 
@@ -75,12 +99,12 @@ fn remove_all(store: &Notifier, key: &str) {
 #[derive(Debug)]
 pub struct Kept {
     server: String,
-    /// `NAME.N`: what its names are made of.
+    /// `NAME.N-TOKEN`: what its names are made of.
     key: String,
     record: std::fs::File,
     head: Value,
     session: Value,
-    /// Removed already, or left for the next image.
+    /// Removed already.
     done: bool,
 }
 
@@ -110,10 +134,11 @@ impl Kept {
                 return None;
             }
         };
-        let n = marker.split(':').nth(1).unwrap_or("0");
+        let mut parts = marker.splitn(3, ':');
+        let (token, n) = (parts.next().unwrap_or("0"), parts.next().unwrap_or("0"));
         let mut kept = Kept {
             server: server.to_string(),
-            key: format!("{server}.{n}"),
+            key: format!("{server}.{n}-{token}"),
             record,
             head: json!({"version": VERSION, "server": server, "generation": generation,
                 "pid": pid, "marker": marker, "since": since}),
@@ -175,11 +200,6 @@ impl Kept {
             remove_all(store, &self.key);
         }
     }
-
-    /// Leaves the entries in the store for the next image (an upgrade in place).
-    pub fn keep(mut self) {
-        self.done = true;
-    }
 }
 
 impl Drop for Kept {
@@ -193,6 +213,8 @@ impl Drop for Kept {
 pub struct Stored {
     /// Its server.
     pub server: String,
+    /// `NAME.N-TOKEN`, what its entries' names are made of.
+    pub key: String,
     /// Its generation.
     pub generation: u64,
     /// Pid (= process group).
@@ -211,7 +233,8 @@ pub struct Stored {
 
 impl Stored {
     /// Whether pid is still this instance: running (not a zombie), started at `since`, its
-    /// environment carrying the marker. Errors say which check failed.
+    /// environment carrying the marker. Errors say which check failed. (Whether its session
+    /// can be taken over is the caller's question.)
     pub fn check(&self) -> Result<(), String> {
         let pid = i32::try_from(self.pid).map_err(|_| "its pid is out of range".to_string())?;
         let Some(p) = crate::reaper::stat(pid) else {
@@ -228,9 +251,6 @@ impl Stored {
         let entry = format!("{}={}", crate::reaper::MARKER_VAR, self.marker);
         if !crate::reaper::environ_has(pid, entry.as_bytes(), false) {
             return Err(format!("pid {pid} does not carry the instance's marker"));
-        }
-        if self.handshake.is_none() {
-            return Err("its session was not open (no handshake recorded)".into());
         }
         Ok(())
     }
@@ -277,11 +297,15 @@ pub fn collect(passed: &mut Vec<(String, OwnedFd)>) -> (Vec<Stored>, Vec<String>
             notes.push(format!(
                 "server {server}: its entry {key} in the file descriptor store is incomplete; not re-adopted"
             ));
+            if let Some(store) = STORE.get() {
+                remove_all(store, &key);
+            }
             continue;
         };
         match read_record(&server, record) {
             Ok(r) => found.push(Stored {
                 server: server.clone(),
+                key: key.clone(),
                 generation: r.generation,
                 pid: r.pid,
                 marker: r.marker,
@@ -290,9 +314,14 @@ pub fn collect(passed: &mut Vec<(String, OwnedFd)>) -> (Vec<Stored>, Vec<String>
                 log_level: r.log_level,
                 pipes: [stdin, stdout, stderr],
             }),
-            Err(why) => notes.push(format!(
-                "server {server}: its record in the file descriptor store is not usable ({why}); not re-adopted"
-            )),
+            Err(why) => {
+                notes.push(format!(
+                    "server {server}: its record {key} in the file descriptor store is not usable ({why}); not re-adopted"
+                ));
+                if let Some(store) = STORE.get() {
+                    remove_all(store, &key);
+                }
+            }
         }
     }
     (found, notes)
@@ -336,7 +365,13 @@ fn read_record(server: &str, fd: OwnedFd) -> Result<Record, String> {
     let marker = v
         .get("marker")
         .and_then(Value::as_str)
-        .filter(|m| m.ends_with(&format!(":{server}")))
+        .filter(|m| {
+            let mut parts = m.splitn(3, ':');
+            let (token, n, name) = (parts.next(), parts.next(), parts.next());
+            token.is_some_and(|t| t.len() == 16 && t.bytes().all(|b| b.is_ascii_hexdigit()))
+                && n.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                && name == Some(server)
+        })
         .ok_or("no marker of this server")?
         .to_string();
     let session = v.get("session").filter(|s| !s.is_null());

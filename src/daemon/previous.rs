@@ -7,8 +7,11 @@
 //! `{"token":"16 hex","pid":N}`), read only if it is ours (`statefile::read_own`). A stored
 //! instance is re-adopted when its marker carries that token, its server is still configured
 //! with the same command, arguments and working directory (`mux::record::decode`), it had an
-//! open session, and its pid is still that instance (`fdstore::Stored::check`). This run then
-//! goes on with that token (`reaper::resume`), so a later crash's cleanup still finds them.
+//! open session, and its pid is still that instance (`fdstore::Stored::check`); one per
+//! server, the newest. This run then goes on with that token (`reaper::resume`), so a later
+//! crash's cleanup still finds them. Every other stored instance that is still running is
+//! ended by its exact marker (even when the token is unknown: the record came from this
+//! unit's own store) and its entries are taken out of the store.
 
 use crate::child::fdstore::Stored;
 use crate::child::process::Inherited;
@@ -45,52 +48,58 @@ pub(super) async fn end_previous_run(
         }
     };
     let mut candidates = Vec::new();
+    let mut refused = Vec::new();
     for s in stored {
         match adoptable(&s, previous.as_deref(), config) {
             Ok(()) => candidates.push(s),
             Err(why) => {
-                warn!(server = %s.server, pid = s.pid, reason = %why, "not re-adopting the instance a crashed run left in the file descriptor store; it is ended with the rest of that run")
+                warn!(server = %s.server, pid = s.pid, reason = %why, "not re-adopting the instance a crashed run left in the file descriptor store; it is ended with the rest of that run");
+                refused.push(s);
             }
         }
     }
     let previous_token = previous.clone();
     let (revived, found) = tokio::task::spawn_blocking(move || {
         // The checks read `/proc`: off the runtime's threads.
-        let checked: Vec<Stored> = candidates
-            .into_iter()
-            .filter(|s| match s.check() {
-                Ok(()) => true,
-                Err(why) => {
-                    warn!(server = %s.server, pid = s.pid, reason = %why, "not re-adopting the instance a crashed run left in the file descriptor store");
-                    false
-                }
-            })
-            .collect();
-        // One instance per server: the newest (an older one was stopping at the crash).
         let mut newest: HashMap<String, Stored> = HashMap::new();
-        for s in checked {
-            match newest.get(&s.server) {
-                Some(other) if instance(other) > instance(&s) => {}
-                _ => {
-                    newest.insert(s.server.clone(), s);
-                }
+        for s in candidates {
+            if let Err(why) = s.check() {
+                warn!(server = %s.server, pid = s.pid, reason = %why, "not re-adopting the instance a crashed run left in the file descriptor store");
+                refused.push(s);
+                continue;
             }
+            // One instance per server: the newest (an older one was stopping at the crash).
+            let older = match newest.get(&s.server) {
+                Some(other) if instance(other) > instance(&s) => Some(s),
+                _ => newest.insert(s.server.clone(), s),
+            };
+            refused.extend(older);
         }
         let revived: Vec<Stored> = newest.into_values().collect();
+        // Instance numbers go on past every stored one (re-adopted or not: a refused one's
+        // cgroup may outlive it), with room for spawns whose entries never reached the store.
         if let Some(token) = &previous_token {
             if !revived.is_empty() {
-                let n = revived.iter().map(instance).max().unwrap_or(0);
-                crate::reaper::resume(token, n);
+                let n = revived.iter().chain(&refused).map(instance).max().unwrap_or(0);
+                crate::reaper::resume(token, n.saturating_add(RESUME_MARGIN));
             }
         }
-        let keep: Vec<i32> = revived
+        // What was not re-adopted and is still that instance ends, even when the last run's
+        // token is unknown: the record came from this unit's own store.
+        let extra: Vec<String> = refused
             .iter()
-            .filter_map(|s| i32::try_from(s.pid).ok())
+            .filter(|s| s.check().is_ok())
+            .map(|s| s.marker.clone())
             .collect();
-        let found = previous_token
-            .as_deref()
-            .map(|t| crate::reaper::end_previous_run(t, &keep))
-            .unwrap_or_default();
+        for s in &refused {
+            crate::child::fdstore::forget(s);
+        }
+        let keep: Vec<String> = revived.iter().map(|s| s.marker.clone()).collect();
+        let found = if previous_token.is_some() || !extra.is_empty() {
+            crate::reaper::end_previous_run(previous_token.as_deref(), &extra, &keep)
+        } else {
+            Vec::new()
+        };
         (revived, found)
     })
     .await
@@ -136,6 +145,12 @@ pub(super) async fn end_previous_run(
         })
         .collect()
 }
+
+/// Instance numbers skipped past the highest stored one when this run goes on with the
+/// crashed run's token: an instance spawned whose entries never reached the store (a full
+/// store, a crash between the spawn and the send) must not have its marker or cgroup name
+/// repeated.
+const RESUME_MARGIN: u64 = 1024;
 
 /// The instance number in `s`'s marker (`TOKEN:N:NAME`), 0 when unreadable.
 fn instance(s: &Stored) -> u64 {

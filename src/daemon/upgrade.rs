@@ -158,6 +158,9 @@ impl Daemon {
             error!(error = %e, "the hand-over record is not valid; running this image again");
         }
         crate::logging::requests::flush(Duration::from_millis(500));
+        // The writer thread's queue would die with the exec; what is logged after this is
+        // dropped (a failed exec is said again by the image that runs next).
+        crate::logging::finish();
         let e = handover::exec(&record, &binary);
         error!(binary = %binary.display(), error = %e, "cannot execute the new image; running this one again");
         let mut again = record;

@@ -84,15 +84,36 @@ pub fn effective(format: LogFormat) -> LogFormat {
 /// Installs the global subscriber for `format` (config `[supervisor] log_format`, see
 /// [`effective`]). Text and JSON on stderr go through a writer thread (`tracing-appender`,
 /// lossy): a stderr nobody reads (a stuck pipe) drops lines instead of blocking the daemon,
-/// whose one thread carries every relay (issue 15 §2). Keep the returned guard until exit:
-/// dropping it writes what is queued.
+/// whose one thread carries every relay (issue 15 §2). The writer thread's guard is kept
+/// here until [`finish`], which writes what is queued.
 ///
 /// JSON (issue 17 §3) is one object per line with the fields the journal gets, flattened
 /// (`tracing-flat-json`): `timestamp` (RFC 3339, UTC), `level`, `code.file.path`,
 /// `code.line.number`, `message`, the event's fields and those of its spans (`server`,
 /// `child_pid`, `message_id`, `request_id`, ...), each key once (the innermost value wins).
 /// The request log's records are events too, so they come out in the same shape.
-pub fn init(format: LogFormat) -> Option<tracing_appender::non_blocking::WorkerGuard> {
+pub fn init(format: LogFormat) {
+    if let Some(guard) = subscriber(format) {
+        if let Ok(mut kept) = WRITER.lock() {
+            *kept = Some(guard);
+        }
+    }
+}
+
+/// The log writer thread's guard, while it runs.
+static WRITER: std::sync::Mutex<Option<tracing_appender::non_blocking::WorkerGuard>> =
+    std::sync::Mutex::new(None);
+
+/// Writes the queued log lines and ends the writer thread (waiting up to its own bound, 1 s):
+/// at exit, and before an upgrade's `execve`, which would lose them. Lines logged after it
+/// are dropped.
+pub fn finish() {
+    let guard = WRITER.lock().ok().and_then(|mut g| g.take());
+    drop(guard);
+}
+
+/// Installs the subscriber for `format`; the writer thread's guard, when there is one.
+fn subscriber(format: LogFormat) -> Option<tracing_appender::non_blocking::WorkerGuard> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let format = effective(format);
     if format == LogFormat::Journal {

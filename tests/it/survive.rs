@@ -864,8 +864,12 @@ impl FdStore {
         (names == want).then_some(key)
     }
 
-    fn take(&self) -> Vec<(String, std::os::fd::OwnedFd)> {
-        std::mem::take(&mut *self.held.lock().unwrap())
+    /// What systemd passes the next run: copies of every kept descriptor, which stay kept.
+    fn passed(&self) -> Vec<(String, std::os::fd::OwnedFd)> {
+        let held = self.held.lock().unwrap();
+        held.iter()
+            .map(|(n, f)| (n.clone(), f.try_clone().unwrap()))
+            .collect()
     }
 }
 
@@ -919,7 +923,7 @@ fn children_kept_in_the_fd_store_outlive_a_crash_and_are_re_adopted() {
 
     sup.kill();
     assert!(alive(child), "the child should outlive the crash");
-    sup.run_again_passing(&env, store.take());
+    sup.run_again_passing(&env, store.passed());
     assert!(
         sup.wait_log("re-adopting the child", Duration::from_secs(10)),
         "{}",
@@ -1005,8 +1009,12 @@ fn a_stored_child_whose_server_changed_is_ended_not_re_adopted() {
     let old = Client::text(&c.call(json!(1), "pid", json!({})))
         .parse::<i32>()
         .unwrap();
+    let mut key = String::new();
     assert!(
-        wait_until(Duration::from_secs(10), || store.instance().is_some()),
+        wait_until(Duration::from_secs(10), || {
+            key = store.instance().unwrap_or_default();
+            !key.is_empty()
+        }),
         "{:?}",
         store.names()
     );
@@ -1021,7 +1029,7 @@ fn a_stored_child_whose_server_changed_is_ended_not_re_adopted() {
     );
     assert_ne!(text, changed, "{text}");
     std::fs::write(&sup.config, changed).unwrap();
-    sup.run_again_passing(&env, store.take());
+    sup.run_again_passing(&env, store.passed());
     assert!(
         sup.wait_log(
             "its server's configuration changed",
@@ -1043,6 +1051,14 @@ fn a_stored_child_whose_server_changed_is_ended_not_re_adopted() {
         .parse::<i32>()
         .unwrap();
     assert_ne!(new, old);
+    // The refused instance's entries left the store; the new one's are there.
+    assert!(
+        wait_until(Duration::from_secs(10), || store
+            .instance()
+            .is_some_and(|k| k != key)),
+        "{:?}",
+        store.names()
+    );
     drop(c);
     sup.stop();
 }

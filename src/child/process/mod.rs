@@ -247,9 +247,11 @@ impl ChildHandle {
             return None;
         }
         let t = self.takeover.take()?;
-        // The next image publishes the same entries again under the same names.
-        if let Some(k) = self.kept.take() {
-            k.keep();
+        // Out of the store while this process still holds the pipes: a child left out of the
+        // record then sees end of input at the exec, and the next image publishes the
+        // adopted ones again.
+        if let Some(mut k) = self.kept.take() {
+            k.remove();
         }
         let (pending_tx, pending) = oneshot::channel();
         let (flushed_tx, flushed) = oneshot::channel();

@@ -49,7 +49,12 @@ impl Watched {
         requested: bool,
     ) -> Exit {
         reaper::disown(self.pid);
-        let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
+        // A re-adopted leader (`Ok(None)`) was reaped by its parent, maybe long ago: its
+        // group's number may name another group now. What is left of it is found by its
+        // marker instead (the cleanup below).
+        if !matches!(status, Ok(None)) {
+            let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
+        }
         let mut exit = match status {
             Ok(Some(s)) => Exit::from_status(s, requested),
             Ok(None) => {
