@@ -92,7 +92,10 @@ impl Plumbing {
                         .map(|v| v.split(':').map(str::to_string).collect())
                         .unwrap_or_default();
                     for i in 0..n {
-                        let fd = LISTEN_FDS_START + i;
+                        // A count past the descriptor range names no descriptor of ours.
+                        let Some(fd) = LISTEN_FDS_START.checked_add(i) else {
+                            break;
+                        };
                         let name = names
                             .get(i as usize)
                             .filter(|s| !s.is_empty())
