@@ -126,6 +126,73 @@ pub fn is_replay_answer(head: &[u8]) -> bool {
     head.starts_with(b"{\"jsonrpc\":\"2.0\",\"id\":\"mcp-supervisor-handover-")
 }
 
+/// What a resumed session's writer drops (issue 32 §1): the answers to the replayed
+/// requests (ids [`crate::handover::REPLAY_ID_PREFIX`]`N`), and the first
+/// `notifications/subscriptions/acknowledged` of each replayed `subscriptions/listen` stream
+/// (replayed under the client's own id: the client had its acknowledgement before the
+/// upgrade).
+#[derive(Debug, Default)]
+pub struct Mute {
+    /// Replayed requests whose answers may still come.
+    answers: usize,
+    /// Id keys of the replayed listen streams not acknowledged yet.
+    acks: Vec<String>,
+}
+
+impl Mute {
+    /// The mute for `replayed` (a hand-over's replay, parsed).
+    pub fn of(replayed: &[crate::jsonrpc::message::Message]) -> Mute {
+        let mut m = Mute::default();
+        for r in replayed {
+            let Some(id) = r.id.as_deref() else { continue };
+            if id.get().contains(crate::handover::REPLAY_ID_PREFIX) {
+                m.answers += 1;
+            } else if r.method() == "subscriptions/listen" {
+                m.acks.push(crate::mux::ids::id_key(id));
+            }
+        }
+        m
+    }
+
+    /// Whether `line` (toward the client) is dropped. Costs nothing once everything muted
+    /// has gone by.
+    pub fn drops(&mut self, line: &crate::jsonrpc::framing::Line) -> bool {
+        if self.answers > 0 && is_replay_answer(line.parts()[0]) {
+            self.answers -= 1;
+            return true;
+        }
+        if self.acks.is_empty() {
+            return false;
+        }
+        let whole = line.to_bytes();
+        const ACK: &[u8] = b"notifications/subscriptions/acknowledged";
+        if !whole.windows(ACK.len()).any(|w| w == ACK) {
+            return false;
+        }
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&whole) else {
+            return false;
+        };
+        if v.get("method").and_then(serde_json::Value::as_str)
+            != Some("notifications/subscriptions/acknowledged")
+        {
+            return false;
+        }
+        let Some(sub) = v
+            .pointer("/params/_meta/io.modelcontextprotocol~1subscriptionId")
+            .map(serde_json::Value::to_string)
+        else {
+            return false;
+        };
+        match self.acks.iter().position(|k| *k == sub) {
+            Some(i) => {
+                self.acks.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,5 +241,30 @@ mod tests {
         p.unpark(ClientId(1));
         drop(live);
         assert!(p.all_parked());
+    }
+
+    #[test]
+    fn a_replayed_listen_streams_first_acknowledgement_is_dropped_once() {
+        use crate::jsonrpc::framing::Line;
+        let replay = [
+            r#"{"jsonrpc":"2.0","id":"mcp-supervisor-handover-1","method":"logging/setLevel","params":{"level":"info"}}"#,
+            r#"{"jsonrpc":"2.0","id":"L","method":"subscriptions/listen","params":{"notifications":{}}}"#,
+        ];
+        let parsed: Vec<_> = replay
+            .iter()
+            .filter_map(|l| crate::jsonrpc::message::parse_one(l.as_bytes()).ok())
+            .collect();
+        let mut m = Mute::of(&parsed);
+        let line = |t: &str| Line::from(bytes::Bytes::from(t.to_string()));
+        let ack = r#"{"method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"L"}},"jsonrpc":"2.0"}"#;
+        let other = r#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"M"}}}"#;
+        assert!(!m.drops(&line(other)));
+        assert!(m.drops(&line(
+            r#"{"jsonrpc":"2.0","id":"mcp-supervisor-handover-1","result":{}}"#
+        )));
+        assert!(m.drops(&line(ack)));
+        // Once: a later acknowledgement of the same stream is the client's.
+        assert!(!m.drops(&line(ack)));
+        assert!(!m.drops(&line(r#"{"jsonrpc":"2.0","id":"L","result":{}}"#)));
     }
 }

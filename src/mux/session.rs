@@ -511,7 +511,7 @@ pub async fn run(
     let writer = tokio::spawn(write_loop(
         out_rx,
         wr,
-        (queued.clone(), replayed.len()),
+        (queued.clone(), crate::mux::park::Mute::of(&replayed)),
         kick.clone(),
         batches.clone(),
         (epoch, last_write.clone()),
@@ -791,7 +791,7 @@ fn batch_member_cancelled(link: &Link<'_>, m: &Message) {
 async fn write_loop(
     mut out_rx: mpsc::Receiver<Line>,
     mut wr: tokio::net::unix::OwnedWriteHalf,
-    (queued, mut mute): (Arc<AtomicUsize>, usize),
+    (queued, mut mute): (Arc<AtomicUsize>, crate::mux::park::Mute),
     kick: CancellationToken,
     batches: Arc<SharedBatches>,
     (epoch, last_write): (tokio::time::Instant, Arc<std::sync::atomic::AtomicU64>),
@@ -805,9 +805,8 @@ async fn write_loop(
                     let mut close = line.is_empty();
                     // Queue bytes released once the write is done.
                     let mut release = 0;
-                    if mute > 0 && crate::mux::park::is_replay_answer(head_of(&line)) {
-                        // The answer to a line replayed after a hand-over: not the client's.
-                        mute -= 1;
+                    if !close && mute.drops(&line) {
+                        // Of a hand-over's replay: not the client's (`park::Mute`).
                         queued.fetch_sub(line.len(), Ordering::Relaxed);
                         continue;
                     }
@@ -817,6 +816,9 @@ async fn write_loop(
                     while !close && batch.len() < BATCH_LINES && batch.bytes() < BATCH_BYTES {
                         match out_rx.try_recv() {
                             Ok(line) if line.is_empty() => close = true,
+                            Ok(line) if mute.drops(&line) => {
+                                queued.fetch_sub(line.len(), Ordering::Relaxed);
+                            }
                             Ok(line) => release += take(&mut batch, line, &batches),
                             Err(_) => break,
                         }
@@ -836,12 +838,6 @@ async fn write_loop(
     // `None` means every sender is gone and the queue is drained: close our write side.
     // A kick (too slow, shutdown) closes without draining: that client is not reading.
     let _ = wr.shutdown().await;
-}
-
-/// The first piece of an outgoing line.
-fn head_of(line: &Line) -> &[u8] {
-    let [head, ..] = line.parts();
-    head
 }
 
 /// The requests and notifications of a hand-over's replay lines (unparsable ones are

@@ -411,3 +411,84 @@ fn an_adopted_child_is_still_held_to_its_limits() {
     drop(c);
     sup.stop();
 }
+
+/// The 2026-07-28 `_meta` envelope on `params`.
+fn modern(mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "listener", "version": "1"},
+    });
+    params
+}
+
+/// Issue 32 §1 ("the record covers ... 2026 listen streams"): a socket client's open
+/// `subscriptions/listen` stream goes on across an upgrade, under the client's own id, both
+/// when the supervisor serves it from a handshake-era child and when it is forwarded to a
+/// 2026-07-28 child; the client sees one acknowledgement in all and the list changes of the
+/// adopted child on its stream.
+#[test]
+fn a_socket_clients_listen_stream_goes_on_across_an_upgrade() {
+    for era in ["legacy", "modern"] {
+        let mut sup = Supervisor::start(&fake_server("fake", &["--era", era], ""));
+        let mut c = sup.connect("fake");
+        c.send(
+            &json!({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
+            "params": modern(json!({"notifications": {"toolsListChanged": true}}))}),
+        );
+        let mut seen = Vec::new();
+        let ack = |v: &Value| v["method"] == "notifications/subscriptions/acknowledged";
+        let changed = |v: &Value| {
+            v["method"] == "notifications/tools/list_changed"
+                && v["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "L"
+        };
+        let wait = |c: &mut Client, seen: &mut Vec<Value>, what: &dyn Fn(&Value) -> bool| {
+            let end = std::time::Instant::now() + Duration::from_secs(10);
+            while std::time::Instant::now() < end {
+                if let Some(v) = c.recv_timeout(Duration::from_millis(200)) {
+                    let hit = what(&v);
+                    seen.push(v);
+                    if hit {
+                        return true;
+                    }
+                }
+            }
+            false
+        };
+        assert!(
+            wait(&mut c, &mut seen, &ack),
+            "{era}: {seen:?}\n{}",
+            sup.log()
+        );
+        for n in 1..=2 {
+            let (code, said) = upgrade(&sup);
+            assert_eq!(code, Some(0), "{era}: {said}\n{}", sup.log());
+            c.send(&json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                "params": modern(json!({"name": "list_changed", "arguments": {}}))}));
+            let before = seen.len();
+            assert!(
+                wait(&mut c, &mut seen, &|v: &Value| v["id"] == json!(n)),
+                "{era}: {seen:?}"
+            );
+            let done = seen[before..].iter().any(changed) || wait(&mut c, &mut seen, &changed);
+            assert!(
+                done,
+                "{era}, upgrade {n}: no change on the stream: {seen:?}\n{}",
+                sup.log()
+            );
+        }
+        assert_eq!(seen.iter().filter(|v| ack(v)).count(), 1, "{era}: {seen:?}");
+        assert!(
+            !seen.iter().any(|v| v["id"] == json!("L")),
+            "{era}: the stream was answered: {seen:?}"
+        );
+        assert!(
+            !seen.iter().any(|v| v["id"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("mcp-supervisor"))),
+            "{era}: {seen:?}"
+        );
+        drop(c);
+        sup.stop();
+    }
+}

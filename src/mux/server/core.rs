@@ -168,6 +168,21 @@ pub(super) struct Pending {
     written: Instant,
 }
 
+impl Pending {
+    /// Whether it is a `subscriptions/listen` stream.
+    pub(super) fn is_listen(&self) -> bool {
+        self.method == "subscriptions/listen"
+    }
+
+    /// Its owning client and the client's id key, when a client's request owns it.
+    pub(super) fn client_request(&self) -> Option<(ClientId, String)> {
+        match &self.owner {
+            Owner::Client { client, id, .. } => Some((*client, id_key(id))),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 impl Pending {
     /// Whether it is a 2026 client's request parked in a round (the simulation's bound check).
@@ -1470,6 +1485,17 @@ impl Server {
 
     pub(super) fn on_client_request(&mut self, client: ClientId, m: Message) {
         let Some(id) = m.id.as_deref() else { return };
+        if m.method() == "subscriptions/listen"
+            && self
+                .clients
+                .get(&client)
+                .is_some_and(|c| c.peer().transport == Transport::Socket)
+        {
+            let line = Out::request(Some(id), "subscriptions/listen", m.params.as_deref()).encode();
+            if let Ok(line) = String::from_utf8(line.to_vec()) {
+                self.listen_lines.note(client, id_key(id), line);
+            }
+        }
         self.shell.panic_on_request(m.method());
         // One lookup: a duplicate finds the first request's entry, a new id opens its own.
         let generation = self.life.child().map(|c| c.generation());
@@ -2016,6 +2042,7 @@ impl Server {
         if stateless {
             self.detach_rounds_of(client);
         }
+        self.listen_lines.forget(client);
         if self.clients.remove(&client).is_none() {
             return;
         }

@@ -1,6 +1,7 @@
 //! The actor's part of an upgrade in place (issue 32 §1): whether it is quiet (no client
 //! request unfinished), what it hands over (the child's pipes and session, each socket
-//! client's state as lines to replay), and what it adopts in the next image.
+//! client's state as lines to replay, its open `subscriptions/listen` streams included), and
+//! what it adopts in the next image.
 //!
 //! Decisions only: the shell (`mod.rs`) freezes the actor once it has handed over, and the
 //! daemon (`daemon/upgrade.rs`) awaits the child's paused tasks and executes the new image.
@@ -13,8 +14,41 @@ use crate::jsonrpc::message::Out;
 use crate::mux::era::Era;
 use crate::mux::session::{ClientId, Transport};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use tracing::info;
+
+/// Most listen requests kept per client (the daemon allows 16 open streams per connection;
+/// the oldest kept goes first).
+const LISTEN_LINES_MAX: usize = 16;
+
+/// Each socket client's `subscriptions/listen` requests as the client sent them (its own id
+/// and params), by the request's id key: what the next image replays to reopen the streams
+/// still open at a hand-over. A request whose stream has ended stays until the client goes
+/// or newer ones push it out; [`Server::hand_over`] replays only open ones.
+#[derive(Debug, Default)]
+pub(super) struct ListenLines(BTreeMap<ClientId, VecDeque<(String, String)>>);
+
+impl ListenLines {
+    /// Keeps `client`'s listen request `line` under id key `key`.
+    pub(super) fn note(&mut self, client: ClientId, key: String, line: String) {
+        let kept = self.0.entry(client).or_default();
+        kept.retain(|(k, _)| *k != key);
+        while kept.len() >= LISTEN_LINES_MAX {
+            kept.pop_front();
+        }
+        kept.push_back((key, line));
+    }
+
+    /// Forgets a client that left.
+    pub(super) fn forget(&mut self, client: ClientId) {
+        self.0.remove(&client);
+    }
+
+    /// `client`'s kept requests: (id key, line).
+    fn of(&self, client: ClientId) -> impl Iterator<Item = &(String, String)> {
+        self.0.get(&client).into_iter().flatten()
+    }
+}
 
 /// What a server hands over.
 #[derive(Debug)]
@@ -66,6 +100,38 @@ impl Server {
     /// image opens its own), the child's pipe tasks are paused, and each socket client's
     /// state is written as replay lines. The caller freezes the actor after this.
     pub(super) fn hand_over(&mut self) -> HandOver {
+        // Which client listen streams are open: forwarded to the child, or served here.
+        let mut open: Vec<(ClientId, String)> = self
+            .routing
+            .inflight()
+            .iter()
+            .filter(|(_, _, _, p)| p.is_listen())
+            .filter_map(|(_, _, _, p)| p.client_request())
+            .collect();
+        open.extend(self.subs.listeners().iter().map(|l| (l.client(), l.key())));
+        let open_listens: std::collections::BTreeSet<(ClientId, &str)> =
+            open.iter().map(|(c, k)| (*c, k.as_str())).collect();
+        // Clients' listen streams forwarded to the child end here; the socket clients' are
+        // opened again by the next image from their replay lines.
+        let forwarded: Vec<u64> = self
+            .routing
+            .inflight()
+            .iter()
+            .filter(|(_, c, _, p)| c.is_some() && p.is_listen())
+            .map(|(id, _, _, _)| id)
+            .collect();
+        for old in forwarded {
+            self.routing.inflight_mut().remove(old);
+            let p = crate::jsonrpc::message::raw(
+                &json!({"requestId": old, "reason": "supervisor upgrade"}),
+            );
+            let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
+            self.write_child(
+                line,
+                super::core::Lane::Urgent,
+                "cancel of a client's listen stream",
+            );
+        }
         if let Some(old) = self.opener.replace_listen(None) {
             self.routing.inflight_mut().remove(old);
             let p = crate::jsonrpc::message::raw(
@@ -121,7 +187,15 @@ impl Server {
                         "method": "resources/subscribe", "params": {"uri": uri}}));
                 }
             }
-            clients.insert(*id, lines.iter().map(Value::to_string).collect());
+            let mut lines: Vec<String> = lines.iter().map(Value::to_string).collect();
+            // Its open listen streams, under its own ids (the next image's writer drops the
+            // first acknowledgement of each: the client has had one).
+            for (key, line) in self.listen_lines.of(*id) {
+                if open_listens.contains(&(*id, key.as_str())) {
+                    lines.push(line.clone());
+                }
+            }
+            clients.insert(*id, lines);
         }
         info!(
             clients = clients.len(),

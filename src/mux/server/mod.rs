@@ -311,6 +311,9 @@ struct Server {
     lists: ListCache,
     /// Who holds which resource subscription, directly or through a served listen stream.
     subs: Subscriptions,
+    /// Socket clients' `subscriptions/listen` requests as they came, replayed by the next
+    /// image after an upgrade (issue 32 §1).
+    listen_lines: handover::ListenLines,
     // Clients.
     /// The connected clients and what is known of each.
     clients: Clients,
@@ -376,6 +379,7 @@ impl Server {
             opener: Opener::default(),
             lists: ListCache::default(),
             subs: Subscriptions::default(),
+            listen_lines: handover::ListenLines::default(),
             clients: Clients::default(),
             held,
             ledger: Ledger::default(),
