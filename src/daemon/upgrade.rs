@@ -91,7 +91,7 @@ impl Daemon {
         }
         let parked = parking.parked();
         for (s, clients) in &mut servers {
-            for (id, replay) in std::mem::take(clients) {
+            for (id, state) in std::mem::take(clients) {
                 if let Some(p) = parked.get(&id) {
                     s.clients.push(ClientRecord {
                         fd: p.fd,
@@ -99,7 +99,8 @@ impl Daemon {
                         gid: p.peer.gid,
                         pid: p.peer.pid,
                         pending: handover::b64(&p.pending),
-                        replay,
+                        replay: state.replay,
+                        listens: state.listens,
                     });
                 }
             }
@@ -351,7 +352,8 @@ impl Daemon {
 }
 
 /// Each socket client's replay lines, by client.
-type ReplayOf = std::collections::BTreeMap<crate::mux::session::ClientId, Vec<String>>;
+type ReplayOf =
+    std::collections::BTreeMap<crate::mux::session::ClientId, crate::mux::server::ClientState>;
 
 /// Polls `cond` every 2 ms until it holds (true) or `within` passed (false).
 async fn until(within: Duration, cond: impl Fn() -> bool) -> bool {
@@ -486,6 +488,7 @@ pub(super) fn adopt(r: Record) -> Adopted {
                 resume: crate::mux::park::Resume {
                     pending: handover::unb64(&c.pending, "pending").unwrap_or_default(),
                     replay: c.replay,
+                    listens: c.listens,
                 },
             })
             .collect();

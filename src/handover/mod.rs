@@ -13,7 +13,7 @@
 //!     "child":{"pid":P,"stdin":FD,"stdout":FD,"stderr":FD,"marker":…,"since":T,
 //!              "pending":"base64","tail":"…"}|null,
 //!     "clients":[{"fd":FD,"uid":U,"gid":G,"pid":P|null,"pending":"base64",
-//!                 "replay":["a JSON-RPC line",…]}]}]}`
+//!                 "replay":["a JSON-RPC line",…],"listens":["a listen request",…]}]}]}`
 //!
 //! The configuration travels as text: the new image runs what the old one ran (a changed file
 //! is applied by a later `reload`), and an image run again after a refusal does not depend on
@@ -163,8 +163,14 @@ pub struct ClientRecord {
     /// Bytes read from it and not yet a whole line, base64.
     pub pending: String,
     /// The lines that rebuild its state in the new actor (its handshake, level,
-    /// subscriptions), each a request with an id of [`REPLAY_ID_PREFIX`] or a notification.
+    /// subscriptions), each a request with an id of [`REPLAY_ID_PREFIX`] or a notification;
+    /// last, its listen streams not acknowledged yet (its own ids).
     pub replay: Vec<String>,
+    /// Its acknowledged `subscriptions/listen` requests, under its own ids, replayed after
+    /// `replay`; the first acknowledgement of each is not shown. An image that predates the
+    /// field ignores it (the streams are then lost, as they were).
+    #[serde(default)]
+    pub listens: Vec<String>,
 }
 
 /// The ids of replayed requests: `"mcp-supervisor-handover-N"`. Their answers are not shown.

@@ -55,6 +55,7 @@ fn record() -> Record {
                 pid: None,
                 pending: b64(b""),
                 replay: vec![],
+                listens: vec![],
             }],
         }],
         http: vec![],

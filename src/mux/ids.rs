@@ -141,6 +141,11 @@ impl<T> Inflight<T> {
         self.slots.get(&id).map(|s| &s.value)
     }
 
+    /// The payload of request `id`, to change it.
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
+        self.slots.get_mut(&id).map(|s| &mut s.value)
+    }
+
     /// Whether `id` is in flight.
     pub fn contains(&self, id: u64) -> bool {
         self.slots.contains_key(&id)

@@ -35,6 +35,9 @@ pub struct Resume {
     pub pending: Vec<u8>,
     /// Lines that rebuild the client's state in the new actor.
     pub replay: Vec<String>,
+    /// Its acknowledged listen streams' requests, replayed after `replay` (their first
+    /// acknowledgement is not shown).
+    pub listens: Vec<String>,
 }
 
 /// The daemon's parking for its socket sessions.
@@ -128,34 +131,54 @@ pub fn is_replay_answer(head: &[u8]) -> bool {
 
 /// What a resumed session's writer drops (issue 32 §1): the answers to the replayed
 /// requests (ids [`crate::handover::REPLAY_ID_PREFIX`]`N`), and the first
-/// `notifications/subscriptions/acknowledged` of each replayed `subscriptions/listen` stream
+/// `notifications/subscriptions/acknowledged` of each replayed acknowledged listen stream
 /// (replayed under the client's own id: the client had its acknowledgement before the
-/// upgrade).
+/// upgrade). An acknowledgement not seen within [`ACK_WAIT`] (the stream was refused or
+/// cancelled) is no longer waited for, so a later stream with the same id is acknowledged.
 #[derive(Debug, Default)]
 pub struct Mute {
     /// Replayed requests whose answers may still come.
     answers: usize,
     /// Id keys of the replayed listen streams not acknowledged yet.
     acks: Vec<String>,
+    /// When the acknowledgements stop being waited for.
+    until: Option<std::time::Instant>,
 }
 
+/// How long a resumed session's writer waits for the acknowledgements of its replayed listen
+/// streams (they come within milliseconds of the resume).
+pub const ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Longest line looked at for an acknowledgement (an acknowledgement is small).
+const ACK_LINE_MAX: usize = 64 * 1024;
+
 impl Mute {
-    /// The mute for `replayed` (a hand-over's replay, parsed).
-    pub fn of(replayed: &[crate::jsonrpc::message::Message]) -> Mute {
-        let mut m = Mute::default();
-        for r in replayed {
-            let Some(id) = r.id.as_deref() else { continue };
-            if id.get().contains(crate::handover::REPLAY_ID_PREFIX) {
-                m.answers += 1;
-            } else if r.method() == "subscriptions/listen" {
-                m.acks.push(crate::mux::ids::id_key(id));
-            }
+    /// The mute for `replayed` (a hand-over's replay lines, parsed) and `listens` (its
+    /// acknowledged listen streams, parsed), starting now.
+    pub fn of(
+        replayed: &[crate::jsonrpc::message::Message],
+        listens: &[crate::jsonrpc::message::Message],
+    ) -> Mute {
+        let answers = replayed
+            .iter()
+            .filter(|r| {
+                r.id.as_deref()
+                    .is_some_and(|id| id.get().contains(crate::handover::REPLAY_ID_PREFIX))
+            })
+            .count();
+        let acks: Vec<String> = listens
+            .iter()
+            .filter_map(|r| r.id.as_deref().map(crate::mux::ids::id_key))
+            .collect();
+        Mute {
+            answers,
+            until: (!acks.is_empty()).then(|| std::time::Instant::now() + ACK_WAIT),
+            acks,
         }
-        m
     }
 
-    /// Whether `line` (toward the client) is dropped. Costs nothing once everything muted
-    /// has gone by.
+    /// Whether `line` (toward the client) is dropped. Costs a comparison once everything
+    /// muted has gone by.
     pub fn drops(&mut self, line: &crate::jsonrpc::framing::Line) -> bool {
         if self.answers > 0 && is_replay_answer(line.parts()[0]) {
             self.answers -= 1;
@@ -164,9 +187,16 @@ impl Mute {
         if self.acks.is_empty() {
             return false;
         }
+        if self.until.is_some_and(|t| std::time::Instant::now() >= t) {
+            self.acks.clear();
+            return false;
+        }
+        if line.len() > ACK_LINE_MAX {
+            return false;
+        }
         let whole = line.to_bytes();
         const ACK: &[u8] = b"notifications/subscriptions/acknowledged";
-        if !whole.windows(ACK.len()).any(|w| w == ACK) {
+        if memchr::memmem::find(&whole, ACK).is_none() {
             return false;
         }
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(&whole) else {
@@ -246,15 +276,14 @@ mod tests {
     #[test]
     fn a_replayed_listen_streams_first_acknowledgement_is_dropped_once() {
         use crate::jsonrpc::framing::Line;
-        let replay = [
+        let parse = |l: &str| crate::jsonrpc::message::parse_one(l.as_bytes()).unwrap();
+        let replay = [parse(
             r#"{"jsonrpc":"2.0","id":"mcp-supervisor-handover-1","method":"logging/setLevel","params":{"level":"info"}}"#,
+        )];
+        let listens = [parse(
             r#"{"jsonrpc":"2.0","id":"L","method":"subscriptions/listen","params":{"notifications":{}}}"#,
-        ];
-        let parsed: Vec<_> = replay
-            .iter()
-            .filter_map(|l| crate::jsonrpc::message::parse_one(l.as_bytes()).ok())
-            .collect();
-        let mut m = Mute::of(&parsed);
+        )];
+        let mut m = Mute::of(&replay, &listens);
         let line = |t: &str| Line::from(bytes::Bytes::from(t.to_string()));
         let ack = r#"{"method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"L"}},"jsonrpc":"2.0"}"#;
         let other = r#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"M"}}}"#;

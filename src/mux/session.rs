@@ -508,17 +508,21 @@ pub async fn run(
     let batches = Arc::new(SharedBatches::default());
     let resume = resume.unwrap_or_default();
     let replayed = replay_requests(&resume.replay);
+    let listens = replay_requests(&resume.listens);
     let writer = tokio::spawn(write_loop(
         out_rx,
         wr,
-        (queued.clone(), crate::mux::park::Mute::of(&replayed)),
+        (
+            queued.clone(),
+            crate::mux::park::Mute::of(&replayed, &listens),
+        ),
         kick.clone(),
         batches.clone(),
         (epoch, last_write.clone()),
     ));
     // Handed over: the client's state first (answers dropped by the writer), then what the
     // previous image had read of its next line.
-    for m in replayed {
+    for m in replayed.into_iter().chain(listens) {
         if events.send(SessionEvent::Message(id, m)).await.is_err() {
             return;
         }
@@ -1090,6 +1094,7 @@ mod tests {
                 Some(Resume {
                     pending: b"{\"jsonrpc\":".to_vec(),
                     replay,
+                    listens: vec![],
                 }),
             ),
         ));

@@ -166,12 +166,19 @@ pub(super) struct Pending {
     method: Cow<'static, str>,
     /// When it was written to the child (the health rule for overdue requests).
     written: Instant,
+    /// A client's listen stream: whether the child's acknowledgement went to the client.
+    acked: bool,
 }
 
 impl Pending {
     /// Whether it is a `subscriptions/listen` stream.
     pub(super) fn is_listen(&self) -> bool {
         self.method == "subscriptions/listen"
+    }
+
+    /// Whether it is a client's listen stream the child has acknowledged to the client.
+    pub(super) fn acked(&self) -> bool {
+        self.acked
     }
 
     /// Its owning client and the client's id key, when a client's request owns it.
@@ -1491,9 +1498,17 @@ impl Server {
                 .get(&client)
                 .is_some_and(|c| c.peer().transport == Transport::Socket)
         {
-            let line = Out::request(Some(id), "subscriptions/listen", m.params.as_deref()).encode();
-            if let Ok(line) = String::from_utf8(line.to_vec()) {
-                self.listen_lines.note(client, id_key(id), line);
+            let key = id_key(id);
+            // A duplicate of an open stream is refused below: it never replaces the line.
+            if !self.listen_open(client, &key) {
+                let line =
+                    Out::request(Some(id), "subscriptions/listen", m.params.as_deref()).encode();
+                if let Ok(line) = String::from_utf8(line.to_vec()) {
+                    let open: Vec<String> = self.open_listens_of(client);
+                    let cap = self.cfg.max_subscriptions.max(1);
+                    self.listen_lines
+                        .note(client, key, line, cap, |k| open.iter().any(|o| o == k));
+                }
             }
         }
         self.shell.panic_on_request(m.method());
@@ -2034,6 +2049,37 @@ impl Server {
         );
     }
 
+    /// Whether `client`'s listen stream with id key `key` is open (forwarded to the child, or
+    /// served here).
+    pub(super) fn listen_open(&self, client: ClientId, key: &str) -> bool {
+        let forwarded = self
+            .routing
+            .inflight()
+            .lookup(client, key)
+            .and_then(|n| self.routing.inflight().get(n))
+            .is_some_and(Pending::is_listen);
+        forwarded || self.subs.listeners().iter().any(|l| l.is(client, key))
+    }
+
+    /// The id keys of `client`'s open listen streams.
+    pub(super) fn open_listens_of(&self, client: ClientId) -> Vec<String> {
+        let mut open: Vec<String> = self
+            .routing
+            .inflight()
+            .iter()
+            .filter(|(_, c, _, p)| *c == Some(client) && p.is_listen())
+            .filter_map(|(_, _, _, p)| p.client_request().map(|(_, k)| k))
+            .collect();
+        open.extend(
+            self.subs
+                .listeners()
+                .iter()
+                .filter(|l| l.client() == client)
+                .map(|l| l.key()),
+        );
+        open
+    }
+
     pub(super) fn drop_client(&mut self, client: ClientId) {
         let stateless = self
             .clients
@@ -2522,6 +2568,7 @@ impl Server {
             owner,
             method: message::method_name(method),
             written: self.clock.now(),
+            acked: false,
         };
         self.routing
             .inflight_mut()
@@ -2678,6 +2725,7 @@ impl Server {
             owner: Owner::Parked { round },
             method: removed.value.method.clone(),
             written: removed.value.written,
+            acked: false,
         };
         self.routing
             .inflight_mut()
@@ -2853,6 +2901,7 @@ impl Server {
                     owner,
                     method: p.method.into(),
                     written: removed.value.written,
+                    acked: false,
                 };
                 self.routing.inflight_mut().insert(
                     p.child_rid,
@@ -2891,6 +2940,7 @@ impl Server {
             owner: Owner::Parked { round },
             method: p.method.clone().into(),
             written: self.clock.now(),
+            acked: false,
         };
         let key = Some((p.client, format!("{STATE_PREFIX}{round}")));
         self.routing
@@ -3695,6 +3745,11 @@ impl Server {
             }
         } else if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
             meta.insert(era::META_SUBSCRIPTION_ID.into(), original);
+        }
+        if method == "notifications/subscriptions/acknowledged" {
+            if let Some(p) = self.routing.inflight_mut().get_mut(sub) {
+                p.acked = true;
+            }
         }
         let line = Out::request(None, method, Some(&raw(&Value::Object(params)))).encode();
         self.reply_to(client, To::Listen(&id), line);

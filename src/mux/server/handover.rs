@@ -15,25 +15,39 @@ use crate::mux::era::Era;
 use crate::mux::session::{ClientId, Transport};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
-use tracing::info;
+use tracing::{info, warn};
 
-/// Most listen requests kept per client (the daemon allows 16 open streams per connection;
-/// the oldest kept goes first).
-const LISTEN_LINES_MAX: usize = 16;
+/// Longest listen request kept (a listen request names flags and resource URIs; a larger
+/// one is not kept, and its stream is not reopened after an upgrade).
+const LISTEN_LINE_MAX: usize = 64 * 1024;
 
 /// Each socket client's `subscriptions/listen` requests as the client sent them (its own id
 /// and params), by the request's id key: what the next image replays to reopen the streams
-/// still open at a hand-over. A request whose stream has ended stays until the client goes
-/// or newer ones push it out; [`Server::hand_over`] replays only open ones.
+/// still open at a hand-over. At most `cap` per client (`max_subscriptions`, the most open
+/// streams a client may have): lines of streams that ended go first.
 #[derive(Debug, Default)]
 pub(super) struct ListenLines(BTreeMap<ClientId, VecDeque<(String, String)>>);
 
 impl ListenLines {
-    /// Keeps `client`'s listen request `line` under id key `key`.
-    pub(super) fn note(&mut self, client: ClientId, key: String, line: String) {
+    /// Keeps `client`'s listen request `line` under id key `key`; `open` says which of its
+    /// kept keys still name an open stream.
+    pub(super) fn note(
+        &mut self,
+        client: ClientId,
+        key: String,
+        line: String,
+        cap: usize,
+        open: impl Fn(&str) -> bool,
+    ) {
+        if line.len() > LISTEN_LINE_MAX {
+            return;
+        }
         let kept = self.0.entry(client).or_default();
         kept.retain(|(k, _)| *k != key);
-        while kept.len() >= LISTEN_LINES_MAX {
+        if kept.len() >= cap {
+            kept.retain(|(k, _)| open(k));
+        }
+        while kept.len() >= cap {
             kept.pop_front();
         }
         kept.push_back((key, line));
@@ -44,10 +58,25 @@ impl ListenLines {
         self.0.remove(&client);
     }
 
-    /// `client`'s kept requests: (id key, line).
-    fn of(&self, client: ClientId) -> impl Iterator<Item = &(String, String)> {
-        self.0.get(&client).into_iter().flatten()
+    /// `client`'s kept request with id key `key`.
+    fn line(&self, client: ClientId, key: &str) -> Option<&str> {
+        self.0
+            .get(&client)?
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, l)| l.as_str())
     }
+}
+
+/// A socket client's state for the next image.
+#[derive(Debug, Default)]
+pub struct ClientState {
+    /// Lines that rebuild it (handshake, log level, subscriptions, listen streams not yet
+    /// acknowledged), under replay ids or, for listen streams, its own.
+    pub replay: Vec<String>,
+    /// Its acknowledged listen streams' requests, under its own ids: the next image drops
+    /// the first acknowledgement of each (the client has had it).
+    pub listens: Vec<String>,
 }
 
 /// What a server hands over.
@@ -66,7 +95,7 @@ pub struct HandOver {
     /// Its stderr tail.
     pub tail: String,
     /// Each socket client's state, as the lines that rebuild it in the next image's actor.
-    pub clients: BTreeMap<ClientId, Vec<String>>,
+    pub clients: BTreeMap<ClientId, ClientState>,
 }
 
 /// What the next image's actor adopts from the previous one's [`HandOver`].
@@ -100,17 +129,21 @@ impl Server {
     /// image opens its own), the child's pipe tasks are paused, and each socket client's
     /// state is written as replay lines. The caller freezes the actor after this.
     pub(super) fn hand_over(&mut self) -> HandOver {
-        // Which client listen streams are open: forwarded to the child, or served here.
-        let mut open: Vec<(ClientId, String)> = self
+        // Which client listen streams are open (forwarded to the child, or served here) and
+        // whether the client has had their acknowledgement.
+        let mut open: Vec<(ClientId, String, bool)> = self
             .routing
             .inflight()
             .iter()
             .filter(|(_, _, _, p)| p.is_listen())
-            .filter_map(|(_, _, _, p)| p.client_request())
+            .filter_map(|(_, _, _, p)| p.client_request().map(|(c, k)| (c, k, p.acked())))
             .collect();
-        open.extend(self.subs.listeners().iter().map(|l| (l.client(), l.key())));
-        let open_listens: std::collections::BTreeSet<(ClientId, &str)> =
-            open.iter().map(|(c, k)| (*c, k.as_str())).collect();
+        open.extend(
+            self.subs
+                .listeners()
+                .iter()
+                .map(|l| (l.client(), l.key(), true)),
+        );
         // Clients' listen streams forwarded to the child end here; the socket clients' are
         // opened again by the next image from their replay lines.
         let forwarded: Vec<u64> = self
@@ -120,6 +153,7 @@ impl Server {
             .filter(|(_, c, _, p)| c.is_some() && p.is_listen())
             .map(|(id, _, _, _)| id)
             .collect();
+        let cancelled = !forwarded.is_empty();
         for old in forwarded {
             self.routing.inflight_mut().remove(old);
             let p = crate::jsonrpc::message::raw(
@@ -131,6 +165,10 @@ impl Server {
                 super::core::Lane::Urgent,
                 "cancel of a client's listen stream",
             );
+        }
+        if cancelled {
+            // Queued toward the child before its pipe tasks are paused.
+            self.carry_out();
         }
         if let Some(old) = self.opener.replace_listen(None) {
             self.routing.inflight_mut().remove(old);
@@ -187,15 +225,21 @@ impl Server {
                         "method": "resources/subscribe", "params": {"uri": uri}}));
                 }
             }
-            let mut lines: Vec<String> = lines.iter().map(Value::to_string).collect();
-            // Its open listen streams, under its own ids (the next image's writer drops the
-            // first acknowledgement of each: the client has had one).
-            for (key, line) in self.listen_lines.of(*id) {
-                if open_listens.contains(&(*id, key.as_str())) {
-                    lines.push(line.clone());
+            let mut state = ClientState {
+                replay: lines.iter().map(Value::to_string).collect(),
+                listens: Vec::new(),
+            };
+            // Its open listen streams, under its own ids.
+            for (_, key, acked) in open.iter().filter(|(c, _, _)| c == id) {
+                match self.listen_lines.line(*id, key) {
+                    Some(line) if *acked => state.listens.push(line.to_string()),
+                    Some(line) => state.replay.push(line.to_string()),
+                    None => {
+                        warn!(client = %id, stream = %key, "a listen stream of this client cannot be reopened after the upgrade (its request was not kept)")
+                    }
                 }
             }
-            clients.insert(*id, lines);
+            clients.insert(*id, state);
         }
         info!(
             clients = clients.len(),
@@ -239,5 +283,32 @@ impl Server {
             );
         }
         self.routing.inflight_mut().resume_at(a.next_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ListenLines;
+    use crate::mux::session::ClientId;
+
+    #[test]
+    fn listen_lines_keep_open_streams_over_ended_ones_and_stay_bounded() {
+        let mut l = ListenLines::default();
+        let c = ClientId(1);
+        let open = ["\"A\"".to_string()];
+        let is_open = |k: &str| open.iter().any(|o| o == k);
+        l.note(c, "\"A\"".into(), "listen A".into(), 3, is_open);
+        for n in 0..10 {
+            l.note(c, format!("\"{n}\""), format!("listen {n}"), 3, is_open);
+        }
+        // The open stream's line stays; the ended ones went first.
+        assert_eq!(l.line(c, "\"A\""), Some("listen A"));
+        assert_eq!(l.line(c, "\"9\""), Some("listen 9"));
+        assert_eq!(l.0.get(&c).map(|v| v.len()), Some(3));
+        // A line too large to be a listen request is not kept.
+        l.note(c, "\"B\"".into(), "x".repeat(70_000), 3, is_open);
+        assert_eq!(l.line(c, "\"B\""), None);
+        l.forget(c);
+        assert_eq!(l.line(c, "\"A\""), None);
     }
 }
