@@ -72,18 +72,10 @@ impl Daemon {
         else {
             return Ok(());
         };
-        let inherited = self.inherited("http-tcp").and_then(|(fd, _)| {
-            let std = std::net::TcpListener::from(fd);
-            std.set_nonblocking(true).ok()?;
-            tokio::net::TcpListener::from_std(std).ok()
-        });
-        let listener = match inherited {
-            Some(l) => l,
-            None => tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen for HTTP on {addr} (http_listen)"))?,
-        };
-        self.keep_listener("http-tcp", &listener, false);
+        let listener = self
+            .tcp_listener("http-tcp", addr)
+            .await
+            .with_context(|| format!("cannot listen for HTTP on {addr} (http_listen)"))?;
         let bound = listener.local_addr().unwrap_or(addr);
         let file = self.dir.join(crate::http::url::ADDR_FILE);
         // Written aside and renamed, so a reader (`mcp-supervisor url`, a test) never sees it

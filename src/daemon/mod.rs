@@ -911,18 +911,10 @@ impl Daemon {
         // Handed-over HTTP connections no listener took (their server is gone) close now.
         self.adopted_http.clear();
         if let Some(addr) = self.config.supervisor.metrics_listen {
-            let inherited = self.inherited("metrics").and_then(|(fd, _)| {
-                let std = std::net::TcpListener::from(fd);
-                std.set_nonblocking(true).ok()?;
-                tokio::net::TcpListener::from_std(std).ok()
-            });
-            let listener = match inherited {
-                Some(l) => l,
-                None => tokio::net::TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("cannot listen for metrics on {addr}"))?,
-            };
-            self.keep_listener("metrics", &listener, false);
+            let listener = self
+                .tcp_listener("metrics", addr)
+                .await
+                .with_context(|| format!("cannot listen for metrics on {addr}"))?;
             info!(%addr, "serving GET /metrics, /healthz and /readyz");
             self.tracker
                 .spawn(crate::observe::serve_http(listener, self.accepting.clone()));

@@ -270,6 +270,27 @@ impl Daemon {
         out
     }
 
+    /// The TCP listener named `name` (`http-tcp`, `metrics`): the one the previous image
+    /// handed over, else a new one bound to `addr`; kept for the next hand-over. Errors: the
+    /// bind failed.
+    pub(super) async fn tcp_listener(
+        &mut self,
+        name: &str,
+        addr: std::net::SocketAddr,
+    ) -> std::io::Result<tokio::net::TcpListener> {
+        let inherited = self.inherited(name).and_then(|(fd, _)| {
+            let std = std::net::TcpListener::from(fd);
+            std.set_nonblocking(true).ok()?;
+            tokio::net::TcpListener::from_std(std).ok()
+        });
+        let listener = match inherited {
+            Some(l) => l,
+            None => tokio::net::TcpListener::bind(addr).await?,
+        };
+        self.keep_listener(name, &listener, false);
+        Ok(listener)
+    }
+
     /// Keeps a listener's descriptor for a hand-over (a duplicate: the accept loop owns its
     /// own), by name.
     pub(super) fn keep_listener(

@@ -373,7 +373,6 @@ impl Supervisor {
         passed: Vec<(String, std::os::fd::OwnedFd)>,
     ) {
         use std::os::fd::AsRawFd;
-        use std::os::unix::process::CommandExt;
         assert!(self.child.is_none(), "run_again: still running");
         let names: Vec<&str> = passed.iter().map(|(n, _)| n.as_str()).collect();
         let fds: Vec<i32> = passed.iter().map(|(_, f)| f.as_raw_fd()).collect();
@@ -390,32 +389,50 @@ impl Supervisor {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        // SAFETY: only async-signal-safe calls (fcntl, dup2, close) on descriptors this
-        // process holds open until the spawn returns.
-        unsafe {
-            cmd.pre_exec(move || {
-                let mut high = Vec::with_capacity(fds.len());
-                for fd in &fds {
-                    let h = libc::fcntl(*fd, libc::F_DUPFD, 100);
-                    if h < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    high.push(h);
-                }
-                for (i, h) in high.iter().enumerate() {
-                    if libc::dup2(*h, 3 + i as i32) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    libc::close(*h);
-                }
-                Ok(())
-            });
-        }
+        pass_fds(&mut cmd, fds);
         let mut child = cmd.spawn().unwrap();
         drop(passed);
         read_log(child.stderr.take().unwrap(), self.log.clone());
         self.child = Some(child);
     }
+}
+
+/// Makes `fds` the spawned program's descriptors 3, 4, ... (without close-on-exec), as
+/// systemd passes listening sockets and stored descriptors.
+pub fn pass_fds(cmd: &mut Command, fds: Vec<std::os::fd::RawFd>) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only async-signal-safe calls (fcntl, dup2, close) on descriptors the caller
+    // holds open until the spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Out of the way first, then to 3, 4, ...
+            let mut high = Vec::with_capacity(fds.len());
+            for fd in &fds {
+                let h = libc::fcntl(*fd, libc::F_DUPFD, 100);
+                if h < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                high.push(h);
+            }
+            for (i, h) in high.iter().enumerate() {
+                if libc::dup2(*h, 3 + i as i32) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(*h);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The 2026-07-28 `_meta` envelope on `params`.
+pub fn modern(mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "listener", "version": "1"},
+    });
+    params
 }
 
 /// Runs `mcp-supervisor run -c config` for test `id` (its children carry the marker), its

@@ -588,7 +588,6 @@ struct Activated {
 
 impl Activated {
     fn spawn(config: &Path, fds: Vec<std::os::fd::RawFd>, names: &str) -> Activated {
-        use std::os::unix::process::CommandExt;
         let id = test_id();
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
@@ -600,26 +599,7 @@ impl Activated {
             .env("LISTEN_FDS", fds.len().to_string())
             .env("LISTEN_FDNAMES", names);
         as_test_daemon(&mut cmd, &id);
-        unsafe {
-            cmd.pre_exec(move || {
-                // Move the sockets out of the way first, then to 3, 4, ... without CLOEXEC.
-                let mut high = Vec::new();
-                for fd in &fds {
-                    let h = libc::fcntl(*fd, libc::F_DUPFD, 100);
-                    if h < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    high.push(h);
-                }
-                for (i, h) in high.iter().enumerate() {
-                    if libc::dup2(*h, 3 + i as i32) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    libc::close(*h);
-                }
-                Ok(())
-            });
-        }
+        pass_fds(&mut cmd, fds);
         let mut child = cmd.spawn().unwrap();
         let log = Arc::new(Mutex::new(String::new()));
         read_log(child.stderr.take().unwrap(), log.clone());

@@ -632,16 +632,6 @@ fn is_record(p: &std::path::Path) -> bool {
     name.starts_with("http-sessions-") && name.ends_with(".json")
 }
 
-/// The 2026-07-28 `_meta` envelope on `params`.
-fn modern(mut params: Value) -> Value {
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "listener", "version": "1"},
-    });
-    params
-}
-
 /// Issue 32 §2: a 2026-07-28 client's `subscriptions/listen` stream through `attach` is opened
 /// again on the supervisor that comes back after a SIGKILL, under the client's own id; the
 /// client sees one acknowledgement in all, and the list changes of the new run on its stream.

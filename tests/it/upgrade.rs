@@ -412,16 +412,6 @@ fn an_adopted_child_is_still_held_to_its_limits() {
     sup.stop();
 }
 
-/// The 2026-07-28 `_meta` envelope on `params`.
-fn modern(mut params: Value) -> Value {
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "listener", "version": "1"},
-    });
-    params
-}
-
 /// Issue 32 §1 ("the record covers ... 2026 listen streams"): a socket client's open
 /// `subscriptions/listen` stream goes on across an upgrade, under the client's own id, both
 /// when the supervisor serves it from a handshake-era child and when it is forwarded to a

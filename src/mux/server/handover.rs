@@ -153,34 +153,19 @@ impl Server {
             .filter(|(_, c, _, p)| c.is_some() && p.is_listen())
             .map(|(id, _, _, _)| id)
             .collect();
-        let cancelled = !forwarded.is_empty();
-        for old in forwarded {
-            self.routing.inflight_mut().remove(old);
+        // So is the supervisor's own on a 2026 child: the next image opens its own.
+        let own = self.opener.replace_listen(None);
+        let cancels: Vec<u64> = forwarded.into_iter().chain(own).collect();
+        for old in &cancels {
+            self.routing.inflight_mut().remove(*old);
             let p = crate::jsonrpc::message::raw(
                 &json!({"requestId": old, "reason": "supervisor upgrade"}),
             );
             let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
-            self.write_child(
-                line,
-                super::core::Lane::Urgent,
-                "cancel of a client's listen stream",
-            );
+            self.write_child(line, super::core::Lane::Urgent, "cancel of a listen stream");
         }
-        if cancelled {
+        if !cancels.is_empty() {
             // Queued toward the child before its pipe tasks are paused.
-            self.carry_out();
-        }
-        if let Some(old) = self.opener.replace_listen(None) {
-            self.routing.inflight_mut().remove(old);
-            let p = crate::jsonrpc::message::raw(
-                &json!({"requestId": old, "reason": "supervisor upgrade"}),
-            );
-            let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
-            self.write_child(
-                line,
-                super::core::Lane::Urgent,
-                "cancel of the listen stream",
-            );
             self.carry_out();
         }
         let handshake = self.opener.handshake().map(|hs| {
