@@ -500,25 +500,49 @@ pub fn launch(cfg: &SpawnSpec, generation: u64, tail: StderrTail) -> Result<Laun
     // The leader's start time bounds the search for its descendants (reaper::marked).
     let since = reaper::stat(pid as i32).map_or(0, |p| p.start);
     let guard = limits.start(&cfg.name, pid as i32, &marker, since, tail.clone());
-    Ok(Launched {
-        instance: Instance {
-            generation,
-            marker,
-            since,
-            guard,
-        },
-        leader: Leader::Spawned(child),
-        pipes: (pid, stdin, stdout, stderr),
-        pending: Vec::new(),
+    let instance = Instance {
+        generation,
+        marker,
+        since,
+        guard,
+    };
+    let started = (Leader::Spawned(child), spawned_at);
+    Ok(Launched::of(
+        cfg,
+        instance,
+        started,
+        (pid, stdin, stdout, stderr),
+        Vec::new(),
         tail,
-        server: cfg.name.clone(),
-        max_message_size: cfg.max_message_size,
-        ladder: Ladder {
-            stop_grace: cfg.stop_grace,
-            kill_timeout: cfg.kill_timeout,
-        },
-        spawned_at,
-    })
+    ))
+}
+
+impl Launched {
+    /// A started instance of `cfg` (`started`: its leader and when it was spawned), with the
+    /// stdout bytes a previous reader had not framed yet.
+    fn of(
+        cfg: &SpawnSpec,
+        instance: Instance,
+        (leader, spawned_at): (Leader, Instant),
+        pipes: Pipes,
+        pending: Vec<u8>,
+        tail: StderrTail,
+    ) -> Launched {
+        Launched {
+            instance,
+            leader,
+            pipes,
+            pending,
+            tail,
+            server: cfg.name.clone(),
+            max_message_size: cfg.max_message_size,
+            ladder: Ladder {
+                stop_grace: cfg.stop_grace,
+                kill_timeout: cfg.kill_timeout,
+            },
+            spawned_at,
+        }
+    }
 }
 
 /// A running instance this process inherited from its previous image across an upgrade in
@@ -592,25 +616,20 @@ pub fn adopt(
         since,
         tail.clone(),
     );
-    Ok(Launched {
-        instance: Instance {
-            generation,
-            marker,
-            since,
-            guard,
-        },
-        leader,
+    let instance = Instance {
+        generation,
+        marker,
+        since,
+        guard,
+    };
+    Ok(Launched::of(
+        cfg,
+        instance,
+        (leader, Instant::now()),
         pipes,
         pending,
         tail,
-        server: cfg.name.clone(),
-        max_message_size: cfg.max_message_size,
-        ladder: Ladder {
-            stop_grace: cfg.stop_grace,
-            kill_timeout: cfg.kill_timeout,
-        },
-        spawned_at: Instant::now(),
-    })
+    ))
 }
 
 /// The command for `cfg`: its own process group, pipes, the environment (`clean_env`,
