@@ -376,25 +376,33 @@ impl Supervisor {
         assert!(self.child.is_none(), "run_again: still running");
         let names: Vec<&str> = passed.iter().map(|(n, _)| n.as_str()).collect();
         let fds: Vec<i32> = passed.iter().map(|(_, f)| f.as_raw_fd()).collect();
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg("export LISTEN_PID=$$; exec \"$0\" \"$@\"")
-            .arg(SUPERVISOR)
-            .arg("run")
-            .arg("-c")
-            .arg(&self.config)
-            .env("LISTEN_FDS", fds.len().to_string())
-            .env("LISTEN_FDNAMES", names.join(":"));
-        as_test_daemon(&mut cmd, &self.id);
+        let mut cmd = activated(&self.config, &self.id, fds, &names.join(":"));
         for (k, v) in env {
             cmd.env(k, v);
         }
-        pass_fds(&mut cmd, fds);
         let mut child = cmd.spawn().unwrap();
         drop(passed);
         read_log(child.stderr.take().unwrap(), self.log.clone());
         self.child = Some(child);
     }
+}
+
+/// `mcp-supervisor run -c config` for test `id`, started as systemd starts a socket-activated
+/// service: `fds` as 3, 4, ... named `names` (`LISTEN_FDNAMES`), and `LISTEN_PID` set by
+/// `sh` to its own pid, which its `exec` keeps.
+pub fn activated(config: &Path, id: &str, fds: Vec<std::os::fd::RawFd>, names: &str) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("export LISTEN_PID=$$; exec \"$0\" \"$@\"")
+        .arg(SUPERVISOR)
+        .arg("run")
+        .arg("-c")
+        .arg(config)
+        .env("LISTEN_FDS", fds.len().to_string())
+        .env("LISTEN_FDNAMES", names);
+    as_test_daemon(&mut cmd, id);
+    pass_fds(&mut cmd, fds);
+    cmd
 }
 
 /// Makes `fds` the spawned program's descriptors 3, 4, ... (without close-on-exec), as

@@ -589,18 +589,7 @@ struct Activated {
 impl Activated {
     fn spawn(config: &Path, fds: Vec<std::os::fd::RawFd>, names: &str) -> Activated {
         let id = test_id();
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg("export LISTEN_PID=$$; exec \"$0\" \"$@\"")
-            .arg(SUPERVISOR)
-            .arg("run")
-            .arg("-c")
-            .arg(config)
-            .env("LISTEN_FDS", fds.len().to_string())
-            .env("LISTEN_FDNAMES", names);
-        as_test_daemon(&mut cmd, &id);
-        pass_fds(&mut cmd, fds);
-        let mut child = cmd.spawn().unwrap();
+        let mut child = activated(config, &id, fds, names).spawn().unwrap();
         let log = Arc::new(Mutex::new(String::new()));
         read_log(child.stderr.take().unwrap(), log.clone());
         Activated {
