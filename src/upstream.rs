@@ -58,6 +58,12 @@ pub trait Upstream: Send {
     fn hand_over(&mut self) -> Option<crate::child::process::ChildTakeover> {
         None
     }
+    /// Ends a remote session's tasks for an upgrade's hand-over, without a `DELETE`, and
+    /// returns what the next image goes on with (issue 32 §1); `None` for a child or a
+    /// stopping session.
+    fn hand_over_session(&mut self) -> Option<crate::remote::SessionState> {
+        None
+    }
     /// Records the open session (handshake and lists in `mux::record`'s shape, the log level)
     /// where the next run finds it after a crash (`child::fdstore`, issue 32 §2); a no-op for
     /// upstreams that keep no such record.

@@ -135,6 +135,8 @@ pub(super) async fn end_previous_run(
                     pending: Vec::new(),
                     tail: String::new(),
                 }),
+                remote: None,
+                restarts: 0,
                 running: true,
                 generation: s.generation,
                 next_id,

@@ -262,6 +262,8 @@ impl Daemon {
                     handshake: h.handshake,
                     log_level: h.log_level,
                     child,
+                    remote: h.remote,
+                    restarts: h.restarts,
                     clients: Vec::new(),
                 },
                 h.clients,
@@ -527,8 +529,10 @@ pub(super) fn adopt(r: Record) -> Adopted {
         servers.insert(
             s.name,
             crate::mux::server::Adoption {
-                running: inherited.is_some(),
+                running: inherited.is_some() || s.remote.is_some(),
                 inherited,
+                remote: s.remote,
+                restarts: s.restarts,
                 generation: s.generation,
                 next_id: s.next_id,
                 handshake: s.handshake,

@@ -12,6 +12,8 @@
 //!     "log_level":L|null,"subscriptions":[URI…],
 //!     "child":{"pid":P,"stdin":FD,"stdout":FD,"stderr":FD,"marker":…,"since":T,
 //!              "pending":"base64","tail":"…"}|null,
+//!     "remote":{"session_id":…|null,"protocol_version":…|null,"initialize":{…}|null,
+//!               "last_event_id":…|null,"listening":B,"age_s":S}|null,"restarts":N,
 //!     "clients":[{"fd":FD,"uid":U,"gid":G,"pid":P|null,"pending":"base64",
 //!                 "replay":["a JSON-RPC line",…],"listens":["a listen request",…]}]}]}`
 //!
@@ -124,6 +126,14 @@ pub struct ServerRecord {
     pub log_level: Option<usize>,
     /// The running child, when one runs.
     pub child: Option<ChildRecord>,
+    /// A url server's open session (`remote::SessionState`), when one was handed over. An
+    /// image that predates the field ignores it (and opens a session of its own).
+    #[serde(default)]
+    pub remote: Option<crate::remote::SessionState>,
+    /// Restarts counted so far (`status`'s `restarts` goes on from it; 0 from an image that
+    /// predates the field).
+    #[serde(default)]
+    pub restarts: u64,
     /// The connected socket clients.
     pub clients: Vec<ClientRecord>,
 }

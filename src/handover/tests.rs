@@ -48,6 +48,8 @@ fn record() -> Record {
                 pending: b64(b"{\"jsonrpc\":"),
                 tail: "boot\n".into(),
             }),
+            remote: None,
+            restarts: 5,
             clients: vec![ClientRecord {
                 fd: b.into_raw_fd(),
                 uid: 1000,
@@ -72,6 +74,34 @@ fn a_record_survives_its_encoding_and_validates() {
         b"{\"jsonrpc\":"
     );
     assert_eq!(back.raw_fds().len(), 7);
+    assert_eq!(back.servers[0].restarts, 5);
+}
+
+#[test]
+fn a_remote_session_travels_in_the_record_and_never_shows_its_id() {
+    let mut r = record();
+    let state = crate::remote::SessionState {
+        session_id: Some("5ecret-session".into()),
+        protocol_version: Some("2025-11-25".into()),
+        initialize: Some(serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize"})),
+        last_event_id: Some("5ecret-session-7".into()),
+        listening: true,
+        age_s: 12,
+    };
+    r.servers[0].child = None;
+    r.servers[0].remote = Some(state.clone());
+    let back = Record::decode(&r.encode()).unwrap();
+    assert_eq!(back.servers[0].remote.as_ref(), Some(&state));
+    assert!(!format!("{back:?}").contains("5ecret-session\""));
+    assert!(!format!("{state:?}").contains("5ecret-session\""));
+    // A record written before the field (an older image) has none, and still reads.
+    let mut v: serde_json::Value = serde_json::from_slice(&r.encode()).unwrap();
+    let s = v["servers"][0].as_object_mut().unwrap();
+    s.remove("remote");
+    s.remove("restarts");
+    let back = Record::decode(&serde_json::to_vec(&v).unwrap()).unwrap();
+    assert!(back.servers[0].remote.is_none());
+    assert_eq!(back.servers[0].restarts, 0);
 }
 
 #[test]

@@ -20,7 +20,11 @@
 //! - only a failed connection (DNS, TCP, TLS, connect timeout) is a death:
 //!   [`Lost::Unreachable`], once, and the core reconnects with its backoff.
 //! - [`Upstream::stop`] sends `DELETE` for the session (bounded by `connect_timeout`), then
-//!   [`Lost::Closed`].
+//!   [`Lost::Closed`];
+//! - an upgrade in place (issue 32 §1) never DELETEs: [`Upstream::hand_over_session`] stops the
+//!   session's tasks and returns its [`SessionState`] (session id, version, `initialize`, the
+//!   GET stream's last event id) for the hand-over record; [`start`] given it goes on with that
+//!   session (no `initialize`) and opens the GET stream again with `Last-Event-ID`.
 //!
 //! Bounds: `max_connections` POSTs at once (a semaphore; more wait in order), bodies and SSE
 //! events over `max_message_size` are discarded ([`Event::Oversized`]), redirects are never
@@ -138,6 +142,38 @@ pub struct RemoteStatus {
     pub auth: Option<crate::auth::SignInStatus>,
 }
 
+/// A session as one image hands it to the next at an upgrade in place (issue 32 §1; the
+/// hand-over record's `servers[].remote`). Its `Debug` never shows the session id (a bearer
+/// of the session for whoever holds it).
+#[derive(Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct SessionState {
+    /// The server's `Mcp-Session-Id`, if it gave one.
+    pub session_id: Option<String>,
+    /// The negotiated protocol version.
+    pub protocol_version: Option<String>,
+    /// The `initialize` request as the core sent it (replayed if the server forgets the
+    /// session later).
+    pub initialize: Option<Value>,
+    /// The id of the last event the GET stream delivered, for `Last-Event-ID`.
+    pub last_event_id: Option<String>,
+    /// Whether the GET stream is to be opened (the session was initialized).
+    pub listening: bool,
+    /// How long the session had been open, in seconds.
+    pub age_s: u64,
+}
+
+impl std::fmt::Debug for SessionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionState")
+            .field("session_id", &self.session_id.as_ref().map(|_| "(kept)"))
+            .field("protocol_version", &self.protocol_version)
+            .field("last_event_id", &self.last_event_id)
+            .field("listening", &self.listening)
+            .field("age_s", &self.age_s)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The session's facts shared between its tasks and the handle's `status`.
 #[derive(Default)]
 struct Facts {
@@ -151,6 +187,40 @@ struct Facts {
     last_http_status: Option<u16>,
     last_error: Option<String>,
     get_stream: bool,
+    /// Whether `notifications/initialized` went out (the GET stream is then expected).
+    initialized: bool,
+    /// The id of the last event the GET stream delivered.
+    get_last_event_id: Option<String>,
+}
+
+impl Facts {
+    /// Facts that go on from a handed-over session.
+    fn resumed(state: SessionState) -> Facts {
+        let since = Instant::now()
+            .checked_sub(Duration::from_secs(state.age_s))
+            .unwrap_or_else(Instant::now);
+        Facts {
+            session_since: state.session_id.as_ref().map(|_| since),
+            session_id: state.session_id,
+            protocol_version: state.protocol_version,
+            initialize: state.initialize,
+            initialized: state.listening,
+            get_last_event_id: state.last_event_id,
+            ..Facts::default()
+        }
+    }
+
+    /// What the next image goes on with.
+    fn handed_over(&self) -> SessionState {
+        SessionState {
+            session_id: self.session_id.clone(),
+            protocol_version: self.protocol_version.clone(),
+            initialize: self.initialize.clone(),
+            last_event_id: self.get_last_event_id.clone(),
+            listening: self.initialized,
+            age_s: self.session_since.map_or(0, |t| t.elapsed().as_secs()),
+        }
+    }
 }
 
 /// One running remote session, as the core holds it.
@@ -195,13 +265,16 @@ struct Session {
 
 /// Starts a remote session: builds the client (TLS, proxy from the environment, redirect
 /// policy) and resolves the headers now; the first connection is made by the core's first
-/// message. Errors: an unreadable `tls_ca_file` or a header whose variable or file is
+/// message. With `resumed` (what the previous image handed over, issue 32 §1) the session
+/// goes on: no `initialize` is needed, and the GET stream is opened again at once with
+/// `Last-Event-ID`. Errors: an unreadable `tls_ca_file` or a header whose variable or file is
 /// missing (retried with backoff: a secret may be mounted late).
 pub fn start(
     spec: &RemoteSpec,
     generation: u64,
     tail: StderrTail,
     events: mpsc::Sender<Event>,
+    resumed: Option<SessionState>,
 ) -> Result<RemoteHandle, StartError> {
     let cfg = &spec.config;
     let fail = |message: String| StartError {
@@ -264,7 +337,7 @@ pub fn start(
         max_message_size: spec.max_message_size,
         connect_timeout: cfg.connect_timeout,
         events,
-        facts: Mutex::new(Facts::default()),
+        facts: Mutex::new(resumed.clone().map(Facts::resumed).unwrap_or_default()),
         reinit: tokio::sync::Mutex::new(()),
         permits: Semaphore::new(cfg.max_connections.max(1)),
         request_timeout: spec.request_timeout,
@@ -275,7 +348,17 @@ pub fn start(
         tail,
         auth,
     });
-    info!(server = %spec.name, url = %session.shown, generation, "remote session starting");
+    match &resumed {
+        Some(r) => {
+            info!(server = %spec.name, url = %session.shown, generation, session = r.session_id.is_some(), "remote session handed over by the previous image: going on with it");
+            if r.listening {
+                tokio::spawn(session.clone().listen());
+            }
+        }
+        None => {
+            info!(server = %spec.name, url = %session.shown, generation, "remote session starting")
+        }
+    }
     tokio::spawn(drive(session.clone(), normal_rx, urgent_rx));
     Ok(RemoteHandle {
         generation,
@@ -352,6 +435,18 @@ impl Upstream for RemoteHandle {
         self.stopping
     }
 
+    /// Stops the session's tasks without a `DELETE` (the next image goes on with the session)
+    /// and returns what it needs; `None` once stopping.
+    fn hand_over_session(&mut self) -> Option<SessionState> {
+        if self.stopping {
+            return None;
+        }
+        self.stopping = true;
+        self.session.cancel.cancel();
+        let state = lock(&self.session.facts).handed_over();
+        Some(state)
+    }
+
     fn remote(&self) -> Option<RemoteStatus> {
         let f = lock(&self.session.facts);
         Some(RemoteStatus {
@@ -401,6 +496,11 @@ struct Outgoing {
 }
 
 impl Outgoing {
+    /// The GET stream's stand-in: no line, no id, no method.
+    fn is_get_stream(&self) -> bool {
+        self.method.is_none() && self.id.is_none() && self.line.is_empty()
+    }
+
     fn of(line: Bytes) -> Option<Outgoing> {
         let v: Value = serde_json::from_slice(&line).ok()?;
         let method = v.get("method").and_then(Value::as_str).map(str::to_string);
@@ -462,6 +562,7 @@ async fn drive(
             }
             Some("notifications/initialized") => {
                 session.clone().exchange(out).await;
+                lock(&session.facts).initialized = true;
                 tokio::spawn(session.clone().listen());
             }
             _ => {
@@ -777,6 +878,7 @@ impl Session {
             f.session_id = Some(id);
             f.session_since = Some(Instant::now());
             f.epoch = f.epoch.wrapping_add(1);
+            f.get_last_event_id = None;
         }
         let note = Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
         if let Some(out) = Outgoing::of(note) {
@@ -929,6 +1031,9 @@ impl Session {
                 sse::Item::Event { id, retry, data } => {
                     state.note(id, retry);
                     if data.is_empty() {
+                        if out.is_get_stream() {
+                            lock(&self.facts).get_last_event_id = state.last_id.clone();
+                        }
                         continue;
                     }
                     let line = Bytes::from(data);
@@ -941,6 +1046,10 @@ impl Session {
                         });
                     }
                     self.deliver_json(&line, out).await;
+                    if out.is_get_stream() {
+                        // Delivered: the next image resumes after it (issue 32 §1).
+                        lock(&self.facts).get_last_event_id = state.last_id.clone();
+                    }
                 }
                 sse::Item::Oversized(len) => {
                     warn!(server = %self.name, bytes = len, limit = self.max_message_size, "discarded an SSE event over max_message_size");
@@ -995,7 +1104,10 @@ impl Session {
     /// other refusal) means the server offers none, which is fine; a stream that ends is
     /// opened again after the server's `retry`, resuming from its last event id.
     async fn listen(self: Arc<Self>) {
-        let mut state = sse::Resume::default();
+        let mut state = sse::Resume {
+            last_id: lock(&self.facts).get_last_event_id.clone(),
+            retry: None,
+        };
         let none = Outgoing {
             line: Bytes::new(),
             id: None,

@@ -926,3 +926,73 @@ fn remote_rate_limits_are_waited_out_within_the_calls_deadline() {
     assert_eq!(outage(&r)["class"], "rate_limited", "{r}");
     assert_eq!(outage(&r)["retry_after_ms"], 2000, "{r}");
 }
+
+/// Issue 32 §1 on a url server: an upgrade hands the remote session over. The server sees
+/// one `initialize` and no `DELETE`; every POST after the upgrade carries the same
+/// `Mcp-Session-Id`; the GET stream is opened again with `Last-Event-ID` naming the last event
+/// the old image read; the client's connection and calls go on; `status` still shows the
+/// session's age.
+#[test]
+fn remote_an_upgrade_keeps_the_session_and_resumes_its_stream() {
+    let remote = incidents(&["--event-ids"]);
+    let sup = Supervisor::start(&format!(
+        "[servers.hosted]\nurl = {:?}\nprobe_interval = \"1h\"\n",
+        remote.url()
+    ));
+    let mut c = ready_client(&sup, "hosted");
+    assert_eq!(Client::text(&echo(&mut c, 1, "before")), "before");
+    let gets = || -> Vec<Value> {
+        remote
+            .requests()
+            .into_iter()
+            .filter(|r| r["method"] == "GET" && r["status"] == 200)
+            .collect()
+    };
+    // The GET stream is open and has sent at least two events (one a second).
+    assert!(
+        wait_until(Duration::from_secs(20), || gets().len() == 1),
+        "{:?}",
+        remote.requests()
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    let session = gets()[0]["session"].as_str().unwrap().to_string();
+    for n in 1..=2 {
+        let (code, said) = crate::upgrade::upgrade(&sup);
+        assert_eq!(code, Some(0), "upgrade {n}: {said}\n{}", sup.log());
+        let r = echo(&mut c, 10 + n, &format!("after {n}"));
+        assert_eq!(Client::text(&r), format!("after {n}"), "{r}\n{}", sup.log());
+        assert!(
+            wait_until(Duration::from_secs(20), || gets().len() == 1 + n as usize),
+            "no GET after upgrade {n}: {:?}",
+            remote.requests()
+        );
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    let log = remote.requests();
+    assert_eq!(remote.count("POST", "initialize"), 1, "{log:?}");
+    assert!(!log.iter().any(|r| r["method"] == "DELETE"), "{log:?}");
+    // After the `initialize` (the era probe before it is refused: a handshake-era server).
+    let first = log.iter().position(|r| r["rpc"] == "initialize").unwrap();
+    for r in log[first + 1..].iter() {
+        assert_eq!(r["session"], Value::from(session.as_str()), "{r}");
+        assert_eq!(r["status"].as_u64().unwrap_or(0) / 100, 2, "{r}");
+    }
+    // Each later GET resumed the stream from an event the earlier one sent.
+    let gets = gets();
+    assert_eq!(gets[0]["last_event_id"], Value::Null);
+    for g in &gets[1..] {
+        let id = g["last_event_id"].as_str().unwrap_or_else(|| panic!("{g}"));
+        let n: u64 = id
+            .strip_prefix(&format!("{session}-"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{id}"));
+        assert!(n >= 2, "{id}");
+    }
+    let st = sup.server_status("hosted");
+    assert_eq!(st["remote"]["session"], true, "{st}");
+    assert!(
+        st["remote"]["session_age_s"].as_u64().unwrap_or(0) >= 4,
+        "{st}"
+    );
+    assert_eq!(st["restarts"], Value::from(0), "{st}");
+}

@@ -482,3 +482,42 @@ fn a_socket_clients_listen_stream_goes_on_across_an_upgrade() {
         sup.stop();
     }
 }
+
+/// The counters `status` shows go on across an upgrade: a server restarted once before still
+/// says `restarts: 1` after it (its child kept: same pid).
+#[test]
+fn an_upgrade_keeps_the_restart_count() {
+    let mut sup = Supervisor::start(&fake_server("fake", &[], ""));
+    let mut c = sup.client("fake");
+    assert_eq!(
+        Client::text(&c.call(json!(1), "echo", json!({"text": "a"}))),
+        "a"
+    );
+    let out = Command::new(SUPERVISOR)
+        .args(["restart", "fake", "-c"])
+        .arg(&sup.config)
+        .env("MCPSUP_TEST_ID", &sup.id)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let restarted = || {
+        let st = sup.server_status("fake");
+        st["state"] == "ready" && st["restarts"] == 1
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), restarted),
+        "{}",
+        sup.server_status("fake")
+    );
+    let child = pid_of(&sup, "fake");
+    let (code, said) = upgrade(&sup);
+    assert_eq!(code, Some(0), "{said}\n{}", sup.log());
+    let st = sup.server_status("fake");
+    assert_eq!(st["restarts"], 1, "{st}");
+    assert_eq!(st["pid"], child, "{st}");
+    assert_eq!(
+        Client::text(&c.call(json!(2), "echo", json!({"text": "b"}))),
+        "b"
+    );
+    sup.stop();
+}

@@ -92,8 +92,13 @@ pub struct HandOver {
     pub log_level: Option<usize>,
     /// The child's paused pipe tasks, when a child runs and can be handed over.
     pub child: Option<ChildTakeover>,
+    /// The remote session, when a url server's session is open (its tasks ended, never
+    /// DELETEd).
+    pub remote: Option<crate::remote::SessionState>,
     /// Its stderr tail.
     pub tail: String,
+    /// Restarts counted so far.
+    pub restarts: u64,
     /// Each socket client's state, as the lines that rebuild it in the next image's actor.
     pub clients: BTreeMap<ClientId, ClientState>,
 }
@@ -103,7 +108,10 @@ pub struct HandOver {
 pub struct Adoption {
     /// The running instance, when one ran (taken by the actor's starter).
     pub inherited: Option<crate::child::process::Inherited>,
-    /// Whether an instance was handed over (stays true once `inherited` is taken).
+    /// The remote session, when a url server's was handed over (taken by the starter).
+    pub remote: Option<crate::remote::SessionState>,
+    /// Whether an instance was handed over (stays true once `inherited` or `remote` is
+    /// taken).
     pub running: bool,
     /// Its generation.
     pub generation: u64,
@@ -113,6 +121,8 @@ pub struct Adoption {
     pub handshake: Option<Value>,
     /// The child's log level.
     pub log_level: Option<usize>,
+    /// Restarts the previous image counted.
+    pub restarts: u64,
 }
 
 impl Server {
@@ -173,6 +183,12 @@ impl Server {
             serde_json::from_slice(&text).unwrap_or(Value::Null)
         });
         let child = self.life.child_mut().and_then(|c| c.hand_over());
+        // A url server's session goes on in the next image only once its handshake is known
+        // (else the next image opens its own; the old one is left to expire, never DELETEd).
+        let remote = match &handshake {
+            Some(_) => self.life.child_mut().and_then(|c| c.hand_over_session()),
+            None => None,
+        };
         let mut clients = BTreeMap::new();
         for (id, c) in self.clients.iter() {
             if c.peer().transport != Transport::Socket || c.closing() {
@@ -229,6 +245,7 @@ impl Server {
         info!(
             clients = clients.len(),
             child = child.as_ref().map(|c| c.pid),
+            remote_session = remote.is_some(),
             "handing over to the next image"
         );
         HandOver {
@@ -237,7 +254,9 @@ impl Server {
             handshake,
             log_level: self.opener.log_level(),
             child,
+            remote,
             tail: self.instances.tail().text(),
+            restarts: self.instances.restarts(),
             clients,
         }
     }
@@ -245,6 +264,7 @@ impl Server {
     /// Takes what the previous image handed over: the session's handshake, lists and log
     /// level, the ids the child has seen, and the generation the inherited instance runs as.
     pub(super) fn adopt(&mut self, a: &Adoption) {
+        self.instances.resume_restarts(a.restarts);
         let Some(record) = a
             .handshake
             .as_ref()

@@ -111,6 +111,11 @@ impl Instances {
         self.restarts
     }
 
+    /// Goes on counting from the previous image's `restarts` (issue 32 §1).
+    pub(super) fn resume_restarts(&mut self, restarts: u64) {
+        self.restarts = restarts;
+    }
+
     /// Counts a restart.
     pub(super) fn count_restart(&mut self) {
         self.restarts = self.restarts.saturating_add(1);

@@ -15,19 +15,28 @@ pub(crate) struct ProcessStarter {
     /// The instance the previous image handed over (issue 32 §1): adopted by the first
     /// start instead of a spawn.
     pub(crate) inherited: Option<process::Inherited>,
+    /// The remote session the previous image handed over (issue 32 §1): gone on with by
+    /// the first start instead of a new `initialize`.
+    pub(crate) resumed: Option<crate::remote::SessionState>,
 }
 
 impl ProcessStarter {
     /// A remote session (issue 29): set up on the runtime (no blocking work: the headers'
     /// files are small), `Event::Connected` sent before any event of the session.
-    fn start_remote(&self, spec: &crate::remote::RemoteSpec, generation: u64, tail: StderrTail) {
+    fn start_remote(
+        &mut self,
+        spec: &crate::remote::RemoteSpec,
+        generation: u64,
+        tail: StderrTail,
+    ) {
         let spec = spec.clone();
         let events = self.events.clone();
+        let resumed = self.resumed.take();
         tokio::spawn(async move {
             let Ok(permit) = events.reserve().await else {
                 return;
             };
-            let connected = crate::remote::start(&spec, generation, tail, events.clone())
+            let connected = crate::remote::start(&spec, generation, tail, events.clone(), resumed)
                 .map(|h| Box::new(h) as Box<dyn Upstream>);
             permit.send(Event::Connected(generation, connected));
         });

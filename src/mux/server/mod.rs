@@ -342,6 +342,7 @@ impl Server {
         let spawner = Box::new(ProcessStarter {
             events,
             inherited: adoption.as_mut().and_then(|a| a.inherited.take()),
+            resumed: adoption.as_mut().and_then(|a| a.remote.take()),
         });
         let rng = StdRng::from_entropy();
         let mut server = Server::with_spawner(cfg, pid, history, spawner, events_rx, rng);
