@@ -117,13 +117,16 @@ impl Daemon {
         info!(endpoint = %name, socket = %path.display(), sources = ?cfg.servers, "endpoint listening");
         let http = self.start_http(&cfg.front, &accept);
         self.load_labelled(&cfg);
+        let seats = Arc::new(crate::mux::session::Seats::default());
+        // The socket clients the previous image handed over (issue 32 §1).
+        self.resume_clients(&name, &handle, &params_rx, &seats);
         self.tracker.spawn(accept_loop(
             listener,
             name.clone(),
             handle.clone(),
             params_rx,
             self.shared.clone(),
-            Arc::new(crate::mux::session::Seats::default()),
+            seats,
             accept.clone(),
             self.connections.clone(),
             self.tracker.clone(),
@@ -214,6 +217,14 @@ impl Daemon {
         if r.handle.commands.send(Command::Shutdown(tx)).await.is_ok() {
             let _ = rx.await;
         }
+    }
+
+    /// Each running endpoint's name and handle (an upgrade asks them, issue 32 §1).
+    pub(super) fn endpoint_handles(&self) -> Vec<(String, ServerHandle)> {
+        self.endpoints
+            .iter()
+            .map(|(n, e)| (n.clone(), e.handle.clone()))
+            .collect()
     }
 
     /// At shutdown: every endpoint's clients closed and sockets removed.

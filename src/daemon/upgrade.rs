@@ -11,10 +11,11 @@
 
 use super::Daemon;
 use crate::handover::{
-    self, ChildRecord, ClientRecord, ConfigText, HttpConn, Listener, Record, ServerRecord,
+    self, ChildRecord, ClientRecord, ConfigText, EndpointRecord, HttpConn, Listener, Record,
+    ServerRecord,
 };
 use crate::mux::server::Command;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -80,6 +81,7 @@ impl Daemon {
             Err(e) => return format!("cannot keep the running image open: {e}"),
         };
         let mut servers = self.hand_over_servers().await;
+        let endpoints = self.hand_over_endpoints().await;
         // What the actors decided is written before the connections change hands.
         let written = until(HANDOVER_WAIT, || parking.drained()).await;
         if !written {
@@ -90,10 +92,12 @@ impl Daemon {
             warn!("some HTTP connections stayed busy (long streams); they end at the hand-over");
         }
         let parked = parking.parked();
-        for (s, clients) in &mut servers {
-            for (id, state) in std::mem::take(clients) {
-                if let Some(p) = parked.get(&id) {
-                    s.clients.push(ClientRecord {
+        let records = |clients: ReplayOf| -> Vec<ClientRecord> {
+            clients
+                .into_iter()
+                .filter_map(|(id, state)| {
+                    let p = parked.get(&id)?;
+                    Some(ClientRecord {
                         fd: p.fd,
                         uid: p.peer.uid,
                         gid: p.peer.gid,
@@ -101,10 +105,20 @@ impl Daemon {
                         pending: handover::b64(&p.pending),
                         replay: state.replay,
                         listens: state.listens,
-                    });
-                }
-            }
+                    })
+                })
+                .collect()
+        };
+        for (s, clients) in &mut servers {
+            s.clients = records(std::mem::take(clients));
         }
+        let endpoints = endpoints
+            .into_iter()
+            .map(|(name, clients)| EndpointRecord {
+                name,
+                clients: records(clients),
+            })
+            .collect();
         let servers = servers.into_iter().map(|(s, _)| s).collect();
         let record = Record {
             version: handover::VERSION,
@@ -133,6 +147,7 @@ impl Daemon {
                 })
                 .collect(),
             servers,
+            endpoints,
             http: front
                 .hand_off()
                 .parked()
@@ -203,12 +218,18 @@ impl Daemon {
         }
     }
 
-    /// Client requests unfinished, all servers (a server that does not answer counts as one).
+    /// Client requests unfinished, all servers and endpoints (one that does not answer
+    /// counts as one).
     async fn unfinished(&self) -> usize {
         let mut n = 0usize;
-        for r in self.servers.values() {
+        let handles = self
+            .servers
+            .values()
+            .map(|r| r.handle.clone())
+            .chain(self.endpoint_handles().into_iter().map(|(_, h)| h));
+        for handle in handles {
             let (tx, rx) = oneshot::channel();
-            let _ = r.handle.commands.send(Command::Busy(tx)).await;
+            let _ = handle.commands.send(Command::Busy(tx)).await;
             n = n.saturating_add(
                 tokio::time::timeout(HANDOVER_WAIT, rx)
                     .await
@@ -268,6 +289,23 @@ impl Daemon {
                 },
                 h.clients,
             ));
+        }
+        out
+    }
+
+    /// Each endpoint's socket clients' states (an endpoint that does not hand over in time is
+    /// left out: its clients' connections end at the exec).
+    async fn hand_over_endpoints(&self) -> Vec<(String, ReplayOf)> {
+        let mut out = Vec::new();
+        for (name, handle) in self.endpoint_handles() {
+            let (tx, rx) = oneshot::channel();
+            let _ = handle.commands.send(Command::HandOver(tx)).await;
+            match tokio::time::timeout(HANDOVER_WAIT.saturating_mul(2), rx).await {
+                Ok(Ok(h)) => out.push((name, h.clients)),
+                _ => {
+                    warn!(endpoint = %name, "no hand-over from the endpoint in time; its clients' connections end at the upgrade")
+                }
+            }
         }
         out
     }
@@ -479,6 +517,24 @@ impl Adopted {
     }
 }
 
+/// A socket client of the record, its connection owned by `own`.
+fn adopted_client(c: ClientRecord, own: &impl Fn(RawFd) -> OwnedFd) -> AdoptedClient {
+    AdoptedClient {
+        fd: own(c.fd),
+        peer: crate::mux::session::Peer {
+            uid: c.uid,
+            gid: c.gid,
+            pid: c.pid,
+            ..Default::default()
+        },
+        resume: crate::mux::park::Resume {
+            pending: handover::unb64(&c.pending, "pending").unwrap_or_default(),
+            replay: c.replay,
+            listens: c.listens,
+        },
+    }
+}
+
 /// Takes ownership of a validated record's descriptors.
 pub(super) fn adopt(r: Record) -> Adopted {
     // SAFETY (every `own` below): `r` was validated (`Record::decode`): each descriptor is
@@ -500,20 +556,7 @@ pub(super) fn adopt(r: Record) -> Adopted {
         let adopted: Vec<AdoptedClient> = s
             .clients
             .into_iter()
-            .map(|c| AdoptedClient {
-                fd: own(c.fd),
-                peer: crate::mux::session::Peer {
-                    uid: c.uid,
-                    gid: c.gid,
-                    pid: c.pid,
-                    ..Default::default()
-                },
-                resume: crate::mux::park::Resume {
-                    pending: handover::unb64(&c.pending, "pending").unwrap_or_default(),
-                    replay: c.replay,
-                    listens: c.listens,
-                },
-            })
+            .map(|c| adopted_client(c, &own))
             .collect();
         clients.insert(s.name.clone(), adopted);
         let inherited = s.child.map(|c| crate::child::process::Inherited {
@@ -539,6 +582,14 @@ pub(super) fn adopt(r: Record) -> Adopted {
                 log_level: s.log_level,
             },
         );
+    }
+    for e in r.endpoints {
+        let adopted = e
+            .clients
+            .into_iter()
+            .map(|c| adopted_client(c, &own))
+            .collect();
+        clients.insert(e.name, adopted);
     }
     Adopted {
         lock,

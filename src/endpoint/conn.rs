@@ -46,6 +46,9 @@ pub const MAX_PAGES: usize = 64;
 pub const PAGE: usize = 500;
 /// Requests held while the catalog is filled (a call by name before any list).
 const MAX_WAITING: usize = 256;
+/// Resource subscriptions kept for an upgrade's replay (beyond it, later ones are not
+/// replayed; the sources hold them as ever until the upgrade).
+const MAX_KEPT_SUBSCRIPTIONS: usize = 4096;
 /// Requests the sources may have asked of this client and not seen answered; beyond it a
 /// source's request is answered with an error at once (its actor bounds them too, and ends
 /// them at `request_timeout` with a cancel that frees their place).
@@ -224,6 +227,11 @@ pub struct Conn {
     relisten_at: Option<Instant>,
     /// A list was merged since the catalog was last taken to share ([`Conn::take_catalog`]).
     merged_since: bool,
+    /// The client's last `logging/setLevel` params (replayed after an upgrade).
+    level: Option<Box<RawValue>>,
+    /// The resource URIs the client subscribed to, with the params it sent (replayed after an
+    /// upgrade); at most [`MAX_KEPT_SUBSCRIPTIONS`].
+    subscribed: std::collections::BTreeMap<String, Box<RawValue>>,
 }
 
 impl Conn {
@@ -275,6 +283,8 @@ impl Conn {
             listens: Listens::default(),
             relisten_at: None,
             merged_since: false,
+            level: None,
+            subscribed: Default::default(),
         }
     }
 
@@ -323,6 +333,89 @@ impl Conn {
         out
     }
 
+    /// Keeps a `resources/subscribe` (forgets on `resources/unsubscribe`) for an upgrade's
+    /// replay.
+    fn note_subscription(&mut self, m: &Message) {
+        let uri = || {
+            m.params_object()?
+                .get("uri")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        match m.method() {
+            "resources/subscribe" => {
+                if let (Some(uri), Some(p)) = (uri(), m.params.clone()) {
+                    if self.subscribed.len() < MAX_KEPT_SUBSCRIPTIONS
+                        || self.subscribed.contains_key(&uri)
+                    {
+                        self.subscribed.insert(uri, p);
+                    }
+                }
+            }
+            "resources/unsubscribe" => {
+                if let Some(uri) = uri() {
+                    self.subscribed.remove(&uri);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Client requests not answered yet (forwarded, fanned out, waiting for the catalog) and
+    /// requests the sources asked of the client: an upgrade waits for 0 (issue 32 §1). Open
+    /// listen streams are not counted (they are replayed).
+    pub fn unfinished(&self) -> usize {
+        let forwarded = self
+            .pending
+            .values()
+            .filter(|p| matches!(p, Pending::Forward { .. }))
+            .count();
+        let fans = self.fans.values().filter(|f| f.reply.is_some()).count();
+        forwarded
+            .saturating_add(fans)
+            .saturating_add(self.waiting.len())
+            .saturating_add(self.asked.len())
+    }
+
+    /// This client's state for the next image of an upgrade (issue 32 §1): its handshake,
+    /// `notifications/initialized`, log level and resource subscriptions as requests under
+    /// replay ids (their answers are not shown), and its open listen streams under its own
+    /// ids (all acknowledged: the endpoint acknowledges at once).
+    pub fn hand_over(&self) -> crate::mux::server::ClientState {
+        let mut n = 0u64;
+        let mut next = || {
+            n += 1;
+            json!(format!("{}{n}", crate::handover::REPLAY_ID_PREFIX))
+        };
+        let raw = |p: &RawValue| serde_json::from_str::<Value>(p.get()).unwrap_or(Value::Null);
+        let mut lines = Vec::new();
+        if self.era == Some(Era::Handshake) {
+            if let Some(hello) = &self.hello {
+                lines.push(
+                    json!({"jsonrpc": "2.0", "id": next(), "method": "initialize",
+                    "params": raw(hello)}),
+                );
+                if self.initialized {
+                    lines.push(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+                }
+            }
+            if let Some(level) = &self.level {
+                lines.push(
+                    json!({"jsonrpc": "2.0", "id": next(), "method": "logging/setLevel",
+                    "params": raw(level)}),
+                );
+            }
+            for p in self.subscribed.values() {
+                lines.push(json!({"jsonrpc": "2.0", "id": next(),
+                    "method": "resources/subscribe", "params": raw(p)}));
+            }
+        }
+        crate::mux::server::ClientState {
+            replay: lines.iter().map(Value::to_string).collect(),
+            listens: self.listens.requests(self.envelope.as_deref()),
+        }
+    }
+
     /// The client closed its input: it is answered what it asked, then closed.
     pub fn input_closed(&mut self) -> Vec<Effect> {
         self.input_closed = true;
@@ -363,12 +456,16 @@ impl Conn {
             }
             "ping" => self.reply(out, &id, "ping", json!({})),
             "server/discover" => self.fan(Some(id), FanWhat::Discover, m.params, now, out),
-            "logging/setLevel" => self.fan(Some(id), FanWhat::SetLevel, m.params, now, out),
+            "logging/setLevel" => {
+                self.level = m.params.clone();
+                self.fan(Some(id), FanWhat::SetLevel, m.params, now, out)
+            }
             "subscriptions/listen" => self.listen(id, &m, out),
             method => {
                 if let Some(kind) = ListKind::of_method(method) {
                     return self.list(id, kind, m.params, now, out);
                 }
+                self.note_subscription(&m);
                 self.route(m, now, out);
             }
         }

@@ -197,6 +197,32 @@ impl Listens {
         }
     }
 
+    /// Each open stream as the `subscriptions/listen` request that opens it again, under the
+    /// client's own id, with `envelope` (`{"_meta": {…}}`, the client's protocol keys) and
+    /// the stream's filter: what an upgrade replays in the next image (issue 32 §1).
+    pub fn requests(&self, envelope: Option<&RawValue>) -> Vec<String> {
+        let meta = envelope
+            .and_then(|e| serde_json::from_str::<Value>(e.get()).ok())
+            .and_then(|mut e| e.get_mut("_meta").map(Value::take));
+        self.streams
+            .values()
+            .map(|s| {
+                let mut params = Map::new();
+                params.insert(
+                    "notifications".into(),
+                    s.filter.notifications(&s.filter.uris),
+                );
+                if let Some(m) = &meta {
+                    params.insert("_meta".into(), m.clone());
+                }
+                let id: Value = serde_json::from_str(s.id.get()).unwrap_or(Value::Null);
+                json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+                    "params": params})
+                .to_string()
+            })
+            .collect()
+    }
+
     /// The client's streams whose stream toward `source` ended, to open again (each once:
     /// the caller opens them and records them with [`Listens::toward`]).
     pub fn to_reopen(&mut self, source: usize) -> Vec<String> {

@@ -25,10 +25,10 @@ use crate::mux::server::{panic_message, Command, Restarts, ServerHandle};
 use crate::mux::session::{Access, Address, ClientId, ClientTx, Peer, Seats, SessionEvent};
 use conn::{Conn, Effect, Plan};
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn, Instrument};
 
@@ -93,7 +93,12 @@ struct Held {
     /// Its peer's uid and gid (a reload's new `allowed_*` may cut it).
     uid: u32,
     gid: u32,
+    /// Its requests not answered yet ([`Conn::unfinished`]), as of its task's last step.
+    busy: Arc<AtomicUsize>,
 }
+
+/// How long the dispatcher waits for one client's task to hand over (issue 32 §1).
+const HANDOVER_WAIT: Duration = Duration::from_secs(2);
 
 /// What the dispatcher hands a client's task.
 enum ClientEvent {
@@ -101,6 +106,9 @@ enum ClientEvent {
     Closed,
     /// A reload changed the endpoint's configuration: its policy applies now.
     Setup(Arc<Setup>),
+    /// An upgrade (issue 32 §1): the client's state for the next image; the task then does
+    /// nothing more (the process executes the next image).
+    HandOver(oneshot::Sender<crate::mux::server::ClientState>),
 }
 
 /// The test hook (`MCP_SUPERVISOR_TEST_PANIC=@endpoint:NAME`): endpoint NAME's dispatcher
@@ -212,12 +220,13 @@ async fn dispatch(
                         conns.retain(|_, h| !h.inbox.is_closed());
                         let (itx, irx) = mpsc::channel(CONN_INBOX);
                         let s = setup.borrow().clone();
-                        conns.insert(id, Held { inbox: itx, tx: tx.clone(), uid: peer.uid, gid: peer.gid });
+                        let busy = Arc::new(AtomicUsize::new(0));
+                        conns.insert(id, Held { inbox: itx, tx: tx.clone(), uid: peer.uid, gid: peer.gid, busy: busy.clone() });
                         if hook {
                             test_panic();
                         }
                         let span = tracing::debug_span!("client", client = %id);
-                        tokio::spawn(client_task(s, tx, peer, irx, stop.child_token()).instrument(span));
+                        tokio::spawn(client_task(s, tx, peer, irx, stop.child_token(), busy).instrument(span));
                     }
                     SessionEvent::Message(id, m) => {
                         if let Some(h) = conns.get(&id) {
@@ -274,6 +283,17 @@ async fn dispatch(
                         keep
                     });
                 }
+                // An upgrade's quiet point and hand-over (issue 32 §1).
+                Some(Command::Busy(reply)) => {
+                    let busy = conns
+                        .values()
+                        .map(|h| h.busy.load(Ordering::Acquire))
+                        .fold(0usize, usize::saturating_add);
+                    let _ = reply.send(busy);
+                }
+                Some(Command::HandOver(reply)) => {
+                    let _ = reply.send(hand_over(conns).await);
+                }
                 // An endpoint has no child: the other commands are the daemon's to refuse.
                 Some(_) => {}
                 None => break,
@@ -281,6 +301,32 @@ async fn dispatch(
         }
     }
     stop.cancel();
+}
+
+/// Each client's state for the next image (a task that does not answer within
+/// [`HANDOVER_WAIT`] is left out: its client's connection ends at the exec). Only the
+/// `clients` of the [`crate::mux::server::HandOver`] mean anything for an endpoint.
+async fn hand_over(conns: &HashMap<ClientId, Held>) -> crate::mux::server::HandOver {
+    let mut clients = std::collections::BTreeMap::new();
+    for (id, h) in conns {
+        let (tx, rx) = oneshot::channel();
+        if h.inbox.try_send(ClientEvent::HandOver(tx)).is_err() {
+            continue;
+        }
+        match tokio::time::timeout(HANDOVER_WAIT, rx).await {
+            Ok(Ok(state)) => {
+                clients.insert(*id, state);
+            }
+            _ => {
+                warn!(client = %id, "a client of the endpoint did not hand over in time; its connection ends at the upgrade")
+            }
+        }
+    }
+    info!(
+        clients = clients.len(),
+        "endpoint handing over to the next image"
+    );
+    crate::mux::server::HandOver::of_clients(clients)
 }
 
 /// What a source's pump hands the client's task.
@@ -297,6 +343,7 @@ async fn client_task(
     peer: Peer,
     mut inbox: mpsc::Receiver<ClientEvent>,
     stop: CancellationToken,
+    busy: Arc<AtomicUsize>,
 ) {
     let (src_tx, mut src_rx) = mpsc::channel(SOURCE_LINES);
     // Each source sees this client as one of its own, named as the endpoint's (§7).
@@ -377,6 +424,14 @@ async fn client_task(
                 }
                 Some(ClientEvent::Closed) => conn.input_closed(),
                 Some(ClientEvent::Setup(s)) => conn.set_view(policy::View::of(&s.cfg.policy, &peer)),
+                Some(ClientEvent::HandOver(reply)) => {
+                    let _ = reply.send(conn.hand_over());
+                    // Handed over: nothing more (leaving the sources now would tell them this
+                    // client is gone, and closing `down` would end its connection); the
+                    // process executes the next image.
+                    stop.cancelled().await;
+                    break 'run;
+                }
                 None => break,
             },
             from = src_rx.recv() => match from {
@@ -393,6 +448,7 @@ async fn client_task(
             _ = sleep_until(deadline) => conn.tick(Instant::now()),
             _ = stop.cancelled() => break,
         };
+        busy.store(conn.unfinished(), Ordering::Release);
         if let (Some(key), Some(c)) = (&seed, conn.take_catalog()) {
             setup.catalogs.put(key.clone(), c);
         }

@@ -15,7 +15,9 @@
 //!     "remote":{"session_id":…|null,"protocol_version":…|null,"initialize":{…}|null,
 //!               "last_event_id":…|null,"listening":B,"age_s":S}|null,"restarts":N,
 //!     "clients":[{"fd":FD,"uid":U,"gid":G,"pid":P|null,"pending":"base64",
-//!                 "replay":["a JSON-RPC line",…],"listens":["a listen request",…]}]}]}`
+//!                 "replay":["a JSON-RPC line",…],"listens":["a listen request",…]}]}],
+//!   "http":[{"fd":FD,"read_ahead":"base64","server":NAME|null}],
+//!   "endpoints":[{"name":…,"clients":[as a server's]}]}`
 //!
 //! The configuration travels as text: the new image runs what the old one ran (a changed file
 //! is applied by a later `reload`), and an image run again after a refusal does not depend on
@@ -77,6 +79,19 @@ pub struct Record {
     /// HTTP connections between requests.
     #[serde(default)]
     pub http: Vec<HttpConn>,
+    /// The endpoints' socket clients (none from an image that predates the field).
+    #[serde(default)]
+    pub endpoints: Vec<EndpointRecord>,
+}
+
+/// An endpoint's connected socket clients (issue 31): each rebuilt in the next image by its
+/// replay lines, as a server's are.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EndpointRecord {
+    /// The endpoint's name.
+    pub name: String,
+    /// Its clients.
+    pub clients: Vec<ClientRecord>,
 }
 
 /// An HTTP connection between two requests.
@@ -250,6 +265,15 @@ impl Record {
         for c in &self.http {
             v.push((c.fd, Kind::Socket, "an HTTP connection".to_string()));
         }
+        for e in &self.endpoints {
+            for c in &e.clients {
+                v.push((
+                    c.fd,
+                    Kind::Socket,
+                    format!("a client of endpoint `{}`", e.name),
+                ));
+            }
+        }
         v
     }
 
@@ -286,6 +310,9 @@ impl Record {
         }
         for c in &self.http {
             unb64(&c.read_ahead, "an HTTP connection's read-ahead")?;
+        }
+        for c in self.endpoints.iter().flat_map(|e| &e.clients) {
+            unb64(&c.pending, "a client's pending bytes")?;
         }
         Ok(())
     }

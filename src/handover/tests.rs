@@ -61,6 +61,7 @@ fn record() -> Record {
             }],
         }],
         http: vec![],
+        endpoints: vec![],
     }
 }
 

@@ -521,3 +521,91 @@ fn an_upgrade_keeps_the_restart_count() {
     );
     sup.stop();
 }
+
+/// An endpoint's socket clients stay connected across an upgrade (issue 32 §1): a handshake
+/// client keeps its session (no second `initialize` from it, its replayed requests' answers
+/// never shown) and a 2026-07-28 client's listen stream goes on under its own id, with no
+/// second acknowledgement; the sources' children are kept.
+#[test]
+fn an_endpoints_clients_stay_connected_across_an_upgrade_in_both_eras() {
+    let saw = tempfile::tempdir().unwrap();
+    let log = saw.path().join("alpha.jsonl");
+    let mut sup = Supervisor::start(
+        &(fake_server("alpha", &["--log", log.to_str().unwrap()], "")
+            + &fake_server("gamma", &["--era", "modern"], "")
+            + "[endpoints.desk]\nservers = [\"alpha\", \"gamma\"]\n"),
+    );
+    let mut h = sup.connect("desk");
+    let init = h.initialize("handshake-client", json!({}));
+    assert_eq!(init["result"]["serverInfo"]["name"], "desk", "{init}");
+    let r = h.request(json!(1), "logging/setLevel", json!({"level": "debug"}));
+    assert!(r.get("result").is_some(), "{r}");
+    let r = h.call(json!(2), "alpha__echo", json!({"text": "before"}));
+    assert_eq!(Client::text(&r), "before", "{r}");
+
+    let mut m = sup.connect("desk");
+    m.send(
+        &json!({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
+        "params": modern(json!({"notifications": {"toolsListChanged": true}}))}),
+    );
+    m.notification(
+        "notifications/subscriptions/acknowledged",
+        Duration::from_secs(5),
+    )
+    .expect("the endpoint acknowledges the stream");
+    let (alpha, gamma) = (pid_of(&sup, "alpha"), pid_of(&sup, "gamma"));
+
+    for n in 1..=2 {
+        let (code, said) = upgrade(&sup);
+        assert_eq!(code, Some(0), "upgrade {n}: {said}\n{}", sup.log());
+        // The handshake client's connection goes on: a call by name, answered once.
+        let r = h.call(
+            json!(10 + n),
+            "alpha__echo",
+            json!({"text": format!("after {n}")}),
+        );
+        assert_eq!(Client::text(&r), format!("after {n}"), "{r}\n{}", sup.log());
+        // The 2026 client's stream goes on: a change of a source reaches it, once.
+        let mut direct = sup.client("alpha");
+        direct.call(json!(1), "list_changed", json!({}));
+        let change = m
+            .notification("notifications/tools/list_changed", Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("no change on the stream: {:?}\n{}", m.backlog, sup.log()));
+        assert_eq!(
+            change["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "L",
+            "{change}"
+        );
+        let r = m.request(
+            json!(20 + n),
+            "tools/call",
+            modern(json!({"name": "gamma__echo", "arguments": {"text": "m"}})),
+        );
+        assert_eq!(Client::text(&r), "m", "{r}");
+        assert!(
+            m.backlog
+                .iter()
+                .all(|v| v["method"] != "notifications/subscriptions/acknowledged"),
+            "a second acknowledgement: {:?}",
+            m.backlog
+        );
+        m.backlog.clear();
+    }
+    // Nothing else reached the handshake client: no answer to a replayed request.
+    while let Some(v) = h.recv_timeout(Duration::from_millis(300)) {
+        assert!(
+            v["id"].is_null() && v["method"].is_string(),
+            "an extra line: {v}"
+        );
+    }
+    assert_eq!(
+        (pid_of(&sup, "alpha"), pid_of(&sup, "gamma")),
+        (alpha, gamma)
+    );
+    assert_eq!(
+        child_saw_method(&log, "initialize"),
+        1,
+        "{:?}",
+        child_saw(&log)
+    );
+    sup.stop();
+}

@@ -518,3 +518,102 @@ fn a_listen_part_a_source_refuses_is_not_asked_again_and_a_repeated_id_is_refuse
     assert!(sent.is_empty(), "{sent:?}");
     assert_eq!(out[0].1["error"]["code"], -32600, "{out:?}");
 }
+
+#[test]
+fn a_hand_over_replays_the_handshake_level_and_live_subscriptions_and_counts_what_is_unfinished() {
+    let now = Instant::now();
+    let mut c = Conn::new(plan(2), &[true, true], View::default());
+    let sent = initialize(&mut c, now);
+    // The initialize fan-out is unfinished until every source answered.
+    assert_eq!(c.unfinished(), 1);
+    for (i, m) in &sent {
+        answer(
+            &mut c,
+            *i,
+            m,
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}}),
+            now,
+        );
+    }
+    assert_eq!(c.unfinished(), 0);
+    c.on_client(
+        msg(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
+        now,
+    );
+    c.on_client(
+        msg(json!({"jsonrpc": "2.0", "id": 1, "method": "logging/setLevel", "params": {"level": "debug"}})),
+        now,
+    );
+    for (id, method, uri) in [
+        (2, "resources/subscribe", "file:///a"),
+        (3, "resources/subscribe", "file:///b"),
+        (4, "resources/unsubscribe", "file:///a"),
+    ] {
+        c.on_client(
+            msg(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {"uri": uri}})),
+            now,
+        );
+    }
+    let state = c.hand_over();
+    let lines: Vec<Value> = state
+        .replay
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let methods: Vec<&str> = lines
+        .iter()
+        .map(|l| l["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            "initialize",
+            "notifications/initialized",
+            "logging/setLevel",
+            "resources/subscribe"
+        ]
+    );
+    assert_eq!(lines[0]["params"]["clientInfo"]["name"], "t");
+    assert_eq!(lines[2]["params"]["level"], "debug");
+    assert_eq!(lines[3]["params"]["uri"], "file:///b");
+    for l in lines.iter().filter(|l| l.get("id").is_some()) {
+        assert!(
+            l["id"]
+                .as_str()
+                .unwrap()
+                .starts_with(crate::handover::REPLAY_ID_PREFIX),
+            "{l}"
+        );
+    }
+    assert!(state.listens.is_empty());
+}
+
+#[test]
+fn a_hand_over_reopens_a_2026_clients_listen_streams_under_its_own_ids() {
+    let now = Instant::now();
+    let mut c = Conn::new(plan(1), &[true], View::default());
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "m", "version": "1"}});
+    c.on_client(
+        msg(
+            json!({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
+            "params": {"notifications": {"toolsListChanged": true}, "_meta": meta}}),
+        ),
+        now,
+    );
+    // An open stream is not unfinished: it is replayed.
+    assert_eq!(c.unfinished(), 0);
+    let state = c.hand_over();
+    assert!(state.replay.is_empty(), "{:?}", state.replay);
+    let l: Value = serde_json::from_str(&state.listens[0]).unwrap();
+    assert_eq!(l["id"], "L");
+    assert_eq!(l["method"], "subscriptions/listen");
+    assert_eq!(
+        l["params"]["notifications"],
+        json!({"toolsListChanged": true})
+    );
+    assert_eq!(
+        l["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
+        "2026-07-28"
+    );
+}

@@ -103,6 +103,24 @@ pub struct HandOver {
     pub clients: BTreeMap<ClientId, ClientState>,
 }
 
+impl HandOver {
+    /// The hand-over of an endpoint (issue 31): its clients' states only; it has no child,
+    /// session or ids of its own.
+    pub fn of_clients(clients: BTreeMap<ClientId, ClientState>) -> HandOver {
+        HandOver {
+            generation: 0,
+            next_id: 0,
+            handshake: None,
+            log_level: None,
+            child: None,
+            remote: None,
+            tail: String::new(),
+            restarts: 0,
+            clients,
+        }
+    }
+}
+
 /// What the next image's actor adopts from the previous one's [`HandOver`].
 #[derive(Debug)]
 pub struct Adoption {
