@@ -199,6 +199,23 @@ pub fn stat(pid: i32) -> Option<Proc> {
     parse_stat(&text)
 }
 
+/// How long ago a process that started `since` clock ticks after boot (`/proc/PID/stat`'s
+/// start time) started: `/proc/uptime` less `since` / `_SC_CLK_TCK`. `None` when `since` is
+/// 0 (unknown), lies in the future, or `/proc/uptime` cannot be read. Used to give an adopted
+/// child its real uptime (issue 32).
+pub fn running_for(since: u64) -> Option<std::time::Duration> {
+    if since == 0 {
+        return None;
+    }
+    let text = std::fs::read_to_string("/proc/uptime").ok()?;
+    let up: f64 = text.split_whitespace().next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let tck = if tck > 0 { tck as f64 } else { 100.0 };
+    let age = up - since as f64 / tck;
+    (age.is_finite() && age >= 0.0).then(|| std::time::Duration::from_secs_f64(age.min(1e9)))
+}
+
 /// Every process `/proc` lists (processes that vanish while listed are skipped). Empty when
 /// `/proc` is not mounted.
 pub fn all() -> Vec<Proc> {
@@ -499,6 +516,15 @@ pub fn finish(within: Duration) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_processs_running_time_comes_from_its_start_ticks() {
+        let me = stat(std::process::id() as i32).expect("our own stat");
+        let age = running_for(me.start).expect("an age");
+        assert!(age < std::time::Duration::from_secs(24 * 3600), "{age:?}");
+        assert_eq!(running_for(0), None);
+        assert_eq!(running_for(u64::MAX), None);
+    }
 
     #[test]
     fn stat_lines_parse_even_with_parentheses_and_spaces_in_the_name() {

@@ -360,9 +360,13 @@ pub fn start(
         }
     }
     tokio::spawn(drive(session.clone(), normal_rx, urgent_rx));
+    // A session handed over goes on from when it was opened.
+    let started_at = lock(&session.facts)
+        .session_since
+        .unwrap_or_else(Instant::now);
     Ok(RemoteHandle {
         generation,
-        started_at: Instant::now(),
+        started_at,
         normal: normal_tx,
         urgent: urgent_tx,
         session,

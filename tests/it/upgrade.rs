@@ -484,9 +484,9 @@ fn a_socket_clients_listen_stream_goes_on_across_an_upgrade() {
 }
 
 /// The counters `status` shows go on across an upgrade: a server restarted once before still
-/// says `restarts: 1` after it (its child kept: same pid).
+/// says `restarts: 1` after it (its child kept: same pid), and its uptime goes on.
 #[test]
-fn an_upgrade_keeps_the_restart_count() {
+fn an_upgrade_keeps_the_restart_count_and_the_uptime() {
     let mut sup = Supervisor::start(&fake_server("fake", &[], ""));
     let mut c = sup.client("fake");
     assert_eq!(
@@ -510,11 +510,21 @@ fn an_upgrade_keeps_the_restart_count() {
         sup.server_status("fake")
     );
     let child = pid_of(&sup, "fake");
+    std::thread::sleep(Duration::from_millis(1500));
+    let uptime = sup.server_status("fake")["uptime_s"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!(uptime >= 1.0, "{uptime}");
     let (code, said) = upgrade(&sup);
     assert_eq!(code, Some(0), "{said}\n{}", sup.log());
     let st = sup.server_status("fake");
     assert_eq!(st["restarts"], 1, "{st}");
     assert_eq!(st["pid"], child, "{st}");
+    // Its uptime goes on from the child's start (whole clock ticks: within 50 ms).
+    assert!(
+        st["uptime_s"].as_f64().unwrap_or(0.0) >= uptime - 0.05,
+        "{st} (before: {uptime})"
+    );
     assert_eq!(
         Client::text(&c.call(json!(2), "echo", json!({"text": "b"}))),
         "b"

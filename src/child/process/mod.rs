@@ -622,10 +622,14 @@ pub fn adopt(
         since,
         guard,
     };
+    // Its uptime goes on from its real start, not from the adoption.
+    let spawned_at = reaper::running_for(since)
+        .and_then(|age| Instant::now().checked_sub(age))
+        .unwrap_or_else(Instant::now);
     Ok(Launched::of(
         cfg,
         instance,
-        (leader, Instant::now()),
+        (leader, spawned_at),
         pipes,
         pending,
         tail,
