@@ -122,6 +122,15 @@ pub enum Verb {
         #[command(flatten)]
         target: Target,
     },
+    /// End what the last run left running (every process carrying its marker), for the
+    /// unit's `ExecStopPost`: does nothing when systemd's `$SERVICE_RESULT` names a crash
+    /// (the restarted supervisor re-adopts the children). Exits 0 when done, 1 when a
+    /// supervisor runs on this socket_dir (nothing is ended), 2 on a bad configuration.
+    Cleanup {
+        /// Configuration file, to find socket_dir (same default as `run`).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
     /// Print every metric in the Prometheus/OpenMetrics text format.
     Metrics {
         #[command(flatten)]

@@ -200,6 +200,10 @@ fn main() {
             },
         },
         Verb::Metrics { target } => operate(target, Op::Metrics, false),
+        Verb::Cleanup { config } => match cli::load_config(config) {
+            Err(code) => code,
+            Ok(c) => cleanup(&c.supervisor.socket_dir),
+        },
         Verb::Url {
             name,
             json,
@@ -235,6 +239,40 @@ fn main() {
         },
     };
     std::process::exit(code);
+}
+
+/// `cleanup` (the unit's `ExecStopPost`): ends what the last run on `socket_dir` left, unless
+/// systemd's `$SERVICE_RESULT` says the supervisor crashed; says what it did on stderr.
+fn cleanup(socket_dir: &std::path::Path) -> i32 {
+    let result = std::env::var("SERVICE_RESULT").ok();
+    match daemon::cleanup(socket_dir, result.as_deref()) {
+        Ok(daemon::Cleanup::Crashed(r)) => {
+            eprintln!("mcp-supervisor cleanup: the supervisor crashed (SERVICE_RESULT={r}); its children are left for the restarted supervisor to re-adopt");
+            0
+        }
+        Ok(daemon::Cleanup::NoRun) => {
+            eprintln!(
+                "mcp-supervisor cleanup: no run recorded in {}; nothing to end",
+                socket_dir.display()
+            );
+            0
+        }
+        Ok(daemon::Cleanup::Ended(found)) if found.is_empty() => {
+            eprintln!("mcp-supervisor cleanup: the last run left nothing running");
+            0
+        }
+        Ok(daemon::Cleanup::Ended(found)) => {
+            eprintln!(
+                "mcp-supervisor cleanup: ended what the last run left: {}",
+                found.join(" ")
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("mcp-supervisor cleanup: {e}; nothing ended");
+            cli::EXIT_FAILED
+        }
+    }
 }
 
 /// An operator verb: find the daemon's control socket through the configuration, ask it.

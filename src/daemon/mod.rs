@@ -45,6 +45,7 @@ mod http;
 mod previous;
 mod sockets;
 mod upgrade;
+pub use previous::{cleanup, Cleanup};
 use sockets::{accept_loop, control_loop, SessionParams, Shared};
 pub use sockets::{
     bind_socket, client_access, lock_socket_dir, operator_access, prepare_socket_dir,

@@ -12,6 +12,11 @@
 //! crash's cleanup still finds them. Every other stored instance that is still running is
 //! ended by its exact marker (even when the token is unknown: the record came from this
 //! unit's own store) and its entries are taken out of the store.
+//!
+//! [`cleanup`] is the same ending, done when the unit stops (`mcp-supervisor cleanup`, the
+//! `ExecStopPost` of `keep-children.conf`): after a stop, whatever of the run is still alive
+//! ends; after a crash (systemd's `$SERVICE_RESULT`), nothing does, so the restarted
+//! supervisor re-adopts the children.
 
 use crate::child::fdstore::Stored;
 use crate::child::process::Inherited;
@@ -20,6 +25,52 @@ use crate::mux::server::Adoption;
 use std::collections::HashMap;
 use std::path::Path;
 use tracing::{info, warn};
+
+/// What [`cleanup`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Cleanup {
+    /// `$SERVICE_RESULT` names a crash of the main process: nothing ended (the children are
+    /// left for the restarted supervisor to re-adopt). Holds the result.
+    Crashed(String),
+    /// No run recorded on this `socket_dir` (or its record is not ours): nothing to end.
+    NoRun,
+    /// The processes ended (`pid(comm)`), none when the run left nothing.
+    Ended(Vec<String>),
+}
+
+/// The `$SERVICE_RESULT` values systemd gives `ExecStopPost` when the main process died by
+/// itself (systemd.exec(5), "Environment variables in spawned processes"): after one of
+/// these `Restart=on-failure` starts the supervisor again.
+const CRASHES: [&str; 5] = ["exit-code", "signal", "core-dump", "oom-kill", "watchdog"];
+
+/// `mcp-supervisor cleanup` (issue 32, decisions: "cleanup on stop"): ends every process the
+/// last run on `socket_dir` left (its marker token from the run record, owner-checked, and
+/// their descendants: SIGTERM, then SIGKILL), unless `service_result` names a crash.
+/// Errors: another supervisor holds `socket_dir` (its children are its own), or the
+/// directory cannot be locked.
+pub fn cleanup(socket_dir: &Path, service_result: Option<&str>) -> Result<Cleanup, String> {
+    if let Some(r) = service_result.filter(|r| CRASHES.contains(r)) {
+        return Ok(Cleanup::Crashed(r.to_string()));
+    }
+    if !socket_dir.is_dir() {
+        return Ok(Cleanup::NoRun);
+    }
+    // Held while ending: no supervisor starts (and spawns) on this directory meanwhile.
+    let _lock = super::lock_socket_dir(socket_dir).map_err(|e| format!("{e:#}"))?;
+    let token = crate::statefile::read_own(&socket_dir.join(crate::reaper::RUN_FILE), 4096)
+        .ok()
+        .and_then(|text| serde_json::from_slice::<serde_json::Value>(&text).ok())
+        .and_then(|v| v.get("token")?.as_str().map(str::to_string))
+        .filter(|t| t.len() == 16 && t.bytes().all(|b| b.is_ascii_hexdigit()));
+    let Some(token) = token else {
+        return Ok(Cleanup::NoRun);
+    };
+    Ok(Cleanup::Ended(crate::reaper::end_previous_run(
+        Some(&token),
+        &[],
+        &[],
+    )))
+}
 
 /// Ends what the last run left (sparing the instances re-adopted from `stored`), records this
 /// run's token, and returns the re-adopted instances by server. An unreadable record of the

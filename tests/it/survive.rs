@@ -625,6 +625,67 @@ fn a_child_left_by_a_crashed_run_is_ended_by_the_next_run_before_it_starts_its_o
     assert_ne!(new, old);
 }
 
+/// The unit's `ExecStopPost` (`mcp-supervisor cleanup`, issue 32 decisions): after a crash
+/// (systemd's `$SERVICE_RESULT=signal`) it leaves the child the dead run left, for the restart
+/// to re-adopt; after a stop (`success`) it ends it; while a supervisor runs on the directory
+/// it refuses and ends nothing.
+#[test]
+fn cleanup_on_stop_ends_what_the_run_left_but_not_after_a_crash_nor_while_one_runs() {
+    let mut sup = Supervisor::start(&fake_server("fake", &["--ignore-stdin-eof"], ""));
+    let mut c = sup.client("fake");
+    let old = Client::text(&c.call(json!(1), "pid", json!({})))
+        .parse::<i32>()
+        .unwrap();
+    drop(c);
+    sup.kill();
+    assert!(
+        alive(old),
+        "the child ignores end of input: it outlives the supervisor"
+    );
+    let (config, id) = (sup.config.clone(), sup.id.clone());
+    let cleanup = |result: Option<&str>| {
+        let mut cmd = std::process::Command::new(SUPERVISOR);
+        cmd.args(["cleanup", "-c"])
+            .arg(&config)
+            .env("MCPSUP_TEST_ID", &id)
+            .env_remove("SERVICE_RESULT");
+        if let Some(r) = result {
+            cmd.env("SERVICE_RESULT", r);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, said) = cleanup(Some("signal"));
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("crashed"), "{said}");
+    assert!(alive(old), "a crash leaves the children for the restart");
+    let (code, said) = cleanup(Some("success"));
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains(&old.to_string()), "{said}");
+    assert!(
+        wait_until(Duration::from_secs(10), || !alive(old)),
+        "{old} still runs after the cleanup"
+    );
+    // With a supervisor running on the directory: refused, its child untouched.
+    sup.run_again();
+    let mut c = sup.client("fake");
+    let new = Client::text(&c.call(json!(2), "pid", json!({})))
+        .parse::<i32>()
+        .unwrap();
+    let (code, said) = cleanup(None);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("already running"), "{said}");
+    assert!(alive(new));
+    assert_eq!(
+        Client::text(&c.call(json!(3), "echo", json!({"text": "still"}))),
+        "still"
+    );
+    sup.stop();
+}
+
 /// Whether `p` is a record of HTTP sessions (`http-sessions-HASH.json`, not the writer's
 /// temporary file beside it).
 fn is_record(p: &std::path::Path) -> bool {
