@@ -201,6 +201,16 @@ pub enum Unreachable {
 }
 
 impl Unreachable {
+    /// Every kind, for reading one back from its token.
+    pub const ALL: [Unreachable; 6] = [
+        Unreachable::Dns,
+        Unreachable::ConnectRefused,
+        Unreachable::ConnectTimeout,
+        Unreachable::Tls,
+        Unreachable::Connect,
+        Unreachable::Dropped,
+    ];
+
     /// Its stable token.
     pub fn as_str(self) -> &'static str {
         match self {

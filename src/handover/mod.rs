@@ -14,6 +14,7 @@
 //!              "pending":"base64","tail":"…"}|null,
 //!     "remote":{"session_id":…|null,"protocol_version":…|null,"initialize":{…}|null,
 //!               "last_event_id":…|null,"listening":B,"age_s":S}|null,"restarts":N,
+//!     "last_exit":{"code":…,"signal":…,"reason":"exited(1)","at":RFC3339}|null,
 //!     "clients":[{"fd":FD,"uid":U,"gid":G,"pid":P|null,"pending":"base64",
 //!                 "replay":["a JSON-RPC line",…],"listens":["a listen request",…]}]}],
 //!   "http":[{"fd":FD,"read_ahead":"base64","server":NAME|null}],
@@ -149,6 +150,9 @@ pub struct ServerRecord {
     /// predates the field).
     #[serde(default)]
     pub restarts: u64,
+    /// The last exit `status` shows (none from an image that predates the field).
+    #[serde(default)]
+    pub last_exit: Option<crate::mux::server::LastExit>,
     /// The connected socket clients.
     pub clients: Vec<ClientRecord>,
 }

@@ -50,6 +50,12 @@ fn record() -> Record {
             }),
             remote: None,
             restarts: 5,
+            last_exit: Some(crate::mux::server::LastExit {
+                code: None,
+                signal: Some(9),
+                reason: "restart-requested signal(SIGKILL)".parse().unwrap(),
+                at: "2026-12-04T21:00:00.000Z".into(),
+            }),
             clients: vec![ClientRecord {
                 fd: b.into_raw_fd(),
                 uid: 1000,
@@ -76,6 +82,9 @@ fn a_record_survives_its_encoding_and_validates() {
     );
     assert_eq!(back.raw_fds().len(), 7);
     assert_eq!(back.servers[0].restarts, 5);
+    let last = back.servers[0].last_exit.as_ref().unwrap();
+    assert_eq!(last.reason.to_string(), "restart-requested signal(SIGKILL)");
+    assert_eq!(last.signal, Some(9));
 }
 
 #[test]

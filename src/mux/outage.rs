@@ -167,6 +167,117 @@ impl Serialize for ExitReason {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for ExitReason {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// An exit reason read back from its text (an upgrade's hand-over record carries the last
+/// exit, issue 32 §1): `parse(r.to_string()).to_string() == r.to_string()` for every reason;
+/// what the text does not say (whether a stop was asked for, stop and shutdown, which both
+/// read `stopped`) is not recovered. Errors: text no reason writes.
+impl std::str::FromStr for ExitReason {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = || format!("not an exit reason: {text:?}");
+        let quiet = Exit {
+            code: None,
+            signal: None,
+            requested: true,
+            limit: None,
+        };
+        match text {
+            "spawn-error" => return Ok(ExitReason::SpawnError),
+            "start-timeout" => return Ok(ExitReason::Timeout(StopCause::StartTimeout)),
+            "probe-timeout" => return Ok(ExitReason::Timeout(StopCause::ProbeTimeout)),
+            _ => {}
+        }
+        if let Some(u) = text
+            .strip_prefix("unreachable(")
+            .and_then(|r| r.strip_suffix(')'))
+        {
+            return Unreachable::ALL
+                .into_iter()
+                .find(|x| x.as_str() == u)
+                .map(ExitReason::Unreachable)
+                .ok_or_else(bad);
+        }
+        match text.split_once(' ') {
+            Some((cause, exit)) => {
+                let cause = cause_named(cause).ok_or_else(bad)?;
+                let exit = exit_named(exit).ok_or_else(bad)?;
+                Ok(ExitReason::Stopped(
+                    cause,
+                    Exit {
+                        requested: true,
+                        ..exit
+                    },
+                ))
+            }
+            None => match cause_named(text) {
+                Some(cause) => Ok(ExitReason::Stopped(cause, quiet)),
+                None => exit_named(text).map(ExitReason::Exit).ok_or_else(bad),
+            },
+        }
+    }
+}
+
+/// The stop cause whose [`StopCause::reason`] is `text` (`stopped` reads as the operator's
+/// stop), never a timeout (those are [`ExitReason::Timeout`]).
+fn cause_named(text: &str) -> Option<StopCause> {
+    [
+        StopCause::StdinFailed,
+        StopCause::StdoutClosed,
+        StopCause::HandshakeRejected,
+        StopCause::Stop,
+        StopCause::Restart,
+        StopCause::Idle,
+        StopCause::AuthFailed,
+    ]
+    .into_iter()
+    .find(|c| c.reason() == text)
+}
+
+/// The exit [`Exit::reason`] writes as `text`.
+fn exit_named(text: &str) -> Option<Exit> {
+    let mut exit = Exit {
+        code: None,
+        signal: None,
+        requested: false,
+        limit: None,
+    };
+    if let Some(limit) = [
+        crate::child::limits::LimitKill::OomKilled,
+        crate::child::limits::LimitKill::MemoryLimit,
+        crate::child::limits::LimitKill::TasksLimit,
+    ]
+    .into_iter()
+    .find(|l| l.reason() == text)
+    {
+        exit.limit = Some(limit);
+        return Some(exit);
+    }
+    if text == "exited(unknown)" {
+        return Some(exit);
+    }
+    if let Some(code) = text
+        .strip_prefix("exited(")
+        .and_then(|r| r.strip_suffix(')'))
+    {
+        exit.code = Some(code.parse().ok()?);
+        return Some(exit);
+    }
+    let name = text.strip_prefix("signal(")?.strip_suffix(')')?;
+    exit.signal = Some(match name.parse::<i32>() {
+        Ok(n) => n,
+        Err(_) => name.parse::<nix::sys::signal::Signal>().ok()? as i32,
+    });
+    Some(exit)
+}
+
 /// Why a request could not be served: the `reason` of an outage record, and its class and
 /// detail. Each variant writes today's `reason` text (docs/book/src/reference/errors.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,6 +436,66 @@ impl std::fmt::Display for Reason {
 mod tests {
     use super::{Class, Exit, ExitReason, OutageStatus, Reason, StopCause};
     use std::time::Duration;
+
+    #[test]
+    fn every_exit_reason_reads_back_from_its_text() {
+        use crate::child::limits::LimitKill;
+        use crate::upstream::Unreachable;
+        let mut exits = vec![];
+        for code in [None, Some(0), Some(1), Some(-3), Some(255)] {
+            for signal in [None, Some(9), Some(15), Some(64)] {
+                for limit in [
+                    None,
+                    Some(LimitKill::OomKilled),
+                    Some(LimitKill::TasksLimit),
+                ] {
+                    for requested in [false, true] {
+                        exits.push(Exit {
+                            code,
+                            signal,
+                            requested,
+                            limit,
+                        });
+                    }
+                }
+            }
+        }
+        let mut reasons = vec![ExitReason::SpawnError];
+        reasons.extend(Unreachable::ALL.into_iter().map(ExitReason::Unreachable));
+        for c in [StopCause::StartTimeout, StopCause::ProbeTimeout] {
+            reasons.push(ExitReason::Timeout(c));
+        }
+        for e in &exits {
+            reasons.push(ExitReason::Exit(*e));
+            for c in [
+                StopCause::StdinFailed,
+                StopCause::StdoutClosed,
+                StopCause::HandshakeRejected,
+                StopCause::Shutdown,
+                StopCause::Stop,
+                StopCause::Restart,
+                StopCause::Idle,
+                StopCause::AuthFailed,
+            ] {
+                reasons.push(ExitReason::Stopped(c, *e));
+            }
+        }
+        for r in reasons {
+            let text = r.to_string();
+            let back: ExitReason = text.parse().unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(back.to_string(), text);
+        }
+        for bad in [
+            "",
+            "exited(x)",
+            "signal(SIGNOPE)",
+            "unreachable(moon)",
+            "stopped exited",
+            "x y z",
+        ] {
+            assert!(bad.parse::<ExitReason>().is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn every_reason_has_todays_text_a_class_and_a_detail() {

@@ -484,9 +484,10 @@ fn a_socket_clients_listen_stream_goes_on_across_an_upgrade() {
 }
 
 /// The counters `status` shows go on across an upgrade: a server restarted once before still
-/// says `restarts: 1` after it (its child kept: same pid), and its uptime goes on.
+/// says `restarts: 1` and the same `last_exit` after it (its child kept: same pid), and its
+/// uptime goes on.
 #[test]
-fn an_upgrade_keeps_the_restart_count_and_the_uptime() {
+fn an_upgrade_keeps_the_restart_count_the_last_exit_and_the_uptime() {
     let mut sup = Supervisor::start(&fake_server("fake", &[], ""));
     let mut c = sup.client("fake");
     assert_eq!(
@@ -515,11 +516,14 @@ fn an_upgrade_keeps_the_restart_count_and_the_uptime() {
         .as_f64()
         .unwrap_or(0.0);
     assert!(uptime >= 1.0, "{uptime}");
+    let before = sup.server_status("fake")["last_exit"].clone();
+    assert!(before["reason"].is_string(), "{before}");
     let (code, said) = upgrade(&sup);
     assert_eq!(code, Some(0), "{said}\n{}", sup.log());
     let st = sup.server_status("fake");
     assert_eq!(st["restarts"], 1, "{st}");
     assert_eq!(st["pid"], child, "{st}");
+    assert_eq!(st["last_exit"], before, "{st}");
     // Its uptime goes on from the child's start (whole clock ticks: within 50 ms).
     assert!(
         st["uptime_s"].as_f64().unwrap_or(0.0) >= uptime - 0.05,

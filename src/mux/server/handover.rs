@@ -99,6 +99,8 @@ pub struct HandOver {
     pub tail: String,
     /// Restarts counted so far.
     pub restarts: u64,
+    /// The last exit, if any.
+    pub last_exit: Option<super::LastExit>,
     /// Each socket client's state, as the lines that rebuild it in the next image's actor.
     pub clients: BTreeMap<ClientId, ClientState>,
 }
@@ -116,6 +118,7 @@ impl HandOver {
             remote: None,
             tail: String::new(),
             restarts: 0,
+            last_exit: None,
             clients,
         }
     }
@@ -141,6 +144,8 @@ pub struct Adoption {
     pub log_level: Option<usize>,
     /// Restarts the previous image counted.
     pub restarts: u64,
+    /// The last exit the previous image saw.
+    pub last_exit: Option<super::LastExit>,
 }
 
 impl Server {
@@ -275,6 +280,7 @@ impl Server {
             remote,
             tail: self.instances.tail().text(),
             restarts: self.instances.restarts(),
+            last_exit: self.instances.last_exit().cloned(),
             clients,
         }
     }
@@ -282,7 +288,7 @@ impl Server {
     /// Takes what the previous image handed over: the session's handshake, lists and log
     /// level, the ids the child has seen, and the generation the inherited instance runs as.
     pub(super) fn adopt(&mut self, a: &Adoption) {
-        self.instances.resume_restarts(a.restarts);
+        self.instances.resume(a.restarts, a.last_exit.clone());
         let Some(record) = a
             .handshake
             .as_ref()

@@ -111,9 +111,10 @@ impl Instances {
         self.restarts
     }
 
-    /// Goes on counting from the previous image's `restarts` (issue 32 §1).
-    pub(super) fn resume_restarts(&mut self, restarts: u64) {
+    /// Goes on from the previous image's `restarts` and last exit (issue 32 §1).
+    pub(super) fn resume(&mut self, restarts: u64, last_exit: Option<LastExit>) {
         self.restarts = restarts;
+        self.last_exit = last_exit;
     }
 
     /// Counts a restart.

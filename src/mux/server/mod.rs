@@ -132,8 +132,8 @@ impl State {
     }
 }
 
-/// The last exit, for status and errors.
-#[derive(Debug, Clone, Serialize)]
+/// The last exit, for status and errors (and in an upgrade's hand-over record).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct LastExit {
     /// Exit code, if it exited.
     pub code: Option<i32>,
