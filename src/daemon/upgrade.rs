@@ -75,13 +75,18 @@ impl Daemon {
             return why;
         }
         info!(binary = %binary.display(), "upgrading in place: handing over to the new image");
-        self.accepting.cancel();
         let old_image = match handover::open_old_image() {
             Ok(fd) => fd,
-            Err(e) => return format!("cannot keep the running image open: {e}"),
+            Err(e) => {
+                parking.resume();
+                self.front.hand_off().cancel();
+                return format!("cannot keep the running image open: {e}");
+            }
         };
-        let mut servers = self.hand_over_servers().await;
+        self.accepting.cancel();
+        // Endpoints first: their client tasks stop before the sources' actors freeze.
         let endpoints = self.hand_over_endpoints().await;
+        let mut servers = self.hand_over_servers().await;
         // What the actors decided is written before the connections change hands.
         let written = until(HANDOVER_WAIT, || parking.drained()).await;
         if !written {

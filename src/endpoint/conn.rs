@@ -49,6 +49,8 @@ const MAX_WAITING: usize = 256;
 /// Resource subscriptions kept for an upgrade's replay (beyond it, later ones are not
 /// replayed; the sources hold them as ever until the upgrade).
 const MAX_KEPT_SUBSCRIPTIONS: usize = 4096;
+/// Longest resource URI or log level kept for an upgrade's replay, in bytes.
+const MAX_KEPT_TEXT: usize = 8 * 1024;
 /// Requests the sources may have asked of this client and not seen answered; beyond it a
 /// source's request is answered with an error at once (its actor bounds them too, and ends
 /// them at `request_timeout` with a cancel that frees their place).
@@ -227,11 +229,11 @@ pub struct Conn {
     relisten_at: Option<Instant>,
     /// A list was merged since the catalog was last taken to share ([`Conn::take_catalog`]).
     merged_since: bool,
-    /// The client's last `logging/setLevel` params (replayed after an upgrade).
-    level: Option<Box<RawValue>>,
-    /// The resource URIs the client subscribed to, with the params it sent (replayed after an
-    /// upgrade); at most [`MAX_KEPT_SUBSCRIPTIONS`].
-    subscribed: std::collections::BTreeMap<String, Box<RawValue>>,
+    /// The client's last `logging/setLevel` level (replayed after an upgrade).
+    level: Option<String>,
+    /// The resource URIs the client subscribed to (replayed after an upgrade); at most
+    /// [`MAX_KEPT_SUBSCRIPTIONS`], each at most [`MAX_KEPT_TEXT`] bytes.
+    subscribed: std::collections::BTreeSet<String>,
 }
 
 impl Conn {
@@ -340,15 +342,14 @@ impl Conn {
             m.params_object()?
                 .get("uri")
                 .and_then(Value::as_str)
+                .filter(|u| u.len() <= MAX_KEPT_TEXT)
                 .map(str::to_string)
         };
         match m.method() {
             "resources/subscribe" => {
-                if let (Some(uri), Some(p)) = (uri(), m.params.clone()) {
-                    if self.subscribed.len() < MAX_KEPT_SUBSCRIPTIONS
-                        || self.subscribed.contains_key(&uri)
-                    {
-                        self.subscribed.insert(uri, p);
+                if let Some(uri) = uri() {
+                    if self.subscribed.len() < MAX_KEPT_SUBSCRIPTIONS {
+                        self.subscribed.insert(uri);
                     }
                 }
             }
@@ -400,14 +401,12 @@ impl Conn {
                 }
             }
             if let Some(level) = &self.level {
-                lines.push(
-                    json!({"jsonrpc": "2.0", "id": next(), "method": "logging/setLevel",
-                    "params": raw(level)}),
-                );
-            }
-            for p in self.subscribed.values() {
                 lines.push(json!({"jsonrpc": "2.0", "id": next(),
-                    "method": "resources/subscribe", "params": raw(p)}));
+                    "method": "logging/setLevel", "params": {"level": level}}));
+            }
+            for uri in &self.subscribed {
+                lines.push(json!({"jsonrpc": "2.0", "id": next(),
+                    "method": "resources/subscribe", "params": {"uri": uri}}));
             }
         }
         crate::mux::server::ClientState {
@@ -457,7 +456,13 @@ impl Conn {
             "ping" => self.reply(out, &id, "ping", json!({})),
             "server/discover" => self.fan(Some(id), FanWhat::Discover, m.params, now, out),
             "logging/setLevel" => {
-                self.level = m.params.clone();
+                if let Some(level) = m
+                    .params_object()
+                    .and_then(|p| p.get("level")?.as_str().map(str::to_string))
+                    .filter(|l| l.len() <= MAX_KEPT_TEXT)
+                {
+                    self.level = Some(level);
+                }
                 self.fan(Some(id), FanWhat::SetLevel, m.params, now, out)
             }
             "subscriptions/listen" => self.listen(id, &m, out),

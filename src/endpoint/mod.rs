@@ -93,8 +93,32 @@ struct Held {
     /// Its peer's uid and gid (a reload's new `allowed_*` may cut it).
     uid: u32,
     gid: u32,
-    /// Its requests not answered yet ([`Conn::unfinished`]), as of its task's last step.
-    busy: Arc<AtomicUsize>,
+    /// Its requests queued toward its task or not answered yet (an upgrade's quiet point).
+    busy: Arc<Busy>,
+}
+
+/// One client's requests not finished, for an upgrade's quiet point (issue 32 §1): those the
+/// dispatcher queued toward its task and the task has not taken yet, and those its
+/// [`Conn::unfinished`] counted at the task's last step.
+#[derive(Debug, Default)]
+struct Busy {
+    queued: AtomicUsize,
+    unfinished: AtomicUsize,
+}
+
+impl Busy {
+    fn now(&self) -> usize {
+        self.queued
+            .load(Ordering::Acquire)
+            .saturating_add(self.unfinished.load(Ordering::Acquire))
+    }
+
+    /// The task took a request the dispatcher queued.
+    fn taken(&self) {
+        let _ = self
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
 }
 
 /// How long the dispatcher waits for one client's task to hand over (issue 32 §1).
@@ -201,6 +225,7 @@ async fn dispatch(
     let _cut = stop.clone().drop_guard();
     loop {
         tokio::select! {
+            biased;
             ev = sessions.recv() => {
                 let Some(ev) = ev else { break };
                 match ev {
@@ -220,7 +245,7 @@ async fn dispatch(
                         conns.retain(|_, h| !h.inbox.is_closed());
                         let (itx, irx) = mpsc::channel(CONN_INBOX);
                         let s = setup.borrow().clone();
-                        let busy = Arc::new(AtomicUsize::new(0));
+                        let busy = Arc::new(Busy::default());
                         conns.insert(id, Held { inbox: itx, tx: tx.clone(), uid: peer.uid, gid: peer.gid, busy: busy.clone() });
                         if hook {
                             test_panic();
@@ -230,7 +255,14 @@ async fn dispatch(
                     }
                     SessionEvent::Message(id, m) => {
                         if let Some(h) = conns.get(&id) {
+                            let request = m.kind == crate::jsonrpc::message::Kind::Request;
+                            if request {
+                                h.busy.queued.fetch_add(1, Ordering::AcqRel);
+                            }
                             if h.inbox.try_send(ClientEvent::Message(m)).is_err() {
+                                if request {
+                                    h.busy.taken();
+                                }
                                 warn!(client = %id, "the endpoint is not keeping up with this client; disconnecting it");
                                 h.tx.kick();
                             }
@@ -284,10 +316,13 @@ async fn dispatch(
                     });
                 }
                 // An upgrade's quiet point and hand-over (issue 32 §1).
+                // The select is biased toward `sessions`: every message a session sent before
+                // it parked is queued (and counted) before this is answered.
                 Some(Command::Busy(reply)) => {
                     let busy = conns
                         .values()
-                        .map(|h| h.busy.load(Ordering::Acquire))
+                        .filter(|h| !h.inbox.is_closed())
+                        .map(|h| h.busy.now())
                         .fold(0usize, usize::saturating_add);
                     let _ = reply.send(busy);
                 }
@@ -307,15 +342,20 @@ async fn dispatch(
 /// [`HANDOVER_WAIT`] is left out: its client's connection ends at the exec). Only the
 /// `clients` of the [`crate::mux::server::HandOver`] mean anything for an endpoint.
 async fn hand_over(conns: &HashMap<ClientId, Held>) -> crate::mux::server::HandOver {
+    let asked: Vec<_> = conns
+        .iter()
+        .filter_map(|(id, h)| {
+            let (tx, rx) = oneshot::channel();
+            h.inbox.try_send(ClientEvent::HandOver(tx)).ok()?;
+            Some(async move { (*id, tokio::time::timeout(HANDOVER_WAIT, rx).await) })
+        })
+        .collect();
     let mut clients = std::collections::BTreeMap::new();
-    for (id, h) in conns {
-        let (tx, rx) = oneshot::channel();
-        if h.inbox.try_send(ClientEvent::HandOver(tx)).is_err() {
-            continue;
-        }
-        match tokio::time::timeout(HANDOVER_WAIT, rx).await {
+    // All at once, under one deadline.
+    for (id, answer) in futures_util::future::join_all(asked).await {
+        match answer {
             Ok(Ok(state)) => {
-                clients.insert(*id, state);
+                clients.insert(id, state);
             }
             _ => {
                 warn!(client = %id, "a client of the endpoint did not hand over in time; its connection ends at the upgrade")
@@ -343,7 +383,7 @@ async fn client_task(
     peer: Peer,
     mut inbox: mpsc::Receiver<ClientEvent>,
     stop: CancellationToken,
-    busy: Arc<AtomicUsize>,
+    busy: Arc<Busy>,
 ) {
     let (src_tx, mut src_rx) = mpsc::channel(SOURCE_LINES);
     // Each source sees this client as one of its own, named as the endpoint's (§7).
@@ -412,6 +452,9 @@ async fn client_task(
         let effects = tokio::select! {
             input = inbox.recv() => match input {
                 Some(ClientEvent::Message(m)) => {
+                    if m.kind == crate::jsonrpc::message::Kind::Request {
+                        busy.taken();
+                    }
                     // The era is decided by the first request, as the `Conn` decides it.
                     if seed.is_none() && m.kind == crate::jsonrpc::message::Kind::Request {
                         let key = (conn::modern_first(&m), open.clone());
@@ -448,7 +491,7 @@ async fn client_task(
             _ = sleep_until(deadline) => conn.tick(Instant::now()),
             _ = stop.cancelled() => break,
         };
-        busy.store(conn.unfinished(), Ordering::Release);
+        busy.unfinished.store(conn.unfinished(), Ordering::Release);
         if let (Some(key), Some(c)) = (&seed, conn.take_catalog()) {
             setup.catalogs.put(key.clone(), c);
         }
@@ -475,6 +518,7 @@ async fn client_task(
             }
         }
     }
+    busy.unfinished.store(0, Ordering::Release);
     for (sub, events) in joined.into_iter().flatten() {
         let _ = events.send(SessionEvent::Disconnected(sub)).await;
     }

@@ -144,14 +144,14 @@ pub struct ServerRecord {
     pub child: Option<ChildRecord>,
     /// A url server's open session (`remote::SessionState`), when one was handed over. An
     /// image that predates the field ignores it (and opens a session of its own).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     pub remote: Option<crate::remote::SessionState>,
     /// Restarts counted so far (`status`'s `restarts` goes on from it; 0 from an image that
     /// predates the field).
     #[serde(default)]
     pub restarts: u64,
     /// The last exit `status` shows (none from an image that predates the field).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     pub last_exit: Option<crate::mux::server::LastExit>,
     /// The connected socket clients.
     pub clients: Vec<ClientRecord>,
@@ -200,6 +200,18 @@ pub struct ClientRecord {
     /// field ignores it (the streams are then lost, as they were).
     #[serde(default)]
     pub listens: Vec<String>,
+}
+
+/// An optional field that is dropped (`None`), not refused, when this build cannot read it:
+/// a record written by a newer image (a downgrade) may hold what this one does not know,
+/// and losing a last exit or a remote session (opened afresh) beats refusing the record.
+fn lenient<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(serde_json::from_value(v).ok())
 }
 
 /// The ids of replayed requests: `"mcp-supervisor-handover-N"`. Their answers are not shown.

@@ -112,6 +112,13 @@ fn a_remote_session_travels_in_the_record_and_never_shows_its_id() {
     let back = Record::decode(&serde_json::to_vec(&v).unwrap()).unwrap();
     assert!(back.servers[0].remote.is_none());
     assert_eq!(back.servers[0].restarts, 0);
+    // A newer image's fields this build cannot read are dropped, not a refusal.
+    let mut v: serde_json::Value = serde_json::from_slice(&r.encode()).unwrap();
+    v["servers"][0]["last_exit"]["reason"] = "exploded(7)".into();
+    v["servers"][0]["remote"]["age_s"] = "a while".into();
+    let back = Record::decode(&serde_json::to_vec(&v).unwrap()).unwrap();
+    assert!(back.servers[0].last_exit.is_none());
+    assert!(back.servers[0].remote.is_none());
 }
 
 #[test]

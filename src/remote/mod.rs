@@ -74,6 +74,12 @@ const LAST_EVENT_ID: &str = "last-event-id";
 /// Cancelled ids remembered for 429 waits before the set is cleared (a bound, not a
 /// correctness limit: an id is removed when its exchange ends).
 const CANCELLED_KEEP: usize = 4096;
+/// How long an idle connection to a remote server (or its authorization server) is kept for
+/// reuse: under the 5 s after which Node.js servers close idle keep-alive connections (its
+/// `keepAliveTimeout` default; undici keeps them 4 s for the same reason). A POST sent on a
+/// connection the server is closing that moment fails as `unreachable` though the server is
+/// fine, so a connection idle that long is not reused.
+pub const POOL_IDLE: Duration = Duration::from_secs(4);
 /// Margin kept before a request's deadline when deciding to wait out a 429.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
 
@@ -167,7 +173,10 @@ impl std::fmt::Debug for SessionState {
         f.debug_struct("SessionState")
             .field("session_id", &self.session_id.as_ref().map(|_| "(kept)"))
             .field("protocol_version", &self.protocol_version)
-            .field("last_event_id", &self.last_event_id)
+            .field(
+                "last_event_id",
+                &self.last_event_id.as_ref().map(|_| "(kept)"),
+            )
             .field("listening", &self.listening)
             .field("age_s", &self.age_s)
             .finish_non_exhaustive()
@@ -258,6 +267,8 @@ struct Session {
     cancel: CancellationToken,
     /// Set once the instance's one [`Event::Lost`] is sent.
     lost: AtomicBool,
+    /// Set while a GET stream task runs (there is at most one).
+    listening: AtomicBool,
     tail: StderrTail,
     /// The sign-in (issue 30), for every request's bearer token and its 401/403.
     auth: Option<Arc<crate::auth::SignIn>>,
@@ -313,6 +324,7 @@ pub fn start(
         .tls_backend_preconfigured(tls)
         .connect_timeout(cfg.connect_timeout)
         .pool_max_idle_per_host(cfg.max_connections)
+        .pool_idle_timeout(POOL_IDLE)
         .user_agent(concat!("mcp-supervisor/", env!("CARGO_PKG_VERSION")))
         .redirect(reqwest::redirect::Policy::custom(move |attempt| {
             // Same origin only, and not forever: credentials never follow a redirect away.
@@ -345,6 +357,7 @@ pub fn start(
         cancelled: Mutex::new(std::collections::HashSet::new()),
         cancel: CancellationToken::new(),
         lost: AtomicBool::new(false),
+        listening: AtomicBool::new(false),
         tail,
         auth,
     });
@@ -392,6 +405,7 @@ pub fn sign_in_of(
                 cfg.tls_skip_verify,
             )?)
             .connect_timeout(cfg.connect_timeout)
+            .pool_idle_timeout(POOL_IDLE)
             .user_agent(concat!("mcp-supervisor/", env!("CARGO_PKG_VERSION")))
             // Token requests carry secrets: never sent on to another place.
             .redirect(reqwest::redirect::Policy::none())
@@ -440,14 +454,24 @@ impl Upstream for RemoteHandle {
     }
 
     /// Stops the session's tasks without a `DELETE` (the next image goes on with the session)
-    /// and returns what it needs; `None` once stopping.
+    /// and returns what it needs. `None` (and the session left running, for the exec to cut)
+    /// once stopping, while a handshake-era session is not initialized yet, or while it
+    /// re-initializes: the next image then opens a session of its own.
     fn hand_over_session(&mut self) -> Option<SessionState> {
         if self.stopping {
             return None;
         }
+        let settled = self.session.reinit.try_lock().is_ok();
+        let state = {
+            let f = lock(&self.session.facts);
+            let handshake_era = f.initialize.is_some();
+            if !settled || handshake_era && !f.initialized {
+                return None;
+            }
+            f.handed_over()
+        };
         self.stopping = true;
         self.session.cancel.cancel();
-        let state = lock(&self.session.facts).handed_over();
         Some(state)
     }
 
@@ -638,6 +662,10 @@ impl Session {
             Sent::SessionGone(epoch) => {
                 info!(server = %self.name, method = ?out.method, "the server does not know the session any more (404): re-initializing, then sending again; the request had not run");
                 if self.reinitialize(epoch).await {
+                    // The new session's GET stream (a no-op while one still runs).
+                    if lock(&self.facts).initialized {
+                        tokio::spawn(self.clone().listen());
+                    }
                     match self.post(&out).await {
                         Sent::SessionGone(_) => {
                             self.refuse(&out, 404, None, "404 again on a fresh session")
@@ -1108,6 +1136,17 @@ impl Session {
     /// other refusal) means the server offers none, which is fine; a stream that ends is
     /// opened again after the server's `retry`, resuming from its last event id.
     async fn listen(self: Arc<Self>) {
+        if self.listening.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        /// Clears `listening` however the task ends.
+        struct Listening<'a>(&'a AtomicBool);
+        impl Drop for Listening<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::SeqCst);
+            }
+        }
+        let _listening = Listening(&self.listening);
         let mut state = sse::Resume {
             last_id: lock(&self.facts).get_last_event_id.clone(),
             retry: None,

@@ -206,11 +206,13 @@ impl Server {
             serde_json::from_slice(&text).unwrap_or(Value::Null)
         });
         let child = self.life.child_mut().and_then(|c| c.hand_over());
-        // A url server's session goes on in the next image only once its handshake is known
-        // (else the next image opens its own; the old one is left to expire, never DELETEd).
-        let remote = match &handshake {
-            Some(_) => self.life.child_mut().and_then(|c| c.hand_over_session()),
-            None => None,
+        // A url server's session goes on in the next image only when it is ready (else the
+        // next image opens its own; the old one is left to expire, never DELETEd).
+        let remote = match (&handshake, self.life.state()) {
+            (Some(_), super::State::Ready) => {
+                self.life.child_mut().and_then(|c| c.hand_over_session())
+            }
+            _ => None,
         };
         let mut clients = BTreeMap::new();
         for (id, c) in self.clients.iter() {
