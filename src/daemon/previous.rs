@@ -189,6 +189,7 @@ pub(super) async fn end_previous_run(
                 remote: None,
                 restarts: 0,
                 last_exit: None,
+                rest: None,
                 running: true,
                 generation: s.generation,
                 next_id,

@@ -15,6 +15,7 @@
 //!     "remote":{"session_id":…|null,"protocol_version":…|null,"initialize":{…}|null,
 //!               "last_event_id":…|null,"listening":B,"age_s":S}|null,"restarts":N,
 //!     "last_exit":{"code":…,"signal":…,"reason":"exited(1)","at":RFC3339}|null,
+//!     "rest":{"state":"stopped"|"failed"|"backoff"|"auth_required","retry_in_ms":…}|null,
 //!     "clients":[{"fd":FD,"uid":U,"gid":G,"pid":P|null,"pending":"base64",
 //!                 "replay":["a JSON-RPC line",…],"listens":["a listen request",…]}]}],
 //!   "http":[{"fd":FD,"read_ahead":"base64","server":NAME|null}],
@@ -153,6 +154,10 @@ pub struct ServerRecord {
     /// The last exit `status` shows (none from an image that predates the field).
     #[serde(default, deserialize_with = "lenient")]
     pub last_exit: Option<crate::mux::server::LastExit>,
+    /// How the server rests when no child runs (`mux::server::Rest`: stopped, failed,
+    /// backoff, auth_required), so the next image does not start it.
+    #[serde(default, deserialize_with = "lenient")]
+    pub rest: Option<crate::mux::server::Rest>,
     /// The connected socket clients.
     pub clients: Vec<ClientRecord>,
 }

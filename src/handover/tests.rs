@@ -50,6 +50,7 @@ fn record() -> Record {
             }),
             remote: None,
             restarts: 5,
+            rest: None,
             last_exit: Some(crate::mux::server::LastExit {
                 code: None,
                 signal: Some(9),

@@ -623,3 +623,36 @@ fn an_endpoints_clients_stay_connected_across_an_upgrade_in_both_eras() {
     );
     sup.stop();
 }
+
+/// A server the operator stopped stays stopped across an upgrade (the new image does not
+/// start it), and `start` still starts it.
+#[test]
+fn a_stopped_server_stays_stopped_across_an_upgrade() {
+    let mut sup =
+        Supervisor::start(&(fake_server("fake", &[], "") + &fake_server("other", &[], "")));
+    let verb = |v: &str| {
+        Command::new(SUPERVISOR)
+            .args([v, "other", "-c"])
+            .arg(&sup.config)
+            .env("MCPSUP_TEST_ID", &sup.id)
+            .output()
+            .unwrap()
+    };
+    let ready = wait_until(Duration::from_secs(20), || {
+        sup.server_status("other")["state"] == "ready"
+    });
+    assert!(ready, "{}\n{}", sup.server_status("other"), sup.log());
+    let out = verb("stop");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(sup.server_status("other")["state"], "stopped");
+    let (code, said) = upgrade(&sup);
+    assert_eq!(code, Some(0), "{said}\n{}", sup.log());
+    std::thread::sleep(Duration::from_millis(500));
+    let st = sup.server_status("other");
+    assert_eq!(st["state"], "stopped", "{st}\n{}", sup.log());
+    assert!(st["pid"].is_null(), "{st}");
+    let out = verb("start");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(sup.server_status("other")["state"], "ready");
+    sup.stop();
+}

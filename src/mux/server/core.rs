@@ -1256,6 +1256,12 @@ impl Server {
     /// The actor's first step: spawn now (`eager`), or wait in `idle` for a request with the
     /// last run's `record`, if any (`on-demand`).
     pub(super) fn begin(&mut self, record: Option<Record>) {
+        // Handed over at rest by the previous image (issue 32 §1): it stays as the operator,
+        // the backoff or the sign-in left it.
+        let resting = self.instances.take_at_rest();
+        if resting && self.cfg.start == StartMode::Eager {
+            return;
+        }
         if self.cfg.start == StartMode::Eager || self.opener.is_adopted() {
             return self.spawn();
         }
@@ -1270,7 +1276,9 @@ impl Server {
             cached = self.opener.handshake().is_some(),
             "waiting for the first request that needs the child (start = on-demand)"
         );
-        self.life = Life::Idle;
+        if !resting {
+            self.life = Life::Idle;
+        }
     }
 
     /// An on-demand command that cannot run (see [`missing_command`]): `failed` at once, as a

@@ -79,6 +79,22 @@ pub struct ClientState {
     pub listens: Vec<String>,
 }
 
+/// A server that was not running at the hand-over, as the next image keeps it: stopped by
+/// the operator, given up, waiting out its backoff, or waiting for a sign-in (the record's
+/// `servers[].rest`). Without it, an upgrade would start what the operator stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Rest {
+    /// Stopped (the operator's `stop`).
+    Stopped,
+    /// Gave up; retried in this many milliseconds (never: `None`).
+    Failed { retry_in_ms: Option<u64> },
+    /// Waiting to spawn in this many milliseconds.
+    Backoff { retry_in_ms: u64 },
+    /// A url server waiting for a sign-in or a fixed credential.
+    AuthRequired,
+}
+
 /// What a server hands over.
 #[derive(Debug)]
 pub struct HandOver {
@@ -101,6 +117,8 @@ pub struct HandOver {
     pub restarts: u64,
     /// The last exit, if any.
     pub last_exit: Option<super::LastExit>,
+    /// How it rests, when no instance runs.
+    pub rest: Option<Rest>,
     /// Each socket client's state, as the lines that rebuild it in the next image's actor.
     pub clients: BTreeMap<ClientId, ClientState>,
 }
@@ -119,6 +137,7 @@ impl HandOver {
             tail: String::new(),
             restarts: 0,
             last_exit: None,
+            rest: None,
             clients,
         }
     }
@@ -146,6 +165,8 @@ pub struct Adoption {
     pub restarts: u64,
     /// The last exit the previous image saw.
     pub last_exit: Option<super::LastExit>,
+    /// How it rested, when no instance ran.
+    pub rest: Option<Rest>,
 }
 
 impl Server {
@@ -283,14 +304,54 @@ impl Server {
             tail: self.instances.tail().text(),
             restarts: self.instances.restarts(),
             last_exit: self.instances.last_exit().cloned(),
+            rest: self.rest(),
             clients,
         }
     }
 
     /// Takes what the previous image handed over: the session's handshake, lists and log
     /// level, the ids the child has seen, and the generation the inherited instance runs as.
+    /// How the server rests now, if no instance runs (or is about to).
+    fn rest(&self) -> Option<Rest> {
+        let now = self.clock.now();
+        let due = |t: std::time::Instant| {
+            u64::try_from(t.saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX)
+        };
+        match self.life.state() {
+            super::State::Stopped => Some(Rest::Stopped),
+            super::State::Failed => Some(Rest::Failed {
+                retry_in_ms: self.life.next_spawn().map(due),
+            }),
+            super::State::Backoff => Some(Rest::Backoff {
+                retry_in_ms: self.life.next_spawn().map_or(0, due),
+            }),
+            super::State::AuthRequired => Some(Rest::AuthRequired),
+            _ => None,
+        }
+    }
+
     pub(super) fn adopt(&mut self, a: &Adoption) {
-        self.instances.resume(a.restarts, a.last_exit.clone());
+        let rest = a.rest.filter(|_| !a.running);
+        self.instances
+            .resume(a.restarts, a.last_exit.clone(), rest.is_some());
+        if let Some(rest) = rest {
+            let at = |ms: u64| {
+                crate::deadline::after(self.clock.now(), std::time::Duration::from_millis(ms))
+            };
+            self.life = match rest {
+                Rest::Stopped => super::life::Life::Stopped,
+                Rest::Failed { retry_in_ms } => super::life::Life::Failed {
+                    retry_at: retry_in_ms.map(at),
+                },
+                Rest::Backoff { retry_in_ms } => super::life::Life::Backoff {
+                    until: at(retry_in_ms),
+                    probe_respawn: false,
+                    restart: true,
+                },
+                Rest::AuthRequired => super::life::Life::AuthRequired,
+            };
+            info!(state = %self.life.state().name(), "handed over at rest: it stays so");
+        }
         let Some(record) = a
             .handshake
             .as_ref()

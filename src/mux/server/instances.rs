@@ -35,6 +35,9 @@ pub(super) struct Instances {
     /// Restarts since the actor started.
     restarts: u64,
     last_exit: Option<LastExit>,
+    /// The previous image handed the server over at rest (stopped, failed, backoff): the
+    /// first step keeps it so instead of starting it (issue 32 §1).
+    at_rest: bool,
     /// The current instance's pid (= process group), 0 when none; read by the daemon.
     pid: Arc<AtomicU32>,
 }
@@ -56,6 +59,7 @@ impl Instances {
             failed_starts: 0,
             restarts: 0,
             last_exit: None,
+            at_rest: false,
             pid,
         }
     }
@@ -111,10 +115,17 @@ impl Instances {
         self.restarts
     }
 
-    /// Goes on from the previous image's `restarts` and last exit (issue 32 §1).
-    pub(super) fn resume(&mut self, restarts: u64, last_exit: Option<LastExit>) {
+    /// Goes on from the previous image's `restarts` and last exit, and whether it handed the
+    /// server over at rest (issue 32 §1).
+    pub(super) fn resume(&mut self, restarts: u64, last_exit: Option<LastExit>, at_rest: bool) {
         self.restarts = restarts;
         self.last_exit = last_exit;
+        self.at_rest = at_rest;
+    }
+
+    /// Whether the server was handed over at rest (once: the first step asks).
+    pub(super) fn take_at_rest(&mut self) -> bool {
+        std::mem::take(&mut self.at_rest)
     }
 
     /// Counts a restart.

@@ -66,7 +66,7 @@ mod effects;
 #[cfg(test)]
 mod fakes;
 mod handover;
-pub use handover::{Adoption, ClientState, HandOver};
+pub use handover::{Adoption, ClientState, HandOver, Rest};
 mod held;
 mod instances;
 mod io;
