@@ -585,11 +585,9 @@ fn http_sessions_outlive_a_crash_for_their_owner_only_and_a_planted_record_is_ig
     assert_eq!(echo(&hs, &sid, "gone").status, 404);
 }
 
-/// Issue 32 §3: a child is never run twice at once. A child that ignores the end of its input
-/// outlives a SIGKILLed supervisor; the next run on the same `socket_dir` ends it (its marker
-/// names the dead run) before starting its own, and says so.
-#[test]
-fn a_child_left_by_a_crashed_run_is_ended_by_the_next_run_before_it_starts_its_own() {
+/// A supervisor SIGKILLed while its child, which ignores the end of its input, runs on: the
+/// dead supervisor and the child's pid.
+fn crashed_leaving_a_child() -> (Supervisor, i32) {
     let mut sup = Supervisor::start(&fake_server("fake", &["--ignore-stdin-eof"], ""));
     let mut c = sup.client("fake");
     let old = Client::text(&c.call(json!(1), "pid", json!({})))
@@ -601,6 +599,15 @@ fn a_child_left_by_a_crashed_run_is_ended_by_the_next_run_before_it_starts_its_o
         alive(old),
         "the child should outlive the supervisor: it ignores end of input"
     );
+    (sup, old)
+}
+
+/// Issue 32 §3: a child is never run twice at once. A child that ignores the end of its input
+/// outlives a SIGKILLed supervisor; the next run on the same `socket_dir` ends it (its marker
+/// names the dead run) before starting its own, and says so.
+#[test]
+fn a_child_left_by_a_crashed_run_is_ended_by_the_next_run_before_it_starts_its_own() {
+    let (mut sup, old) = crashed_leaving_a_child();
     sup.run_again();
     assert!(
         wait_until(Duration::from_secs(10), || !alive(old)),
@@ -631,17 +638,7 @@ fn a_child_left_by_a_crashed_run_is_ended_by_the_next_run_before_it_starts_its_o
 /// it refuses and ends nothing.
 #[test]
 fn cleanup_on_stop_ends_what_the_run_left_but_not_after_a_crash_nor_while_one_runs() {
-    let mut sup = Supervisor::start(&fake_server("fake", &["--ignore-stdin-eof"], ""));
-    let mut c = sup.client("fake");
-    let old = Client::text(&c.call(json!(1), "pid", json!({})))
-        .parse::<i32>()
-        .unwrap();
-    drop(c);
-    sup.kill();
-    assert!(
-        alive(old),
-        "the child ignores end of input: it outlives the supervisor"
-    );
+    let (mut sup, old) = crashed_leaving_a_child();
     let (config, id) = (sup.config.clone(), sup.id.clone());
     let cleanup = |result: Option<&str>| {
         let mut cmd = std::process::Command::new(SUPERVISOR);
