@@ -602,24 +602,11 @@ fn crashed_leaving_a_child() -> (Supervisor, i32) {
     (sup, old)
 }
 
-/// Issue 32 §3: a child is never run twice at once. A child that ignores the end of its input
-/// outlives a SIGKILLed supervisor; the next run on the same `socket_dir` ends it (its marker
-/// names the dead run) before starting its own, and says so.
-#[test]
-fn a_child_left_by_a_crashed_run_is_ended_by_the_next_run_before_it_starts_its_own() {
-    let (mut sup, old) = crashed_leaving_a_child();
-    sup.run_again();
+/// The crashed run's child `old` ends, and `fake` serves again from a new child.
+fn assert_replaced(sup: &Supervisor, old: i32) {
     assert!(
         wait_until(Duration::from_secs(10), || !alive(old)),
-        "the old run's child {old} still runs; {}",
-        sup.log()
-    );
-    assert!(
-        sup.wait_log(
-            "ended the processes a previous run left",
-            Duration::from_secs(5)
-        ),
-        "{}",
+        "the crashed run's child {old} still runs\n{}",
         sup.log()
     );
     assert!(wait_until(Duration::from_secs(10), || sup
@@ -630,6 +617,24 @@ fn a_child_left_by_a_crashed_run_is_ended_by_the_next_run_before_it_starts_its_o
         .parse::<i32>()
         .unwrap();
     assert_ne!(new, old);
+}
+
+/// Issue 32 §3: a child is never run twice at once. A child that ignores the end of its input
+/// outlives a SIGKILLed supervisor; the next run on the same `socket_dir` ends it (its marker
+/// names the dead run) before starting its own, and says so.
+#[test]
+fn a_child_left_by_a_crashed_run_is_ended_by_the_next_run_before_it_starts_its_own() {
+    let (mut sup, old) = crashed_leaving_a_child();
+    sup.run_again();
+    assert!(
+        sup.wait_log(
+            "ended the processes a previous run left",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        sup.log()
+    );
+    assert_replaced(&sup, old);
 }
 
 /// The unit's `ExecStopPost` (`mcp-supervisor cleanup`, issue 32 decisions): after a crash
@@ -1086,19 +1091,7 @@ fn a_stored_child_whose_server_changed_is_ended_not_re_adopted() {
         "{}",
         sup.log()
     );
-    assert!(
-        wait_until(Duration::from_secs(10), || !alive(old)),
-        "the crashed run's child {old} still runs\n{}",
-        sup.log()
-    );
-    assert!(wait_until(Duration::from_secs(10), || sup
-        .socket("fake")
-        .exists()));
-    let mut c = sup.client("fake");
-    let new = Client::text(&c.call(json!(2), "pid", json!({})))
-        .parse::<i32>()
-        .unwrap();
-    assert_ne!(new, old);
+    assert_replaced(&sup, old);
     // The refused instance's entries left the store; the new one's are there.
     assert!(
         wait_until(Duration::from_secs(10), || store
@@ -1107,6 +1100,5 @@ fn a_stored_child_whose_server_changed_is_ended_not_re_adopted() {
         "{:?}",
         store.names()
     );
-    drop(c);
     sup.stop();
 }
