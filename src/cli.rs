@@ -131,6 +131,16 @@ pub enum Verb {
         #[arg(short, long)]
         config: Option<PathBuf>,
     },
+    /// Stream what `status` shows as JSON lines: a snapshot at once, then each change
+    /// (servers and endpoints whose status changed, names removed), until the supervisor
+    /// stops; exits 0 then, 1 when refused, 3 when none runs.
+    Watch {
+        /// Print JSON lines (the only form so far; required so a table can come later).
+        #[arg(long, required = true)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Print every metric in the Prometheus/OpenMetrics text format.
     Metrics {
         #[command(flatten)]

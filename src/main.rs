@@ -200,6 +200,10 @@ fn main() {
             },
         },
         Verb::Metrics { target } => operate(target, Op::Metrics, false),
+        Verb::Watch { json: _, target } => match cli::control_socket(target.config) {
+            Ok(socket) => control::client::watch(&socket),
+            Err(code) => code,
+        },
         Verb::Cleanup { config } => match cli::load_config(config) {
             Err(code) => code,
             Ok(c) => cleanup(&c.supervisor.socket_dir),

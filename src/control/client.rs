@@ -128,7 +128,7 @@ pub fn run(socket: &Path, op: Op, json: bool) -> i32 {
             }
         }
         Op::Reload => print_reload(&resp.reload.unwrap_or_default(), json),
-        Op::Upgrade | Op::Upgraded => {}
+        Op::Upgrade | Op::Upgraded | Op::Watch => {}
         Op::Login { .. } | Op::LoginPaste { .. } => {}
         Op::Start { .. }
         | Op::Stop { .. }
@@ -204,6 +204,71 @@ pub fn upgrade(socket: &Path, wait: Duration) -> i32 {
     }
     eprintln!("mcp-supervisor upgrade: no answer from the upgraded supervisor within {wait:?}");
     EXIT_FAILED
+}
+
+/// `mcp-supervisor watch --json` (issue 33 §2): asks the daemon for its stream and prints each
+/// line's `watch` object as one JSON line, flushed, until the daemon ends it. Exit codes: 0
+/// the daemon ended the stream (it stopped) or stdout closed, 1 refused (too many watchers, an
+/// older daemon, not an operator), 3 no daemon.
+pub fn watch(socket: &Path) -> i32 {
+    let mut stream = match UnixStream::connect(socket) {
+        Ok(s) => s,
+        Err(source) => {
+            let e = ClientError::NotRunning {
+                path: socket.display().to_string(),
+                source,
+            };
+            eprintln!("mcp-supervisor: {e}");
+            return EXIT_NOT_RUNNING;
+        }
+    };
+    let mut line = serde_json::to_vec(&Request::new(Op::Watch)).unwrap_or_default();
+    line.push(b'\n');
+    if let Err(e) = stream.write_all(&line) {
+        eprintln!("mcp-supervisor watch: {e}");
+        return EXIT_FAILED;
+    }
+    let mut reader = BufReader::new(stream);
+    let stdout = std::io::stdout();
+    let mut first = true;
+    loop {
+        let mut buf = Vec::new();
+        match (&mut reader)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut buf)
+        {
+            Ok(0) if first => {
+                eprintln!("mcp-supervisor watch: the supervisor closed the connection without answering (is this user an operator of {}?)", socket.display());
+                return EXIT_FAILED;
+            }
+            Ok(0) => return 0,
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("mcp-supervisor watch: {e}");
+                return EXIT_FAILED;
+            }
+        }
+        first = false;
+        let resp: Response = match serde_json::from_slice(&buf) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("mcp-supervisor watch: not an answer: {e}");
+                return EXIT_FAILED;
+            }
+        };
+        let Some(w) = resp.watch.filter(|_| resp.ok) else {
+            let why = resp
+                .error
+                .map(|e| e.message)
+                .unwrap_or_else(|| "this supervisor does not stream (upgrade it)".into());
+            eprintln!("mcp-supervisor watch: refused: {why}");
+            return EXIT_FAILED;
+        };
+        let mut out = stdout.lock();
+        if writeln!(out, "{w}").and_then(|()| out.flush()).is_err() {
+            return 0;
+        }
+    }
 }
 
 /// `mcp-supervisor login NAME` (issue 30): asks the daemon for the authorization URL, opens a

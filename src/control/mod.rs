@@ -25,6 +25,7 @@
 pub mod client;
 mod login;
 pub mod server;
+pub mod watch;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -122,6 +123,9 @@ pub enum Op {
     Upgrade,
     /// How many upgrades this process went through and why the last was refused, if it was.
     Upgraded,
+    /// Stream what `status` shows: a snapshot, then each change (issue 33; `watch.rs`). The
+    /// connection carries nothing else afterwards.
+    Watch,
 }
 
 impl Request {
@@ -151,6 +155,8 @@ pub enum ErrorKind {
     /// `login`/`logout` of a server that does not sign in (not a url server, or a static
     /// `Authorization` header).
     NotApplicable,
+    /// `watch`: too many watchers already.
+    Busy,
 }
 
 /// An error answer.
@@ -218,6 +224,9 @@ pub struct Response {
     /// in its `servers` order; absent when none is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoints: Option<Vec<Value>>,
+    /// `watch`: one line of the stream (`watch.rs` gives its shape).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<Value>,
 }
 
 /// `login`'s answer.

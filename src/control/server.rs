@@ -46,14 +46,18 @@ impl Registry {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(name.to_string(), entry);
+        crate::control::watch::changed();
     }
 
     /// Removes a server.
     pub fn remove(&self, name: &str) -> Option<Entry> {
-        self.0
+        let gone = self
+            .0
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(name)
+            .remove(name);
+        crate::control::watch::changed();
+        gone
     }
 
     /// One server.
@@ -108,6 +112,10 @@ pub async fn serve(stream: UnixStream, ctx: Ctx, stop: CancellationToken) {
             Ok(_) => {}
         }
         let too_long = line.len() > MAX_LINE;
+        if !too_long && is_watch(&line) {
+            // The connection is a watcher's from now on (issue 33).
+            return crate::control::watch::serve(&mut wr, &ctx, &stop).await;
+        }
         let resp = if too_long {
             Response::error(ErrorKind::BadRequest, "request line too long")
         } else if line.iter().all(u8::is_ascii_whitespace) {
@@ -124,6 +132,11 @@ pub async fn serve(stream: UnixStream, ctx: Ctx, stop: CancellationToken) {
             return;
         }
     }
+}
+
+/// Whether `line` is a `watch` request this daemon speaks.
+fn is_watch(line: &[u8]) -> bool {
+    serde_json::from_slice::<Request>(line).is_ok_and(|r| r.op == Op::Watch && r.v <= VERSION)
 }
 
 /// Answers one request line.
@@ -183,6 +196,9 @@ pub async fn answer(line: &[u8], ctx: &Ctx) -> Response {
         },
         Op::Start { name } => start(ctx, &name, false).await,
         Op::Restart { name } => start(ctx, &name, true).await,
+        // Served by `serve` (a stream); here only when it could not be (a version mismatch is
+        // answered above).
+        Op::Watch => Response::error(ErrorKind::BadRequest, "watch opens a stream of its own"),
         Op::Upgraded => Response {
             upgraded: Some(ctx.upgraded.clone()),
             ..Response::ok()
@@ -271,6 +287,15 @@ pub(super) fn to_values(statuses: &[Status]) -> Vec<serde_json::Value> {
         .iter()
         .filter_map(|s| serde_json::to_value(s).ok())
         .collect()
+}
+
+/// Every server's status and every endpoint's line, as `status` shows them (`watch`).
+pub(super) async fn status_all(ctx: &Ctx) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let r = status(ctx, None).await;
+    (
+        r.servers.unwrap_or_default(),
+        r.endpoints.unwrap_or_default(),
+    )
 }
 
 async fn status(ctx: &Ctx, name: Option<&str>) -> Response {

@@ -30,3 +30,4 @@ mod remote;
 mod signin;
 mod survive;
 mod upgrade;
+mod watch;

@@ -500,11 +500,18 @@ impl Server {
         self.carry_out();
         let (mut sessions_open, mut commands_open) = (true, true);
         let mut exported_state = None;
+        let mut watched = None;
         loop {
             let state = self.life.state();
             if exported_state != Some(state) {
                 exported_state = Some(state);
                 self.telemetry.metrics().set_state(state.name());
+            }
+            // What `watch` streams (issue 33): told when it may have changed, not polled.
+            let seen = self.watched();
+            if watched != Some(seen) {
+                watched = Some(seen);
+                crate::control::watch::changed();
             }
             if state == State::Stopped {
                 self.shell.stopped();
@@ -664,6 +671,18 @@ impl Server {
                 }
             },
         }
+    }
+
+    /// What a change of `status` that `watch` reports is made of: the state, the instance,
+    /// the restarts, the clients (an exit changes the state). Cheap (no allocation): read
+    /// every step.
+    fn watched(&self) -> (State, u64, u64, usize) {
+        (
+            self.life.state(),
+            self.instances.generation(),
+            self.instances.restarts(),
+            self.clients.len(),
+        )
     }
 
     fn status(&self) -> Status {

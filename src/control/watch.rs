@@ -1,0 +1,240 @@
+//! `watch` (issue 33 §2, §3): the control socket's stream of what `status` shows, for
+//! `mcp-supervisor watch --json` and, later, `top`.
+//!
+//! Wire: after `{"v":1,"verb":"watch"}` the connection carries only answer lines, each
+//! `{"v":1,"ok":true,"watch":{"format":1,"kind":"snapshot"|"change","seq":N,
+//! "servers":[…],"endpoints":[…],"removed":["NAME",…]}}`. The first (`snapshot`, `seq` 1) is
+//! sent at once and holds every server and endpoint as `status --json` shows them; each
+//! later one (`change`) holds only the servers and endpoints whose status changed (uptime
+//! and the time since the last message aside) and the names that are gone. A daemon with
+//! [`MAX_WATCHERS`] watchers already answers one error line (`busy`) and closes.
+//!
+//! Cost: nothing while nobody watches but [`changed`] (an actor calls it when its state, pid,
+//! restarts, clients or instance change; the registry when a reload adds or removes one):
+//! one counter bump in a `tokio::sync::watch`, which wakes the watchers. A watcher then asks
+//! every actor for its status and sends what differs, at most once per [`COALESCE`]: a slow
+//! viewer is never queued a backlog, it gets the newer state when it reads again.
+
+use super::server::{status_all, Ctx};
+use super::{ErrorKind, Response};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Watchers served at once; one more is refused with `busy`.
+pub const MAX_WATCHERS: usize = 32;
+/// Least time between two lines to one watcher: changes within it go out as one line.
+pub const COALESCE: Duration = Duration::from_millis(100);
+/// The stream's format (each line's `format`); a change that drops or renames a member bumps
+/// it.
+pub const FORMAT: u32 = 1;
+/// Status members that change on their own (with time): not a change by themselves.
+const VOLATILE: [&str; 2] = ["uptime_s", "last_heard_s"];
+
+/// The change counter every watcher waits on.
+fn changes() -> &'static watch::Sender<u64> {
+    static CHANGES: OnceLock<watch::Sender<u64>> = OnceLock::new();
+    CHANGES.get_or_init(|| watch::channel(0).0)
+}
+
+/// Watchers now.
+static WATCHING: AtomicUsize = AtomicUsize::new(0);
+
+/// Says that something `status` shows may have changed: wakes the watchers, if any.
+pub fn changed() {
+    changes().send_modify(|n| *n = n.wrapping_add(1));
+}
+
+/// A watcher's place among the [`MAX_WATCHERS`], given back when dropped.
+struct Seat;
+
+impl Seat {
+    fn take() -> Option<Seat> {
+        WATCHING
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_WATCHERS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Seat)
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        WATCHING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What is compared between two lines: a status without its [`VOLATILE`] members.
+fn steady(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(o) = v.as_object_mut() {
+        for k in VOLATILE {
+            o.remove(k);
+        }
+    }
+    v
+}
+
+/// Servers and endpoints by `server:NAME` / `endpoint:NAME`.
+type Shown = BTreeMap<String, (Value, Value)>;
+
+/// Every server's and endpoint's status now, keyed, with its steady part.
+async fn shown(ctx: &Ctx) -> Shown {
+    let (servers, endpoints) = status_all(ctx).await;
+    let name = |v: &Value| v["name"].as_str().unwrap_or_default().to_string();
+    servers
+        .into_iter()
+        .map(|v| (format!("server:{}", name(&v)), v))
+        .chain(
+            endpoints
+                .into_iter()
+                .map(|v| (format!("endpoint:{}", name(&v)), v)),
+        )
+        .map(|(k, v)| (k, (steady(&v), v)))
+        .collect()
+}
+
+/// The line for `now` after `before` (`None`: the first, a snapshot); `None` when nothing
+/// changed.
+fn line(seq: u64, before: Option<&Shown>, now: &Shown) -> Option<Value> {
+    let changed =
+        |k: &String, s: &Value| before.is_none_or(|b| b.get(k).is_none_or(|(p, _)| p != s));
+    let pick = |prefix: &str| -> Vec<Value> {
+        now.iter()
+            .filter(|(k, (s, _))| k.starts_with(prefix) && changed(k, s))
+            .map(|(_, (_, v))| v.clone())
+            .collect()
+    };
+    let servers = pick("server:");
+    let endpoints = pick("endpoint:");
+    let removed: Vec<String> = before
+        .map(|b| {
+            b.keys()
+                .filter(|k| !now.contains_key(*k))
+                .filter_map(|k| k.split_once(':').map(|(_, n)| n.to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if before.is_some() && servers.is_empty() && endpoints.is_empty() && removed.is_empty() {
+        return None;
+    }
+    Some(serde_json::json!({
+        "format": FORMAT,
+        "kind": if before.is_none() { "snapshot" } else { "change" },
+        "seq": seq,
+        "servers": servers,
+        "endpoints": endpoints,
+        "removed": removed,
+    }))
+}
+
+/// Writes one answer line; false when the watcher is gone.
+async fn send<W: AsyncWriteExt + Unpin>(wr: &mut W, resp: &Response) -> bool {
+    let mut out = serde_json::to_vec(resp).unwrap_or_default();
+    out.push(b'\n');
+    wr.write_all(&out).await.is_ok()
+}
+
+/// Serves one watcher on `wr` until it goes, `stop` fires, or the daemon ends.
+pub async fn serve<W: AsyncWriteExt + Unpin>(wr: &mut W, ctx: &Ctx, stop: &CancellationToken) {
+    let Some(_seat) = Seat::take() else {
+        let busy = Response::error(
+            ErrorKind::Busy,
+            format!("{MAX_WATCHERS} watchers already; try again when one has left"),
+        );
+        send(wr, &busy).await;
+        return;
+    };
+    let mut rx = changes().subscribe();
+    let mut before: Option<Shown> = None;
+    let mut seq = 0u64;
+    loop {
+        rx.borrow_and_update();
+        let now = shown(ctx).await;
+        if let Some(watch) = line(seq.saturating_add(1), before.as_ref(), &now) {
+            seq = seq.saturating_add(1);
+            let resp = Response {
+                watch: Some(watch),
+                ..Response::ok()
+            };
+            if !send(wr, &resp).await {
+                return;
+            }
+        }
+        before = Some(now);
+        tokio::select! {
+            _ = tokio::time::sleep(COALESCE) => {}
+            _ = stop.cancelled() => return,
+        }
+        tokio::select! {
+            r = rx.changed() => if r.is_err() { return },
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{line, steady, Seat, Shown, MAX_WATCHERS};
+    use serde_json::json;
+
+    fn shown(entries: &[(&str, serde_json::Value)]) -> Shown {
+        entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), (steady(v), v.clone())))
+            .collect()
+    }
+
+    #[test]
+    fn a_snapshot_first_then_only_what_changed_and_what_left() {
+        let a = json!({"name": "a", "state": "ready", "uptime_s": 1.0});
+        let b = json!({"name": "b", "state": "ready", "uptime_s": 1.0});
+        let first = shown(&[("server:a", a.clone()), ("server:b", b.clone())]);
+        let l = line(1, None, &first).unwrap();
+        assert_eq!(l["kind"], "snapshot");
+        assert_eq!(l["servers"].as_array().unwrap().len(), 2);
+        // Only time passed: nothing to say.
+        let later = shown(&[
+            (
+                "server:a",
+                json!({"name": "a", "state": "ready", "uptime_s": 9.0}),
+            ),
+            (
+                "server:b",
+                json!({"name": "b", "state": "ready", "uptime_s": 9.0}),
+            ),
+        ]);
+        assert!(line(2, Some(&first), &later).is_none());
+        // b restarts, a is removed, an endpoint appears.
+        let next = shown(&[
+            (
+                "server:b",
+                json!({"name": "b", "state": "backoff", "uptime_s": 0.0}),
+            ),
+            ("endpoint:e", json!({"name": "e", "servers": []})),
+        ]);
+        let l = line(2, Some(&later), &next).unwrap();
+        assert_eq!(l["kind"], "change");
+        assert_eq!(l["seq"], 2);
+        assert_eq!(
+            l["servers"],
+            json!([{"name": "b", "state": "backoff", "uptime_s": 0.0}])
+        );
+        assert_eq!(l["endpoints"][0]["name"], "e");
+        assert_eq!(l["removed"], json!(["a"]));
+    }
+
+    #[test]
+    fn watchers_are_capped() {
+        let seats: Vec<Seat> = (0..MAX_WATCHERS).map_while(|_| Seat::take()).collect();
+        assert!(Seat::take().is_none());
+        drop(seats);
+        assert!(Seat::take().is_some());
+    }
+}
