@@ -948,13 +948,22 @@ fn remote_an_upgrade_keeps_the_session_and_resumes_its_stream() {
             .filter(|r| r["method"] == "GET" && r["status"] == 200)
             .collect()
     };
-    // The GET stream is open and has sent at least two events (one a second).
+    // Events the GET streams sent (each logged just before it is written).
+    let events = || {
+        remote
+            .requests()
+            .iter()
+            .filter(|r| r["method"] == "EVENT")
+            .count()
+    };
+    // The GET stream is open and has sent at least two events (one a second: the third is
+    // logged after the second was written).
     assert!(
-        wait_until(Duration::from_secs(20), || gets().len() == 1),
+        wait_until(Duration::from_secs(20), || gets().len() == 1
+            && events() >= 3),
         "{:?}",
         remote.requests()
     );
-    std::thread::sleep(Duration::from_millis(2500));
     let session = gets()[0]["session"].as_str().unwrap().to_string();
     for n in 1..=2 {
         let (code, said) = crate::upgrade::upgrade(&sup);
@@ -966,14 +975,21 @@ fn remote_an_upgrade_keeps_the_session_and_resumes_its_stream() {
             "no GET after upgrade {n}: {:?}",
             remote.requests()
         );
-        std::thread::sleep(Duration::from_millis(1500));
+        // The resumed stream sends on (its first event at once, then one a second) for two
+        // seconds before the next upgrade.
+        let sent = events();
+        assert!(
+            wait_until(Duration::from_secs(20), || events() >= sent + 3),
+            "{:?}",
+            remote.requests()
+        );
     }
     let log = remote.requests();
     assert_eq!(remote.count("POST", "initialize"), 1, "{log:?}");
     assert!(!log.iter().any(|r| r["method"] == "DELETE"), "{log:?}");
     // After the `initialize` (the era probe before it is refused: a handshake-era server).
     let first = log.iter().position(|r| r["rpc"] == "initialize").unwrap();
-    for r in log[first + 1..].iter() {
+    for r in log[first + 1..].iter().filter(|r| r["method"] != "EVENT") {
         assert_eq!(r["session"], Value::from(session.as_str()), "{r}");
         assert_eq!(r["status"].as_u64().unwrap_or(0) / 100, 2, "{r}");
     }

@@ -511,11 +511,13 @@ fn an_upgrade_keeps_the_restart_count_the_last_exit_and_the_uptime() {
         sup.server_status("fake")
     );
     let child = pid_of(&sup, "fake");
-    std::thread::sleep(Duration::from_millis(1500));
-    let uptime = sup.server_status("fake")["uptime_s"]
-        .as_f64()
-        .unwrap_or(0.0);
-    assert!(uptime >= 1.0, "{uptime}");
+    let uptime_now = || {
+        sup.server_status("fake")["uptime_s"]
+            .as_f64()
+            .unwrap_or(0.0)
+    };
+    assert!(wait_until(Duration::from_secs(10), || uptime_now() >= 1.0));
+    let uptime = uptime_now();
     let before = sup.server_status("fake")["last_exit"].clone();
     assert!(before["reason"].is_string(), "{before}");
     let (code, said) = upgrade(&sup);
@@ -647,7 +649,11 @@ fn a_stopped_server_stays_stopped_across_an_upgrade() {
     assert_eq!(sup.server_status("other")["state"], "stopped");
     let (code, said) = upgrade(&sup);
     assert_eq!(code, Some(0), "{said}\n{}", sup.log());
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        sup.wait_log("handed over at rest: it stays so", Duration::from_secs(10)),
+        "{}",
+        sup.log()
+    );
     let st = sup.server_status("other");
     assert_eq!(st["state"], "stopped", "{st}\n{}", sup.log());
     assert!(st["pid"].is_null(), "{st}");
