@@ -141,6 +141,13 @@ pub enum Verb {
         #[command(flatten)]
         target: Target,
     },
+    /// A live full-screen view of every server and endpoint: state, restarts, requests/s,
+    /// errors, p99, the last exit, sparklines and a detail pane; keys start, stop and restart
+    /// a server (operators). Exits 0 on q, 1 when refused, 3 when no supervisor runs.
+    Top {
+        #[command(flatten)]
+        target: Target,
+    },
     /// Print every metric in the Prometheus/OpenMetrics text format.
     Metrics {
         #[command(flatten)]

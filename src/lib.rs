@@ -35,6 +35,7 @@ pub mod reaper;
 pub mod remote;
 pub mod statefile;
 pub mod systemd;
+pub mod top;
 pub mod upstream;
 
 #[cfg(test)]

@@ -204,6 +204,10 @@ fn main() {
             Ok(socket) => control::client::watch(&socket),
             Err(code) => code,
         },
+        Verb::Top { target } => match cli::control_socket(target.config) {
+            Ok(socket) => mcp_supervisor::top::run(&socket),
+            Err(code) => code,
+        },
         Verb::Cleanup { config } => match cli::load_config(config) {
             Err(code) => code,
             Ok(c) => cleanup(&c.supervisor.socket_dir),

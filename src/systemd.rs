@@ -370,6 +370,7 @@ mod tests {
             last_actor_panic: None,
             limits: None,
             remote: None,
+            traffic: Default::default(),
         }
     }
 

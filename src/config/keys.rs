@@ -55,6 +55,8 @@ pub enum Kind {
     Size,
     /// A whole number.
     Count,
+    /// A number strictly between 0 and 1 (`0.999`).
+    Ratio,
     /// `true` or `false`.
     Flag,
     /// A string.
@@ -84,6 +86,7 @@ impl Kind {
             Kind::Duration => "duration",
             Kind::Size => "size",
             Kind::Count => "count",
+            Kind::Ratio => "ratio",
             Kind::Flag => "flag",
             Kind::String => "string",
             Kind::Choice(_) => "choice",
@@ -288,7 +291,7 @@ pub fn show_duration(d: Duration) -> String {
         (1_000_000, "ms", 1),
         (1_000, "us", 1),
     ] {
-        if n >= unit.saturating_mul(at_least) && n % unit == 0 {
+        if n >= unit.saturating_mul(at_least) && n.is_multiple_of(unit) {
             return format!("{}{name}", n / unit);
         }
     }
@@ -305,7 +308,7 @@ pub fn show_size(n: u64) -> String {
         (10, "KiB"),
     ] {
         let unit = 1u64 << shift;
-        if n >= unit && n % unit == 0 {
+        if n >= unit && n.is_multiple_of(unit) {
             return format!("{} {name}", n / unit);
         }
     }
@@ -731,6 +734,12 @@ pub const KEYS: &[Key] = &[
         "operators: peer uids allowed to use `control.sock` besides the supervisor's own uid and root"),
     key!("operator_gids", Supervisor, Kind::Ids, Default::Toml("[]"),
         "operators: peer primary gids allowed to use `control.sock`"),
+    key!("viewer_uids", Supervisor, Kind::Ids, Default::Toml("[]"),
+        "viewers: peer uids allowed to `watch` and run `top` on `control.sock`, with a redacted view (no stderr tails, no panics, no verbs)"),
+    key!("viewer_gids", Supervisor, Kind::Ids, Default::Toml("[]"),
+        "viewers: peer primary gids allowed to `watch` and run `top`"),
+    key!("availability_objective", Supervisor, Kind::Ratio, Default::Toml("0.999"),
+        "the availability objective `status`, `watch` and `top` hold each server's SLI to (its burn rates divide by 1 - this); the same SLI as `deploy/prometheus/recording.yml`"),
     key!("metrics_listen", Supervisor, Kind::Address, Default::Prose("none"),
         "`host:port` serving `GET /metrics`, `/healthz` and `/readyz`, without authentication; read at start"),
     key!("metrics_allow_remote", Supervisor, Kind::Flag, Default::Flag(false),

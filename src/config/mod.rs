@@ -127,6 +127,14 @@ pub struct SupervisorConfig {
     pub operator_uids: Vec<u32>,
     /// Peer primary gids allowed to use `control.sock`. Default none.
     pub operator_gids: Vec<u32>,
+    /// Peer uids allowed to `watch` on `control.sock` (and run `top`) with a redacted view:
+    /// no stderr tails, no panic messages, no verbs (issue 33). Default none.
+    pub viewer_uids: Vec<u32>,
+    /// Peer primary gids allowed to watch, likewise. Default none.
+    pub viewer_gids: Vec<u32>,
+    /// The availability objective of every server's SLI, strictly between 0 and 1 (issue 33;
+    /// default 0.999, [`crate::observe::history::DEFAULT_OBJECTIVE`]).
+    pub availability_objective: f64,
     /// `host:port` of an HTTP endpoint serving `GET /metrics` for Prometheus (issue 8).
     /// Default: none (metrics only through `mcp-supervisor metrics`). It has no authentication:
     /// keep it on loopback unless the network is trusted.
@@ -643,6 +651,20 @@ impl Validator<'_> {
                 .map_err(|msg| self.err(m.span(), "supervisor.socket_mode", &msg))?,
             None => 0o600,
         };
+        let availability_objective = match &raw.availability_objective {
+            Some(o) if *o.get_ref() > 0.0 && *o.get_ref() < 1.0 => *o.get_ref(),
+            Some(o) => {
+                return Err(self.err(
+                    o.span(),
+                    "supervisor.availability_objective",
+                    &format!(
+                        "{} is not strictly between 0 and 1; write e.g. 0.999 (99.9%)",
+                        o.get_ref()
+                    ),
+                ))
+            }
+            None => crate::observe::history::DEFAULT_OBJECTIVE,
+        };
         let socket_group = match &raw.socket_group {
             Some(g) if self.host => Some(
                 resolve_group(g.get_ref())
@@ -699,6 +721,9 @@ impl Validator<'_> {
             operator_uids: raw.operator_uids.clone().unwrap_or_default(),
             client_memory: self.supervisor_count(&keys::CLIENT_MEMORY, &raw.client_memory)?,
             operator_gids: raw.operator_gids.clone().unwrap_or_default(),
+            viewer_uids: raw.viewer_uids.clone().unwrap_or_default(),
+            viewer_gids: raw.viewer_gids.clone().unwrap_or_default(),
+            availability_objective,
         })
     }
 

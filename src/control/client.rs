@@ -238,7 +238,7 @@ pub fn watch(socket: &Path) -> i32 {
             .read_until(b'\n', &mut buf)
         {
             Ok(0) if first => {
-                eprintln!("mcp-supervisor watch: the supervisor closed the connection without answering (is this user an operator of {}?)", socket.display());
+                eprintln!("mcp-supervisor watch: the supervisor closed the connection without answering (is this user an operator or a viewer of {}? see `operator_uids` and `viewer_uids` in [supervisor] of the configuration)", socket.display());
                 return EXIT_FAILED;
             }
             Ok(0) => return 0,

@@ -157,6 +157,8 @@ pub enum ErrorKind {
     NotApplicable,
     /// `watch`: too many watchers already.
     Busy,
+    /// A viewer asked for an operator's verb (issue 33).
+    Denied,
 }
 
 /// An error answer.

@@ -96,8 +96,48 @@ pub struct Ctx {
     pub upgraded: crate::control::Upgraded,
 }
 
+/// Who is on the other end of a control connection (the accept loop decides, from
+/// `SO_PEERCRED` and the lists in force).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Who {
+    /// The supervisor's uid, root, `operator_uids`/`operator_gids`: every verb.
+    Operator,
+    /// `viewer_uids`/`viewer_gids` only (issue 33): `watch` and `status`, redacted
+    /// ([`redact`]); every other verb is refused with `denied`.
+    Viewer,
+}
+
+/// Status members a viewer never sees (issue 33: no stderr tails, no command lines, no panic
+/// messages, which can quote a child's output or arguments).
+const REDACTED: [&str; 3] = ["stderr_tail", "last_actor_panic", "command"];
+
+/// Removes what a viewer may not see from one server's status (a JSON object); the rest is
+/// left as it is.
+pub fn redact(status: &mut serde_json::Value) {
+    if let Some(o) = status.as_object_mut() {
+        for k in REDACTED {
+            o.remove(k);
+        }
+        if let Some(r) = o.get_mut("remote").and_then(|r| r.as_object_mut()) {
+            r.remove("last_error");
+        }
+    }
+}
+
+/// The refusal of a verb to a viewer.
+fn viewers_may_not(op: &Op) -> Response {
+    let verb = serde_json::to_value(op)
+        .ok()
+        .and_then(|v| v.get("verb").and_then(|v| v.as_str()).map(str::to_string))
+        .unwrap_or_default();
+    Response::error(
+        ErrorKind::Denied,
+        format!("`{verb}` is for operators; this user is a viewer (viewer_uids/viewer_gids), who may only watch (`watch`, `top`) and read `status`; operator_uids/operator_gids in [supervisor] make an operator"),
+    )
+}
+
 /// Serves one connection until the peer closes it or `stop` fires.
-pub async fn serve(stream: UnixStream, ctx: Ctx, stop: CancellationToken) {
+pub async fn serve(stream: UnixStream, ctx: Ctx, who: Who, stop: CancellationToken) {
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::new(rd);
     loop {
@@ -114,17 +154,31 @@ pub async fn serve(stream: UnixStream, ctx: Ctx, stop: CancellationToken) {
         let too_long = line.len() > MAX_LINE;
         if !too_long && is_watch(&line) {
             // The connection is a watcher's from now on (issue 33).
-            return crate::control::watch::serve(&mut wr, &ctx, &stop).await;
+            return crate::control::watch::serve(&mut wr, &ctx, who, &stop).await;
         }
+        let viewer = who == Who::Viewer;
+        let refused = viewer
+            .then(|| serde_json::from_slice::<Request>(&line).ok())
+            .flatten()
+            .filter(|r| !matches!(r.op, Op::Status { .. }))
+            .map(|r| viewers_may_not(&r.op));
         let resp = if too_long {
             Response::error(ErrorKind::BadRequest, "request line too long")
         } else if line.iter().all(u8::is_ascii_whitespace) {
             continue;
+        } else if let Some(r) = refused {
+            r
         } else {
-            tokio::select! {
+            let mut r = tokio::select! {
                 r = answer(&line, &ctx) => r,
                 _ = stop.cancelled() => Response::error(ErrorKind::ShuttingDown, "the supervisor is shutting down"),
+            };
+            if viewer {
+                r.servers.iter_mut().flatten().for_each(redact);
+                r.stderr_tail = None;
+                r.metrics = None;
             }
+            r
         };
         let mut out = serde_json::to_vec(&resp).unwrap_or_default();
         out.push(b'\n');

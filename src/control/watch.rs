@@ -9,13 +9,21 @@
 //! and the time since the last message aside) and the names that are gone. A daemon with
 //! [`MAX_WATCHERS`] watchers already answers one error line (`busy`) and closes.
 //!
+//! The snapshot also says `"role"`: `"operator"`, or `"viewer"` for `viewer_uids`/`viewer_gids`,
+//! whose lines never hold stderr tails, command lines or panic messages
+//! ([`super::server::redact`]).
+//!
+//! Each status holds `traffic` (requests/s, error rate, p50/p99, availability, burn rates, the
+//! per-minute counts), which moves with time: a watcher also looks every [`REFRESH`] while it
+//! watches, and sends what moved.
+//!
 //! Cost: nothing while nobody watches but [`changed`] (an actor calls it when its state, pid,
 //! restarts, clients or instance change; the registry when a reload adds or removes one):
 //! one counter bump in a `tokio::sync::watch`, which wakes the watchers. A watcher then asks
 //! every actor for its status and sends what differs, at most once per [`COALESCE`]: a slow
 //! viewer is never queued a backlog, it gets the newer state when it reads again.
 
-use super::server::{status_all, Ctx};
+use super::server::{redact, status_all, Ctx, Who};
 use super::{ErrorKind, Response};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -30,6 +38,9 @@ use tokio_util::sync::CancellationToken;
 pub const MAX_WATCHERS: usize = 32;
 /// Least time between two lines to one watcher: changes within it go out as one line.
 pub const COALESCE: Duration = Duration::from_millis(100);
+/// How often a watcher looks again with nothing changed, for the traffic, which moves with
+/// time (only while someone watches).
+pub const REFRESH: Duration = Duration::from_secs(2);
 /// The stream's format (each line's `format`); a change that drops or renames a member bumps
 /// it.
 pub const FORMAT: u32 = 1;
@@ -85,8 +96,11 @@ fn steady(v: &Value) -> Value {
 type Shown = BTreeMap<String, (Value, Value)>;
 
 /// Every server's and endpoint's status now, keyed, with its steady part.
-async fn shown(ctx: &Ctx) -> Shown {
-    let (servers, endpoints) = status_all(ctx).await;
+async fn shown(ctx: &Ctx, who: Who) -> Shown {
+    let (mut servers, endpoints) = status_all(ctx).await;
+    if who == Who::Viewer {
+        servers.iter_mut().for_each(redact);
+    }
     let name = |v: &Value| v["name"].as_str().unwrap_or_default().to_string();
     servers
         .into_iter()
@@ -102,7 +116,7 @@ async fn shown(ctx: &Ctx) -> Shown {
 
 /// The line for `now` after `before` (`None`: the first, a snapshot); `None` when nothing
 /// changed.
-fn line(seq: u64, before: Option<&Shown>, now: &Shown) -> Option<Value> {
+fn line(seq: u64, before: Option<&Shown>, now: &Shown, who: Who) -> Option<Value> {
     let changed =
         |k: &String, s: &Value| before.is_none_or(|b| b.get(k).is_none_or(|(p, _)| p != s));
     let pick = |prefix: &str| -> Vec<Value> {
@@ -124,14 +138,22 @@ fn line(seq: u64, before: Option<&Shown>, now: &Shown) -> Option<Value> {
     if before.is_some() && servers.is_empty() && endpoints.is_empty() && removed.is_empty() {
         return None;
     }
-    Some(serde_json::json!({
+    let mut out = serde_json::json!({
         "format": FORMAT,
         "kind": if before.is_none() { "snapshot" } else { "change" },
         "seq": seq,
         "servers": servers,
         "endpoints": endpoints,
         "removed": removed,
-    }))
+    });
+    if let Some(o) = out.as_object_mut().filter(|_| before.is_none()) {
+        let role = match who {
+            Who::Operator => "operator",
+            Who::Viewer => "viewer",
+        };
+        o.insert("role".into(), role.into());
+    }
+    Some(out)
 }
 
 /// Writes one answer line; false when the watcher is gone.
@@ -142,7 +164,12 @@ async fn send<W: AsyncWriteExt + Unpin>(wr: &mut W, resp: &Response) -> bool {
 }
 
 /// Serves one watcher on `wr` until it goes, `stop` fires, or the daemon ends.
-pub async fn serve<W: AsyncWriteExt + Unpin>(wr: &mut W, ctx: &Ctx, stop: &CancellationToken) {
+pub async fn serve<W: AsyncWriteExt + Unpin>(
+    wr: &mut W,
+    ctx: &Ctx,
+    who: Who,
+    stop: &CancellationToken,
+) {
     let Some(_seat) = Seat::take() else {
         let busy = Response::error(
             ErrorKind::Busy,
@@ -156,8 +183,8 @@ pub async fn serve<W: AsyncWriteExt + Unpin>(wr: &mut W, ctx: &Ctx, stop: &Cance
     let mut seq = 0u64;
     loop {
         rx.borrow_and_update();
-        let now = shown(ctx).await;
-        if let Some(watch) = line(seq.saturating_add(1), before.as_ref(), &now) {
+        let now = shown(ctx, who).await;
+        if let Some(watch) = line(seq.saturating_add(1), before.as_ref(), &now, who) {
             seq = seq.saturating_add(1);
             let resp = Response {
                 watch: Some(watch),
@@ -174,6 +201,7 @@ pub async fn serve<W: AsyncWriteExt + Unpin>(wr: &mut W, ctx: &Ctx, stop: &Cance
         }
         tokio::select! {
             r = rx.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(REFRESH.saturating_sub(COALESCE)) => {}
             _ = stop.cancelled() => return,
         }
     }
@@ -181,7 +209,7 @@ pub async fn serve<W: AsyncWriteExt + Unpin>(wr: &mut W, ctx: &Ctx, stop: &Cance
 
 #[cfg(test)]
 mod tests {
-    use super::{line, steady, Seat, Shown, MAX_WATCHERS};
+    use super::{line, steady, Seat, Shown, Who, MAX_WATCHERS};
     use serde_json::json;
 
     fn shown(entries: &[(&str, serde_json::Value)]) -> Shown {
@@ -196,8 +224,9 @@ mod tests {
         let a = json!({"name": "a", "state": "ready", "uptime_s": 1.0});
         let b = json!({"name": "b", "state": "ready", "uptime_s": 1.0});
         let first = shown(&[("server:a", a.clone()), ("server:b", b.clone())]);
-        let l = line(1, None, &first).unwrap();
+        let l = line(1, None, &first, Who::Operator).unwrap();
         assert_eq!(l["kind"], "snapshot");
+        assert_eq!(l["role"], "operator");
         assert_eq!(l["servers"].as_array().unwrap().len(), 2);
         // Only time passed: nothing to say.
         let later = shown(&[
@@ -210,7 +239,7 @@ mod tests {
                 json!({"name": "b", "state": "ready", "uptime_s": 9.0}),
             ),
         ]);
-        assert!(line(2, Some(&first), &later).is_none());
+        assert!(line(2, Some(&first), &later, Who::Operator).is_none());
         // b restarts, a is removed, an endpoint appears.
         let next = shown(&[
             (
@@ -219,7 +248,7 @@ mod tests {
             ),
             ("endpoint:e", json!({"name": "e", "servers": []})),
         ]);
-        let l = line(2, Some(&later), &next).unwrap();
+        let l = line(2, Some(&later), &next, Who::Operator).unwrap();
         assert_eq!(l["kind"], "change");
         assert_eq!(l["seq"], 2);
         assert_eq!(

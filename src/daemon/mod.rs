@@ -49,7 +49,8 @@ pub use previous::{cleanup, Cleanup};
 use sockets::{accept_loop, control_loop, SessionParams, Shared};
 pub use sockets::{
     bind_socket, client_access, lock_socket_dir, operator_access, prepare_socket_dir,
-    prepare_state_dir, prepare_token_dir, server_access, socket_path, DirRefused, SocketPerms,
+    prepare_state_dir, prepare_token_dir, server_access, socket_path, viewer_access, DirRefused,
+    SocketPerms,
 };
 
 /// At most this many reloads run per [`RELOAD_WINDOW`] (R3); more requests wait, coalesced.
@@ -404,6 +405,12 @@ impl Daemon {
             .operators
             .write()
             .unwrap_or_else(|p| p.into_inner()) = operator_access(new_s);
+        *self
+            .shared
+            .viewers
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = viewer_access(new_s);
+        crate::observe::history::set_objective(new_s.availability_objective);
         // Live sessions of peers no longer allowed end now (issue 14 §2), and their HTTP
         // connections on NAME.http.sock close (issue 26 §5).
         self.shared.close_revoked_http();
@@ -690,6 +697,7 @@ pub async fn run(
     let registry = Registry::default();
     let connections = CancellationToken::new();
     let memory = Arc::new(session::MemoryBudget::new(config.supervisor.client_memory));
+    crate::observe::history::set_objective(config.supervisor.availability_objective);
     let mut daemon = Daemon {
         dir: dir.clone(),
         memory: memory.clone(),
@@ -697,6 +705,7 @@ pub async fn run(
         shared: Arc::new(Shared {
             clients: RwLock::new(client_table(&config)),
             operators: RwLock::new(operator_access(&config.supervisor)),
+            viewers: RwLock::new(viewer_access(&config.supervisor)),
             refused_log: std::sync::Mutex::new(crate::logging::LogBudget::new(
                 20,
                 Duration::from_secs(10),

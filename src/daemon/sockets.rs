@@ -452,6 +452,17 @@ pub fn operator_access(s: &SupervisorConfig) -> Access {
     }
 }
 
+/// The viewer access of `[supervisor]` (`viewer_uids`/`viewer_gids`, issue 33): who may
+/// `watch` `control.sock` with the redacted view. Lists only: the supervisor's own uid and
+/// root are operators already.
+pub fn viewer_access(s: &SupervisorConfig) -> Access {
+    Access {
+        me: nix::unistd::geteuid().as_raw(),
+        uids: s.viewer_uids.clone(),
+        gids: s.viewer_gids.clone(),
+    }
+}
+
 /// The client access of one server: its own `allowed_uids`/`allowed_gids` when it sets them
 /// (a server may be more private, or more open, than the default), else `[supervisor]`'s.
 pub fn server_access(s: &SupervisorConfig, cfg: &ServerConfig) -> Access {
@@ -484,6 +495,8 @@ pub(super) struct Shared {
     pub(super) clients: RwLock<HashMap<String, Access>>,
     /// Operator access (`control.sock`).
     pub(super) operators: RwLock<Access>,
+    /// Viewer access (`control.sock`, `watch` only, redacted; issue 33).
+    pub(super) viewers: RwLock<Access>,
     pub(super) max_clients: AtomicUsize,
     /// The HTTP connections open on the servers' `NAME.http.sock`, so that a reload that
     /// revokes a peer closes them (issue 26 §5; [`Shared::close_revoked_http`]).
@@ -551,13 +564,24 @@ impl Shared {
         revoked.len()
     }
 
+    /// Whether a control connection of this peer is an operator's (else a viewer's).
+    fn is_operator(&self, uid: u32, gid: u32) -> bool {
+        self.operators
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .permits(uid, gid)
+    }
+
     fn permits(&self, role: Role<'_>, uid: u32, gid: u32) -> bool {
         match role {
-            Role::Control => self
-                .operators
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .permits(uid, gid),
+            Role::Control => {
+                self.is_operator(uid, gid)
+                    || self
+                        .viewers
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .permits(uid, gid)
+            }
             Role::Server(name) => self
                 .clients
                 .read()
@@ -637,7 +661,7 @@ pub(super) async fn accept_checked(
                 "refused a connection from uid {} (pid {pid}): not our uid, not root, not in {}",
                 cred.uid(),
                 match role {
-                    Role::Control => "operator_uids/operator_gids",
+                    Role::Control => "operator_uids/operator_gids nor viewer_uids/viewer_gids",
                     Role::Server(_) => "allowed_uids/allowed_gids",
                 }
             );
@@ -706,12 +730,18 @@ pub(super) async fn control_loop(
     while let Some((stream, peer)) =
         accept_checked(&listener, &shared, Role::Control, false, &stop).await
     {
+        let who = if shared.is_operator(peer.uid, peer.gid) {
+            ctl::Who::Operator
+        } else {
+            ctl::Who::Viewer
+        };
         debug!(
             peer_uid = peer.uid,
             peer_pid = peer.pid,
+            ?who,
             "control connection"
         );
-        tracker.spawn(ctl::serve(stream, ctx.clone(), connections.clone()));
+        tracker.spawn(ctl::serve(stream, ctx.clone(), who, connections.clone()));
     }
 }
 

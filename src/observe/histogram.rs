@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// Upper bounds in seconds: 1 ms doubling to about 65 s (17 buckets), then `+Inf`.
 // Evaluated at compile time: an index out of bounds would be a build error, not a panic.
 #[allow(clippy::indexing_slicing)]
-const BOUNDS: [f64; 17] = {
+pub(crate) const BOUNDS: [f64; 17] = {
     let mut b = [0.0; 17];
     let mut i = 0;
     let mut v = 0.001;

@@ -16,6 +16,7 @@ use prometheus_client::registry::Registry;
 use std::sync::OnceLock;
 
 pub mod histogram;
+pub mod history;
 mod http;
 pub mod ready;
 pub mod trace;

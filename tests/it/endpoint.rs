@@ -1,5 +1,6 @@
 //! Endpoints (issue 31): one endpoint in front of several servers, as a client sees it.
 
+use crate::harness::is_root;
 use crate::harness::{fake_server, wait_until, Client, Supervisor};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -171,10 +172,6 @@ fn an_endpoint_named_like_a_server_is_exit_2_naming_it() {
     let text = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains(":4: key `endpoints.a`"), "{text}");
-}
-
-fn is_root() -> bool {
-    unsafe { libc::geteuid() == 0 }
 }
 
 /// Whether a test can connect as another uid (root and `setpriv`); says so when it cannot.

@@ -22,6 +22,11 @@ pub const SUPERVISOR: &str = env!("CARGO_BIN_EXE_mcp-supervisor");
 /// The scriptable fake MCP server.
 pub const FAKE: &str = env!("CARGO_BIN_EXE_mcp-fake-server");
 
+/// Whether the tests run as root (some become another uid with `setpriv`).
+pub fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Polls `cond` every 10 ms until it holds or `timeout` passes; returns whether it held.
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + timeout;

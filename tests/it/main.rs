@@ -29,5 +29,6 @@ mod reaping;
 mod remote;
 mod signin;
 mod survive;
+mod top;
 mod upgrade;
 mod watch;

@@ -129,10 +129,6 @@ fn reloaded_lines(sup: &Supervisor) -> usize {
     sup.log().matches("configuration reloaded").count()
 }
 
-fn is_root() -> bool {
-    unsafe { libc::geteuid() == 0 }
-}
-
 // ----- control socket and CLI verbs ------------------------------------------------------------
 
 #[test]

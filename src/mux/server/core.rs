@@ -4154,6 +4154,12 @@ impl Server {
         self.telemetry
             .metrics()
             .request(&t.method, outcome, code, elapsed.as_secs_f64());
+        let (rid, wall) = (t.rid, self.clock.wall());
+        let method = crate::observe::method_label(&t.method);
+        self.telemetry
+            .remember(self.clock.now(), outcome, elapsed, || {
+                (rid.to_string(), method, wall, code)
+            });
         if let Some(e) = &via {
             self.telemetry
                 .metrics()

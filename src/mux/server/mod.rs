@@ -189,6 +189,9 @@ pub struct Status {
     /// its age (never its id), the negotiated version, the last HTTP status and error; null
     /// for a child.
     pub remote: Option<crate::remote::RemoteStatus>,
+    /// Recent traffic (issue 33): requests/s, the SLI's error rate, p50/p99, availability
+    /// against the objective, burn rates, per-minute counts and the last failures.
+    pub traffic: crate::observe::history::Traffic,
 }
 
 /// Commands from the daemon and the control socket (systemctl-like verbs).
@@ -366,7 +369,7 @@ impl Server {
         let held = HeldQueue::new(cfg.queue_limit);
         Server {
             clock: Clock::read(),
-            telemetry: Telemetry::new(&cfg.name),
+            telemetry: Telemetry::new(&cfg.name, Instant::now()),
             instances: Instances::new(
                 &cfg,
                 spawner,
@@ -734,6 +737,7 @@ impl Server {
                 }
                 s
             }),
+            traffic: self.telemetry.traffic(now),
         }
     }
 }

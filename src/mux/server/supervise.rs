@@ -341,6 +341,10 @@ impl Down<'_> {
                     url: crate::remote::shown_url(&r.url),
                     ..Default::default()
                 }),
+            traffic: crate::observe::history::Traffic {
+                objective: crate::observe::history::objective(),
+                ..Default::default()
+            },
         }
     }
 }

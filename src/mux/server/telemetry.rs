@@ -9,8 +9,9 @@
 
 use crate::logging::requests::{self, Record};
 use crate::logging::LogBudget;
-use crate::observe::{metrics, trace, ServerMetrics};
-use std::time::{Duration, Instant};
+use crate::observe::history::{self, History, Traffic};
+use crate::observe::{metrics, trace, Outcome, ServerMetrics};
+use std::time::{Duration, Instant, SystemTime};
 
 /// The warnings a peer can cause at will: 20 lines per 10 s each, the rest counted.
 const BUDGET_LINES: u32 = 20;
@@ -30,12 +31,15 @@ pub(super) struct Telemetry {
     invalid_log: LogBudget,
     /// Warnings for lines dropped on a full stdin queue.
     dropped_log: LogBudget,
+    /// The recent traffic `status` summarises (issue 33).
+    history: History,
 }
 
 impl Telemetry {
     /// The telemetry of server `name`, with the settings of this process.
-    pub(super) fn new(name: &str) -> Self {
+    pub(super) fn new(name: &str, now: Instant) -> Self {
         Telemetry {
+            history: History::new(now),
             metrics: metrics().server(name),
             request_log: requests::enabled(),
             log_lines: requests::LineBuffer::default(),
@@ -48,6 +52,23 @@ impl Telemetry {
     /// The metric series (counters and gauges are atomics, updated in place).
     pub(super) fn metrics(&self) -> &ServerMetrics {
         &self.metrics
+    }
+
+    /// A finished request in the recent history: at `now`, after `elapsed`; `failure` is
+    /// asked only for a bad outcome (request id, method label, wall time, code).
+    pub(super) fn remember(
+        &mut self,
+        now: Instant,
+        outcome: Outcome,
+        elapsed: Duration,
+        failure: impl FnOnce() -> (String, &'static str, SystemTime, Option<i64>),
+    ) {
+        self.history.record(now, outcome, elapsed, failure);
+    }
+
+    /// The recent traffic at `now`, against the objective in force.
+    pub(super) fn traffic(&self, now: Instant) -> Traffic {
+        self.history.summary(now, history::objective())
     }
 
     /// Whether request log lines are wanted (the caller skips building a [`Record`] if not).

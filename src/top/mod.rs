@@ -1,0 +1,221 @@
+//! `mcp-supervisor top` (issue 33 §1): a full-screen live view of the servers and endpoints,
+//! fed by the control socket's `watch` stream (no polling: the daemon sends what changed).
+//!
+//! The shell: it connects, reads the first line before touching the terminal (a refusal is a
+//! plain error on stderr, exit 1; no supervisor, exit 3), then takes the terminal (raw mode,
+//! alternate screen), draws the [`board::Board`] and runs the verbs the board asks for, each
+//! on its own thread (a `restart` waits until the server is ready). The terminal is given back
+//! on `q`, Esc, Ctrl-C, SIGTERM, SIGHUP, a panic (ratatui's hook) and when drawing fails.
+//!
+//! Owns: the terminal and the watch connection. `board.rs` decides, `view.rs` draws.
+
+pub mod board;
+pub mod view;
+
+use crate::control::client::{request, ClientError};
+use crate::control::{Op, Request, Response, MAX_LINE};
+use board::{Action, Board, Verb};
+use ratatui::crossterm::event::{self, Event, KeyEventKind};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Exit code when no supervisor runs on the socket (as the other verbs).
+const EXIT_NOT_RUNNING: i32 = 3;
+/// Exit code when refused or broken.
+const EXIT_FAILED: i32 = 1;
+/// How long the first line may take.
+const FIRST_LINE: Duration = Duration::from_secs(10);
+/// How often the loop looks at the keyboard, the stream and the signals.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Set by SIGTERM, SIGHUP and SIGINT: leave and restore the terminal.
+static LEAVE: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: nix::libc::c_int) {
+    LEAVE.store(true, Ordering::Relaxed);
+}
+
+/// What the reader thread and the verb threads tell the loop.
+enum Feed {
+    /// One `watch` line.
+    Line(Value),
+    /// The stream ended, and why.
+    Ended(String),
+    /// A verb's outcome, for the message line.
+    Told(String),
+}
+
+/// Reads one answer line; `Err` with why not.
+fn read_line(reader: &mut impl BufRead) -> Result<Option<Response>, String> {
+    let mut buf = Vec::new();
+    match reader.take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf) {
+        Ok(0) => Ok(None),
+        Ok(_) => serde_json::from_slice(&buf)
+            .map(Some)
+            .map_err(|e| format!("not an answer: {e}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Runs `top` against the supervisor at `socket`; the process's exit code.
+pub fn run(socket: &Path) -> i32 {
+    let mut stream = match UnixStream::connect(socket) {
+        Ok(s) => s,
+        Err(source) => {
+            let e = ClientError::NotRunning {
+                path: socket.display().to_string(),
+                source,
+            };
+            eprintln!("mcp-supervisor: {e}");
+            return EXIT_NOT_RUNNING;
+        }
+    };
+    let mut line = serde_json::to_vec(&Request::new(Op::Watch)).unwrap_or_default();
+    line.push(b'\n');
+    if let Err(e) = stream.write_all(&line) {
+        eprintln!("mcp-supervisor top: {e}");
+        return EXIT_FAILED;
+    }
+    let _ = stream.set_read_timeout(Some(FIRST_LINE));
+    let mut reader = BufReader::new(stream);
+    let first = match read_line(&mut reader) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            eprintln!("mcp-supervisor top: the supervisor closed the connection without answering (is this user an operator or a viewer of {}? see `operator_uids` and `viewer_uids` in [supervisor] of the configuration)", socket.display());
+            return EXIT_FAILED;
+        }
+        Err(e) => {
+            eprintln!("mcp-supervisor top: {e}");
+            return EXIT_FAILED;
+        }
+    };
+    let Some(snapshot) = first.watch.filter(|_| first.ok) else {
+        let why = first
+            .error
+            .map(|e| e.message)
+            .unwrap_or_else(|| "this supervisor does not stream (upgrade it)".into());
+        eprintln!("mcp-supervisor top: refused: {why}");
+        return EXIT_FAILED;
+    };
+    let _ = reader.get_ref().set_read_timeout(None);
+    let mut board = Board::default();
+    board.apply(&snapshot);
+    let (tx, rx) = mpsc::channel();
+    let feed = tx.clone();
+    std::thread::spawn(move || loop {
+        match read_line(&mut reader) {
+            Ok(Some(r)) => match r.watch {
+                Some(w) if r.ok => {
+                    if feed.send(Feed::Line(w)).is_err() {
+                        return;
+                    }
+                }
+                _ => {
+                    let why = r.error.map(|e| e.message).unwrap_or_default();
+                    let _ = feed.send(Feed::Ended(why));
+                    return;
+                }
+            },
+            Ok(None) => {
+                let _ = feed.send(Feed::Ended("the supervisor stopped".into()));
+                return;
+            }
+            Err(e) => {
+                let _ = feed.send(Feed::Ended(e));
+                return;
+            }
+        }
+    });
+    for sig in [
+        nix::sys::signal::Signal::SIGTERM,
+        nix::sys::signal::Signal::SIGHUP,
+        nix::sys::signal::Signal::SIGINT,
+    ] {
+        let action = nix::sys::signal::SigAction::new(
+            nix::sys::signal::SigHandler::Handler(on_signal),
+            nix::sys::signal::SaFlags::empty(),
+            nix::sys::signal::SigSet::empty(),
+        );
+        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        let _ = unsafe { nix::sys::signal::sigaction(sig, &action) };
+    }
+    let look = view::Look {
+        color: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+    };
+    // Raw mode and the alternate screen; ratatui's panic hook restores both first.
+    let mut terminal = ratatui::init();
+    let code = event_loop(&mut terminal, &mut board, look, &rx, &tx, socket);
+    ratatui::restore();
+    code
+}
+
+fn event_loop(
+    terminal: &mut ratatui::DefaultTerminal,
+    board: &mut Board,
+    look: view::Look,
+    rx: &mpsc::Receiver<Feed>,
+    tx: &mpsc::Sender<Feed>,
+    socket: &Path,
+) -> i32 {
+    loop {
+        while let Ok(f) = rx.try_recv() {
+            match f {
+                Feed::Line(w) => board.apply(&w),
+                Feed::Ended(why) => board.end(why),
+                Feed::Told(m) => board.tell(m),
+            }
+        }
+        if let Err(e) = terminal.draw(|f| view::draw(f, board, look)) {
+            ratatui::restore();
+            eprintln!("mcp-supervisor top: cannot draw: {e}");
+            return EXIT_FAILED;
+        }
+        if LEAVE.load(Ordering::Relaxed) {
+            return 0;
+        }
+        match event::poll(TICK) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(_) => return EXIT_FAILED,
+        }
+        let Ok(ev) = event::read() else {
+            return EXIT_FAILED;
+        };
+        let Event::Key(k) = ev else { continue };
+        if k.kind != KeyEventKind::Press {
+            continue;
+        }
+        match board.on_key(k) {
+            Action::None => {}
+            Action::Quit => return 0,
+            Action::Verb(verb, name) => run_verb(socket.to_path_buf(), verb, name, tx.clone()),
+        }
+    }
+}
+
+/// Sends `verb` for `name` on its own connection and thread; its outcome comes back as
+/// [`Feed::Told`].
+fn run_verb(socket: PathBuf, verb: Verb, name: String, tx: mpsc::Sender<Feed>) {
+    std::thread::spawn(move || {
+        let op = match verb {
+            Verb::Start => Op::Start { name: name.clone() },
+            Verb::Stop => Op::Stop { name: name.clone() },
+            Verb::Restart => Op::Restart { name: name.clone() },
+        };
+        let said = match request(&socket, &Request::new(op)) {
+            Ok(r) if r.ok => format!("{} {name}: done", verb.name()),
+            Ok(r) => format!(
+                "{} {name}: refused: {}",
+                verb.name(),
+                r.error.map(|e| e.message).unwrap_or_default()
+            ),
+            Err(e) => format!("{} {name}: {e}", verb.name()),
+        };
+        let _ = tx.send(Feed::Told(said));
+    });
+}
