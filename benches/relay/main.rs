@@ -56,6 +56,7 @@ mod results;
 mod rig;
 mod scaling;
 mod targets;
+mod watchers;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -73,6 +74,7 @@ fn main() {
     let mut profiling = false;
     let mut benching = false;
     let mut endpoint_only = false;
+    let mut watch_only = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -82,6 +84,8 @@ fn main() {
             "--profile" => profiling = true,
             // Only the endpoint row, printed (issue 31): `cargo bench --bench relay -- --endpoint`.
             "--endpoint" => endpoint_only = true,
+            // Only the live view's row, printed (issue 33): `cargo bench --bench relay -- --watch`.
+            "--watch" => watch_only = true,
             other => eprintln!("relay bench: ignoring argument {other:?}"),
         }
     }
@@ -103,6 +107,12 @@ fn main() {
         endpoint::measure_endpoint(&rig, &mut res);
         let mut w = String::new();
         report::endpoint_section(&mut w, &res);
+        println!("{w}");
+    } else if benching && watch_only {
+        let mut res = results::Results::default();
+        watchers::measure_watchers(&rig, &mut res);
+        let mut w = String::new();
+        report::watch_section(&mut w, &res);
         println!("{w}");
     } else if !benching {
         modes::smoke(&rig);
@@ -164,6 +174,7 @@ fn bench(rig: &Rig, args: &[String], nofile: u64, wall: Instant, out: Option<Pat
     }
     remote::measure_remote(rig, &mut res);
     endpoint::measure_endpoint(rig, &mut res);
+    watchers::measure_watchers(rig, &mut res);
     footprint::measure_idle(rig, &mut res);
     let idle_clients = 1000;
     let need = (idle_clients * 2 + 512) as u64;

@@ -39,6 +39,7 @@ pub fn smoke(rig: &Rig) {
     drop(one);
     crate::remote::smoke(rig);
     crate::endpoint::smoke(rig);
+    crate::watchers::smoke(rig);
     eprintln!("relay bench: every path works; run `cargo bench --bench relay` for the benchmark");
 }
 

@@ -600,6 +600,7 @@ pub fn report(res: &Results, rig: &Rig, run: &RunInfo) -> String {
 
     remote_section(w, res);
     endpoint_section(w, res);
+    watch_section(w, res);
 
     // rmcp-mux: how it ran and what it does.
     let _ = writeln!(w, "\n### rmcp-mux\n");
@@ -734,4 +735,44 @@ pub fn write_report(path: &Path, section: &str) {
     };
     std::fs::write(path, new).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
     eprintln!("relay bench: wrote {}", path.display());
+}
+
+/// "Live view (issue 33)": the daemon's CPU with no watcher and ten, and the update latency.
+pub fn watch_section(w: &mut String, res: &Results) {
+    let Some(r) = &res.watch else {
+        return;
+    };
+    let _ = writeln!(w, "\n### Live view (issue 33)\n");
+    let _ = writeln!(
+        w,
+        "What `top` and `watch --json` cost the daemon: one daemon with ten fake servers and a paced load of {:.0} `echo` calls per second on `s0`; its CPU time over alternating {}-second windows ({} each) with no watcher and with {} watchers (connections to `control.sock` that sent `watch` and read every line at once, as `top` does), as a share of one core. Update latency: one watcher, the child of `s1` killed with SIGKILL, the time until the first line that shows the crash (`s1` not ready, another pid, or one more restart; {} samples, each kill 500 ms after the last line: a change within 100 ms of a line waits up to 100 ms more, the coalescing).\n",
+        r.load_rps,
+        5,
+        3,
+        crate::watchers::WATCHERS,
+        r.update_ms.2
+    );
+    let _ = writeln!(w, "| measurement | value |");
+    let _ = writeln!(w, "|---|---:|");
+    let _ = writeln!(
+        w,
+        "| daemon CPU, no watcher, % of a core | {:.2} |",
+        r.cpu_percent.0
+    );
+    let _ = writeln!(
+        w,
+        "| daemon CPU, {} watchers, % of a core | {:.2} |",
+        crate::watchers::WATCHERS,
+        r.cpu_percent.1
+    );
+    let _ = writeln!(
+        w,
+        "| update latency after a crash, median ms | {:.1} |",
+        r.update_ms.0
+    );
+    let _ = writeln!(
+        w,
+        "| update latency after a crash, max ms | {:.1} |",
+        r.update_ms.1
+    );
 }

@@ -85,6 +85,8 @@ pub struct Results {
     pub remote: Option<crate::remote::RemoteResult>,
     /// The endpoint row (a call through an endpoint against the server's own socket).
     pub endpoint: Option<crate::endpoint::EndpointResult>,
+    /// The live view's cost (issue 33), when measured.
+    pub watch: Option<crate::watchers::WatchResult>,
     /// Why a cell is empty: key `section/way` (see [`key`]).
     pub why: BTreeMap<String, String>,
     pub notes: Vec<String>,
