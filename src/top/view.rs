@@ -131,9 +131,8 @@ fn cells(row: &Row, wide: bool, look: Look) -> TableRow<'static> {
             .and_then(Value::as_array)
             .map_or(0, Vec::len);
         return TableRow::new(vec![
-            Span::raw(name),
+            Span::raw(format!("{name} ({n})")),
             Span::raw("endpoint"),
-            Span::raw(format!("{n} source{}", if n == 1 { "" } else { "s" })),
         ]);
     }
     let state = text(s, &["state"]).to_string();
