@@ -737,7 +737,7 @@ pub const KEYS: &[Key] = &[
     key!("viewer_uids", Supervisor, Kind::Ids, Default::Toml("[]"),
         "viewers: peer uids allowed to `watch` and run `top` on `control.sock`, with a redacted view (no stderr tails, no panics, no verbs)"),
     key!("viewer_gids", Supervisor, Kind::Ids, Default::Toml("[]"),
-        "viewers: peer primary gids allowed to `watch` and run `top`"),
+        "viewers: peer primary gids allowed to `watch`, run `top` and read `status`"),
     key!("availability_objective", Supervisor, Kind::Ratio, Default::Toml("0.999"),
         "the availability objective `status`, `watch` and `top` hold each server's SLI to (its burn rates divide by 1 - this); the same SLI as `deploy/prometheus/recording.yml`"),
     key!("metrics_listen", Supervisor, Kind::Address, Default::Prose("none"),

@@ -237,6 +237,17 @@ pub fn watch(socket: &Path) -> i32 {
             .take(MAX_LINE as u64 + 1)
             .read_until(b'\n', &mut buf)
         {
+            Err(e)
+                if first
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                    ) =>
+            {
+                // A refused peer's request is left unread: its close resets.
+                eprintln!("mcp-supervisor watch: the supervisor closed the connection without answering (is this user an operator or a viewer of {}? see `operator_uids` and `viewer_uids` in [supervisor] of the configuration)", socket.display());
+                return EXIT_FAILED;
+            }
             Ok(0) if first => {
                 eprintln!("mcp-supervisor watch: the supervisor closed the connection without answering (is this user an operator or a viewer of {}? see `operator_uids` and `viewer_uids` in [supervisor] of the configuration)", socket.display());
                 return EXIT_FAILED;

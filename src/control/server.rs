@@ -107,19 +107,70 @@ pub enum Who {
     Viewer,
 }
 
-/// Status members a viewer never sees (issue 33: no stderr tails, no command lines, no panic
-/// messages, which can quote a child's output or arguments).
-const REDACTED: [&str; 3] = ["stderr_tail", "last_actor_panic", "command"];
+/// Who the peer of a control connection is *now*: asked before each request and at each pass
+/// of a watch, so a reload that removes a peer from the lists, or makes an operator a viewer,
+/// takes effect on its open connections (`None`: neither any more; the connection ends).
+pub type Role = Arc<dyn Fn() -> Option<Who> + Send + Sync>;
 
-/// Removes what a viewer may not see from one server's status (a JSON object); the rest is
-/// left as it is.
+/// The longest request line a viewer may send (its requests are a few dozen bytes; an
+/// operator's may carry a pasted redirect URL, up to [`MAX_LINE`]).
+pub const VIEWER_LINE: usize = 64 * 1024;
+
+/// Status members a viewer sees (issue 33): an allow-list, so a member added later is hidden
+/// from viewers until it is put here. Left out: `stderr_tail`, `last_actor_panic` (they can
+/// quote a child's output, arguments or environment), and of `remote` everything but what
+/// [`REMOTE_SHOWN`] names.
+const SHOWN: [&str; 18] = [
+    "name",
+    "state",
+    "pid",
+    "restarts",
+    "era",
+    "clients",
+    "uptime_s",
+    "last_heard_s",
+    "probes_sent",
+    "probes_answered",
+    "ping_served",
+    "consecutive_failures",
+    "retry_in_ms",
+    "last_exit",
+    "actor_restarts",
+    "limits",
+    "traffic",
+    "remote",
+];
+
+/// The members of a url server's `remote` a viewer sees; its `url` is cut to the scheme and
+/// host ([`origin`]): a provider may put a key in the path. No `last_error`, no `auth`.
+const REMOTE_SHOWN: [&str; 5] = [
+    "url",
+    "session",
+    "session_age_s",
+    "protocol_version",
+    "last_http_status",
+];
+
+/// `https://host:port` of a URL (no user info, path or query); the text as it is when it has
+/// no `://`.
+fn origin(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return String::new();
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit('@').next().unwrap_or_default();
+    format!("{scheme}://{host}")
+}
+
+/// One server's status (a JSON object) as a viewer sees it: only the [`SHOWN`] members.
 pub fn redact(status: &mut serde_json::Value) {
     if let Some(o) = status.as_object_mut() {
-        for k in REDACTED {
-            o.remove(k);
-        }
+        o.retain(|k, _| SHOWN.contains(&k.as_str()));
         if let Some(r) = o.get_mut("remote").and_then(|r| r.as_object_mut()) {
-            r.remove("last_error");
+            r.retain(|k, _| REMOTE_SHOWN.contains(&k.as_str()));
+            if let Some(u) = r.get_mut("url") {
+                *u = origin(u.as_str().unwrap_or_default()).into();
+            }
         }
     }
 }
@@ -136,13 +187,27 @@ fn viewers_may_not(op: &Op) -> Response {
     )
 }
 
-/// Serves one connection until the peer closes it or `stop` fires.
-pub async fn serve(stream: UnixStream, ctx: Ctx, who: Who, stop: CancellationToken) {
+/// The answer to a peer the lists no longer allow.
+fn no_longer_allowed() -> Response {
+    Response::error(
+        ErrorKind::Denied,
+        "this user is no longer an operator or a viewer of this supervisor (a reload changed operator_uids/viewer_uids)",
+    )
+}
+
+/// Serves one connection until the peer closes it, `stop` fires, or `role` says the peer is
+/// no longer allowed.
+pub async fn serve(stream: UnixStream, ctx: Ctx, role: Role, stop: CancellationToken) {
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::new(rd);
     loop {
+        let limit = match role() {
+            Some(Who::Operator) => MAX_LINE,
+            Some(Who::Viewer) => VIEWER_LINE,
+            None => return,
+        };
         let mut line = Vec::new();
-        let mut limited = (&mut rd).take(MAX_LINE as u64 + 1);
+        let mut limited = (&mut rd).take(limit as u64 + 1);
         let read = tokio::select! {
             r = limited.read_until(b'\n', &mut line) => r,
             _ = stop.cancelled() => return,
@@ -151,29 +216,28 @@ pub async fn serve(stream: UnixStream, ctx: Ctx, who: Who, stop: CancellationTok
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
-        let too_long = line.len() > MAX_LINE;
+        let too_long = line.len() > limit;
+        // Asked again: the read may have waited across a reload.
+        let Some(who) = role() else {
+            let mut out = serde_json::to_vec(&no_longer_allowed()).unwrap_or_default();
+            out.push(b'\n');
+            let _ = wr.write_all(&out).await;
+            return;
+        };
         if !too_long && is_watch(&line) {
             // The connection is a watcher's from now on (issue 33).
-            return crate::control::watch::serve(&mut wr, &ctx, who, &stop).await;
+            return crate::control::watch::serve(&mut wr, &ctx, &role, &stop).await;
         }
-        let viewer = who == Who::Viewer;
-        let refused = viewer
-            .then(|| serde_json::from_slice::<Request>(&line).ok())
-            .flatten()
-            .filter(|r| !matches!(r.op, Op::Status { .. }))
-            .map(|r| viewers_may_not(&r.op));
         let resp = if too_long {
             Response::error(ErrorKind::BadRequest, "request line too long")
         } else if line.iter().all(u8::is_ascii_whitespace) {
             continue;
-        } else if let Some(r) = refused {
-            r
         } else {
             let mut r = tokio::select! {
-                r = answer(&line, &ctx) => r,
+                r = answer(&line, &ctx, who) => r,
                 _ = stop.cancelled() => Response::error(ErrorKind::ShuttingDown, "the supervisor is shutting down"),
             };
-            if viewer {
+            if who == Who::Viewer {
                 r.servers.iter_mut().flatten().for_each(redact);
                 r.stderr_tail = None;
                 r.metrics = None;
@@ -193,8 +257,10 @@ fn is_watch(line: &[u8]) -> bool {
     serde_json::from_slice::<Request>(line).is_ok_and(|r| r.op == Op::Watch && r.v <= VERSION)
 }
 
-/// Answers one request line.
-pub async fn answer(line: &[u8], ctx: &Ctx) -> Response {
+/// Answers one request line of a peer who is `who`: a viewer's request is refused unless it
+/// is `status`, decided on the request as this function reads it (one parse, so no line can
+/// read as `status` to the check and as another verb to the answer).
+pub async fn answer(line: &[u8], ctx: &Ctx, who: Who) -> Response {
     let value: serde_json::Value = match serde_json::from_slice(line) {
         Ok(v) => v,
         Err(e) => return Response::error(ErrorKind::BadRequest, format!("not JSON: {e}")),
@@ -212,6 +278,9 @@ pub async fn answer(line: &[u8], ctx: &Ctx) -> Response {
         Err(e) => return Response::error(ErrorKind::BadRequest, format!("bad request: {e}")),
     };
     debug!(request = ?req.op, "control request");
+    if who == Who::Viewer && !matches!(req.op, Op::Status { .. }) {
+        return viewers_may_not(&req.op);
+    }
     match req.op {
         Op::Status { name } => status(ctx, name.as_deref()).await,
         Op::Logs { name } => match lookup_server(ctx, &name) {

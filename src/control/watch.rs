@@ -23,7 +23,7 @@
 //! every actor for its status and sends what differs, at most once per [`COALESCE`]: a slow
 //! viewer is never queued a backlog, it gets the newer state when it reads again.
 
-use super::server::{redact, status_all, Ctx, Who};
+use super::server::{redact, status_all, Ctx, Role, Who};
 use super::{ErrorKind, Response};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -36,6 +36,11 @@ use tokio_util::sync::CancellationToken;
 
 /// Watchers served at once; one more is refused with `busy`.
 pub const MAX_WATCHERS: usize = 32;
+/// Of those, the most viewers may hold: the rest stay free for operators.
+pub const MAX_VIEWER_WATCHERS: usize = 16;
+/// How long one line may take to be written: a watcher that reads nothing for this long is
+/// dropped (its seat is given back), so it never holds a task, a seat or a shutdown.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Least time between two lines to one watcher: changes within it go out as one line.
 pub const COALESCE: Duration = Duration::from_millis(100);
 /// How often a watcher looks again with nothing changed, for the traffic, which moves with
@@ -55,29 +60,50 @@ fn changes() -> &'static watch::Sender<u64> {
 
 /// Watchers now.
 static WATCHING: AtomicUsize = AtomicUsize::new(0);
+/// Viewers among them.
+static VIEWING: AtomicUsize = AtomicUsize::new(0);
 
 /// Says that something `status` shows may have changed: wakes the watchers, if any.
 pub fn changed() {
     changes().send_modify(|n| *n = n.wrapping_add(1));
 }
 
-/// A watcher's place among the [`MAX_WATCHERS`], given back when dropped.
-struct Seat;
+/// A watcher's place among the [`MAX_WATCHERS`] (a viewer's also among the
+/// [`MAX_VIEWER_WATCHERS`]), given back when dropped.
+struct Seat {
+    viewer: bool,
+}
+
+/// Takes one of `cap` places counted by `n`.
+fn take_one(n: &AtomicUsize, cap: usize) -> bool {
+    n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+        (n < cap).then_some(n + 1)
+    })
+    .is_ok()
+}
 
 impl Seat {
-    fn take() -> Option<Seat> {
-        WATCHING
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < MAX_WATCHERS).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Seat)
+    fn take(who: Who) -> Option<Seat> {
+        let viewer = who == Who::Viewer;
+        if viewer && !take_one(&VIEWING, MAX_VIEWER_WATCHERS) {
+            return None;
+        }
+        if !take_one(&WATCHING, MAX_WATCHERS) {
+            if viewer {
+                VIEWING.fetch_sub(1, Ordering::AcqRel);
+            }
+            return None;
+        }
+        Some(Seat { viewer })
     }
 }
 
 impl Drop for Seat {
     fn drop(&mut self) {
         WATCHING.fetch_sub(1, Ordering::AcqRel);
+        if self.viewer {
+            VIEWING.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -156,26 +182,36 @@ fn line(seq: u64, before: Option<&Shown>, now: &Shown, who: Who) -> Option<Value
     Some(out)
 }
 
-/// Writes one answer line; false when the watcher is gone.
-async fn send<W: AsyncWriteExt + Unpin>(wr: &mut W, resp: &Response) -> bool {
+/// Writes one answer line; false when the watcher is gone, has read nothing for
+/// [`WRITE_TIMEOUT`], or `stop` fired.
+async fn send<W: AsyncWriteExt + Unpin>(
+    wr: &mut W,
+    resp: &Response,
+    stop: &CancellationToken,
+) -> bool {
     let mut out = serde_json::to_vec(resp).unwrap_or_default();
     out.push(b'\n');
-    wr.write_all(&out).await.is_ok()
+    tokio::select! {
+        r = tokio::time::timeout(WRITE_TIMEOUT, wr.write_all(&out)) => matches!(r, Ok(Ok(()))),
+        _ = stop.cancelled() => false,
+    }
 }
 
-/// Serves one watcher on `wr` until it goes, `stop` fires, or the daemon ends.
+/// Serves one watcher on `wr` until it goes, `stop` fires, the daemon ends, or `role` says
+/// the peer is no longer allowed (a viewer's lines are redacted, as `role` says at each pass).
 pub async fn serve<W: AsyncWriteExt + Unpin>(
     wr: &mut W,
     ctx: &Ctx,
-    who: Who,
+    role: &Role,
     stop: &CancellationToken,
 ) {
-    let Some(_seat) = Seat::take() else {
+    let Some(first) = role() else { return };
+    let Some(_seat) = Seat::take(first) else {
         let busy = Response::error(
             ErrorKind::Busy,
-            format!("{MAX_WATCHERS} watchers already; try again when one has left"),
+            format!("{MAX_WATCHERS} watchers already ({MAX_VIEWER_WATCHERS} at most viewers); try again when one has left"),
         );
-        send(wr, &busy).await;
+        send(wr, &busy, stop).await;
         return;
     };
     let mut rx = changes().subscribe();
@@ -183,6 +219,14 @@ pub async fn serve<W: AsyncWriteExt + Unpin>(
     let mut seq = 0u64;
     loop {
         rx.borrow_and_update();
+        let Some(who) = role() else {
+            let gone = Response::error(
+                ErrorKind::Denied,
+                "this user is no longer an operator or a viewer of this supervisor",
+            );
+            send(wr, &gone, stop).await;
+            return;
+        };
         let now = shown(ctx, who).await;
         if let Some(watch) = line(seq.saturating_add(1), before.as_ref(), &now, who) {
             seq = seq.saturating_add(1);
@@ -190,7 +234,7 @@ pub async fn serve<W: AsyncWriteExt + Unpin>(
                 watch: Some(watch),
                 ..Response::ok()
             };
-            if !send(wr, &resp).await {
+            if !send(wr, &resp, stop).await {
                 return;
             }
         }
@@ -209,7 +253,7 @@ pub async fn serve<W: AsyncWriteExt + Unpin>(
 
 #[cfg(test)]
 mod tests {
-    use super::{line, steady, Seat, Shown, Who, MAX_WATCHERS};
+    use super::{line, steady, Seat, Shown, Who, MAX_VIEWER_WATCHERS, MAX_WATCHERS};
     use serde_json::json;
 
     fn shown(entries: &[(&str, serde_json::Value)]) -> Shown {
@@ -260,10 +304,18 @@ mod tests {
     }
 
     #[test]
-    fn watchers_are_capped() {
-        let seats: Vec<Seat> = (0..MAX_WATCHERS).map_while(|_| Seat::take()).collect();
-        assert!(Seat::take().is_none());
-        drop(seats);
-        assert!(Seat::take().is_some());
+    fn watchers_are_capped_and_viewers_leave_seats_for_operators() {
+        let viewers: Vec<Seat> = (0..MAX_WATCHERS)
+            .map_while(|_| Seat::take(Who::Viewer))
+            .collect();
+        assert_eq!(viewers.len(), MAX_VIEWER_WATCHERS);
+        let operators: Vec<Seat> = (0..MAX_WATCHERS)
+            .map_while(|_| Seat::take(Who::Operator))
+            .collect();
+        assert_eq!(operators.len(), MAX_WATCHERS - MAX_VIEWER_WATCHERS);
+        assert!(Seat::take(Who::Operator).is_none());
+        drop(viewers);
+        drop(operators);
+        assert!(Seat::take(Who::Viewer).is_some());
     }
 }

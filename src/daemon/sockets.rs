@@ -572,6 +572,17 @@ impl Shared {
             .permits(uid, gid)
     }
 
+    /// Who this peer is on `control.sock` under the lists in force (`None`: neither).
+    fn role_of(&self, uid: u32, gid: u32) -> Option<ctl::Who> {
+        if self.is_operator(uid, gid) {
+            Some(ctl::Who::Operator)
+        } else if self.permits(Role::Control, uid, gid) {
+            Some(ctl::Who::Viewer)
+        } else {
+            None
+        }
+    }
+
     fn permits(&self, role: Role<'_>, uid: u32, gid: u32) -> bool {
         match role {
             Role::Control => {
@@ -719,6 +730,29 @@ pub(super) async fn accept_loop(
     }
 }
 
+/// Control connections viewers may hold open at once (issue 33): an operator's are not
+/// counted (operators are trusted as the supervisor's own uid is).
+pub const MAX_VIEWER_CONNECTIONS: usize = 64;
+
+/// One of the [`MAX_VIEWER_CONNECTIONS`], given back when dropped.
+struct ViewerSeat(Arc<AtomicUsize>);
+
+impl ViewerSeat {
+    fn take(open: &Arc<AtomicUsize>) -> Option<ViewerSeat> {
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < MAX_VIEWER_CONNECTIONS).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| ViewerSeat(open.clone()))
+    }
+}
+
+impl Drop for ViewerSeat {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 pub(super) async fn control_loop(
     listener: UnixListener,
     ctx: ctl::Ctx,
@@ -727,13 +761,23 @@ pub(super) async fn control_loop(
     connections: CancellationToken,
     tracker: TaskTracker,
 ) {
+    let viewers = Arc::new(AtomicUsize::new(0));
     while let Some((stream, peer)) =
         accept_checked(&listener, &shared, Role::Control, false, &stop).await
     {
-        let who = if shared.is_operator(peer.uid, peer.gid) {
-            ctl::Who::Operator
-        } else {
-            ctl::Who::Viewer
+        let who = shared.role_of(peer.uid, peer.gid);
+        let viewer = match who {
+            Some(ctl::Who::Viewer) => match ViewerSeat::take(&viewers) {
+                Some(seat) => Some(seat),
+                None => {
+                    warn!(
+                        peer_uid = peer.uid,
+                        "refused a viewer's control connection: {MAX_VIEWER_CONNECTIONS} already open"
+                    );
+                    continue;
+                }
+            },
+            _ => None,
         };
         debug!(
             peer_uid = peer.uid,
@@ -741,7 +785,17 @@ pub(super) async fn control_loop(
             ?who,
             "control connection"
         );
-        tracker.spawn(ctl::serve(stream, ctx.clone(), who, connections.clone()));
+        // Asked again at each request and watch pass: a reload applies to open connections.
+        let role: ctl::Role = {
+            let shared = shared.clone();
+            let (uid, gid) = (peer.uid, peer.gid);
+            Arc::new(move || shared.role_of(uid, gid))
+        };
+        let serve = ctl::serve(stream, ctx.clone(), role, connections.clone());
+        tracker.spawn(async move {
+            serve.await;
+            drop(viewer);
+        });
     }
 }
 

@@ -222,7 +222,7 @@ impl History {
         }
     }
 
-    /// The minutes within the last `n` (the current one included).
+    /// The minutes within the last `n` (the current one included); `m.index <= now` for each.
     fn within(&self, now: u64, n: u64) -> impl Iterator<Item = &Minute> {
         self.minutes
             .iter()
@@ -256,16 +256,20 @@ impl History {
                 *d += u64::from(n);
             }
         }
-        // Always SPARK_MINUTES entries: minutes before the history began count 0.
+        // Always SPARK_MINUTES entries, oldest first: minutes before the history began, or
+        // without a request, count 0 (one pass over the buckets, which are in order).
         let spark = |f: fn(&Minute) -> u32| -> Vec<u32> {
-            (0..SPARK_MINUTES as u64)
-                .rev()
-                .map(|back| {
-                    index.checked_sub(back).map_or(0, |i| {
-                        self.minutes.iter().find(|m| m.index == i).map_or(0, f)
-                    })
-                })
-                .collect()
+            let mut out = vec![0; SPARK_MINUTES];
+            for m in self.within(index, SPARK_MINUTES as u64) {
+                let back = usize::try_from(index.saturating_sub(m.index)).unwrap_or(usize::MAX);
+                if let Some(slot) = (SPARK_MINUTES - 1)
+                    .checked_sub(back)
+                    .and_then(|i| out.get_mut(i))
+                {
+                    *slot = f(m);
+                }
+            }
+            out
         };
         Traffic {
             requests_per_s,

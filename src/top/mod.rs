@@ -33,6 +33,10 @@ const FIRST_LINE: Duration = Duration::from_secs(10);
 /// How often the loop looks at the keyboard, the stream and the signals.
 const TICK: Duration = Duration::from_millis(100);
 
+/// The test hook that panics after the first frame (`MCP_SUPERVISOR_TEST_TOP_PANIC=1`), so a
+/// test can see the terminal given back after a panic (ratatui's hook). Unset, nothing.
+const PANIC_VAR: &str = "MCP_SUPERVISOR_TEST_TOP_PANIC";
+
 /// Set by SIGTERM, SIGHUP and SIGINT: leave and restore the terminal.
 static LEAVE: AtomicBool = AtomicBool::new(false);
 
@@ -50,7 +54,9 @@ enum Feed {
     Told(String),
 }
 
-/// Reads one answer line; `Err` with why not.
+/// Reads one answer line: `Ok(None)` when the supervisor closed the connection (a reset
+/// counts as closed: a refused peer's request is left unread, so its close resets); `Err`
+/// with why not.
 fn read_line(reader: &mut impl BufRead) -> Result<Option<Response>, String> {
     let mut buf = Vec::new();
     match reader.take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf) {
@@ -58,8 +64,22 @@ fn read_line(reader: &mut impl BufRead) -> Result<Option<Response>, String> {
         Ok(_) => serde_json::from_slice(&buf)
             .map(Some)
             .map_err(|e| format!("not an answer: {e}")),
+        Err(e) if closed(&e) => Ok(None),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// Whether `e` means the other end closed the connection.
+fn closed(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+    )
+}
+
+/// What to say when the supervisor closed the connection without answering.
+fn refused_hint(socket: &Path) -> String {
+    format!("the supervisor closed the connection without answering (is this user an operator or a viewer of {}? see `operator_uids` and `viewer_uids` in [supervisor] of the configuration)", socket.display())
 }
 
 /// Runs `top` against the supervisor at `socket`; the process's exit code.
@@ -78,7 +98,11 @@ pub fn run(socket: &Path) -> i32 {
     let mut line = serde_json::to_vec(&Request::new(Op::Watch)).unwrap_or_default();
     line.push(b'\n');
     if let Err(e) = stream.write_all(&line) {
-        eprintln!("mcp-supervisor top: {e}");
+        if closed(&e) {
+            eprintln!("mcp-supervisor top: {}", refused_hint(socket));
+        } else {
+            eprintln!("mcp-supervisor top: {e}");
+        }
         return EXIT_FAILED;
     }
     let _ = stream.set_read_timeout(Some(FIRST_LINE));
@@ -86,7 +110,7 @@ pub fn run(socket: &Path) -> i32 {
     let first = match read_line(&mut reader) {
         Ok(Some(r)) => r,
         Ok(None) => {
-            eprintln!("mcp-supervisor top: the supervisor closed the connection without answering (is this user an operator or a viewer of {}? see `operator_uids` and `viewer_uids` in [supervisor] of the configuration)", socket.display());
+            eprintln!("mcp-supervisor top: {}", refused_hint(socket));
             return EXIT_FAILED;
         }
         Err(e) => {
@@ -148,7 +172,14 @@ pub fn run(socket: &Path) -> i32 {
         color: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
     };
     // Raw mode and the alternate screen; ratatui's panic hook restores both first.
-    let mut terminal = ratatui::init();
+    let mut terminal = match ratatui::try_init() {
+        Ok(t) => t,
+        Err(e) => {
+            ratatui::restore();
+            eprintln!("mcp-supervisor top: needs a terminal ({e}); for scripts use `watch --json`");
+            return EXIT_FAILED;
+        }
+    };
     let code = event_loop(&mut terminal, &mut board, look, &rx, &tx, socket);
     ratatui::restore();
     code
@@ -162,6 +193,7 @@ fn event_loop(
     tx: &mpsc::Sender<Feed>,
     socket: &Path,
 ) -> i32 {
+    let panic_for_test = std::env::var_os(PANIC_VAR).is_some_and(|v| v == "1");
     loop {
         while let Ok(f) = rx.try_recv() {
             match f {
@@ -177,6 +209,13 @@ fn event_loop(
         }
         if LEAVE.load(Ordering::Relaxed) {
             return 0;
+        }
+        if panic_for_test {
+            // The one deliberate panic, behind the test hook.
+            #[allow(clippy::panic)]
+            {
+                panic!("{PANIC_VAR} is set: a panic after the first frame");
+            }
         }
         match event::poll(TICK) {
             Ok(true) => {}

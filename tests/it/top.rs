@@ -134,7 +134,11 @@ fn top_in_tmux_shows_the_crash_restarts_for_an_operator_is_read_only_for_a_viewe
         panic!("tmux does not run here (.ci/install-deps installs it)");
     };
     let config = config.to_str().unwrap().to_string();
-    tmux.line(&format!("{SUPERVISOR} top -c {config}; echo TOP-EXIT=$?"));
+    // After `top`, in the same command line: whether it left the line discipline cooked.
+    let cooked = "stty -a | grep -q -- ' icanon' && echo COOKED";
+    tmux.line(&format!(
+        "{SUPERVISOR} top -c {config}; echo TOP-EXIT=$?; {cooked}"
+    ));
     // The crash appears: crashy's row and, selected first, its last exit with its stderr line.
     let s = tmux.wait("the crash", WAIT, |s| {
         s.contains("mcp-supervisor top") && s.contains("exited(1): boom")
@@ -169,14 +173,29 @@ fn top_in_tmux_shows_the_crash_restarts_for_an_operator_is_read_only_for_a_viewe
     assert_eq!(sup.server_status("steady")["restarts"], 1);
     // Quit: the terminal is given back (main screen, cursor shown, the shell goes on).
     tmux.key("q");
-    tmux.wait("the shell again", WAIT, |s| s.contains("TOP-EXIT=0"));
+    tmux.wait("the shell again", WAIT, |s| {
+        s.contains("TOP-EXIT=0") && s.contains("COOKED")
+    });
     assert_eq!(tmux.modes(), "0 1", "the terminal was not restored");
     assert!(!tmux.screen().contains("RESTARTS"), "{}", tmux.screen());
+    // A panic gives the terminal back too (the test hook panics after the first frame).
+    tmux.line("clear");
+    tmux.line(&format!(
+        "MCP_SUPERVISOR_TEST_TOP_PANIC=1 {SUPERVISOR} top -c {config} 2>/dev/null; echo PANIC-EXIT=$?; {cooked}"
+    ));
+    tmux.wait("the shell after a panic", WAIT, |s| {
+        s.contains("PANIC-EXIT=101") && s.contains("COOKED")
+    });
+    assert_eq!(
+        tmux.modes(),
+        "0 1",
+        "a panic left the terminal raw or hidden"
+    );
 
     if viewer {
         tmux.line("clear");
         tmux.line(&format!(
-            "setpriv --reuid=65534 --regid=65534 --clear-groups {SUPERVISOR} top -c {config}; echo VIEWER-EXIT=$?"
+            "setpriv --reuid=65534 --regid=65534 --clear-groups {SUPERVISOR} top -c {config}; echo VIEWER-EXIT=$?; {cooked}"
         ));
         let s = tmux.wait("the viewer's view", WAIT, |s| {
             s.contains("viewer (read-only)") && s.contains("crashy")
@@ -190,7 +209,9 @@ fn top_in_tmux_shows_the_crash_restarts_for_an_operator_is_read_only_for_a_viewe
         });
         // Ctrl-C leaves too, and gives the terminal back.
         tmux.key("C-c");
-        tmux.wait("the shell again", WAIT, |s| s.contains("VIEWER-EXIT=0"));
+        tmux.wait("the shell again", WAIT, |s| {
+            s.contains("VIEWER-EXIT=0") && s.contains("COOKED")
+        });
         assert_eq!(tmux.modes(), "0 1", "the terminal was not restored");
         // The daemon refuses a viewer's verb itself, whatever the client.
         let out = Command::new("setpriv")
@@ -207,6 +228,57 @@ fn top_in_tmux_shows_the_crash_restarts_for_an_operator_is_read_only_for_a_viewe
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.contains("for operators"), "{err}");
         assert_eq!(sup.server_status("steady")["restarts"], 1);
+        // ...even a line a lenient reader takes for another verb than a strict one does
+        // (duplicate keys: the last wins in one, the other refuses the line).
+        let control = sup.socket("control");
+        let sneaky = r#"{"v":1,"verb":"status","verb":"restart","name":"steady"}"#;
+        let mut socat = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "socat",
+                "-t",
+                "5",
+                "-",
+            ])
+            .arg(format!("UNIX-CONNECT:{}", control.display()))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("socat (.ci/install-deps installs it)");
+        std::io::Write::write_all(
+            &mut socat.stdin.take().unwrap(),
+            format!("{sneaky}\n").as_bytes(),
+        )
+        .unwrap();
+        let out = socat.wait_with_output().unwrap();
+        let answer = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            answer.contains("\"denied\""),
+            "{answer} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(sup.server_status("steady")["restarts"], 1);
+        // A viewer's status has no stderr tail.
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                SUPERVISOR,
+            ])
+            .args(["status", "--json", "-c", &config])
+            .output()
+            .unwrap();
+        let status = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            status.contains("crashy")
+                && !status.contains("boom")
+                && !status.contains("stderr_tail"),
+            "{status}"
+        );
     } else {
         eprintln!("viewer part skipped: needs root and setpriv to be another uid");
     }

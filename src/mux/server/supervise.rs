@@ -341,10 +341,9 @@ impl Down<'_> {
                     url: crate::remote::shown_url(&r.url),
                     ..Default::default()
                 }),
-            traffic: crate::observe::history::Traffic {
-                objective: crate::observe::history::objective(),
-                ..Default::default()
-            },
+            // An actor being restarted has no history yet: empty, in the usual shape.
+            traffic: crate::observe::history::History::new(Instant::now())
+                .summary(Instant::now(), crate::observe::history::objective()),
         }
     }
 }
