@@ -206,79 +206,135 @@ pub fn upgrade(socket: &Path, wait: Duration) -> i32 {
     EXIT_FAILED
 }
 
-/// `mcp-supervisor watch --json` (issue 33 §2): asks the daemon for its stream and prints each
-/// line's `watch` object as one JSON line, flushed, until the daemon ends it. Exit codes: 0
-/// the daemon ended the stream (it stopped) or stdout closed, 1 refused (too many watchers, an
-/// older daemon, not an operator), 3 no daemon.
-pub fn watch(socket: &Path) -> i32 {
-    let mut stream = match UnixStream::connect(socket) {
-        Ok(s) => s,
-        Err(source) => {
+/// An open `watch` stream (issue 33): what `watch --json` prints and `top` draws.
+pub struct WatchStream {
+    reader: BufReader<UnixStream>,
+}
+
+/// How the next line of a [`WatchStream`] came.
+pub enum Next {
+    /// One line's `watch` object.
+    Line(Value),
+    /// The daemon ended the stream (it stopped, or closed it without a word).
+    Ended,
+    /// The daemon refused or broke the stream: why, for a person.
+    Failed(String),
+}
+
+/// Whether `e` means the other end closed the connection (a refused peer's request is left
+/// unread, so the daemon's close resets it).
+fn closed(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+    )
+}
+
+/// What to say when the daemon closed a watch without answering its request.
+fn refused_hint(socket: &Path) -> String {
+    format!("the supervisor closed the connection without answering (is this user an operator or a viewer of {}? see `operator_uids` and `viewer_uids` in [supervisor] of the configuration)", socket.display())
+}
+
+impl WatchStream {
+    /// Asks the daemon at `socket` for its stream and reads the first line (the snapshot),
+    /// waiting at most `first_within` for it. `Err` is the exit code, said on stderr as
+    /// `mcp-supervisor VERB: …`: 3 no daemon, 1 refused or broken.
+    pub fn open(
+        socket: &Path,
+        verb: &str,
+        first_within: Duration,
+    ) -> Result<(WatchStream, Value), i32> {
+        let mut stream = UnixStream::connect(socket).map_err(|source| {
             let e = ClientError::NotRunning {
                 path: socket.display().to_string(),
                 source,
             };
             eprintln!("mcp-supervisor: {e}");
-            return EXIT_NOT_RUNNING;
+            EXIT_NOT_RUNNING
+        })?;
+        let mut line = serde_json::to_vec(&Request::new(Op::Watch)).unwrap_or_default();
+        line.push(b'\n');
+        if let Err(e) = stream.write_all(&line) {
+            let why = if closed(&e) {
+                refused_hint(socket)
+            } else {
+                e.to_string()
+            };
+            eprintln!("mcp-supervisor {verb}: {why}");
+            return Err(EXIT_FAILED);
         }
-    };
-    let mut line = serde_json::to_vec(&Request::new(Op::Watch)).unwrap_or_default();
-    line.push(b'\n');
-    if let Err(e) = stream.write_all(&line) {
-        eprintln!("mcp-supervisor watch: {e}");
-        return EXIT_FAILED;
+        let _ = stream.set_read_timeout(Some(first_within));
+        let mut s = WatchStream {
+            reader: BufReader::new(stream),
+        };
+        let first = match s.next_line() {
+            Next::Line(v) => v,
+            Next::Ended => {
+                eprintln!("mcp-supervisor {verb}: {}", refused_hint(socket));
+                return Err(EXIT_FAILED);
+            }
+            Next::Failed(why) => {
+                eprintln!("mcp-supervisor {verb}: {why}");
+                return Err(EXIT_FAILED);
+            }
+        };
+        let _ = s.reader.get_ref().set_read_timeout(None);
+        Ok((s, first))
     }
-    let mut reader = BufReader::new(stream);
-    let stdout = std::io::stdout();
-    let mut first = true;
-    loop {
+
+    /// The next line.
+    pub fn next_line(&mut self) -> Next {
         let mut buf = Vec::new();
-        match (&mut reader)
+        match (&mut self.reader)
             .take(MAX_LINE as u64 + 1)
             .read_until(b'\n', &mut buf)
         {
-            Err(e)
-                if first
-                    && matches!(
-                        e.kind(),
-                        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
-                    ) =>
-            {
-                // A refused peer's request is left unread: its close resets.
-                eprintln!("mcp-supervisor watch: the supervisor closed the connection without answering (is this user an operator or a viewer of {}? see `operator_uids` and `viewer_uids` in [supervisor] of the configuration)", socket.display());
-                return EXIT_FAILED;
-            }
-            Ok(0) if first => {
-                eprintln!("mcp-supervisor watch: the supervisor closed the connection without answering (is this user an operator or a viewer of {}? see `operator_uids` and `viewer_uids` in [supervisor] of the configuration)", socket.display());
-                return EXIT_FAILED;
-            }
-            Ok(0) => return 0,
+            Ok(0) => return Next::Ended,
             Ok(_) => {}
-            Err(e) => {
-                eprintln!("mcp-supervisor watch: {e}");
-                return EXIT_FAILED;
-            }
+            Err(e) if closed(&e) => return Next::Ended,
+            Err(e) => return Next::Failed(e.to_string()),
         }
-        first = false;
         let resp: Response = match serde_json::from_slice(&buf) {
             Ok(r) => r,
-            Err(e) => {
-                eprintln!("mcp-supervisor watch: not an answer: {e}");
+            Err(e) => return Next::Failed(format!("not an answer: {e}")),
+        };
+        match resp.watch.filter(|_| resp.ok) {
+            Some(w) => Next::Line(w),
+            None => Next::Failed(format!(
+                "refused: {}",
+                resp.error
+                    .map(|e| e.message)
+                    .unwrap_or_else(|| "this supervisor does not stream (upgrade it)".into())
+            )),
+        }
+    }
+}
+
+/// `mcp-supervisor watch --json` (issue 33 §2): asks the daemon for its stream and prints each
+/// line's `watch` object as one JSON line, flushed, until the daemon ends it. Exit codes: 0
+/// the daemon ended the stream (it stopped) or stdout closed, 1 refused (too many watchers, an
+/// older daemon, neither an operator nor a viewer), 3 no daemon.
+pub fn watch(socket: &Path) -> i32 {
+    let (mut stream, first) = match WatchStream::open(socket, "watch", TIMEOUT) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let stdout = std::io::stdout();
+    let mut line = first;
+    loop {
+        let mut out = stdout.lock();
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+            return 0;
+        }
+        drop(out);
+        line = match stream.next_line() {
+            Next::Line(v) => v,
+            Next::Ended => return 0,
+            Next::Failed(why) => {
+                eprintln!("mcp-supervisor watch: {why}");
                 return EXIT_FAILED;
             }
         };
-        let Some(w) = resp.watch.filter(|_| resp.ok) else {
-            let why = resp
-                .error
-                .map(|e| e.message)
-                .unwrap_or_else(|| "this supervisor does not stream (upgrade it)".into());
-            eprintln!("mcp-supervisor watch: refused: {why}");
-            return EXIT_FAILED;
-        };
-        let mut out = stdout.lock();
-        if writeln!(out, "{w}").and_then(|()| out.flush()).is_err() {
-            return 0;
-        }
     }
 }
 

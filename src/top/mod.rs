@@ -5,29 +5,26 @@
 //! plain error on stderr, exit 1; no supervisor, exit 3), then takes the terminal (raw mode,
 //! alternate screen), draws the [`board::Board`] and runs the verbs the board asks for, each
 //! on its own thread (a `restart` waits until the server is ready). The terminal is given back
-//! on `q`, Esc, Ctrl-C, SIGTERM, SIGHUP, a panic (ratatui's hook) and when drawing fails.
+//! on `q`, Esc, Ctrl-C, SIGTERM, a panic (ratatui's hook) and when drawing fails; on SIGHUP
+//! (the terminal is gone) it exits at once.
 //!
 //! Owns: the terminal and the watch connection. `board.rs` decides, `view.rs` draws.
 
 pub mod board;
 pub mod view;
 
-use crate::control::client::{request, ClientError};
-use crate::control::{Op, Request, Response, MAX_LINE};
+use crate::control::client::{request, Next, WatchStream};
+use crate::control::{Op, Request};
 use board::{Action, Board, Verb};
 use ratatui::crossterm::event::{self, Event, KeyEventKind};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// Exit code when no supervisor runs on the socket (as the other verbs).
-const EXIT_NOT_RUNNING: i32 = 3;
-/// Exit code when refused or broken.
-const EXIT_FAILED: i32 = 1;
+/// Exit code when the terminal cannot be used.
+const EXIT_FAILED: i32 = crate::cli::EXIT_FAILED;
 /// How long the first line may take.
 const FIRST_LINE: Duration = Duration::from_secs(10);
 /// How often the loop looks at the keyboard, the stream and the signals.
@@ -44,6 +41,14 @@ extern "C" fn on_signal(_: nix::libc::c_int) {
     LEAVE.store(true, Ordering::Relaxed);
 }
 
+/// SIGHUP: the terminal is gone (a closed SSH session, a killed terminal emulator), so there
+/// is nothing to give back, and crossterm's reader would spin on its end of input: exit at
+/// once, 128 + SIGHUP.
+extern "C" fn on_hangup(_: nix::libc::c_int) {
+    // SAFETY: `_exit` is async-signal-safe.
+    unsafe { nix::libc::_exit(129) }
+}
+
 /// What the reader thread and the verb threads tell the loop.
 enum Feed {
     /// One `watch` line.
@@ -54,118 +59,42 @@ enum Feed {
     Told(String),
 }
 
-/// Reads one answer line: `Ok(None)` when the supervisor closed the connection (a reset
-/// counts as closed: a refused peer's request is left unread, so its close resets); `Err`
-/// with why not.
-fn read_line(reader: &mut impl BufRead) -> Result<Option<Response>, String> {
-    let mut buf = Vec::new();
-    match reader.take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf) {
-        Ok(0) => Ok(None),
-        Ok(_) => serde_json::from_slice(&buf)
-            .map(Some)
-            .map_err(|e| format!("not an answer: {e}")),
-        Err(e) if closed(&e) => Ok(None),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// Whether `e` means the other end closed the connection.
-fn closed(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
-    )
-}
-
-/// What to say when the supervisor closed the connection without answering.
-fn refused_hint(socket: &Path) -> String {
-    format!("the supervisor closed the connection without answering (is this user an operator or a viewer of {}? see `operator_uids` and `viewer_uids` in [supervisor] of the configuration)", socket.display())
-}
-
 /// Runs `top` against the supervisor at `socket`; the process's exit code.
 pub fn run(socket: &Path) -> i32 {
-    let mut stream = match UnixStream::connect(socket) {
+    // The first line before the terminal is taken: a refusal is a plain error.
+    let (mut stream, snapshot) = match WatchStream::open(socket, "top", FIRST_LINE) {
         Ok(s) => s,
-        Err(source) => {
-            let e = ClientError::NotRunning {
-                path: socket.display().to_string(),
-                source,
-            };
-            eprintln!("mcp-supervisor: {e}");
-            return EXIT_NOT_RUNNING;
-        }
+        Err(code) => return code,
     };
-    let mut line = serde_json::to_vec(&Request::new(Op::Watch)).unwrap_or_default();
-    line.push(b'\n');
-    if let Err(e) = stream.write_all(&line) {
-        if closed(&e) {
-            eprintln!("mcp-supervisor top: {}", refused_hint(socket));
-        } else {
-            eprintln!("mcp-supervisor top: {e}");
-        }
-        return EXIT_FAILED;
-    }
-    let _ = stream.set_read_timeout(Some(FIRST_LINE));
-    let mut reader = BufReader::new(stream);
-    let first = match read_line(&mut reader) {
-        Ok(Some(r)) => r,
-        Ok(None) => {
-            eprintln!("mcp-supervisor top: {}", refused_hint(socket));
-            return EXIT_FAILED;
-        }
-        Err(e) => {
-            eprintln!("mcp-supervisor top: {e}");
-            return EXIT_FAILED;
-        }
-    };
-    let Some(snapshot) = first.watch.filter(|_| first.ok) else {
-        let why = first
-            .error
-            .map(|e| e.message)
-            .unwrap_or_else(|| "this supervisor does not stream (upgrade it)".into());
-        eprintln!("mcp-supervisor top: refused: {why}");
-        return EXIT_FAILED;
-    };
-    let _ = reader.get_ref().set_read_timeout(None);
     let mut board = Board::default();
     board.apply(&snapshot);
     let (tx, rx) = mpsc::channel();
     let feed = tx.clone();
     std::thread::spawn(move || loop {
-        match read_line(&mut reader) {
-            Ok(Some(r)) => match r.watch {
-                Some(w) if r.ok => {
-                    if feed.send(Feed::Line(w)).is_err() {
-                        return;
-                    }
-                }
-                _ => {
-                    let why = r.error.map(|e| e.message).unwrap_or_default();
-                    let _ = feed.send(Feed::Ended(why));
-                    return;
-                }
-            },
-            Ok(None) => {
-                let _ = feed.send(Feed::Ended("the supervisor stopped".into()));
-                return;
-            }
-            Err(e) => {
-                let _ = feed.send(Feed::Ended(e));
-                return;
-            }
+        let said = match stream.next_line() {
+            Next::Line(w) => Feed::Line(w),
+            Next::Ended => Feed::Ended("the supervisor stopped".into()),
+            Next::Failed(why) => Feed::Ended(why),
+        };
+        let last = !matches!(said, Feed::Line(_));
+        if feed.send(said).is_err() || last {
+            return;
         }
     });
-    for sig in [
-        nix::sys::signal::Signal::SIGTERM,
-        nix::sys::signal::Signal::SIGHUP,
-        nix::sys::signal::Signal::SIGINT,
+    for (sig, handler) in [
+        (
+            nix::sys::signal::Signal::SIGTERM,
+            on_signal as extern "C" fn(_),
+        ),
+        (nix::sys::signal::Signal::SIGINT, on_signal),
+        (nix::sys::signal::Signal::SIGHUP, on_hangup),
     ] {
         let action = nix::sys::signal::SigAction::new(
-            nix::sys::signal::SigHandler::Handler(on_signal),
+            nix::sys::signal::SigHandler::Handler(handler),
             nix::sys::signal::SaFlags::empty(),
             nix::sys::signal::SigSet::empty(),
         );
-        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        // SAFETY: the handlers store to an atomic or call `_exit`, both async-signal-safe.
         let _ = unsafe { nix::sys::signal::sigaction(sig, &action) };
     }
     let look = view::Look {

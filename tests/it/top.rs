@@ -89,6 +89,21 @@ impl Drop for Tmux {
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// Runs `program ARGS` as uid 65534 (`setpriv`) with `input` on its stdin; its output.
+fn as_nobody(program: &str, args: &[&str], input: &str) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", program])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("setpriv {program}: {e}"));
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// The servers and endpoint of the test: `crashy` exits at once saying why on stderr,
 /// `steady` is healthy, the endpoint `all` fronts `steady`.
 fn servers() -> String {
@@ -214,16 +229,7 @@ fn top_in_tmux_shows_the_crash_restarts_for_an_operator_is_read_only_for_a_viewe
         });
         assert_eq!(tmux.modes(), "0 1", "the terminal was not restored");
         // The daemon refuses a viewer's verb itself, whatever the client.
-        let out = Command::new("setpriv")
-            .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                SUPERVISOR,
-            ])
-            .args(["restart", "steady", "-c", &config])
-            .output()
-            .unwrap();
+        let out = as_nobody(SUPERVISOR, &["restart", "steady", "-c", &config], "");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.contains("for operators"), "{err}");
@@ -232,28 +238,8 @@ fn top_in_tmux_shows_the_crash_restarts_for_an_operator_is_read_only_for_a_viewe
         // (duplicate keys: the last wins in one, the other refuses the line).
         let control = sup.socket("control");
         let sneaky = r#"{"v":1,"verb":"status","verb":"restart","name":"steady"}"#;
-        let mut socat = Command::new("setpriv")
-            .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "socat",
-                "-t",
-                "5",
-                "-",
-            ])
-            .arg(format!("UNIX-CONNECT:{}", control.display()))
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("socat (.ci/install-deps installs it)");
-        std::io::Write::write_all(
-            &mut socat.stdin.take().unwrap(),
-            format!("{sneaky}\n").as_bytes(),
-        )
-        .unwrap();
-        let out = socat.wait_with_output().unwrap();
+        let connect = format!("UNIX-CONNECT:{}", control.display());
+        let out = as_nobody("socat", &["-t", "5", "-", &connect], &format!("{sneaky}\n"));
         let answer = String::from_utf8_lossy(&out.stdout);
         assert!(
             answer.contains("\"denied\""),
@@ -262,16 +248,7 @@ fn top_in_tmux_shows_the_crash_restarts_for_an_operator_is_read_only_for_a_viewe
         );
         assert_eq!(sup.server_status("steady")["restarts"], 1);
         // A viewer's status has no stderr tail.
-        let out = Command::new("setpriv")
-            .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                SUPERVISOR,
-            ])
-            .args(["status", "--json", "-c", &config])
-            .output()
-            .unwrap();
+        let out = as_nobody(SUPERVISOR, &["status", "--json", "-c", &config], "");
         let status = String::from_utf8_lossy(&out.stdout);
         assert!(
             status.contains("crashy")
@@ -282,8 +259,33 @@ fn top_in_tmux_shows_the_crash_restarts_for_an_operator_is_read_only_for_a_viewe
     } else {
         eprintln!("viewer part skipped: needs root and setpriv to be another uid");
     }
+    // The terminal goes away under a running top (a closed SSH session, a killed terminal):
+    // top ends too, rather than spin on its closed input.
+    tmux.line(&format!("{SUPERVISOR} top -c {config}"));
+    tmux.wait("top again", WAIT, |s| s.contains("mcp-supervisor top ·"));
+    assert!(!tops_of(&config).is_empty(), "top is not running");
     drop(tmux);
+    assert!(
+        wait_until(WAIT, || tops_of(&config).is_empty()),
+        "top outlived its terminal: {:?}",
+        tops_of(&config)
+    );
     sup.stop();
+}
+
+/// The pids of `mcp-supervisor top -c CONFIG` processes.
+fn tops_of(config: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+            args.contains(&&b"top"[..]) && args.contains(&config.as_bytes()) && !is_zombie(*pid)
+        })
+        .collect()
 }
 
 #[test]
