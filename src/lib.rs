@@ -40,3 +40,5 @@ pub mod upstream;
 
 #[cfg(test)]
 mod doc_table;
+#[cfg(test)]
+pub(crate) mod testing;

@@ -96,12 +96,10 @@ fn a_state_dir_that_is_a_link_writable_by_others_or_owned_by_another_user_is_ref
     std::os::unix::fs::symlink(&d, &link).unwrap();
     let e = prepare_state_dir(&link).unwrap_err();
     assert!(e.to_string().contains("symbolic link"), "{e:#}");
-    if nix::unistd::geteuid().is_root() {
+    if crate::testing::needs_root("the other-owner case (chown)") {
         std::os::unix::fs::chown(&d, Some(4242), Some(4242)).unwrap();
         let e = prepare_state_dir(&d).unwrap_err();
         assert!(e.to_string().contains("owned by uid 4242"), "{e:#}");
-    } else {
-        eprintln!("not root: the other-owner case needs chown; skipped");
     }
 }
 
@@ -109,8 +107,7 @@ fn a_state_dir_that_is_a_link_writable_by_others_or_owned_by_another_user_is_ref
 /// another user is refused, whatever its target.
 #[test]
 fn a_parent_that_is_a_link_owned_by_another_user_is_refused() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("not root: a link owned by another user needs lchown; skipped");
+    if !crate::testing::needs_root("a link owned by another user (lchown)") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -795,13 +795,7 @@ const MALLORY: u32 = 4343;
 
 /// Whether this test can run: it needs root to give files to other uids.
 fn as_root(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    eprintln!(
-        "{test}: skipped: not running as root, and it needs root to make files of another uid (CI runs it as root)"
-    );
-    false
+    crate::harness::needs_root(test, &[])
 }
 
 /// `chown -hR uid:uid path` (links themselves, not their targets).

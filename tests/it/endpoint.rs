@@ -1,6 +1,6 @@
 //! Endpoints (issue 31): one endpoint in front of several servers, as a client sees it.
 
-use crate::harness::is_root;
+use crate::harness::needs_root;
 use crate::harness::{fake_server, wait_until, Client, Supervisor};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -176,15 +176,7 @@ fn an_endpoint_named_like_a_server_is_exit_2_naming_it() {
 
 /// Whether a test can connect as another uid (root and `setpriv`); says so when it cannot.
 fn can_be_another_uid() -> bool {
-    let can = is_root()
-        && std::process::Command::new("setpriv")
-            .arg("--version")
-            .output()
-            .is_ok();
-    if !can {
-        eprintln!("skipped: needs root and setpriv to connect as another uid");
-    }
-    can
+    needs_root("connecting as another uid", &["setpriv"])
 }
 
 /// `attach desk` run as uid 65534, its stdin and stdout piped.

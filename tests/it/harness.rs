@@ -27,6 +27,42 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// The variable `.ci/run` sets (issue 47 §9): a test that needs root (or one of the tools it
+/// names) fails instead of skipping, so a skip in CI, which runs as root, cannot hide a
+/// regression of the privilege and planted-link tests.
+pub const REQUIRE_ROOT: &str = "MCP_SUPERVISOR_TESTS_REQUIRE_ROOT";
+
+/// Whether `test` can run its part that needs root and the programs `tools` (each must answer
+/// `--version`). When it cannot, says so on stderr and returns `false` (the caller skips that
+/// part), or panics when [`REQUIRE_ROOT`] is set.
+pub fn needs_root(test: &str, tools: &[&str]) -> bool {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| {
+            Command::new(t)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_err()
+        })
+        .collect();
+    if is_root() && missing.is_empty() {
+        return true;
+    }
+    let why = if is_root() {
+        format!("needs {}", missing.join(", "))
+    } else {
+        format!("needs root (runs as uid {})", unsafe { libc::geteuid() })
+    };
+    if std::env::var_os(REQUIRE_ROOT).is_some_and(|v| !v.is_empty()) {
+        panic!("{test}: {why}, and {REQUIRE_ROOT} is set: a root-only test may not skip");
+    }
+    eprintln!("{test}: skipped: {why} (CI runs it as root with {REQUIRE_ROOT}=1)");
+    false
+}
+
 /// Polls `cond` every 10 ms until it holds or `timeout` passes; returns whether it held.
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + timeout;

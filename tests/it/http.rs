@@ -1498,18 +1498,10 @@ impl Drop for AsUid {
 /// socket sessions; meanwhile, its session answers no other uid.
 #[test]
 fn http_a_reload_that_revokes_a_uid_closes_its_http_connections_and_sessions() {
-    let tools = ["setpriv", "socat"];
-    if unsafe { libc::geteuid() } != 0
-        || tools.iter().any(|t| {
-            std::process::Command::new(t)
-                .arg("-V")
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status()
-                .is_err()
-        })
-    {
-        eprintln!("skipped: needs root, setpriv and socat to connect as another uid");
+    if !needs_root(
+        "http_a_reload_that_revokes_a_uid_closes_its_http_connections_and_sessions",
+        &["setpriv", "socat"],
+    ) {
         return;
     }
     let servers = fake_server("f", &[], "http = true");

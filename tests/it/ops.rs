@@ -741,8 +741,7 @@ fn sockets_are_private_by_default() {
 
 #[test]
 fn another_uid_is_refused_and_logged() {
-    if !is_root() || Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("skipped: needs root and setpriv to connect as another uid");
+    if !needs_root("another_uid_is_refused_and_logged", &["setpriv"]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -922,10 +921,64 @@ fn a_second_supervisor_on_the_same_socket_dir_exits_100() {
 
 // ----- privilege drop --------------------------------------------------------------------------
 
+/// Issue 47 §9: a root-only test cannot skip in CI. This test binary, copied where uid 65534
+/// can run it, runs the root-only `a_server_can_run_as_another_user` as that uid: with
+/// [`REQUIRE_ROOT`] set (as `.ci/run` sets it) the test fails saying why; without it, it
+/// skips and says so.
+#[test]
+fn a_root_only_test_run_as_nobody_with_the_ci_variable_set_fails() {
+    if !needs_root(
+        "a_root_only_test_run_as_nobody_with_the_ci_variable_set_fails",
+        &["setpriv"],
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.path().join("it");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = |require: Option<&str>| {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&exe)
+            .args([
+                "--exact",
+                "ops::a_server_can_run_as_another_user",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .current_dir(dir.path())
+            .env_remove(REQUIRE_ROOT);
+        if let Some(v) = require {
+            cmd.env(REQUIRE_ROOT, v);
+        }
+        let out = cmd.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let (code, text) = run(Some("1"));
+    assert_ne!(
+        code,
+        Some(0),
+        "the root-only test passed as uid 65534:\n{text}"
+    );
+    assert!(
+        text.contains("1 failed") && text.contains("a root-only test may not skip"),
+        "{text}"
+    );
+    let (code, text) = run(None);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("skipped: needs root"), "{text}");
+}
+
 #[test]
 fn a_server_can_run_as_another_user() {
-    if !is_root() {
-        eprintln!("skipped: privilege drop needs the supervisor to run as root");
+    if !needs_root("a_server_can_run_as_another_user", &[]) {
         return;
     }
     let servers = fake_server("fake", &[], "user = \"nobody\"");
@@ -1036,8 +1089,7 @@ fn a_socket_dir_owned_by_another_user_writable_by_others_or_a_symlink_exits_2() 
     let (code, err) = run_until_exit(dir.path(), &link);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("symbolic link"), "{err}");
-    if !is_root() {
-        eprintln!("skipped the other-owner part: chown needs root");
+    if !needs_root("the other-owner part (chown)", &[]) {
         return;
     }
     let theirs = dir.path().join("theirs");
@@ -1054,8 +1106,10 @@ fn a_socket_dir_owned_by_another_user_writable_by_others_or_a_symlink_exits_2() 
 /// outside socket_dir never changes, and the helper never gets anything into socket_dir.
 #[test]
 fn a_socket_swap_by_another_user_never_changes_a_file_outside_socket_dir() {
-    if !is_root() {
-        eprintln!("skipped: the attacker must be another user (needs root to start it)");
+    if !needs_root(
+        "a_socket_swap_by_another_user_never_changes_a_file_outside_socket_dir",
+        &[],
+    ) {
         return;
     }
     let victim_dir = tempfile::tempdir().unwrap();
@@ -1108,7 +1162,8 @@ fn a_cwd_the_child_cannot_enter_is_blamed_not_the_command() {
     let missing = dir.path().join("no-such-dir");
     let mut servers = fake_server("gone", &[], &format!("cwd = {missing:?}"));
     let locked = dir.path().join("locked");
-    if is_root() {
+    let as_root = needs_root("the part as `user = \"nobody\"`", &[]);
+    if as_root {
         std::fs::create_dir(&locked).unwrap();
         std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
         servers.push_str(&fake_server(
@@ -1119,7 +1174,7 @@ fn a_cwd_the_child_cannot_enter_is_blamed_not_the_command() {
     }
     let sup = start_with("", &servers, &[]);
     let mut names = vec![("gone", missing.display().to_string())];
-    if is_root() {
+    if as_root {
         names.push(("private", locked.display().to_string()));
     }
     for (name, path) in names {

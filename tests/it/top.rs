@@ -116,7 +116,7 @@ fn servers() -> String {
 #[test]
 fn top_in_tmux_shows_the_crash_restarts_for_an_operator_is_read_only_for_a_viewer_and_gives_the_terminal_back(
 ) {
-    let viewer = is_root() && Command::new("setpriv").arg("--version").output().is_ok();
+    let viewer = needs_root("the viewer part (another uid)", &["setpriv"]);
     let dir = tempfile::tempdir().unwrap();
     // uid 65534 (the viewer) must reach the socket and read the configuration.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -256,8 +256,6 @@ fn top_in_tmux_shows_the_crash_restarts_for_an_operator_is_read_only_for_a_viewe
                 && !status.contains("stderr_tail"),
             "{status}"
         );
-    } else {
-        eprintln!("viewer part skipped: needs root and setpriv to be another uid");
     }
     // The terminal goes away under a running top (a closed SSH session, a killed terminal):
     // top ends too, rather than spin on its closed input.
