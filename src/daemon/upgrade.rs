@@ -60,6 +60,7 @@ impl Daemon {
             Ok(b) => b,
             Err(e) => return e,
         };
+        test_pause().await;
         if let Err(e) = preflight(&binary, &self.config.path).await {
             return e;
         }
@@ -437,6 +438,20 @@ async fn until(within: Duration, cond: impl Fn() -> bool) -> bool {
 
 /// Runs `binary check-config CONFIG` within [`PREFLIGHT`]: the new binary must run and accept
 /// the configuration before this process becomes it. Errors say why, with its last words.
+/// The test hook (`MCP_SUPERVISOR_TEST_UPGRADE_PAUSE=PATH`, issue 47 §1): after the checks of
+/// the new binary, `upgrade` creates `PATH.paused` and waits until it is removed (60 s at
+/// most), so a test can swap what is on disk in between, as a user owning an ancestor could.
+async fn test_pause() {
+    let Some(path) = std::env::var_os("MCP_SUPERVISOR_TEST_UPGRADE_PAUSE") else {
+        return;
+    };
+    let paused = std::path::Path::new(&path).with_extension("paused");
+    if std::fs::write(&paused, b"").is_err() {
+        return;
+    }
+    let _ = until(Duration::from_secs(60), || !paused.exists()).await;
+}
+
 async fn preflight(binary: &std::path::Path, config: &std::path::Path) -> Result<(), String> {
     let mut cmd = tokio::process::Command::new(binary);
     cmd.arg("check-config")

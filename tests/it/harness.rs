@@ -180,10 +180,21 @@ impl Supervisor {
 
     /// Runs the daemon from `binary` (not the built one) on an existing config.
     pub fn spawn_binary(binary: &Path, dir: tempfile::TempDir, config: PathBuf) -> Self {
+        Self::spawn_binary_with(binary, dir, config, &[])
+    }
+
+    /// [`Supervisor::spawn_binary`] with extra environment variables.
+    pub fn spawn_binary_with(
+        binary: &Path,
+        dir: tempfile::TempDir,
+        config: PathBuf,
+        env: &[(&str, &str)],
+    ) -> Self {
         let id = test_id();
         let mut cmd = Command::new(binary);
         cmd.arg("run").arg("-c").arg(&config);
         as_test_daemon(&mut cmd, &id);
+        cmd.envs(env.iter().copied());
         let mut child = cmd.spawn().unwrap();
         let log = Arc::new(Mutex::new(String::new()));
         read_log(child.stderr.take().unwrap(), log.clone());

@@ -662,3 +662,174 @@ fn a_stopped_server_stays_stopped_across_an_upgrade() {
     assert_eq!(sup.server_status("other")["state"], "ready");
     sup.stop();
 }
+
+/// The daemon's pid's executable: (device, inode) of `/proc/PID/exe`.
+fn exe_of(pid: u32) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(format!("/proc/{pid}/exe")).unwrap();
+    (m.dev(), m.ino())
+}
+
+/// Issue 47 §1 (N15): `upgrade` executes exactly the file it checked. The test plays the
+/// user who owns a directory above the binary: at a pause point after the checks (test hook
+/// `MCP_SUPERVISOR_TEST_UPGRADE_PAUSE`), it renames the checked directory away and puts its
+/// own in its place, with a program that leaves a mark and then runs the real binary. Neither
+/// the preflight nor the hand-over runs that program: the new image's executable is the checked
+/// file (same device and inode), and no mark appears.
+#[test]
+fn an_upgrade_runs_the_checked_file_even_when_its_directory_is_swapped_after_the_checks() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let top = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bindir = top.path().join("bin");
+    std::fs::create_dir(&bindir).unwrap();
+    std::fs::set_permissions(&bindir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = bindir.join("mcp-supervisor");
+    std::fs::copy(SUPERVISOR, &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let checked = {
+        let m = std::fs::metadata(&bin).unwrap();
+        (m.dev(), m.ino())
+    };
+    let pause = top.path().join("pause");
+    let mark = top.path().join("planted-ran");
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("supervisor.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[supervisor]\nsocket_dir = {:?}\n\n{}",
+            dir.path().join("run"),
+            fake_server("fake", &[], "")
+        ),
+    )
+    .unwrap();
+    let mut sup = Supervisor::spawn_binary_with(
+        &bin,
+        dir,
+        config,
+        &[(
+            "MCP_SUPERVISOR_TEST_UPGRADE_PAUSE",
+            pause.to_str().unwrap(),
+        )],
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || sup.socket("fake").exists()),
+        "{}",
+        sup.log()
+    );
+    let mut c = sup.client("fake");
+    let r = c.call(json!(1), "echo", json!({"text": "before"}));
+    assert_eq!(Client::text(&r), "before", "{r}");
+    let daemon = sup.pid();
+
+    let upgrading = {
+        let config = sup.config.clone();
+        let id = sup.id.clone();
+        std::thread::spawn(move || {
+            Command::new(SUPERVISOR)
+                .args(["upgrade", "-c"])
+                .arg(&config)
+                .env("MCPSUP_TEST_ID", &id)
+                .output()
+                .unwrap()
+        })
+    };
+    let paused = pause.with_extension("paused");
+    assert!(
+        wait_until(Duration::from_secs(20), || paused.exists()),
+        "the upgrade never reached its pause point\n{}",
+        sup.log()
+    );
+    // The swap: the checked directory moves away; the attacker's takes its name.
+    std::fs::rename(&bindir, top.path().join("bin.checked")).unwrap();
+    std::fs::create_dir(&bindir).unwrap();
+    std::fs::set_permissions(&bindir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        &bin,
+        format!("#!/bin/sh\necho ran >> {mark:?}\nexec {SUPERVISOR:?} \"$@\"\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::remove_file(&paused).unwrap();
+
+    let out = upgrading.join().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}\n{}", sup.log());
+    assert!(
+        !mark.exists(),
+        "the planted program ran: {}\n{}",
+        std::fs::read_to_string(&mark).unwrap_or_default(),
+        sup.log()
+    );
+    assert_eq!(sup.pid(), daemon);
+    assert_eq!(
+        exe_of(daemon),
+        checked,
+        "the new image is not the checked file\n{}",
+        sup.log()
+    );
+    let r = c.call(json!(2), "echo", json!({"text": "after"}));
+    assert_eq!(Client::text(&r), "after", "{r}\n{}", sup.log());
+    sup.stop();
+}
+
+/// Issue 47 §1 (N15): every ancestor directory of the new binary is checked as `socket_dir`'s
+/// are: one that another user owns (who could swap what is below it) refuses the upgrade, and
+/// so does one reached through a link in a directory another user owns (the link's ancestors
+/// and its target's are both checked). The daemon serves on.
+#[test]
+fn an_upgrade_refuses_a_binary_below_a_directory_another_user_owns() {
+    use std::os::unix::fs::PermissionsExt;
+    if !needs_root(
+        "an_upgrade_refuses_a_binary_below_a_directory_another_user_owns",
+        &[],
+    ) {
+        return;
+    }
+    let top = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // theirs/ (uid 65534) / mine/ (root) / mcp-supervisor (root, 0755)
+    let theirs = top.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mine = theirs.join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let bin = mine.join("mcp-supervisor");
+    std::fs::copy(SUPERVISOR, &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let mut sup = start_from(&bin, &fake_server("fake", &[], ""));
+    let mut c = sup.client("fake");
+    let (code, said) = upgrade(&sup);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains(&theirs.display().to_string()) && said.contains("65534"),
+        "the refusal does not name the directory and its owner: {said}"
+    );
+    let r = c.call(json!(1), "echo", json!({"text": "served on"}));
+    assert_eq!(Client::text(&r), "served on", "{r}");
+    sup.stop();
+
+    // Through a link: the real binary is in a directory of root's, the link in one of theirs.
+    let safe = top.path().join("safe");
+    std::fs::create_dir(&safe).unwrap();
+    std::fs::set_permissions(&safe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let real = safe.join("mcp-supervisor");
+    std::fs::copy(SUPERVISOR, &real).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let link = theirs.join("via");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let mut sup = start_from(&link, &fake_server("fake", &[], ""));
+    let (code, said) = upgrade(&sup);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains(&theirs.display().to_string()), "{said}");
+    sup.stop();
+}
