@@ -33,6 +33,7 @@ pub mod observe;
 pub mod protocol;
 pub mod reaper;
 pub mod remote;
+pub mod safepath;
 pub mod statefile;
 pub mod systemd;
 pub mod top;

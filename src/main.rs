@@ -302,7 +302,7 @@ fn refuse_handover(r: &mcp_supervisor::handover::Record, why: &str) -> ! {
     }
     let mut again = r.clone();
     again.refused = Some(why.to_string());
-    let e = handover::exec(&again, &handover::old_image_path(&again));
+    let e = handover::exec_old(&again);
     eprintln!("mcp-supervisor: cannot run the old image again: {e}");
     std::process::exit(cli::EXIT_FAILED);
 }

@@ -731,10 +731,9 @@ pub async fn run(
         ),
         http_tcp: false,
         image: upgrade::Image {
-            binary: adopted.as_ref().map_or_else(
-                || std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
-                |a| a.image.binary.clone(),
-            ),
+            binary: adopted
+                .as_ref()
+                .map_or_else(upgrade::started_as, |a| a.image.binary.clone()),
             argv: adopted.as_ref().map_or_else(
                 || {
                     std::env::args_os()

@@ -289,52 +289,30 @@ struct DirStat {
 /// is sticky (`/tmp`), and no ancestor is a symbolic link owned by someone else: nobody can
 /// rename `dir` away and put another in its place. `key` and `purpose` name it in errors.
 fn check_ancestors(dir: &Path, me: u32, key: &str, purpose: &str) -> Result<()> {
-    let abs = if dir.is_absolute() {
-        dir.to_path_buf()
-    } else {
-        std::env::current_dir()?.join(dir)
-    };
-    for a in abs.ancestors().skip(1) {
-        // A link in the path is as good as its owner: whoever owns it can point it elsewhere
-        // when it sits in their own directory (issue 26 §5). Its target is checked below.
-        if let Ok(l) = std::fs::symlink_metadata(a) {
-            if l.file_type().is_symlink() && l.uid() != 0 && l.uid() != me {
-                return Err(refuse_key(
-                    key,
-                    purpose,
-                    dir,
-                    &format!(
-                        "its parent {} is a symbolic link owned by uid {}, not by root or the supervisor's uid {me}",
-                        a.display(),
-                        l.uid()
-                    ),
-                    "use the real path, under directories only root and the supervisor's user own",
-                ));
-            }
-        }
-        let Ok(m) = std::fs::metadata(a) else {
-            continue;
-        };
-        let mode = m.permissions().mode();
-        let sticky = mode & 0o1000 != 0;
-        let others_write = mode & 0o022 != 0;
-        let owner_ok = m.uid() == 0 || m.uid() == me;
-        if !owner_ok || (others_write && !sticky) {
-            return Err(refuse_key(
-                key,
-                purpose,
-                dir,
-                &format!(
-                    "its parent {} (owner uid {}, mode {:04o}) can be changed by another user, who could swap the directory",
-                    a.display(),
-                    m.uid(),
-                    mode & 0o7777
-                ),
-                "use a directory under a path only root and the supervisor's user can write, e.g. /run",
-            ));
-        }
+    use crate::safepath::Untrusted;
+    match crate::safepath::untrusted_ancestor(dir, me) {
+        None => Ok(()),
+        Some(Untrusted::Link { path, owner }) => Err(refuse_key(
+            key,
+            purpose,
+            dir,
+            &format!(
+                "its parent {} is a symbolic link owned by uid {owner}, not by root or the supervisor's uid {me}",
+                path.display()
+            ),
+            "use the real path, under directories only root and the supervisor's user own",
+        )),
+        Some(Untrusted::Dir { path, owner, mode }) => Err(refuse_key(
+            key,
+            purpose,
+            dir,
+            &format!(
+                "its parent {} (owner uid {owner}, mode {mode:04o}) can be changed by another user, who could swap the directory",
+                path.display()
+            ),
+            "use a directory under a path only root and the supervisor's user can write, e.g. /run",
+        )),
     }
-    Ok(())
 }
 
 /// Takes `<dir>/.lock` (flock, held until exit). A held lock means another supervisor owns

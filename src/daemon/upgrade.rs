@@ -75,7 +75,7 @@ impl Daemon {
             self.front.hand_off().cancel();
             return why;
         }
-        info!(binary = %binary.display(), "upgrading in place: handing over to the new image");
+        info!(binary = %binary.path().display(), "upgrading in place: handing over to the new image");
         let old_image = match handover::open_old_image() {
             Ok(fd) => fd,
             Err(e) => {
@@ -183,12 +183,14 @@ impl Daemon {
         // The writer thread's queue would die with the exec; what is logged after this is
         // dropped (a failed exec is said again by the image that runs next).
         crate::logging::finish();
-        let e = handover::exec(&record, &binary);
-        error!(binary = %binary.display(), error = %e, "cannot execute the new image; running this one again");
+        let e = handover::exec(&record, binary.fd(), binary.script());
+        error!(binary = %binary.path().display(), error = %e, "cannot execute the new image; running this one again");
         let mut again = record;
-        again.refused = Some(format!("cannot execute {}: {e}", binary.display()));
-        let old = handover::old_image_path(&again);
-        let e = handover::exec(&again, &old);
+        again.refused = Some(format!(
+            "cannot execute {} (execveat): {e}",
+            binary.path().display()
+        ));
+        let e = handover::exec_old(&again);
         error!(error = %e, "cannot execute the old image again either; exiting");
         std::process::exit(crate::cli::EXIT_FAILED);
     }
@@ -436,8 +438,20 @@ async fn until(within: Duration, cond: impl Fn() -> bool) -> bool {
     true
 }
 
-/// Runs `binary check-config CONFIG` within [`PREFLIGHT`]: the new binary must run and accept
-/// the configuration before this process becomes it. Errors say why, with its last words.
+/// The path this daemon was started as, which an upgrade resolves and checks again: `argv[0]`
+/// when it names a path (made absolute), so a link the operator re-points is followed and its
+/// own ancestors are checked too (issue 47 §1); else the running executable.
+pub(super) fn started_as() -> PathBuf {
+    let exe = || std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+    match std::env::args_os().next().map(PathBuf::from) {
+        Some(p) if p.is_absolute() => p,
+        Some(p) if p.components().count() > 1 => std::env::current_dir()
+            .map(|d| d.join(&p))
+            .unwrap_or_else(|_| exe()),
+        _ => exe(),
+    }
+}
+
 /// The test hook (`MCP_SUPERVISOR_TEST_UPGRADE_PAUSE=PATH`, issue 47 §1): after the checks of
 /// the new binary, `upgrade` creates `PATH.paused` and waits until it is removed (60 s at
 /// most), so a test can swap what is on disk in between, as a user owning an ancestor could.
@@ -452,19 +466,45 @@ async fn test_pause() {
     let _ = until(Duration::from_secs(60), || !paused.exists()).await;
 }
 
-async fn preflight(binary: &std::path::Path, config: &std::path::Path) -> Result<(), String> {
-    let mut cmd = tokio::process::Command::new(binary);
-    cmd.arg("check-config")
-        .arg(config)
-        .stdin(std::process::Stdio::null())
+/// Runs `BINARY check-config CONFIG` within [`PREFLIGHT`] from the open, checked file
+/// (`execveat` in the forked child, issue 47 §1): the new binary must run and accept the
+/// configuration before this process becomes it. Errors say why, naming the binary, with its
+/// last words.
+async fn preflight(bin: &handover::Binary, config: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    let binary = bin.path();
+    let argv: Vec<&[u8]> = vec![
+        binary.as_os_str().as_bytes(),
+        b"check-config",
+        config.as_os_str().as_bytes(),
+    ];
+    let args = handover::ExecArgs::new(&argv, &handover::environment_but(&[]));
+    let (fd, script) = (bin.fd().as_raw_fd(), bin.script());
+    // The program named here is never executed: `pre_exec` replaces the child with the open
+    // file first, or fails the spawn with why.
+    let mut cmd = tokio::process::Command::new("/nonexistent/mcp-supervisor-preflight");
+    cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
+    // SAFETY: runs in the forked child before exec: `fcntl` and `execveat` only, on memory
+    // prepared before the fork (nothing allocated, no lock taken).
+    unsafe {
+        cmd.pre_exec(move || {
+            if script {
+                // A script's interpreter opens /dev/fd/N: keep it open across the exec.
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Err(args.execveat(fd))
+        });
+    }
     let child = {
         let mut owned = crate::reaper::spawn_guard();
         let child = cmd
             .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
+            .map_err(|e| format!("cannot run {} (execveat): {e}", binary.display()))?;
         if let Some(pid) = child.id() {
             owned.insert(pid as i32);
         }

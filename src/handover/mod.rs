@@ -411,43 +411,188 @@ pub fn close_on_exec(fd: RawFd) {
     let _ = rustix::io::fcntl_setfd(borrowed, rustix::io::FdFlags::CLOEXEC);
 }
 
-/// The binary an upgrade runs: `path` re-resolved (links followed), a regular executable file
-/// owned by root or by us and writable by nobody else, in a directory nobody else may write.
-/// Errors say which rule failed.
-pub fn resolve_binary(path: &Path) -> Result<PathBuf, String> {
-    use std::os::unix::fs::MetadataExt;
+/// The binary an upgrade runs (issue 32 §1, issue 47 §1), opened once and checked on that
+/// descriptor; the preflight and the hand-over both execute the descriptor
+/// (`execveat(fd, "", AT_EMPTY_PATH)`), never the path again, so nothing swapped on disk after
+/// the checks can run in its place.
+#[derive(Debug)]
+pub struct Binary {
+    fd: OwnedFd,
+    /// The real path it was opened at (for messages).
+    path: PathBuf,
+    /// Whether it begins with `#!` (a script: its interpreter opens `/dev/fd/N`, so the
+    /// descriptor must stay open across the `execveat`).
+    script: bool,
+}
+
+impl Binary {
+    /// The real path it was opened at.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The open file.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+
+    /// Whether it is a `#!` script rather than an executable image.
+    pub fn script(&self) -> bool {
+        self.script
+    }
+}
+
+/// Opens and checks the binary an upgrade runs, started as `path`:
+///
+/// - every directory above `path` as given, and above the real path it resolves to (links
+///   followed), is owned by root or by us and writable by nobody else unless sticky, and no
+///   link on the way belongs to another user ([`crate::safepath`], the rule of `socket_dir`);
+///   a link at `path` itself belongs to root or to us;
+/// - the real path is opened `O_RDONLY | O_NOFOLLOW | O_CLOEXEC`, and what was opened is a
+///   regular file, executable, owned by root or by us and writable by nobody else (`fstat`
+///   on the descriptor, not the path).
+///
+/// Errors say which rule failed, naming the path and the owner.
+pub fn resolve_binary(path: &Path) -> Result<Binary, String> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let me = rustix::process::geteuid().as_raw();
+    let ancestors = |p: &Path| {
+        match crate::safepath::untrusted_ancestor(p, me) {
+        None => Ok(()),
+        Some(why) => Err(format!(
+            "the binary {}: {why}; install it under directories only root and the supervisor's user can change",
+            p.display()
+        )),
+    }
+    };
+    ancestors(path)?;
+    if let Ok(l) = std::fs::symlink_metadata(path) {
+        if l.file_type().is_symlink() && l.uid() != 0 && l.uid() != me {
+            return Err(format!(
+                "the binary {} is a symbolic link owned by uid {}, not by root or by us (uid {me})",
+                path.display(),
+                l.uid()
+            ));
+        }
+    }
     let real = std::fs::canonicalize(path)
         .map_err(|e| format!("cannot resolve {}: {e}", path.display()))?;
-    let me = rustix::process::geteuid().as_raw();
-    let trusted = |p: &Path, what: &str| -> Result<std::fs::Metadata, String> {
-        let m = std::fs::metadata(p).map_err(|e| format!("{what} {}: {e}", p.display()))?;
-        if m.uid() != 0 && m.uid() != me {
-            return Err(format!(
-                "{what} {} belongs to uid {}, not to root or to us (uid {me})",
-                p.display(),
-                m.uid()
-            ));
-        }
-        if m.mode() & 0o022 != 0 {
-            return Err(format!(
-                "{what} {} may be written by others (mode {:o})",
-                p.display(),
-                m.mode() & 0o7777
-            ));
-        }
-        Ok(m)
-    };
-    let m = trusted(&real, "the binary")?;
+    ancestors(&real)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&real)
+        .map_err(|e| format!("cannot open the binary {}: {e}", real.display()))?;
+    let m = file
+        .metadata()
+        .map_err(|e| format!("the binary {}: {e}", real.display()))?;
+    if m.uid() != 0 && m.uid() != me {
+        return Err(format!(
+            "the binary {} belongs to uid {}, not to root or to us (uid {me})",
+            real.display(),
+            m.uid()
+        ));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "the binary {} may be written by others (mode {:o})",
+            real.display(),
+            m.mode() & 0o7777
+        ));
+    }
     if !m.is_file() || m.mode() & 0o111 == 0 {
         return Err(format!(
             "the binary {} is not an executable file",
             real.display()
         ));
     }
-    if let Some(dir) = real.parent() {
-        trusted(dir, "the binary's directory")?;
+    let mut head = [0u8; 2];
+    let script =
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0).is_ok() && head == *b"#!";
+    Ok(Binary {
+        fd: OwnedFd::from(file),
+        path: real,
+        script,
+    })
+}
+
+/// `argv` and `envp` for `execveat`, made before a fork so the child allocates nothing.
+pub struct ExecArgs {
+    _argv: Vec<CString>,
+    _env: Vec<CString>,
+    argv_p: Vec<*const libc::c_char>,
+    env_p: Vec<*const libc::c_char>,
+}
+
+// SAFETY: the pointers point into the `CString`s this value owns, which never move or change
+// while it lives; they are only read (by `execveat`).
+unsafe impl Send for ExecArgs {}
+// SAFETY: as above: nothing is ever written through the pointers.
+unsafe impl Sync for ExecArgs {}
+
+impl ExecArgs {
+    /// The arguments `argv` and the environment `env` (`NAME=VALUE`); entries holding a NUL
+    /// byte are left out.
+    pub fn new(argv: &[impl AsRef<[u8]>], env: &[impl AsRef<[u8]>]) -> ExecArgs {
+        let argv: Vec<CString> = argv
+            .iter()
+            .filter_map(|a| CString::new(a.as_ref()).ok())
+            .collect();
+        let env: Vec<CString> = env
+            .iter()
+            .filter_map(|a| CString::new(a.as_ref()).ok())
+            .collect();
+        let argv_p = argv
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let env_p = env
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        ExecArgs {
+            _argv: argv,
+            _env: env,
+            argv_p,
+            env_p,
+        }
     }
-    Ok(real)
+
+    /// Executes the file open at `fd` with these arguments: `execveat(fd, "", argv, envp,
+    /// AT_EMPTY_PATH)`. Allocates nothing (safe between `fork` and `exec`). Returns only on
+    /// failure, with the errno (`ENOSYS` where the call is missing or filtered: never
+    /// retried by path).
+    pub fn execveat(&self, fd: RawFd) -> std::io::Error {
+        // SAFETY: the path is a static empty C string; argv and envp are NULL-terminated
+        // arrays of pointers to C strings this value owns.
+        unsafe {
+            libc::syscall(
+                libc::SYS_execveat,
+                fd,
+                c"".as_ptr(),
+                self.argv_p.as_ptr(),
+                self.env_p.as_ptr(),
+                libc::AT_EMPTY_PATH,
+            )
+        };
+        std::io::Error::last_os_error()
+    }
+}
+
+/// This process's environment as `NAME=VALUE` byte strings, but the names `except`.
+pub fn environment_but(except: &[&str]) -> Vec<Vec<u8>> {
+    std::env::vars_os()
+        .filter(|(k, _)| !except.iter().any(|e| k == e))
+        .map(|(k, v)| {
+            let mut kv = k;
+            kv.push("=");
+            kv.push(v);
+            kv.as_bytes().to_vec()
+        })
+        .collect()
 }
 
 /// Opens the running image (`/proc/self/exe`) read-only and kept across `execve`: what a
@@ -459,9 +604,11 @@ pub fn open_old_image() -> std::io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Writes `record` to a memfd kept across `execve` and executes `image` in this process with
-/// the record's descriptors and [`ENV`]. Returns only on failure, with why.
-pub fn exec(record: &Record, image: &Path) -> std::io::Error {
+/// Writes `record` to a memfd kept across `execve` and executes the file open at `image` in
+/// this process (`execveat`, never a path; issue 47 §1) with the record's descriptors and
+/// [`ENV`]. `script`: the file is a `#!` script, whose interpreter opens `/dev/fd/N`, so the
+/// descriptor is kept open across the exec. Returns only on failure, with why.
+pub fn exec(record: &Record, image: BorrowedFd<'_>, script: bool) -> std::io::Error {
     let run = || -> std::io::Result<std::convert::Infallible> {
         let memfd =
             rustix::fs::memfd_create("mcp-supervisor-handover", rustix::fs::MemfdFlags::empty())?;
@@ -473,29 +620,19 @@ pub fn exec(record: &Record, image: &Path) -> std::io::Error {
             keep_across_exec(fd)?;
         }
         keep_across_exec(memfd.as_raw_fd())?;
-        let mut env: Vec<CString> = std::env::vars_os()
-            .filter(|(k, _)| {
-                k != ENV && k != "NOTIFY_SOCKET" && k != "WATCHDOG_USEC" && k != "WATCHDOG_PID"
-            })
-            .filter_map(|(k, v)| {
-                let mut kv = k;
-                kv.push("=");
-                kv.push(v);
-                CString::new(kv.as_bytes()).ok()
-            })
-            .collect();
-        env.extend(CString::new(format!("{ENV}={}", memfd.as_raw_fd())).ok());
-        let argv: Vec<CString> = record
-            .argv
-            .iter()
-            .filter_map(|a| CString::new(a.as_bytes()).ok())
-            .collect();
-        let path = CString::new(image.as_os_str().as_bytes())
-            .map_err(|_| std::io::Error::other("the image path holds a NUL byte"))?;
-        let e = nix::unistd::execve(&path, &argv, &env);
+        if script {
+            keep_across_exec(image.as_raw_fd())?;
+        }
+        let mut env = environment_but(&[ENV, "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"]);
+        env.push(format!("{ENV}={}", memfd.as_raw_fd()).into_bytes());
+        let args = ExecArgs::new(&record.argv, &env);
+        let e = args.execveat(image.as_raw_fd());
         // Still here: the memfd closes with `memfd`; the others stay as they were.
         drop(memfd);
-        Err(std::io::Error::from(e.unwrap_err_or_errno()))
+        if script {
+            close_on_exec(image.as_raw_fd());
+        }
+        Err(e)
     };
     match run() {
         Ok(never) => match never {},
@@ -503,23 +640,13 @@ pub fn exec(record: &Record, image: &Path) -> std::io::Error {
     }
 }
 
-/// `execve`'s error as an errno, whatever nix's result type says.
-trait ErrnoOf {
-    fn unwrap_err_or_errno(self) -> nix::errno::Errno;
-}
-
-impl ErrnoOf for nix::Result<std::convert::Infallible> {
-    fn unwrap_err_or_errno(self) -> nix::errno::Errno {
-        match self {
-            Ok(never) => match never {},
-            Err(e) => e,
-        }
-    }
-}
-
-/// The path that runs the old image again: `/proc/self/fd/N`.
-pub fn old_image_path(record: &Record) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}", record.old_image))
+/// Runs the image that wrote `record` again (its descriptor `old_image`, kept across the
+/// exec): after a refused hand-over. Returns only on failure, with why.
+pub fn exec_old(record: &Record) -> std::io::Error {
+    // SAFETY: `old_image` is a descriptor the record's writer left open for us (validated
+    // as a regular file when the record was read); it is only borrowed here.
+    let fd = unsafe { BorrowedFd::borrow_raw(record.old_image) };
+    exec(record, fd, false)
 }
 
 #[cfg(test)]

@@ -173,11 +173,23 @@ fn the_binary_must_be_ours_and_written_by_nobody_else() {
     let bin = dir.path().join("mcp-supervisor");
     std::fs::write(&bin, b"#!/bin/sh\n").unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    assert_eq!(resolve_binary(&bin).unwrap(), bin.canonicalize().unwrap());
+    let b = resolve_binary(&bin).unwrap();
+    assert_eq!(b.path(), bin.canonicalize().unwrap());
+    assert!(b.script(), "a #! file is a script");
+    // What is open is what was checked: (device, inode) of the descriptor.
+    {
+        use std::os::unix::fs::MetadataExt;
+        let on_disk = std::fs::metadata(&bin).unwrap();
+        let st = rustix::fs::fstat(b.fd()).unwrap();
+        assert_eq!((st.st_dev, st.st_ino), (on_disk.dev(), on_disk.ino()));
+    }
     // Through a link: the link's target.
     let link = dir.path().join("link");
     std::os::unix::fs::symlink(&bin, &link).unwrap();
-    assert_eq!(resolve_binary(&link).unwrap(), bin.canonicalize().unwrap());
+    assert_eq!(
+        resolve_binary(&link).unwrap().path(),
+        bin.canonicalize().unwrap()
+    );
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o775)).unwrap();
     assert!(resolve_binary(&bin)
         .unwrap_err()
@@ -188,6 +200,8 @@ fn the_binary_must_be_ours_and_written_by_nobody_else() {
         .contains("not an executable"));
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    assert!(resolve_binary(&bin).unwrap_err().contains("directory"));
+    assert!(resolve_binary(&bin)
+        .unwrap_err()
+        .contains("can be changed by another user"));
     assert!(resolve_binary(&dir.path().join("gone")).is_err());
 }

@@ -709,10 +709,7 @@ fn an_upgrade_runs_the_checked_file_even_when_its_directory_is_swapped_after_the
         &bin,
         dir,
         config,
-        &[(
-            "MCP_SUPERVISOR_TEST_UPGRADE_PAUSE",
-            pause.to_str().unwrap(),
-        )],
+        &[("MCP_SUPERVISOR_TEST_UPGRADE_PAUSE", pause.to_str().unwrap())],
     );
     assert!(
         wait_until(Duration::from_secs(10), || sup.socket("fake").exists()),
