@@ -148,6 +148,12 @@ pub struct Bridge {
     client_done: bool,
     /// The supervisor ended the session on purpose, saying this (its hangup line).
     hangup: Option<String>,
+    /// The supervisor refused the current connection a seat (`max_clients`, or the user's
+    /// share of it), saying this (issue 47 §4): retried with backoff, not final.
+    busy: Option<String>,
+    /// The refusal shown to the client last, until a connection serves: the same refusal on
+    /// the next attempts is not shown again.
+    busy_shown: Option<String>,
     /// The supervisor answered a request on the current connection (it is serving, not only
     /// accepting and closing).
     answered: bool,
@@ -185,6 +191,8 @@ impl Bridge {
             stale: HashSet::new(),
             client_done: false,
             hangup: None,
+            busy: None,
+            busy_shown: None,
             answered: false,
         }
     }
@@ -221,6 +229,12 @@ impl Bridge {
     /// [`crate::mux::session::HANGUP_KEY`]): no reconnecting after that.
     pub fn hangup(&self) -> Option<&str> {
         self.hangup.as_deref()
+    }
+
+    /// What the supervisor said when it refused the current connection a seat (issue 47 §4):
+    /// the connection is retried with backoff.
+    pub fn busy(&self) -> Option<&str> {
+        self.busy.as_deref()
     }
 
     /// When the oldest held message expires, if any is held.
@@ -436,8 +450,21 @@ impl Bridge {
                 }
             }
             (None, None) => {
-                if let Some(said) = hangup_of(&line) {
-                    self.hangup = Some(said);
+                if let Some((said, reason)) = hangup_of(&line) {
+                    match reason.as_str() {
+                        // Closed for saying nothing (`first_message_timeout`): the client
+                        // sent nothing yet, so there is nothing to tell it; reconnected.
+                        crate::mux::session::SILENT => return out,
+                        crate::mux::session::BUSY => {
+                            let again = self.busy_shown.as_deref() == Some(said.as_str());
+                            self.busy = Some(said.clone());
+                            self.busy_shown = Some(said);
+                            if again {
+                                return out;
+                            }
+                        }
+                        _ => self.hangup = Some(said),
+                    }
                 }
             }
             (None, Some("notifications/subscriptions/acknowledged")) => {
@@ -471,6 +498,10 @@ impl Bridge {
             }
             self.answer(&mut out, &id, &method, Why::Lost);
         }
+        if self.answered {
+            self.busy_shown = None;
+        }
+        self.busy = None;
         self.answered = false;
         self.own.clear();
         self.reacks.clear();
@@ -685,13 +716,16 @@ fn id_key(id: &RawValue) -> String {
     message::compact(id).get().to_string()
 }
 
-/// The message of a hangup line (an error with id `null` whose `data` has
-/// [`crate::mux::session::HANGUP_KEY`]).
-fn hangup_of(line: &[u8]) -> Option<String> {
+/// The message and reason of a hangup line (an error with id `null` whose `data` has
+/// [`crate::mux::session::HANGUP_KEY`], the reason its value).
+fn hangup_of(line: &[u8]) -> Option<(String, String)> {
     let v: Value = serde_json::from_slice(line).ok()?;
     let err = v.get("error")?;
-    err.get("data")?.get(crate::mux::session::HANGUP_KEY)?;
-    Some(err.get("message")?.as_str().unwrap_or_default().to_string())
+    let reason = err.get("data")?.get(crate::mux::session::HANGUP_KEY)?;
+    Some((
+        err.get("message")?.as_str().unwrap_or_default().to_string(),
+        reason.as_str().unwrap_or_default().to_string(),
+    ))
 }
 
 /// `params.uri` of a subscribe or unsubscribe.
@@ -991,6 +1025,29 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#,
         ));
         assert_eq!(b.hangup(), None, "a parse error is not a hangup");
+    }
+
+    /// Issue 47 §4: a seat refusal is shown once and retried, not a hang-up; a close for
+    /// silence is not shown at all.
+    #[test]
+    fn a_seat_refusal_is_shown_once_and_retried_and_silence_is_not_shown() {
+        let mut b = handshaken();
+        // The supervisor restarted; the new connection is refused a seat.
+        b.lost();
+        b.connected();
+        let busy = crate::mux::session::hangup_line("no free seat", crate::mux::session::BUSY);
+        assert_eq!(b.from_server(busy.clone()).to_client, vec![busy.clone()]);
+        assert_eq!(b.busy(), Some("no free seat"));
+        assert_eq!(b.hangup(), None, "a refused seat is retried");
+        b.lost();
+        b.connected();
+        assert!(
+            b.from_server(busy.clone()).to_client.is_empty(),
+            "said once"
+        );
+        let silent = crate::mux::session::hangup_line("quiet", crate::mux::session::SILENT);
+        assert!(b.from_server(silent).to_client.is_empty());
+        assert_eq!(b.hangup(), None);
     }
 
     #[test]

@@ -19,7 +19,10 @@
 //! - giving up (after `reconnect_for` without a connection) answers what was held and exits 1;
 //! - a session the supervisor ends on purpose (its last line marked
 //!   [`crate::mux::session::HANGUP_KEY`]: this user is not, or no longer, allowed) is not
-//!   reconnected: `attach` exits 1;
+//!   reconnected: `attach` exits 1; but a connection refused a seat (reason `busy`:
+//!   `max_clients` or the user's share of it, issue 47 §4) is shown to the client once and
+//!   retried with the backoff, and one closed for saying nothing (reason `silent`,
+//!   `first_message_timeout`) is reconnected without a word to the client;
 //! - stdout that cannot be written (the client is gone) ends `attach`;
 //! - lock order: `writer`, then `bridge`; no lock is held while writing to stdout, and
 //!   `bridge` is never held during I/O.
@@ -187,6 +190,13 @@ fn from_server(shared: &Shared, mut stream: UnixStream, socket: &Path, opts: &Op
         if let Some(said) = hangup {
             say(&format!("the supervisor ended the session: {said}"));
             return Ended::HungUp;
+        }
+        // Refused a seat (issue 47 §4): said, then retried with the backoff (the connection
+        // did not serve, so the backoff grows and `reconnect_for` runs on).
+        if let Some(said) = lock(&shared.bridge).busy().map(str::to_string) {
+            say(&format!(
+                "the supervisor refused the connection: {said}; retrying with backoff"
+            ));
         }
         let out = {
             let mut writer = lock(&shared.writer);

@@ -381,7 +381,7 @@ pub const MAX_CLIENTS: Key = key!(
     Kind::Count,
     Default::Number(256),
     count(1, NR_OPEN),
-    "connections per server beyond which new ones are refused; an endpoint's client joined to the server takes one too",
+    "connections per server beyond which new ones are refused (each reads an error line first); an endpoint's client joined to the server takes one too; one user may hold at most `max_clients_per_uid` of them",
     "each connection is a descriptor, and one process cannot hold more than fs.nr_open (1048576 by default)"
 );
 /// `[supervisor] client_memory`.
@@ -546,6 +546,26 @@ pub const CLIENT_STALL_TIMEOUT: Key = key!(
     positive(secs(HOUR)),
     "how long a client may stay silent in the middle of a line before it gets an error and is disconnected (every byte restarts it)",
     "an hour without a byte in the middle of a message is a dead or hostile peer holding memory"
+);
+/// `first_message_timeout` (issue 47 §4).
+pub const FIRST_MESSAGE_TIMEOUT: Key = key!(
+    "first_message_timeout",
+    Server,
+    Kind::Duration,
+    Default::Duration(secs(10)),
+    positive(secs(10 * 60)),
+    "how long a new connection may go without sending a complete JSON-RPC message (any era) before it gets an error line and is closed, so silent connections cannot hold `max_clients` seats",
+    "a client that has said nothing for ten minutes holds a seat and a descriptor for nothing"
+);
+/// `max_clients_per_uid` (issue 47 §4).
+pub const MAX_CLIENTS_PER_UID: Key = key!(
+    "max_clients_per_uid",
+    Server,
+    Kind::Count,
+    Default::Prose("half of `[supervisor] max_clients`, rounded up"),
+    count(1, NR_OPEN),
+    "seats of `max_clients` one user other than the supervisor's own and root may hold on this server (its socket connections and endpoint clients), so one user cannot keep the others out (a value above `max_clients` is taken as `max_clients`)",
+    "each connection is a descriptor, and one process cannot hold more than fs.nr_open (1048576 by default)"
 );
 /// `client_idle_timeout`.
 pub const CLIENT_IDLE_TIMEOUT: Key = key!(
@@ -820,6 +840,8 @@ pub const KEYS: &[Key] = &[
     CLIENT_QUEUE,
     CLIENT_IDLE_TIMEOUT,
     CLIENT_STALL_TIMEOUT,
+    FIRST_MESSAGE_TIMEOUT,
+    MAX_CLIENTS_PER_UID,
     key!("client_capabilities", Server, Kind::Table, Default::Toml("{ roots = { listChanged = true }, sampling = {}, elicitation = {} }"),
         "what the supervisor declares to the child in `initialize`"),
     key!("roots", Server, Kind::Strings, Default::Prose("none"),
@@ -890,5 +912,9 @@ pub const RULES: &[Rule] = &[
     Rule {
         keys: &["client_max_inflight", "max_inflight"],
         text: "client_max_inflight above max_inflight is taken as max_inflight (one client may use all of it, never more)",
+    },
+    Rule {
+        keys: &["max_clients_per_uid", "max_clients"],
+        text: "max_clients_per_uid above `[supervisor] max_clients` is taken as max_clients (one user may then hold every seat)",
     },
 ];

@@ -222,6 +222,13 @@ pub struct ServerConfig {
     /// is closed (issue 14 §3). Default none (never): a client waiting on a long call, or
     /// holding a subscription, is silent and must not be cut unless the operator says so.
     pub client_idle_timeout: Option<Duration>,
+    /// How long a new connection may go without a complete JSON-RPC message before it gets an
+    /// error line and is closed (issue 47 §4, row S4). Default 10 s.
+    pub first_message_timeout: Duration,
+    /// Seats of `[supervisor] max_clients` one user (not the supervisor's own, not root) may
+    /// hold (issue 47 §4); `None`: half of `max_clients`, rounded up (the daemon applies it,
+    /// taking a value above `max_clients` as `max_clients`).
+    pub max_clients_per_uid: Option<usize>,
     /// Client capabilities the supervisor declares to the child in `initialize`.
     /// Default `{"roots":{},"sampling":{},"elicitation":{}}`: the child's requests of these kinds
     /// are routed to a client that declared them, or answered with an error (issue 3 §5).
@@ -828,6 +835,13 @@ impl Validator<'_> {
                 &t.key("client_idle_timeout", s.client_idle_timeout.is_some()),
                 &s.client_idle_timeout,
                 &d.client_idle_timeout,
+            )?,
+            first_message_timeout: dur!(first_message_timeout, keys::FIRST_MESSAGE_TIMEOUT),
+            max_clients_per_uid: self.count(
+                &keys::MAX_CLIENTS_PER_UID,
+                &t.key("max_clients_per_uid", s.max_clients_per_uid.is_some()),
+                &s.max_clients_per_uid,
+                &d.max_clients_per_uid,
             )?,
             client_capabilities: fields::client_capabilities(s, d),
             mark_unavailable: s.mark_unavailable.or(d.mark_unavailable).unwrap_or(true),

@@ -125,6 +125,7 @@ fn durations(c: &Config) -> Vec<Duration> {
             s.kill_timeout,
             s.queue_wait,
             s.client_stall_timeout,
+            s.first_message_timeout,
             s.era_probe_timeout,
         ]);
         all.extend(s.method_timeouts.values());

@@ -134,6 +134,8 @@ pub(super) struct RawServer {
     pub(super) client_queue: Option<Spanned<usize>>,
     pub(super) client_stall_timeout: Dur,
     pub(super) client_idle_timeout: Dur,
+    pub(super) first_message_timeout: Dur,
+    pub(super) max_clients_per_uid: Option<Spanned<usize>>,
     pub(super) client_capabilities: Option<toml::Table>,
     pub(super) mark_unavailable: Option<bool>,
     pub(super) protocol: Option<Spanned<String>>,

@@ -31,6 +31,7 @@ fn minimal_server_gets_documented_defaults() {
         (keys::KILL_TIMEOUT, a.kill_timeout),
         (keys::QUEUE_WAIT, a.queue_wait),
         (keys::CLIENT_STALL_TIMEOUT, a.client_stall_timeout),
+        (keys::FIRST_MESSAGE_TIMEOUT, a.first_message_timeout),
         (keys::ERA_PROBE_TIMEOUT, a.era_probe_timeout),
         (keys::HTTP_SESSION_IDLE, c.supervisor.http.session_idle),
     ] {

@@ -32,6 +32,8 @@ pub struct Entry {
     pub cfg: Arc<ServerConfig>,
     /// For an endpoint (issue 31): its sources, in order. `None` for a server.
     pub sources: Option<Vec<String>>,
+    /// Its client seats (issue 47 §4), which `status` shows by holder.
+    pub seats: Option<Arc<crate::mux::seats::Seats>>,
 }
 
 /// The servers currently configured, by name. Written by the daemon's main loop (start-up,
@@ -437,17 +439,42 @@ async fn status(ctx: &Ctx, name: Option<&str>) -> Response {
             continue;
         }
         match query(&e.handle).await {
-            Some(s) => out.push(s),
+            Some(s) => out.push((s, e.seats.clone())),
             // Removed by a reload while we asked: not a server any more.
             None if name.is_none() => {}
             None => return unreachable_server(n),
         }
     }
+    let servers = out
+        .iter()
+        .filter_map(|(s, seats)| {
+            let mut v = serde_json::to_value(s).ok()?;
+            if let (Some(seats), Some(o)) = (seats, v.as_object_mut()) {
+                o.insert("seats".into(), seats_value(seats));
+            }
+            Some(v)
+        })
+        .collect();
     Response {
-        servers: Some(to_values(&out)),
+        servers: Some(servers),
         endpoints: (!endpoints.is_empty()).then_some(endpoints),
         ..Response::ok()
     }
+}
+
+/// A server's `seats` in `status` (issue 47 §4): `{"taken": N, "holders": [{"uid": U,
+/// "taken": n} | {"address": A, "taken": n}, …]}`.
+fn seats_value(seats: &crate::mux::seats::Seats) -> serde_json::Value {
+    use crate::mux::seats::Holder;
+    let holders: Vec<serde_json::Value> = seats
+        .holders()
+        .into_iter()
+        .map(|(h, n)| match h {
+            Holder::Uid(u) => serde_json::json!({"uid": u, "taken": n}),
+            Holder::Addr(a) => serde_json::json!({"address": a.to_string(), "taken": n}),
+        })
+        .collect();
+    serde_json::json!({"taken": seats.taken(), "holders": holders})
 }
 
 /// An endpoint's line in `status`: each source's state, from its actor now.

@@ -65,6 +65,7 @@ impl Daemon {
                     access: server_access(&self.config.supervisor, scfg),
                     queue: scfg.client_queue,
                     seats: running.seats.clone(),
+                    per_uid: scfg.max_clients_per_uid,
                 })
             })
             .collect();
@@ -117,7 +118,7 @@ impl Daemon {
         info!(endpoint = %name, socket = %path.display(), sources = ?cfg.servers, "endpoint listening");
         let http = self.start_http(&cfg.front, &accept);
         self.load_labelled(&cfg);
-        let seats = Arc::new(crate::mux::session::Seats::default());
+        let seats = Arc::new(crate::mux::seats::Seats::default());
         // The socket clients the previous image handed over (issue 32 §1).
         self.resume_clients(&name, &handle, &params_rx, &seats);
         self.tracker.spawn(accept_loop(
@@ -137,6 +138,7 @@ impl Daemon {
                 handle: handle.clone(),
                 cfg: Arc::new(cfg.front.clone()),
                 sources: Some(cfg.servers.clone()),
+                seats: None,
             },
         );
         self.endpoints.insert(
@@ -192,6 +194,7 @@ impl Daemon {
                     handle,
                     cfg: Arc::new(cfg.front.clone()),
                     sources: Some(cfg.servers.clone()),
+                    seats: None,
                 },
             );
         }

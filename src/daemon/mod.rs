@@ -112,7 +112,7 @@ struct Running {
     http: Option<(PathBuf, CancellationToken)>,
     /// Its client seats (`max_clients`): its socket's connections and the endpoint clients
     /// joined to it.
-    seats: Arc<crate::mux::session::Seats>,
+    seats: Arc<crate::mux::seats::Seats>,
 }
 
 /// The daemon's state, owned by the main loop.
@@ -201,7 +201,7 @@ impl Daemon {
         let accept = self.accepting.child_token();
         info!(server = %name, socket = %path.display(), activated, "listening");
         let http = self.start_http(&entry_cfg, &accept);
-        let seats = Arc::new(crate::mux::session::Seats::default());
+        let seats = Arc::new(crate::mux::seats::Seats::default());
         self.resume_clients(&name, &handle, &params_rx, &seats);
         self.tracker.spawn(accept_loop(
             listener,
@@ -220,6 +220,7 @@ impl Daemon {
                 handle: handle.clone(),
                 cfg: entry_cfg,
                 sources: None,
+                seats: Some(seats.clone()),
             },
         );
         self.servers.insert(
@@ -506,6 +507,7 @@ impl Daemon {
                 handle: r.handle.clone(),
                 cfg: Arc::new(cfg.clone()),
                 sources: None,
+                seats: Some(r.seats.clone()),
             },
         );
         let (tx, rx) = oneshot::channel();
@@ -568,6 +570,9 @@ fn session_limits(
         memory: memory.clone(),
         stall: cfg.client_stall_timeout,
         idle: cfg.client_idle_timeout,
+        first_message: cfg.first_message_timeout,
+        per_uid: cfg.max_clients_per_uid,
+        server: Arc::from(cfg.name.as_str()),
     }
 }
 

@@ -6,8 +6,9 @@ use super::AlreadyRunning;
 use crate::config::{ServerConfig, SupervisorConfig};
 use crate::control::{self, server as ctl};
 use crate::logging::MSG_REFUSED;
+use crate::mux::seats::{shares, Holder, Refused, Rule, Seats};
 use crate::mux::server::ServerHandle;
-use crate::mux::session::{self, Access, Peer, Seats};
+use crate::mux::session::{self, Access, Peer};
 use anyhow::{bail, Context, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -685,19 +686,20 @@ pub(super) async fn accept_loop(
     while let Some((stream, peer)) =
         accept_checked(&listener, &shared, Role::Server(&name), true, &stop).await
     {
-        let max_clients = shared.max_clients.load(Ordering::Relaxed);
-        let Some(seat) = seats.take(max_clients) else {
-            let budget = shared
-                .refused_log
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .allow(Instant::now());
-            if let Some(suppressed) = budget {
-                warn!(server = %name, max_clients, suppressed, "refused a connection: max_clients reached (socket connections and endpoint clients)");
-            }
-            continue;
-        };
         let limits = params.borrow().clone();
+        let max_clients = shared.max_clients.load(Ordering::Relaxed);
+        let rule = Rule::of(
+            max_clients,
+            limits.per_uid,
+            shares(peer.uid, nix::unistd::geteuid().as_raw()),
+        );
+        let seat = match seats.take(rule, Holder::Uid(peer.uid)) {
+            Ok(seat) => seat,
+            Err(refused) => {
+                refuse_seat(&stream, &name, &refused, peer.uid, &shared);
+                continue;
+            }
+        };
         let events = server.sessions.clone();
         let token = connections.clone();
         let parking = shared.parking.clone();
@@ -705,6 +707,24 @@ pub(super) async fn accept_loop(
             session::run(stream, peer, events, limits, token, (parking, None)).await;
             drop(seat);
         });
+    }
+}
+
+/// Tells a peer refused a seat why, in one JSON-RPC error line written without waiting (a
+/// refused peer gets no more of our time; `attach` shows it and retries with backoff), counts
+/// it, and logs it within the refusal budget (issue 47 §4).
+fn refuse_seat(stream: &UnixStream, server: &str, refused: &Refused, uid: u32, shared: &Shared) {
+    let line = crate::mux::session::hangup_line(&refused.message(server), session::BUSY);
+    let _ = stream.try_write(&line);
+    crate::observe::metrics().client_refused(server, refused.reason());
+    let budget = shared
+        .refused_log
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .allow(Instant::now());
+    if let Some(suppressed) = budget {
+        warn!(server = %server, peer_uid = uid, reason = refused.reason(), suppressed,
+            "refused a connection: {}", refused.message(server));
     }
 }
 

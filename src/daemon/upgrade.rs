@@ -366,7 +366,7 @@ impl Daemon {
         name: &str,
         handle: &crate::mux::server::ServerHandle,
         params: &tokio::sync::watch::Receiver<super::SessionParams>,
-        seats: &std::sync::Arc<crate::mux::session::Seats>,
+        seats: &std::sync::Arc<crate::mux::seats::Seats>,
     ) {
         for c in self.adopted_clients.remove(name).unwrap_or_default() {
             let std = std::os::unix::net::UnixStream::from(c.fd);
@@ -380,7 +380,10 @@ impl Daemon {
                     continue;
                 }
             };
-            let seat = seats.take(usize::MAX);
+            let seat = seats.take(
+                crate::mux::seats::Rule::UNLIMITED,
+                crate::mux::seats::Holder::Uid(c.peer.uid),
+            );
             let limits = params.borrow().clone();
             let events = handle.sessions.clone();
             let token = self.connections.clone();

@@ -21,8 +21,9 @@ pub mod policy;
 
 use crate::config::EndpointConfig;
 use crate::jsonrpc::framing::Line;
+use crate::mux::seats::{shares, Holder, Rule, Seats};
 use crate::mux::server::{panic_message, Command, Restarts, ServerHandle};
-use crate::mux::session::{Access, Address, ClientId, ClientTx, Peer, Seats, SessionEvent};
+use crate::mux::session::{Access, Address, ClientId, ClientTx, Peer, SessionEvent};
 use conn::{Conn, Effect, Plan};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -49,8 +50,11 @@ pub struct Link {
     pub access: Access,
     /// Its `client_queue`.
     pub queue: usize,
-    /// Its client seats: an endpoint client takes one of each source it joins.
+    /// Its client seats: an endpoint client takes one of each source it joins, as its end
+    /// client's uid (issue 47 §4).
     pub seats: Arc<Seats>,
+    /// Its `max_clients_per_uid` (`None`: half of `max_clients`).
+    pub per_uid: Option<usize>,
 }
 
 /// What an endpoint's clients are joined to: its configuration and its sources' actors
@@ -393,7 +397,7 @@ async fn client_task(
     };
     let mut joined: Vec<Option<(ClientId, mpsc::Sender<SessionEvent>)>> = Vec::new();
     // Held while this client is joined to each source (`max_clients`), by source.
-    let mut seats: Vec<Option<crate::mux::session::Seat>> = Vec::new();
+    let mut seats: Vec<Option<crate::mux::seats::Seat>> = Vec::new();
     for (i, link) in setup.sources.iter().enumerate() {
         let Some(link) = link
             .as_ref()
@@ -403,12 +407,21 @@ async fn client_task(
             seats.push(None);
             continue;
         };
-        let Some(seat) = link.seats.take(setup.max_clients) else {
-            warn!(endpoint = %setup.cfg.name, source = %link.name, max_clients = setup.max_clients,
-                "a client of the endpoint is not joined to this source: its max_clients is reached (socket connections and endpoint clients)");
-            joined.push(None);
-            seats.push(None);
-            continue;
+        let rule = Rule::of(
+            setup.max_clients,
+            link.per_uid,
+            shares(peer.uid, link.access.me),
+        );
+        let seat = match link.seats.take(rule, Holder::Uid(peer.uid)) {
+            Ok(seat) => seat,
+            Err(refused) => {
+                crate::observe::metrics().client_refused(&link.name, refused.reason());
+                warn!(endpoint = %setup.cfg.name, source = %link.name, peer_uid = peer.uid, reason = refused.reason(),
+                    "a client of the endpoint is not joined to this source: {}", refused.message(&link.name));
+                joined.push(None);
+                seats.push(None);
+                continue;
+            }
         };
         let sub = ClientId::next();
         let (tx, outbox) = ClientTx::channel(link.queue, &stop);

@@ -9,5 +9,6 @@ pub mod ids;
 pub mod outage;
 pub mod park;
 pub mod record;
+pub mod seats;
 pub mod server;
 pub mod session;

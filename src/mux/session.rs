@@ -359,47 +359,6 @@ pub enum SessionEvent {
     Disconnected(ClientId),
 }
 
-/// A server's client seats against `[supervisor] max_clients`: its socket connections and
-/// the endpoint clients joined to it (issue 31: an endpoint's clients count against each
-/// source's `max_clients`). Shared by the server's accept loop and every endpoint it is a
-/// source of.
-#[derive(Debug, Default)]
-pub struct Seats {
-    taken: AtomicUsize,
-}
-
-/// One seat taken from [`Seats`], given back when dropped.
-#[derive(Debug)]
-pub struct Seat(Arc<Seats>);
-
-impl Seats {
-    /// A seat when fewer than `max` are taken.
-    pub fn take(self: &Arc<Self>, max: usize) -> Option<Seat> {
-        self.taken
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Seat(self.clone()))
-    }
-
-    /// Seats taken now.
-    pub fn taken(&self) -> usize {
-        self.taken.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for Seat {
-    fn drop(&mut self) {
-        let _ = self
-            .0
-            .taken
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                Some(n.saturating_sub(1))
-            });
-    }
-}
-
 /// The bytes every client's unfinished input holds, against `client_memory` (issue 14 §3:
 /// eight clients each holding 60 MiB of one line took the supervisor to 516 MB). A client whose
 /// read takes the total over the limit while it holds more than an eighth of the limit (so the
@@ -458,6 +417,16 @@ pub struct SessionLimits {
     /// `client_idle_timeout`: how long a connection may carry nothing in either direction
     /// before it is told and closed; `None` (the default) never.
     pub idle: Option<std::time::Duration>,
+    /// `first_message_timeout`: how long a new connection may go without a complete JSON-RPC
+    /// message (any era: a 2026-07-28 client sends no `initialize`) before it is told and
+    /// closed, so silent connections cannot hold seats (issue 47 §4).
+    pub first_message: std::time::Duration,
+    /// `max_clients_per_uid` as configured (`None`: the default, half of `max_clients`): the
+    /// seats one user may hold ([`crate::mux::seats::Rule::of`]). Read at accept; not used by
+    /// the session.
+    pub per_uid: Option<usize>,
+    /// The server's (or endpoint's) name, for the metrics of a refusal.
+    pub server: Arc<str>,
 }
 
 /// Runs one connection until it closes. `events` is the server actor's inbox. `parking` is
@@ -479,6 +448,9 @@ pub async fn run(
         memory,
         stall,
         idle,
+        first_message,
+        per_uid: _,
+        server,
     } = limits;
     // Activity for `idle`: milliseconds since `epoch` of the last byte read or written.
     let epoch = tokio::time::Instant::now();
@@ -531,6 +503,10 @@ pub async fn run(
     let mut dec = LineDecoder::new(max_message);
     dec.extend(&resume.pending);
     let mut clean_eof = false;
+    // Until its first complete message (issue 47 §4); a connection handed over by an upgrade
+    // spoke before.
+    let heard = std::sync::atomic::AtomicBool::new(!resume.replay.is_empty());
+    let first_by = epoch + first_message;
     // Rejected-line warnings of this connection: 20 per 10 s, the rest counted (issue 26 §6:
     // a client sending garbage produced 34,748 warnings in 3 s).
     let rejections = std::sync::Mutex::new(crate::logging::LogBudget::new(
@@ -544,6 +520,7 @@ pub async fn run(
             events: &events,
             batches: &batches,
             rejections: &rejections,
+            heard: &heard,
         };
         if !pass_frames(&mut dec, false, &link, max_message).await {
             return;
@@ -580,6 +557,20 @@ pub async fn run(
                 continue 'read;
             }
             _ = kick.cancelled() => break 'read,
+            // No complete message yet within `first_message_timeout`: told and closed, so
+            // connections that say nothing cannot hold the server's seats (issue 47 §4, S4).
+            _ = tokio::time::sleep_until(first_by), if !heard.load(Ordering::Relaxed) => {
+                info!(client = %id, timeout_s = first_message.as_secs_f64(),
+                    "client sent no message within first_message_timeout; disconnecting it");
+                crate::observe::metrics().client_refused(&server, "silent");
+                let why = format!(
+                    "no JSON-RPC message within {} (first_message_timeout); closing the connection",
+                    humantime::format_duration(first_message)
+                );
+                tx.deliver(hangup_line(&why, SILENT));
+                tx.close_after_drain();
+                break 'read;
+            }
             // An upgrade's hand-over (issue 32 §1): stop reading at this line boundary and
             // leave the connection for the next image; the writer goes on. A refused upgrade
             // lets it read on.
@@ -618,6 +609,7 @@ pub async fn run(
             events: &events,
             batches: &batches,
             rejections: &rejections,
+            heard: &heard,
         };
         if !pass_frames(&mut dec, eof, &link, max_message).await {
             break 'read;
@@ -673,6 +665,8 @@ struct Link<'a> {
     batches: &'a SharedBatches,
     /// The budget of this connection's rejected-line warnings.
     rejections: &'a std::sync::Mutex<crate::logging::LogBudget>,
+    /// Set once a complete JSON-RPC message was handed on (`first_message_timeout`).
+    heard: &'a std::sync::atomic::AtomicBool,
 }
 
 /// Hands every complete frame in `dec` to the actor (all of them at `eof`): messages as they
@@ -726,6 +720,7 @@ async fn pass_frames(
         for m in msgs {
             match m {
                 Ok(m) => {
+                    link.heard.store(true, Ordering::Relaxed);
                     if m.method() == "notifications/cancelled" {
                         batch_member_cancelled(link, &m);
                     }
@@ -949,6 +944,14 @@ fn reject(
 /// purpose (issue 32 §2): `attach` passes the line on and does not reconnect.
 pub const HANGUP_KEY: &str = "mcp-supervisor/hangup";
 
+/// The hang-up reason of a connection closed for saying nothing within
+/// `first_message_timeout` (issue 47 §4): `attach` reconnects quietly after it.
+pub const SILENT: &str = "silent";
+
+/// The hang-up reason of a connection refused a seat (`max_clients` or
+/// `max_clients_per_uid`, issue 47 §4): `attach` shows it and retries with backoff.
+pub const BUSY: &str = "busy";
+
 /// The line a session gets before the supervisor ends it on purpose: a `-32000` error with id
 /// `null`, `message`, and `data` `{"mcp-supervisor/hangup": reason}` (`denied`: the peer is
 /// not allowed at all; `revoked`: a reload no longer allows it).
@@ -977,6 +980,9 @@ mod tests {
             memory: Arc::new(MemoryBudget::new(1 << 20)),
             stall: std::time::Duration::from_secs(30),
             idle: None,
+            first_message: std::time::Duration::from_secs(10),
+            per_uid: None,
+            server: Arc::from("test"),
         };
         let session = tokio::spawn(run(
             server,
@@ -1023,6 +1029,9 @@ mod tests {
             memory: Arc::new(MemoryBudget::new(1 << 20)),
             stall: std::time::Duration::from_secs(30),
             idle: None,
+            first_message: std::time::Duration::from_secs(10),
+            per_uid: None,
+            server: Arc::from("test"),
         }
     }
 

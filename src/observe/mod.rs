@@ -134,6 +134,11 @@ struct DirectionLabels {
     direction: String,
 }
 
+/// Why a client connection was refused or closed to keep seats for others (issue 47 §4):
+/// every seat taken (`max_clients`), the user's share taken (`uid_share`, see
+/// `max_clients_per_uid`), or nothing said within `first_message_timeout` (`silent`).
+pub const CLIENT_REFUSAL_REASONS: [&str; 3] = ["max_clients", "uid_share", "silent"];
+
 /// The metric families, each a cheap handle on shared series (prometheus-client's `Family` is
 /// an `Arc`), so a [`ServerMetrics`] can hold its own clone.
 #[derive(Clone)]
@@ -151,6 +156,7 @@ struct Families {
     state: Family<StateLabels, Gauge>,
     bytes: Family<DirectionLabels, Counter>,
     refusals: Family<ClassLabels, Counter>,
+    client_refusals: Family<ReasonLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -312,6 +318,12 @@ impl Metrics {
             "Requests a url server answered with a bare HTTP status, by class (auth_failed, rate_limited, upstream_error, unreachable)",
             refusals.clone(),
         );
+        let client_refusals = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "client_refusals",
+            "Client connections refused or closed to keep seats for others (issue 47 §4), by reason (max_clients, uid_share, silent)",
+            client_refusals.clone(),
+        );
         let log_dropped = Counter::default();
         registry.register(
             "request_log_dropped",
@@ -342,6 +354,7 @@ impl Metrics {
                 state,
                 bytes,
                 refusals,
+                client_refusals,
             },
         }
     }
@@ -440,6 +453,19 @@ impl Metrics {
                 server: server.into(),
             })
             .set(gauge_value(n));
+    }
+
+    /// A client connection of `server` refused or closed to keep its seats for others
+    /// (issue 47 §4): `reason` is one of [`CLIENT_REFUSAL_REASONS`]. Rare: resolved through
+    /// the family each time.
+    pub fn client_refused(&self, server: &str, reason: &str) {
+        self.families
+            .client_refusals
+            .get_or_create(&ReasonLabels {
+                server: server.into(),
+                reason: reason.into(),
+            })
+            .inc();
     }
 
     /// A restart scheduled after an exit with this reason (`exited`, `signal`, `timeout`, ...).

@@ -293,6 +293,7 @@ fn with_every_family(m: &Metrics) {
         state,
         bytes,
         refusals,
+        client_refusals,
     } = families;
     let server = || "a".to_string();
     let reason = || ReasonLabels {
@@ -333,6 +334,7 @@ fn with_every_family(m: &Metrics) {
         .get_or_create(&ServerLabels { server: server() })
         .set(1);
     restarts.get_or_create(&reason()).inc();
+    client_refusals.get_or_create(&reason()).inc();
     refusals
         .get_or_create(&ClassLabels {
             server: server(),

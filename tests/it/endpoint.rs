@@ -670,16 +670,26 @@ fn an_endpoints_clients_count_against_each_sources_max_clients() {
     let mut through = sup.client("desk");
     let r = through.call(json!(1), "alpha__echo", json!({"text": "seated"}));
     assert_eq!(Client::text(&r), "seated", "{r}");
-    // ...so a third client of alpha's socket is refused,
+    // ...so a third client of alpha's socket is refused, saying why before the close,
     let mut third = sup.connect("alpha");
+    let said = third.recv();
+    assert!(
+        said["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no free client seat")),
+        "{said}"
+    );
     assert!(third.closed_within(Duration::from_secs(5)));
-    assert!(sup.wait_log("max_clients reached", Duration::from_secs(5)));
+    assert!(sup.wait_log("no free client seat", Duration::from_secs(5)));
     // and a second endpoint client is not joined to alpha (beta still serves it).
     let mut second = sup.client("desk");
     let r = second.call(json!(1), "beta__echo", json!({"text": "beta"}));
     assert_eq!(Client::text(&r), "beta", "{r}");
     assert!(
-        sup.wait_log("its max_clients is reached", Duration::from_secs(5)),
+        sup.wait_log(
+            "a client of the endpoint is not joined to this source: `alpha` has no free client seat",
+            Duration::from_secs(5)
+        ),
         "{}",
         sup.log()
     );
@@ -688,8 +698,12 @@ fn an_endpoints_clients_count_against_each_sources_max_clients() {
     drop(second);
     let freed = wait_until(Duration::from_secs(10), || {
         let mut c = sup.connect("alpha");
-        c.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}));
-        !c.closed_within(Duration::from_millis(300))
+        let _ = std::io::Write::write_all(
+            &mut c.stream,
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n",
+        );
+        c.recv_timeout(Duration::from_secs(2))
+            .is_some_and(|r| r["result"] == json!({}))
     });
     assert!(freed, "{}", sup.log());
     assert_eq!(

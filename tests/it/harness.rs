@@ -738,7 +738,41 @@ pub struct Client {
     pub backlog: Vec<Value>,
 }
 
+/// `n` connections to the Unix socket `path` made as uid `uid` (and gid `uid`): a thread of
+/// its own changes only its own credentials (the raw `setresgid`/`setresuid` system calls,
+/// not glibc's, which would change every thread), connects, and ends; the kernel records
+/// those credentials for `SO_PEERCRED`. Needs root. A connection that fails is left out.
+pub fn connect_as(uid: u32, path: &Path, n: usize) -> Vec<UnixStream> {
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        // SAFETY: raw system calls that change this thread's credentials only.
+        unsafe {
+            assert_eq!(
+                libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()),
+                0
+            );
+            assert_eq!(libc::syscall(libc::SYS_setresgid, uid, uid, uid), 0);
+            assert_eq!(libc::syscall(libc::SYS_setresuid, uid, uid, uid), 0);
+        }
+        (0..n)
+            .filter_map(|_| UnixStream::connect(&path).ok())
+            .collect()
+    })
+    .join()
+    .unwrap()
+}
+
 impl Client {
+    /// A client on a connection made elsewhere (e.g. [`connect_as`]).
+    pub fn of(stream: UnixStream) -> Client {
+        let reader = BufReader::new(stream.try_clone().unwrap());
+        Client {
+            stream,
+            reader,
+            backlog: Vec::new(),
+        }
+    }
+
     /// Connects, retrying until the socket accepts (10 s).
     pub fn connect(path: &Path) -> Client {
         let mut stream = None;

@@ -232,3 +232,237 @@ fn an_idle_connection_is_closed_after_client_idle_timeout() {
     );
     assert!(idle.closed_within(Duration::from_secs(5)));
 }
+
+/// The line a refused or closed connection reads before its end: one JSON-RPC error (id
+/// `null`), then EOF (10 s).
+fn last_words(stream: &UnixStream) -> serde_json::Value {
+    let mut s = stream.try_clone().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut bytes = Vec::new();
+    let _ = s.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let first = lines
+        .next()
+        .unwrap_or_else(|| panic!("no error line before the close, only {bytes:?}"));
+    assert!(lines.next().is_none(), "more than one line: {text}");
+    let v: serde_json::Value = serde_json::from_str(first).unwrap();
+    assert_eq!(v["id"], serde_json::Value::Null, "{v}");
+    assert!(v["error"]["message"].is_string(), "{v}");
+    v
+}
+
+/// Issue 47 §4 (row S4): one allowed user cannot take every seat. Uid 65534 holds
+/// `max_clients` + 10 connections of every kind a client can leave open: silent ones, ones
+/// that sent `initialize` and went silent, and 2026-07-28 ones that sent one request and went
+/// silent. Only its share (`max_clients_per_uid`, half of `max_clients` by default) is
+/// seated; each other connection reads a JSON-RPC error line naming the share before its
+/// close, never a bare reset; the silent ones are closed after `first_message_timeout` with
+/// a line saying so. Meanwhile a third uid's canary (4242) is served 20 times of 20, and
+/// `status` shows the seats by uid.
+#[test]
+fn one_uid_holding_silent_connections_cannot_take_every_seat() {
+    use std::os::unix::fs::PermissionsExt;
+    if !needs_root(
+        "one_uid_holding_silent_connections_cannot_take_every_seat",
+        &[],
+    ) {
+        return;
+    }
+    let sup = Supervisor::spawn_config(
+        "max_clients = 20\nsocket_mode = \"0666\"\nallowed_uids = [65534, 4242]",
+        &fake_server("shared", &[], "first_message_timeout = \"1s\""),
+        &[],
+    );
+    std::fs::set_permissions(sup.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = sup.socket("shared");
+    assert!(
+        wait_until(Duration::from_secs(10), || path.exists()),
+        "{}",
+        sup.log()
+    );
+    assert!(wait_until(Duration::from_secs(10), || sup
+        .server_status("shared")["state"]
+        == "ready"));
+    // Written whatever happens: a refused connection may be closed already.
+    let say = |c: &mut Client, v: serde_json::Value| {
+        let _ = std::io::Write::write_all(&mut c.stream, format!("{v}\n").as_bytes());
+    };
+    let init = |c: &mut Client| {
+        say(
+            c,
+            json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+            "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}),
+        );
+    };
+    // The attacker: 30 connections, 10 of each kind (in turn), then nothing more from any.
+    let attacker = connect_as(65534, &path, 30);
+    assert_eq!(attacker.len(), 30, "the kernel refused connections");
+    let mut kept = Vec::new();
+    for (i, s) in attacker.into_iter().enumerate() {
+        let mut c = Client::of(s);
+        match i % 3 {
+            0 => {}
+            1 => init(&mut c),
+            _ => say(
+                &mut c,
+                json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{
+                "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                         "io.modelcontextprotocol/clientInfo":{"name":"x","version":"1"},
+                         "io.modelcontextprotocol/clientCapabilities":{}}}}),
+            ),
+        }
+        kept.push((i, c));
+    }
+    // The canary, as a third uid: served every time.
+    let mut served = 0;
+    for n in 0..20 {
+        let Some(s) = connect_as(4242, &path, 1).pop() else {
+            continue;
+        };
+        let mut c = Client::of(s);
+        init(&mut c);
+        let Some(r) = c.recv_timeout(Duration::from_secs(5)) else {
+            continue;
+        };
+        if r["result"].is_null() {
+            continue;
+        }
+        c.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+        let r = c.call(json!(n + 1), "echo", json!({"text": format!("canary {n}")}));
+        if Client::text(&r) == format!("canary {n}") {
+            served += 1;
+        }
+    }
+    assert_eq!(served, 20, "the canary was refused\n{}", sup.log());
+    // Accepted in order: the first 10 are seated (its share of 20), the other 20 read why
+    // they are refused, then the end.
+    for (i, c) in &kept[10..] {
+        let v = last_words(&c.stream);
+        let m = v["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            m.contains("max_clients_per_uid"),
+            "connection {i}: {v}\n{}",
+            sup.log()
+        );
+    }
+    // The silent seated ones go after first_message_timeout (1 s), saying why; the others
+    // stay.
+    for (i, c) in &kept[..10] {
+        if i % 3 == 0 {
+            let v = last_words(&c.stream);
+            let m = v["error"]["message"].as_str().unwrap_or("");
+            assert!(m.contains("first_message_timeout"), "connection {i}: {v}");
+        } else {
+            let mut s = c.stream.try_clone().unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(300)))
+                .unwrap();
+            let mut buf = [0u8; 4096];
+            loop {
+                match s.read(&mut buf) {
+                    // Nothing more for now: the connection stays.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        break
+                    }
+                    Ok(0) => panic!("connection {i} was closed\n{}", sup.log()),
+                    // The answer to its one request.
+                    Ok(_) => continue,
+                    Err(e) => panic!("connection {i}: {e}"),
+                }
+            }
+        }
+    }
+    let status = sup.server_status("shared");
+    let holders = status["seats"]["holders"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let held = holders
+        .iter()
+        .find(|h| h["uid"] == 65534)
+        .map(|h| h["taken"].as_u64().unwrap_or(0))
+        .unwrap_or(0);
+    assert_eq!(held, 6, "{status}");
+
+    let metrics = sup.metrics();
+    assert!(
+        metrics.contains(
+            "mcp_supervisor_client_refusals_total{server=\"shared\",reason=\"uid_share\"} 20"
+        ),
+        "{metrics}"
+    );
+
+    // `attach` as the attacker, once its share is full again: it shows the client the error
+    // line once and retries with backoff (a handful of attempts in 3 s, not a loop), then
+    // gives up.
+    let mut more: Vec<Client> = connect_as(65534, &path, 4)
+        .into_iter()
+        .map(Client::of)
+        .collect();
+    for c in &mut more {
+        init(c);
+        assert!(c.recv_timeout(Duration::from_secs(5)).is_some());
+    }
+    let before = refusals(&sup.metrics());
+    let out = {
+        let mut child = std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                SUPERVISOR,
+                "attach",
+                "--socket",
+            ])
+            .arg(&path)
+            .args(["--reconnect-for", "3s"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        std::io::Write::write_all(
+            &mut stdin,
+            b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"a\",\"version\":\"1\"}}}\n",
+        )
+        .unwrap();
+        let out = child.wait_with_output().unwrap();
+        drop(stdin);
+        out
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.matches("max_clients_per_uid").count(),
+        1,
+        "the refusal is shown to the client once: {stdout}"
+    );
+    assert!(stderr.contains("refused the connection"), "{stderr}");
+    let attempts = refusals(&sup.metrics()) - before;
+    assert!(
+        (2..=8).contains(&attempts),
+        "{attempts} attempts in 3 s\n{stderr}"
+    );
+    drop(more);
+    drop(kept);
+}
+
+/// `mcp_supervisor_client_refusals_total{server="shared",reason="uid_share"}`.
+fn refusals(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                "mcp_supervisor_client_refusals_total{server=\"shared\",reason=\"uid_share\"} ",
+            )
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
