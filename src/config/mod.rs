@@ -549,7 +549,8 @@ fn separator_in_names(
             continue;
         }
         let taken = |c: &str| {
-            raw.servers.keys().any(|k| k.get_ref() == c) || raw.endpoints.keys().any(|k| k.get_ref() == c)
+            raw.servers.keys().any(|k| k.get_ref() == c)
+                || raw.endpoints.keys().any(|k| k.get_ref() == c)
         };
         let rename = rename_without_separator(n, taken);
         let key = format!("servers.{n}");

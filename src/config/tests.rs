@@ -1125,7 +1125,9 @@ fn a_server_name_holding_the_separator_is_refused_when_an_endpoint_serves_it_els
     .unwrap();
     assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
     assert_eq!(c.warnings[0].line, 3);
-    assert!(c.warnings[0].to_string().contains("rename it, for example to `a_b`"));
+    assert!(c.warnings[0]
+        .to_string()
+        .contains("rename it, for example to `a_b`"));
     let c = parse(Path::new("s.toml"), "[servers.a_b]\ncommand = \"x\"\n").unwrap();
     assert!(c.warnings.is_empty());
 }

@@ -365,7 +365,9 @@ impl Catalog {
                                 .map(|k| claimed(&sname, name, k))
                                 .find(|c| fits(c));
                             let why = match owner(&self.sources, &plain) {
-                                Some((o, _)) if o != sname => "its plain name is spelled with another source's prefix",
+                                Some((o, _)) if o != sname => {
+                                    "its plain name is spelled with another source's prefix"
+                                }
                                 _ => "another tool or prompt of this endpoint has its plain name",
                             };
                             if let Some(suppressed) = collision_log() {
@@ -632,20 +634,17 @@ mod tests {
     /// Source names without `__` (as configuration makes them), unique, short (collisions
     /// by `_` next to the separator) or long (no room for a prefix).
     fn source_names() -> impl Strategy<Value = Vec<String>> {
-        proptest::collection::vec(
-            prop_oneof![4 => "[a_]{1,4}", 1 => "[a-z0-9_-]{1,70}"],
-            1..5,
-        )
-        .prop_map(|v| {
-            let mut out: Vec<String> = Vec::new();
-            for s in v {
-                if !s.contains("__") && !out.contains(&s) {
-                    out.push(s);
+        proptest::collection::vec(prop_oneof![4 => "[a_]{1,4}", 1 => "[a-z0-9_-]{1,70}"], 1..5)
+            .prop_map(|v| {
+                let mut out: Vec<String> = Vec::new();
+                for s in v {
+                    if !s.contains("__") && !out.contains(&s) {
+                        out.push(s);
+                    }
                 }
-            }
-            out
-        })
-        .prop_filter("at least one source", |v| !v.is_empty())
+                out
+            })
+            .prop_filter("at least one source", |v| !v.is_empty())
     }
 
     proptest! {

@@ -1514,9 +1514,9 @@ impl Conn {
         let Some(exposed) = item.get("name").and_then(Value::as_str) else {
             return false;
         };
-        self.catalog.named(kind, exposed).is_some_and(|r| {
-            view.visible(self.catalog.source_name(r.source), &r.name, exposed)
-        })
+        self.catalog
+            .named(kind, exposed)
+            .is_some_and(|r| view.visible(self.catalog.source_name(r.source), &r.name, exposed))
     }
 
     fn visible_items(&self, kind: ListKind, items: &[Value]) -> Vec<Value> {

@@ -256,7 +256,10 @@ mod tests {
         assert!(hid.visible("a_", "b", "a___b"));
         let only = View::of(&rule(Some(&["a___*"]), &[]), &sources, &me);
         assert!(only.visible("a_", "b", "a___b"));
-        assert!(!only.visible("a", "_b", "a___b"), "a's pair, whatever its spelling");
+        assert!(
+            !only.visible("a", "_b", "a___b"),
+            "a's pair, whatever its spelling"
+        );
         assert!(!only.visible("a", "_b", "a__b-0f0f0f0f"));
         assert!(!only.visible("a", "b__echo", "a__b__echo"));
         // A bound pattern's rest also matches the exposed name after the prefix (a rewritten

@@ -883,19 +883,24 @@ fn tools_with_source(list: &Value) -> Vec<(String, String)> {
 fn only_the_allowed_source_is_reachable(sup: &Supervisor, ep: &str, allowed: &str, hidden: &str) {
     let mut open = sup.client("open");
     let all = tools_with_source(&open.request(json!(1), "tools/list", json!({})));
-    assert_eq!(all.len(), 3, "every tool of both sources is listed: {all:?}");
+    assert_eq!(
+        all.len(),
+        3,
+        "every tool of both sources is listed: {all:?}"
+    );
     let names: Vec<&String> = all.iter().map(|(n, _)| n).collect();
     let mut unique = names.clone();
     unique.sort();
     unique.dedup();
-    assert_eq!(unique.len(), names.len(), "exposed names are unique: {all:?}");
+    assert_eq!(
+        unique.len(),
+        names.len(),
+        "exposed names are unique: {all:?}"
+    );
     let mut c = sup.client(ep);
     let seen = tools_with_source(&c.request(json!(1), "tools/list", json!({})));
-    let expected: Vec<(String, String)> = all
-        .iter()
-        .filter(|(_, s)| s == allowed)
-        .cloned()
-        .collect();
+    let expected: Vec<(String, String)> =
+        all.iter().filter(|(_, s)| s == allowed).cloned().collect();
     assert!(!expected.is_empty(), "{all:?}");
     assert_eq!(seen, expected, "{ep} lists {allowed}'s tools only");
     let mut spellings: Vec<String> = all.iter().map(|(n, _)| n.clone()).collect();
@@ -978,9 +983,8 @@ fn a_server_named_with_the_separator_is_exit_2_naming_it_when_an_endpoint_serves
     assert!(err.contains("`__`") && err.contains("desk"), "{err}");
     assert!(err.contains("rename it") && err.contains("`a_b`"), "{err}");
     // Served as one of every server ("*") too.
-    let (code, err) = check_config(
-        "[servers.x__y]\ncommand = \"x\"\n\n[endpoints.all]\nservers = [\"*\"]\n",
-    );
+    let (code, err) =
+        check_config("[servers.x__y]\ncommand = \"x\"\n\n[endpoints.all]\nservers = [\"*\"]\n");
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains(":1: key `servers.x__y`"), "{err}");
 }
