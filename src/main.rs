@@ -24,6 +24,9 @@ fn main() {
             };
             match config::load_with(&path, checks) {
                 Ok(c) if portable => {
+                    for w in &c.warnings {
+                        eprintln!("mcp-supervisor: warning: {w}");
+                    }
                     println!(
                         "{}: ok ({} servers; portable: users, groups and files of this host not checked)",
                         path.display(),
@@ -33,6 +36,9 @@ fn main() {
                 }
                 Ok(c) => {
                     if let Some(w) = config::exposure(&c) {
+                        eprintln!("mcp-supervisor: warning: {w}");
+                    }
+                    for w in &c.warnings {
                         eprintln!("mcp-supervisor: warning: {w}");
                     }
                     let n = c.servers.len();

@@ -56,10 +56,15 @@ impl Plan {
 }
 
 /// A client key as a server name: lowercased, every run of characters outside `[a-z0-9_-]`
-/// turned into one `-`, trimmed of `-`, at most 48 bytes; `server` if nothing is left.
+/// turned into one `-`, every run of `_` into one `_` (a name never holds `__`, the separator
+/// of an endpoint's exposed names: issue 47 §3), trimmed of `-`, at most 48 bytes; `server` if
+/// nothing is left.
 pub fn sanitize(key: &str) -> String {
     let mut out = String::new();
     for c in key.chars().flat_map(char::to_lowercase) {
+        if c == '_' && out.ends_with('_') {
+            continue;
+        }
         if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-' {
             out.push(c);
         } else if !out.ends_with('-') {
@@ -181,13 +186,23 @@ mod tests {
         assert_eq!(sanitize("GitHub"), "github");
         assert_eq!(sanitize("My Server.v2"), "my-server-v2");
         assert_eq!(sanitize("@scope/pkg"), "scope-pkg");
-        assert_eq!(sanitize("a__b--c"), "a__b--c");
+        assert_eq!(sanitize("a__b--c"), "a_b--c");
+        assert_eq!(sanitize("x___y.__z__"), "x_y-_z_");
         assert_eq!(sanitize("--x--"), "x");
         assert_eq!(sanitize("été"), "t");
         assert_eq!(sanitize("日本"), "server");
         assert_eq!(sanitize(""), "server");
         let long = sanitize(&"ab-".repeat(40));
         assert!(long.len() <= MAX_NAME && !long.ends_with('-'), "{long}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn adopt_never_chooses_a_name_holding_the_separator(key in "\\PC{0,80}") {
+            let name = sanitize(&key);
+            proptest::prop_assert!(!name.contains("__"), "{name}");
+            proptest::prop_assert!(!name.is_empty() && name.len() <= MAX_NAME, "{name}");
+        }
     }
 
     #[test]

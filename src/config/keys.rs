@@ -874,7 +874,7 @@ pub const KEYS: &[Key] = &[
     OPEN_FILES_MAX,
     // ---- [endpoints.NAME] (issue 31)
     key!("servers", Endpoint, Kind::Strings, Default::Prose("none: required"),
-        "the endpoint's sources, in order (the first wins a resource template two match), or `[\"*\"]` for every server"),
+        "the endpoint's sources, in order (the first wins a resource template two match), or `[\"*\"]` for every server; a server whose name holds `__` cannot be one (exit 2)"),
     key!("descriptions", Endpoint, Kind::Table, Default::Toml("{}"),
         "what each source is for, `{ SOURCE = \"text\" }`, said in the endpoint's instructions"),
     key!("status_tool", Endpoint, Kind::String, Default::Prose("none (off)"),
@@ -887,7 +887,7 @@ pub const KEYS: &[Key] = &[
     key!("allowed_gids", Endpoint, Kind::Ids, Default::Prose("`[supervisor]`'s"),
         "peer primary gids allowed to connect to this endpoint, replacing `[supervisor]`'s"),
     key!("hide", Endpoint, Kind::Strings, Default::Toml("[]"),
-        "patterns of exposed tool and prompt names (`SOURCE__NAME`; `*` any run, `?` one character) hidden from every client"),
+        "patterns of tool and prompt names (`SOURCE__NAME`, a pattern starting with a source's `SOURCE__` about that source only; `*` any run, `?` one character) hidden from every client"),
     key!("hidden_calls", Endpoint, Kind::Choice(&["denied", "unknown"]), Default::Toml("\"denied\""),
         "how a call to a hidden tool is answered: `denied` (an `isError` result, `class=denied`) or exactly like an unknown tool"),
     key!("clients", Endpoint, Kind::Table, Default::Toml("{}"),

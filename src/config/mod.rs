@@ -89,6 +89,10 @@ pub struct Config {
     /// `otel_headers`), as dotted paths where they are written (`servers.NAME.env`,
     /// `defaults.env`, `supervisor.otel_headers`): what [`exposure`] names.
     pub secrets: Vec<String>,
+    /// What is valid but should change, each naming the file, line and key as an error does
+    /// (a server name holding `__` that no endpoint serves, issue 47 §3): `check-config`
+    /// prints them, `run` and `reload` log them.
+    pub warnings: Vec<ConfigError>,
 }
 
 /// `[supervisor]`.
@@ -508,6 +512,7 @@ pub fn parse_with(path: &Path, text: &str, checks: Checks) -> Result<Config, Con
             endpoints.insert(name.get_ref().clone(), cfg);
         }
     }
+    let warnings = separator_in_names(&v, &raw, &endpoints)?;
     let mut secrets = Vec::new();
     if raw
         .supervisor
@@ -531,7 +536,92 @@ pub fn parse_with(path: &Path, text: &str, checks: Checks) -> Result<Config, Con
         servers,
         endpoints,
         secrets,
+        warnings,
     })
+}
+
+/// A server name holding `__`, the separator of an endpoint's exposed names (issue 47 §3,
+/// N19): an error naming the server, its line and a rename when an endpoint serves it (its
+/// names would be spelled like another source's: `a` + `b__echo` and `a__b` + `echo`), a
+/// warning otherwise (it could not be added to an endpoint).
+fn separator_in_names(
+    v: &Validator<'_>,
+    raw: &RawFile,
+    endpoints: &BTreeMap<String, EndpointConfig>,
+) -> Result<Vec<ConfigError>, ConfigError> {
+    let mut warnings = Vec::new();
+    for name in raw.servers.keys() {
+        let n = name.get_ref();
+        if !n.contains("__") {
+            continue;
+        }
+        let taken = |c: &str| {
+            raw.servers.keys().any(|k| k.get_ref() == c)
+                || raw.endpoints.keys().any(|k| k.get_ref() == c)
+        };
+        let rename = rename_without_separator(n, taken);
+        let key = format!("servers.{n}");
+        match endpoints.values().find(|e| e.servers.contains(n)) {
+            Some(e) => {
+                return Err(v.err(
+                    name.span(),
+                    &key,
+                    &format!(
+                        "server `{n}` is a source of endpoint `{}` and its name holds `__`, which separates an endpoint's source from a tool's name (SOURCE__NAME): another source's tools could be spelled like its own; rename it, for example to `{rename}`",
+                        e.name
+                    ),
+                ))
+            }
+            None => warnings.push(v.err(
+                name.span(),
+                &key,
+                &format!(
+                    "server `{n}`'s name holds `__`, which separates an endpoint's source from a tool's name (SOURCE__NAME), so no endpoint can serve it; rename it, for example to `{rename}`"
+                ),
+            )),
+        }
+    }
+    Ok(warnings)
+}
+
+/// `name` with each run of `_` two or more long made one `_` (or one `-` when that name is
+/// `taken`), then `-2`, `-3`… until it is not taken.
+fn rename_without_separator(name: &str, taken: impl Fn(&str) -> bool) -> String {
+    let collapse = |with: char| {
+        let mut out = String::with_capacity(name.len());
+        let mut run = 0usize;
+        for c in name.chars() {
+            if c == '_' {
+                run += 1;
+                continue;
+            }
+            match run {
+                0 => {}
+                1 => out.push('_'),
+                _ => out.push(with),
+            }
+            run = 0;
+            out.push(c);
+        }
+        match run {
+            0 => {}
+            1 => out.push('_'),
+            _ => out.push(with),
+        }
+        out
+    };
+    let first = collapse('_');
+    if !taken(&first) {
+        return first;
+    }
+    let second = collapse('-');
+    if !taken(&second) {
+        return second;
+    }
+    (2u32..)
+        .map(|k| format!("{first}-{k}"))
+        .find(|c| !taken(c))
+        .unwrap_or(first)
 }
 
 struct Validator<'a> {

@@ -1107,3 +1107,28 @@ fn bad_url_servers_name_line_and_key() {
     .unwrap();
     assert!(c.servers["a"].remote.as_ref().unwrap().allow_plain_http);
 }
+
+#[test]
+fn a_server_name_holding_the_separator_is_refused_when_an_endpoint_serves_it_else_warned() {
+    // Issue 47 N19: `a__b`'s `echo` and `a`'s `b__echo` would both be `a__b__echo`.
+    let e = bad("[servers.a]\ncommand = \"x\"\n[servers.a__b]\ncommand = \"x\"\n[servers.a_b]\ncommand = \"x\"\n\n[endpoints.desk]\nservers = [\"a\", \"a__b\"]\n");
+    assert_eq!((e.line, e.key.as_str()), (3, "servers.a__b"), "{e}");
+    assert!(e.message.contains("endpoint `desk`"), "{e}");
+    // `a_b` is taken: the rename offered is free.
+    assert!(e.message.contains("rename it, for example to `a-b`"), "{e}");
+    let e = bad("[servers.x___y__]\ncommand = \"x\"\n[endpoints.all]\nservers = [\"*\"]\n");
+    assert_eq!(e.key, "servers.x___y__", "{e}");
+    assert!(e.message.contains("`x_y_`"), "{e}");
+    let c = parse(
+        Path::new("s.toml"),
+        "[servers.a]\ncommand = \"x\"\n[servers.a__b]\ncommand = \"x\"\n[endpoints.desk]\nservers = [\"a\"]\n",
+    )
+    .unwrap();
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert_eq!(c.warnings[0].line, 3);
+    assert!(c.warnings[0]
+        .to_string()
+        .contains("rename it, for example to `a_b`"));
+    let c = parse(Path::new("s.toml"), "[servers.a_b]\ncommand = \"x\"\n").unwrap();
+    assert!(c.warnings.is_empty());
+}

@@ -305,6 +305,9 @@ impl Daemon {
         if let Some(w) = crate::config::exposure(&new) {
             warn!("{w}");
         }
+        for w in &new.warnings {
+            warn!("{w}");
+        }
         let (old_s, new_s) = (&self.config.supervisor, &new.supervisor);
         if old_s.socket_dir != new_s.socket_dir
             || old_s.socket_mode != new_s.socket_mode
@@ -619,6 +622,9 @@ pub async fn run(
         warn!("{note}");
     }
     if let Some(w) = crate::config::exposure(&config) {
+        warn!("{w}");
+    }
+    for w in &config.warnings {
         warn!("{w}");
     }
     let notifier = Notifier::new(plumbing.notify_socket.as_ref()).unwrap_or_else(|e| {

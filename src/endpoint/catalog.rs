@@ -6,10 +6,32 @@
 //! keeps its last one (stable discovery: a tool of a source that is down stays listed, as
 //! its own cached answer marks it), and a source never listed is named as missing.
 
-use super::names::{exposed, hashed};
+use super::names::{claimed, exposed, owner};
+use crate::logging::LogBudget;
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use tracing::warn;
+
+/// How many [`claimed`] forms a tool or prompt tries before it is left out of the list (each
+/// taken only by a name of its own source, which that source chose).
+const CLAIM_ATTEMPTS: u32 = 4;
+
+/// Collision lines logged per minute, for every endpoint together (an upstream chooses its
+/// names, and every list merges again).
+const COLLISIONS_LOGGED: u32 = 8;
+
+static COLLISIONS: Mutex<LogBudget> =
+    Mutex::new(LogBudget::new(COLLISIONS_LOGGED, Duration::from_secs(60)));
+
+/// Whether a collision line may be logged now: the lines suppressed since the last one.
+fn collision_log() -> Option<u64> {
+    COLLISIONS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .allow(Instant::now())
+}
 
 /// The four lists an endpoint merges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -108,7 +130,7 @@ impl<T> PerKind<T> {
 }
 
 /// Where a tool or prompt of the endpoint comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Route {
     /// The source's index in the endpoint's `servers`.
     pub source: usize,
@@ -299,14 +321,23 @@ impl Catalog {
 
     /// Rebuilds `kind`'s routing table and returns the merged list the clients see: tools and
     /// prompts renamed (`SOURCE__NAME`) with `_meta["mcp-supervisor/source"]`, resources and
-    /// templates as they are. Marks `kind` filled. Collisions are logged and resolved: the
-    /// first source in order keeps the name, a later one gets the hashed form.
+    /// templates as they are. Marks `kind` filled.
+    ///
+    /// Names (issue 47 §3): an item keeps its plain name ([`exposed`]) when that belongs to its
+    /// own source by [`owner`] (the longest configured source whose `SOURCE__` starts it) and
+    /// is free; otherwise (another source owns the spelling, an earlier item or the reserved
+    /// status tool has it) it gets [`claimed`], the first of [`CLAIM_ATTEMPTS`] that is its
+    /// own and free, or is left out. So every exposed name is unique, routes back to exactly
+    /// the (source, name) it came from, and no spelling is owned by another source than the
+    /// one its `_meta` names. A source listing the same name twice is listed once. Collisions
+    /// are logged within [`COLLISIONS_LOGGED`] lines a minute (an upstream picks its names).
     pub fn merge(&mut self, kind: ListKind, endpoint: &str) -> Vec<Value> {
         *self.filled.get_mut(kind) = true;
         let mut out = Vec::new();
         match kind {
             ListKind::Tools | ListKind::Prompts => {
                 let mut table: HashMap<String, Route> = HashMap::new();
+                let mut listed: HashSet<Route> = HashSet::new();
                 for (source, items) in self.lists.get(kind).iter().enumerate() {
                     let Some(items) = items else { continue };
                     let sname = self.sources.get(source).cloned().unwrap_or_default();
@@ -314,16 +345,41 @@ impl Catalog {
                         let Some(name) = item.get("name").and_then(Value::as_str) else {
                             continue;
                         };
-                        let mut e = exposed(&sname, name);
-                        if table.contains_key(&e) || self.reserved.contains(&e) {
-                            let again = hashed(&e, &sname, name);
-                            warn!(endpoint, source = %sname, name, exposed = %e, instead = %again,
-                                "two tools or prompts of this endpoint would have the same name; the later source's gets a hashed one");
-                            e = again;
-                            if table.contains_key(&e) {
-                                continue;
-                            }
+                        let route = Route {
+                            source,
+                            name: name.to_string(),
+                        };
+                        if !listed.insert(route.clone()) {
+                            continue;
                         }
+                        let plain = exposed(&sname, name);
+                        let fits = |e: &str| {
+                            owner(&self.sources, e).is_none_or(|(o, _)| o == sname)
+                                && !table.contains_key(e)
+                                && !self.reserved.iter().any(|r| r == e)
+                        };
+                        let e = if fits(&plain) {
+                            plain
+                        } else {
+                            let other = (0..CLAIM_ATTEMPTS)
+                                .map(|k| claimed(&sname, name, k))
+                                .find(|c| fits(c));
+                            let why = match owner(&self.sources, &plain) {
+                                Some((o, _)) if o != sname => {
+                                    "its plain name is spelled with another source's prefix"
+                                }
+                                _ => "another tool or prompt of this endpoint has its plain name",
+                            };
+                            if let Some(suppressed) = collision_log() {
+                                warn!(endpoint, source = %sname, name, exposed = %plain,
+                                    instead = other.as_deref().unwrap_or("(left out)"), why, suppressed,
+                                    "a tool or prompt of this endpoint gets a hashed name");
+                            }
+                            match other {
+                                Some(o) => o,
+                                None => continue,
+                            }
+                        };
                         let mut item = item.clone();
                         if let Some(o) = item.as_object_mut() {
                             o.insert("name".into(), Value::String(e.clone()));
@@ -333,13 +389,7 @@ impl Catalog {
                             }
                         }
                         out.push(item);
-                        table.insert(
-                            e,
-                            Route {
-                                source,
-                                name: name.to_string(),
-                            },
-                        );
+                        table.insert(e, route);
                     }
                 }
                 if kind == ListKind::Tools {
@@ -397,6 +447,21 @@ impl Catalog {
         self.prompts.get(name)
     }
 
+    /// The source and original name of exposed tool (`kind` [`ListKind::Tools`]) or prompt
+    /// (any other kind) `name`.
+    pub fn named(&self, kind: ListKind, name: &str) -> Option<&Route> {
+        if kind == ListKind::Tools {
+            self.tool(name)
+        } else {
+            self.prompt(name)
+        }
+    }
+
+    /// The name of source `source` (an index into the endpoint's `servers`).
+    pub fn source_name(&self, source: usize) -> &str {
+        self.sources.get(source).map_or("", String::as_str)
+    }
+
     /// The source of resource `uri`: a listed resource, else the first template (in source
     /// order) it matches.
     pub fn resource(&self, uri: &str) -> Option<usize> {
@@ -437,17 +502,87 @@ mod tests {
         assert!(c.tool("search").is_none());
     }
 
+    /// Each merged item's exposed name and `_meta` source.
+    fn named(merged: &[Value]) -> Vec<(String, String)> {
+        merged
+            .iter()
+            .map(|t| {
+                (
+                    t["name"].as_str().unwrap_or("").to_string(),
+                    t["_meta"]["mcp-supervisor/source"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
+                )
+            })
+            .collect()
+    }
+
     #[test]
-    fn a_collision_keeps_the_first_source_and_hashes_the_later() {
-        // `x` + `a__b` and `x__a` + `b` both spell `x__a__b`.
-        let mut c = Catalog::new(vec!["x".into(), "x__a".into()], vec![]);
-        c.set(ListKind::Tools, 0, vec![tool("a__b")]);
-        c.set(ListKind::Tools, 1, vec![tool("b")]);
-        let merged = c.merge(ListKind::Tools, "ep");
-        assert_eq!(merged.len(), 2);
-        assert_eq!(c.tool("x__a__b").map(|r| r.source), Some(0));
-        let other = merged[1]["name"].as_str().unwrap();
-        assert_eq!(c.tool(other).map(|r| r.source), Some(1));
+    fn a_spelling_another_source_owns_is_claimed_under_its_own_prefix_in_any_order() {
+        // Issue 47 N19's kind: `a` + `_b` and `a_` + `b` both spell `a___b`, whose longest
+        // prefix is `a_`'s; `a`'s `b__echo` stays `a__b__echo` (no source `a__b` can exist).
+        for order in [["a", "a_"], ["a_", "a"]] {
+            let sources: Vec<String> = order.iter().map(|s| s.to_string()).collect();
+            let ia = sources.iter().position(|s| s == "a").unwrap();
+            let mut c = Catalog::new(sources.clone(), vec![]);
+            c.set(ListKind::Tools, ia, vec![tool("_b"), tool("b__echo")]);
+            c.set(ListKind::Tools, 1 - ia, vec![tool("b")]);
+            let merged = named(&c.merge(ListKind::Tools, "ep"));
+            assert_eq!(merged.len(), 3, "{merged:?}");
+            assert_eq!(
+                c.tool("a___b"),
+                Some(&Route {
+                    source: 1 - ia,
+                    name: "b".into()
+                })
+            );
+            assert_eq!(c.tool("a__b__echo").map(|r| r.source), Some(ia));
+            let (claimed, source) = merged
+                .iter()
+                .find(|(e, _)| c.tool(e).is_some_and(|r| r.name == "_b"))
+                .unwrap();
+            assert_eq!(source, "a");
+            assert!(claimed.starts_with("a__b-"), "{claimed}");
+            assert_eq!(owner(&sources, claimed).map(|(o, _)| o), Some("a"));
+        }
+    }
+
+    #[test]
+    fn a_name_listed_twice_by_its_source_is_listed_once_and_a_same_source_clash_is_claimed() {
+        let mut c = Catalog::new(vec!["s".into()], vec![]);
+        let dotted = exposed("s", "x.y");
+        let clash = dotted.strip_prefix("s__").unwrap().to_string();
+        c.set(
+            ListKind::Tools,
+            0,
+            vec![tool("x.y"), tool("x.y"), tool(&clash)],
+        );
+        let merged = named(&c.merge(ListKind::Tools, "ep"));
+        assert_eq!(merged.len(), 2, "{merged:?}");
+        assert_eq!(c.tool(&dotted).map(|r| r.name.as_str()), Some("x.y"));
+        let other = &merged[1].0;
+        assert_ne!(other, &dotted);
+        assert_eq!(c.tool(other).map(|r| r.name.as_str()), Some(clash.as_str()));
+    }
+
+    #[test]
+    fn a_source_too_long_for_its_prefix_gets_names_no_source_owns() {
+        let long = "l".repeat(60);
+        let sources = vec![long.clone(), "l".repeat(53)];
+        let mut c = Catalog::new(sources.clone(), vec![]);
+        c.set(ListKind::Tools, 0, vec![tool(&"t".repeat(10))]);
+        c.set(ListKind::Tools, 1, vec![tool(&"u".repeat(30))]);
+        let merged = named(&c.merge(ListKind::Tools, "ep"));
+        for (e, s) in &merged {
+            assert!(super::super::names::is_portable(e), "{e}");
+            let o = owner(&sources, e).map(|(o, _)| o);
+            if s.len() <= 53 {
+                assert_eq!(o, Some(s.as_str()), "{e}");
+            } else {
+                assert_eq!(o, None, "{e}");
+            }
+        }
     }
 
     #[test]
@@ -492,6 +627,81 @@ mod tests {
         assert_eq!(c.resource("db://users/rows"), Some(0));
         assert_eq!(c.resource("db://users/7"), Some(1));
         assert_eq!(c.resource("http://elsewhere"), None);
+    }
+
+    use proptest::prelude::*;
+
+    /// Source names without `__` (as configuration makes them), unique, short (collisions
+    /// by `_` next to the separator) or long (no room for a prefix).
+    fn source_names() -> impl Strategy<Value = Vec<String>> {
+        proptest::collection::vec(prop_oneof![4 => "[a_]{1,4}", 1 => "[a-z0-9_-]{1,70}"], 1..5)
+            .prop_map(|v| {
+                let mut out: Vec<String> = Vec::new();
+                for s in v {
+                    if !s.contains("__") && !out.contains(&s) {
+                        out.push(s);
+                    }
+                }
+                out
+            })
+            .prop_filter("at least one source", |v| !v.is_empty())
+    }
+
+    proptest! {
+        /// Issue 47 §3: whatever the sources are named and whatever names they offer, every
+        /// exposed name is unique and portable, routes back to exactly the (source, name) it
+        /// came from, its `_meta` names that source, and the longest-prefix owner of its
+        /// spelling is that source (none for a source too long for its prefix).
+        #[test]
+        fn every_exposed_name_is_unique_and_owned_by_the_source_it_routes_to(
+            sources in source_names(),
+            lists in proptest::collection::vec(
+                proptest::collection::vec(prop_oneof![4 => "[ab_.]{0,6}", 1 => "\\PC{0,70}"], 0..6),
+                5,
+            ),
+            reserve in proptest::option::of("[a_]{1,4}__[ab_]{1,3}"),
+        ) {
+            let reserved: Vec<String> = reserve.into_iter().collect();
+            let mut c = Catalog::new(sources.clone(), reserved.clone());
+            let mut offered: Vec<(usize, String)> = Vec::new();
+            for (i, names) in lists.iter().enumerate().take(sources.len()) {
+                let items = names
+                    .iter()
+                    .map(|n| json!({"name": n, "title": n}))
+                    .collect();
+                c.set(ListKind::Tools, i, items);
+                for n in names {
+                    if !offered.contains(&(i, n.clone())) {
+                        offered.push((i, n.clone()));
+                    }
+                }
+            }
+            let merged = c.merge(ListKind::Tools, "ep");
+            prop_assert_eq!(merged.len(), offered.len(), "nothing left out: {:?}", merged);
+            let mut seen = std::collections::HashSet::new();
+            for item in &merged {
+                let e = item["name"].as_str().unwrap_or("");
+                prop_assert!(seen.insert(e.to_string()), "{} twice", e);
+                prop_assert!(super::super::names::is_portable(e), "{}", e);
+                prop_assert!(!reserved.iter().any(|r| r == e), "{}", e);
+                let route = c.tool(e).cloned();
+                let source = route.as_ref().map(|r| r.source);
+                let meta = item["_meta"]["mcp-supervisor/source"].as_str();
+                prop_assert_eq!(meta, source.map(|s| c.source_name(s)), "{}", e);
+                prop_assert_eq!(
+                    route.as_ref().map(|r| r.name.as_str()),
+                    item["title"].as_str(),
+                    "{}", e
+                );
+                let s = meta.unwrap_or("");
+                let o = owner(&sources, e).map(|(o, _)| o);
+                if s.len() <= 53 {
+                    prop_assert_eq!(o, Some(s), "{} in {:?}", e, sources);
+                } else {
+                    prop_assert!(o.is_none() || o == Some(s), "{} in {:?}", e, sources);
+                }
+            }
+        }
     }
 
     #[test]

@@ -619,7 +619,11 @@ impl Conn {
                 ),
             };
         };
-        if matches!(kind, ListKind::Tools | ListKind::Prompts) && !self.view.visible(&key) {
+        if matches!(kind, ListKind::Tools | ListKind::Prompts)
+            && !self
+                .view
+                .visible(self.catalog.source_name(source), &original, &key)
+        {
             // Answered like an unknown name: after the same fill an unknown name waits for,
             // so the time taken does not tell hidden from absent.
             if self.view.hidden_calls == HiddenCalls::Unknown
@@ -1455,7 +1459,7 @@ impl Conn {
                 self.merged_since = true;
                 if matches!(kind, ListKind::Tools | ListKind::Prompts) {
                     self.merged.insert(kind, items.clone());
-                    items = self.visible_items(&items);
+                    items = self.visible_items(kind, &items);
                 }
                 if kind == ListKind::Tools {
                     if let Some(t) = &self.plan.status_tool {
@@ -1503,14 +1507,22 @@ impl Conn {
 
     // ---- policy ------------------------------------------------------------------------
 
-    fn visible_items(&self, items: &[Value]) -> Vec<Value> {
+    /// Whether merged item `item` of `kind` (tools or prompts) is visible to this client under
+    /// `view`: decided on the (source, name) its exposed name routes to (issue 47 §3); an item
+    /// the catalog does not route is not.
+    fn item_visible(&self, view: &View, kind: ListKind, item: &Value) -> bool {
+        let Some(exposed) = item.get("name").and_then(Value::as_str) else {
+            return false;
+        };
+        self.catalog
+            .named(kind, exposed)
+            .is_some_and(|r| view.visible(self.catalog.source_name(r.source), &r.name, exposed))
+    }
+
+    fn visible_items(&self, kind: ListKind, items: &[Value]) -> Vec<Value> {
         items
             .iter()
-            .filter(|i| {
-                i.get("name")
-                    .and_then(Value::as_str)
-                    .is_some_and(|n| self.view.visible(n))
-            })
+            .filter(|i| self.item_visible(&self.view, kind, i))
             .cloned()
             .collect()
     }
@@ -1524,8 +1536,7 @@ impl Conn {
                 continue;
             };
             let changed = items.iter().any(|i| {
-                let n = i.get("name").and_then(Value::as_str).unwrap_or("");
-                before.visible(n) != self.view.visible(n)
+                self.item_visible(&before, kind, i) != self.item_visible(&self.view, kind, i)
             });
             if changed {
                 info!(endpoint = %self.plan.name, kind = kind.method(), "the policy changed what this client sees");

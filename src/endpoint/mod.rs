@@ -452,7 +452,7 @@ async fn client_task(
             .collect(),
         status_tool: setup.cfg.status_tool.clone(),
     };
-    let view = policy::View::of(&setup.cfg.policy, &peer);
+    let view = policy::View::of(&setup.cfg.policy, &setup.cfg.servers, &peer);
     if !view.labels.is_empty() {
         debug!(clients = ?view.labels, "client identities");
     }
@@ -479,7 +479,9 @@ async fn client_task(
                     conn.on_client(m, Instant::now())
                 }
                 Some(ClientEvent::Closed) => conn.input_closed(),
-                Some(ClientEvent::Setup(s)) => conn.set_view(policy::View::of(&s.cfg.policy, &peer)),
+                Some(ClientEvent::Setup(s)) => {
+                    conn.set_view(policy::View::of(&s.cfg.policy, &s.cfg.servers, &peer))
+                }
                 Some(ClientEvent::HandOver(reply)) => {
                     let _ = reply.send(conn.hand_over());
                     // Handed over: nothing more (leaving the sources now would tell them this

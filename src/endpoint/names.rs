@@ -2,9 +2,15 @@
 //! `SOURCE__NAME`, within the strictest common client rule for tool names,
 //! `^[a-zA-Z0-9_-]{1,64}$` ([`crate::config::NAME_MAX`]).
 //!
-//! Owns: the one function from (source, name) to an exposed name. Routing never splits an
-//! exposed name on the separator (server names contain `_` and `-`): it looks the name up in
-//! the table built from the sources' lists (`catalog.rs`).
+//! Owns: the one function from (source, name) to an exposed name, and the rule that says
+//! which source a spelling belongs to ([`owner`], issue 47 §3): the longest configured source
+//! `S` such that it starts with `S__`. Server names never contain `__` (a configuration error
+//! when the server is an endpoint's source), so the only other way two sources spell the same
+//! prefix is a `_` next to the separator (`a` + `_b` and `a_` + `b` both give `a___b`): a name
+//! whose plain form another source owns gets [`claimed`], which always decodes to its own
+//! source. Routing never splits an exposed name on the separator: it looks the name up in the
+//! table built from the sources' lists (`catalog.rs`); policy patterns bind to sources by the
+//! same [`owner`] rule (`policy.rs`).
 
 use crate::config::NAME_MAX;
 use sha2::{Digest, Sha256};
@@ -40,20 +46,97 @@ pub fn exposed(source: &str, name: &str) -> String {
 }
 
 /// `base` (ASCII) cut to leave room for `-` and the hash of (`source`, `name`), then those.
-pub fn hashed(base: &str, source: &str, name: &str) -> String {
+fn hashed(base: &str, source: &str, name: &str) -> String {
     let mut h = Sha256::new();
     h.update(source.as_bytes());
     h.update([0u8]);
     h.update(name.as_bytes());
-    let digest = h.finalize();
-    let hex: String = digest
+    let keep = NAME_MAX - 1 - HASH_DIGITS;
+    let cut = base.get(..keep.min(base.len())).unwrap_or(base);
+    format!("{cut}-{}", hex(&h.finalize()))
+}
+
+/// The source the spelling `text` (an exposed name, or a policy pattern) belongs to (issue 47
+/// §3): the longest of `sources` such that `text` starts with `SOURCE__`, and the rest after
+/// that separator; `None` when no source's prefix starts it.
+pub fn owner<'a, 't, I>(sources: I, text: &'t str) -> Option<(&'a str, &'t str)>
+where
+    I: IntoIterator<Item = &'a String>,
+{
+    let mut best: Option<(&'a str, &'t str)> = None;
+    for s in sources {
+        let Some(rest) = text
+            .strip_prefix(s.as_str())
+            .and_then(|r| r.strip_prefix(SEPARATOR))
+        else {
+            continue;
+        };
+        if best.is_none_or(|(b, _)| s.len() > b.len()) {
+            best = Some((s.as_str(), rest));
+        }
+    }
+    best
+}
+
+/// The exposed name of `source`'s `name` when its plain form ([`exposed`]) belongs to another
+/// source by [`owner`], is another item's, or is reserved (issue 47 §3). `attempt` (0, 1, …)
+/// picks another hash when the previous attempt was taken too.
+///
+/// Shape: `SOURCE__REST-HHHHHHHH`, at most [`NAME_MAX`] characters, where REST is `name` with
+/// every character outside `[a-zA-Z0-9_-]` made `_` and its leading `_` removed, cut to leave
+/// room, and H the first [`HASH_DIGITS`] hex digits of SHA-256(`source` NUL `name`) (attempt
+/// 0) or SHA-256(`source` NUL `name` NUL `attempt`). The character after `SOURCE__` is never
+/// `_`, so no longer source can own it: a longer source `T` owning it would start with
+/// `SOURCE` and make the text start with `T__`; `T` = `SOURCE_` needs that `_`, and any longer
+/// `T` would hold `__` itself, which configuration refuses. A `source` too long to leave room
+/// for `SOURCE__` and the hash (over [`NAME_MAX`] - 3 - [`HASH_DIGITS`] characters) gets its
+/// own name cut, its trailing `_` removed, then `-HHHHHHHH`: a name without `__`, which no
+/// source owns (its `_meta` still names the source).
+pub fn claimed(source: &str, name: &str, attempt: u32) -> String {
+    let room = NAME_MAX - 1 - HASH_DIGITS;
+    let mut base = String::with_capacity(room);
+    if source.len() + SEPARATOR.len() <= room {
+        base.push_str(source);
+        base.push_str(SEPARATOR);
+        let rest = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .skip_while(|c| *c == '_');
+        for c in rest {
+            if base.len() >= room {
+                break;
+            }
+            base.push(c);
+        }
+    } else {
+        base.extend(source.chars().take(room));
+        while base.ends_with('_') {
+            base.pop();
+        }
+    }
+    let mut h = Sha256::new();
+    h.update(source.as_bytes());
+    h.update([0u8]);
+    h.update(name.as_bytes());
+    if attempt > 0 {
+        h.update([0u8]);
+        h.update(attempt.to_string().as_bytes());
+    }
+    format!("{base}-{}", hex(&h.finalize()))
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest
         .iter()
         .take(HASH_DIGITS / 2)
         .map(|b| format!("{b:02x}"))
-        .collect();
-    let keep = NAME_MAX - 1 - HASH_DIGITS;
-    let cut = base.get(..keep.min(base.len())).unwrap_or(base);
-    format!("{cut}-{hex}")
+        .collect()
 }
 
 /// Whether `name` passes the strict client rule `^[a-zA-Z0-9_-]{1,64}$`.

@@ -1,18 +1,71 @@
 //! Who sees and may call what through an endpoint (issue 31 §5): the endpoint's `hide`
 //! patterns for everyone, and the rules of each client identity the peer is.
 //!
-//! Owns: pattern matching and the per-client [`View`]. Patterns match the exposed name
-//! (`SOURCE__NAME`); `*` matches any run of characters, `?` one; deny wins over allow.
+//! Owns: pattern matching and the per-client [`View`]. `*` matches any run of characters, `?`
+//! one; deny wins over allow. A decision is taken on the routed pair (source, the source's own
+//! name), never on a string another source can also spell (issue 47 §3, N19): a pattern that
+//! starts with `SOURCE__` for a configured source of the endpoint (the longest such, as
+//! [`super::names::owner`] decides for exposed names) binds to that source, and its rest
+//! matches that source's names only; any other pattern matches `SOURCE__NAME` of the routed
+//! pair or its exposed name.
 
+use super::names::{owner, SEPARATOR};
 use crate::config::{HiddenCalls, Policy};
 use crate::mux::session::Peer;
+
+/// One policy pattern, compiled against the endpoint's sources when the view is built.
+#[derive(Debug, Clone, PartialEq)]
+enum Pattern {
+    /// `SOURCE__REST` for configured source `source`: matches a routed pair of that source
+    /// whose own name, or whose exposed name after `SOURCE__`, matches `rest`.
+    Bound { source: String, rest: String },
+    /// Binds to no source: matches `SOURCE__NAME` built from the routed pair, or its exposed
+    /// name.
+    Unbound(String),
+}
+
+impl Pattern {
+    fn compile(pattern: &str, sources: &[String]) -> Pattern {
+        match owner(sources, pattern) {
+            Some((source, rest)) => Pattern::Bound {
+                source: source.to_string(),
+                rest: rest.to_string(),
+            },
+            None => Pattern::Unbound(pattern.to_string()),
+        }
+    }
+
+    fn matches(&self, pair: &Named<'_>) -> bool {
+        match self {
+            Pattern::Bound { source, rest } => {
+                source == pair.source
+                    && (glob(rest, pair.name)
+                        || pair
+                            .exposed
+                            .strip_prefix(source.as_str())
+                            .and_then(|r| r.strip_prefix(SEPARATOR))
+                            .is_some_and(|r| glob(rest, r)))
+            }
+            Pattern::Unbound(p) => glob(p, &pair.full) || glob(p, pair.exposed),
+        }
+    }
+}
+
+/// A routed tool or prompt as the policy sees it.
+struct Named<'a> {
+    source: &'a str,
+    name: &'a str,
+    exposed: &'a str,
+    /// `SOURCE__NAME`.
+    full: String,
+}
 
 /// What one client may see and call.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct View {
-    hide: Vec<String>,
+    hide: Vec<Pattern>,
     /// `None`: everything not hidden; else only what one of these matches.
-    allow: Option<Vec<String>>,
+    allow: Option<Vec<Pattern>>,
     /// How a hidden tool's call is answered.
     pub hidden_calls: HiddenCalls,
     /// The client identities the peer matched, for the log.
@@ -25,10 +78,14 @@ impl View {
     /// HTTP client over TCP is the supervisor's own uid and matches no identity by uid, only by
     /// the named token it bears (a client with `token = true`). Every
     /// identity the peer matches applies: all their `hide`s, and the union of their `allow`s
-    /// when any sets one.
-    pub fn of(policy: &Policy, peer: &Peer) -> View {
-        let mut hide = policy.hide.clone();
-        let mut allow: Option<Vec<String>> = None;
+    /// when any sets one. `sources` are the endpoint's configured sources, which patterns
+    /// bind to (compiled here, once).
+    pub fn of(policy: &Policy, sources: &[String], peer: &Peer) -> View {
+        let compile = |ps: &[String]| -> Vec<Pattern> {
+            ps.iter().map(|p| Pattern::compile(p, sources)).collect()
+        };
+        let mut hide = compile(&policy.hide);
+        let mut allow: Option<Vec<Pattern>> = None;
         let mut labels = Vec::new();
         let unix = peer.pid.is_some();
         for (label, rule) in &policy.clients {
@@ -39,9 +96,9 @@ impl View {
                 continue;
             }
             labels.push(label.clone());
-            hide.extend(rule.hide.iter().cloned());
+            hide.extend(compile(&rule.hide));
             if let Some(a) = &rule.allow {
-                allow.get_or_insert_with(Vec::new).extend(a.iter().cloned());
+                allow.get_or_insert_with(Vec::new).extend(compile(a));
             }
         }
         View {
@@ -52,14 +109,21 @@ impl View {
         }
     }
 
-    /// Whether exposed name `name` is visible (and callable).
-    pub fn visible(&self, name: &str) -> bool {
-        if self.hide.iter().any(|p| glob(p, name)) {
+    /// Whether the tool or prompt routed to `source`'s own `name`, offered as `exposed`, is
+    /// visible (and callable) (issue 47 §3: decided on the routed pair).
+    pub fn visible(&self, source: &str, name: &str, exposed: &str) -> bool {
+        let pair = Named {
+            source,
+            name,
+            exposed,
+            full: format!("{source}{SEPARATOR}{name}"),
+        };
+        if self.hide.iter().any(|p| p.matches(&pair)) {
             return false;
         }
         match &self.allow {
             None => true,
-            Some(a) => a.iter().any(|p| glob(p, name)),
+            Some(a) => a.iter().any(|p| p.matches(&pair)),
         }
     }
 }
@@ -150,21 +214,94 @@ mod tests {
                 ..ClientRule::default()
             },
         );
-        let alice = View::of(&policy, &peer(1001, true));
+        let sources: Vec<String> = ["files", "db", "github", "x"].map(String::from).to_vec();
+        let alice = View::of(&policy, &sources, &peer(1001, true));
         assert_eq!(alice.labels, ["alice"]);
-        assert!(alice.visible("files__read"));
-        assert!(!alice.visible("db__write"));
-        assert!(!alice.visible("files__drop_all"));
-        assert!(!alice.visible("github__search"));
-        let bob = View::of(&policy, &peer(1002, true));
-        assert!(bob.visible("github__search"));
-        assert!(!bob.visible("x__drop_y"));
+        assert!(alice.visible("files", "read", "files__read"));
+        assert!(!alice.visible("db", "write", "db__write"));
+        assert!(!alice.visible("files", "drop_all", "files__drop_all"));
+        assert!(!alice.visible("github", "search", "github__search"));
+        let bob = View::of(&policy, &sources, &peer(1002, true));
+        assert!(bob.visible("github", "search", "github__search"));
+        assert!(!bob.visible("x", "drop_y", "x__drop_y"));
         // Over TCP the peer is the supervisor's own uid: no identity by uid.
-        let tcp = View::of(&policy, &peer(1001, false));
+        let tcp = View::of(&policy, &sources, &peer(1001, false));
         assert!(tcp.labels.is_empty());
     }
 
+    fn rule(allow: Option<&[&str]>, hide: &[&str]) -> Policy {
+        let mut policy = Policy::default();
+        policy.clients.insert(
+            "me".into(),
+            ClientRule {
+                uids: vec![1001],
+                allow: allow.map(|a| a.iter().map(|p| p.to_string()).collect()),
+                hide: hide.iter().map(|p| p.to_string()).collect(),
+                ..ClientRule::default()
+            },
+        );
+        policy
+    }
+
+    #[test]
+    fn a_pattern_binds_to_the_longest_source_it_names_and_judges_the_routed_pair() {
+        // Issue 47 N19's kind: `a` offers `_b` and `b__echo`, `a_` offers `b`; `a___b` is
+        // spelled by both pairs.
+        let sources: Vec<String> = ["a", "a_"].map(String::from).to_vec();
+        let me = peer(1001, true);
+        let hid = View::of(&rule(None, &["a__*"]), &sources, &me);
+        assert!(!hid.visible("a", "_b", "a__b-0f0f0f0f"));
+        assert!(!hid.visible("a", "_b", "a___b"), "any spelling of a's tool");
+        assert!(!hid.visible("a", "b__echo", "a__b__echo"));
+        assert!(hid.visible("a_", "b", "a___b"));
+        let only = View::of(&rule(Some(&["a___*"]), &[]), &sources, &me);
+        assert!(only.visible("a_", "b", "a___b"));
+        assert!(
+            !only.visible("a", "_b", "a___b"),
+            "a's pair, whatever its spelling"
+        );
+        assert!(!only.visible("a", "_b", "a__b-0f0f0f0f"));
+        assert!(!only.visible("a", "b__echo", "a__b__echo"));
+        // A bound pattern's rest also matches the exposed name after the prefix (a rewritten
+        // or hashed name, as the client sees it), for that source only.
+        let sources: Vec<String> = ["s", "t"].map(String::from).to_vec();
+        let v = View::of(&rule(None, &["s__files_read-*"]), &sources, &me);
+        assert!(!v.visible("s", "files.read", "s__files_read-1234abcd"));
+        assert!(v.visible("t", "files.read", "s__files_read-1234abcd"));
+        // Unbound: `SOURCE__NAME` of the pair, or the exposed name.
+        let v = View::of(&rule(None, &["*__delete_*"]), &sources, &me);
+        assert!(!v.visible("s", "delete_x", "s__delete_x"));
+        assert!(!v.visible("t", "delete.x", "t__delete_x-1234abcd"));
+        assert!(v.visible("t", "deleted", "t__deleted"));
+        let v = View::of(&rule(Some(&["*"]), &[]), &sources, &me);
+        assert!(v.visible("t", "x", "t__x"));
+    }
+
     proptest! {
+        /// Issue 47 §3: `S__*` hides exactly source S's pairs, whatever the names are.
+        #[test]
+        fn a_sources_prefix_star_hides_its_pairs_and_no_other_sources(
+            sources in proptest::collection::vec("[a_]{1,4}", 1..5),
+            pairs in proptest::collection::vec((0usize..5, "[ab_]{0,5}"), 0..12),
+            which in 0usize..5,
+        ) {
+            let mut ss: Vec<String> = Vec::new();
+            for s in sources {
+                if !s.contains("__") && !ss.contains(&s) {
+                    ss.push(s);
+                }
+            }
+            prop_assume!(!ss.is_empty());
+            let target = ss[which % ss.len()].clone();
+            let pattern = format!("{target}__*");
+            let v = View::of(&rule(None, &[&pattern]), &ss, &peer(1001, true));
+            for (i, name) in pairs {
+                let source = &ss[i % ss.len()];
+                let plain = format!("{source}__{name}");
+                prop_assert_eq!(v.visible(source, &name, &plain), *source != target, "{} {}", source, name);
+            }
+        }
+
         #[test]
         fn glob_never_panics_and_star_matches_everything(p in "[a-z*?_]{0,20}", t in "\\PC{0,40}") {
             let _ = glob(&p, &t);

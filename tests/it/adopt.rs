@@ -1650,3 +1650,51 @@ fn adopt_endpoint_after_adopt_folds_the_attached_entries_and_undo_goes_back_one_
     assert_eq!(desk.adopt(&["--undo"]).code, 0);
     assert_eq!(desk.snapshot(), per_server);
 }
+
+/// Issue 47 §3: a client entry keyed with `__` (the separator of an endpoint's exposed names)
+/// becomes a server whose name has none, so `adopt --endpoint` writes a configuration that
+/// serves it, and no `[servers.NAME]` it writes holds `__`.
+#[test]
+fn adopt_never_writes_a_server_name_holding_the_separator() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let (home, project) = (root.join("home"), root.join("project"));
+    std::fs::create_dir_all(home.join(".config/Claude")).unwrap();
+    std::fs::create_dir_all(&project).unwrap();
+    let desktop = home.join(".config/Claude/claude_desktop_config.json");
+    let entry = json!({"mcpServers": {
+        "My__Tools": {"command": FAKE, "args": []},
+        "x___y__": {"command": FAKE, "args": ["--name", "other"]}}});
+    std::fs::write(&desktop, serde_json::to_string_pretty(&entry).unwrap()).unwrap();
+    let config = root.join("supervisor.toml");
+    std::fs::write(
+        &config,
+        format!("[supervisor]\nsocket_dir = {:?}\n", root.join("run")),
+    )
+    .unwrap();
+    let out = run({
+        let mut c = Command::new(SUPERVISOR);
+        c.arg("adopt")
+            .arg("--home")
+            .arg(&home)
+            .arg("--project")
+            .arg(&project)
+            .arg("--config")
+            .arg(&config)
+            .args(["--yes", "--endpoint", "desk"])
+            .env("XDG_STATE_HOME", root.join("state"));
+        c
+    });
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let text = std::fs::read_to_string(&config).unwrap();
+    let doc: toml::Table = toml::from_str(&text).unwrap();
+    let servers: Vec<&String> = doc["servers"].as_table().unwrap().keys().collect();
+    assert_eq!(servers, ["my_tools", "x_y_"], "{text}");
+    let check = Command::new(SUPERVISOR)
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+    assert!(check.stderr.is_empty(), "no warning: {check:?}");
+}

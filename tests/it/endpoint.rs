@@ -838,3 +838,170 @@ fn a_reload_that_no_longer_allows_a_uid_on_the_endpoint_cuts_its_live_session() 
     assert!(ended, "the session stayed open\n{}", sup.log());
     assert!(sup.wait_log("no longer allowed on the endpoint", Duration::from_secs(5)));
 }
+
+/// Issue 47 N19: two sources whose names differ by a `_` next to the separator, each
+/// offering tool names a hostile upstream would pick on purpose. `a` offers `_b` and
+/// `b__echo` (its plain names `a___b` and `a__b__echo`); `a_` offers `b` (plain `a___b`
+/// too). Endpoint `open` has no policy; `hid` hides every tool of `a` from this uid, `only`
+/// allows this uid `a_`'s tools only. Both in one supervisor, so each endpoint's list and
+/// calls can be compared with the unfiltered list of `open`.
+fn lookalike_sources() -> Supervisor {
+    let me = unsafe { libc::geteuid() };
+    Supervisor::start(
+        &(fake_server(
+            "a",
+            &["--tools", "_b,b__echo", "--answer-any", "--name", "a"],
+            "",
+        ) + &fake_server("a_", &["--tools", "b", "--answer-any", "--name", "a_"], "")
+            + &format!(
+                "[endpoints.open]\nservers = [\"a\", \"a_\"]\n\n\
+                 [endpoints.hid]\nservers = [\"a\", \"a_\"]\n\
+                 [endpoints.hid.clients.me]\nuids = [{me}]\nhide = [\"a__*\"]\n\n\
+                 [endpoints.only]\nservers = [\"a\", \"a_\"]\n\
+                 [endpoints.only.clients.me]\nuids = [{me}]\nallow = [\"a___*\"]\n"
+            )),
+    )
+}
+
+/// Each listed tool's exposed name and the source its `_meta` names.
+fn tools_with_source(list: &Value) -> Vec<(String, String)> {
+    list["result"]["tools"]
+        .as_array()
+        .unwrap_or(&Vec::new())
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap_or("").to_string(),
+                t["_meta"]["mcp-supervisor/source"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Through endpoint `ep`, whose policy lets this client use source `allowed`'s tools and
+/// nothing of `hidden`: the list holds exactly `allowed`'s tools as `open` lists them, each
+/// listed call reaches the source its `_meta` names, and every spelling (each exposed name
+/// `open` lists, and each plain `SOURCE__NAME` a source's own names give) either reaches the
+/// source `open`'s `_meta` names for it, when that is `allowed`, or is refused: never `hidden`.
+fn only_the_allowed_source_is_reachable(sup: &Supervisor, ep: &str, allowed: &str, hidden: &str) {
+    let mut open = sup.client("open");
+    let all = tools_with_source(&open.request(json!(1), "tools/list", json!({})));
+    assert_eq!(
+        all.len(),
+        3,
+        "every tool of both sources is listed: {all:?}"
+    );
+    let names: Vec<&String> = all.iter().map(|(n, _)| n).collect();
+    let mut unique = names.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        names.len(),
+        "exposed names are unique: {all:?}"
+    );
+    let mut c = sup.client(ep);
+    let seen = tools_with_source(&c.request(json!(1), "tools/list", json!({})));
+    let expected: Vec<(String, String)> =
+        all.iter().filter(|(_, s)| s == allowed).cloned().collect();
+    assert!(!expected.is_empty(), "{all:?}");
+    assert_eq!(seen, expected, "{ep} lists {allowed}'s tools only");
+    let mut spellings: Vec<String> = all.iter().map(|(n, _)| n.clone()).collect();
+    spellings.extend(["a___b", "a__b__echo", "a__b", "a__echo"].map(String::from));
+    for (i, name) in spellings.iter().enumerate() {
+        let r = c.call(json!(100 + i), name, json!({}));
+        let text = Client::text(&r);
+        assert!(
+            !text.starts_with(&format!("{hidden} answered")),
+            "{ep}: `{name}` reached the hidden source {hidden}: {r}"
+        );
+        match all.iter().find(|(n, _)| n == name) {
+            Some((_, s)) if s == allowed => {
+                assert!(
+                    text.starts_with(&format!("{allowed} answered ")),
+                    "{ep}: `{name}` is {allowed}'s as listed: {r}"
+                );
+            }
+            Some(_) => assert_eq!(
+                r["result"]["_meta"]["mcp-supervisor/outage"]["class"], "denied",
+                "{ep}: `{name}` is {hidden}'s: {r}"
+            ),
+            None => assert_eq!(r["error"]["code"], -32602, "{ep}: `{name}` is no tool: {r}"),
+        }
+    }
+    // What `open` lists reaches the source its `_meta` names, under the source's own name.
+    for (i, (name, source)) in all.iter().enumerate() {
+        let r = open.call(json!(200 + i), name, json!({}));
+        assert!(
+            Client::text(&r).starts_with(&format!("{source} answered ")),
+            "open: `{name}` listed as {source}'s: {r}"
+        );
+    }
+}
+
+#[test]
+fn a_policy_hiding_every_tool_of_a_source_hides_them_by_every_spelling_and_nothing_else() {
+    let sup = lookalike_sources();
+    only_the_allowed_source_is_reachable(&sup, "hid", "a_", "a");
+}
+
+#[test]
+fn a_policy_allowing_one_source_allows_its_tools_only_whatever_another_source_names_its_own() {
+    let sup = lookalike_sources();
+    only_the_allowed_source_is_reachable(&sup, "only", "a_", "a");
+    // Each source's own names come back to it through the open endpoint.
+    let mut open = sup.client("open");
+    let all = tools_with_source(&open.request(json!(1), "tools/list", json!({})));
+    let owner = |n: &str| all.iter().find(|(e, _)| e == n).map(|(_, s)| s.clone());
+    assert_eq!(owner("a___b").as_deref(), Some("a_"), "{all:?}");
+    assert_eq!(owner("a__b__echo").as_deref(), Some("a"), "{all:?}");
+    let r = open.call(json!(2), "a__b__echo", json!({}));
+    assert_eq!(Client::text(&r), "a answered b__echo", "{r}");
+}
+
+/// `check-config FILE` with `text`: its exit code and stderr.
+fn check_config(text: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("s.toml");
+    std::fs::write(&p, text).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-supervisor"))
+        .arg("check-config")
+        .arg(&p)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn a_server_named_with_the_separator_is_exit_2_naming_it_when_an_endpoint_serves_it() {
+    // The N19 configuration: source `a__b`'s `echo` and source `a`'s `b__echo` would both be
+    // `a__b__echo`.
+    let text = "[servers.a]\ncommand = \"x\"\n\n[servers.a__b]\ncommand = \"x\"\n\n[endpoints.desk]\nservers = [\"a\", \"a__b\"]\n";
+    let (code, err) = check_config(text);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(":4: key `servers.a__b`"), "{err}");
+    assert!(err.contains("`__`") && err.contains("desk"), "{err}");
+    assert!(err.contains("rename it") && err.contains("`a_b`"), "{err}");
+    // Served as one of every server ("*") too.
+    let (code, err) =
+        check_config("[servers.x__y]\ncommand = \"x\"\n\n[endpoints.all]\nservers = [\"*\"]\n");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(":1: key `servers.x__y`"), "{err}");
+}
+
+#[test]
+fn a_server_named_with_the_separator_that_no_endpoint_serves_is_a_warning() {
+    let (code, err) = check_config(
+        "[servers.a]\ncommand = \"x\"\n\n[servers.a__b]\ncommand = \"x\"\n\n[endpoints.desk]\nservers = [\"a\"]\n",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("warning"), "{err}");
+    assert!(err.contains(":4: key `servers.a__b`"), "{err}");
+    assert!(err.contains("rename it"), "{err}");
+}
