@@ -453,6 +453,14 @@ fn needs_root() {
     );
 }
 
+/// A python3 that uid 65534 may run (a version manager's shim under /root is not one).
+fn python() -> &'static str {
+    ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("the attacker's helpers need /usr/bin/python3")
+}
+
 /// `program args` as uid/gid 65534 with no supplementary groups.
 fn as_nobody(program: &str) -> Command {
     let mut c = Command::new("setpriv");
@@ -476,13 +484,22 @@ struct HeldBrowser {
 
 impl HeldBrowser {
     fn new() -> HeldBrowser {
+        HeldBrowser::run_as(None)
+    }
+
+    /// A browser that, once let go, runs as `uid` (a person's own browser under `sudo`).
+    fn run_as(uid: Option<&str>) -> HeldBrowser {
         let dir = tempfile::tempdir().unwrap();
+        let setpriv = match uid {
+            Some(u) => format!("setpriv --reuid {u} --regid {u} --clear-groups -- "),
+            None => String::new(),
+        };
         let script = dir.path().join("browser");
         let d = dir.path().display();
         std::fs::write(
             &script,
             format!(
-                "#!/bin/sh\nprintf '%s\\n' \"$1\" > {d}/arg.tmp && mv {d}/arg.tmp {d}/arg\nwhile [ ! -e {d}/go ]; do sleep 0.05; done\nexec {} \"$1\"\n",
+                "#!/bin/sh\nprintf '%s\\n' \"$1\" > {d}/arg.tmp && mv {d}/arg.tmp {d}/arg\nwhile [ ! -e {d}/go ]; do sleep 0.05; done\nexec {setpriv}{} \"$1\"\n",
                 browser()
             ),
         )
@@ -519,11 +536,20 @@ struct LoginRun {
 
 impl LoginRun {
     fn start(sup: &Supervisor, browser: &Path) -> LoginRun {
-        let mut child = Command::new(SUPERVISOR)
-            .args(["login", "hosted", "-c"])
+        LoginRun::start_sudo(sup, browser, None)
+    }
+
+    /// As `sudo` runs it for `sudo_uid`: root, with `SUDO_UID` set.
+    fn start_sudo(sup: &Supervisor, browser: &Path, sudo_uid: Option<&str>) -> LoginRun {
+        let mut cmd = Command::new(SUPERVISOR);
+        cmd.args(["login", "hosted", "-c"])
             .arg(&sup.config)
             .env("BROWSER", browser)
-            .env_remove("SUDO_UID")
+            .env_remove("SUDO_UID");
+        if let Some(u) = sudo_uid {
+            cmd.env("SUDO_UID", u);
+        }
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -570,6 +596,15 @@ fn location(answer: &str) -> Option<String> {
             k.eq_ignore_ascii_case("location")
                 .then(|| v.trim().to_string())
         })
+}
+
+/// The redirect listener's port, from the URL the browser was opened on: its `redirect_uri`
+/// when it is the authorization URL, else its own.
+fn listener_port(url: &str) -> u16 {
+    match reqwest_free_parse(url).get("redirect_uri") {
+        Some(r) => port_of(r),
+        None => port_of(url),
+    }
 }
 
 /// The port of an `http://127.0.0.1:PORT/...` URL.
@@ -774,9 +809,9 @@ fn remote_login_completes_while_another_user_holds_the_redirect_listener() {
     let (mut sup, _tokens) = signin_daemon(&servers, "login_timeout = \"30s\"");
     let browser = HeldBrowser::new();
     let mut run = LoginRun::start(&sup, &browser.script());
-    let port = port_of(&browser.url());
+    let port = listener_port(&browser.url());
 
-    let mut holder = as_nobody("python3")
+    let mut holder = as_nobody(python())
         .args(["-c", HOLDER, &port.to_string(), "50"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -868,7 +903,7 @@ fn remote_login_refusals_under_a_flood_are_logged_within_a_budget() {
     let before = login_warnings(&sup).len();
 
     let started = std::time::Instant::now();
-    let theirs = as_nobody("python3")
+    let theirs = as_nobody(python())
         .args([
             "-c",
             FLOOD,
@@ -927,5 +962,38 @@ fn remote_login_refusals_under_a_flood_are_logged_within_a_budget() {
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(code, Some(0), "{}", sup.log());
+    sup.stop();
+}
+
+/// `sudo mcp-supervisor login` (issue 47, decisions: "`login` run by root"): the login
+/// belongs to root and to the user in `SUDO_UID`, nobody else. A third local user who reads
+/// the start page's address from the browser's command line and opens it is turned away with
+/// the page naming `--no-browser` (no redirect, no `state`); the sudo user's own browser then
+/// signs in.
+#[test]
+fn remote_login_through_sudo_is_the_sudo_users_and_no_one_elses() {
+    needs_root();
+    let io = Interop::load();
+    let servers = OAuthServers::start(&io, 60);
+    let (mut sup, _tokens) = signin_daemon(&servers, "login_timeout = \"60s\"");
+    let browser = HeldBrowser::run_as(Some(NOBODY));
+    let mut run = LoginRun::start_sudo(&sup, &browser.script(), Some(NOBODY));
+    let opened = browser.url();
+
+    let third = Command::new("setpriv")
+        .args(["--reuid", "65533", "--regid", "65533", "--clear-groups", "--"])
+        .args(["curl", "-sS", "-i", "--max-time", "10"])
+        .arg(&opened)
+        .output()
+        .unwrap();
+    let seen = String::from_utf8_lossy(&third.stdout);
+    assert!(seen.starts_with("HTTP/1.1 403"), "uid 65533 was not turned away: {seen}");
+    assert!(seen.contains("--no-browser"), "{seen}");
+    assert!(!seen.contains("state="), "{seen}");
+
+    browser.go();
+    let code = run.exited(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{}\n{}", run.said(), sup.log());
+    assert!(run.said().contains("hosted: signed in; ready"), "{}", run.said());
     sup.stop();
 }
