@@ -144,7 +144,14 @@ mod diag {
             return Answer::Unavailable;
         };
         let req = request(src, dst);
-        if sendto(fd.as_raw_fd(), &req, &NetlinkAddr::new(0, 0), MsgFlags::empty()).is_err() {
+        if sendto(
+            fd.as_raw_fd(),
+            &req,
+            &NetlinkAddr::new(0, 0),
+            MsgFlags::empty(),
+        )
+        .is_err()
+        {
             return Answer::Unavailable;
         }
         // The kernel answers a netlink request within the `sendto`: the reply is queued by
@@ -415,7 +422,10 @@ mod tests {
             let (local, peer) = ends(&s);
             if peer.is_ipv6() {
                 assert_eq!(tcp_peer_uid(local, peer), Some(euid()), "{local} {peer}");
-                assert_eq!(proc_net::lookup(canonical(local), canonical(peer)), Some(euid()));
+                assert_eq!(
+                    proc_net::lookup(canonical(local), canonical(peer)),
+                    Some(euid())
+                );
             }
         }
     }

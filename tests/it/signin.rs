@@ -348,12 +348,13 @@ fn remote_login_ignores_forged_redirects_and_refuses_a_mixed_up_issuer() {
     // 1. Forged redirects first, then the real one.
     let (child, url, q) = begin();
     let redirect = q["redirect_uri"].clone();
+    // Answered 400 (issue 47 §2: the page says it is not the sign-in that is waiting).
     for forged in [
         "?error=access_denied&error_description=%1b%5b2J",
         "?code=guess&state=wrong",
     ] {
         let got = http_get(&format!("{redirect}{forged}"));
-        assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+        assert!(got.starts_with("HTTP/1.1 400"), "{got}");
     }
     let ran = Command::new(browser()).arg(&url).status().unwrap();
     assert!(ran.success());
@@ -677,7 +678,9 @@ fn remote_login_state_is_nowhere_another_user_can_read_and_their_callback_is_dro
         let answer = http_get(&opened);
         assert!(answer.starts_with("HTTP/1.1 302"), "{answer}");
         assert!(
-            answer.to_ascii_lowercase().contains("cache-control: no-store"),
+            answer
+                .to_ascii_lowercase()
+                .contains("cache-control: no-store"),
             "{answer}"
         );
         location(&answer).unwrap()
@@ -745,7 +748,11 @@ fn remote_login_state_is_nowhere_another_user_can_read_and_their_callback_is_dro
     browser.go();
     let code = run.exited(Duration::from_secs(60));
     assert_eq!(code, Some(0), "{}\n{}", run.said(), sup.log());
-    assert!(run.said().contains("hosted: signed in; ready"), "{}", run.said());
+    assert!(
+        run.said().contains("hosted: signed in; ready"),
+        "{}",
+        run.said()
+    );
     let mut c = sup.client("hosted");
     c.initialize("signin-test", json!({}));
     let me = whoami(&mut c, 1);
@@ -981,19 +988,33 @@ fn remote_login_through_sudo_is_the_sudo_users_and_no_one_elses() {
     let opened = browser.url();
 
     let third = Command::new("setpriv")
-        .args(["--reuid", "65533", "--regid", "65533", "--clear-groups", "--"])
+        .args([
+            "--reuid",
+            "65533",
+            "--regid",
+            "65533",
+            "--clear-groups",
+            "--",
+        ])
         .args(["curl", "-sS", "-i", "--max-time", "10"])
         .arg(&opened)
         .output()
         .unwrap();
     let seen = String::from_utf8_lossy(&third.stdout);
-    assert!(seen.starts_with("HTTP/1.1 403"), "uid 65533 was not turned away: {seen}");
+    assert!(
+        seen.starts_with("HTTP/1.1 403"),
+        "uid 65533 was not turned away: {seen}"
+    );
     assert!(seen.contains("--no-browser"), "{seen}");
     assert!(!seen.contains("state="), "{seen}");
 
     browser.go();
     let code = run.exited(Duration::from_secs(60));
     assert_eq!(code, Some(0), "{}\n{}", run.said(), sup.log());
-    assert!(run.said().contains("hosted: signed in; ready"), "{}", run.said());
+    assert!(
+        run.said().contains("hosted: signed in; ready"),
+        "{}",
+        run.said()
+    );
     sup.stop();
 }
