@@ -1018,3 +1018,88 @@ fn remote_login_through_sudo_is_the_sudo_users_and_no_one_elses() {
     );
     sup.stop();
 }
+
+/// The attacker's control-socket request (python3, as uid 65534): one line to the socket
+/// `argv[1]`, the answer line printed.
+const CONTROL: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+s.connect(sys.argv[1])
+s.sendall((sys.argv[2] + "\n").encode())
+print(s.makefile().readline().strip(), flush=True)
+"#;
+
+/// Another operator (uid 65534 in `operator_uids`) cannot take over a login root started: a
+/// pasted redirect carrying the login's real `state` and a code, and a `login-wait`, are both
+/// refused (`denied`); root's sign-in then completes.
+#[test]
+fn remote_login_wait_and_paste_are_refused_to_another_operator() {
+    needs_root();
+    let io = Interop::load();
+    let servers = OAuthServers::start(&io, 60);
+    let tokens = tempfile::tempdir().unwrap();
+    let keys = format!(
+        "token_dir = {:?}\nsocket_mode = \"0666\"\noperator_uids = [65534]",
+        tokens.path().join("tokens"),
+    );
+    let table = format!(
+        "[servers.hosted]\nurl = {:?}\nprobe_interval = \"1h\"\n[servers.hosted.oauth]\nlogin_timeout = \"60s\"\n",
+        servers.mcp
+    );
+    let mut sup = daemon_in_state(&keys, &table, "auth_required");
+    std::fs::set_permissions(sup.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(sup.path("run"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut child = Command::new(SUPERVISOR)
+        .args(["login", "hosted", "--no-browser", "-c"])
+        .arg(&sup.config)
+        .env_remove("SUDO_UID")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut url = String::new();
+    out.read_line(&mut url).unwrap();
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let url = url.trim().to_string();
+    let q = reqwest_free_parse(&url);
+    let control = sup.path("run/control.sock");
+    let ask = |line: Value| {
+        let out = as_nobody(python())
+            .args(["-c", CONTROL])
+            .arg(&control)
+            .arg(line.to_string())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let pasted = ask(json!({"v": 1, "verb": "login-paste", "name": "hosted",
+        "url": format!("{}?code=theirs&state={}", q["redirect_uri"], q["state"])}));
+    assert!(pasted.contains("\"denied\""), "uid 65534's paste: {pasted}");
+    let waited = ask(json!({"v": 1, "verb": "login-wait", "name": "hosted"}));
+    assert!(waited.contains("\"denied\""), "uid 65534's wait: {waited}");
+    assert!(waited.contains("another user"), "{waited}");
+
+    let ran = Command::new(browser()).arg(&url).status().unwrap();
+    assert!(ran.success());
+    let mut code = None;
+    wait_until(Duration::from_secs(60), || match child.try_wait() {
+        Ok(Some(s)) => {
+            code = s.code();
+            true
+        }
+        _ => false,
+    });
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        code,
+        Some(0),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        sup.log()
+    );
+    sup.stop();
+}
