@@ -28,6 +28,7 @@ pub mod handover;
 pub mod http;
 pub mod jsonrpc;
 pub mod logging;
+pub mod loopback;
 pub mod mux;
 pub mod observe;
 pub mod protocol;

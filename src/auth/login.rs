@@ -4,8 +4,11 @@
 //! for the redirect (or the redirect URL pasted back over SSH) and the code exchange.
 //!
 //! One login per server at a time: a new `login` replaces the one waiting. The redirect
-//! listener accepts only `GET /callback` and closes with the attempt (answered, timed out,
-//! replaced). The `state` must match; an `error` redirect is a denial.
+//! listener serves only the login's owners (issue 47 §2: the uid the control socket saw for
+//! `login`, and the `SUDO_UID` it passed when that is root), only `GET /callback` and the start
+//! page `GET /start/<nonce>` (the browser is opened there, so the authorization URL is on no
+//! command line), and closes with the attempt (answered, timed out, replaced). The `state` must
+//! match; an `error` redirect is a denial. `login-wait` and `login-paste` are the owners' too.
 
 use super::discovery::{self, Challenge};
 use super::grant::{self, Endpoint, Identity};
@@ -29,6 +32,8 @@ pub enum LoginError {
     NotApplicable(String),
     /// Denied, timed out, or discovery/registration/exchange failed: exit 1.
     Failed(String),
+    /// The waiting login is another user's (issue 47 §2): exit 1.
+    Denied(String),
 }
 
 /// What the CLI shows: the URL to open.
@@ -36,6 +41,9 @@ pub enum LoginError {
 pub struct LoginStart {
     /// The authorization URL; `None` when no person is needed (client credentials).
     pub url: Option<String>,
+    /// The start page, `http://127.0.0.1:PORT/start/<nonce>` (64 hex digits), which redirects
+    /// the owners' browser to [`LoginStart::url`]; `None` when no person is needed.
+    pub start: Option<String>,
     /// How long the daemon waits, in seconds.
     pub timeout_s: u64,
 }
@@ -52,6 +60,10 @@ pub struct Pending {
     callbacks: mpsc::Sender<Callback>,
     received: Option<mpsc::Receiver<Callback>>,
     listener: CancellationToken,
+    /// The uids whose `login-wait` and `login-paste` (and browser) this login serves.
+    owners: Vec<u32>,
+    /// Refusal lines, shared with the listener.
+    refusals: Arc<std::sync::Mutex<crate::logging::LogBudget>>,
 }
 
 impl Drop for Pending {
@@ -117,9 +129,10 @@ impl SignIn {
         }
     }
 
-    /// Starts a login: discovery, identity, the redirect listener, the authorization URL.
-    /// Under client credentials it gets a token at once (no URL).
-    pub async fn begin_login(self: &Arc<Self>) -> Result<LoginStart, LoginError> {
+    /// Starts a login for `owners` (uids): discovery, identity, the redirect listener (served
+    /// to them only), the authorization URL and the start page. Under client credentials it
+    /// gets a token at once (no URL).
+    pub async fn begin_login(self: &Arc<Self>, owners: &[u32]) -> Result<LoginStart, LoginError> {
         let timeout_s = self.cfg.login_timeout.as_secs();
         if self.cfg.grant == Grant::ClientCredentials {
             let mut g = self.record().await;
@@ -128,6 +141,7 @@ impl SignIn {
                 .map_err(LoginError::Failed)?;
             return Ok(LoginStart {
                 url: None,
+                start: None,
                 timeout_s,
             });
         }
@@ -174,9 +188,25 @@ impl SignIn {
             req = req.add_extra_param("resource", r.clone());
         }
         let (url, state) = req.url();
+        let nonce: String = rand::random::<[u8; 32]>()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         let (tx, rx) = mpsc::channel(4);
         let stop = CancellationToken::new();
-        tokio::spawn(redirect::serve(listener, tx.clone(), stop.clone()));
+        let refusals = redirect::refusal_budget();
+        let gate = redirect::Gate::new(
+            &self.name,
+            owners,
+            (state.secret(), &nonce, url.as_str()),
+            refusals.clone(),
+        );
+        tokio::spawn(redirect::serve(
+            listener,
+            Arc::new(gate),
+            tx.clone(),
+            stop.clone(),
+        ));
         info!(server = %self.name, issuer = %d.issuer, scope = ?scope, redirect = %redirect, "login: waiting for the browser");
         *lock(&self.pending) = Some(Pending {
             state: state.secret().clone(),
@@ -189,9 +219,12 @@ impl SignIn {
             callbacks: tx,
             received: Some(rx),
             listener: stop,
+            owners: owners.to_vec(),
+            refusals,
         });
         Ok(LoginStart {
             url: Some(url.to_string()),
+            start: Some(format!("http://127.0.0.1:{port}/start/{nonce}")),
             timeout_s,
         })
     }
@@ -238,8 +271,8 @@ impl SignIn {
         grant::register(&self.http, &d.meta, ep, redirect, scope).await
     }
 
-    /// Hands a pasted redirect URL to the waiting login.
-    pub fn paste(&self, url: &str) -> Result<(), LoginError> {
+    /// Hands a redirect URL pasted by `uid` to the waiting login (one of its owners').
+    pub fn paste(&self, url: &str, uid: u32) -> Result<(), LoginError> {
         let cb = parse_pasted(url).map_err(LoginError::Failed)?;
         let p = lock(&self.pending);
         let Some(p) = p.as_ref() else {
@@ -248,15 +281,32 @@ impl SignIn {
                 self.name, self.name
             )));
         };
+        if !p.owners.contains(&uid) {
+            redirect::log_refusal(
+                &p.refusals,
+                &self.name,
+                Some(uid),
+                "refused a pasted redirect: another user started the login waiting",
+            );
+            return Err(self.not_yours(uid));
+        }
         p.callbacks
             .try_send(cb)
             .map_err(|_| LoginError::Failed("the login is not waiting any more".into()))
     }
 
-    /// Waits for the redirect of the login begun last, then exchanges the code and stores
-    /// the sign-in.
-    pub async fn wait_login(self: &Arc<Self>) -> Result<(), LoginError> {
-        let (mut rx, deadline) = {
+    /// The refusal of `uid`'s `login-wait` or `login-paste` for a login another user began.
+    fn not_yours(&self, uid: u32) -> LoginError {
+        LoginError::Denied(format!(
+            "the login of `{}` waiting now was started by another user than this one (uid {uid}); a sign-in belongs to the user who started it: run `mcp-supervisor login {}` yourself",
+            self.name, self.name
+        ))
+    }
+
+    /// Waits, for `uid` (one of the login's owners), for the redirect of the login begun
+    /// last, then exchanges the code and stores the sign-in.
+    pub async fn wait_login(self: &Arc<Self>, uid: u32) -> Result<(), LoginError> {
+        let (mut rx, deadline, refusals) = {
             let mut p = lock(&self.pending);
             let Some(p) = p.as_mut() else {
                 if self.cfg.grant == Grant::ClientCredentials {
@@ -268,12 +318,15 @@ impl SignIn {
                     self.name
                 )));
             };
+            if !p.owners.contains(&uid) {
+                return Err(self.not_yours(uid));
+            }
             let Some(rx) = p.received.take() else {
                 return Err(LoginError::Failed(
                     "another `login` is already waiting".into(),
                 ));
             };
-            (rx, p.deadline)
+            (rx, p.deadline, p.refusals.clone())
         };
         let expected = lock(&self.pending).as_ref().map(|p| p.state.clone());
         let cb = loop {
@@ -281,11 +334,16 @@ impl SignIn {
                 cb = rx.recv() => cb,
                 _ = tokio::time::sleep_until(deadline.into()) => None,
             };
-            // A redirect without this login's `state` (an old tab, or another local user
-            // guessing the port) is not this login's: ignored, the wait goes on.
+            // A redirect without this login's `state` (an old tab pasted) is not this
+            // login's: ignored, the wait goes on. (The listener hands on only its own.)
             match cb {
                 Some(c) if c.state != expected => {
-                    tracing::warn!(server = %self.name, "login: a redirect without this login's state was ignored");
+                    redirect::log_refusal(
+                        &refusals,
+                        &self.name,
+                        None,
+                        "a redirect without this login's state was ignored",
+                    );
                 }
                 other => break other,
             }

@@ -338,10 +338,14 @@ pub fn watch(socket: &Path) -> i32 {
     }
 }
 
-/// `mcp-supervisor login NAME` (issue 30): asks the daemon for the authorization URL, opens a
-/// browser on it (or, with `no_browser`, prints it and reads the redirect URL pasted back),
-/// then waits for the daemon to finish the sign-in and start the server. Exit codes: 0 signed
-/// in, 1 denied or timed out, 2 not a url server that signs in, 3 no daemon, 4 no such server.
+/// `mcp-supervisor login NAME` (issue 30): asks the daemon for the URL to open and opens a
+/// browser on it: the start page on the daemon's loopback listener, which sends this user's
+/// browser on to the authorization URL, so that URL (its `state`, its PKCE challenge) is on
+/// no command line (issue 47 §2). With `no_browser` it prints the authorization URL itself,
+/// on its own stdout, and reads the redirect URL pasted back. Then it waits for the daemon to
+/// finish the sign-in and start the server. Run as root through `sudo`, it passes `SUDO_UID`
+/// so that user's browser may complete the login. Exit codes: 0 signed in, 1 denied or timed
+/// out, 2 not a url server that signs in, 3 no daemon, 4 no such server.
 pub fn login(socket: &Path, name: &str, no_browser: bool) -> i32 {
     let fail = |e: ClientError| match e {
         e @ ClientError::NotRunning { .. } => {
@@ -353,10 +357,17 @@ pub fn login(socket: &Path, name: &str, no_browser: bool) -> i32 {
             EXIT_FAILED
         }
     };
+    // Only root's word about `SUDO_UID` counts (the daemon takes it only from a root peer).
+    let sudo_uid = nix::unistd::geteuid()
+        .is_root()
+        .then(|| std::env::var("SUDO_UID").ok()?.trim().parse().ok())
+        .flatten();
     let begun = match request(
         socket,
         &Request::new(Op::Login {
             name: name.to_string(),
+            no_browser,
+            sudo_uid,
         }),
     ) {
         Ok(r) if r.ok => r,
@@ -365,15 +376,26 @@ pub fn login(socket: &Path, name: &str, no_browser: bool) -> i32 {
     };
     let info = begun.login.unwrap_or_default();
     if let Some(url) = &info.url {
-        eprintln!(
-            "To sign in to `{name}`, open this URL in a browser (waiting up to {}s):\n",
-            info.timeout_s
-        );
+        if no_browser {
+            eprintln!(
+                "To sign in to `{name}`, open this URL in a browser (waiting up to {}s):\n",
+                info.timeout_s
+            );
+        } else {
+            eprintln!(
+                "To sign in to `{name}`, open this URL in a browser on this machine, as this user (waiting up to {}s):\n",
+                info.timeout_s
+            );
+        }
         // Not `println!`: a closed stdout (a script that read the URL and went) is no panic.
         let _ = writeln!(std::io::stdout(), "{url}");
         let _ = std::io::stdout().flush();
         eprintln!();
-        if no_browser || webbrowser::open(url).is_err() {
+        let opened = no_browser || webbrowser::open(url).is_ok();
+        if !opened {
+            eprintln!("No browser could be opened. Open the address above in a browser on this machine (or through an ssh -L tunnel of your own user); from another machine, press Ctrl-C and run `mcp-supervisor login --no-browser {name}` instead.");
+        }
+        if no_browser || !opened {
             eprintln!("After you approve, the browser is sent to http://127.0.0.1:…/callback. If that page does not load (over SSH it lands on your own machine), copy its whole address from the address bar, paste it here and press Enter.");
             let socket = socket.to_path_buf();
             let name = name.to_string();

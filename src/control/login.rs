@@ -1,6 +1,11 @@
 //! The daemon's side of `login`, `logout` and the pasted redirect (issue 30, decisions): the
 //! sign-in itself runs here, in the daemon (its user, its token store); the CLI only shows or
 //! opens the URL and waits.
+//!
+//! A sign-in belongs to the user who started it (issue 47 §2): the uid the control socket saw
+//! for `login` (`SO_PEERCRED`), and, when that is root, the `SUDO_UID` the CLI passed
+//! ([`owners`]). Only they may complete it (the redirect listener checks each connection's
+//! owner), wait for it or paste its redirect.
 
 use super::server::Entry;
 use super::{ErrorKind, LoginInfo, Response};
@@ -31,19 +36,36 @@ fn refused(e: LoginError) -> Box<Response> {
     Box::new(match e {
         LoginError::NotApplicable(m) => Response::error(ErrorKind::NotApplicable, m),
         LoginError::Failed(m) => Response::error(ErrorKind::Failed, m),
+        LoginError::Denied(m) => Response::error(ErrorKind::Denied, m),
     })
 }
 
-/// `login NAME`: discovery, registration, the URL to open.
-pub async fn begin(name: &str, e: &Entry) -> Response {
+/// The uids a login asked for by control peer `uid` belongs to (issue 47 §2, decisions): that
+/// uid; when it is root, also the `SUDO_UID` its CLI passed (`sudo mcp-supervisor login`: the
+/// person's own browser). Nobody else's.
+pub fn owners(uid: u32, sudo_uid: Option<u32>) -> Vec<u32> {
+    match sudo_uid {
+        Some(u) if uid == 0 && u != 0 => vec![0, u],
+        _ => vec![uid],
+    }
+}
+
+/// `login NAME` for `owners`: discovery, registration, the URL to open: the start page on the
+/// redirect listener, or with `no_browser` the authorization URL itself (the person copies it
+/// from their own terminal to a browser elsewhere).
+pub async fn begin(name: &str, e: &Entry, owners: &[u32], no_browser: bool) -> Response {
     let s = match sign_in(name, e) {
         Ok(s) => s,
         Err(r) => return *r,
     };
-    match s.begin_login().await {
+    match s.begin_login(owners).await {
         Ok(start) => Response {
             login: Some(LoginInfo {
-                url: start.url,
+                url: if no_browser {
+                    start.url
+                } else {
+                    start.start.or(start.url)
+                },
                 timeout_s: start.timeout_s,
             }),
             ..Response::ok()
@@ -52,15 +74,15 @@ pub async fn begin(name: &str, e: &Entry) -> Response {
     }
 }
 
-/// Waits for the login of `name` begun last.
-pub async fn wait(name: &str, e: &Entry) -> Result<(), Box<Response>> {
+/// Waits, for control peer `uid`, for the login of `name` begun last.
+pub async fn wait(name: &str, e: &Entry, uid: u32) -> Result<(), Box<Response>> {
     let s = sign_in(name, e)?;
-    s.wait_login().await.map_err(refused)
+    s.wait_login(uid).await.map_err(refused)
 }
 
-/// The redirect URL pasted by the user.
-pub fn paste(name: &str, e: &Entry, url: &str) -> Response {
-    match sign_in(name, e).and_then(|s| s.paste(url).map_err(refused)) {
+/// The redirect URL pasted by control peer `uid`.
+pub fn paste(name: &str, e: &Entry, url: &str, uid: u32) -> Response {
+    match sign_in(name, e).and_then(|s| s.paste(url, uid).map_err(refused)) {
         Ok(()) => Response::ok(),
         Err(r) => *r,
     }
@@ -86,5 +108,19 @@ pub async fn logout(name: &str, e: &Entry) -> Response {
             ..Response::ok()
         },
         None => Response::ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::owners;
+
+    #[test]
+    fn a_login_belongs_to_its_peer_and_to_sudos_user_only_under_root() {
+        assert_eq!(owners(1000, None), vec![1000]);
+        assert_eq!(owners(1000, Some(1001)), vec![1000]);
+        assert_eq!(owners(0, None), vec![0]);
+        assert_eq!(owners(0, Some(0)), vec![0]);
+        assert_eq!(owners(0, Some(1000)), vec![0, 1000]);
     }
 }

@@ -97,6 +97,15 @@ pub enum Op {
     Login {
         /// The server.
         name: String,
+        /// `login --no-browser` (issue 47 §2): answer the authorization URL itself, for the
+        /// person to copy from their own terminal, rather than the start page on the loopback
+        /// listener. Absent from an older CLI: false.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        no_browser: bool,
+        /// `SUDO_UID` of a CLI run as root through `sudo`: that user's connections may complete
+        /// the login too (issue 47 §2, decisions). Taken only from a root peer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sudo_uid: Option<u32>,
     },
     /// Wait for the login of `name` begun last: the redirect, the code exchange, then the
     /// server started; answers like `start`.
@@ -234,7 +243,10 @@ pub struct Response {
 /// `login`'s answer.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LoginInfo {
-    /// The authorization URL; absent when no person is needed (client credentials).
+    /// The URL to open: the start page on the redirect listener
+    /// (`http://127.0.0.1:PORT/start/<nonce>`, which sends the login's owners on to the
+    /// authorization URL), or with `no_browser` the authorization URL itself; absent when no
+    /// person is needed (client credentials).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// How long the daemon waits for the redirect, in seconds.
@@ -287,6 +299,18 @@ mod tests {
         assert_eq!(back.op, Op::Logs { name: "x".into() });
         let back: Request = serde_json::from_str(r#"{"v":1,"verb":"reload"}"#).unwrap();
         assert_eq!(back.op, Op::Reload);
+        // `login` from an older CLI, and as a newer one sends it by default.
+        let old = Op::Login {
+            name: "x".into(),
+            no_browser: false,
+            sudo_uid: None,
+        };
+        let back: Request = serde_json::from_str(r#"{"v":1,"verb":"login","name":"x"}"#).unwrap();
+        assert_eq!(back.op, old);
+        assert_eq!(
+            serde_json::to_value(Request::new(old)).unwrap(),
+            json!({"v": 1, "verb": "login", "name": "x"})
+        );
         assert!(serde_json::from_str::<Request>(r#"{"v":1,"verb":"explode"}"#).is_err());
     }
 

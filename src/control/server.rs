@@ -197,9 +197,9 @@ fn no_longer_allowed() -> Response {
     )
 }
 
-/// Serves one connection until the peer closes it, `stop` fires, or `role` says the peer is
-/// no longer allowed.
-pub async fn serve(stream: UnixStream, ctx: Ctx, role: Role, stop: CancellationToken) {
+/// Serves one connection of peer `uid` (`SO_PEERCRED`) until the peer closes it, `stop`
+/// fires, or `role` says the peer is no longer allowed.
+pub async fn serve(stream: UnixStream, ctx: Ctx, role: Role, uid: u32, stop: CancellationToken) {
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::new(rd);
     loop {
@@ -236,7 +236,7 @@ pub async fn serve(stream: UnixStream, ctx: Ctx, role: Role, stop: CancellationT
             continue;
         } else {
             let mut r = tokio::select! {
-                r = answer(&line, &ctx, who) => r,
+                r = answer(&line, &ctx, who, uid) => r,
                 _ = stop.cancelled() => Response::error(ErrorKind::ShuttingDown, "the supervisor is shutting down"),
             };
             if who == Who::Viewer {
@@ -259,10 +259,11 @@ fn is_watch(line: &[u8]) -> bool {
     serde_json::from_slice::<Request>(line).is_ok_and(|r| r.op == Op::Watch && r.v <= VERSION)
 }
 
-/// Answers one request line of a peer who is `who`: a viewer's request is refused unless it
-/// is `status`, decided on the request as this function reads it (one parse, so no line can
-/// read as `status` to the check and as another verb to the answer).
-pub async fn answer(line: &[u8], ctx: &Ctx, who: Who) -> Response {
+/// Answers one request line of a peer who is `who`, uid `uid`: a viewer's request is refused
+/// unless it is `status`, decided on the request as this function reads it (one parse, so no
+/// line can read as `status` to the check and as another verb to the answer). A login belongs
+/// to the uid that asked for it (issue 47 §2).
+pub async fn answer(line: &[u8], ctx: &Ctx, who: Who, uid: u32) -> Response {
     let value: serde_json::Value = match serde_json::from_slice(line) {
         Ok(v) => v,
         Err(e) => return Response::error(ErrorKind::BadRequest, format!("not JSON: {e}")),
@@ -279,7 +280,11 @@ pub async fn answer(line: &[u8], ctx: &Ctx, who: Who) -> Response {
         Ok(r) => r,
         Err(e) => return Response::error(ErrorKind::BadRequest, format!("bad request: {e}")),
     };
-    debug!(request = ?req.op, "control request");
+    match &req.op {
+        // A pasted redirect carries its code and state: never logged.
+        Op::LoginPaste { name, .. } => debug!(verb = "login-paste", name, "control request"),
+        op => debug!(request = ?op, "control request"),
+    }
     if who == Who::Viewer && !matches!(req.op, Op::Status { .. }) {
         return viewers_may_not(&req.op);
     }
@@ -300,19 +305,26 @@ pub async fn answer(line: &[u8], ctx: &Ctx, who: Who) -> Response {
             ..Response::ok()
         },
         Op::Stop { name } => stop(ctx, &name).await,
-        Op::Login { name } => match lookup_server(ctx, &name) {
-            Ok(e) => super::login::begin(&name, &e).await,
+        Op::Login {
+            name,
+            no_browser,
+            sudo_uid,
+        } => match lookup_server(ctx, &name) {
+            Ok(e) => {
+                let owners = super::login::owners(uid, sudo_uid);
+                super::login::begin(&name, &e, &owners, no_browser).await
+            }
             Err(r) => *r,
         },
         Op::LoginWait { name } => match lookup_server(ctx, &name) {
-            Ok(e) => match super::login::wait(&name, &e).await {
+            Ok(e) => match super::login::wait(&name, &e, uid).await {
                 Ok(()) => start(ctx, &name, false).await,
                 Err(r) => *r,
             },
             Err(r) => *r,
         },
         Op::LoginPaste { name, url } => match lookup_server(ctx, &name) {
-            Ok(e) => super::login::paste(&name, &e, &url),
+            Ok(e) => super::login::paste(&name, &e, &url, uid),
             Err(r) => *r,
         },
         Op::Logout { name } => match lookup_server(ctx, &name) {

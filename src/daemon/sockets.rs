@@ -789,7 +789,7 @@ pub(super) async fn control_loop(
             let (uid, gid) = (peer.uid, peer.gid);
             Arc::new(move || shared.role_of(uid, gid))
         };
-        let serve = ctl::serve(stream, ctx.clone(), role, connections.clone());
+        let serve = ctl::serve(stream, ctx.clone(), role, peer.uid, connections.clone());
         tracker.spawn(async move {
             serve.await;
             drop(viewer);
