@@ -116,6 +116,9 @@ pub enum Via {
     Tcp {
         /// The peer's address (for the log).
         addr: std::net::SocketAddr,
+        /// Who the peer is for the share of sessions one holder may keep (issue 47 §4): on
+        /// loopback the uid the kernel gives for its socket, else its address.
+        holder: crate::mux::seats::Holder,
         /// Anonymous until a request of this connection passes the access check.
         admission: Arc<admit::Admission>,
     },
@@ -561,9 +564,11 @@ pub async fn serve_tcp(
             }
         }
         let _ = stream.get_ref().set_nodelay(true);
+        let holder = holder_of(stream.get_ref(), addr);
         let admission = Arc::new(admit::Admission::anonymous(place, seats.clone()));
         let via = Via::Tcp {
             addr,
+            holder,
             admission: admission.clone(),
         };
         let front = front.clone();
@@ -583,6 +588,25 @@ pub async fn serve_tcp(
             serve_connection(stream, front, via, close).await;
         });
     }
+}
+
+/// Who holds a TCP connection from `addr` for the share of sessions (issue 47 §4): a
+/// loopback peer by the uid the kernel gives for its socket ([`crate::loopback`]; many local
+/// users come from 127.0.0.1 with one token), any other by its address (a pod).
+fn holder_of(
+    stream: &tokio::net::TcpStream,
+    addr: std::net::SocketAddr,
+) -> crate::mux::seats::Holder {
+    use crate::mux::seats::Holder;
+    let ip = addr.ip().to_canonical();
+    if !ip.is_loopback() {
+        return Holder::Addr(ip);
+    }
+    stream
+        .local_addr()
+        .ok()
+        .and_then(|local| crate::loopback::tcp_peer_uid(local, addr))
+        .map_or(Holder::Addr(ip), Holder::Uid)
 }
 
 /// One request: access checks, then POST, GET or DELETE of the MCP endpoint.
@@ -657,7 +681,15 @@ async fn handle(front: Arc<Front>, via: Via, req: Request<Body>) -> Response {
     let method = req.method().clone();
     let (parts, body) = req.into_parts();
     let headers = parts.headers;
-    let who = Who { peer, caller };
+    let holder = match &via {
+        Via::Tcp { holder, .. } => *holder,
+        Via::Unix { peer, .. } => crate::mux::seats::Holder::Uid(peer.uid),
+    };
+    let who = Who {
+        peer,
+        caller,
+        holder,
+    };
     match method {
         Method::POST => post(&front, &settings, entry, who, headers, body).await,
         Method::GET => session::get(&front, &server, caller, &headers),
@@ -676,6 +708,8 @@ async fn handle(front: Arc<Front>, via: Via, req: Request<Body>) -> Response {
 struct Who {
     peer: Peer,
     caller: access::Caller,
+    /// The user (or pod) behind it, for the share of sessions (issue 47 §4).
+    holder: crate::mux::seats::Holder,
 }
 
 /// A POST: parsed, then given to its session, a new session (`initialize`), or answered as a
@@ -780,7 +814,14 @@ async fn post(
         .iter()
         .any(|m| m.kind == Kind::Request && m.method() == "initialize");
     if initialize {
-        if !session::make_room(front, &cfg.name, settings.max_sessions, who.caller).await {
+        if !session::make_room(
+            front,
+            &cfg.name,
+            settings.max_sessions,
+            (who.caller, Some(who.holder)),
+        )
+        .await
+        {
             return rpc_error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 None,
@@ -791,7 +832,7 @@ async fn post(
                 ),
             );
         }
-        let s = match session::open(front, &entry, who.peer, who.caller).await {
+        let s = match session::open(front, &entry, who.peer, (who.caller, Some(who.holder))).await {
             Some(s) => s,
             None => return unavailable(&cfg),
         };

@@ -50,6 +50,7 @@ use super::{
 use crate::jsonrpc::message::{self, code, Kind, Message};
 use crate::mux::era;
 use crate::mux::ids::id_key;
+use crate::mux::seats::Holder;
 use crate::mux::session::{ClientId, ClientTx, Outbox, Peer, SessionEvent, Transport};
 use bytes::Bytes;
 use serde_json::value::RawValue;
@@ -59,6 +60,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
+
+/// Who a session belongs to for the share of `http_max_sessions`: the caller it answers and
+/// the user (or pod) behind it, when known ([`HttpSession::holder`]).
+pub(super) type Owner = (Caller, Option<Holder>);
 
 /// How often idle sessions are looked for.
 const REAP_EVERY: Duration = Duration::from_secs(10);
@@ -72,6 +77,11 @@ pub struct HttpSession {
     pub server: String,
     /// Who opened it: the only caller it answers.
     owner: Caller,
+    /// The user (or pod) that opened it, when known (not for a session restored from the
+    /// last run's record): the share of sessions is kept per caller and holder, so users
+    /// sharing one token, or one user with two tokens, are each held to their own (issue 47
+    /// §4).
+    holder: Option<Holder>,
     client: ClientId,
     events: mpsc::Sender<SessionEvent>,
     /// The pump's control inbox: streams opening and leaving. Unbounded, but each message
@@ -195,7 +205,7 @@ pub fn caller_share(max: usize) -> usize {
 /// session idle longest with no stream open, of anyone; when every one has a stream open, the
 /// least active session of a caller holding its share or more (so one token holder that keeps
 /// a stream open on every session never keeps the others out, and cannot end theirs).
-pub(super) async fn make_room(front: &Front, server: &str, max: usize, caller: Caller) -> bool {
+pub(super) async fn make_room(front: &Front, server: &str, max: usize, caller: Owner) -> bool {
     let now = Instant::now();
     let victim = {
         let mut all = front.sessions.lock().unwrap_or_else(|p| p.into_inner());
@@ -207,21 +217,21 @@ pub(super) async fn make_room(front: &Front, server: &str, max: usize, caller: C
             return true;
         }
         let share = caller_share(max);
-        let held_by = |c: Caller| mine.iter().filter(|s| s.owner == c).count();
+        let held_by = |c: Owner| mine.iter().filter(|s| s.key() == c).count();
         let idle_longest = |pool: &mut dyn Iterator<Item = &&Arc<HttpSession>>| {
             pool.filter_map(|s| s.idle_since().map(|t| (s.id.clone(), t)))
                 .min_by_key(|(_, t)| *t)
                 .map(|(sid, _)| sid)
         };
         let chosen = if held_by(caller) >= share {
-            idle_longest(&mut mine.iter().filter(|s| s.owner == caller))
+            idle_longest(&mut mine.iter().filter(|s| s.key() == caller))
                 .map(|sid| (sid, "http_max_sessions are open"))
         } else {
             idle_longest(&mut mine.iter())
                 .map(|sid| (sid, "http_max_sessions are open"))
                 .or_else(|| {
                     mine.iter()
-                        .filter(|s| held_by(s.owner) >= share)
+                        .filter(|s| held_by(s.key()) >= share)
                         .min_by_key(|s| s.eviction_rank())
                         .map(|s| (s.id.clone(), "a caller holds its share of http_max_sessions, each with a stream open"))
                 })
@@ -251,7 +261,7 @@ pub(super) async fn open(
     front: &Arc<Front>,
     entry: &Entry,
     peer: Peer,
-    owner: Caller,
+    owner: Owner,
 ) -> Option<Arc<HttpSession>> {
     open_as(front, entry, peer, owner, random_hex(16)).await
 }
@@ -267,7 +277,7 @@ pub(super) async fn restore(front: &Arc<Front>, entry: &Entry, peer: Peer, saved
         initialized,
         ..
     } = saved;
-    let Some(s) = open_as(front, entry, peer, owner, id).await else {
+    let Some(s) = open_as(front, entry, peer, (owner, None), id).await else {
         return false;
     };
     let line = format!(
@@ -300,7 +310,7 @@ async fn open_as(
     front: &Arc<Front>,
     entry: &Entry,
     peer: Peer,
-    owner: Caller,
+    (owner, holder): Owner,
     id: String,
 ) -> Option<Arc<HttpSession>> {
     let client = ClientId::next();
@@ -319,6 +329,7 @@ async fn open_as(
         id: id.clone(),
         server: entry.cfg.name.clone(),
         owner,
+        holder,
         client,
         events,
         ctl,
@@ -420,6 +431,11 @@ fn method_not_allowed(text: &'static str) -> Response {
 }
 
 impl HttpSession {
+    /// Its owner for the share of sessions: caller and holder.
+    fn key(&self) -> Owner {
+        (self.owner, self.holder)
+    }
+
     /// A POST in this session: notifications and responses are passed on (202); requests get
     /// their answers on this POST's response, as SSE when `sse` (with their progress), else
     /// as one JSON body (an array for a batch). The body's `Charge` on `client_memory` ends

@@ -1585,3 +1585,102 @@ fn http_a_reload_that_revokes_a_uid_closes_its_http_connections_and_sessions() {
         s.sup.log()
     );
 }
+
+/// The attacker's side of [`http_users_sharing_one_token_are_each_held_to_their_own_share`]:
+/// opens `N` sessions on `HOST:PORT` with `TOKEN`, keeps a GET stream open on each, says
+/// `ready`, and holds them until its stdin closes.
+const HOLD_SESSIONS: &str = r#"
+import http.client, json, sys
+host, port, token, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+init = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "hold", "version": "1"}}})
+auth = {"Authorization": "Bearer " + token}
+streams = []
+for _ in range(n):
+    c = http.client.HTTPConnection(host, port, timeout=30)
+    c.request("POST", "/mcp/f", init, {**auth, "Content-Type": "application/json",
+              "Accept": "application/json, text/event-stream"})
+    r = c.getresponse()
+    sid = r.getheader("mcp-session-id")
+    r.read()
+    c.request("POST", "/mcp/f", json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+              {**auth, "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+               "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-06-18"})
+    c.getresponse().read()
+    g = http.client.HTTPConnection(host, port, timeout=30)
+    g.request("GET", "/mcp/f", headers={**auth, "Accept": "text/event-stream", "Mcp-Session-Id": sid,
+              "MCP-Protocol-Version": "2025-06-18"})
+    gr = g.getresponse()
+    assert gr.status == 200, gr.status
+    streams.append((c, g, gr))
+print("ready", flush=True)
+sys.stdin.read()
+"#;
+
+/// Issue 47 §4: on loopback TCP, users who share one bearer token are each held to their own
+/// share of `http_max_sessions`: the kernel's uid for the connection tells them apart. Uid
+/// 65534, with the server's token, keeps a GET stream open on every one of the 4 sessions;
+/// root, with the same token, still opens one (ending 65534's least active), and 65534 cannot
+/// take it back.
+#[test]
+fn http_users_sharing_one_token_are_each_held_to_their_own_share() {
+    use std::process::{Command, Stdio};
+    if !needs_root(
+        "http_users_sharing_one_token_are_each_held_to_their_own_share",
+        &["setpriv"],
+    ) {
+        return;
+    }
+    let s = HttpSup::start(&format!(
+        "http_max_sessions = 4\n\n{}",
+        fake_server("f", &[], "http = true")
+    ));
+    let (host, port) = s.addr.rsplit_once(':').unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("hold.py");
+    std::fs::write(&script, HOLD_SESSIONS).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let python = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("a system python3");
+    let mut holder = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", python])
+        .arg(&script)
+        .args([host, port, &s.token("f"), "4"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "the holder failed\n{}", s.sup.log());
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"it","version":"1"}}});
+    let r = s.post("f", &[], &init);
+    assert_eq!(
+        r.status,
+        200,
+        "root was kept out by uid 65534 holding the same token's sessions\n{}",
+        s.sup.log()
+    );
+    let sid = r.header("mcp-session-id").unwrap().to_string();
+    let v = s
+        .post(
+            "f",
+            &in_session(&sid),
+            &call(1, "echo", json!({"text": "mine"})),
+        )
+        .json();
+    assert_eq!(text(&v), "mine");
+    let _ = holder.stdin.take().unwrap().write_all(b"");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
