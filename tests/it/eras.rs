@@ -510,3 +510,106 @@ fn eras_the_request_log_names_2026_clients() {
     });
     assert!(named, "{}", sup.log());
 }
+
+/// What a client with the roots `file:///home/alice` gets from calling `tool`: a 2026 client
+/// (`modern`) answers each `roots/list` input request of an `input_required` result with
+/// them and retries; a handshake client (its `initialize` declared roots) answers each
+/// `roots/list` request the supervisor sends it. Returns the final tool text.
+fn confirm_with_alices_roots(c: &mut Client, modern_client: bool, tool: &str) -> String {
+    let alice = json!({"roots": [{"uri": "file:///home/alice", "name": "alice"}]});
+    if modern_client {
+        let mut params = json!({"name": tool, "arguments": {}});
+        for n in 1..=3 {
+            let r = modern(c, json!(n), "tools/call", params.clone(), "m");
+            if r["result"]["resultType"] != "input_required" {
+                let text = Client::text(&r);
+                return if text.is_empty() { r.to_string() } else { text };
+            }
+            let mut answers = serde_json::Map::new();
+            for (k, q) in r["result"]["inputRequests"].as_object().unwrap() {
+                assert_eq!(q["method"], "roots/list", "{r}");
+                answers.insert(k.clone(), alice.clone());
+            }
+            params["inputResponses"] = Value::Object(answers);
+            params["requestState"] = r["result"]["requestState"].clone();
+        }
+        panic!("three rounds and no answer");
+    }
+    c.send(&json!({"jsonrpc": "2.0", "id": 50, "method": "tools/call",
+        "params": {"name": tool, "arguments": {}}}));
+    loop {
+        let m = c.recv();
+        if m["id"] == 50 && m.get("method").is_none() {
+            let text = Client::text(&m);
+            return if text.is_empty() { m.to_string() } else { text };
+        }
+        if m["method"] == "roots/list" {
+            c.send(&json!({"jsonrpc": "2.0", "id": m["id"], "result": alice}));
+        }
+    }
+}
+
+/// Issue 47 §6 (row R1): `client_roots = "none"` holds for every era pair and every path a
+/// roots request takes. Two children ask for roots when `confirm` is called
+/// (`--confirm-roots`): a handshake-era one with a `roots/list` request, a 2026-07-28 one
+/// with an `input_required` round. Clients of both eras call them directly and through an
+/// endpoint, each answering with its own roots (`file:///home/alice`) whenever it is asked:
+/// the children only ever see the operator's (`file:///srv/shared`). Before, a 2026 client on
+/// the 2026 child answered the round itself and its paths reached the child.
+#[test]
+fn client_roots_none_keeps_every_clients_roots_home_in_every_era_pair() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = "client_roots = \"none\"\nroots = [\"file:///srv/shared\"]";
+    let servers = fake_server(
+        "hc",
+        &[
+            "--confirm-roots",
+            "--tools",
+            "echo,confirm",
+            "--log",
+            dir.path().join("hc.log").to_str().unwrap(),
+        ],
+        policy,
+    ) + &fake_server(
+        "mc",
+        &[
+            "--era",
+            "modern",
+            "--confirm-roots",
+            "--log",
+            dir.path().join("mc.log").to_str().unwrap(),
+        ],
+        &format!("{policy}\nprotocol = \"2026-07-28\""),
+    ) + "[endpoints.desk]\nservers = [\"hc\", \"mc\"]\n";
+    let sup = Supervisor::start(&servers);
+    for child in ["hc", "mc"] {
+        assert!(wait_until(Duration::from_secs(10), || sup
+            .server_status(child)["state"]
+            == "ready"));
+    }
+    for modern_client in [false, true] {
+        for (socket, tool) in [
+            ("hc", "confirm".to_string()),
+            ("mc", "confirm".to_string()),
+            ("desk", "hc__confirm".to_string()),
+            ("desk", "mc__confirm".to_string()),
+        ] {
+            let mut c = sup.connect(socket);
+            if !modern_client {
+                c.initialize("ide", json!({"roots": {"listChanged": true}}));
+            }
+            let text = confirm_with_alices_roots(&mut c, modern_client, &tool);
+            let case = format!("{socket} {tool}, 2026 client: {modern_client}");
+            assert!(text.starts_with("confirmed:"), "{case}: {text}");
+            assert!(text.contains("file:///srv/shared"), "{case}: {text}");
+            assert!(
+                !text.contains("alice"),
+                "{case}: the client's roots reached the child: {text}"
+            );
+        }
+    }
+    for log in ["hc.log", "mc.log"] {
+        let seen = std::fs::read_to_string(dir.path().join(log)).unwrap_or_default();
+        assert!(!seen.contains("alice"), "{log}: {seen}");
+    }
+}

@@ -36,6 +36,7 @@ use super::util::missing_capability;
 use super::util::request_state;
 use super::util::shareable;
 use super::util::subscribe_uri;
+use super::util::with_roots_kept_home;
 use super::util::tracked;
 use super::util::{list_to_cache, ListPage};
 use super::Server;
@@ -2306,7 +2307,14 @@ impl Server {
             }
             (Era::Modern, Era::Modern) => {
                 let log_level = envelope_level(params.as_deref());
-                (params, log_level)
+                // A 2026 client answers a 2026 server's roots round itself: under
+                // `client_roots = "none"` its roots are replaced by the operator's before the
+                // retry reaches the server (issue 47 §6, R1).
+                let kept_home = (self.cfg.client_roots == ClientRoots::None)
+                    .then(|| params.as_deref())
+                    .flatten()
+                    .and_then(|p| with_roots_kept_home(p, &self.roots_result()));
+                (kept_home.or(params), log_level)
             }
             (Era::Handshake, Era::Handshake) => (params, None),
         }

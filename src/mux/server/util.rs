@@ -230,6 +230,29 @@ pub(super) fn input_requests(result: &[u8]) -> Option<Map<String, Value>> {
     )
 }
 
+/// A 2026-07-28 retry's params with every answer to a `roots/list` input request (an
+/// `inputResponses` value that is an object with a `roots` member: a `ListRootsResult`)
+/// replaced by `roots` (the server's configured roots), or `None` when it holds none
+/// (issue 47 §6: `client_roots = "none"` holds when a 2026 client answers a 2026 server's
+/// round itself). Stateless, so it holds whichever request (a new HTTP POST, another
+/// connection) carries the retry. Parses only params that mention `inputResponses`.
+pub(super) fn with_roots_kept_home(params: &RawValue, roots: &Value) -> Option<Box<RawValue>> {
+    memchr::memmem::find(params.get().as_bytes(), b"inputResponses")?;
+    let mut p = serde_json::from_str::<Value>(params.get()).ok()?;
+    let answers = p.get_mut("inputResponses")?.as_object_mut()?;
+    let mut replaced = false;
+    for v in answers.values_mut() {
+        if v.as_object().is_some_and(|o| o.contains_key("roots")) {
+            *v = roots.clone();
+            replaced = true;
+        }
+    }
+    if !replaced {
+        return None;
+    }
+    serde_json::value::to_raw_value(&p).ok()
+}
+
 /// The method of the first input request that needs a capability the client (`caps`) did not
 /// declare.
 pub(super) fn missing_capability(requests: &Map<String, Value>, caps: &Value) -> Option<String> {
@@ -248,6 +271,26 @@ mod tests {
         let raw = RawValue::from_string(params.to_string()).unwrap();
         let (name, keys) = tool_shape(Some(&raw));
         (name.map(String::from), keys.into())
+    }
+
+    #[test]
+    fn a_retrys_roots_answers_are_replaced_and_nothing_else() {
+        let roots = json!({"roots": [{"uri": "file:///srv"}]});
+        let p = RawValue::from_string(
+            r#"{"name":"t","requestState":"s","inputResponses":{"a":{"roots":[{"uri":"file:///home/alice"}]},"b":{"action":"accept","content":{}}}}"#.into(),
+        )
+        .unwrap();
+        let out: Value =
+            serde_json::from_str(with_roots_kept_home(&p, &roots).unwrap().get()).unwrap();
+        assert_eq!(out["inputResponses"]["a"], roots);
+        assert_eq!(out["inputResponses"]["b"]["action"], "accept");
+        assert_eq!(out["requestState"], "s");
+        assert!(!out.to_string().contains("alice"));
+        let none =
+            RawValue::from_string(r#"{"name":"t","inputResponses":{"b":{}}}"#.into()).unwrap();
+        assert!(with_roots_kept_home(&none, &roots).is_none());
+        let plain = RawValue::from_string(r#"{"name":"t"}"#.into()).unwrap();
+        assert!(with_roots_kept_home(&plain, &roots).is_none());
     }
 
     #[test]

@@ -109,3 +109,95 @@ fn a_listen_stream_cancelled_while_held_is_never_opened() {
         assert_eq!(got, Some(vec![]), "nothing for the cancelled stream");
     }
 }
+
+/// Issue 47 §6 (row R1): `client_roots = "none"` holds for every era pair and every path a
+/// roots request takes. The operator's roots (`file:///srv/shared`) are what the child sees;
+/// a client's own (`file:///home/alice`) never reach it, whether the child asks with a
+/// handshake-era `roots/list` request (a handshake or a 2026 client in flight) or inside a
+/// 2026-07-28 `input_required` round (a handshake client, whose round the supervisor runs,
+/// or a 2026 client, which answers the round itself: the hole).
+#[test]
+fn client_roots_none_holds_for_every_era_pair() {
+    let none = "client_roots = \"none\"\nroots = [\"file:///srv/shared\"]\n";
+    let configured = json!({"roots": [{"uri": "file:///srv/shared"}]});
+    let alice = json!({"roots": [{"uri": "file:///home/alice", "name": "alice"}]});
+    let leaked = |sim: &Sim| {
+        written_to_child(sim)
+            .iter()
+            .any(|v| v.to_string().contains("file:///home/alice"))
+    };
+    for (child_modern, client_modern, seed) in [
+        (false, false, 41),
+        (false, true, 42),
+        (true, false, 43),
+        (true, true, 44),
+    ] {
+        let base = if child_modern {
+            modern()
+        } else {
+            BASE.to_string()
+        };
+        let mut sim = ready(&format!("{base}{none}"), seed);
+        let generation = sim.current_generation().unwrap_or(0);
+        let pair = format!("child modern {child_modern}, client modern {client_modern}");
+        let c = if client_modern {
+            let c = sim.connect();
+            sim.send(c, &modern_call(c, "c1", json!({})));
+            c
+        } else {
+            let c = roots_client(&mut sim);
+            sim.send(c, &call(c, 1));
+            c
+        };
+        let asked = sim.asked.pop().expect("the call reached the child");
+        if !child_modern {
+            // The child asks with a request while the call is in flight.
+            let r = child_asks_roots(&mut sim, "r").expect("answered");
+            assert_eq!(r["result"], configured, "{pair}: {r}");
+            assert!(
+                requests_to(&sim, c).is_empty(),
+                "{pair}: the client was asked"
+            );
+            continue;
+        }
+        // A 2026 child answers the call with a round asking for roots.
+        let round = json!({"jsonrpc": "2.0", "id": asked.id, "result": {
+            "resultType": "input_required", "requestState": "st",
+            "inputRequests": {"r": {"method": "roots/list"}}}});
+        sim.child_writes(generation, round.to_string());
+        if client_modern {
+            // The client gets the round and answers it with its own roots.
+            let got = responses(&sim, c).pop().unwrap_or(Value::Null);
+            assert_eq!(
+                got["result"]["resultType"], "input_required",
+                "{pair}: {got}"
+            );
+            sim.send(
+                c,
+                &modern_call(
+                    c,
+                    "c2",
+                    json!({"requestState": "st", "inputResponses": {"r": alice}}),
+                ),
+            );
+        } else {
+            assert!(
+                requests_to(&sim, c).is_empty(),
+                "{pair}: the client was asked"
+            );
+        }
+        let retry = written_to_child(&sim)
+            .into_iter()
+            .rev()
+            .find(|v| v["method"] == "tools/call")
+            .unwrap_or(Value::Null);
+        assert_eq!(
+            retry["params"]["inputResponses"]["r"], configured,
+            "{pair}: {retry}"
+        );
+        assert!(
+            !leaked(&sim),
+            "{pair}: the client's roots reached the child"
+        );
+    }
+}
