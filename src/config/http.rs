@@ -141,6 +141,8 @@ impl Validator<'_> {
             }
             Ok(_) => {}
         }
+        // Whoever may write it chooses the token (issue 47 §5, N14).
+        self.secret_file(&p, v.span(), key)?;
         // Unreadable here (another user's file, checked by an operator) is not an error: the
         // supervisor may run as that user.
         if let Ok(text) = std::fs::read_to_string(&p) {

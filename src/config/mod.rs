@@ -27,6 +27,7 @@ mod oauth;
 mod otel;
 mod raw;
 mod remote;
+mod secrets;
 mod values;
 
 pub use demand::StartMode;
@@ -418,6 +419,7 @@ pub fn parse_with(path: &Path, text: &str, checks: Checks) -> Result<Config, Con
         path,
         text,
         host: checks == Checks::Host,
+        warnings: Default::default(),
     };
     let raw: RawFile = toml::from_str(text).map_err(|e| v.toml_error(&e))?;
     let supervisor = v.supervisor(&raw.supervisor)?;
@@ -512,7 +514,8 @@ pub fn parse_with(path: &Path, text: &str, checks: Checks) -> Result<Config, Con
             endpoints.insert(name.get_ref().clone(), cfg);
         }
     }
-    let warnings = separator_in_names(&v, &raw, &endpoints)?;
+    let mut warnings = separator_in_names(&v, &raw, &endpoints)?;
+    warnings.extend(v.warnings.take());
     let mut secrets = Vec::new();
     if raw
         .supervisor
@@ -629,6 +632,9 @@ struct Validator<'a> {
     text: &'a str,
     /// Whether to check what exists on this host (files named by the configuration).
     host: bool,
+    /// Warnings found while validating (a secret file others may read), for
+    /// [`Config::warnings`].
+    warnings: std::cell::RefCell<Vec<ConfigError>>,
 }
 
 /// Whose values `Validator::server` reads, and so whose keys its errors name: server NAME's own
@@ -658,6 +664,11 @@ impl Validator<'_> {
             .filter(|b| *b == b'\n')
             .count()
             + 1
+    }
+
+    /// Records a warning (see [`Config::warnings`]).
+    fn warn(&self, w: ConfigError) {
+        self.warnings.borrow_mut().push(w);
     }
 
     fn err(&self, span: std::ops::Range<usize>, key: &str, message: &str) -> ConfigError {

@@ -123,6 +123,7 @@ impl Validator<'_> {
                     &format!("{} is not a readable file", path.display()),
                 ));
             }
+            self.secret_file(&path, p.span(), &k(key))?;
             Ok(Some(path))
         };
         let client_secret_file = file(&o.client_secret_file, "client_secret_file")?;

@@ -263,10 +263,14 @@ impl Validator<'_> {
                         var: var.clone(),
                         prefix: f.prefix.clone().unwrap_or_default(),
                     },
-                    (None, Some(p)) => HeaderSource::File {
-                        path: self.relative_to_file(p),
-                        prefix: f.prefix.clone().unwrap_or_default(),
-                    },
+                    (None, Some(p)) => {
+                        let path = self.relative_to_file(p);
+                        self.secret_file(&path, at.clone(), &hk)?;
+                        HeaderSource::File {
+                            path,
+                            prefix: f.prefix.clone().unwrap_or_default(),
+                        }
+                    }
                     _ => {
                         return Err(self.err(
                             at,

@@ -360,3 +360,104 @@ fn a_config_with_secrets_that_others_can_read_is_warned_about_by_check_config_an
         again.log()
     );
 }
+
+/// Issue 47 §5 (row N14): a secret file another user owns or may write is refused, exit 2
+/// naming the key, by `check-config` and `run`: an `http_token_file` of uid 65534 (who would
+/// choose the server's TCP token), a header read from a file others may write, and a
+/// sign-in's `client_secret_file` of uid 65534. One of ours that others may read is a warning
+/// naming its key. An upgrade's preflight names a token file that became another user's
+/// since the daemon started, and the daemon serves on.
+#[test]
+fn secret_files_another_user_owns_or_may_write_are_refused_naming_the_key() {
+    use std::os::unix::fs::PermissionsExt;
+    if !needs_root(
+        "secret_files_another_user_owns_or_may_write_are_refused_naming_the_key",
+        &[],
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let secret = |name: &str, mode: u32, owner: Option<u32>| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, "0123456789abcdef0123456789abcdef\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        if let Some(uid) = owner {
+            std::os::unix::fs::chown(&p, Some(uid), Some(uid)).unwrap();
+        }
+        p
+    };
+    let theirs = secret("theirs.token", 0o644, Some(65534));
+    let writable = secret("writable.header", 0o666, None);
+    let their_secret = secret("client.secret", 0o600, Some(65534));
+    let readable = secret("readable.token", 0o640, None);
+    let run = dir.path().join("run");
+    let cases = [
+        (
+            format!("[servers.a]\ncommand = {FAKE:?}\nhttp = true\nhttp_token_file = {theirs:?}\n"),
+            "servers.a.http_token_file",
+            "owned by uid 65534",
+        ),
+        (
+            format!("[servers.r]\nurl = \"http://127.0.0.1:9/mcp\"\nheaders = {{ Authorization = {{ file = {writable:?}, prefix = \"Bearer \" }} }}\n"),
+            "servers.r.headers.Authorization",
+            "may be written by its group or others",
+        ),
+        (
+            format!("[servers.o]\nurl = \"http://127.0.0.1:9/mcp\"\n[servers.o.oauth]\nclient_id = \"x\"\nclient_secret_file = {their_secret:?}\n"),
+            "servers.o.oauth.client_secret_file",
+            "owned by uid 65534",
+        ),
+    ];
+    for (n, (table, key, why)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("s{n}.toml"));
+        std::fs::write(
+            &path,
+            format!("[supervisor]\nsocket_dir = {run:?}\n\n{table}"),
+        )
+        .unwrap();
+        let p = path.to_str().unwrap();
+        for args in [vec!["check-config", p], vec!["run", "-c", p]] {
+            let (code, out) = cli(&args);
+            assert_eq!(code, Some(2), "{args:?}: {out}");
+            assert!(out.contains(&format!("key `{key}`")), "{args:?}: {out}");
+            assert!(out.contains(why), "{args:?}: {out}");
+        }
+    }
+    // Ours, but others may read it: accepted with a warning naming the key.
+    let path = dir.path().join("ok.toml");
+    std::fs::write(
+        &path,
+        format!("[supervisor]\nsocket_dir = {run:?}\n\n[servers.a]\ncommand = {FAKE:?}\nhttp = true\nhttp_token_file = {readable:?}\n"),
+    )
+    .unwrap();
+    let (code, out) = cli(&["check-config", path.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("servers.a.http_token_file") && out.contains("may be read"),
+        "{out}"
+    );
+
+    // An upgrade's preflight refuses a token file that became another user's.
+    std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut sup = Supervisor::spawn_config(
+        "",
+        &format!("[servers.a]\ncommand = {FAKE:?}\nhttp = true\nhttp_token_file = {readable:?}\n"),
+        &[],
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || sup.socket("a").exists()),
+        "{}",
+        sup.log()
+    );
+    std::os::unix::fs::chown(&readable, Some(65534), Some(65534)).unwrap();
+    let (code, said) = crate::upgrade::upgrade(&sup);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("servers.a.http_token_file") && said.contains("owned by uid 65534"),
+        "{said}"
+    );
+    let mut c = sup.client("a");
+    let r = c.call(json!(1), "echo", json!({"text": "served on"}));
+    assert_eq!(Client::text(&r), "served on");
+    sup.stop();
+}
