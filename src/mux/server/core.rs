@@ -2311,7 +2311,7 @@ impl Server {
                 // `client_roots = "none"` its roots are replaced by the operator's before the
                 // retry reaches the server (issue 47 §6, R1).
                 let kept_home = (self.cfg.client_roots == ClientRoots::None)
-                    .then(|| params.as_deref())
+                    .then_some(params.as_deref())
                     .flatten()
                     .and_then(|p| with_roots_kept_home(p, &self.roots_result()));
                 (kept_home.or(params), log_level)
