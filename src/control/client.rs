@@ -165,6 +165,11 @@ pub fn upgrade(socket: &Path, wait: Duration) -> i32 {
         r.upgraded
             .ok_or_else(|| ClientError::Broken("the supervisor does not know `upgrade`".into()))
     };
+    // A refusal (a viewer asking, issue 47 §8) is said as the daemon says it, like any verb's.
+    match request_within(socket, &Request::new(Op::Upgraded), TIMEOUT) {
+        Ok(r) if !r.ok => return refused(&r),
+        _ => {}
+    }
     let before = match upgraded(TIMEOUT) {
         Ok(u) => u,
         Err(e @ ClientError::NotRunning { .. }) => {

@@ -83,18 +83,29 @@ fn take_one(n: &AtomicUsize, cap: usize) -> bool {
 }
 
 impl Seat {
+    #[cfg(test)]
     fn take(who: Who) -> Option<Seat> {
+        Seat::take_or_why(who).ok()
+    }
+
+    /// A seat, or why there is none, as the refused watcher is told (issue 47 §8: the count
+    /// named is the one that is full).
+    fn take_or_why(who: Who) -> Result<Seat, String> {
         let viewer = who == Who::Viewer;
         if viewer && !take_one(&VIEWING, MAX_VIEWER_WATCHERS) {
-            return None;
+            return Err(format!(
+                "{MAX_VIEWER_WATCHERS} viewers are watching already (viewers hold at most {MAX_VIEWER_WATCHERS} of the {MAX_WATCHERS} watchers); try again when one has left"
+            ));
         }
         if !take_one(&WATCHING, MAX_WATCHERS) {
             if viewer {
                 VIEWING.fetch_sub(1, Ordering::AcqRel);
             }
-            return None;
+            return Err(format!(
+                "{MAX_WATCHERS} watchers already; try again when one has left"
+            ));
         }
-        Some(Seat { viewer })
+        Ok(Seat { viewer })
     }
 }
 
@@ -206,13 +217,12 @@ pub async fn serve<W: AsyncWriteExt + Unpin>(
     stop: &CancellationToken,
 ) {
     let Some(first) = role() else { return };
-    let Some(_seat) = Seat::take(first) else {
-        let busy = Response::error(
-            ErrorKind::Busy,
-            format!("{MAX_WATCHERS} watchers already ({MAX_VIEWER_WATCHERS} at most viewers); try again when one has left"),
-        );
-        send(wr, &busy, stop).await;
-        return;
+    let _seat = match Seat::take_or_why(first) {
+        Ok(seat) => seat,
+        Err(why) => {
+            send(wr, &Response::error(ErrorKind::Busy, why), stop).await;
+            return;
+        }
     };
     let mut rx = changes().subscribe();
     let mut before: Option<Shown> = None;
@@ -309,11 +319,24 @@ mod tests {
             .map_while(|_| Seat::take(Who::Viewer))
             .collect();
         assert_eq!(viewers.len(), MAX_VIEWER_WATCHERS);
+        // Issue 47 §8: the refusal names the count that is full.
+        let why = Seat::take_or_why(Who::Viewer).err().unwrap_or_default();
+        assert!(
+            why.starts_with(&format!(
+                "{MAX_VIEWER_WATCHERS} viewers are watching already"
+            )),
+            "{why}"
+        );
         let operators: Vec<Seat> = (0..MAX_WATCHERS)
             .map_while(|_| Seat::take(Who::Operator))
             .collect();
         assert_eq!(operators.len(), MAX_WATCHERS - MAX_VIEWER_WATCHERS);
         assert!(Seat::take(Who::Operator).is_none());
+        let why = Seat::take_or_why(Who::Operator).err().unwrap_or_default();
+        assert!(
+            why.starts_with(&format!("{MAX_WATCHERS} watchers already")),
+            "{why}"
+        );
         drop(viewers);
         drop(operators);
         assert!(Seat::take(Who::Viewer).is_some());

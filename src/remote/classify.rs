@@ -47,7 +47,31 @@ pub fn unreachable(e: &reqwest::Error) -> (Unreachable, String) {
     if detail.is_empty() {
         detail = e.to_string();
     }
+    if let Some(clear) = tls_words(&detail) {
+        detail = clear;
+    }
     (kind, detail)
+}
+
+/// Plain words for a TLS refusal whose library text names no fix (issue 47 §8, N23): the
+/// server's certificate is a CA certificate (`CaUsedAsEndEntity`), which is what a
+/// self-signed certificate made with `openssl req -x509` is, and which happens when
+/// `tls_ca_file` names the server's own certificate.
+fn tls_words(detail: &str) -> Option<String> {
+    detail.contains("CaUsedAsEndEntity").then(|| {
+        "the server's own certificate is a CA certificate (CaUsedAsEndEntity), as a self-signed one made with `openssl req -x509` is: tls_ca_file must name the CA that signed the server's certificate, not the server's certificate itself; make a small CA and sign a server certificate with it (see Remote servers, TLS), or for a test bench only set tls_skip_verify = true".to_string()
+    })
+}
+
+#[cfg(test)]
+mod words {
+    #[test]
+    fn a_ca_used_as_the_servers_own_certificate_is_said_plainly() {
+        let s = super::tls_words("invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))")
+            .unwrap_or_default();
+        assert!(s.contains("tls_ca_file must name the CA"), "{s}");
+        assert!(super::tls_words("invalid peer certificate: UnknownIssuer").is_none());
+    }
 }
 
 /// `Retry-After` as a delay: seconds, or an HTTP date (RFC 9110 §10.2.3); `None` when absent

@@ -567,6 +567,60 @@ fn remote_tls_with_a_private_ca() {
     assert_ne!(sup.server_status("untrusted")["state"], "ready");
 }
 
+/// Issue 47 §8 (N23): `tls_ca_file` naming the server's own self-signed certificate (a CA
+/// certificate, as `openssl req -x509` makes) is refused by rustls as `CaUsedAsEndEntity`;
+/// status and the log say what is wrong and what to do instead.
+#[test]
+fn remote_tls_ca_file_naming_the_servers_own_certificate_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "self.key",
+            "-out",
+            "self.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (cert, key) = (dir.path().join("self.pem"), dir.path().join("self.key"));
+    let remote = incidents(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    let url = format!("https://localhost:{}/mcp", remote.port);
+    let sup = Supervisor::start(&format!(
+        "[servers.self]\nurl = {url:?}\ntls_ca_file = {cert:?}\nbackoff_initial = \"100ms\"\nbackoff_max = \"200ms\"\n"
+    ));
+    assert!(
+        wait_until(Duration::from_secs(30), || sup.log().contains(
+            "tls_ca_file must name the CA that signed the server's certificate"
+        )),
+        "{}",
+        sup.log()
+    );
+    let status = sup.server_status("self").to_string();
+    assert!(status.contains("tls_ca_file must name the CA"), "{status}");
+}
+
 /// A CA and a certificate for `localhost` signed by it, made with the `openssl` command.
 fn make_certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let run = |args: &[&str]| {

@@ -234,6 +234,11 @@ fn top_in_tmux_shows_the_crash_restarts_for_an_operator_is_read_only_for_a_viewe
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.contains("for operators"), "{err}");
         assert_eq!(sup.server_status("steady")["restarts"], 1);
+        // `upgrade` too, said as plainly (issue 47 §8: it read "does not know `upgrade`").
+        let out = as_nobody(SUPERVISOR, &["upgrade", "-c", &config], "");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("for operators"), "{err}");
         // ...even a line a lenient reader takes for another verb than a strict one does
         // (duplicate keys: the last wins in one, the other refuses the line).
         let control = sup.socket("control");
