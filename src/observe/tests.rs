@@ -293,6 +293,7 @@ fn with_every_family(m: &Metrics) {
         state,
         bytes,
         refusals,
+        discarded,
     } = families;
     let server = || "a".to_string();
     let reason = || ReasonLabels {
@@ -337,6 +338,13 @@ fn with_every_family(m: &Metrics) {
         .get_or_create(&ClassLabels {
             server: server(),
             class: "rate_limited".into(),
+        })
+        .inc();
+    discarded
+        .get_or_create(&DiscardLabels {
+            server: server(),
+            reason: "too_deep".into(),
+            kind: "response".into(),
         })
         .inc();
     limit_kills.get_or_create(&reason()).inc();

@@ -27,7 +27,8 @@
 //!   session (no `initialize`) and opens the GET stream again with `Last-Event-ID`.
 //!
 //! Bounds: `max_connections` POSTs at once (a semaphore; more wait in order), bodies and SSE
-//! events over `max_message_size` are discarded ([`Event::Oversized`]), redirects are never
+//! events over `max_message_size` or nested past `max_message_depth` are never relayed
+//! ([`Event::Discarded`], issue 47 §7), redirects are never
 //! followed to another origin (credentials stay with the server they are for), and the queue
 //! from the core is bounded like a child's stdin queue.
 //!
@@ -42,7 +43,9 @@ use crate::auth::Verdict;
 use crate::child::process::StderrTail;
 use crate::config::{RemoteConfig, ServerConfig};
 use crate::jsonrpc::message;
-use crate::upstream::{Event, Lost, Queued, Refusal, StartError, StartFailure, Upstream};
+use crate::upstream::{
+    Event, Limit, Lost, Queued, Refusal, StartError, StartFailure, Upstream, Was,
+};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use reqwest::header::{
@@ -92,6 +95,8 @@ pub struct RemoteSpec {
     pub config: RemoteConfig,
     /// The largest message accepted (a JSON body or one SSE event), in bytes.
     pub max_message_size: usize,
+    /// The deepest nesting of a message relayed (issue 47 §7).
+    pub max_message_depth: usize,
     /// The deadline of a request with each method, as the core sets it (`request_timeout`,
     /// `method_timeouts`): a 429 is waited out only within it.
     pub request_timeout: Duration,
@@ -105,6 +110,7 @@ impl RemoteSpec {
             name: cfg.name.clone(),
             config: cfg.remote.clone()?,
             max_message_size: cfg.max_message_size,
+            max_message_depth: cfg.max_message_depth,
             request_timeout: cfg.request_timeout,
             method_timeouts: cfg.method_timeouts.clone(),
         })
@@ -251,6 +257,7 @@ struct Session {
     client: reqwest::Client,
     headers: HeaderMap,
     max_message_size: usize,
+    max_message_depth: usize,
     connect_timeout: Duration,
     events: mpsc::Sender<Event>,
     facts: Mutex<Facts>,
@@ -347,6 +354,7 @@ pub fn start(
         client,
         headers,
         max_message_size: spec.max_message_size,
+        max_message_depth: spec.max_message_depth,
         connect_timeout: cfg.connect_timeout,
         events,
         facts: Mutex::new(resumed.clone().map(Facts::resumed).unwrap_or_default()),
@@ -804,7 +812,7 @@ impl Session {
             return Sent::Done;
         }
         let answered = match self.read_body(resp, out).await {
-            Some(body) => self.deliver_json(&body, out).await,
+            Some((body, deep)) => self.deliver_json(&body, out, deep).await,
             None => true,
         };
         if !answered {
@@ -919,27 +927,30 @@ impl Session {
         true
     }
 
-    /// Reads a JSON body up to `max_message_size`; over it, the request fails as oversized.
-    async fn read_body(&self, resp: reqwest::Response, out: &Outgoing) -> Option<Bytes> {
+    /// Reads a JSON body up to `max_message_size`, measuring its nesting as it arrives (issue
+    /// 47 §7): the body and whether it nests past `max_message_depth`. Over the size, the
+    /// request fails as too large (the actor counts and logs it).
+    async fn read_body(&self, resp: reqwest::Response, out: &Outgoing) -> Option<(Bytes, bool)> {
         let mut body = Vec::new();
+        let mut depth = crate::jsonrpc::depth::Depth::new(self.max_message_depth);
         let mut stream = resp.bytes_stream();
         while let Some(chunk) = stream.next().await {
             match chunk {
                 Ok(c) => {
                     if body.len().saturating_add(c.len()) > self.max_message_size {
-                        warn!(server = %self.name, limit = self.max_message_size, "discarded a response body over max_message_size");
                         if let Some(id) = out.id.clone() {
                             let _ = self
                                 .events
-                                .send(Event::Oversized(
+                                .send(Event::Discarded(
                                     self.generation,
-                                    body.len() + c.len(),
-                                    Some(id),
+                                    Limit::Size(body.len() + c.len()),
+                                    Was::Response(Some(id)),
                                 ))
                                 .await;
                         }
                         return None;
                     }
+                    depth.feed(&c);
                     body.extend_from_slice(&c);
                 }
                 Err(e) => {
@@ -948,13 +959,15 @@ impl Session {
                 }
             }
         }
-        Some(Bytes::from(body))
+        Some((Bytes::from(body), depth.finish()))
     }
 
     /// Delivers a JSON body's messages; returns whether the answer to `out` was among them
     /// (an error status with a JSON-RPC error body for its id is an answer like any other). A
-    /// response with a null id answers nothing the core sent: it is logged and dropped.
-    async fn deliver_json(&self, body: &Bytes, out: &Outgoing) -> bool {
+    /// response with a null id answers nothing the core sent: it is logged and dropped. A
+    /// body nested past `max_message_depth` (`deep`) is never relayed: each of its messages
+    /// reaches the core as discarded (issue 47 §7).
+    async fn deliver_json(&self, body: &Bytes, out: &Outgoing, deep: bool) -> bool {
         if body.iter().all(u8::is_ascii_whitespace) {
             return false;
         }
@@ -966,6 +979,19 @@ impl Session {
         let mut any = false;
         for m in msgs {
             match m {
+                Ok(m) if deep => {
+                    let id = m.id.as_deref().map(RawValue::get);
+                    any |= m.kind == message::Kind::Response && id.is_some() && id == want;
+                    let was = Was::of(m.kind, m.id);
+                    if self
+                        .events
+                        .send(Event::Discarded(self.generation, Limit::Depth, was))
+                        .await
+                        .is_err()
+                    {
+                        return true;
+                    }
+                }
                 Ok(m) => {
                     let response = m.method.is_none();
                     let id = m.id.as_deref().map(RawValue::get);
@@ -1077,20 +1103,28 @@ impl Session {
                             })
                         });
                     }
-                    self.deliver_json(&line, out).await;
+                    // The event's data as the SSE parser joined it, measured in one pass.
+                    let deep =
+                        crate::jsonrpc::depth::deeper_than(&line, self.max_message_depth);
+                    self.deliver_json(&line, out, deep).await;
                     if out.is_get_stream() {
                         // Delivered: the next image resumes after it (issue 32 §1).
                         lock(&self.facts).get_last_event_id = state.last_id.clone();
                     }
                 }
                 sse::Item::Oversized(len) => {
-                    warn!(server = %self.name, bytes = len, limit = self.max_message_size, "discarded an SSE event over max_message_size");
                     if let Some(id) = out.id.clone() {
                         answered = true;
                         let _ = self
                             .events
-                            .send(Event::Oversized(self.generation, len, Some(id)))
+                            .send(Event::Discarded(
+                                self.generation,
+                                Limit::Size(len),
+                                Was::Response(Some(id)),
+                            ))
                             .await;
+                    } else {
+                        warn!(server = %self.name, bytes = len, limit = self.max_message_size, "discarded an SSE event over max_message_size");
                     }
                     break;
                 }
