@@ -33,9 +33,14 @@
 //! from the core is bounded like a child's stdin queue.
 //!
 //! Secrets: header values are resolved at start and live only in the request headers; no log
-//! line, status, error or metric here includes one, nor the URL's query string.
+//! line, status, error or metric here includes one, nor the URL's query string. What the
+//! server says back in a JSON-RPC error, and the outage texts, have them (and the sign-in's
+//! tokens) replaced by `<redacted>` ([`redact`], issue 47 §5); results are not rewritten. The
+//! environment's proxies never carry a request to loopback ([`proxy`]).
 
 mod classify;
+pub mod proxy;
+pub mod redact;
 mod sse;
 pub mod tls;
 
@@ -256,6 +261,8 @@ struct Session {
     shown: String,
     client: reqwest::Client,
     headers: HeaderMap,
+    /// What the configured headers hold: never quoted back to a client (issue 47 §5).
+    secrets: redact::Secrets,
     max_message_size: usize,
     max_message_depth: usize,
     connect_timeout: Duration,
@@ -281,8 +288,8 @@ struct Session {
     auth: Option<Arc<crate::auth::SignIn>>,
 }
 
-/// Starts a remote session: builds the client (TLS, proxy from the environment, redirect
-/// policy) and resolves the headers now; the first connection is made by the core's first
+/// Starts a remote session: builds the client (TLS, proxies from the environment except for
+/// loopback ([`proxy`]), redirect policy) and resolves the headers now; the first connection is made by the core's first
 /// message. With `resumed` (what the previous image handed over, issue 32 §1) the session
 /// goes on: no `initialize` is needed, and the GET stream is opened again at once with
 /// `Last-Event-ID`. Errors: an unreadable `tls_ca_file` or a header whose variable or file is
@@ -312,10 +319,12 @@ pub fn start(
     }
     let tls = tls::client_config(cfg.tls_ca_file.as_deref(), cfg.tls_skip_verify).map_err(fail)?;
     let mut headers = HeaderMap::new();
+    let mut secrets = redact::Secrets::default();
     for (name, source) in &cfg.headers {
         let value = source
             .resolve()
             .map_err(|e| fail(format!("header {name}: {e}")))?;
+        secrets.add_header(&value);
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| fail(format!("header {name}: not a valid name")))?;
         let mut value = HeaderValue::from_str(&value).map_err(|_| {
@@ -327,7 +336,8 @@ pub fn start(
         headers.append(name, value);
     }
     let origin = url.origin();
-    let client = reqwest::Client::builder()
+    // The environment's proxies, never for loopback (issue 47 §5).
+    let client = proxy::apply(reqwest::Client::builder())
         .tls_backend_preconfigured(tls)
         .connect_timeout(cfg.connect_timeout)
         .pool_max_idle_per_host(cfg.max_connections)
@@ -353,6 +363,7 @@ pub fn start(
         shown,
         client,
         headers,
+        secrets,
         max_message_size: spec.max_message_size,
         max_message_depth: spec.max_message_depth,
         connect_timeout: cfg.connect_timeout,
@@ -407,7 +418,8 @@ pub fn sign_in_of(
     };
     let url = reqwest::Url::parse(&cfg.url).map_err(|e| format!("url: {e}"))?;
     let http = || {
-        reqwest::Client::builder()
+        // The environment's proxies, never for loopback (issue 47 §5).
+        proxy::apply(reqwest::Client::builder())
             .tls_backend_preconfigured(tls::client_config(
                 cfg.tls_ca_file.as_deref(),
                 cfg.tls_skip_verify,
@@ -538,25 +550,23 @@ impl Outgoing {
     }
 
     fn of(line: Bytes) -> Option<Outgoing> {
-        let v: Value = serde_json::from_slice(&line).ok()?;
-        let method = v.get("method").and_then(Value::as_str).map(str::to_string);
-        let id = match (&method, v.get("id")) {
-            (Some(_), Some(id)) if !id.is_null() => serde_json::value::to_raw_value(id).ok(),
+        // The envelope with raw members, as everywhere on the message path: no tree is built
+        // for a large `params`, and nesting up to `max_message_depth` is no problem whatever
+        // serde_json's own recursion limit (issue 47 §7).
+        let m = message::parse_shared(&line).ok()?;
+        let method = m.method.as_deref().map(str::to_string);
+        let id = match (&method, m.id) {
+            (Some(_), Some(id)) if id.get() != "null" => Some(id),
             _ => None,
         };
-        let params = v.get("params");
-        let modern = params
-            .and_then(|p| p.get("_meta"))
-            .and_then(|m| m.get(crate::protocol::META_VERSION))
-            .and_then(Value::as_str)
+        let params = m.params.as_deref();
+        let modern = crate::protocol::envelope_version(params).as_deref()
             == Some(crate::protocol::MODERN_VERSION);
         let name = match method.as_deref() {
-            Some("tools/call" | "prompts/get") => params.and_then(|p| p.get("name")),
-            Some("resources/read") => params.and_then(|p| p.get("uri")),
+            Some("tools/call" | "prompts/get") => crate::protocol::param_string(params, "name"),
+            Some("resources/read") => crate::protocol::param_string(params, "uri"),
             _ => None,
-        }
-        .and_then(Value::as_str)
-        .map(str::to_string);
+        };
         Some(Outgoing {
             line,
             id,
@@ -992,7 +1002,12 @@ impl Session {
                         return true;
                     }
                 }
-                Ok(m) => {
+                Ok(mut m) => {
+                    if let Some(redacted) = m.error.as_deref().and_then(|e| self.secrets().error(e)) {
+                        // The server's error quoted a credential (issue 47 §5).
+                        debug!(server = %self.name, "a secret in the server's error was redacted");
+                        m.error = Some(redacted);
+                    }
                     let response = m.method.is_none();
                     let id = m.id.as_deref().map(RawValue::get);
                     if response && id.is_none_or(|i| i == "null") {
@@ -1015,9 +1030,10 @@ impl Session {
                 Err(e) => {
                     if let Some(id) = crate::child::process::malformed_reply_id(body) {
                         any |= Some(id.get()) == want;
+                        let why = self.secrets().text(&e.to_string()).into_owned();
                         let _ = self
                             .events
-                            .send(Event::Malformed(self.generation, id, e.to_string()))
+                            .send(Event::Malformed(self.generation, id, why))
                             .await;
                     } else {
                         debug!(server = %self.name, error = %e, "a response body that is not JSON-RPC");
@@ -1255,10 +1271,10 @@ impl Session {
             return;
         }
         let (kind, detail) = classify::unreachable(e);
+        let detail = self.secrets().text(&detail).into_owned();
         let text = format!("unreachable ({}): {detail}", kind.as_str());
         warn!(server = %self.name, url = %self.shown, class = "unreachable", detail = kind.as_str(), error = %detail, "cannot reach the remote server");
-        self.tail.note(&text);
-        self.note_status_error(text);
+        self.note_outage(text);
         self.lose(Lost::Unreachable(kind)).await;
     }
 
@@ -1312,8 +1328,7 @@ impl Session {
     /// Tells the core that request `id` got `refusal` (noted in the tail and `status` as
     /// `text`).
     async fn send_refusal(&self, id: Box<RawValue>, refusal: Refusal, text: String) {
-        self.tail.note(&text);
-        self.note_status_error(text);
+        self.note_outage(text);
         let _ = self
             .events
             .send(Event::Refused(self.generation, id, refusal))
@@ -1336,6 +1351,7 @@ impl Session {
     }
 
     fn note_status(&self, status: u16, error: Option<String>) {
+        let error = error.map(|e| self.secrets().text(&e).into_owned());
         let mut f = lock(&self.facts);
         f.last_http_status = Some(status);
         if error.is_some() {
@@ -1343,8 +1359,21 @@ impl Session {
         }
     }
 
-    fn note_status_error(&self, error: String) {
-        lock(&self.facts).last_error = Some(error);
+    /// An outage's text, for the instance's tail (outage records' `stderr_tail`) and
+    /// `status`'s `last_error`, secrets redacted (issue 47 §5).
+    fn note_outage(&self, text: String) {
+        let text = self.secrets().text(&text).into_owned();
+        self.tail.note(&text);
+        lock(&self.facts).last_error = Some(text);
+    }
+
+    /// Every secret the server must not read back to a client: the configured headers' and
+    /// the sign-in's current and recent tokens (issue 47 §5).
+    fn secrets(&self) -> std::borrow::Cow<'_, redact::Secrets> {
+        match &self.auth {
+            Some(a) => self.secrets.with(&a.secrets()),
+            None => std::borrow::Cow::Borrowed(&self.secrets),
+        }
     }
 }
 
