@@ -111,7 +111,8 @@ fn depth_stdio_child_at_the_bound_is_relayed_and_one_past_it_never_is_both_ways_
             &["--era", era, "--log", log.to_str().unwrap()],
             "",
         ));
-        let mut c = sup.client("deep");
+        // A 2026-07-28 client sends no `initialize`: its era is its requests' envelope.
+        let mut c = sup.connect("deep");
         if !is_modern {
             c.initialize("depth", json!({"sampling": {}}));
         }
@@ -156,7 +157,13 @@ fn depth_stdio_child_at_the_bound_is_relayed_and_one_past_it_never_is_both_ways_
         );
         assert_eq!(Client::text(&r), "sent");
         let seen = nest_messages(&mut c);
-        assert_eq!(seen.len(), 1, "{era}: the notification at the bound");
+        assert_eq!(
+            seen.len(),
+            1,
+            "{era}: the notification at the bound; backlog {:?}\n{}",
+            c.backlog,
+            sup.log()
+        );
         assert_eq!(depth(&seen[0]), BOUND);
         let r = call(
             &mut c,
@@ -227,9 +234,7 @@ fn depth_stdio_child_at_the_bound_is_relayed_and_one_past_it_never_is_both_ways_
 fn depth_two_hundred_thousand_levels_from_a_child_never_reach_a_client_and_nothing_stalls() {
     let sup = Supervisor::start(&fake_server("abyss", &[], ""));
     let mut a = sup.client("abyss");
-    a.initialize("a", json!({}));
     let mut b = sup.client("abyss");
-    b.initialize("b", json!({}));
     let pid = Client::text(&a.call(json!(0), "pid", json!({})));
     let started = Instant::now();
     let r = a.call(json!(1), "nest", json!({"depth": 200_000}));
@@ -264,7 +269,7 @@ fn depth_url_server_at_the_bound_is_relayed_and_past_it_never_is_both_ways_both_
         let sup = Supervisor::start(&format!("[servers.far]\nurl = {:?}\n", remote.url()));
         let mut c = if is_modern {
             assert!(wait_state(&sup, "far", "ready"), "{}", sup.log());
-            sup.client("far")
+            sup.connect("far")
         } else {
             ready_client(&sup, "far")
         };
@@ -511,3 +516,4 @@ fn redaction_a_url_server_that_echoes_credentials_in_errors_never_reaches_a_clie
         assert!(!status.contains(s.as_str()), "status holds {s}: {status}");
     }
 }
+
