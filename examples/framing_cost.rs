@@ -63,7 +63,11 @@ fn corpus(name: &str) -> Vec<u8> {
         }
         "base64" => {
             let text: String = (0..4 * 1024 * 1024)
-                .map(|i| char::from(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"[i % 64]))
+                .map(|i| {
+                    char::from(
+                        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"[i % 64],
+                    )
+                })
                 .collect();
             let line = format!(
                 "{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{{\"content\":[{{\"type\":\"image\",\"mimeType\":\"image/png\",\"data\":\"{text}\"}}]}}}}\n"
@@ -100,5 +104,8 @@ fn main() {
             }
         }
     }
-    println!("{name} depth={depth}: {lines} lines, {deep} too deep, {} bytes", input.len());
+    println!(
+        "{name} depth={depth}: {lines} lines, {deep} too deep, {} bytes",
+        input.len()
+    );
 }

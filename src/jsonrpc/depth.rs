@@ -135,8 +135,7 @@ impl Depth {
                 } else {
                     memchr::memchr2(b'"', b'\\', rest)
                 };
-                let Some(at) = at else { return None };
-                let p = i + at;
+                let p = i + at?;
                 match text.get(p) {
                     Some(b'"') => {
                         self.in_str = false;
@@ -160,7 +159,7 @@ impl Depth {
             let mut k = 0;
             let mut hit = None;
             for &b in rest {
-                if CLASS[usize::from(b)] != 0 {
+                if stops_outside(b) {
                     hit = Some(b);
                     break;
                 }
@@ -192,17 +191,11 @@ impl Depth {
     }
 }
 
-/// The bytes the walk outside strings stops at: `"`, brackets and `\n`.
-static CLASS: [u8; 256] = {
-    let mut t = [0u8; 256];
-    t[b'"' as usize] = 1;
-    t[b'[' as usize] = 1;
-    t[b'{' as usize] = 1;
-    t[b']' as usize] = 1;
-    t[b'}' as usize] = 1;
-    t[b'\n' as usize] = 1;
-    t
-};
+/// Whether the walk outside strings stops at `b`: `"`, brackets and `\n`.
+#[inline(always)]
+const fn stops_outside(b: u8) -> bool {
+    matches!(b, b'"' | b'[' | b'{' | b']' | b'}' | b'\n')
+}
 
 /// Whether `text` (one JSON value) nests deeper than `max`: one pass, for text measured as a
 /// whole (an SSE event's data, tests).
@@ -238,7 +231,10 @@ mod tests {
         let err = serde_json::from_str::<serde_json::Value>(&arrays(SERDE_DEEPEST + 1))
             .expect_err("serde_json refuses one more level");
         assert!(err.to_string().contains("recursion limit"), "{err}");
-        assert!(!deeper_than(arrays(SERDE_DEEPEST).as_bytes(), SERDE_DEEPEST));
+        assert!(!deeper_than(
+            arrays(SERDE_DEEPEST).as_bytes(),
+            SERDE_DEEPEST
+        ));
         assert!(deeper_than(
             arrays(SERDE_DEEPEST + 1).as_bytes(),
             SERDE_DEEPEST

@@ -675,7 +675,10 @@ mod tests {
         let past = format!("{{\"a\":{}1{}}}", "[".repeat(127), "]".repeat(127));
         // Brackets in strings and after escapes do not count.
         let quoted = format!("{{\"a\":\"\\\"{}\"}}", "[".repeat(500));
-        let input = format!("{at}\n{past}\r\n{quoted}\n{bom}{past}\n{{}}", bom = '\u{feff}');
+        let input = format!(
+            "{at}\n{past}\r\n{quoted}\n{bom}{past}\n{{}}",
+            bom = '\u{feff}'
+        );
         let want = vec![
             line(&at),
             Frame::TooDeep(Bytes::from(past.clone())),
@@ -712,7 +715,10 @@ mod tests {
             }
             assert_eq!(
                 out,
-                vec![Frame::TooDeep(Bytes::from(deep.clone())), line("{\"ok\":1}")]
+                vec![
+                    Frame::TooDeep(Bytes::from(deep.clone())),
+                    line("{\"ok\":1}")
+                ]
             );
             // Its envelope still parses (serde_json's raw values do not recurse): the reader
             // learns whose answer it was.
@@ -776,7 +782,9 @@ mod tests {
                 Just(br#"{"result":{"content":[{"id":3}]},"id":7}"#.to_vec()),
                 Just(br#"{"id":"a\"b","method":"m"}"#.to_vec()),
                 "[a-z{}\\[\\]\":,]{0,40}".prop_map(String::into_bytes),
-                (0usize..8).prop_map(|n| format!("{}\"]\\\"[\"{}", "[".repeat(n), "]".repeat(n)).into_bytes()),
+                (0usize..8).prop_map(
+                    |n| format!("{}\"]\\\"[\"{}", "[".repeat(n), "]".repeat(n)).into_bytes()
+                ),
                 Just(b"\"\\".to_vec()),
                 proptest::collection::vec(any::<u8>(), 0..20),
                 (1usize..300).prop_map(|n| vec![b'x'; n]),

@@ -809,7 +809,11 @@ async fn refuse_too_deep(link: &Link<'_>, line: &bytes::Bytes, max_depth: usize)
                     None,
                 );
                 if let Ok(err) = message::parse_one(&instead) {
-                    if events.send(SessionEvent::Message(client, err)).await.is_err() {
+                    if events
+                        .send(SessionEvent::Message(client, err))
+                        .await
+                        .is_err()
+                    {
                         return false;
                     }
                 }

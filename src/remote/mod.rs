@@ -1003,7 +1003,8 @@ impl Session {
                     }
                 }
                 Ok(mut m) => {
-                    if let Some(redacted) = m.error.as_deref().and_then(|e| self.secrets().error(e)) {
+                    if let Some(redacted) = m.error.as_deref().and_then(|e| self.secrets().error(e))
+                    {
                         // The server's error quoted a credential (issue 47 §5).
                         debug!(server = %self.name, "a secret in the server's error was redacted");
                         m.error = Some(redacted);
@@ -1120,8 +1121,7 @@ impl Session {
                         });
                     }
                     // The event's data as the SSE parser joined it, measured in one pass.
-                    let deep =
-                        crate::jsonrpc::depth::deeper_than(&line, self.max_message_depth);
+                    let deep = crate::jsonrpc::depth::deeper_than(&line, self.max_message_depth);
                     self.deliver_json(&line, out, deep).await;
                     if out.is_get_stream() {
                         // Delivered: the next image resumes after it (issue 32 §1).

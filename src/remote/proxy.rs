@@ -73,7 +73,11 @@ pub fn apply_plan(builder: reqwest::ClientBuilder, plan: &Plan) -> reqwest::Clie
     if let Some(p) = plan.http.iter().find_map(|v| reqwest::Proxy::http(v).ok()) {
         builder = builder.proxy(p.no_proxy(no()));
     }
-    if let Some(p) = plan.https.iter().find_map(|v| reqwest::Proxy::https(v).ok()) {
+    if let Some(p) = plan
+        .https
+        .iter()
+        .find_map(|v| reqwest::Proxy::https(v).ok())
+    {
         builder = builder.proxy(p.no_proxy(no()));
     }
     builder
@@ -101,10 +105,7 @@ mod tests {
         ]));
         assert_eq!(p.http, ["http://upper:1", "socks5h://all:1"]);
         assert_eq!(p.https, ["socks5h://all:1"]);
-        assert_eq!(
-            p.no_proxy,
-            format!("corp.example, 10.0.0.0/8, {LOOPBACK}")
-        );
+        assert_eq!(p.no_proxy, format!("corp.example, 10.0.0.0/8, {LOOPBACK}"));
         // Nothing set: no proxy, loopback listed anyway.
         let p = plan(env(&[]));
         assert!(p.http.is_empty() && p.https.is_empty());
@@ -113,7 +114,10 @@ mod tests {
         let p = plan(env(&[("HTTPS_PROXY", ""), ("https_proxy", "http://x:1")]));
         assert!(p.https.is_empty());
         // CGI: no proxy at all.
-        let p = plan(env(&[("REQUEST_METHOD", "GET"), ("HTTP_PROXY", "http://x:1")]));
+        let p = plan(env(&[
+            ("REQUEST_METHOD", "GET"),
+            ("HTTP_PROXY", "http://x:1"),
+        ]));
         assert!(p.http.is_empty());
     }
 

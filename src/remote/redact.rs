@@ -234,7 +234,10 @@ mod tests {
                 "got Authorization: Bearer tok-ABCDEFGH".to_string(),
                 "got Authorization: <redacted>",
             ),
-            ("token tok-ABCDEFGH is bad".into(), "token <redacted> is bad"),
+            (
+                "token tok-ABCDEFGH is bad".into(),
+                "token <redacted> is bad",
+            ),
             (format!("Basic {basic}"), "<redacted>"),
             ("user alice:s3cr3t-pw".into(), "user <redacted>"),
             ("password s3cr3t-pw".into(), "password <redacted>"),
@@ -258,7 +261,9 @@ mod tests {
             r#"{"code":-32603,"message":"x","data":{"deep":[[[{"a":"s3cr3t-pw"}]]]}}"#,
         ] {
             let raw = RawValue::from_string(raw.to_string()).unwrap();
-            let out = s.error(&raw).unwrap_or_else(|| panic!("{raw} not rewritten"));
+            let out = s
+                .error(&raw)
+                .unwrap_or_else(|| panic!("{raw} not rewritten"));
             let text = out.get();
             assert!(text.contains(REDACTED), "{text}");
             let v: Value = serde_json::from_str(text).unwrap();

@@ -1183,7 +1183,9 @@ fn case_k04_oversized_result_fails_its_request_and_others_are_unaffected() {
     // The outage answer, class upstream_error, detail too_large (issue 47 §7).
     let o = &r["result"]["_meta"]["mcp-supervisor/outage"];
     assert!(
-        r["result"]["isError"] == true && o["class"] == "upstream_error" && o["detail"] == "too_large",
+        r["result"]["isError"] == true
+            && o["class"] == "upstream_error"
+            && o["detail"] == "too_large",
         "oversized result: {}",
         &r.to_string()[..400.min(r.to_string().len())]
     );

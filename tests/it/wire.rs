@@ -4,9 +4,7 @@
 
 use crate::harness::*;
 use crate::http::{request, HttpSup};
-use crate::remote::{
-    incidents, non_loopback_address, outage, ready_client, tinyproxy, wait_state,
-};
+use crate::remote::{incidents, non_loopback_address, outage, ready_client, tinyproxy, wait_state};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -62,7 +60,10 @@ fn call(c: &mut Client, modern: bool, id: u64, tool: &str, args: Value) -> Value
 /// Asserts `r` is the outage answer to request `id` for an answer nested too deep.
 fn assert_too_deep(r: &Value, id: u64, what: &str) {
     assert_eq!(r["id"], id, "{what}: its own id: {r}");
-    assert_eq!(r["result"]["isError"], true, "{what}: an outage, not a result: {r}");
+    assert_eq!(
+        r["result"]["isError"], true,
+        "{what}: an outage, not a result: {r}"
+    );
     let o = outage(r);
     assert_eq!(o["class"], "upstream_error", "{what}: {r}");
     assert_eq!(o["detail"], "too_deep", "{what}: {r}");
@@ -141,7 +142,11 @@ fn depth_stdio_child_at_the_bound_is_relayed_and_one_past_it_never_is_both_ways_
         let r = c.response(&json!(4));
         assert_refused(&r, 4, era);
         let r = call(&mut c, is_modern, 5, "echo", json!({"text": "still here"}));
-        assert_eq!(Client::text(&r), "still here", "{era}: the client stays connected");
+        assert_eq!(
+            Client::text(&r),
+            "still here",
+            "{era}: the client stays connected"
+        );
         assert!(
             !child_saw(&log).iter().any(|l| l.contains("one past")),
             "{era}: the child read a refused request"
@@ -175,7 +180,10 @@ fn depth_stdio_child_at_the_bound_is_relayed_and_one_past_it_never_is_both_ways_
         // The child wrote the notification before the answer: had it been relayed, it would
         // be here by now.
         assert_eq!(Client::text(&r), "sent");
-        assert!(nest_messages(&mut c).is_empty(), "{era}: relayed past the bound");
+        assert!(
+            nest_messages(&mut c).is_empty(),
+            "{era}: relayed past the bound"
+        );
         let discarded = |kind: &str| {
             metric(
                 &sup,
@@ -245,8 +253,14 @@ fn depth_two_hundred_thousand_levels_from_a_child_never_reach_a_client_and_nothi
         json!({"depth": 200_000, "as": "notification"}),
     );
     assert_eq!(Client::text(&r), "sent");
-    assert_eq!(Client::text(&b.call(json!(1), "echo", json!({"text": "b"}))), "b");
-    assert_eq!(Client::text(&a.call(json!(3), "echo", json!({"text": "a"}))), "a");
+    assert_eq!(
+        Client::text(&b.call(json!(1), "echo", json!({"text": "b"}))),
+        "b"
+    );
+    assert_eq!(
+        Client::text(&a.call(json!(3), "echo", json!({"text": "a"}))),
+        "a"
+    );
     assert!(nest_messages(&mut a).is_empty() && nest_messages(&mut b).is_empty());
     assert!(
         started.elapsed() < Duration::from_secs(10),
@@ -264,7 +278,11 @@ fn depth_two_hundred_thousand_levels_from_a_child_never_reach_a_client_and_nothi
 #[test]
 fn depth_url_server_at_the_bound_is_relayed_and_past_it_never_is_both_ways_both_eras() {
     for (args, is_modern) in [(&["--sse"][..], false), (&["--modern"][..], true)] {
-        let era = if is_modern { "2026-07-28 JSON" } else { "handshake SSE" };
+        let era = if is_modern {
+            "2026-07-28 JSON"
+        } else {
+            "handshake SSE"
+        };
         let remote = incidents(args);
         let sup = Supervisor::start(&format!("[servers.far]\nurl = {:?}\n", remote.url()));
         let mut c = if is_modern {
@@ -285,13 +303,21 @@ fn depth_url_server_at_the_bound_is_relayed_and_past_it_never_is_both_ways_both_
 
         let calls = || remote.count("POST", "tools/call");
         c.send_raw(deep_echo(4, BOUND, "at the bound", is_modern).as_bytes());
-        assert_eq!(Client::text(&c.response(&json!(4))), "at the bound", "{era}");
+        assert_eq!(
+            Client::text(&c.response(&json!(4))),
+            "at the bound",
+            "{era}"
+        );
         let before = calls();
         c.send_raw(deep_echo(5, BOUND + 1, "one past", is_modern).as_bytes());
         assert_refused(&c.response(&json!(5)), 5, era);
         let r = call(&mut c, is_modern, 6, "echo", json!({"text": "still here"}));
         assert_eq!(Client::text(&r), "still here", "{era}");
-        assert_eq!(calls(), before + 1, "{era}: only the echo reached the server");
+        assert_eq!(
+            calls(),
+            before + 1,
+            "{era}: only the echo reached the server"
+        );
         assert!(!sup.log().contains("panicked"), "{era}");
     }
 }
@@ -427,10 +453,7 @@ fn proxy_in_the_environment_never_carries_loopback_url_servers_nor_the_sign_in()
         "the proxy did not carry the non-loopback server:\n{seen}"
     );
     for (what, port) in [("near", near.port), ("signing", signing.port)] {
-        for form in [
-            format!("127.0.0.1:{port}"),
-            format!("localhost:{port}"),
-        ] {
+        for form in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
             assert!(
                 !seen.contains(&form),
                 "{what} went through the proxy ({form}):\n{seen}"
@@ -470,7 +493,10 @@ fn redaction_a_url_server_that_echoes_credentials_in_errors_never_reaches_a_clie
         basic_pair.to_string(),
         "correct-horse-battery".to_string(),
     ];
-    let json_srv = incidents(&["--require-header", &format!("Authorization=Bearer {bearer_token}")]);
+    let json_srv = incidents(&[
+        "--require-header",
+        &format!("Authorization=Bearer {bearer_token}"),
+    ]);
     let sse_srv = incidents(&["--sse"]);
     let basic_srv = incidents(&["--require-header", &format!("Authorization={basic}")]);
     let sup = Supervisor::start(&format!(
@@ -495,9 +521,15 @@ fn redaction_a_url_server_that_echoes_credentials_in_errors_never_reaches_a_clie
                 "{name}: {text}"
             );
             for s in &secrets {
-                assert!(!text.contains(s.as_str()), "{name} ({status}): {s} in {text}");
+                assert!(
+                    !text.contains(s.as_str()),
+                    "{name} ({status}): {s} in {text}"
+                );
             }
-            assert_eq!(r["error"]["data"]["escaped"], "<redacted>", "{name}: {text}");
+            assert_eq!(
+                r["error"]["data"]["escaped"], "<redacted>",
+                "{name}: {text}"
+            );
             if name == "leaky" {
                 // Only secrets are rewritten: a short value is no secret.
                 let tenant = r["error"]["data"]["headers"]
@@ -516,4 +548,3 @@ fn redaction_a_url_server_that_echoes_credentials_in_errors_never_reaches_a_clie
         assert!(!status.contains(s.as_str()), "status holds {s}: {status}");
     }
 }
-

@@ -1015,12 +1015,7 @@ async fn send_line(
 /// within a budget). Only a response answers one of our requests: an oversized request or
 /// notification from the child carries an id from the child's own namespace, which must not
 /// fail our request that happens to share it (K22).
-fn oversized_event(
-    generation: u64,
-    len: usize,
-    id: Option<&[u8]>,
-    has_method: bool,
-) -> Event {
+fn oversized_event(generation: u64, len: usize, id: Option<&[u8]>, has_method: bool) -> Event {
     let id = id.and_then(message::raw_from_slice);
     let kind = if has_method {
         message::Kind::Request

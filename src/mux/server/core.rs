@@ -3817,7 +3817,9 @@ impl Server {
     /// `too_large` or `too_deep`; the supervisor's own reads it as an error), a request of the
     /// upstream is answered with -32600, a notification is dropped.
     pub(super) fn on_discarded(&mut self, limit: Limit, was: Was) {
-        self.telemetry.metrics().discarded(limit.detail(), was.kind());
+        self.telemetry
+            .metrics()
+            .discarded(limit.detail(), was.kind());
         let what = match limit {
             Limit::Size(n) => format!(
                 "{n} bytes, over max_message_size ({} bytes)",
@@ -3831,8 +3833,14 @@ impl Server {
         let now = self.clock.now();
         let log = |telemetry: &mut super::telemetry::Telemetry, id: Option<&str>, note: &str| {
             if let Some(suppressed) = telemetry.allow_discarded(now) {
-                warn!(kind = was.kind(), detail = limit.detail(), id, suppressed,
-                    "dropped a {} of the server: {what}{note}", was.kind());
+                warn!(
+                    kind = was.kind(),
+                    detail = limit.detail(),
+                    id,
+                    suppressed,
+                    "dropped a {} of the server: {what}{note}",
+                    was.kind()
+                );
             }
         };
         let id = match &was {
@@ -3853,10 +3861,11 @@ impl Server {
             );
         };
         log(&mut self.telemetry, Some(&child_id.to_string()), "");
-        let whose = self.routing.inflight().get(child_id).map(|p| match &p.owner {
-            Owner::Client { .. } | Owner::Parked { .. } => true,
-            _ => false,
-        });
+        let whose = self
+            .routing
+            .inflight()
+            .get(child_id)
+            .map(|p| matches!(p.owner, Owner::Client { .. } | Owner::Parked { .. }));
         if whose != Some(true) {
             // The supervisor's own request (handshake, probe, list read): an error answer, as
             // the upstream could have sent.
