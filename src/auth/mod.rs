@@ -298,10 +298,23 @@ impl SignIn {
     }
 
     fn note_error(&self, e: Option<String>) {
+        // An authorization server's answer can quote what it was sent (issue 47 §5).
+        let e = e.map(|e| self.redacted(e));
         if let Some(e) = &e {
             warn!(server = %self.name, error = %e, "sign-in");
         }
         lock(&self.shown).status.last_error = e;
+    }
+
+    /// `text` with this sign-in's secrets ([`SignIn::secrets`], 4 bytes or more) replaced by
+    /// `<redacted>`.
+    fn redacted(&self, mut text: String) -> String {
+        for s in lock(&self.secrets).iter().filter(|s| s.len() >= 4) {
+            if text.contains(s.as_str()) {
+                text = text.replace(s.as_str(), "<redacted>");
+            }
+        }
+        text
     }
 
     /// The record, loaded from the store at first use. A record for another URL is not used.
@@ -751,7 +764,29 @@ impl SignIn {
 
 #[cfg(test)]
 mod tests {
-    use super::{covered, union};
+    use super::{covered, sign_in_for, status, union};
+    use crate::config::OAuthConfig;
+
+    #[test]
+    fn a_sign_in_error_quoting_a_token_is_redacted() {
+        let cfg = OAuthConfig::default();
+        let url = reqwest::Url::parse("https://mcp.example.com/mcp").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let http = || {
+            reqwest::Client::builder()
+                .tls_backend_preconfigured(crate::remote::tls::client_config(None, false)?)
+                .build()
+                .map_err(|e| e.to_string())
+        };
+        let s = sign_in_for("redact-test", &url, &cfg, dir.path(), http).unwrap();
+        s.keep_secrets(["refresh-tok-123456", "ab"]);
+        s.note_error(Some("invalid_grant: refresh-tok-123456 ab".into()));
+        assert_eq!(
+            status("redact-test").unwrap().last_error.as_deref(),
+            Some("invalid_grant: <redacted> ab")
+        );
+        assert_eq!(s.secrets(), ["refresh-tok-123456", "ab"]);
+    }
 
     #[test]
     fn scopes_are_compared_and_joined_as_sets() {
