@@ -4,12 +4,14 @@
 //!
 //! ```sh
 //! cargo build --release --example framing_cost
-//! for d in off 127; do
+//! for d in none off 127 parse; do
 //!   valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null \
 //!     target/release/examples/framing_cost CORPUS $d 2>&1 | grep 'I *refs'
 //! done
 //! ```
 //!
+//! (`none` builds the corpus and decodes nothing: subtract it from the others; `parse` frames
+//! without a bound and parses every envelope, as the relay does, for scale.)
 //! `CORPUS` is one of `echo` (a `tools/call` request and its answer, 20,000 of each), `list`
 //! (a 60-tool `tools/list` answer, 200 times), `json-text` (a 256 KiB JSON text in a string,
 //! escaped, 20 times), `base64` (a 4 MiB base64 text result, 4 times). The lines are fed in
@@ -89,8 +91,16 @@ fn main() {
     let name = args.next().unwrap_or_else(|| "echo".into());
     let depth = args.next().unwrap_or_else(|| "127".into());
     let input = corpus(&name);
+    if depth == "none" {
+        // The corpus alone: what to subtract from the other two.
+        println!("{name}: {} bytes, not decoded", input.len());
+        return;
+    }
+    // `parse`: framing without a bound, then every line's envelope parsed, as the relay does:
+    // what the framing's share is compared with.
+    let parse = depth == "parse";
     let mut dec = match depth.as_str() {
-        "off" => LineDecoder::new(64 << 20),
+        "off" | "parse" => LineDecoder::new(64 << 20),
         d => LineDecoder::with_depth(64 << 20, d.parse().unwrap_or(127)),
     };
     let (mut lines, mut deep) = (0usize, 0usize);
@@ -98,7 +108,13 @@ fn main() {
         dec.extend(chunk);
         while let Some(f) = dec.next_frame() {
             match f {
-                Frame::Line(_) => lines += 1,
+                Frame::Line(l) => {
+                    lines += 1;
+                    if parse {
+                        deep +=
+                            usize::from(mcp_supervisor::jsonrpc::message::parse_line(&l).is_err());
+                    }
+                }
                 Frame::TooDeep(_) => deep += 1,
                 Frame::Oversized { .. } => {}
             }

@@ -946,8 +946,9 @@ async fn read_body(body: Body, limits: BodyLimits<'_>) -> Result<(Bytes, Charge,
                     buf = bytes::BytesMut::new();
                     continue;
                 }
-                depth.feed(&data);
+                let from = buf.len();
                 buf.extend_from_slice(&data);
+                depth.feed(&buf, from);
             }
             Ok(Some(Err(e))) => {
                 let too_big = e

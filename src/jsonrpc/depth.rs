@@ -13,10 +13,17 @@
 //! (rmcp, anything on serde_json) fails on a line nested 128 deep; the unit test
 //! `the_default_is_the_deepest_serde_json_reads` holds the constant to the serde_json we link.
 //!
-//! Cost: outside strings one branch per byte (a message's structure is a small part of it);
-//! inside a string the scan jumps to the next quote, backslash or newline with `memchr3`, so a
-//! megabyte of base64 costs what the `\n` search alone cost. Once the bound is passed, the rest
-//! of the line is only searched for its `\n`.
+//! Cost, two modes (`examples/framing_cost.rs` measures them, docs/PERFORMANCE.md):
+//! - **counting**, the common case: the `\n` search becomes `memchr3` for `\n`, `[` and `{`,
+//!   and only counts opening brackets, strings included. A line with no more of them than the
+//!   bound cannot nest deeper, so nothing else is done: an echo costs a few more `memchr`
+//!   calls, a megabyte of base64 what the `\n` search alone cost.
+//! - **exact**, once a line has more opening brackets than the bound (a long `tools/list`,
+//!   JSON quoted in a text): the line is walked from its start with the string state, eight
+//!   bytes at a time (SWAR: each word's quotes, backslashes, brackets and `\n` found at once,
+//!   only those bytes handled one by one; a long string jumped over with `memchr3`). Only the
+//!   part of the line before the switch is read twice, and only for such lines. Once the bound
+//!   is passed, the rest of the line is only searched for its `\n`.
 
 /// Deepest nesting serde_json's default recursion limit (128) lets through: 127 arrays and
 /// objects inside one another. The default of `max_message_depth`.
@@ -36,6 +43,9 @@ pub struct Depth {
     escape: bool,
     /// The bound was passed.
     over: bool,
+    /// Walking with the string state (see the module); else only counting `[` and `{`, in
+    /// `open`.
+    exact: bool,
 }
 
 /// What a [`Depth::scan`] stops at.
@@ -56,6 +66,7 @@ impl Depth {
             in_str: false,
             escape: false,
             over: false,
+            exact: false,
         }
     }
 
@@ -90,118 +101,294 @@ impl Depth {
         self.in_str = false;
         self.escape = false;
         self.over = false;
+        self.exact = false;
         over
     }
 
-    /// Feeds `text`, the next part of a line, up to its first `\n`: returns that `\n`'s
-    /// index (the bytes before it are measured, the rest are not), or `None` when `text` has
-    /// none (all of it is measured). The line decoder's `\n` search.
-    pub fn line_end(&mut self, text: &[u8]) -> Option<usize> {
-        if self.over || !self.bounded() {
-            return memchr::memchr(b'\n', text);
-        }
-        self.scan(text, Stop::Newline)
+    /// Reads `line[from..]`, the part of a line not fed yet (`line[..from]` was, by earlier
+    /// calls, and is the same), up to its first `\n`: returns that `\n`'s index in `line`
+    /// (the bytes before it are measured, the rest are not), or `None` when there is none (all
+    /// of it is measured). The line decoder's `\n` search.
+    pub fn line_end(&mut self, line: &[u8], from: usize) -> Option<usize> {
+        self.walk(line, from, Stop::Newline)
     }
 
-    /// Feeds `text`, the next part of a body (one JSON value whatever its lines).
-    pub fn feed(&mut self, text: &[u8]) {
-        if !self.over && self.bounded() {
-            let _ = self.scan(text, Stop::Never);
+    /// Reads `body[from..]`, the part of a body not fed yet (`body[..from]` was and is the
+    /// same): a body is one JSON value whatever its lines.
+    pub fn feed(&mut self, body: &[u8], from: usize) {
+        let _ = self.walk(body, from, Stop::Never);
+    }
+
+    /// Either mode (see the module) over `text[from..]`.
+    fn walk(&mut self, text: &[u8], from: usize, stop: Stop) -> Option<usize> {
+        let rest = text.get(from..).unwrap_or_default();
+        let newline = stop == Stop::Newline;
+        if self.over || !self.bounded() {
+            return if newline {
+                memchr::memchr(b'\n', rest).map(|n| from + n)
+            } else {
+                None
+            };
         }
+        if self.exact {
+            return self.scan(rest, stop).map(|n| from + n);
+        }
+        // The head of the text (a whole short message), sixteen bytes at a time, counted in
+        // bulk: a message of a hundred bytes costs a few dozen instructions more than the `\n`
+        // search alone.
+        let mut i = from;
+        while i < HEAD {
+            let Some(block) = text
+                .get(i..i.saturating_add(16))
+                .and_then(|b| <&[u8; 16]>::try_from(b).ok())
+            else {
+                break;
+            };
+            let (count, nl) = block_stats(block);
+            if newline && nl {
+                break;
+            }
+            self.open += count;
+            if self.open > self.max {
+                return self.switch(text, stop);
+            }
+            i += 16;
+        }
+        // The rest: from one opening bracket (or `\n`) to the next with `memchr`, which is
+        // nearly free over long strings.
+        let rest = text.get(i..).unwrap_or_default();
+        let hits: &mut dyn Iterator<Item = usize> = if newline {
+            &mut memchr::memchr3_iter(b'\n', b'[', b'{', rest)
+        } else {
+            &mut memchr::memchr2_iter(b'[', b'{', rest)
+        };
+        for at in hits {
+            if rest.get(at) == Some(&b'\n') {
+                return Some(i + at);
+            }
+            self.open += 1;
+            if self.open > self.max {
+                return self.switch(text, stop);
+            }
+        }
+        None
+    }
+
+    /// More opening brackets than the bound: it could nest that deep, so `text` is walked
+    /// from its start, exactly.
+    fn switch(&mut self, text: &[u8], stop: Stop) -> Option<usize> {
+        self.open = 0;
+        self.exact = true;
+        self.scan(text, stop)
     }
 
     /// The common walk; see [`Depth::line_end`] for what it returns with [`Stop::Newline`]
     /// ([`Stop::Never`] always returns `None`).
+    ///
+    /// Eight bytes at a time (SWAR): one pass over a word finds every quote, backslash,
+    /// bracket and `\n` in it, and only those bytes are looked at one by one, in order, with
+    /// the string state. Inside a long string (two words with nothing that can end it) the
+    /// rest is searched with `memchr`, as the plain `\n` search would.
     fn scan(&mut self, text: &[u8], stop: Stop) -> Option<usize> {
         let newline = stop == Stop::Newline;
+        let (mut open, mut in_str) = (self.open, self.in_str);
+        // The first byte of the next word is escaped (a backslash ended the previous one).
+        let mut carry = std::mem::take(&mut self.escape);
+        // Words in a row inside a string with nothing that ends it.
+        let mut quiet = 0u32;
         let mut i = 0;
-        if self.escape {
-            // The escaped byte is the first of this part.
-            match text.first() {
-                None => return None,
-                Some(b'\n') if newline => return Some(0),
-                Some(_) => {
-                    self.escape = false;
-                    i = 1;
-                }
+        let end = loop {
+            if i >= text.len() {
+                self.escape = carry;
+                break None;
             }
-        }
-        loop {
-            if self.in_str {
-                // To the string's closing quote, skipping escapes.
-                let rest = text.get(i..).unwrap_or_default();
-                let at = if newline {
-                    memchr::memchr3(b'"', b'\\', b'\n', rest)
+            let word = load(text, i);
+            let quote = eq(word, b'"');
+            let backslash = eq(word, b'\\');
+            let nl = if newline { eq(word, b'\n') } else { 0 };
+            // `[`/`{` and `]`/`}` differ from each other only in bit 0x20.
+            let wide = word | 0x2020_2020_2020_2020;
+            let opening = eq(wide, b'{');
+            let closing = eq(wide, b'}');
+            // The bits of the bytes already handled (a prefix of the word).
+            let mut done = 0u64;
+            if std::mem::take(&mut carry) {
+                if nl & 0x80 != 0 {
+                    break Some(i);
+                }
+                done = 0xff;
+            } else if backslash == 0 {
+                // No escape in the word: its string state in bulk. Bit `8k + 7` of `parity`
+                // is the parity of the quotes at bytes `0..=k`, so a byte is outside strings
+                // when that parity equals the state before the word (a quote itself does not
+                // matter: it is no bracket).
+                let mut parity = quote;
+                parity ^= parity << 8;
+                parity ^= parity << 16;
+                parity ^= parity << 32;
+                let outside = if in_str { parity } else { !parity } & HIGH;
+                // Up to the line's end, if it is in this word.
+                let before = if nl == 0 {
+                    u64::MAX
                 } else {
-                    memchr::memchr2(b'"', b'\\', rest)
+                    (1u64 << nl.trailing_zeros()) - 1
                 };
-                let p = i + at?;
-                match text.get(p) {
-                    Some(b'"') => {
-                        self.in_str = false;
-                        i = p + 1;
+                let opened = bytes(opening & outside & before);
+                let closed = bytes(closing & outside & before);
+                // In bulk only when no step can pass the bound or go below zero; else one
+                // byte at a time below.
+                if open + opened <= self.max && closed <= open {
+                    open = open + opened - closed;
+                    if nl != 0 {
+                        break Some(i + (nl.trailing_zeros() / 8) as usize);
                     }
-                    Some(b'\\') => match text.get(p + 1) {
-                        None => {
-                            self.escape = true;
-                            return None;
-                        }
-                        Some(b'\n') if newline => return Some(p + 1),
-                        Some(_) => i = p + 2,
-                    },
-                    // `\n` (only searched for in a line): the line ends inside the string.
-                    _ => return Some(p),
+                    in_str ^= parity >> 63 != 0;
+                    quiet = if in_str && quote == 0 { quiet + 1 } else { 0 };
+                    i += 8;
+                    if quiet >= 2 {
+                        i = skip_string(text, i, newline);
+                        quiet = 0;
+                    }
+                    continue;
                 }
-                continue;
             }
-            // Outside strings: structure, numbers, literals, whitespace.
-            let rest = text.get(i..).unwrap_or_default();
-            let mut k = 0;
-            let mut hit = None;
-            for &b in rest {
-                if stops_outside(b) {
-                    hit = Some(b);
-                    break;
+            // What ended the walk in this word: `Some(Some(at))` a line's end, `Some(None)`
+            // the bound passed in a body.
+            let found = loop {
+                let m = if in_str {
+                    quote | backslash | nl
+                } else {
+                    quote | opening | closing | nl
+                } & !done;
+                if m == 0 {
+                    break None;
                 }
-                k += 1;
-            }
-            let p = i + k;
-            match hit {
-                None => return None,
-                Some(b'"') => self.in_str = true,
-                Some(b'[' | b'{') => {
-                    self.open += 1;
-                    if self.open > self.max {
+                let here = 1u64 << m.trailing_zeros();
+                let p = (m.trailing_zeros() / 8) as usize;
+                done |= (here << 1).wrapping_sub(1);
+                if nl & here != 0 {
+                    // A line ends at its `\n`, in a string or not.
+                    break Some(Some(i + p));
+                }
+                if quote & here != 0 {
+                    in_str = !in_str;
+                } else if in_str {
+                    // A backslash: the next byte is escaped.
+                    let next = here << 8;
+                    if i + p + 1 >= text.len() {
+                        self.escape = true;
+                        self.open = open;
+                        self.in_str = in_str;
+                        return None;
+                    }
+                    if next == 0 {
+                        carry = true;
+                    } else if nl & next != 0 {
+                        break Some(Some(i + p + 1));
+                    } else {
+                        done |= (next << 1).wrapping_sub(1);
+                    }
+                } else if opening & here != 0 {
+                    open += 1;
+                    if open > self.max {
                         self.over = true;
                         // Nothing more to measure: only the line's end matters now.
-                        return if newline {
-                            memchr::memchr(b'\n', text.get(p..).unwrap_or_default()).map(|n| p + n)
+                        let from = i + p;
+                        break Some(if newline {
+                            memchr::memchr(b'\n', text.get(from..).unwrap_or_default())
+                                .map(|n| from + n)
                         } else {
                             None
-                        };
+                        });
                     }
+                } else {
+                    open = open.saturating_sub(1);
                 }
-                Some(b']' | b'}') => self.open = self.open.saturating_sub(1),
-                Some(_) if newline => return Some(p),
-                // `\n` is whitespace in a body.
-                Some(_) => {}
+            };
+            if let Some(at) = found {
+                break at;
             }
-            i = p + 1;
-        }
+            quiet = if in_str && done == 0 { quiet + 1 } else { 0 };
+            i += 8;
+            if quiet >= 2 && !carry {
+                i = skip_string(text, i, newline);
+                quiet = 0;
+            }
+        };
+        self.open = open;
+        self.in_str = in_str;
+        end
     }
 }
 
-/// Whether the walk outside strings stops at `b`: `"`, brackets and `\n`.
-#[inline(always)]
-const fn stops_outside(b: u8) -> bool {
-    matches!(b, b'"' | b'[' | b'{' | b']' | b'}' | b'\n')
+/// Inside a long string at `i`: where the next quote, backslash or (in a line) `\n` is, found
+/// with `memchr` (the end of `text` when none is).
+#[inline]
+fn skip_string(text: &[u8], i: usize, newline: bool) -> usize {
+    let rest = text.get(i..).unwrap_or_default();
+    let next = if newline {
+        memchr::memchr3(b'"', b'\\', b'\n', rest)
+    } else {
+        memchr::memchr2(b'"', b'\\', rest)
+    };
+    next.map_or(text.len(), |n| i + n)
 }
 
-/// Whether `text` (one JSON value) nests deeper than `max`: one pass, for text measured as a
-/// whole (an SSE event's data, tests).
+/// Bytes at the start of a text counted sixteen at a time before `memchr` takes over.
+const HEAD: usize = 256;
+
+/// How many `[` and `{` `block` holds and whether it holds a `\n` (`[`/`{` differ only in bit
+/// 0x20; the compiler makes both one vector comparison each).
+#[inline(always)]
+fn block_stats(block: &[u8; 16]) -> (u32, bool) {
+    let mut count = 0u8;
+    let mut nl = 0u8;
+    for &b in block {
+        count += u8::from(b | 0x20 == b'{');
+        nl |= u8::from(b == b'\n');
+    }
+    (u32::from(count), nl != 0)
+}
+
+/// The eight bytes of `text` from `i` as a little-endian word (byte `k` in bits `8k..8k+8`),
+/// zero past its end (zero is no byte the walk looks for).
+#[inline(always)]
+fn load(text: &[u8], i: usize) -> u64 {
+    if let Some(w) = text
+        .get(i..i.saturating_add(8))
+        .and_then(|w| <[u8; 8]>::try_from(w).ok())
+    {
+        return u64::from_le_bytes(w);
+    }
+    let mut b = [0u8; 8];
+    for (d, s) in b.iter_mut().zip(text.get(i..).unwrap_or_default()) {
+        *d = *s;
+    }
+    u64::from_le_bytes(b)
+}
+
+/// The high bit of each byte.
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// How many bytes' high bits are set in `mask` (which has no other bits).
+#[inline(always)]
+fn bytes(mask: u64) -> u32 {
+    ((mask >> 7).wrapping_mul(0x0101_0101_0101_0101) >> 56) as u32
+}
+
+/// The high bit of each byte of `word` that equals `b` (exactly: no carry crosses a byte).
+#[inline(always)]
+fn eq(word: u64, b: u8) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    let y = word ^ (0x0101_0101_0101_0101 * u64::from(b));
+    !(((y & LOW7).wrapping_add(LOW7)) | y | LOW7)
+}
+
+/// Whether `text` (one JSON value) nests deeper than `max`, for text measured as a whole (an
+/// SSE event's data, tests).
 pub fn deeper_than(text: &[u8], max: usize) -> bool {
     let mut d = Depth::new(max);
-    d.feed(text);
+    d.feed(text, 0);
     d.finish()
 }
 
@@ -267,10 +454,13 @@ mod tests {
             ("[[[[[[[[[[\n", 10),
         ] {
             let mut d = Depth::new(3);
-            assert_eq!(d.line_end(text.as_bytes()), Some(at), "{text:?}");
+            assert_eq!(d.line_end(text.as_bytes(), 0), Some(at), "{text:?}");
+            // With a bound of 0 the first bracket switches to the exact walk.
+            let mut d = Depth::new(0);
+            assert_eq!(d.line_end(text.as_bytes(), 0), Some(at), "{text:?}");
         }
         let mut d = Depth::unbounded();
-        assert_eq!(d.line_end(b"[[[[\n"), Some(4));
+        assert_eq!(d.line_end(b"[[[[\n", 0), Some(4));
         assert!(!d.finish());
     }
 
@@ -285,9 +475,9 @@ mod tests {
         let text = arrays(200_000);
         let mut d = Depth::new(SERDE_DEEPEST);
         let line = format!("{text}\n{{}}\n");
-        assert_eq!(d.line_end(line.as_bytes()), Some(text.len()));
+        assert_eq!(d.line_end(line.as_bytes(), 0), Some(text.len()));
         assert!(d.finish());
-        assert_eq!(d.line_end(b"{}\n"), Some(2));
+        assert_eq!(d.line_end(b"{}\n", 0), Some(2));
         assert!(!d.finish());
     }
 
@@ -323,22 +513,21 @@ mod tests {
             let mut d = Depth::new(max);
             let mut from = 0;
             for to in at.into_iter().chain([text.len()]) {
-                d.feed(&text.as_bytes()[from..to]);
+                // What has arrived so far; everything before `from` was fed already.
+                d.feed(&text.as_bytes()[..to], from);
                 from = to;
             }
             prop_assert_eq!(d.finish(), depth > max);
             if !pretty {
                 // A compact line: no `\n` inside; fed as a line in pieces, the same verdict.
                 let line = format!("{text}\n");
+                let bytes = line.as_bytes();
                 let mut d = Depth::new(max);
-                let mut seen = 0;
-                let mut end = None;
-                for piece in line.as_bytes().chunks(3) {
-                    if let Some(n) = d.line_end(piece) {
-                        end = Some(seen + n);
-                        break;
-                    }
-                    seen += piece.len();
+                let (mut to, mut end) = (0, None);
+                while end.is_none() && to < bytes.len() {
+                    let from = to;
+                    to = (to + 3).min(bytes.len());
+                    end = d.line_end(&bytes[..to], from);
                 }
                 prop_assert_eq!(end, Some(text.len()));
                 prop_assert_eq!(d.finish(), depth > max);
@@ -358,16 +547,24 @@ mod tests {
         ) {
             let whole = {
                 let mut d = Depth::new(max);
-                let end = d.line_end(&bytes);
+                let end = d.line_end(&bytes, 0);
                 (end, d.finish())
             };
             let c = cut.index(bytes.len() + 1);
             let mut d = Depth::new(max);
-            let end = match d.line_end(&bytes[..c]) {
+            let end = match d.line_end(&bytes[..c], 0) {
                 Some(n) => Some(n),
-                None => d.line_end(&bytes[c..]).map(|n| n + c),
+                None => d.line_end(&bytes, c),
             };
             prop_assert_eq!((end, d.finish()), whole);
+            // The exact walk alone (bound 0: it starts at the first bracket) agrees with
+            // itself too, and so does a body fed the same way.
+            let mut d = Depth::new(max);
+            d.feed(&bytes[..c], 0);
+            d.feed(&bytes, c);
+            let mut e = Depth::new(max);
+            e.feed(&bytes, 0);
+            prop_assert_eq!(d.finish(), e.finish());
         }
     }
 }

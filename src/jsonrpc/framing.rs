@@ -181,15 +181,15 @@ impl LineDecoder {
     /// The next complete frame, or `None` when more input is needed.
     pub fn next_frame(&mut self) -> Option<Frame> {
         loop {
-            let unscanned = self.buf.get(self.scanned..).unwrap_or_default();
-            // One walk finds the `\n` and measures the nesting on the way (issue 47 §7).
+            // One walk finds the `\n` and measures the nesting on the way (issue 47 §7): `buf`
+            // holds the line from its start, read up to `scanned` already.
             let newline = match self.discarding {
-                Some(_) => memchr::memchr(b'\n', unscanned),
-                None => self.depth.line_end(unscanned),
+                Some(_) => memchr::memchr(b'\n', self.buf.get(self.scanned..).unwrap_or_default())
+                    .map(|pos| self.scanned + pos),
+                None => self.depth.line_end(&self.buf, self.scanned),
             };
             match newline {
-                Some(pos) => {
-                    let end = self.scanned + pos;
+                Some(end) => {
                     let mut line = self.buf.split_to(end + 1).freeze();
                     line.truncate(end);
                     self.scanned = 0;

@@ -960,8 +960,9 @@ impl Session {
                         }
                         return None;
                     }
-                    depth.feed(&c);
+                    let from = body.len();
                     body.extend_from_slice(&c);
+                    depth.feed(&body, from);
                 }
                 Err(e) => {
                     self.dropped(out, &e).await;
