@@ -108,9 +108,9 @@ pub enum Event {
     Connected(u64, Result<Box<dyn Upstream>, StartError>),
     /// A message it sent.
     Message(u64, Message),
-    /// A message over the size limit was discarded; its length in bytes and its recovered
-    /// envelope id, if any.
-    Oversized(u64, usize, Option<Box<RawValue>>),
+    /// A message that is never relayed (issue 47 §7): over `max_message_size` or nested
+    /// deeper than `max_message_depth`, and what it was as far as it could be read.
+    Discarded(u64, Limit, Was),
     /// A reply to request `.1` that is not a valid JSON-RPC response (K21), and what is wrong.
     Malformed(u64, Box<RawValue>, String),
     /// Its output ended (a child's stdout at EOF). Not a death by itself.
@@ -121,6 +121,61 @@ pub enum Event {
     /// server's 401, 429, 5xx, ...; status 0 when its response stream broke before the
     /// answer). The server answered, so it is alive; the request is over.
     Refused(u64, Box<RawValue>, Refusal),
+}
+
+/// The limit an upstream's message went past (issue 47 §7): the `detail` of the outage answer
+/// its request gets (`too_large`, `too_deep`, class `upstream_error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// Over `max_message_size`: its length in bytes.
+    Size(usize),
+    /// Nested deeper than `max_message_depth`.
+    Depth,
+}
+
+impl Limit {
+    /// The outage record's `detail` and the metric's `reason`: `too_large`, `too_deep`.
+    pub fn detail(self) -> &'static str {
+        match self {
+            Limit::Size(_) => "too_large",
+            Limit::Depth => "too_deep",
+        }
+    }
+}
+
+/// What a discarded message of the upstream was, as far as it could be read.
+#[derive(Debug, Clone)]
+pub enum Was {
+    /// A response (or what could not be told from one): the id it answers, as the upstream
+    /// wrote it, when it could be read. Its request gets the outage answer.
+    Response(Option<Box<RawValue>>),
+    /// A request of the upstream, with its id in the upstream's own namespace (never one of
+    /// ours): answered with an error, never relayed.
+    Request(Box<RawValue>),
+    /// A notification: dropped.
+    Notification,
+}
+
+impl Was {
+    /// Its kind, for the metric and the log: `response`, `request`, `notification`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Was::Response(_) => "response",
+            Was::Request(_) => "request",
+            Was::Notification => "notification",
+        }
+    }
+
+    /// What a message of `kind` with top-level `id` (none, or `null`: absent) was.
+    pub fn of(kind: crate::jsonrpc::message::Kind, id: Option<Box<RawValue>>) -> Was {
+        use crate::jsonrpc::message::Kind;
+        let id = id.filter(|i| i.get() != "null");
+        match (kind, id) {
+            (Kind::Request, Some(id)) => Was::Request(id),
+            (Kind::Request | Kind::Notification, _) => Was::Notification,
+            (Kind::Response, id) => Was::Response(id),
+        }
+    }
 }
 
 /// A remote server's answer that is only an HTTP status (issue 29 §4).
@@ -141,7 +196,7 @@ impl Event {
         match self {
             Event::Connected(g, _)
             | Event::Message(g, _)
-            | Event::Oversized(g, _, _)
+            | Event::Discarded(g, _, _)
             | Event::Malformed(g, _, _)
             | Event::Closed(g)
             | Event::Lost(g, _)
@@ -156,7 +211,7 @@ impl std::fmt::Debug for Event {
             Event::Connected(g, Ok(_)) => write!(f, "Connected({g}, Ok(..))"),
             Event::Connected(g, Err(e)) => write!(f, "Connected({g}, Err({e}))"),
             Event::Message(g, m) => write!(f, "Message({g}, {m:?})"),
-            Event::Oversized(g, n, id) => write!(f, "Oversized({g}, {n}, {id:?})"),
+            Event::Discarded(g, l, w) => write!(f, "Discarded({g}, {l:?}, {w:?})"),
             Event::Malformed(g, id, why) => write!(f, "Malformed({g}, {id}, {why:?})"),
             Event::Closed(g) => write!(f, "Closed({g})"),
             Event::Lost(g, l) => write!(f, "Lost({g}, {l:?})"),

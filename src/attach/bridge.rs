@@ -246,7 +246,8 @@ impl Bridge {
     pub fn from_client(&mut self, frame: Frame, now: Instant) -> Out {
         let mut out = Out::default();
         let line = match frame {
-            Frame::Line(line) => line,
+            // `attach` measures no depth (its decoder has no bound): the supervisor does.
+            Frame::Line(line) | Frame::TooDeep(line) => line,
             Frame::Oversized { len, id, .. } => {
                 // Not even the supervisor's largest limit (1 GiB) holds it: answered here, as
                 // the supervisor answers a line over its limit.

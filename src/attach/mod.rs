@@ -262,7 +262,8 @@ fn pump(shared: &Shared, stream: &mut UnixStream) -> bool {
             let mut bridge = lock(&shared.bridge);
             while let Some(frame) = decoder.next_frame() {
                 match frame {
-                    Frame::Line(line) => {
+                    // Its decoder measures no depth: every line is `Line`.
+                    Frame::Line(line) | Frame::TooDeep(line) => {
                         let out = bridge.from_server(line);
                         all.to_client.extend(out.to_client);
                         all.notes.extend(out.notes);

@@ -113,7 +113,14 @@ pub struct SignIn {
     shown: Mutex<Shown>,
     /// A `login` in progress.
     pending: Mutex<Option<login::Pending>>,
+    /// The secrets held lately (access and refresh tokens, client secrets), newest last, at
+    /// most [`KEPT_SECRETS`]: what a url server's errors must not quote (issue 47 §5).
+    secrets: Mutex<Vec<String>>,
 }
+
+/// Secrets [`SignIn::secrets`] remembers: the current ones and those they replaced lately (an
+/// upstream may still quote a token it has just refused).
+const KEPT_SECRETS: usize = 8;
 
 impl std::fmt::Debug for SignIn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -168,6 +175,7 @@ pub fn sign_in_for(
             expires_at: None,
         }),
         pending: Mutex::new(None),
+        secrets: Mutex::new(Vec::new()),
     });
     k.insert(name.to_string(), s.clone());
     Ok(s)
@@ -250,8 +258,36 @@ fn union(a: Option<&str>, b: &str) -> String {
 }
 
 impl SignIn {
+    /// The tokens and client secrets this sign-in holds or held lately (see [`KEPT_SECRETS`]),
+    /// for the redaction of what the server says back (issue 47 §5). Never shown anywhere.
+    pub fn secrets(&self) -> Vec<String> {
+        lock(&self.secrets).clone()
+    }
+
+    /// Remembers `found` among [`SignIn::secrets`].
+    fn keep_secrets<'a>(&self, found: impl IntoIterator<Item = &'a str>) {
+        let mut kept = lock(&self.secrets);
+        for f in found {
+            if f.is_empty() || kept.iter().any(|k| k == f) {
+                continue;
+            }
+            kept.push(f.to_string());
+            if kept.len() > KEPT_SECRETS {
+                kept.remove(0);
+            }
+        }
+    }
+
     /// Updates what `status` shows from `record`.
     fn show(&self, record: Option<&Record>) {
+        if let Some(r) = record {
+            self.keep_secrets(
+                [&r.access_token, &r.refresh_token, &r.client_secret]
+                    .into_iter()
+                    .flatten()
+                    .map(String::as_str),
+            );
+        }
         let mut shown = lock(&self.shown);
         shown.expires_at = record.and_then(|r| r.expires_at);
         let s = &mut shown.status;
@@ -262,10 +298,23 @@ impl SignIn {
     }
 
     fn note_error(&self, e: Option<String>) {
+        // An authorization server's answer can quote what it was sent (issue 47 §5).
+        let e = e.map(|e| self.redacted(e));
         if let Some(e) = &e {
             warn!(server = %self.name, error = %e, "sign-in");
         }
         lock(&self.shown).status.last_error = e;
+    }
+
+    /// `text` with this sign-in's secrets ([`SignIn::secrets`], 4 bytes or more) replaced by
+    /// `<redacted>`.
+    fn redacted(&self, mut text: String) -> String {
+        for s in lock(&self.secrets).iter().filter(|s| s.len() >= 4) {
+            if text.contains(s.as_str()) {
+                text = text.replace(s.as_str(), "<redacted>");
+            }
+        }
+        text
     }
 
     /// The record, loaded from the store at first use. A record for another URL is not used.
@@ -314,9 +363,11 @@ impl SignIn {
         let Some(p) = &self.cfg.client_secret_file else {
             return Ok(None);
         };
-        std::fs::read_to_string(p)
-            .map(|s| Some(s.trim().to_string()))
-            .map_err(|e| format!("cannot read oauth.client_secret_file {}: {e}", p.display()))
+        let secret = std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .map_err(|e| format!("cannot read oauth.client_secret_file {}: {e}", p.display()))?;
+        self.keep_secrets([secret.as_str()]);
+        Ok(Some(secret))
     }
 
     /// The bearer token to send now: refreshed first when it is about to expire (and a
@@ -713,7 +764,29 @@ impl SignIn {
 
 #[cfg(test)]
 mod tests {
-    use super::{covered, union};
+    use super::{covered, sign_in_for, status, union};
+    use crate::config::OAuthConfig;
+
+    #[test]
+    fn a_sign_in_error_quoting_a_token_is_redacted() {
+        let cfg = OAuthConfig::default();
+        let url = reqwest::Url::parse("https://mcp.example.com/mcp").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let http = || {
+            reqwest::Client::builder()
+                .tls_backend_preconfigured(crate::remote::tls::client_config(None, false)?)
+                .build()
+                .map_err(|e| e.to_string())
+        };
+        let s = sign_in_for("redact-test", &url, &cfg, dir.path(), http).unwrap();
+        s.keep_secrets(["refresh-tok-123456", "ab"]);
+        s.note_error(Some("invalid_grant: refresh-tok-123456 ab".into()));
+        assert_eq!(
+            status("redact-test").unwrap().last_error.as_deref(),
+            Some("invalid_grant: <redacted> ab")
+        );
+        assert_eq!(s.secrets(), ["refresh-tok-123456", "ab"]);
+    }
 
     #[test]
     fn scopes_are_compared_and_joined_as_sets() {

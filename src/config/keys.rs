@@ -620,6 +620,16 @@ pub const MAX_MESSAGE_SIZE: Key = key!(
     "largest line accepted from the child or a client, in bytes",
     "a line is held whole in memory and parsed at once; 1 GiB is far past any MCP message (base64 images are megabytes), and under 1 KiB the handshake does not fit"
 );
+/// `max_message_depth` (issue 47 §7).
+pub const MAX_MESSAGE_DEPTH: Key = key!(
+    "max_message_depth",
+    Server,
+    Kind::Count,
+    Default::Number(crate::jsonrpc::depth::SERDE_DEEPEST as u64),
+    count(32, 1024),
+    "deepest nesting of arrays and objects in a message relayed either way; a deeper one is refused",
+    "127 is the deepest serde_json reads (its recursion limit of 128 refuses the 128th level), so Rust clients read whatever is relayed; real MCP messages nest 10 to 15 levels (a tool's schema in `tools/list`), and parsers that recurse give out a little past 1,000 (Python's `json`)"
+);
 /// `queue_limit`.
 pub const QUEUE_LIMIT: Key = key!(
     "queue_limit",
@@ -832,6 +842,7 @@ pub const KEYS: &[Key] = &[
     STOP_GRACE,
     KILL_TIMEOUT,
     MAX_MESSAGE_SIZE,
+    MAX_MESSAGE_DEPTH,
     QUEUE_LIMIT,
     QUEUE_WAIT,
     MAX_SUBSCRIPTIONS,

@@ -206,6 +206,9 @@ pub struct ServerConfig {
     pub kill_timeout: Duration,
     /// Largest message accepted from the child or a client, in bytes. Default 64 MiB.
     pub max_message_size: usize,
+    /// Deepest nesting of arrays and objects in a message relayed either way (issue 47 §7).
+    /// Default 127, the deepest serde_json reads.
+    pub max_message_depth: usize,
     /// Requests held while the child starts or backs off. Default 64.
     pub queue_limit: usize,
     /// Resource subscriptions plus served `subscriptions/listen` streams one client may hold
@@ -924,6 +927,7 @@ impl Validator<'_> {
             stop_grace: dur!(stop_grace, keys::STOP_GRACE),
             kill_timeout: dur!(kill_timeout, keys::KILL_TIMEOUT),
             max_message_size: count!(max_message_size, keys::MAX_MESSAGE_SIZE),
+            max_message_depth: count!(max_message_depth, keys::MAX_MESSAGE_DEPTH),
             queue_limit: count!(queue_limit, keys::QUEUE_LIMIT),
             max_subscriptions: count!(max_subscriptions, keys::MAX_SUBSCRIPTIONS),
             queue_wait: dur!(queue_wait, keys::QUEUE_WAIT),

@@ -126,6 +126,7 @@ pub(super) struct RawServer {
     pub(super) stop_grace: Dur,
     pub(super) kill_timeout: Dur,
     pub(super) max_message_size: Option<Spanned<usize>>,
+    pub(super) max_message_depth: Option<Spanned<usize>>,
     pub(super) queue_limit: Option<Spanned<usize>>,
     pub(super) max_subscriptions: Option<Spanned<usize>>,
     pub(super) queue_wait: Dur,

@@ -40,6 +40,7 @@ fn minimal_server_gets_documented_defaults() {
     for (key, got) in [
         (keys::PROBE_FAILURES, u64::from(a.probe_failures)),
         (keys::MAX_MESSAGE_SIZE, a.max_message_size as u64),
+        (keys::MAX_MESSAGE_DEPTH, a.max_message_depth as u64),
         (keys::QUEUE_LIMIT, a.queue_limit as u64),
         (keys::MAX_SUBSCRIPTIONS, a.max_subscriptions as u64),
         (keys::MAX_INFLIGHT, a.max_inflight as u64),

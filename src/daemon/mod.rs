@@ -570,6 +570,7 @@ fn session_limits(
     session::SessionLimits {
         queue: cfg.client_queue,
         max_message: cfg.max_message_size,
+        max_depth: cfg.max_message_depth,
         memory: memory.clone(),
         stall: cfg.client_stall_timeout,
         idle: cfg.client_idle_timeout,

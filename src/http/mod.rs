@@ -725,11 +725,12 @@ async fn post(
     let cfg = entry.cfg.clone();
     let limits = BodyLimits {
         max: cfg.max_message_size,
+        depth: cfg.max_message_depth,
         stall: cfg.client_stall_timeout,
         memory: &front.memory,
         log: &front.limits_log,
     };
-    let (body, charge) = match read_body(body, limits).await {
+    let (body, charge, deep) = match read_body(body, limits).await {
         Ok(b) => b,
         Err(refusal) => return refusal,
     };
@@ -760,6 +761,22 @@ async fn post(
             Ok(m) => parsed.push(m),
             Err(e) => return rpc_error(StatusCode::BAD_REQUEST, None, e.code(), &e.to_string()),
         }
+    }
+    if deep {
+        // Nested past `max_message_depth` (issue 47 §7): nothing of it reaches the server.
+        if let Some(suppressed) = log_allowed(&front.limits_log) {
+            warn!(server = %cfg.name, limit = cfg.max_message_depth, suppressed,
+                "HTTP request body nested deeper than max_message_depth: refusing it (400)");
+        }
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            first_id(&parsed),
+            code::INVALID_REQUEST,
+            &format!(
+                "message nested deeper than max_message_depth ({} levels of arrays and objects); not relayed",
+                cfg.max_message_depth
+            ),
+        );
     }
     // The messages share the body's buffer: `charge` goes with them until the actor has them.
     drop(body);
@@ -858,6 +875,8 @@ async fn post(
 struct BodyLimits<'a> {
     /// `max_message_size`: 413 beyond.
     max: usize,
+    /// `max_message_depth`: measured as the body arrives (issue 47 §7).
+    depth: usize,
     /// `client_stall_timeout`: the longest pause between two pieces of the body (408 after).
     stall: Duration,
     /// `client_memory`: what every body being read or held, and every socket client's
@@ -896,16 +915,18 @@ impl Drop for Charge {
 }
 
 /// Reads a POST body within `limits` (see [`BodyLimits`]; a client that stops mid-body
-/// cannot hold the connection, as `client_stall_timeout` does on the socket). The body and
-/// its [`Charge`] on `client_memory`, or the answer to send instead:
+/// cannot hold the connection, as `client_stall_timeout` does on the socket). The body, its
+/// [`Charge`] on `client_memory` and whether it nests deeper than `max_message_depth`
+/// (measured piece by piece as it arrives, no second pass), or the answer to send instead:
 /// - 413 (-32600) beyond `max_message_size`;
 /// - 408 (-32600) after `client_stall_timeout` without a byte;
 /// - 503 (-32002, `Retry-After: 1`) when holding it would take `client_memory` beyond its
 ///   limit: the rest of the body is then read and dropped (so the client reads the answer
 ///   rather than a reset connection), within the same size and time limits.
-async fn read_body(body: Body, limits: BodyLimits<'_>) -> Result<(Bytes, Charge), Response> {
+async fn read_body(body: Body, limits: BodyLimits<'_>) -> Result<(Bytes, Charge, bool), Response> {
     let BodyLimits {
         max,
+        depth,
         stall,
         memory,
         log,
@@ -917,6 +938,7 @@ async fn read_body(body: Body, limits: BodyLimits<'_>) -> Result<(Bytes, Charge)
         held: 0,
     };
     let mut over_budget = false;
+    let mut depth = crate::jsonrpc::depth::Depth::new(depth);
     loop {
         match tokio::time::timeout(stall, body.frame()).await {
             Err(_) => {
@@ -944,7 +966,7 @@ async fn read_body(body: Body, limits: BodyLimits<'_>) -> Result<(Bytes, Charge)
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                 return Err(r);
             }
-            Ok(None) => return Ok((buf.freeze(), charge)),
+            Ok(None) => return Ok((buf.freeze(), charge, depth.finish())),
             Ok(Some(Ok(frame))) => {
                 let Ok(data) = frame.into_data() else {
                     continue;
@@ -965,7 +987,9 @@ async fn read_body(body: Body, limits: BodyLimits<'_>) -> Result<(Bytes, Charge)
                     buf = bytes::BytesMut::new();
                     continue;
                 }
+                let from = buf.len();
                 buf.extend_from_slice(&data);
+                depth.feed(&buf, from);
             }
             Ok(Some(Err(e))) => {
                 let too_big = e

@@ -15,11 +15,15 @@
 //!   once as [`Frame::Oversized`] with its content length and the top-level `id` recovered
 //!   from every byte of it by [`TopLevelId`] (K04, K22);
 //! - at end of input, a final complete line without `\n` is delivered (K05);
+//! - with a depth bound ([`LineDecoder::with_depth`], issue 47 §7), a line that nests
+//!   deeper is [`Frame::TooDeep`]: measured by [`Depth`] in the same walk that finds its `\n`
+//!   (no second pass over the bytes), never for an oversized line (its size says enough);
 //! - the frames do not depend on how the input was split into chunks (property-tested).
 //!
 //! The other direction, [`LineBatch`], collects whole outgoing lines so a writer can hand
 //! several to one vectored write without copying them.
 
+use super::depth::Depth;
 use super::toplevel::TopLevelId;
 use bytes::{Bytes, BytesMut};
 
@@ -41,6 +45,9 @@ pub enum Frame {
         /// notification rather than a response); `false` when it is not an object.
         has_method: bool,
     },
+    /// A line (as [`Frame::Line`] has it) that nests deeper than the decoder's depth bound:
+    /// never to be relayed; read only to answer it.
+    TooDeep(Bytes),
 }
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -106,16 +113,29 @@ pub struct LineDecoder {
     discarding: Option<Discard>,
     /// Where to resume the search for `\n` in `buf` (bytes before it hold no `\n`).
     scanned: usize,
+    /// The nesting of the current line's bytes before `scanned` (unbounded: not measured).
+    depth: Depth,
 }
 
 impl LineDecoder {
-    /// A decoder that accepts lines of up to `max_len` bytes (excluding BOM, `\r` and `\n`).
+    /// A decoder that accepts lines of up to `max_len` bytes (excluding BOM, `\r` and `\n`),
+    /// whatever their nesting.
     pub fn new(max_len: usize) -> Self {
         LineDecoder {
             buf: BytesMut::new(),
             max_len,
             discarding: None,
             scanned: 0,
+            depth: Depth::unbounded(),
+        }
+    }
+
+    /// A decoder that also reports lines nesting deeper than `max_depth` arrays and objects
+    /// as [`Frame::TooDeep`] (`max_message_depth`, issue 47 §7).
+    pub fn with_depth(max_len: usize, max_depth: usize) -> Self {
+        LineDecoder {
+            depth: Depth::new(max_depth),
+            ..LineDecoder::new(max_len)
         }
     }
 
@@ -154,25 +174,32 @@ impl LineDecoder {
         if self.buf.is_empty() && self.buf.capacity() > limit {
             self.buf = BytesMut::new();
             self.scanned = 0;
+            self.depth.finish();
         }
     }
 
     /// The next complete frame, or `None` when more input is needed.
     pub fn next_frame(&mut self) -> Option<Frame> {
         loop {
-            let unscanned = self.buf.get(self.scanned..).unwrap_or_default();
-            match memchr::memchr(b'\n', unscanned) {
-                Some(pos) => {
-                    let end = self.scanned + pos;
+            // One walk finds the `\n` and measures the nesting on the way (issue 47 §7): `buf`
+            // holds the line from its start, read up to `scanned` already.
+            let newline = match self.discarding {
+                Some(_) => memchr::memchr(b'\n', self.buf.get(self.scanned..).unwrap_or_default())
+                    .map(|pos| self.scanned + pos),
+                None => self.depth.line_end(&self.buf, self.scanned),
+            };
+            match newline {
+                Some(end) => {
                     let mut line = self.buf.split_to(end + 1).freeze();
                     line.truncate(end);
                     self.scanned = 0;
+                    let deep = self.depth.finish();
                     let frame = match self.discarding.take() {
                         Some(mut d) => {
                             d.feed(&line);
                             d.finish()
                         }
-                        None => self.finish_line(line),
+                        None => self.finish_line(line, deep),
                     };
                     if frame.is_some() {
                         return frame;
@@ -193,6 +220,7 @@ impl LineDecoder {
                         d.feed(self.buf.get(bom..).unwrap_or_default());
                         self.discarding = Some(d);
                         self.buf.clear();
+                        self.depth.finish();
                     } else if let Some(d) = &mut self.discarding {
                         d.feed(&self.buf);
                         self.buf.clear();
@@ -211,16 +239,20 @@ impl LineDecoder {
         }
         self.scanned = 0;
         let line = self.buf.split().freeze();
+        // `next_frame` measured every byte left.
+        let deep = self.depth.finish();
         match self.discarding.take() {
             Some(mut d) => {
                 d.feed(&line);
                 d.finish()
             }
-            None => self.finish_line(line),
+            None => self.finish_line(line, deep),
         }
     }
 
-    fn finish_line(&self, mut line: Bytes) -> Option<Frame> {
+    /// The frame of a complete line that was not being discarded; `deep` when its bytes
+    /// nested past the depth bound.
+    fn finish_line(&self, mut line: Bytes, deep: bool) -> Option<Frame> {
         if line.last() == Some(&b'\r') {
             line.truncate(line.len().saturating_sub(1));
         }
@@ -239,6 +271,9 @@ impl LineDecoder {
                 id: top.as_ref().and_then(|t| t.id.clone()),
                 has_method: top.is_some_and(|t| t.has_method),
             });
+        }
+        if deep {
+            return Some(Frame::TooDeep(line));
         }
         Some(Frame::Line(line))
     }
@@ -634,13 +669,79 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_line_nested_past_the_bound_is_too_deep_and_the_next_one_is_not() {
+        let at = format!("{{\"a\":{}1{}}}", "[".repeat(126), "]".repeat(126));
+        let past = format!("{{\"a\":{}1{}}}", "[".repeat(127), "]".repeat(127));
+        // Brackets in strings and after escapes do not count.
+        let quoted = format!("{{\"a\":\"\\\"{}\"}}", "[".repeat(500));
+        let input = format!(
+            "{at}\n{past}\r\n{quoted}\n{bom}{past}\n{{}}",
+            bom = '\u{feff}'
+        );
+        let want = vec![
+            line(&at),
+            Frame::TooDeep(Bytes::from(past.clone())),
+            line(&quoted),
+            Frame::TooDeep(Bytes::from(past.clone())),
+            line("{}"),
+        ];
+        for chunk in [1, 2, 3, 5, 64, 127, input.len()] {
+            let mut d = LineDecoder::with_depth(1 << 20, 127);
+            let mut out = Vec::new();
+            for c in input.as_bytes().chunks(chunk) {
+                out.extend(all(&mut d, c));
+            }
+            out.extend(d.finish());
+            assert_eq!(out, want, "chunk {chunk}");
+        }
+        // Without a bound nothing is too deep.
+        assert_eq!(chunked(1 << 20, past.as_bytes(), 7), vec![line(&past)]);
+    }
+
+    #[test]
+    fn two_hundred_thousand_levels_are_too_deep_and_oversized_wins() {
+        let deep = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}{}}}",
+            "[".repeat(200_000),
+            "]".repeat(200_000)
+        );
+        let input = format!("{deep}\n{{\"ok\":1}}\n");
+        for chunk in [4096, 65536, input.len()] {
+            let mut d = LineDecoder::with_depth(1 << 20, 127);
+            let mut out = Vec::new();
+            for c in input.as_bytes().chunks(chunk) {
+                out.extend(all(&mut d, c));
+            }
+            assert_eq!(
+                out,
+                vec![
+                    Frame::TooDeep(Bytes::from(deep.clone())),
+                    line("{\"ok\":1}")
+                ]
+            );
+            // Its envelope still parses (serde_json's raw values do not recurse): the reader
+            // learns whose answer it was.
+            let Frame::TooDeep(l) = &out[0] else { panic!() };
+            let m = crate::jsonrpc::message::parse_line(l).unwrap();
+            assert_eq!(m[0].as_ref().unwrap().id.as_ref().unwrap().get(), "1");
+        }
+        // Over max_message_size, it is oversized whatever its depth (`TopLevelId` gives up
+        // past 128 levels, so no id: the request waits for its deadline).
+        let mut d = LineDecoder::with_depth(1000, 127);
+        assert_eq!(
+            all(&mut d, input.as_bytes()),
+            vec![oversized(deep.len(), None, false), line("{\"ok\":1}")]
+        );
+    }
+
     mod props {
         use super::*;
         use proptest::prelude::*;
 
         /// The rules of the module header applied to the whole input at once: the model the
         /// streaming decoder must match for every split.
-        fn model(max: usize, input: &[u8]) -> Vec<Frame> {
+        fn model(max: usize, depth: Option<usize>, input: &[u8]) -> Vec<Frame> {
             let mut out = Vec::new();
             for mut l in input.split(|b| *b == b'\n') {
                 if let Some(rest) = l.strip_suffix(b"\r") {
@@ -661,6 +762,8 @@ mod tests {
                         id: top.as_ref().and_then(|t| t.id.clone()),
                         has_method: top.is_some_and(|t| t.has_method),
                     });
+                } else if depth.is_some_and(|d| crate::jsonrpc::depth::deeper_than(l, d)) {
+                    out.push(Frame::TooDeep(Bytes::copy_from_slice(l)));
                 } else {
                     out.push(Frame::Line(Bytes::copy_from_slice(l)));
                 }
@@ -679,6 +782,10 @@ mod tests {
                 Just(br#"{"result":{"content":[{"id":3}]},"id":7}"#.to_vec()),
                 Just(br#"{"id":"a\"b","method":"m"}"#.to_vec()),
                 "[a-z{}\\[\\]\":,]{0,40}".prop_map(String::into_bytes),
+                (0usize..8).prop_map(
+                    |n| format!("{}\"]\\\"[\"{}", "[".repeat(n), "]".repeat(n)).into_bytes()
+                ),
+                Just(b"\"\\".to_vec()),
                 proptest::collection::vec(any::<u8>(), 0..20),
                 (1usize..300).prop_map(|n| vec![b'x'; n]),
             ]
@@ -689,13 +796,17 @@ mod tests {
             fn any_split_gives_the_same_frames(
                 pieces in proptest::collection::vec(piece(), 0..12),
                 max in 0usize..64,
+                depth in proptest::option::of(0usize..6),
                 cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..16),
             ) {
                 let input: Vec<u8> = pieces.concat();
-                let want = model(max, &input);
+                let want = model(max, depth, &input);
                 let mut at: Vec<usize> = cuts.iter().map(|c| c.index(input.len() + 1)).collect();
                 at.sort_unstable();
-                let mut d = LineDecoder::new(max);
+                let mut d = match depth {
+                    Some(depth) => LineDecoder::with_depth(max, depth),
+                    None => LineDecoder::new(max),
+                };
                 let mut got = Vec::new();
                 let mut from = 0;
                 for to in at.into_iter().chain([input.len()]) {

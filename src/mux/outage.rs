@@ -30,7 +30,8 @@ pub enum OutageStatus {
     Stopped,
     /// Not running, by design (on demand, after an idle stop).
     Idle,
-    /// Up, but it refused this request: a remote server's bare HTTP error status (issue 29).
+    /// Up, but this request could not be served: a remote server's bare HTTP error status
+    /// (issue 29), or an answer too large or too deep to relay (issue 47 §7).
     Ready,
     /// A url server refused the credential at the handshake; waiting for the operator.
     #[serde(rename = "auth_required")]
@@ -300,6 +301,19 @@ pub enum Reason {
     /// A remote server answered the request with a bare HTTP status (`HTTP 401`, `HTTP 429`,
     /// `HTTP 503`), or its response stream broke before the answer (status 0).
     Http(Refusal),
+    /// The upstream's answer was over `max_message_size`: its length and the limit, in bytes
+    /// (issue 47 §7).
+    TooLarge {
+        /// The answer's length.
+        bytes: usize,
+        /// `max_message_size`.
+        limit: usize,
+    },
+    /// The upstream's answer nested deeper than `max_message_depth` (`limit`, in levels).
+    TooDeep {
+        /// `max_message_depth`.
+        limit: usize,
+    },
 }
 
 /// The stable class of an outage (design.md §6), written as `class` in the record: what kind
@@ -329,7 +343,8 @@ pub enum Class {
     AuthFailed,
     /// A remote server asked to slow down: HTTP 429 (`retry_after` from `Retry-After`).
     RateLimited,
-    /// A remote server answered with another error status and no JSON-RPC message (5xx, 4xx).
+    /// A remote server answered with another error status and no JSON-RPC message (5xx, 4xx),
+    /// or any upstream answered with a message that is never relayed (too large, too deep).
     UpstreamError,
 }
 
@@ -354,13 +369,14 @@ impl Reason {
                 429 => Class::RateLimited,
                 _ => Class::UpstreamError,
             },
+            Reason::TooLarge { .. } | Reason::TooDeep { .. } => Class::UpstreamError,
         }
     }
 
     /// Its detail within the class, a short stable token: the exit (`exited(1)`,
     /// `signal(SIGKILL)`, `oom-killed`), the supervisor's cause (`start-timeout`,
     /// `stdin-failed`, `restart-requested`), `request` for a request's own deadline,
-    /// `queue_limit`, or the status.
+    /// `queue_limit`, `too_large` or `too_deep` for an answer never relayed, or the status.
     pub fn detail(&self) -> std::borrow::Cow<'static, str> {
         use std::borrow::Cow;
         match self {
@@ -376,6 +392,8 @@ impl Reason {
             Reason::QueueFull(_) => Cow::Borrowed("queue_limit"),
             Reason::Unanswered => Cow::Borrowed("unanswered"),
             Reason::State(s) => Cow::Borrowed(s.as_str()),
+            Reason::TooLarge { .. } => Cow::Borrowed("too_large"),
+            Reason::TooDeep { .. } => Cow::Borrowed("too_deep"),
         }
     }
 }
@@ -428,6 +446,14 @@ impl std::fmt::Display for Reason {
                 write!(f, "HTTP {} without an answer", r.status)
             }
             Reason::Http(r) => write!(f, "HTTP {}", r.status),
+            Reason::TooLarge { bytes, limit } => write!(
+                f,
+                "an answer of {bytes} bytes, over max_message_size ({limit} bytes)"
+            ),
+            Reason::TooDeep { limit } => write!(
+                f,
+                "an answer nested deeper than max_message_depth ({limit} levels)"
+            ),
         }
     }
 }
@@ -584,6 +610,21 @@ mod tests {
                 "backoff",
                 Class::Unavailable,
                 "backoff",
+            ),
+            (
+                Reason::TooLarge {
+                    bytes: 9_000_000,
+                    limit: 8_388_608,
+                },
+                "an answer of 9000000 bytes, over max_message_size (8388608 bytes)",
+                Class::UpstreamError,
+                "too_large",
+            ),
+            (
+                Reason::TooDeep { limit: 127 },
+                "an answer nested deeper than max_message_depth (127 levels)",
+                Class::UpstreamError,
+                "too_deep",
             ),
         ];
         for (reason, text, class, detail) in cases {

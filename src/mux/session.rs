@@ -408,6 +408,8 @@ pub struct SessionLimits {
     pub queue: usize,
     /// `max_message_size`: the longest line.
     pub max_message: usize,
+    /// `max_message_depth`: the deepest nesting of a line relayed (issue 47 §7).
+    pub max_depth: usize,
     /// The daemon-wide budget for what clients' partial lines hold (`client_memory`).
     pub memory: Arc<MemoryBudget>,
     /// `client_stall_timeout`: how long the client may stay silent in the middle of a line
@@ -445,6 +447,7 @@ pub async fn run(
     let SessionLimits {
         queue,
         max_message,
+        max_depth,
         memory,
         stall,
         idle,
@@ -500,7 +503,8 @@ pub async fn run(
         }
     }
 
-    let mut dec = LineDecoder::new(max_message);
+    // The nesting is measured in the walk that finds each line's end (issue 47 §7).
+    let mut dec = LineDecoder::with_depth(max_message, max_depth);
     dec.extend(&resume.pending);
     let mut clean_eof = false;
     // Until its first complete message (issue 47 §4); a connection handed over by an upgrade
@@ -522,7 +526,7 @@ pub async fn run(
             rejections: &rejections,
             heard: &heard,
         };
-        if !pass_frames(&mut dec, false, &link, max_message).await {
+        if !pass_frames(&mut dec, false, &link, (max_message, max_depth)).await {
             return;
         }
     }
@@ -611,7 +615,7 @@ pub async fn run(
             rejections: &rejections,
             heard: &heard,
         };
-        if !pass_frames(&mut dec, eof, &link, max_message).await {
+        if !pass_frames(&mut dec, eof, &link, (max_message, max_depth)).await {
             break 'read;
         }
         if eof {
@@ -670,14 +674,14 @@ struct Link<'a> {
 }
 
 /// Hands every complete frame in `dec` to the actor (all of them at `eof`): messages as they
-/// are, garbage and oversized lines answered here with -32700/-32600 and reported as
-/// rejected. A batch line opens a group so its answers go out as one array
+/// are, garbage, oversized and too deep lines answered here with -32700/-32600 and reported
+/// as rejected. A batch line opens a group so its answers go out as one array
 /// ([`crate::mux::batch`]). Returns false when the actor is gone.
 async fn pass_frames(
     dec: &mut LineDecoder,
     eof: bool,
     link: &Link<'_>,
-    max_message: usize,
+    (max_message, max_depth): (usize, usize),
 ) -> bool {
     let (tx, id, events) = (link.tx, link.id, link.events);
     let reject = |code: i64, why: &str| reject(tx, id, code, why, link.rejections);
@@ -700,6 +704,12 @@ async fn pass_frames(
                     continue;
                 }
             },
+            Frame::TooDeep(line) => {
+                if !refuse_too_deep(link, &line, max_depth).await {
+                    return false;
+                }
+                continue;
+            }
             Frame::Oversized {
                 len,
                 id: rid,
@@ -737,6 +747,97 @@ async fn pass_frames(
             }
         }
     }
+}
+
+/// A client line nested deeper than `max_message_depth` (issue 47 §7): nothing of it reaches
+/// the server. Each request gets -32600 under its own id (in one array for a batch); a
+/// response (the client's answer to the server's question) reaches the actor as a -32600
+/// error instead, so the server is not left waiting; a notification, or what is no message,
+/// gets -32600 with id `null`, as garbage does. Logged within the connection's budget; the
+/// connection stays open. Returns false when the actor is gone.
+async fn refuse_too_deep(link: &Link<'_>, line: &bytes::Bytes, max_depth: usize) -> bool {
+    let (tx, client, events) = (link.tx, link.id, link.events);
+    let why = format!(
+        "message nested deeper than max_message_depth ({max_depth} levels of arrays and objects); not relayed"
+    );
+    let msgs = match message::parse_line(line) {
+        Ok(m) => m,
+        Err(e) => {
+            // Not JSON-RPC at all: the same answer as any such line.
+            reject(tx, client, e.code(), &e.to_string(), link.rejections);
+            let _ = events.send(SessionEvent::Rejected(client, e.code())).await;
+            return true;
+        }
+    };
+    if let Some(suppressed) = allowed(link.rejections) {
+        warn!(client = %client, code = code::INVALID_REQUEST, suppressed, "rejected a client line: {why}");
+    }
+    let mut answers = Vec::new();
+    for m in msgs {
+        let Ok(m) = m else {
+            answers.push(message::error_response(
+                &message::raw_null(),
+                code::INVALID_REQUEST,
+                &why,
+                None,
+            ));
+            continue;
+        };
+        let id = m.id.as_deref().filter(|i| i.get() != "null");
+        match (m.kind, id) {
+            (message::Kind::Request, Some(id)) => {
+                answers.push(message::error_response(
+                    id,
+                    code::INVALID_REQUEST,
+                    &why,
+                    None,
+                ));
+                let _ = events
+                    .send(SessionEvent::Rejected(client, code::INVALID_REQUEST))
+                    .await;
+            }
+            (message::Kind::Response, Some(id)) => {
+                let instead = message::error_response(
+                    id,
+                    code::INVALID_REQUEST,
+                    &format!("the client's answer was {why}"),
+                    None,
+                );
+                if let Ok(err) = message::parse_one(&instead) {
+                    if events
+                        .send(SessionEvent::Message(client, err))
+                        .await
+                        .is_err()
+                    {
+                        return false;
+                    }
+                }
+                answers.push(message::error_response(
+                    &message::raw_null(),
+                    code::INVALID_REQUEST,
+                    &why,
+                    None,
+                ));
+            }
+            _ => answers.push(message::error_response(
+                &message::raw_null(),
+                code::INVALID_REQUEST,
+                &why,
+                None,
+            )),
+        }
+    }
+    let is_batch = line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+    if is_batch {
+        if let Some(array) = link.batches.open(&[], answers) {
+            tx.deliver(array);
+        }
+    } else {
+        for a in answers {
+            tx.deliver(a);
+        }
+    }
+    true
 }
 
 /// Opens the batch group of a batch line before any member reaches the actor (so no answer
@@ -977,6 +1078,7 @@ mod tests {
         let limits = SessionLimits {
             queue: 16,
             max_message: 64,
+            max_depth: 127,
             memory: Arc::new(MemoryBudget::new(1 << 20)),
             stall: std::time::Duration::from_secs(30),
             idle: None,
@@ -1026,6 +1128,7 @@ mod tests {
         SessionLimits {
             queue: 16,
             max_message: 1 << 16,
+            max_depth: 127,
             memory: Arc::new(MemoryBudget::new(1 << 20)),
             stall: std::time::Duration::from_secs(30),
             idle: None,

@@ -157,12 +157,20 @@ struct Families {
     bytes: Family<DirectionLabels, Counter>,
     refusals: Family<ClassLabels, Counter>,
     client_refusals: Family<ReasonLabels, Counter>,
+    discarded: Family<DiscardLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClassLabels {
     server: String,
     class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DiscardLabels {
+    server: String,
+    reason: String,
+    kind: String,
 }
 
 /// The supervisor's metric families (one registry per process).
@@ -324,6 +332,12 @@ impl Metrics {
             "Client connections refused or closed to keep seats for others (issue 47 §4), by reason (max_clients, uid_share, silent)",
             client_refusals.clone(),
         );
+        let discarded = Family::<DiscardLabels, Counter>::default();
+        registry.register(
+            "upstream_discarded",
+            "Messages of a server never relayed (issue 47 §7), by reason (too_large, too_deep) and kind (response, request, notification)",
+            discarded.clone(),
+        );
         let log_dropped = Counter::default();
         registry.register(
             "request_log_dropped",
@@ -355,6 +369,7 @@ impl Metrics {
                 bytes,
                 refusals,
                 client_refusals,
+                discarded,
             },
         }
     }
@@ -701,6 +716,21 @@ impl ServerMetrics {
             .get_or_create(&ClassLabels {
                 server: s.server.clone(),
                 class: class.into(),
+            })
+            .inc();
+    }
+
+    /// A message of the server never relayed (issue 47 §7): `reason` `too_large` or
+    /// `too_deep`, `kind` `response`, `request` or `notification`. Rare: resolved through the
+    /// family each time.
+    pub fn discarded(&self, reason: &str, kind: &str) {
+        let s = &*self.0;
+        s.families
+            .discarded
+            .get_or_create(&DiscardLabels {
+                server: s.server.clone(),
+                reason: reason.into(),
+                kind: kind.into(),
             })
             .inc();
     }

@@ -294,6 +294,7 @@ fn with_every_family(m: &Metrics) {
         bytes,
         refusals,
         client_refusals,
+        discarded,
     } = families;
     let server = || "a".to_string();
     let reason = || ReasonLabels {
@@ -339,6 +340,13 @@ fn with_every_family(m: &Metrics) {
         .get_or_create(&ClassLabels {
             server: server(),
             class: "rate_limited".into(),
+        })
+        .inc();
+    discarded
+        .get_or_create(&DiscardLabels {
+            server: server(),
+            reason: "too_deep".into(),
+            kind: "response".into(),
         })
         .inc();
     limit_kills.get_or_create(&reason()).inc();

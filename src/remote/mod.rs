@@ -27,14 +27,20 @@
 //!   session (no `initialize`) and opens the GET stream again with `Last-Event-ID`.
 //!
 //! Bounds: `max_connections` POSTs at once (a semaphore; more wait in order), bodies and SSE
-//! events over `max_message_size` are discarded ([`Event::Oversized`]), redirects are never
+//! events over `max_message_size` or nested past `max_message_depth` are never relayed
+//! ([`Event::Discarded`], issue 47 §7), redirects are never
 //! followed to another origin (credentials stay with the server they are for), and the queue
 //! from the core is bounded like a child's stdin queue.
 //!
 //! Secrets: header values are resolved at start and live only in the request headers; no log
-//! line, status, error or metric here includes one, nor the URL's query string.
+//! line, status, error or metric here includes one, nor the URL's query string. What the
+//! server says back in a JSON-RPC error, and the outage texts, have them (and the sign-in's
+//! tokens) replaced by `<redacted>` ([`redact`], issue 47 §5); results are not rewritten. The
+//! environment's proxies never carry a request to loopback ([`proxy`]).
 
 mod classify;
+pub mod proxy;
+pub mod redact;
 mod sse;
 pub mod tls;
 
@@ -42,7 +48,9 @@ use crate::auth::Verdict;
 use crate::child::process::StderrTail;
 use crate::config::{RemoteConfig, ServerConfig};
 use crate::jsonrpc::message;
-use crate::upstream::{Event, Lost, Queued, Refusal, StartError, StartFailure, Upstream};
+use crate::upstream::{
+    Event, Limit, Lost, Queued, Refusal, StartError, StartFailure, Upstream, Was,
+};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use reqwest::header::{
@@ -92,6 +100,8 @@ pub struct RemoteSpec {
     pub config: RemoteConfig,
     /// The largest message accepted (a JSON body or one SSE event), in bytes.
     pub max_message_size: usize,
+    /// The deepest nesting of a message relayed (issue 47 §7).
+    pub max_message_depth: usize,
     /// The deadline of a request with each method, as the core sets it (`request_timeout`,
     /// `method_timeouts`): a 429 is waited out only within it.
     pub request_timeout: Duration,
@@ -105,6 +115,7 @@ impl RemoteSpec {
             name: cfg.name.clone(),
             config: cfg.remote.clone()?,
             max_message_size: cfg.max_message_size,
+            max_message_depth: cfg.max_message_depth,
             request_timeout: cfg.request_timeout,
             method_timeouts: cfg.method_timeouts.clone(),
         })
@@ -250,7 +261,10 @@ struct Session {
     shown: String,
     client: reqwest::Client,
     headers: HeaderMap,
+    /// What the configured headers hold: never quoted back to a client (issue 47 §5).
+    secrets: redact::Secrets,
     max_message_size: usize,
+    max_message_depth: usize,
     connect_timeout: Duration,
     events: mpsc::Sender<Event>,
     facts: Mutex<Facts>,
@@ -274,8 +288,8 @@ struct Session {
     auth: Option<Arc<crate::auth::SignIn>>,
 }
 
-/// Starts a remote session: builds the client (TLS, proxy from the environment, redirect
-/// policy) and resolves the headers now; the first connection is made by the core's first
+/// Starts a remote session: builds the client (TLS, proxies from the environment except for
+/// loopback ([`proxy`]), redirect policy) and resolves the headers now; the first connection is made by the core's first
 /// message. With `resumed` (what the previous image handed over, issue 32 §1) the session
 /// goes on: no `initialize` is needed, and the GET stream is opened again at once with
 /// `Last-Event-ID`. Errors: an unreadable `tls_ca_file` or a header whose variable or file is
@@ -305,10 +319,12 @@ pub fn start(
     }
     let tls = tls::client_config(cfg.tls_ca_file.as_deref(), cfg.tls_skip_verify).map_err(fail)?;
     let mut headers = HeaderMap::new();
+    let mut secrets = redact::Secrets::default();
     for (name, source) in &cfg.headers {
         let value = source
             .resolve()
             .map_err(|e| fail(format!("header {name}: {e}")))?;
+        secrets.add_header(&value);
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| fail(format!("header {name}: not a valid name")))?;
         let mut value = HeaderValue::from_str(&value).map_err(|_| {
@@ -320,7 +336,8 @@ pub fn start(
         headers.append(name, value);
     }
     let origin = url.origin();
-    let client = reqwest::Client::builder()
+    // The environment's proxies, never for loopback (issue 47 §5).
+    let client = proxy::apply(reqwest::Client::builder())
         .tls_backend_preconfigured(tls)
         .connect_timeout(cfg.connect_timeout)
         .pool_max_idle_per_host(cfg.max_connections)
@@ -346,7 +363,9 @@ pub fn start(
         shown,
         client,
         headers,
+        secrets,
         max_message_size: spec.max_message_size,
+        max_message_depth: spec.max_message_depth,
         connect_timeout: cfg.connect_timeout,
         events,
         facts: Mutex::new(resumed.clone().map(Facts::resumed).unwrap_or_default()),
@@ -399,7 +418,8 @@ pub fn sign_in_of(
     };
     let url = reqwest::Url::parse(&cfg.url).map_err(|e| format!("url: {e}"))?;
     let http = || {
-        reqwest::Client::builder()
+        // The environment's proxies, never for loopback (issue 47 §5).
+        proxy::apply(reqwest::Client::builder())
             .tls_backend_preconfigured(tls::client_config(
                 cfg.tls_ca_file.as_deref(),
                 cfg.tls_skip_verify,
@@ -530,25 +550,23 @@ impl Outgoing {
     }
 
     fn of(line: Bytes) -> Option<Outgoing> {
-        let v: Value = serde_json::from_slice(&line).ok()?;
-        let method = v.get("method").and_then(Value::as_str).map(str::to_string);
-        let id = match (&method, v.get("id")) {
-            (Some(_), Some(id)) if !id.is_null() => serde_json::value::to_raw_value(id).ok(),
+        // The envelope with raw members, as everywhere on the message path: no tree is built
+        // for a large `params`, and nesting up to `max_message_depth` is no problem whatever
+        // serde_json's own recursion limit (issue 47 §7).
+        let m = message::parse_shared(&line).ok()?;
+        let method = m.method.as_deref().map(str::to_string);
+        let id = match (&method, m.id) {
+            (Some(_), Some(id)) if id.get() != "null" => Some(id),
             _ => None,
         };
-        let params = v.get("params");
-        let modern = params
-            .and_then(|p| p.get("_meta"))
-            .and_then(|m| m.get(crate::protocol::META_VERSION))
-            .and_then(Value::as_str)
+        let params = m.params.as_deref();
+        let modern = crate::protocol::envelope_version(params).as_deref()
             == Some(crate::protocol::MODERN_VERSION);
         let name = match method.as_deref() {
-            Some("tools/call" | "prompts/get") => params.and_then(|p| p.get("name")),
-            Some("resources/read") => params.and_then(|p| p.get("uri")),
+            Some("tools/call" | "prompts/get") => crate::protocol::param_string(params, "name"),
+            Some("resources/read") => crate::protocol::param_string(params, "uri"),
             _ => None,
-        }
-        .and_then(Value::as_str)
-        .map(str::to_string);
+        };
         Some(Outgoing {
             line,
             id,
@@ -804,7 +822,7 @@ impl Session {
             return Sent::Done;
         }
         let answered = match self.read_body(resp, out).await {
-            Some(body) => self.deliver_json(&body, out).await,
+            Some((body, deep)) => self.deliver_json(&body, out, deep).await,
             None => true,
         };
         if !answered {
@@ -919,28 +937,32 @@ impl Session {
         true
     }
 
-    /// Reads a JSON body up to `max_message_size`; over it, the request fails as oversized.
-    async fn read_body(&self, resp: reqwest::Response, out: &Outgoing) -> Option<Bytes> {
+    /// Reads a JSON body up to `max_message_size`, measuring its nesting as it arrives (issue
+    /// 47 §7): the body and whether it nests past `max_message_depth`. Over the size, the
+    /// request fails as too large (the actor counts and logs it).
+    async fn read_body(&self, resp: reqwest::Response, out: &Outgoing) -> Option<(Bytes, bool)> {
         let mut body = Vec::new();
+        let mut depth = crate::jsonrpc::depth::Depth::new(self.max_message_depth);
         let mut stream = resp.bytes_stream();
         while let Some(chunk) = stream.next().await {
             match chunk {
                 Ok(c) => {
                     if body.len().saturating_add(c.len()) > self.max_message_size {
-                        warn!(server = %self.name, limit = self.max_message_size, "discarded a response body over max_message_size");
                         if let Some(id) = out.id.clone() {
                             let _ = self
                                 .events
-                                .send(Event::Oversized(
+                                .send(Event::Discarded(
                                     self.generation,
-                                    body.len() + c.len(),
-                                    Some(id),
+                                    Limit::Size(body.len() + c.len()),
+                                    Was::Response(Some(id)),
                                 ))
                                 .await;
                         }
                         return None;
                     }
+                    let from = body.len();
                     body.extend_from_slice(&c);
+                    depth.feed(&body, from);
                 }
                 Err(e) => {
                     self.dropped(out, &e).await;
@@ -948,13 +970,15 @@ impl Session {
                 }
             }
         }
-        Some(Bytes::from(body))
+        Some((Bytes::from(body), depth.finish()))
     }
 
     /// Delivers a JSON body's messages; returns whether the answer to `out` was among them
     /// (an error status with a JSON-RPC error body for its id is an answer like any other). A
-    /// response with a null id answers nothing the core sent: it is logged and dropped.
-    async fn deliver_json(&self, body: &Bytes, out: &Outgoing) -> bool {
+    /// response with a null id answers nothing the core sent: it is logged and dropped. A
+    /// body nested past `max_message_depth` (`deep`) is never relayed: each of its messages
+    /// reaches the core as discarded (issue 47 §7).
+    async fn deliver_json(&self, body: &Bytes, out: &Outgoing, deep: bool) -> bool {
         if body.iter().all(u8::is_ascii_whitespace) {
             return false;
         }
@@ -966,7 +990,26 @@ impl Session {
         let mut any = false;
         for m in msgs {
             match m {
-                Ok(m) => {
+                Ok(m) if deep => {
+                    let id = m.id.as_deref().map(RawValue::get);
+                    any |= m.kind == message::Kind::Response && id.is_some() && id == want;
+                    let was = Was::of(m.kind, m.id);
+                    if self
+                        .events
+                        .send(Event::Discarded(self.generation, Limit::Depth, was))
+                        .await
+                        .is_err()
+                    {
+                        return true;
+                    }
+                }
+                Ok(mut m) => {
+                    if let Some(redacted) = m.error.as_deref().and_then(|e| self.secrets().error(e))
+                    {
+                        // The server's error quoted a credential (issue 47 §5).
+                        debug!(server = %self.name, "a secret in the server's error was redacted");
+                        m.error = Some(redacted);
+                    }
                     let response = m.method.is_none();
                     let id = m.id.as_deref().map(RawValue::get);
                     if response && id.is_none_or(|i| i == "null") {
@@ -989,9 +1032,10 @@ impl Session {
                 Err(e) => {
                     if let Some(id) = crate::child::process::malformed_reply_id(body) {
                         any |= Some(id.get()) == want;
+                        let why = self.secrets().text(&e.to_string()).into_owned();
                         let _ = self
                             .events
-                            .send(Event::Malformed(self.generation, id, e.to_string()))
+                            .send(Event::Malformed(self.generation, id, why))
                             .await;
                     } else {
                         debug!(server = %self.name, error = %e, "a response body that is not JSON-RPC");
@@ -1077,20 +1121,27 @@ impl Session {
                             })
                         });
                     }
-                    self.deliver_json(&line, out).await;
+                    // The event's data as the SSE parser joined it, measured in one pass.
+                    let deep = crate::jsonrpc::depth::deeper_than(&line, self.max_message_depth);
+                    self.deliver_json(&line, out, deep).await;
                     if out.is_get_stream() {
                         // Delivered: the next image resumes after it (issue 32 §1).
                         lock(&self.facts).get_last_event_id = state.last_id.clone();
                     }
                 }
                 sse::Item::Oversized(len) => {
-                    warn!(server = %self.name, bytes = len, limit = self.max_message_size, "discarded an SSE event over max_message_size");
                     if let Some(id) = out.id.clone() {
                         answered = true;
                         let _ = self
                             .events
-                            .send(Event::Oversized(self.generation, len, Some(id)))
+                            .send(Event::Discarded(
+                                self.generation,
+                                Limit::Size(len),
+                                Was::Response(Some(id)),
+                            ))
                             .await;
+                    } else {
+                        warn!(server = %self.name, bytes = len, limit = self.max_message_size, "discarded an SSE event over max_message_size");
                     }
                     break;
                 }
@@ -1221,10 +1272,10 @@ impl Session {
             return;
         }
         let (kind, detail) = classify::unreachable(e);
+        let detail = self.secrets().text(&detail).into_owned();
         let text = format!("unreachable ({}): {detail}", kind.as_str());
         warn!(server = %self.name, url = %self.shown, class = "unreachable", detail = kind.as_str(), error = %detail, "cannot reach the remote server");
-        self.tail.note(&text);
-        self.note_status_error(text);
+        self.note_outage(text);
         self.lose(Lost::Unreachable(kind)).await;
     }
 
@@ -1278,8 +1329,7 @@ impl Session {
     /// Tells the core that request `id` got `refusal` (noted in the tail and `status` as
     /// `text`).
     async fn send_refusal(&self, id: Box<RawValue>, refusal: Refusal, text: String) {
-        self.tail.note(&text);
-        self.note_status_error(text);
+        self.note_outage(text);
         let _ = self
             .events
             .send(Event::Refused(self.generation, id, refusal))
@@ -1302,6 +1352,7 @@ impl Session {
     }
 
     fn note_status(&self, status: u16, error: Option<String>) {
+        let error = error.map(|e| self.secrets().text(&e).into_owned());
         let mut f = lock(&self.facts);
         f.last_http_status = Some(status);
         if error.is_some() {
@@ -1309,8 +1360,21 @@ impl Session {
         }
     }
 
-    fn note_status_error(&self, error: String) {
-        lock(&self.facts).last_error = Some(error);
+    /// An outage's text, for the instance's tail (outage records' `stderr_tail`) and
+    /// `status`'s `last_error`, secrets redacted (issue 47 §5).
+    fn note_outage(&self, text: String) {
+        let text = self.secrets().text(&text).into_owned();
+        self.tail.note(&text);
+        lock(&self.facts).last_error = Some(text);
+    }
+
+    /// Every secret the server must not read back to a client: the configured headers' and
+    /// the sign-in's current and recent tokens (issue 47 §5).
+    fn secrets(&self) -> std::borrow::Cow<'_, redact::Secrets> {
+        match &self.auth {
+            Some(a) => self.secrets.with(&a.secrets()),
+            None => std::borrow::Cow::Borrowed(&self.secrets),
+        }
     }
 }
 

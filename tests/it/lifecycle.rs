@@ -1180,12 +1180,16 @@ fn case_k04_oversized_result_fails_its_request_and_others_are_unaffected() {
         assert!(text.bytes().all(|c| c == b'x'), "call {id} corrupted");
     }
     let r = a.call(json!(3), "big", json!({"bytes": 9_000_000}));
+    // The outage answer, class upstream_error, detail too_large (issue 47 §7).
+    let o = &r["result"]["_meta"]["mcp-supervisor/outage"];
     assert!(
-        r.get("error").is_some(),
+        r["result"]["isError"] == true
+            && o["class"] == "upstream_error"
+            && o["detail"] == "too_large",
         "oversized result: {}",
-        &r.to_string()[..200.min(r.to_string().len())]
+        &r.to_string()[..400.min(r.to_string().len())]
     );
-    let msg = r["error"].to_string();
+    let msg = Client::text(&r);
     let numbers: Vec<u64> = msg
         .split(|c: char| !c.is_ascii_digit())
         .filter_map(|n| n.parse().ok())

@@ -32,3 +32,4 @@ mod survive;
 mod top;
 mod upgrade;
 mod watch;
+mod wire;

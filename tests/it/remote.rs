@@ -36,12 +36,22 @@ impl Drop for Remote {
 }
 
 impl Remote {
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }
 
+    /// The same server's URL at `host` (it must listen there: `--bind`).
+    pub(crate) fn url_at(&self, host: &str) -> String {
+        format!("http://{host}:{}/mcp", self.port)
+    }
+
+    /// Its log file's text (tinyproxy's log for [`tinyproxy`]).
+    pub(crate) fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// The JSON lines the fixture logged, one per HTTP request.
-    fn requests(&self) -> Vec<Value> {
+    pub(crate) fn requests(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
@@ -50,7 +60,7 @@ impl Remote {
     }
 
     /// How many requests carried JSON-RPC method `rpc` over HTTP method `http`.
-    fn count(&self, http: &str, rpc: &str) -> usize {
+    pub(crate) fn count(&self, http: &str, rpc: &str) -> usize {
         self.requests()
             .iter()
             .filter(|r| r["method"] == http && r["rpc"] == rpc)
@@ -58,7 +68,7 @@ impl Remote {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -66,14 +76,14 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn wait_port(port: u16) -> bool {
+pub(crate) fn wait_port(port: u16) -> bool {
     wait_until(Duration::from_secs(60), || {
         TcpStream::connect(("127.0.0.1", port)).is_ok()
     })
 }
 
 /// `tests/fixtures/http_incidents.py` with `args`, on `port` (0: any).
-fn incidents_on(port: u16, args: &[&str]) -> Remote {
+pub(crate) fn incidents_on(port: u16, args: &[&str]) -> Remote {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("requests.jsonl");
     let mut child = Command::new("python3")
@@ -107,7 +117,7 @@ fn incidents_on(port: u16, args: &[&str]) -> Remote {
     }
 }
 
-fn incidents(args: &[&str]) -> Remote {
+pub(crate) fn incidents(args: &[&str]) -> Remote {
     incidents_on(0, args)
 }
 
@@ -164,14 +174,14 @@ fn fastmcp_http(io: &Interop) -> Remote {
     r
 }
 
-fn wait_state(sup: &Supervisor, name: &str, state: &str) -> bool {
+pub(crate) fn wait_state(sup: &Supervisor, name: &str, state: &str) -> bool {
     wait_until(Duration::from_secs(30), || {
         sup.server_status(name)["state"] == state
     })
 }
 
 /// A client of `name` that finished its handshake.
-fn ready_client(sup: &Supervisor, name: &str) -> Client {
+pub(crate) fn ready_client(sup: &Supervisor, name: &str) -> Client {
     assert!(
         wait_state(sup, name, "ready"),
         "{name} never ready: {}\n{}",
@@ -188,7 +198,7 @@ fn echo(c: &mut Client, id: i64, text: &str) -> Value {
 }
 
 /// The outage record of a tool call's result.
-fn outage(resp: &Value) -> &Value {
+pub(crate) fn outage(resp: &Value) -> &Value {
     &resp["result"]["_meta"]["mcp-supervisor/outage"]
 }
 
@@ -819,12 +829,10 @@ fn remote_conformance_auth_scenarios_pass_with_the_supervisor_as_the_oauth_clien
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }
 
-/// `HTTP_PROXY`/`HTTPS_PROXY` in the supervisor's environment are honoured: a real forward
-/// proxy (tinyproxy, installed by `.ci/install-deps`) carries the session, and once the proxy
-/// is gone the server is unreachable although it still runs.
-#[test]
-fn remote_requests_go_through_the_proxy_the_environment_names() {
-    let remote = incidents(&[]);
+/// tinyproxy (installed by `.ci/install-deps`) on a free loopback port, with a log at level
+/// `Connect` (a `Connect (file descriptor N)` line per connection and the request line of
+/// each): [`Remote::log_text`].
+pub(crate) fn tinyproxy() -> Remote {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let log = dir.path().join("tinyproxy.log");
@@ -854,16 +862,45 @@ fn remote_requests_go_through_the_proxy_the_environment_names() {
     let proxy = Remote {
         child: Some(proxy),
         port,
-        log: log.clone(),
+        log,
         _dir: dir,
     };
     assert!(wait_port(port), "tinyproxy did not listen");
-    let via = format!("http://127.0.0.1:{port}");
+    proxy
+}
+
+/// An IPv4 address of this machine that is not loopback (`ip -4 addr show scope global`,
+/// iproute2 from `.ci/install-deps`): a url server there is not loopback to the supervisor,
+/// so the environment's proxy applies to it (issue 47 §5).
+pub(crate) fn non_loopback_address() -> String {
+    let out = Command::new("ip")
+        .args(["-o", "-4", "addr", "show", "scope", "global"])
+        .output()
+        .expect("ip (iproute2, installed by .ci/install-deps)");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .and_then(|a| a.split('/').next())
+        .map(str::to_string)
+        .expect("this machine has no non-loopback IPv4 address to test the proxy with")
+}
+
+/// `HTTP_PROXY`/`HTTPS_PROXY` in the supervisor's environment are honoured for a url server
+/// that is not on loopback (on loopback they never are, issue 47 §5: `wire.rs`): a real
+/// forward proxy (tinyproxy, installed by `.ci/install-deps`) carries the session, and once the
+/// proxy is gone the server is unreachable although it still runs.
+#[test]
+fn remote_requests_go_through_the_proxy_the_environment_names() {
+    let host = non_loopback_address();
+    let remote = incidents(&["--bind", "0.0.0.0"]);
+    let proxy = tinyproxy();
+    let via = format!("http://127.0.0.1:{}", proxy.port);
     let mut sup = Supervisor::spawn_config(
         "",
         &format!(
-            "[servers.proxied]\nurl = {:?}\nbackoff_initial = \"100ms\"\nqueue_wait = \"0s\"\n",
-            remote.url()
+            "[servers.proxied]\nurl = {:?}\nallow_plain_http = true\nbackoff_initial = \"100ms\"\nqueue_wait = \"0s\"\n",
+            remote.url_at(&host)
         ),
         &[
             ("HTTP_PROXY", via.as_str()),
@@ -879,9 +916,9 @@ fn remote_requests_go_through_the_proxy_the_environment_names() {
     );
     let mut c = ready_client(&sup, "proxied");
     assert_eq!(Client::text(&echo(&mut c, 1, "via proxy")), "via proxy");
-    let seen = std::fs::read_to_string(&log).unwrap_or_default();
+    let seen = proxy.log_text();
     assert!(
-        seen.contains(&format!("127.0.0.1:{}", remote.port)),
+        seen.contains(&format!("{host}:{}", remote.port)),
         "the proxy did not carry the session:\n{seen}"
     );
     drop(proxy);

@@ -30,7 +30,7 @@ mod identity;
 mod leader;
 mod watch;
 use crate::reaper;
-use crate::upstream::{Event, Lost, Queued, Upstream};
+use crate::upstream::{Event, Limit, Lost, Queued, Upstream, Was};
 use identity::run_as;
 use leader::Leader;
 use watch::{watch, Watched};
@@ -396,6 +396,8 @@ pub struct SpawnSpec {
     pub limits: crate::config::Limits,
     /// Longest stdout line, in bytes (R15).
     pub max_message_size: usize,
+    /// Deepest nesting of a stdout line relayed (issue 47 §7).
+    pub max_message_depth: usize,
     /// The stop ladder (R14).
     pub stop_grace: Duration,
     pub kill_timeout: Duration,
@@ -416,6 +418,7 @@ impl SpawnSpec {
             group: cfg.group.clone(),
             limits: cfg.limits,
             max_message_size: cfg.max_message_size,
+            max_message_depth: cfg.max_message_depth,
             stop_grace: cfg.stop_grace,
             kill_timeout: cfg.kill_timeout,
         }
@@ -435,6 +438,7 @@ pub struct Launched {
     /// What the tasks need of the configuration.
     server: String,
     max_message_size: usize,
+    max_message_depth: usize,
     ladder: Ladder,
     spawned_at: Instant,
 }
@@ -536,6 +540,7 @@ impl Launched {
             tail,
             server: cfg.name.clone(),
             max_message_size: cfg.max_message_size,
+            max_message_depth: cfg.max_message_depth,
             ladder: Ladder {
                 stop_grace: cfg.stop_grace,
                 kill_timeout: cfg.kill_timeout,
@@ -728,6 +733,7 @@ fn start_tasks(launched: Launched, events: mpsc::Sender<Event>) -> ChildHandle {
         tail,
         server,
         max_message_size,
+        max_message_depth,
         ladder,
         spawned_at,
     } = launched;
@@ -770,7 +776,7 @@ fn start_tasks(launched: Launched, events: mpsc::Sender<Event>) -> ChildHandle {
     ));
     let (stdout_done_tx, stdout_done) = oneshot::channel();
     let out_events = events.clone();
-    let max = max_message_size;
+    let max = (max_message_size, max_message_depth);
     tokio::spawn(tracing::Instrument::instrument(
         async move {
             read_stdout(stdout, (max, pending), generation, out_events, pause_rx).await;
@@ -894,16 +900,17 @@ async fn write_stdin(
 }
 
 /// Frames stdout, parses each line's envelope and sends it on. Noise is logged (rate-limited)
-/// and skipped; an oversized line is reported with its recovered id; one bad line never ends
-/// the stream (R15, K01, K04).
+/// and skipped; a line over `max_message_size` or nested past `max_message_depth` (measured
+/// while framing it, issue 47 §7) is reported as discarded with what it was; one bad line
+/// never ends the stream (R15, K01, K04).
 async fn read_stdout(
     mut stdout: ChildStdout,
-    (max, pending): (usize, Vec<u8>),
+    ((max, max_depth), pending): ((usize, usize), Vec<u8>),
     generation: u64,
     events: mpsc::Sender<Event>,
     mut pause: oneshot::Receiver<oneshot::Sender<Vec<u8>>>,
 ) {
-    let mut dec = LineDecoder::new(max);
+    let mut dec = LineDecoder::with_depth(max, max_depth);
     let mut noise = RateLimit::new(10, 100);
     // An inherited instance: what the previous image's reader had not framed yet comes first.
     dec.extend(&pending);
@@ -949,11 +956,17 @@ async fn read_stdout(
                     }
                     continue;
                 }
+                Frame::TooDeep(line) => {
+                    if !send_too_deep(&line, generation, &events, &mut noise).await {
+                        return;
+                    }
+                    continue;
+                }
                 Frame::Oversized {
                     len,
                     id,
                     has_method,
-                } => oversized_event(generation, len, id.as_deref(), has_method, max),
+                } => oversized_event(generation, len, id.as_deref(), has_method),
             };
             if events.send(event).await.is_err() {
                 return;
@@ -998,29 +1011,50 @@ async fn send_line(
     true
 }
 
-/// The event of a stdout line over `max` bytes, discarded. Only a response answers one of our
-/// requests: an oversized request or notification from the child carries an id from the
-/// child's own namespace, which must not fail our request that happens to share it (K22).
-fn oversized_event(
-    generation: u64,
-    len: usize,
-    id: Option<&[u8]>,
-    has_method: bool,
-    max: usize,
-) -> Event {
-    let id = if has_method {
-        None
+/// The event of a stdout line over `max` bytes, discarded (the actor counts it and logs it
+/// within a budget). Only a response answers one of our requests: an oversized request or
+/// notification from the child carries an id from the child's own namespace, which must not
+/// fail our request that happens to share it (K22).
+fn oversized_event(generation: u64, len: usize, id: Option<&[u8]>, has_method: bool) -> Event {
+    let id = id.and_then(message::raw_from_slice);
+    let kind = if has_method {
+        message::Kind::Request
     } else {
-        id.and_then(message::raw_from_slice)
+        message::Kind::Response
     };
-    warn!(
-        bytes = len,
-        limit = max,
-        request = has_method,
-        id = id.as_deref().map(|i| i.get()),
-        "discarded a stdout line over max_message_size"
-    );
-    Event::Oversized(generation, len, id)
+    Event::Discarded(generation, Limit::Size(len), Was::of(kind, id))
+}
+
+/// Sends the events of a stdout line nested past `max_message_depth` (issue 47 §7): read only
+/// to learn what each message was (serde_json's raw values do not recurse, so the envelope
+/// parses at any depth), never relayed. A line that is no JSON-RPC at all is noise, as any.
+/// Returns false when the actor is gone.
+async fn send_too_deep(
+    line: &bytes::Bytes,
+    generation: u64,
+    events: &mpsc::Sender<Event>,
+    noise: &mut RateLimit,
+) -> bool {
+    let msgs = match message::parse_line(line) {
+        Ok(msgs) => msgs,
+        Err(_) => return send_line(line, generation, events, noise).await,
+    };
+    for m in msgs {
+        let was = match m {
+            Ok(m) => Was::of(m.kind, m.id),
+            // A member that is no message: what a reply's top-level id says, as for any
+            // malformed line (K21).
+            Err(_) => Was::Response(malformed_reply_id(line)),
+        };
+        if events
+            .send(Event::Discarded(generation, Limit::Depth, was))
+            .await
+            .is_err()
+        {
+            return false;
+        }
+    }
+    true
 }
 
 /// The top-level `id` of a line that is a JSON object with an `id` and no `method`: a reply

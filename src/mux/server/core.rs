@@ -11,7 +11,7 @@
 //! | clients | a client's messages: requests by state, its handshake, log level, answers, leaving |
 //! | forward | a request toward the upstream: ids, progress tokens, era translation, rounds of `input_required` toward handshake clients |
 //! | asking | the upstream's requests asked of 2026 clients (parked requests) |
-//! | child | the upstream's messages: responses, its requests (the owner rule), notifications, malformed and oversized replies |
+//! | child | the upstream's messages: responses, its requests (the owner rule), notifications, malformed replies, and messages never relayed (too large, too deep: issue 47 §7) |
 //! | subs | resource subscriptions and listen streams |
 //! | outage | delivering to clients, and the outage answers (records, cache, failures) |
 //!
@@ -91,12 +91,14 @@ use crate::mux::session::Transport;
 use crate::observe::trace;
 use crate::observe::Outcome;
 use crate::upstream::Event;
+use crate::upstream::Limit;
 use crate::upstream::Lost;
 use crate::upstream::Queued;
 use crate::upstream::Refusal;
 use crate::upstream::Spec;
 use crate::upstream::Unreachable;
 use crate::upstream::Upstream;
+use crate::upstream::Was;
 use bytes::Bytes;
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -947,9 +949,9 @@ impl Server {
                 self.heard();
                 self.on_child_message(m);
             }
-            Event::Oversized(_, len, id) => {
+            Event::Discarded(_, limit, was) => {
                 self.heard();
-                self.on_oversized(len, id);
+                self.on_discarded(limit, was);
             }
             Event::Malformed(_, id, why) => {
                 // Any reply proves life, a malformed one too.
@@ -3057,7 +3059,7 @@ impl Server {
 // ==============================================================================================
 // Messages from the child: responses routed to their owner (with the K21 shape check),
 // the handshake and era verdicts, the child's own requests, notifications and listen
-// traffic, malformed and oversized replies.
+// traffic, malformed replies and those never relayed (too large, too deep).
 // ==============================================================================================
 
 impl Server {
@@ -3816,37 +3818,106 @@ impl Server {
         );
     }
 
-    pub(super) fn on_oversized(&mut self, len: usize, id: Option<Box<RawValue>>) {
+    /// A message of the upstream that is never relayed (issue 47 §7; K04, K22): over
+    /// `max_message_size` or nested deeper than `max_message_depth`. Counted
+    /// (`upstream_discarded_total`) and logged within a budget whatever it was; a response
+    /// fails its request (a client's gets the outage answer, class `upstream_error`, detail
+    /// `too_large` or `too_deep`; the supervisor's own reads it as an error), a request of the
+    /// upstream is answered with -32600, a notification is dropped.
+    pub(super) fn on_discarded(&mut self, limit: Limit, was: Was) {
+        self.telemetry
+            .metrics()
+            .discarded(limit.detail(), was.kind());
+        let what = match limit {
+            Limit::Size(n) => format!(
+                "{n} bytes, over max_message_size ({} bytes)",
+                self.cfg.max_message_size
+            ),
+            Limit::Depth => format!(
+                "nested deeper than max_message_depth ({} levels)",
+                self.cfg.max_message_depth
+            ),
+        };
+        let now = self.clock.now();
+        let log = |telemetry: &mut super::telemetry::Telemetry, id: Option<&str>, note: &str| {
+            if let Some(suppressed) = telemetry.allow_discarded(now) {
+                warn!(
+                    kind = was.kind(),
+                    detail = limit.detail(),
+                    id,
+                    suppressed,
+                    "dropped a {} of the server: {what}{note}",
+                    was.kind()
+                );
+            }
+        };
+        let id = match &was {
+            Was::Response(id) => id.clone(),
+            Was::Request(id) => {
+                log(&mut self.telemetry, Some(id.get()), "; answered -32600");
+                let msg = format!("the request is {what}; mcp-supervisor does not relay it");
+                return self.answer_child_error(id, code::INVALID_REQUEST, &msg);
+            }
+            Was::Notification => return log(&mut self.telemetry, None, ""),
+        };
         let n = id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
         let Some(child_id) = n.filter(|n| self.routing.inflight().contains(*n)) else {
-            warn!(
-                bytes = len,
-                "an oversized line with no recoverable request id was dropped"
+            return log(
+                &mut self.telemetry,
+                id.as_deref().map(RawValue::get),
+                "; it answers no request in flight",
             );
-            return;
         };
+        log(&mut self.telemetry, Some(&child_id.to_string()), "");
+        let whose = self
+            .routing
+            .inflight()
+            .get(child_id)
+            .map(|p| matches!(p.owner, Owner::Client { .. } | Owner::Parked { .. }));
+        if whose != Some(true) {
+            // The supervisor's own request (handshake, probe, list read): an error answer, as
+            // the upstream could have sent.
+            let line = message::error_response(
+                &raw_u64(child_id),
+                code::INTERNAL_ERROR,
+                &format!("the answer is {what}"),
+                None,
+            );
+            if let Ok(m) = message::parse_one(&line) {
+                self.on_child_response(m);
+            }
+            return;
+        }
         let Some(removed) = self.routing.inflight_mut().remove(child_id) else {
             return;
         };
         let p = removed.value;
-        if let Owner::Parked { round } = p.owner {
-            let why = format!("a message of {len} bytes, over max_message_size");
-            return self.on_parked_failure(round, child_id, &why);
-        }
-        if let Owner::Client { client, id, .. } = p.owner {
-            let msg = format!(
-                "server `{}` answered with a message of {len} bytes, over max_message_size ({} bytes); it was discarded",
-                self.cfg.name, self.cfg.max_message_size
-            );
-            let data = json!({"server": self.cfg.name, "bytes": len});
-            self.respond_error(
-                client,
-                &id,
-                code::INTERNAL_ERROR,
-                &msg,
-                Some(data),
-                Outcome::ProtocolError,
-            );
+        match p.owner {
+            Owner::Parked { round } => {
+                self.on_parked_failure(round, child_id, &format!("an answer {what}"))
+            }
+            Owner::Client { client, id, .. } => {
+                let reason = match limit {
+                    Limit::Size(bytes) => Reason::TooLarge {
+                        bytes,
+                        limit: self.cfg.max_message_size,
+                    },
+                    Limit::Depth => Reason::TooDeep {
+                        limit: self.cfg.max_message_depth,
+                    },
+                };
+                self.outage_respond(
+                    client,
+                    &id,
+                    &p.method,
+                    OutageStatus::Ready,
+                    reason,
+                    None,
+                    code::SERVER_UNAVAILABLE,
+                    Outcome::ProtocolError,
+                );
+            }
+            _ => {}
         }
     }
 }

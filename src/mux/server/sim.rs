@@ -57,6 +57,7 @@ use crate::mux::era::Era;
 use crate::mux::ids::id_key;
 use crate::mux::session::Transport;
 use crate::mux::session::{ClientTx, Peer};
+use crate::upstream::{Limit, Was};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -1121,7 +1122,8 @@ impl Sim {
         self.child_writes(a.generation, line);
     }
 
-    /// A reply over `max_message_size`: the reader discards it and reports its id (or none).
+    /// A reply over `max_message_size` or nested past `max_message_depth`: the reader
+    /// discards it and reports its id (or none).
     fn oversized(&mut self) {
         let Some(a) = self.take_asked() else {
             return;
@@ -1129,9 +1131,18 @@ impl Sim {
         let id = (!self.rng.gen_bool(0.2))
             .then(|| RawValue::from_string(a.id.to_string()).ok())
             .flatten();
-        let len = self.server.cfg.max_message_size + 1;
-        self.saw("an oversized reply");
-        self.input(Input::Upstream(Event::Oversized(a.generation, len, id)));
+        let limit = if self.rng.gen_bool(0.5) {
+            self.saw("an oversized reply");
+            Limit::Size(self.server.cfg.max_message_size + 1)
+        } else {
+            self.saw("a reply too deep");
+            Limit::Depth
+        };
+        self.input(Input::Upstream(Event::Discarded(
+            a.generation,
+            limit,
+            Was::Response(id),
+        )));
     }
 
     /// What a remote session produces and a child never does (issue 29): a request answered
@@ -1649,6 +1660,7 @@ const COVERED: &[&str] = &[
     "a held request",
     "a hung client dropped",
     "an oversized reply",
+    "a reply too deep",
     "a bare HTTP status",
     "a lost connection",
     "stdout closed",

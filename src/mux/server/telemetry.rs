@@ -1,7 +1,7 @@
 //! What a server's actor tells the outside about itself while it works: the metric series
 //! (atomics updated in place: the documented exception to "effects as data", issue 27), the
 //! request log lines buffered for the log thread (issue 15 §2), whether requests get spans
-//! (issue 17 §4), and the log budgets of the two warnings a peer can trigger at will.
+//! (issue 17 §4), and the log budgets of the warnings a peer can trigger at will.
 //!
 //! Owns those fields alone; never routes a message, never decides anything about a child or
 //! a client. Every setting is read once at actor start: the log filter and the trace settings
@@ -31,6 +31,9 @@ pub(super) struct Telemetry {
     invalid_log: LogBudget,
     /// Warnings for lines dropped on a full stdin queue.
     dropped_log: LogBudget,
+    /// Warnings for the upstream's messages never relayed, too large or too deep (issue 47
+    /// §7): a hostile upstream sends as many as it likes.
+    discarded_log: LogBudget,
     /// The recent traffic `status` summarises (issue 33).
     history: History,
 }
@@ -46,6 +49,7 @@ impl Telemetry {
             traced: trace::enabled(),
             invalid_log: LogBudget::new(BUDGET_LINES, BUDGET_WINDOW),
             dropped_log: LogBudget::new(BUDGET_LINES, BUDGET_WINDOW),
+            discarded_log: LogBudget::new(BUDGET_LINES, BUDGET_WINDOW),
         }
     }
 
@@ -107,5 +111,11 @@ impl Telemetry {
     /// The same budget for the warning about a line dropped on a full stdin queue.
     pub(super) fn allow_dropped(&mut self, now: Instant) -> Option<u64> {
         self.dropped_log.allow(now)
+    }
+
+    /// The same budget for the warning about an upstream message never relayed (too large
+    /// or too deep, issue 47 §7).
+    pub(super) fn allow_discarded(&mut self, now: Instant) -> Option<u64> {
+        self.discarded_log.allow(now)
     }
 }
