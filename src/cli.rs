@@ -2,27 +2,13 @@
 //! daemon over its control socket (`status`, `start`, `stop`, `restart`, `reload`, `logs`).
 //! Parses argv with clap and maps each verb to its module.
 //!
-//! Exit codes (a contract, docs/book/src/reference/cli.md): 0 success; 1 runtime failure (the
-//! operation did not succeed); 2 bad configuration or usage (also `reload` of an invalid
-//! file); 3 the supervisor is not running (control socket unreachable); 4 no server by that
-//! name; 100 `run` found another supervisor on the same `socket_dir`.
+//! Exit codes: [`crate::exit`].
 
 use crate::config;
+use crate::exit::EXIT_CONFIG;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
-
-/// Exit code for a runtime failure: the operation ran and did not succeed.
-pub const EXIT_FAILED: i32 = 1;
-/// Exit code for a bad configuration file or bad usage.
-pub const EXIT_CONFIG: i32 = 2;
-/// Exit code of the operator verbs when the supervisor is not running.
-pub const EXIT_NOT_RUNNING: i32 = 3;
-/// Exit code of the operator verbs for a server name the supervisor does not know.
-pub const EXIT_UNKNOWN_SERVER: i32 = 4;
-/// Exit code of `run` when another supervisor already runs on the same `socket_dir` (the s6
-/// convention for "already running").
-pub const EXIT_ALREADY_RUNNING: i32 = 100;
 
 /// mcp-supervisor: run stdio MCP servers once, share them with many clients over Unix sockets.
 #[derive(Debug, Parser)]
@@ -220,26 +206,11 @@ pub struct Target {
     pub config: Option<PathBuf>,
 }
 
-/// The configuration file used when `-c` is not given.
-pub fn default_config_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("MCP_SUPERVISOR_CONFIG") {
-        return PathBuf::from(p);
-    }
-    if nix::unistd::geteuid().is_root() {
-        return PathBuf::from("/etc/mcp-supervisor/supervisor.toml");
-    }
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
-        .unwrap_or_else(|| PathBuf::from("."));
-    base.join("mcp-supervisor/supervisor.toml")
-}
-
 /// The control socket of the daemon that runs with this configuration (an otherwise invalid
 /// file still names its `socket_dir`), printing the error and returning the exit code when the
 /// file cannot be read.
 pub fn control_socket(path: Option<PathBuf>) -> Result<PathBuf, i32> {
-    let path = path.unwrap_or_else(default_config_path);
+    let path = path.unwrap_or_else(config::default_path);
     match config::socket_dir_of(&path) {
         Ok(dir) => Ok(crate::control::socket_path(&dir)),
         Err(e) => {
@@ -251,7 +222,7 @@ pub fn control_socket(path: Option<PathBuf>) -> Result<PathBuf, i32> {
 
 /// Loads a configuration, printing the error and returning the exit code on failure.
 pub fn load_config(path: Option<PathBuf>) -> Result<config::Config, i32> {
-    let path = path.unwrap_or_else(default_config_path);
+    let path = path.unwrap_or_else(config::default_path);
     config::load(&path).map_err(|e| {
         eprintln!("mcp-supervisor: invalid configuration: {e}");
         EXIT_CONFIG
@@ -293,6 +264,7 @@ pub fn probe(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, St
 mod tests {
     use super::*;
     use crate::doc_table;
+    use crate::exit::*;
     use clap::CommandFactory;
     use std::collections::{BTreeMap, BTreeSet};
 
@@ -311,9 +283,9 @@ mod tests {
             .collect()
     }
 
-    /// Every `pub const EXIT_NAME: i32 = N;` of this file: name → N.
+    /// Every `pub const EXIT_NAME: i32 = N;` of `exit.rs`: name → N.
     fn exit_constants() -> BTreeMap<String, i32> {
-        include_str!("cli.rs")
+        include_str!("exit.rs")
             .lines()
             .filter_map(|l| l.trim().strip_prefix("pub const EXIT_"))
             .filter_map(|l| l.split_once(": i32 = "))

@@ -14,9 +14,11 @@
     )
 )]
 
+pub mod admit;
 pub mod adopt;
 pub mod attach;
 pub mod auth;
+pub mod backoff;
 pub mod child;
 pub mod cli;
 pub mod config;
@@ -24,6 +26,8 @@ pub mod control;
 pub mod daemon;
 pub mod deadline;
 pub mod endpoint;
+pub mod exit;
+pub mod fds;
 pub mod handover;
 pub mod http;
 pub mod jsonrpc;

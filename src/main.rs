@@ -6,7 +6,7 @@ use clap::Parser;
 use mcp_supervisor::cli::{self, Cli, Target, Verb};
 use mcp_supervisor::control::{self, Op};
 use mcp_supervisor::systemd::Plumbing;
-use mcp_supervisor::{adopt, attach, config, daemon, logging};
+use mcp_supervisor::{adopt, attach, config, daemon, exit, logging};
 
 fn main() {
     let cli = Cli::parse();
@@ -16,7 +16,7 @@ fn main() {
             config,
             portable,
         } => {
-            let path = path.or(config).unwrap_or_else(cli::default_config_path);
+            let path = path.or(config).unwrap_or_else(config::default_path);
             let checks = if portable {
                 config::Checks::Portable
             } else {
@@ -48,7 +48,7 @@ fn main() {
                 }
                 Err(e) => {
                     eprintln!("mcp-supervisor: invalid configuration: {e}");
-                    cli::EXIT_CONFIG
+                    exit::EXIT_CONFIG
                 }
             }
         }
@@ -69,7 +69,7 @@ fn main() {
                     eprintln!(
                         "mcp-supervisor: the hand-over record of an upgrade is unusable: {e}"
                     );
-                    std::process::exit(cli::EXIT_FAILED);
+                    std::process::exit(exit::EXIT_FAILED);
                 }
                 Some(Ok(r)) => Some(r),
             };
@@ -107,14 +107,14 @@ fn main() {
                             tracing::error!("{e:#}");
                             eprintln!("mcp-supervisor: {e:#}");
                             if e.downcast_ref::<daemon::AlreadyRunning>().is_some() {
-                                cli::EXIT_ALREADY_RUNNING
-                            } else if e.downcast_ref::<daemon::DirRefused>().is_some()
+                                exit::EXIT_ALREADY_RUNNING
+                            } else if e.downcast_ref::<mcp_supervisor::safepath::DirRefused>().is_some()
                                 || e.downcast_ref::<mcp_supervisor::child::limits::LimitsUnavailable>()
                                     .is_some()
                             {
-                                cli::EXIT_CONFIG
+                                exit::EXIT_CONFIG
                             } else {
-                                cli::EXIT_FAILED
+                                exit::EXIT_FAILED
                             }
                         }
                     };
@@ -184,7 +184,7 @@ fn main() {
             Ok(c) => match c.supervisor.metrics_listen {
                 None => {
                     eprintln!("mcp-supervisor probe: the configuration has no [supervisor] metrics_listen, where the probes are served");
-                    cli::EXIT_CONFIG
+                    exit::EXIT_CONFIG
                 }
                 Some(addr) => {
                     let path = if ready { "/readyz" } else { "/healthz" };
@@ -194,12 +194,12 @@ fn main() {
                             if code == 200 {
                                 0
                             } else {
-                                cli::EXIT_FAILED
+                                exit::EXIT_FAILED
                             }
                         }
                         Err(e) => {
                             eprintln!("mcp-supervisor probe: GET {path} on {addr}: {e}");
-                            cli::EXIT_FAILED
+                            exit::EXIT_FAILED
                         }
                     }
                 }
@@ -235,7 +235,7 @@ fn main() {
                 }
                 Err(msg) => {
                     eprintln!("mcp-supervisor url: {msg}");
-                    cli::EXIT_UNKNOWN_SERVER
+                    exit::EXIT_UNKNOWN_SERVER
                 }
             },
             Err(code) => code,
@@ -245,9 +245,9 @@ fn main() {
             Err(e) => {
                 eprintln!("mcp-supervisor adopt: {e}");
                 if e.is_usage() {
-                    cli::EXIT_CONFIG
+                    exit::EXIT_CONFIG
                 } else {
-                    cli::EXIT_FAILED
+                    exit::EXIT_FAILED
                 }
             }
         },
@@ -284,7 +284,7 @@ fn cleanup(socket_dir: &std::path::Path) -> i32 {
         }
         Err(e) => {
             eprintln!("mcp-supervisor cleanup: {e}; nothing ended");
-            cli::EXIT_FAILED
+            exit::EXIT_FAILED
         }
     }
 }
@@ -304,13 +304,13 @@ fn refuse_handover(r: &mcp_supervisor::handover::Record, why: &str) -> ! {
     eprintln!("mcp-supervisor: refusing the hand-over: {why}");
     if r.refused.is_some() {
         // Already the old image run again: nothing older to go back to.
-        std::process::exit(cli::EXIT_FAILED);
+        std::process::exit(exit::EXIT_FAILED);
     }
     let mut again = r.clone();
     again.refused = Some(why.to_string());
     let e = handover::exec_old(&again);
     eprintln!("mcp-supervisor: cannot run the old image again: {e}");
-    std::process::exit(cli::EXIT_FAILED);
+    std::process::exit(exit::EXIT_FAILED);
 }
 
 /// The daemon's runtime; failing to create it (no threads, no epoll) is an error, not a panic.

@@ -4,9 +4,12 @@
 //! its place; a link on the path counts as its owner's (whoever owns it can point it
 //! elsewhere).
 //!
-//! Owns the ancestor rule, shared by `socket_dir`, `state_dir`, `token_dir` (`daemon::sockets`)
-//! and the binary an upgrade runs (`handover`). Reads only metadata; changes nothing.
+//! Owns the ancestor rule, shared by `socket_dir` (`daemon::sockets`), `state_dir` and
+//! `token_dir` (the private directories, checked and created here) and the binary an
+//! upgrade runs (`handover`). Reads only metadata, except that a missing private directory is
+//! created 0700.
 
+use anyhow::{Context, Result};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -83,6 +86,124 @@ pub fn untrusted_ancestor(path: &Path, me: u32) -> Option<Untrusted> {
         }
     }
     None
+}
+
+/// A `socket_dir` or `state_dir` the supervisor will not use (issue 14 §1, issue 26 §5): exit
+/// 2, with what is wrong and how to fix it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct DirRefused(pub String);
+
+/// The error of a directory refused as config key `key` (used for `purpose`): [`DirRefused`].
+pub fn refuse_key(key: &str, purpose: &str, dir: &Path, what: &str, fix: &str) -> anyhow::Error {
+    DirRefused(format!(
+        "{key} {}: {what}; refusing to {purpose} ({fix})",
+        dir.display()
+    ))
+    .into()
+}
+
+/// Makes sure `state_dir`, where on-demand servers keep the record of their last run (read
+/// back and served to clients), is ours as `socket_dir` is (issue 26 §5): created 0700 when
+/// missing; never a symbolic link; owned by the supervisor's euid or root; writable by nobody
+/// else; every ancestor safe ([`check_ancestors`]). Errors are [`DirRefused`] (exit 2).
+pub fn prepare_state_dir(dir: &Path) -> Result<()> {
+    prepare_private_dir(dir, "state_dir", "keep records there")
+}
+
+/// Makes sure `token_dir`, where sign-ins to url servers are kept (issue 30), passes the
+/// checks of [`prepare_state_dir`]: a planted directory could hand the supervisor someone
+/// else's tokens or collect its own.
+pub fn prepare_token_dir(dir: &Path) -> Result<()> {
+    prepare_private_dir(dir, "token_dir", "keep sign-ins there")
+}
+
+/// The checks of [`prepare_state_dir`], for the directory of config key `key`.
+fn prepare_private_dir(dir: &Path, key: &str, purpose: &str) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let me = nix::unistd::geteuid().as_raw();
+    let refuse = |what: &str, fix: &str| refuse_key(key, purpose, dir, what, fix);
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(refuse(
+                "is a symbolic link",
+                &format!("set {key} to the real directory, owned by the supervisor's user"),
+            ))
+        }
+        Ok(m) if !m.is_dir() => {
+            return Err(refuse(
+                "exists and is not a directory",
+                "remove it or choose another path",
+            ))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent() {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("cannot create {}", parent.display()))?;
+            }
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir)
+                .with_context(|| format!("cannot create {key} {}", dir.display()))?;
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", dir.display())),
+    }
+    check_ancestors(dir, me, key, purpose)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(dir)
+        .with_context(|| format!("cannot open {key} {}", dir.display()))?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("cannot inspect {}", dir.display()))?;
+    let mode = meta.mode() & 0o7777;
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(refuse(
+            &format!(
+                "is owned by uid {}, not by the supervisor's uid {me} or root",
+                meta.uid()
+            ),
+            "use a directory the supervisor's user owns (systemd's StateDirectory=), or chown it",
+        ));
+    }
+    if mode & 0o022 != 0 {
+        return Err(refuse(
+            &format!("can be written by its group or others (mode {mode:04o})"),
+            "chmod go-w it: they could plant or replace the records clients are served from",
+        ));
+    }
+    Ok(())
+}
+
+/// Every ancestor of `dir` is owned by root or `me` and not writable by anyone else unless it
+/// is sticky (`/tmp`), and no ancestor is a symbolic link owned by someone else: nobody can
+/// rename `dir` away and put another in its place. `key` and `purpose` name it in errors.
+pub fn check_ancestors(dir: &Path, me: u32, key: &str, purpose: &str) -> Result<()> {
+    match untrusted_ancestor(dir, me) {
+        None => Ok(()),
+        Some(Untrusted::Link { path, owner }) => Err(refuse_key(
+            key,
+            purpose,
+            dir,
+            &format!(
+                "its parent {} is a symbolic link owned by uid {owner}, not by root or the supervisor's uid {me}",
+                path.display()
+            ),
+            "use the real path, under directories only root and the supervisor's user own",
+        )),
+        Some(Untrusted::Dir { path, owner, mode }) => Err(refuse_key(
+            key,
+            purpose,
+            dir,
+            &format!(
+                "its parent {} (owner uid {owner}, mode {mode:04o}) can be changed by another user, who could swap the directory",
+                path.display()
+            ),
+            "use a directory under a path only root and the supervisor's user can write, e.g. /run",
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! read and write to its blocking pool). The stdin thread splits the client's input into lines
 //! and writes them to the current connection; the main thread reads the supervisor's lines and
 //! writes them to stdout, and when the connection is lost, reconnects with jittered backoff
-//! ([`crate::child::backoff`], 100 ms doubling to 2 s) for [`Options::reconnect_for`]. What to
+//! ([`crate::backoff`], 100 ms doubling to 2 s) for [`Options::reconnect_for`]. What to
 //! send, show, hold, replay and answer is decided by [`bridge::Bridge`], sans-IO.
 //!
 //! Rules:
@@ -29,7 +29,7 @@
 
 pub mod bridge;
 
-use crate::child::backoff::Backoff;
+use crate::backoff::Backoff;
 use crate::jsonrpc::framing::{Frame, LineDecoder};
 use bridge::{Bridge, Out};
 use rand::rngs::StdRng;

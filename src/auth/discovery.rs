@@ -246,7 +246,7 @@ pub async fn get_json<T: serde::de::DeserializeOwned>(
 
 /// A URL as logs and errors show it (no query).
 pub fn shown(url: &reqwest::Url) -> String {
-    crate::remote::shown_url(url.as_str())
+    crate::config::shown_url(url.as_str())
 }
 
 #[cfg(test)]

@@ -126,7 +126,7 @@ impl std::fmt::Debug for SignIn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SignIn")
             .field("name", &self.name)
-            .field("url", &crate::remote::shown_url(self.url.as_str()))
+            .field("url", &crate::config::shown_url(self.url.as_str()))
             .finish()
     }
 }
@@ -545,7 +545,7 @@ impl SignIn {
                 if !discovery::resource_covers(&m.resource, &self.url) {
                     return Err(format!(
                         "the server's metadata names resource {} which does not match {}; refusing to sign in (tokens for it could be used elsewhere)",
-                        crate::remote::shown_url(&m.resource),
+                        crate::config::shown_url(&m.resource),
                         discovery::shown(&self.url)
                     ));
                 }

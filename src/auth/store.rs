@@ -1,6 +1,6 @@
 //! The sign-in store (issue 30 §3): one file per url server, `<token_dir>/NAME.json`, mode
 //! 0600, owned by the supervisor's user, in a directory that passes `token_dir`'s checks
-//! (owner, no group or other write, no planted link; `crate::daemon::prepare_token_dir`).
+//! (owner, no group or other write, no planted link; `crate::safepath::prepare_token_dir`).
 //!
 //! A file is read with `O_NOFOLLOW` and used only when its owner is the supervisor's user and
 //! nobody else may read it; it is written whole to a temporary file (`O_EXCL`, 0600) and
@@ -58,7 +58,7 @@ pub struct Record {
 impl std::fmt::Debug for Record {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Record")
-            .field("url", &crate::remote::shown_url(&self.url))
+            .field("url", &crate::config::shown_url(&self.url))
             .field("issuer", &self.issuer)
             .field("auth_method", &self.auth_method)
             .field("access_token", &self.access_token.as_ref().map(|_| "<set>"))
@@ -102,7 +102,7 @@ impl Store {
         {
             return Ok(None);
         }
-        crate::daemon::prepare_token_dir(&self.dir).map_err(|e| format!("{e:#}"))?;
+        crate::safepath::prepare_token_dir(&self.dir).map_err(|e| format!("{e:#}"))?;
         let path = self.path();
         let mut file = match std::fs::OpenOptions::new()
             .read(true)
@@ -146,7 +146,7 @@ impl Store {
 
     /// Writes the record (0600, whole, renamed over the old one).
     pub fn save(&self, record: &Record) -> Result<(), String> {
-        crate::daemon::prepare_token_dir(&self.dir).map_err(|e| format!("{e:#}"))?;
+        crate::safepath::prepare_token_dir(&self.dir).map_err(|e| format!("{e:#}"))?;
         let path = self.path();
         let tmp = self.dir.join(format!(
             ".{}.json.{}.{}",

@@ -296,3 +296,15 @@ pub(super) fn defaults_alone(
 ) -> Result<ServerConfig, ConfigError> {
     v.server(super::Table(None), 0..0, defaults, &RawServer::default())
 }
+
+/// The id a named token's label travels under in a `Peer`: the first 8 bytes of its
+/// SHA-256 (a `Peer` stays `Copy`; labels are the operator's, so no collision is sought).
+pub fn label_id(label: &str) -> u64 {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(label.as_bytes());
+    let mut b = [0u8; 8];
+    for (o, i) in b.iter_mut().zip(d.iter()) {
+        *o = *i;
+    }
+    u64::from_be_bytes(b)
+}

@@ -1,7 +1,7 @@
 //! Resource limit keys (issue 18 §3; docs/book/src/reference/configuration.md, "Limits"): the
 //! per-server `memory_max`, `tasks_max` and `open_files_max` (also in `[defaults]`), and
 //! `[supervisor] limits`, the mechanism. Each error names file, line and key. Enforcement is
-//! `crate::child::limits`.
+//! `child::limits`, a layer up.
 
 use super::keys::{self, Key};
 use super::raw::{RawServer, RawSupervisor};

@@ -48,3 +48,18 @@ pub fn socket_dir_of(path: &Path) -> Result<PathBuf, ConfigError> {
         None => default_socket_dir(),
     })
 }
+
+/// The configuration file used when `-c` is not given.
+pub fn default_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("MCP_SUPERVISOR_CONFIG") {
+        return PathBuf::from(p);
+    }
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/etc/mcp-supervisor/supervisor.toml");
+    }
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    base.join("mcp-supervisor/supervisor.toml")
+}

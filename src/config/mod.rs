@@ -31,18 +31,22 @@ mod secrets;
 mod values;
 
 pub use demand::StartMode;
-pub use endpoint::{ClientRule, EndpointConfig, HiddenCalls, Policy, NAME_MAX};
+pub use endpoint::{label_id, ClientRule, EndpointConfig, HiddenCalls, Policy, NAME_MAX};
 pub use exposure::exposure;
 pub use fields::{ClientRoots, RestartPolicy};
 pub use http::{HttpConfig, DEFAULT_HTTP_LISTEN};
 use keys::Key;
 pub use limits::{LimitMode, Limits, MEMORY_MAX_MIN};
-pub use locate::socket_dir_of;
+pub use locate::{default_path, socket_dir_of};
 pub use logs::LogFormat;
 pub use oauth::{Grant, OAuthConfig, LOGIN_TIMEOUT};
 pub use otel::{traces_url, OtelConfig, TRACES_PATH};
 use raw::{Dur, RawFile, RawServer, RawSupervisor};
-pub use remote::{is_loopback_host, HeaderSource, RemoteConfig};
+pub use remote::{is_loopback_host, shown_url, HeaderSource, RemoteConfig};
+/// The default availability objective (`[supervisor] availability_objective`), which
+/// `observe::history` measures against.
+pub const DEFAULT_OBJECTIVE: f64 = 0.999;
+
 pub use values::{
     default_socket_dir, env_matches, parse_duration, parse_mode, resolve_group, resolve_user,
     UserInfo,
@@ -138,7 +142,7 @@ pub struct SupervisorConfig {
     /// Peer primary gids allowed to watch, likewise. Default none.
     pub viewer_gids: Vec<u32>,
     /// The availability objective of every server's SLI, strictly between 0 and 1 (issue 33;
-    /// default 0.999, [`crate::observe::history::DEFAULT_OBJECTIVE`]).
+    /// default 0.999, [`DEFAULT_OBJECTIVE`]).
     pub availability_objective: f64,
     /// `host:port` of an HTTP endpoint serving `GET /metrics` for Prometheus (issue 8).
     /// Default: none (metrics only through `mcp-supervisor metrics`). It has no authentication:
@@ -774,7 +778,7 @@ impl Validator<'_> {
                     ),
                 ))
             }
-            None => crate::observe::history::DEFAULT_OBJECTIVE,
+            None => DEFAULT_OBJECTIVE,
         };
         let socket_group = match &raw.socket_group {
             Some(g) if self.host => Some(

@@ -170,7 +170,7 @@ fn check(text: &str, expected: &str) -> Result<(), String> {
                         + s.stop_grace
                         + s.kill_timeout
                         + Duration::from_secs(2);
-                    let mut b = crate::child::backoff::Backoff::new(
+                    let mut b = crate::backoff::Backoff::new(
                         s.backoff_initial,
                         s.backoff_max,
                         s.backoff_reset_after,

@@ -13,7 +13,19 @@ use super::{ConfigError, Table, Validator};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// How a url server is reached: everything `crate::remote` needs to open its session.
+/// `url` without its query and fragment (a token in a query string must not reach a log).
+pub fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => "(invalid url)".into(),
+    }
+}
+
+/// How a url server is reached: everything the remote session (`remote`) needs to open its session.
 #[derive(Clone, PartialEq)]
 pub struct RemoteConfig {
     /// The MCP endpoint, `https://…` (or `http://` to loopback, or anywhere with

@@ -7,10 +7,10 @@
 //! ([`owners`]). Only they may complete it (the redirect listener checks each connection's
 //! owner), wait for it or paste its redirect.
 
-use super::server::Entry;
 use super::{ErrorKind, LoginInfo, Response};
 use crate::auth::login::LoginError;
 use crate::auth::SignIn;
+use crate::mux::registry::Entry;
 use crate::mux::server::Command;
 use std::sync::Arc;
 

@@ -2,14 +2,14 @@
 //! lines and answers each from the server actors (`Command::Status`, `Start`, `Stop`,
 //! `Restart`) or, for `reload`, from the daemon's main loop, which owns the set of servers.
 //!
-//! Owns: the [`Registry`] read side and the answers. Never changes the set of servers itself
+//! Owns: the answers, read from the [`Registry`]. Never changes the set of servers itself
 //! and never blocks the main loop: the waits (a stop ladder, a start until ready) run here.
 
 use super::{ErrorBody, ErrorKind, Op, ReloadReport, Request, Response, MAX_LINE, VERSION};
 use crate::config::ServerConfig;
+use crate::mux::registry::{Entry, Registry};
 use crate::mux::server::{Command, ServerHandle, State, Status};
-use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
@@ -21,66 +21,6 @@ use tracing::{debug, info};
 const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a `start`/`restart` polls the actor while waiting for the outcome.
 const POLL: Duration = Duration::from_millis(50);
-
-/// A running server as the control socket sees it.
-#[derive(Debug, Clone)]
-pub struct Entry {
-    /// The actor.
-    pub handle: ServerHandle,
-    /// Its current configuration (for the wait budgets). For an endpoint, what faces its
-    /// clients (its `http`, token file and client limits).
-    pub cfg: Arc<ServerConfig>,
-    /// For an endpoint (issue 31): its sources, in order. `None` for a server.
-    pub sources: Option<Vec<String>>,
-    /// Its client seats (issue 47 §4), which `status` shows by holder.
-    pub seats: Option<Arc<crate::mux::seats::Seats>>,
-}
-
-/// The servers currently configured, by name. Written by the daemon's main loop (start-up,
-/// reload), read by control connections and the `STATUS=` task.
-#[derive(Debug, Clone, Default)]
-pub struct Registry(Arc<RwLock<BTreeMap<String, Entry>>>);
-
-impl Registry {
-    /// Adds or replaces a server.
-    pub fn insert(&self, name: &str, entry: Entry) {
-        self.0
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_string(), entry);
-        crate::control::watch::changed();
-    }
-
-    /// Removes a server.
-    pub fn remove(&self, name: &str) -> Option<Entry> {
-        let gone = self
-            .0
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(name);
-        crate::control::watch::changed();
-        gone
-    }
-
-    /// One server.
-    pub fn get(&self, name: &str) -> Option<Entry> {
-        self.0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .cloned()
-    }
-
-    /// Every server and endpoint, in name order.
-    pub fn all(&self) -> Vec<(String, Entry)> {
-        self.0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    }
-}
 
 /// The result of a reload as the main loop reports it.
 pub type ReloadOutcome = Result<ReloadReport, ErrorBody>;

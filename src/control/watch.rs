@@ -28,10 +28,8 @@ use super::{ErrorKind, Response};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// Watchers served at once; one more is refused with `busy`.
@@ -52,21 +50,10 @@ pub const FORMAT: u32 = 1;
 /// Status members that change on their own (with time): not a change by themselves.
 const VOLATILE: [&str; 2] = ["uptime_s", "last_heard_s"];
 
-/// The change counter every watcher waits on.
-fn changes() -> &'static watch::Sender<u64> {
-    static CHANGES: OnceLock<watch::Sender<u64>> = OnceLock::new();
-    CHANGES.get_or_init(|| watch::channel(0).0)
-}
-
 /// Watchers now.
 static WATCHING: AtomicUsize = AtomicUsize::new(0);
 /// Viewers among them.
 static VIEWING: AtomicUsize = AtomicUsize::new(0);
-
-/// Says that something `status` shows may have changed: wakes the watchers, if any.
-pub fn changed() {
-    changes().send_modify(|n| *n = n.wrapping_add(1));
-}
 
 /// A watcher's place among the [`MAX_WATCHERS`] (a viewer's also among the
 /// [`MAX_VIEWER_WATCHERS`]), given back when dropped.
@@ -224,7 +211,7 @@ pub async fn serve<W: AsyncWriteExt + Unpin>(
             return;
         }
     };
-    let mut rx = changes().subscribe();
+    let mut rx = crate::observe::changes().subscribe();
     let mut before: Option<Shown> = None;
     let mut seq = 0u64;
     loop {

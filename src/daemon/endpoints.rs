@@ -10,8 +10,8 @@
 use super::sockets::{accept_loop, server_access, socket_path};
 use super::{session_limits, Daemon};
 use crate::config::EndpointConfig;
-use crate::control::server::Entry;
 use crate::endpoint::{self, Link, Setup};
+use crate::mux::registry::Entry;
 use crate::mux::server::{Command, ServerHandle};
 use crate::mux::session::Access;
 use std::collections::HashMap;
@@ -91,7 +91,7 @@ impl Daemon {
             {
                 let path = crate::http::access::labelled_token_path(&self.dir, &cfg.name, label);
                 match crate::http::access::ensure_token_file(&path, true, &cfg.name) {
-                    Ok(t) => tokens.push((crate::endpoint::policy::label_id(label), t)),
+                    Ok(t) => tokens.push((crate::config::label_id(label), t)),
                     Err(e) => {
                         error!(endpoint = %cfg.name, client = %label, error = %format!("{e:#}"), "no named HTTP token for this client");
                     }

@@ -19,12 +19,13 @@
 //! second signal SIGKILLs every process group and exits at once.
 
 use crate::config::{Config, ServerConfig};
-use crate::control::server::{self as ctl, Entry, Registry, ReloadOutcome};
+use crate::control::server::{self as ctl, ReloadOutcome};
 use crate::control::{self, ErrorBody, ErrorKind, ReloadReport};
 use crate::logging::{MSG_RELOADED, MSG_RELOAD_FAILED};
+use crate::mux::registry::{Entry, Registry};
 use crate::mux::server::{self, Command, ServerHandle};
 use crate::mux::session::{self, Access};
-use crate::systemd::{self, Notifier, Plumbing};
+use crate::systemd::{Notifier, Plumbing};
 use anyhow::{bail, Context, Result};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::fd::OwnedFd;
@@ -45,12 +46,12 @@ mod http;
 mod previous;
 mod sockets;
 mod upgrade;
+use crate::safepath::prepare_state_dir;
 pub use previous::{cleanup, Cleanup};
 use sockets::{accept_loop, control_loop, SessionParams, Shared};
 pub use sockets::{
     bind_socket, client_access, lock_socket_dir, operator_access, prepare_socket_dir,
-    prepare_state_dir, prepare_token_dir, server_access, socket_path, viewer_access, DirRefused,
-    SocketPerms,
+    server_access, socket_path, viewer_access, SocketPerms,
 };
 
 /// At most this many reloads run per [`RELOAD_WINDOW`] (R3); more requests wait, coalesced.
@@ -607,7 +608,7 @@ async fn summary(registry: &Registry) -> String {
             statuses.push(s);
         }
     }
-    systemd::summary(&statuses)
+    crate::mux::server::summary(&statuses)
 }
 
 /// Runs the daemon until SIGTERM/SIGINT. Returns after every child is stopped.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::safepath::DirRefused;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 
 #[test]

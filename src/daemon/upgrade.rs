@@ -192,7 +192,7 @@ impl Daemon {
         ));
         let e = handover::exec_old(&again);
         error!(error = %e, "cannot execute the old image again either; exiting");
-        std::process::exit(crate::cli::EXIT_FAILED);
+        std::process::exit(crate::exit::EXIT_FAILED);
     }
 
     /// Waits until every socket session has parked and every client request is answered.
@@ -605,7 +605,7 @@ pub(super) fn adopt(r: Record) -> Adopted {
     // SAFETY (every `own` below): `r` was validated (`Record::decode`): each descriptor is
     // open, of its kind, named once, and nothing else in this image owns it.
     let own = |fd| {
-        handover::close_on_exec(fd);
+        crate::fds::close_on_exec(fd);
         unsafe { Record::own(fd) }
     };
     drop(own(r.old_image));

@@ -386,7 +386,7 @@ impl Conn {
         let mut n = 0u64;
         let mut next = || {
             n += 1;
-            json!(format!("{}{n}", crate::handover::REPLAY_ID_PREFIX))
+            json!(format!("{}{n}", crate::mux::park::REPLAY_ID_PREFIX))
         };
         let raw = |p: &RawValue| serde_json::from_str::<Value>(p.get()).unwrap_or(Value::Null);
         let mut lines = Vec::new();

@@ -89,7 +89,7 @@ impl View {
         let mut labels = Vec::new();
         let unix = peer.pid.is_some();
         for (label, rule) in &policy.clients {
-            let by_token = rule.token && peer.label == Some(label_id(label));
+            let by_token = rule.token && peer.label == Some(crate::config::label_id(label));
             let me = by_token
                 || (unix && (rule.uids.contains(&peer.uid) || rule.gids.contains(&peer.gid)));
             if !me {
@@ -126,18 +126,6 @@ impl View {
             Some(a) => a.iter().any(|p| p.matches(&pair)),
         }
     }
-}
-
-/// The id a named token's label travels under in a [`Peer`]: the first 8 bytes of its
-/// SHA-256 (a `Peer` stays `Copy`; labels are the operator's, so no collision is sought).
-pub fn label_id(label: &str) -> u64 {
-    use sha2::{Digest, Sha256};
-    let d = Sha256::digest(label.as_bytes());
-    let mut b = [0u8; 8];
-    for (o, i) in b.iter_mut().zip(d.iter()) {
-        *o = *i;
-    }
-    u64::from_be_bytes(b)
 }
 
 /// Whether `text` matches `pattern` (`*` any run, `?` one character). Linear in

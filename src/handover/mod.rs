@@ -27,6 +27,7 @@
 //! lock's regular file); a record of another version, or one naming a descriptor that is not
 //! what it says, is refused whole.
 
+use crate::fds::{close_on_exec, keep_across_exec};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
@@ -197,7 +198,7 @@ pub struct ClientRecord {
     /// Bytes read from it and not yet a whole line, base64.
     pub pending: String,
     /// The lines that rebuild its state in the new actor (its handshake, level,
-    /// subscriptions), each a request with an id of [`REPLAY_ID_PREFIX`] or a notification;
+    /// subscriptions), each a request with an id of [`crate::mux::park::REPLAY_ID_PREFIX`] or a notification;
     /// last, its listen streams not acknowledged yet (its own ids).
     pub replay: Vec<String>,
     /// Its acknowledged `subscriptions/listen` requests, under its own ids, replayed after
@@ -218,9 +219,6 @@ where
     let v = serde_json::Value::deserialize(d)?;
     Ok(serde_json::from_value(v).ok())
 }
-
-/// The ids of replayed requests: `"mcp-supervisor-handover-N"`. Their answers are not shown.
-pub const REPLAY_ID_PREFIX: &str = "mcp-supervisor-handover-";
 
 /// Base64 of `bytes` (the record's byte fields).
 pub fn b64(bytes: &[u8]) -> String {
@@ -395,20 +393,6 @@ fn read_record(value: &std::ffi::OsStr) -> Result<Record, String> {
         .and_then(|_| (&mut file).take(MAX_RECORD as u64).read_to_end(&mut bytes))
         .map_err(|e| format!("reading the record: {e}"))?;
     Record::decode(&bytes)
-}
-
-/// Clears `FD_CLOEXEC` on `fd` so it stays open across `execve`.
-pub fn keep_across_exec(fd: RawFd) -> std::io::Result<()> {
-    // SAFETY: only the descriptor flags change.
-    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-    rustix::io::fcntl_setfd(borrowed, rustix::io::FdFlags::empty()).map_err(Into::into)
-}
-
-/// Sets `FD_CLOEXEC` on `fd` again (the new image keeps what it adopted from its children).
-pub fn close_on_exec(fd: RawFd) {
-    // SAFETY: only the descriptor flags change.
-    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-    let _ = rustix::io::fcntl_setfd(borrowed, rustix::io::FdFlags::CLOEXEC);
 }
 
 /// The binary an upgrade runs (issue 32 §1, issue 47 §1), opened once and checked on that

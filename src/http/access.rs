@@ -35,7 +35,7 @@ pub enum Caller {
     Tcp {
         /// SHA-256 of the token the request carried.
         token: [u8; 32],
-        /// The endpoint's named token it was (issue 31 §5): [`crate::endpoint::policy::label_id`]
+        /// The endpoint's named token it was (issue 31 §5): [`crate::config::label_id`]
         /// of its label; `None` for the server's (or endpoint's) own token.
         label: Option<u64>,
     },

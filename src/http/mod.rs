@@ -25,7 +25,7 @@
 //!
 //! What no anonymous peer can exhaust (issue 26 §4):
 //! - TCP connections that have not passed the access check yet live in a pool of
-//!   [`ANONYMOUS_CONNECTIONS`] where a newcomer ends the oldest ([`admit`]), and must pass it
+//!   [`ANONYMOUS_CONNECTIONS`] where a newcomer ends the oldest (`crate::admit`), and must pass it
 //!   within [`ANONYMOUS_TIMEOUT`] of their accept; the first request that passes moves the
 //!   connection to one of [`MAX_CONNECTIONS`] seats. Half-sent heads without a token cannot
 //!   keep a client that has one out.
@@ -43,10 +43,10 @@
 //! comments are axum's `Sse`.
 
 use crate::config::{HttpConfig, ServerConfig};
-use crate::control::server::{Entry, Registry};
 use crate::jsonrpc::message::{self, code, Kind, Message};
 use crate::logging::LogBudget;
 use crate::mux::era;
+use crate::mux::registry::{Entry, Registry};
 use crate::mux::session::{MemoryBudget, Peer};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
@@ -61,7 +61,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 pub mod access;
-pub mod admit;
+
 pub mod handoff;
 mod router;
 pub mod saved;
@@ -120,7 +120,7 @@ pub enum Via {
         /// loopback the uid the kernel gives for its socket, else its address.
         holder: crate::mux::seats::Holder,
         /// Anonymous until a request of this connection passes the access check.
-        admission: Arc<admit::Admission>,
+        admission: Arc<crate::admit::Admission>,
     },
     /// A server's `NAME.http.sock`, whose peer passed the `SO_PEERCRED` check.
     Unix {
@@ -394,7 +394,7 @@ impl Front {
     }
 }
 
-/// An endpoint's named tokens: the label's id ([`crate::endpoint::policy::label_id`]) and
+/// An endpoint's named tokens: the label's id ([`crate::config::label_id`]) and
 /// the token.
 type NamedTokens = Vec<(u64, String)>;
 
@@ -523,7 +523,7 @@ pub async fn serve_tcp(
     (stop, tracker): (CancellationToken, tokio_util::task::TaskTracker),
     resumed: Vec<handoff::ParkedConn>,
 ) {
-    let anonymous = admit::Pool::new(ANONYMOUS_CONNECTIONS);
+    let anonymous = crate::admit::Pool::new(ANONYMOUS_CONNECTIONS);
     let seats = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     // One line per 10 s while the anonymous pool overflows (a flood, or a crowd).
     let mut crowded = LogBudget::new(1, Duration::from_secs(10));
@@ -565,7 +565,7 @@ pub async fn serve_tcp(
         }
         let _ = stream.get_ref().set_nodelay(true);
         let holder = holder_of(stream.get_ref(), addr);
-        let admission = Arc::new(admit::Admission::anonymous(place, seats.clone()));
+        let admission = Arc::new(crate::admit::Admission::anonymous(place, seats.clone()));
         let via = Via::Tcp {
             addr,
             holder,

@@ -9,6 +9,7 @@ pub mod ids;
 pub mod outage;
 pub mod park;
 pub mod record;
+pub mod registry;
 pub mod seats;
 pub mod server;
 pub mod session;

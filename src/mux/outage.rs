@@ -5,7 +5,7 @@
 //! [`Reason::detail`]). Later upstreams (remote servers, endpoints) add variants here; the wire
 //! strings of today's never change.
 
-use crate::child::process::Exit;
+use crate::upstream::Exit;
 use crate::upstream::{Refusal, Unreachable};
 use serde::Serialize;
 use std::time::Duration;
@@ -251,9 +251,9 @@ fn exit_named(text: &str) -> Option<Exit> {
         limit: None,
     };
     if let Some(limit) = [
-        crate::child::limits::LimitKill::OomKilled,
-        crate::child::limits::LimitKill::MemoryLimit,
-        crate::child::limits::LimitKill::TasksLimit,
+        crate::upstream::LimitKill::OomKilled,
+        crate::upstream::LimitKill::MemoryLimit,
+        crate::upstream::LimitKill::TasksLimit,
     ]
     .into_iter()
     .find(|l| l.reason() == text)
@@ -465,7 +465,7 @@ mod tests {
 
     #[test]
     fn every_exit_reason_reads_back_from_its_text() {
-        use crate::child::limits::LimitKill;
+        use crate::upstream::LimitKill;
         use crate::upstream::Unreachable;
         let mut exits = vec![];
         for code in [None, Some(0), Some(1), Some(-3), Some(255)] {

@@ -5,7 +5,7 @@
 //! image replaces the process. Resuming (a refused upgrade) lets them read on.
 //!
 //! A session resumed in the next image ([`Resume`]) first replays its client's state to the
-//! new actor (lines with ids [`crate::handover::REPLAY_ID_PREFIX`]`N`, whose answers its
+//! new actor (lines with ids [`REPLAY_ID_PREFIX`]`N`, whose answers its
 //! writer drops), then frames the pending bytes, then reads on.
 
 use crate::mux::session::{ClientId, Peer};
@@ -14,6 +14,10 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
+
+/// The ids of replayed requests: `"mcp-supervisor-handover-N"`. Their answers are not
+/// shown (the hand-over record carries them, issue 32 §1).
+pub const REPLAY_ID_PREFIX: &str = "mcp-supervisor-handover-";
 
 /// One parked session.
 #[derive(Debug, Clone)]
@@ -123,14 +127,14 @@ impl Parking {
 }
 
 /// Whether `head` (the first bytes of a line toward a client) is the answer to a replayed
-/// request: its id is [`crate::handover::REPLAY_ID_PREFIX`]`N`.
+/// request: its id is [`REPLAY_ID_PREFIX`]`N`.
 /// The supervisor writes every response as `{"jsonrpc":"2.0","id":…` (`jsonrpc::message`).
 pub fn is_replay_answer(head: &[u8]) -> bool {
     head.starts_with(b"{\"jsonrpc\":\"2.0\",\"id\":\"mcp-supervisor-handover-")
 }
 
 /// What a resumed session's writer drops (issue 32 §1): the answers to the replayed
-/// requests (ids [`crate::handover::REPLAY_ID_PREFIX`]`N`), and the first
+/// requests (ids [`REPLAY_ID_PREFIX`]`N`), and the first
 /// `notifications/subscriptions/acknowledged` of each replayed acknowledged listen stream
 /// (replayed under the client's own id: the client had its acknowledgement before the
 /// upgrade). An acknowledgement not seen within [`ACK_WAIT`] (the stream was refused or
@@ -163,7 +167,7 @@ impl Mute {
             .iter()
             .filter(|r| {
                 r.id.as_deref()
-                    .is_some_and(|id| id.get().contains(crate::handover::REPLAY_ID_PREFIX))
+                    .is_some_and(|id| id.get().contains(REPLAY_ID_PREFIX))
             })
             .count();
         let acks: Vec<String> = listens

@@ -63,7 +63,7 @@ pub struct Peer {
     /// Peer process id, when known.
     pub pid: Option<i32>,
     /// The endpoint's named HTTP token the peer used (issue 31 §5), as
-    /// [`crate::endpoint::policy::label_id`] of its label.
+    /// [`crate::config::label_id`] of its label.
     pub label: Option<u64>,
     /// The endpoint the client came through (issue 31 §7), when a source's actor serves one
     /// of an endpoint's clients: its request log lines, metrics and spans name it.

@@ -13,6 +13,7 @@
 
 use super::histogram::BOUNDS;
 use super::Outcome;
+use crate::config::DEFAULT_OBJECTIVE;
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,8 +27,6 @@ pub const FAILURES: usize = 8;
 pub const SPARK_MINUTES: usize = 60;
 /// The window of the error rate and the latency quantiles, in minutes (as `rate5m`).
 const RECENT_MINUTES: u64 = 5;
-/// The default availability objective (`[supervisor] availability_objective`).
-pub const DEFAULT_OBJECTIVE: f64 = 0.999;
 
 /// Duration slots: one per histogram bound, then `+Inf`.
 const SLOTS: usize = BOUNDS.len() + 1;

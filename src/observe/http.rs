@@ -22,7 +22,7 @@
 //! when `stop` fires they end, and [`serve_http`] returns once they have.
 
 use super::metrics;
-use crate::http::admit::Pool;
+use crate::admit::Pool;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use std::convert::Infallible;

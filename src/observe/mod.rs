@@ -15,11 +15,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::OnceLock;
 
+mod changes;
 pub mod histogram;
 pub mod history;
 mod http;
 pub mod ready;
 pub mod trace;
+pub use changes::{changed, changes};
 pub use http::serve_http;
 pub use ready::readiness;
 
@@ -495,7 +497,7 @@ impl Metrics {
     }
 
     /// A child ended by a resource limit: `reason` is `oom-killed`, `memory-limit` or
-    /// `tasks-limit` (issue 18 §3, [`crate::child::limits::LimitKill`]).
+    /// `tasks-limit` (issue 18 §3, `child::limits::LimitKill`).
     pub fn limit_kill(&self, server: &str, reason: &str) {
         self.families
             .limit_kills

@@ -1,7 +1,7 @@
 //! What went wrong with an HTTP exchange, in the outage vocabulary (design.md §6): a failure
 //! to reach the server at all ([`Unreachable`]: DNS, TCP refused, connect timeout, TLS), and
 //! `Retry-After`. An HTTP status is never a death: it is an answer, classified by
-//! `crate::mux::outage`.
+//! the actor (`mux::outage`).
 
 use crate::upstream::Unreachable;
 use std::error::Error as _;

@@ -45,12 +45,12 @@ mod sse;
 pub mod tls;
 
 use crate::auth::Verdict;
-use crate::child::process::StderrTail;
 use crate::config::{RemoteConfig, ServerConfig};
 use crate::jsonrpc::message;
 use crate::upstream::{
     Event, Limit, Lost, Queued, Refusal, StartError, StartFailure, Upstream, Was,
 };
+use crate::upstream::{RemoteStatus, StderrTail};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use reqwest::header::{
@@ -123,40 +123,8 @@ impl RemoteSpec {
 
     /// The URL as logs and status show it: scheme, host, port and path, never the query.
     pub fn shown_url(&self) -> String {
-        shown_url(&self.config.url)
+        crate::config::shown_url(&self.config.url)
     }
-}
-
-/// `url` without its query and fragment (a token in a query string must not reach a log).
-pub fn shown_url(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut u) => {
-            u.set_query(None);
-            u.set_fragment(None);
-            u.to_string()
-        }
-        Err(_) => "(invalid url)".into(),
-    }
-}
-
-/// What `status` shows of a remote session (issue 29, decisions): never its id.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct RemoteStatus {
-    /// The endpoint, without query.
-    pub url: String,
-    /// Whether a session is open (an `Mcp-Session-Id` was given and not lost).
-    pub session: bool,
-    /// How long the session has been open, in seconds.
-    pub session_age_s: Option<u64>,
-    /// The negotiated protocol version, once known.
-    pub protocol_version: Option<String>,
-    /// The status of the last HTTP response.
-    pub last_http_status: Option<u16>,
-    /// The last error (a connect failure, an HTTP error status), secrets never included.
-    pub last_error: Option<String>,
-    /// The sign-in (issue 30): whether signed in, the scopes, the expiry; never a token.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub auth: Option<crate::auth::SignInStatus>,
 }
 
 /// A session as one image hands it to the next at an upgrade in place (issue 32 §1; the
@@ -476,9 +444,12 @@ impl Upstream for RemoteHandle {
     /// Stops the session's tasks without a `DELETE` (the next image goes on with the session)
     /// and returns what it needs. `None` (and the session left running, for the exec to cut)
     /// once stopping, while a handshake-era session is not initialized yet, or while it
-    /// re-initializes: the next image then opens a session of its own.
-    fn hand_over_session(&mut self) -> Option<SessionState> {
-        if self.stopping {
+    /// re-initializes, or when the actor says the session is not ready: the next image then
+    /// opens a session of its own. The [`SessionState`] is inside the [`Carried`] value.
+    ///
+    /// [`Carried`]: crate::upstream::Carried
+    fn hand_over(&mut self, session_ready: bool) -> Option<crate::upstream::Carried> {
+        if self.stopping || !session_ready {
             return None;
         }
         let settled = self.session.reinit.try_lock().is_ok();
@@ -492,7 +463,7 @@ impl Upstream for RemoteHandle {
         };
         self.stopping = true;
         self.session.cancel.cancel();
-        Some(state)
+        Some(crate::upstream::Carried::new(state))
     }
 
     fn remote(&self) -> Option<RemoteStatus> {
@@ -1030,7 +1001,7 @@ impl Session {
                     }
                 }
                 Err(e) => {
-                    if let Some(id) = crate::child::process::malformed_reply_id(body) {
+                    if let Some(id) = crate::jsonrpc::message::malformed_reply_id(body) {
                         any |= Some(id.get()) == want;
                         let why = self.secrets().text(&e.to_string()).into_owned();
                         let _ = self
@@ -1393,7 +1364,8 @@ fn header_safe(v: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{header_safe, shown_url, Outgoing};
+    use super::{header_safe, Outgoing};
+    use crate::config::shown_url;
     use bytes::Bytes;
 
     #[test]

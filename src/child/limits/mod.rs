@@ -26,8 +26,8 @@
 //! its reason ([`LimitKill::reason`]) in status, outage records and logs, and counted in
 //! `mcp_supervisor_child_limit_kills_total`.
 
-use crate::child::process::{Exit, StderrTail};
 use crate::config::{LimitMode, Limits};
+use crate::upstream::{Exit, LimitKill, StderrTail, Usage};
 use nix::sys::signal::{self, killpg, Signal};
 use nix::unistd::Pid;
 use serde::Serialize;
@@ -48,38 +48,6 @@ use cgroup::InstanceCgroup;
 pub const LIMIT_SAMPLE: Duration = Duration::from_secs(1);
 /// How long the cleanup waits for an instance cgroup to empty before giving up its removal.
 pub const CGROUP_REMOVE_WITHIN: Duration = Duration::from_secs(5);
-
-/// Why a limit ended a child: the `reason` of status, outage records and logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitKill {
-    /// cgroup v2: the kernel's OOM killer ended the instance (`memory.events` `oom_kill`).
-    OomKilled,
-    /// No cgroup: the supervisor killed the tree over `memory_max` (sum of RSS).
-    MemoryLimit,
-    /// The tree reached for more than `tasks_max` tasks: counted over it (no cgroup), or a
-    /// fork refused by `pids.max` (cgroup v2); the supervisor killed the tree.
-    TasksLimit,
-}
-
-impl LimitKill {
-    /// `oom-killed`, `memory-limit` or `tasks-limit`.
-    pub fn reason(self) -> &'static str {
-        match self {
-            LimitKill::OomKilled => "oom-killed",
-            LimitKill::MemoryLimit => "memory-limit",
-            LimitKill::TasksLimit => "tasks-limit",
-        }
-    }
-}
-
-/// What an instance's tree uses, as last sampled.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Usage {
-    /// Bytes: `memory.current` (cgroup), or the sum of the processes' RSS (`rlimit`).
-    pub memory_bytes: u64,
-    /// Processes plus threads: `pids.current` (cgroup), or the sum of `num_threads`.
-    pub tasks: u64,
-}
 
 /// A server's limits in `status` (null when it has none).
 #[derive(Debug, Clone, Serialize)]

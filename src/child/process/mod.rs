@@ -10,16 +10,13 @@
 //! R16 (stderr always drained, lines capped, rate-limited, logged at info), R17 (one writer,
 //! bounded queue, a write blocked 10 s means hung), R18 (environment), field cases K17, K20.
 
-use crate::child::limits::{Exec, Guard, LimitKill, Prepared, Usage};
+use crate::child::limits::{Exec, Guard, Prepared};
 use crate::config::{env_matches, ServerConfig, ENV_NEVER};
 use crate::jsonrpc::framing::{Frame, LineBatch, LineDecoder, BATCH_SLICES};
 use crate::jsonrpc::message;
+use crate::upstream::Usage;
 use bytes::Bytes;
-use nix::sys::signal::Signal;
-use std::collections::VecDeque;
-use std::os::unix::process::ExitStatusExt;
-use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
@@ -30,13 +27,11 @@ mod identity;
 mod leader;
 mod watch;
 use crate::reaper;
-use crate::upstream::{Event, Limit, Lost, Queued, Upstream, Was};
+use crate::upstream::{Event, Exit, Limit, Lost, Queued, StderrTail, Upstream, Was};
 use identity::run_as;
 use leader::Leader;
 use watch::{watch, Watched};
 
-/// Bytes of stderr kept as the "stderr tail" (issue 2 §3).
-pub const STDERR_TAIL: usize = 64 * 1024;
 /// Longest stderr line logged; the rest is cut with a marker (R16).
 pub const STDERR_LINE_MAX: usize = 16 * 1024;
 /// A write to the child's stdin blocked this long means the child is hung (R17).
@@ -55,103 +50,6 @@ const STDIN_BATCH_BYTES: usize = 64 * 1024;
 /// A stdout read buffer idle with more capacity than this is replaced by a small one, so the
 /// memory of a huge line is returned once the line is gone.
 const STDOUT_BUFFER_KEEP: usize = 1024 * 1024;
-
-/// How a child ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Exit {
-    /// Exit code, when it exited normally.
-    pub code: Option<i32>,
-    /// Terminating signal number, when a signal ended it.
-    pub signal: Option<i32>,
-    /// Whether the supervisor asked for the stop.
-    pub requested: bool,
-    /// The resource limit that ended it, if one did (issue 18 §3): its reason replaces the
-    /// signal's.
-    pub limit: Option<LimitKill>,
-}
-
-impl Exit {
-    fn from_status(s: ExitStatus, requested: bool) -> Self {
-        Exit {
-            code: s.code(),
-            signal: s.signal(),
-            requested,
-            limit: None,
-        }
-    }
-
-    /// `exited(1)`, `signal(SIGKILL)`: the form used in logs, errors and status.
-    /// A limit's kill is `oom-killed`, `memory-limit` or `tasks-limit`.
-    pub fn reason(&self) -> String {
-        if let Some(l) = self.limit {
-            return l.reason().into();
-        }
-        match (self.code, self.signal) {
-            (Some(c), _) => format!("exited({c})"),
-            (_, Some(s)) => format!("signal({})", signal_name(s)),
-            // A re-adopted child's (issue 32 §2), or a failed wait.
-            _ => "exited(unknown)".into(),
-        }
-    }
-
-    /// A clean exit: code 0, or a stop signal the supervisor itself sent (R8), or an unknown
-    /// status after a stop the supervisor asked for. A limit's kill never is, even during a
-    /// stop.
-    pub fn clean(&self) -> bool {
-        let stop_signal = matches!(self.signal, Some(s) if s == libc::SIGTERM || s == libc::SIGKILL || s == libc::SIGINT || s == libc::SIGPIPE);
-        let unknown = self.code.is_none() && self.signal.is_none();
-        self.limit.is_none()
-            && (self.code == Some(0) || (self.requested && (stop_signal || unknown)))
-    }
-}
-
-/// `SIGKILL` for 9, or the number when unknown.
-pub fn signal_name(sig: i32) -> String {
-    Signal::try_from(sig)
-        .map(|s| s.as_str().to_string())
-        .unwrap_or_else(|_| sig.to_string())
-}
-
-/// The last [`STDERR_TAIL`] bytes a child wrote to stderr, shared with status and errors.
-#[derive(Debug, Default, Clone)]
-pub struct StderrTail(Arc<Mutex<VecDeque<u8>>>);
-
-impl StderrTail {
-    fn push(&self, bytes: &[u8]) {
-        let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        t.extend(bytes);
-        let excess = t.len().saturating_sub(STDERR_TAIL);
-        t.drain(..excess);
-    }
-
-    /// Adds a line of the supervisor's own (a spawn error, which has no stderr).
-    pub fn note(&self, line: &str) {
-        self.push(format!("{line}\n").as_bytes());
-    }
-
-    /// The tail as text (invalid UTF-8 replaced).
-    pub fn text(&self) -> String {
-        let t = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let (a, b) = t.as_slices();
-        let mut v = Vec::with_capacity(t.len());
-        v.extend_from_slice(a);
-        v.extend_from_slice(b);
-        String::from_utf8_lossy(&v).into_owned()
-    }
-
-    /// The last `n` non-empty lines, joined by `\n`.
-    pub fn last_lines(&self, n: usize) -> String {
-        let text = self.text();
-        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-        let from = lines.len().saturating_sub(n);
-        lines.get(from..).unwrap_or_default().join("\n")
-    }
-
-    /// Forgets everything (a new instance starts with a fresh tail).
-    pub fn clear(&self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    }
-}
 
 /// Why a spawn failed.
 #[derive(Debug, thiserror::Error)]
@@ -185,6 +83,16 @@ impl SpawnError {
             self.source.kind(),
             std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
         ) || self.source.raw_os_error() == Some(libc::ENOEXEC)
+    }
+}
+
+impl From<SpawnError> for crate::upstream::StartError {
+    fn from(e: SpawnError) -> Self {
+        crate::upstream::StartError {
+            message: e.to_string(),
+            permanent: e.permanent(),
+            failure: crate::upstream::StartFailure::Spawn,
+        }
     }
 }
 
@@ -349,8 +257,10 @@ impl Upstream for ChildHandle {
             k.session(handshake, log_level);
         }
     }
-    fn hand_over(&mut self) -> Option<ChildTakeover> {
-        ChildHandle::hand_over(self)
+    /// A child is handed over whatever its session's state: the next image takes its pipes
+    /// (the [`ChildTakeover`] inside).
+    fn hand_over(&mut self, _session_ready: bool) -> Option<crate::upstream::Carried> {
+        ChildHandle::hand_over(self).map(crate::upstream::Carried::new)
     }
 }
 
@@ -598,7 +508,7 @@ pub fn adopt(
         tail: text,
     } = inherited;
     for fd in [&stdin, &stdout, &stderr] {
-        crate::handover::close_on_exec(std::os::fd::AsRawFd::as_raw_fd(fd));
+        crate::fds::close_on_exec(std::os::fd::AsRawFd::as_raw_fd(fd));
     }
     let mut owned = reaper::spawn_guard();
     let leader = Leader::adopt(pid).map_err(err)?;
@@ -998,7 +908,7 @@ async fn send_line(
             Ok(m) => Event::Message(generation, m),
             Err(e) => {
                 log_noise(noise, line, &e.to_string());
-                match malformed_reply_id(line) {
+                match message::malformed_reply_id(line) {
                     Some(id) => Event::Malformed(generation, id, e.to_string()),
                     None => continue,
                 }
@@ -1044,7 +954,7 @@ async fn send_too_deep(
             Ok(m) => Was::of(m.kind, m.id),
             // A member that is no message: what a reply's top-level id says, as for any
             // malformed line (K21).
-            Err(_) => Was::Response(malformed_reply_id(line)),
+            Err(_) => Was::Response(message::malformed_reply_id(line)),
         };
         if events
             .send(Event::Discarded(generation, Limit::Depth, was))
@@ -1055,21 +965,6 @@ async fn send_too_deep(
         }
     }
     true
-}
-
-/// The top-level `id` of a line that is a JSON object with an `id` and no `method`: a reply
-/// the envelope parser refused, which must fail its request rather than leave it to time out.
-pub(crate) fn malformed_reply_id(line: &[u8]) -> Option<Box<serde_json::value::RawValue>> {
-    #[derive(serde::Deserialize)]
-    struct Reply {
-        id: Option<Box<serde_json::value::RawValue>>,
-        method: Option<serde::de::IgnoredAny>,
-    }
-    let r: Reply = serde_json::from_slice(line).ok()?;
-    if r.method.is_some() {
-        return None;
-    }
-    r.id
 }
 
 fn log_noise(limit: &mut RateLimit, line: &[u8], why: &str) {

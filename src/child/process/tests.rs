@@ -1,4 +1,5 @@
 use super::*;
+use crate::upstream::LimitKill;
 
 #[test]
 fn exit_reasons() {

@@ -581,7 +581,7 @@ fn a_hand_over_replays_the_handshake_level_and_live_subscriptions_and_counts_wha
             l["id"]
                 .as_str()
                 .unwrap()
-                .starts_with(crate::handover::REPLAY_ID_PREFIX),
+                .starts_with(crate::mux::park::REPLAY_ID_PREFIX),
             "{l}"
         );
     }

@@ -724,5 +724,20 @@ pub fn swap_progress_token(
     Some((obj.to_raw(), original))
 }
 
+/// The top-level `id` of a line that is a JSON object with an `id` and no `method`: a reply
+/// the envelope parser refused, which must fail its request rather than leave it to time out.
+pub fn malformed_reply_id(line: &[u8]) -> Option<Box<serde_json::value::RawValue>> {
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        id: Option<Box<serde_json::value::RawValue>>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    let r: Reply = serde_json::from_slice(line).ok()?;
+    if r.method.is_some() {
+        return None;
+    }
+    r.id
+}
+
 #[cfg(test)]
 mod tests;

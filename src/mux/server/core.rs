@@ -43,10 +43,8 @@ use super::Server;
 use super::SpawnOutcome;
 use super::State;
 use super::STDOUT_CLOSED_GRACE;
-use crate::child::backoff::FAILED_RETRY;
-use crate::child::backoff::MAX_FAILED_STARTS;
-use crate::child::process;
-use crate::child::process::Exit;
+use crate::backoff::FAILED_RETRY;
+use crate::backoff::MAX_FAILED_STARTS;
 use crate::config::ClientRoots;
 use crate::config::RestartPolicy;
 use crate::config::ServerConfig;
@@ -91,11 +89,11 @@ use crate::mux::session::Transport;
 use crate::observe::trace;
 use crate::observe::Outcome;
 use crate::upstream::Event;
+use crate::upstream::Exit;
 use crate::upstream::Limit;
 use crate::upstream::Lost;
 use crate::upstream::Queued;
 use crate::upstream::Refusal;
-use crate::upstream::Spec;
 use crate::upstream::Unreachable;
 use crate::upstream::Upstream;
 use crate::upstream::Was;
@@ -267,10 +265,6 @@ impl Server {
     pub(super) fn spawn_now(&mut self) {
         let generation = self.instances.next();
         self.shell.effects().push(Effect::Spawn {
-            spec: match crate::remote::RemoteSpec::of(&self.cfg) {
-                Some(remote) => Spec::Remote(Box::new(remote)),
-                None => Spec::Process(Box::new(process::SpawnSpec::of(&self.cfg))),
-            },
             generation,
             tail: self.instances.tail().clone(),
         });
@@ -656,7 +650,7 @@ impl Server {
             cause,
             Some(StopCause::Shutdown | StopCause::Stop | StopCause::Restart)
         );
-        let signal = exit.signal.map(process::signal_name);
+        let signal = exit.signal.map(crate::upstream::signal_name);
         if operator {
             info!(message_id = MSG_EXITED, child_pid = child.pid(), exit_code = exit.code,
                 signal = signal.as_deref(), reason = %reason, restart_n = self.instances.restarts(), "stopped");

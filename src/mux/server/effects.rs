@@ -13,10 +13,9 @@
 //! shape").
 
 use super::core::Lane;
-use crate::child::process::StderrTail;
 use crate::jsonrpc::framing::Line;
 use crate::mux::session::{Address, ClientId, ClientTx};
-use crate::upstream::Spec;
+use crate::upstream::StderrTail;
 use bytes::Bytes;
 use std::sync::Arc;
 
@@ -39,13 +38,9 @@ pub(super) enum Effect {
         lane: Lane,
         what: Written,
     },
-    /// Start spawning instance `generation` of `spec` (off the actor's thread), its stderr
-    /// going to `tail`.
-    Spawn {
-        spec: Spec,
-        generation: u64,
-        tail: StderrTail,
-    },
+    /// Start instance `generation` of the server as configured now (off the actor's thread:
+    /// the starter builds what its upstream needs), its stderr going to `tail`.
+    Spawn { generation: u64, tail: StderrTail },
     /// Start the stop ladder of instance `generation` (if it is still the one stopping).
     Stop { generation: u64 },
     /// Queue `line` over `tx` session-wide, then close the connection once it is written

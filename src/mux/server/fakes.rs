@@ -4,9 +4,11 @@
 
 use super::sim::Asked;
 use super::*;
-use crate::child::process::{self, StderrTail};
+use crate::child::process;
+use crate::config::ServerConfig;
 use crate::mux::era;
-use crate::upstream::{Queued, Spec, StartError, Starter, Upstream};
+use crate::upstream::StderrTail;
+use crate::upstream::{Queued, StartError, Starter, Upstream};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -105,7 +107,7 @@ impl Starter for FakeStarter {
         }
     }
 
-    fn start(&mut self, _spec: &Spec, generation: u64, _tail: StderrTail) {
+    fn start(&mut self, _cfg: &ServerConfig, generation: u64, _tail: StderrTail) {
         let mut w = lock(&self.world);
         if std::mem::take(&mut w.fail_next_spawn) {
             let failed = Err(StartError::from(process::SpawnError {

@@ -9,9 +9,9 @@
 use super::util::level_name;
 use super::Server;
 use crate::child::process::ChildTakeover;
-use crate::handover::REPLAY_ID_PREFIX;
 use crate::jsonrpc::message::Out;
 use crate::mux::era::Era;
+use crate::mux::park::REPLAY_ID_PREFIX;
 use crate::mux::session::{ClientId, Transport};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
@@ -226,14 +226,15 @@ impl Server {
             let text = crate::mux::record::encode(&self.cfg, hs, self.lists.all(), "");
             serde_json::from_slice(&text).unwrap_or(Value::Null)
         });
-        let child = self.life.child_mut().and_then(|c| c.hand_over());
         // A url server's session goes on in the next image only when it is ready (else the
-        // next image opens its own; the old one is left to expire, never DELETEd).
-        let remote = match (&handshake, self.life.state()) {
-            (Some(_), super::State::Ready) => {
-                self.life.child_mut().and_then(|c| c.hand_over_session())
-            }
-            _ => None,
+        // next image opens its own; the old one is left to expire, never DELETEd); a child
+        // is handed over whatever its state.
+        let ready = handshake.is_some() && self.life.state() == super::State::Ready;
+        let carried = self.life.child_mut().and_then(|c| c.hand_over(ready));
+        let (child, remote) = match carried.map(|c| c.take::<ChildTakeover>()) {
+            None => (None, None),
+            Some(Ok(child)) => (Some(child), None),
+            Some(Err(other)) => (None, other.take::<crate::remote::SessionState>().ok()),
         };
         let mut clients = BTreeMap::new();
         for (id, c) in self.clients.iter() {

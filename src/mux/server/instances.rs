@@ -8,12 +8,11 @@
 //! `core.rs`, over [`super::life::Life`]) and never routes a message.
 
 use super::LastExit;
-use crate::child::backoff::Backoff;
-use crate::child::process::StderrTail;
+use crate::backoff::Backoff;
 use crate::config::ServerConfig;
 use crate::mux::outage::ExitReason;
-use crate::upstream::Spec;
 use crate::upstream::Starter;
+use crate::upstream::StderrTail;
 use rand::rngs::StdRng;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -77,10 +76,11 @@ impl Instances {
         self.generation
     }
 
-    /// Starts spawning instance `generation` of `spec` (returns at once; the outcome comes
-    /// back as an event). The shell only, carrying out `Effect::Spawn`.
-    pub(super) fn launch(&mut self, spec: &Spec, generation: u64, tail: StderrTail) {
-        self.spawner.start(spec, generation, tail);
+    /// Starts spawning instance `generation` of the server configured as `cfg` (returns at
+    /// once; the outcome comes back as an event). The shell only, carrying out
+    /// `Effect::Spawn`.
+    pub(super) fn launch(&mut self, cfg: &ServerConfig, generation: u64, tail: StderrTail) {
+        self.spawner.start(cfg, generation, tail);
     }
 
     /// Goes on from an inherited instance's `generation` (issue 32 §1): the next is it.

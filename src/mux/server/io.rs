@@ -3,8 +3,10 @@
 //! simulation (`sim.rs`) uses fakes (`fakes.rs`), so the whole actor runs without processes or
 //! a runtime.
 
-use crate::child::process::{self, StderrTail};
-use crate::upstream::{Event, Spec, StartError, Starter, Upstream};
+use crate::child::process;
+use crate::config::ServerConfig;
+use crate::upstream::StderrTail;
+use crate::upstream::{Event, StartError, Starter, Upstream};
 use tokio::sync::mpsc;
 
 /// Real processes (`child::process::launch` on the blocking pool, then `Launched::start`),
@@ -54,12 +56,11 @@ impl Starter for ProcessStarter {
     /// with no await in between, so on the daemon's current-thread runtime it precedes every
     /// event of the instance. If the actor is gone, the instance is started and its handle
     /// dropped, which stops it: a spawn can never leak a process.
-    fn start(&mut self, spec: &Spec, generation: u64, tail: StderrTail) {
-        let spec = match spec {
-            Spec::Process(spec) => spec,
-            Spec::Remote(remote) => return self.start_remote(remote, generation, tail),
-        };
-        let cfg = spec.clone();
+    fn start(&mut self, cfg: &ServerConfig, generation: u64, tail: StderrTail) {
+        if let Some(remote) = crate::remote::RemoteSpec::of(cfg) {
+            return self.start_remote(&remote, generation, tail);
+        }
+        let cfg = process::SpawnSpec::of(cfg);
         let events = self.events.clone();
         let inherited = self.inherited.take();
         tokio::spawn(async move {

@@ -67,6 +67,7 @@ mod effects;
 mod fakes;
 mod handover;
 pub use handover::{Adoption, ClientState, HandOver, Rest};
+pub use summary::summary;
 mod held;
 mod instances;
 mod io;
@@ -83,6 +84,7 @@ mod shell;
 #[cfg(test)]
 mod sim;
 mod subtable;
+mod summary;
 mod supervise;
 pub(crate) use supervise::{panic_message, Restarts};
 mod telemetry;
@@ -188,7 +190,7 @@ pub struct Status {
     /// A url server's session (issue 29): URL without query, whether a session is open and
     /// its age (never its id), the negotiated version, the last HTTP status and error; null
     /// for a child.
-    pub remote: Option<crate::remote::RemoteStatus>,
+    pub remote: Option<crate::upstream::RemoteStatus>,
     /// Recent traffic (issue 33): requests/s, the SLI's error rate, p50/p99, availability
     /// against the objective, burn rates, per-minute counts and the last failures.
     pub traffic: crate::observe::history::Traffic,
@@ -514,7 +516,7 @@ impl Server {
             let seen = self.watched();
             if watched != Some(seen) {
                 watched = Some(seen);
-                crate::control::watch::changed();
+                crate::observe::changed();
             }
             if state == State::Stopped {
                 self.shell.stopped();
@@ -596,11 +598,9 @@ impl Server {
                             gone.push(client);
                         }
                     }
-                    Effect::Spawn {
-                        spec,
-                        generation,
-                        tail,
-                    } => self.instances.launch(&spec, generation, tail),
+                    Effect::Spawn { generation, tail } => {
+                        self.instances.launch(&self.cfg, generation, tail)
+                    }
                     Effect::Stop { generation } => self.life.start_ladder(generation),
                     Effect::Hangup { tx, line } => {
                         tx.deliver(line);
@@ -726,8 +726,8 @@ impl Server {
                     .life
                     .child()
                     .and_then(|c| c.remote())
-                    .unwrap_or_else(|| crate::remote::RemoteStatus {
-                        url: crate::remote::shown_url(&r.url),
+                    .unwrap_or_else(|| crate::upstream::RemoteStatus {
+                        url: crate::config::shown_url(&r.url),
                         last_error: Some(self.instances.tail().last_lines(1))
                             .filter(|l| !l.is_empty()),
                         ..Default::default()

@@ -48,7 +48,6 @@
 use super::fakes::{env_u64, id_text, input_required, lock, FakeStarter, World};
 use super::fakes::{good_answer, modern_call};
 use super::*;
-use crate::child::process;
 use crate::jsonrpc::framing::Line;
 use crate::jsonrpc::message::Kind;
 use crate::mux::era;
@@ -1070,11 +1069,11 @@ impl Sim {
                 .into_iter()
                 .filter_map(|m| match m {
                     Ok(m) => Some(Event::Message(generation, m)),
-                    Err(e) => process::malformed_reply_id(line.as_bytes())
+                    Err(e) => crate::jsonrpc::message::malformed_reply_id(line.as_bytes())
                         .map(|id| Event::Malformed(generation, id, e.to_string())),
                 })
                 .collect(),
-            Err(e) => process::malformed_reply_id(line.as_bytes())
+            Err(e) => crate::jsonrpc::message::malformed_reply_id(line.as_bytes())
                 .map(|id| Event::Malformed(generation, id, e.to_string()))
                 .into_iter()
                 .collect::<Vec<_>>(),
@@ -1372,7 +1371,7 @@ impl Sim {
         if !self.end_instance(generation) {
             return;
         }
-        let exit = process::Exit {
+        let exit = crate::upstream::Exit {
             code: (!requested).then_some(1),
             signal: requested.then_some(libc::SIGTERM),
             requested,

@@ -19,7 +19,7 @@
 //! loop in the same poll.
 
 use super::{Command, Server, State, Status};
-use crate::child::backoff::{FAILED_RETRY, JITTER};
+use crate::backoff::{FAILED_RETRY, JITTER};
 use crate::config::ServerConfig;
 use crate::jsonrpc::message::{self, code};
 use crate::mux::outage::OutageStatus;
@@ -337,8 +337,8 @@ impl Down<'_> {
                 .cfg
                 .remote
                 .as_ref()
-                .map(|r| crate::remote::RemoteStatus {
-                    url: crate::remote::shown_url(&r.url),
+                .map(|r| crate::upstream::RemoteStatus {
+                    url: crate::config::shown_url(&r.url),
                     ..Default::default()
                 }),
             // An actor being restarted has no history yet: empty, in the usual shape.

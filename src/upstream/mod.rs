@@ -1,34 +1,33 @@
 //! The upstream seam (issue 27 §4; design.md §6): whatever a server's actor talks to, as one
-//! small interface. Start it ([`Starter::start`], with a [`Spec`] built for that upstream
-//! alone), send it a message ([`Upstream::send`]), stop it ([`Upstream::stop`]), and read the
+//! small interface. Start it ([`Starter::start`], which builds what its upstream needs from the
+//! server's configuration), send it a message ([`Upstream::send`]), stop it ([`Upstream::stop`]), and read the
 //! [`Event`]s it produces: connected, a message, closed, lost with a cause.
 //!
 //! Routing, the opener (era probe, handshake, discovery), health, the list cache and the
 //! outage answers see only this module's types; they never learn whether the upstream is a
-//! child process (`child::process`, today's one implementation) or a remote session (the
-//! remote-upstream issue adds the second, as new variants of [`Spec`], [`StartFailure`] and
-//! [`Lost`], and a "these requests never ran" event; see ARCHITECTURE "The upstream seam").
+//! child process (`child::process`) or a remote session (`remote`): this module names neither
+//! (ARCHITECTURE "Layers"). The types both sides share live here: [`Exit`], [`StderrTail`],
+//! [`Usage`], [`RemoteStatus`], and the opaque hand-over value [`Carried`].
 //!
 //! Every event carries the generation of the instance it is about, so events of an instance
 //! that was replaced are recognisable and ignored.
 //!
 //! Owns nothing at run time: plain types and two traits.
 
-use crate::child::process::{Exit, SpawnError, SpawnSpec, StderrTail};
+mod exit;
+mod facts;
+mod tail;
+
+pub use exit::{signal_name, Exit, LimitKill};
+pub use facts::{RemoteStatus, Usage};
+pub use tail::{StderrTail, STDERR_TAIL};
+
+use crate::config::ServerConfig;
 use crate::jsonrpc::message::Message;
 use bytes::Bytes;
 use serde_json::value::RawValue;
+use std::any::Any;
 use std::time::Instant;
-
-/// What starting an instance needs, built from the server's configuration for its upstream
-/// alone (never the whole `ServerConfig`).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Spec {
-    /// A child process: command, environment, identity, limits, stop ladder.
-    Process(Box<SpawnSpec>),
-    /// A remote Streamable HTTP session: URL, headers, TLS (issue 29).
-    Remote(Box<crate::remote::RemoteSpec>),
-}
 
 /// One running instance of an upstream, as the core sees it. Sending never blocks; stopping
 /// is asynchronous and ends with [`Event::Lost`] carrying [`Lost::Exited`].
@@ -50,18 +49,16 @@ pub trait Upstream: Send {
     /// Whether [`Upstream::stop`] was called.
     fn stopping(&self) -> bool;
     /// Its memory and tasks at the last sample of its limits (none by default).
-    fn usage(&self) -> Option<crate::child::limits::Usage> {
+    fn usage(&self) -> Option<Usage> {
         None
     }
-    /// Pauses a child's pipe tasks for an upgrade's hand-over (issue 32 §1); `None` for an
-    /// upstream that cannot be handed over (a remote session, a stopping child).
-    fn hand_over(&mut self) -> Option<crate::child::process::ChildTakeover> {
-        None
-    }
-    /// Ends a remote session's tasks for an upgrade's hand-over, without a `DELETE`, and
-    /// returns what the next image goes on with (issue 32 §1); `None` for a child or a
-    /// stopping session.
-    fn hand_over_session(&mut self) -> Option<crate::remote::SessionState> {
+    /// Hands the instance over to the next image at an upgrade in place (issue 32 §1): a
+    /// child's pipe tasks are paused; a remote session's tasks end without a `DELETE`, but
+    /// only when `session_ready` (else it is left to expire and the next image opens its own).
+    /// What comes back is opaque here: the actor carries it into the hand-over record, and
+    /// the upstream's own code reads it there. `None` for an instance that cannot be handed
+    /// over (a stopping one).
+    fn hand_over(&mut self, _session_ready: bool) -> Option<Carried> {
         None
     }
     /// Records the open session (handshake and lists in `mux::record`'s shape, the log level)
@@ -69,7 +66,7 @@ pub trait Upstream: Send {
     /// upstreams that keep no such record.
     fn note_session(&mut self, _handshake: serde_json::Value, _log_level: Option<usize>) {}
     /// A remote session's facts for `status` (none for a child).
-    fn remote(&self) -> Option<crate::remote::RemoteStatus> {
+    fn remote(&self) -> Option<RemoteStatus> {
         None
     }
 }
@@ -82,10 +79,12 @@ pub trait Starter: Send {
         Ok(())
     }
 
-    /// Starts instance `generation` of `spec` off the actor's thread (issue 27 §3): returns at
-    /// once; [`Event::Connected`] reaches the actor's upstream inbox ahead of every other
-    /// event of that instance. Its diagnostic output goes to `tail`.
-    fn start(&mut self, spec: &Spec, generation: u64, tail: StderrTail);
+    /// Starts instance `generation` of the server configured as `cfg` off the actor's thread
+    /// (issue 27 §3): the starter builds what its upstream needs from `cfg` (a process's
+    /// command and identity, a remote session's URL and headers), so the core never names
+    /// either. Returns at once; [`Event::Connected`] reaches the actor's upstream inbox ahead
+    /// of every other event of that instance. Its diagnostic output goes to `tail`.
+    fn start(&mut self, cfg: &ServerConfig, generation: u64, tail: StderrTail);
 }
 
 /// Outcome of queueing a message toward an upstream. Must be looked at: a full queue drops
@@ -305,12 +304,28 @@ impl std::fmt::Display for StartError {
     }
 }
 
-impl From<SpawnError> for StartError {
-    fn from(e: SpawnError) -> Self {
-        StartError {
-            message: e.to_string(),
-            permanent: e.permanent(),
-            failure: StartFailure::Spawn,
+/// What an instance leaves for the next image at an upgrade in place
+/// ([`Upstream::hand_over`]): a value only the upstream that made it can read
+/// ([`Carried::take`]), which the core carries without looking inside.
+pub struct Carried(Box<dyn Any + Send>);
+
+impl Carried {
+    /// Wraps `value`.
+    pub fn new<T: Any + Send>(value: T) -> Carried {
+        Carried(Box::new(value))
+    }
+
+    /// The value, when it is a `T`; else itself back.
+    pub fn take<T: Any>(self) -> Result<T, Carried> {
+        match self.0.downcast::<T>() {
+            Ok(v) => Ok(*v),
+            Err(other) => Err(Carried(other)),
         }
+    }
+}
+
+impl std::fmt::Debug for Carried {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Carried(..)")
     }
 }

@@ -1,0 +1,33 @@
+//! What `status` shows of a running instance, as its upstream describes it: the resources a
+//! child's tree uses, the state of a remote session. Never a secret (no session id, no token).
+
+use serde::Serialize;
+
+/// What an instance's tree uses, as last sampled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Bytes: `memory.current` (cgroup), or the sum of the processes' RSS (`rlimit`).
+    pub memory_bytes: u64,
+    /// Processes plus threads: `pids.current` (cgroup), or the sum of `num_threads`.
+    pub tasks: u64,
+}
+
+/// What `status` shows of a remote session (issue 29, decisions): never its id.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct RemoteStatus {
+    /// The endpoint, without query.
+    pub url: String,
+    /// Whether a session is open (an `Mcp-Session-Id` was given and not lost).
+    pub session: bool,
+    /// How long the session has been open, in seconds.
+    pub session_age_s: Option<u64>,
+    /// The negotiated protocol version, once known.
+    pub protocol_version: Option<String>,
+    /// The status of the last HTTP response.
+    pub last_http_status: Option<u16>,
+    /// The last error (a connect failure, an HTTP error status), secrets never included.
+    pub last_error: Option<String>,
+    /// The sign-in (issue 30): whether signed in, the scopes, the expiry; never a token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<crate::auth::SignInStatus>,
+}
