@@ -89,41 +89,13 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     Some(d.min(Duration::from_secs(86_400)))
 }
 
-/// The delay until an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), zero if past.
+/// The delay until an HTTP date (any of RFC 9110 §5.6.7's three forms), zero if past.
 fn httpdate(v: &str) -> Option<Duration> {
-    let t = humantime::parse_rfc3339_weak(&imf_to_rfc3339(v)?).ok()?;
+    let t = httpdate::parse_http_date(v).ok()?;
     Some(
         t.duration_since(std::time::SystemTime::now())
             .unwrap_or_default(),
     )
-}
-
-/// `Sun, 06 Nov 1994 08:49:37 GMT` → `1994-11-06 08:49:37`.
-fn imf_to_rfc3339(v: &str) -> Option<String> {
-    let mut parts = v.split_whitespace();
-    let _weekday = parts.next()?;
-    let day: u32 = parts.next()?.parse().ok()?;
-    let month = match parts.next()? {
-        "Jan" => 1,
-        "Feb" => 2,
-        "Mar" => 3,
-        "Apr" => 4,
-        "May" => 5,
-        "Jun" => 6,
-        "Jul" => 7,
-        "Aug" => 8,
-        "Sep" => 9,
-        "Oct" => 10,
-        "Nov" => 11,
-        "Dec" => 12,
-        _ => return None,
-    };
-    let year: u32 = parts.next()?.parse().ok()?;
-    let time = parts.next()?;
-    if parts.next()? != "GMT" {
-        return None;
-    }
-    Some(format!("{year:04}-{month:02}-{day:02} {time}"))
 }
 
 #[cfg(test)]
@@ -149,6 +121,22 @@ mod tests {
             retry_after(&with("Sun, 06 Nov 1994 08:49:37 GMT")),
             Some(Duration::ZERO)
         );
+        assert_eq!(
+            retry_after(&with("Sunday, 06-Nov-94 08:49:37 GMT")),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            retry_after(&with("Sun Nov  6 08:49:37 1994")),
+            Some(Duration::ZERO)
+        );
+        let later =
+            httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(3600));
+        let d = retry_after(&with(&later)).unwrap_or_default();
+        assert!(
+            d > Duration::from_secs(3500) && d <= Duration::from_secs(3600),
+            "{d:?}"
+        );
+        assert_eq!(retry_after(&with("Sun, 06 Nov 1994 08:49:37 UTC")), None);
         assert_eq!(retry_after(&with("soon")), None);
         assert_eq!(retry_after(&with("-3")), None);
         assert_eq!(retry_after(&HeaderMap::new()), None);
