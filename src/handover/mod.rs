@@ -216,8 +216,10 @@ where
     D: serde::Deserializer<'de>,
     T: serde::de::DeserializeOwned,
 {
-    let v = serde_json::Value::deserialize(d)?;
-    Ok(serde_json::from_value(v).ok())
+    // Read as raw text (not a `Value`): a field that holds raw JSON itself (the remote
+    // session's `initialize`) keeps its text, key order included.
+    let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+    Ok(serde_json::from_str(raw.get()).ok())
 }
 
 /// Base64 of `bytes` (the record's byte fields).

@@ -94,7 +94,10 @@ fn a_remote_session_travels_in_the_record_and_never_shows_its_id() {
     let state = crate::remote::SessionState {
         session_id: Some("5ecret-session".into()),
         protocol_version: Some("2025-11-25".into()),
-        initialize: Some(serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize"})),
+        initialize: serde_json::value::RawValue::from_string(
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize"}"#.into(),
+        )
+        .ok(),
         last_event_id: Some("5ecret-session-7".into()),
         listening: true,
         age_s: 12,

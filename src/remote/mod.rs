@@ -50,7 +50,7 @@ use crate::jsonrpc::message;
 use crate::upstream::{
     Event, Limit, Lost, Queued, Refusal, StartError, StartFailure, Upstream, Was,
 };
-use crate::upstream::{RemoteStatus, StderrTail};
+use crate::upstream::{Outbound, Outgoing as Kind, RemoteStatus, StderrTail};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use reqwest::header::{
@@ -130,21 +130,33 @@ impl RemoteSpec {
 /// A session as one image hands it to the next at an upgrade in place (issue 32 §1; the
 /// hand-over record's `servers[].remote`). Its `Debug` never shows the session id (a bearer
 /// of the session for whoever holds it).
-#[derive(Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+#[derive(Clone, Default, Serialize, serde::Deserialize)]
 pub struct SessionState {
     /// The server's `Mcp-Session-Id`, if it gave one.
     pub session_id: Option<String>,
     /// The negotiated protocol version.
     pub protocol_version: Option<String>,
     /// The `initialize` request as the core sent it (replayed if the server forgets the
-    /// session later).
-    pub initialize: Option<Value>,
+    /// session later), its JSON text as it was (the record's shape is the object itself).
+    pub initialize: Option<Box<RawValue>>,
     /// The id of the last event the GET stream delivered, for `Last-Event-ID`.
     pub last_event_id: Option<String>,
     /// Whether the GET stream is to be opened (the session was initialized).
     pub listening: bool,
     /// How long the session had been open, in seconds.
     pub age_s: u64,
+}
+
+impl PartialEq for SessionState {
+    fn eq(&self, other: &SessionState) -> bool {
+        self.session_id == other.session_id
+            && self.protocol_version == other.protocol_version
+            && self.initialize.as_deref().map(RawValue::get)
+                == other.initialize.as_deref().map(RawValue::get)
+            && self.last_event_id == other.last_event_id
+            && self.listening == other.listening
+            && self.age_s == other.age_s
+    }
 }
 
 impl std::fmt::Debug for SessionState {
@@ -171,7 +183,7 @@ struct Facts {
     /// Bumped at every (re-)initialization, so concurrent 404s re-initialize once.
     epoch: u64,
     /// The `initialize` request as the core sent it, replayed when the session is gone.
-    initialize: Option<Value>,
+    initialize: Option<Bytes>,
     last_http_status: Option<u16>,
     last_error: Option<String>,
     get_stream: bool,
@@ -191,7 +203,7 @@ impl Facts {
             session_since: state.session_id.as_ref().map(|_| since),
             session_id: state.session_id,
             protocol_version: state.protocol_version,
-            initialize: state.initialize,
+            initialize: state.initialize.map(|i| Bytes::from(i.get().to_owned())),
             initialized: state.listening,
             get_last_event_id: state.last_event_id,
             ..Facts::default()
@@ -203,7 +215,10 @@ impl Facts {
         SessionState {
             session_id: self.session_id.clone(),
             protocol_version: self.protocol_version.clone(),
-            initialize: self.initialize.clone(),
+            // The core's own line, kept as sent: checked as JSON text, never read into a tree.
+            initialize: self.initialize.as_ref().and_then(|line| {
+                RawValue::from_string(String::from_utf8_lossy(line).into_owned()).ok()
+            }),
             last_event_id: self.get_last_event_id.clone(),
             listening: self.initialized,
             age_s: self.session_since.map_or(0, |t| t.elapsed().as_secs()),
@@ -215,8 +230,8 @@ impl Facts {
 pub struct RemoteHandle {
     generation: u64,
     started_at: Instant,
-    normal: mpsc::Sender<Bytes>,
-    urgent: mpsc::Sender<Bytes>,
+    normal: mpsc::Sender<Outbound>,
+    urgent: mpsc::Sender<Outbound>,
     session: Arc<Session>,
     stopping: bool,
 }
@@ -416,12 +431,12 @@ impl Upstream for RemoteHandle {
         self.started_at
     }
 
-    fn send(&self, line: Bytes) -> Queued {
-        queue(&self.normal, line, self.stopping)
+    fn send(&self, out: Outbound) -> Queued {
+        queue(&self.normal, out, self.stopping)
     }
 
-    fn send_urgent(&self, line: Bytes) -> Queued {
-        queue(&self.urgent, line, self.stopping)
+    fn send_urgent(&self, out: Outbound) -> Queued {
+        queue(&self.urgent, out, self.stopping)
     }
 
     fn stop(&mut self) {
@@ -486,11 +501,11 @@ impl Drop for RemoteHandle {
     }
 }
 
-fn queue(tx: &mpsc::Sender<Bytes>, line: Bytes, stopping: bool) -> Queued {
+fn queue(tx: &mpsc::Sender<Outbound>, out: Outbound, stopping: bool) -> Queued {
     if stopping {
         return Queued::Closed;
     }
-    match tx.try_send(line) {
+    match tx.try_send(out) {
         Ok(()) => Queued::Ok,
         Err(mpsc::error::TrySendError::Full(_)) => Queued::Full,
         Err(mpsc::error::TrySendError::Closed(_)) => Queued::Closed,
@@ -502,7 +517,8 @@ fn lock(m: &Mutex<Facts>) -> std::sync::MutexGuard<'_, Facts> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// What an outgoing line is, as far as HTTP cares.
+/// What an outgoing message is, as far as HTTP cares: taken from what the core said of it
+/// ([`Outbound`], issue 48 §2), never from its line, which goes out as the body unread.
 struct Outgoing {
     line: Bytes,
     /// The request's id (a request), `None` for a notification or a response.
@@ -512,6 +528,8 @@ struct Outgoing {
     name: Option<String>,
     /// Whether its `_meta` names 2026-07-28 (no session, the standard headers).
     modern: bool,
+    /// For `notifications/cancelled`: the request it cancels.
+    cancels: Option<u64>,
 }
 
 impl Outgoing {
@@ -520,61 +538,66 @@ impl Outgoing {
         self.method.is_none() && self.id.is_none() && self.line.is_empty()
     }
 
-    fn of(line: Bytes) -> Option<Outgoing> {
-        // The envelope with raw members, as everywhere on the message path: no tree is built
-        // for a large `params`, and nesting up to `max_message_depth` is no problem whatever
-        // serde_json's own recursion limit (issue 47 §7).
-        let m = message::parse_shared(&line).ok()?;
-        let method = m.method.as_deref().map(str::to_string);
-        let id = match (&method, m.id) {
-            (Some(_), Some(id)) if id.get() != "null" => Some(id),
-            _ => None,
+    fn of(out: Outbound) -> Outgoing {
+        let (id, method, name, cancels) = match out.kind {
+            Kind::Request { id, method, name } => (
+                serde_json::value::to_raw_value(&id).ok(),
+                Some(method.into_owned()),
+                name,
+                None,
+            ),
+            Kind::Notification { method, cancels } => {
+                (None, Some(method.into_owned()), None, cancels)
+            }
+            Kind::Response => (None, None, None, None),
         };
-        let params = m.params.as_deref();
-        let modern = crate::protocol::envelope_version(params).as_deref()
-            == Some(crate::protocol::MODERN_VERSION);
-        let name = match method.as_deref() {
-            Some("tools/call" | "prompts/get") => crate::protocol::param_string(params, "name"),
-            Some("resources/read") => crate::protocol::param_string(params, "uri"),
-            _ => None,
-        };
-        Some(Outgoing {
-            line,
+        Outgoing {
+            line: out.line,
             id,
             method,
             name,
-            modern,
-        })
+            modern: out.modern,
+            cancels,
+        }
+    }
+
+    /// A message the session sends of its own accord (`notifications/initialized` after a
+    /// re-initialization).
+    fn notification(line: &'static [u8], method: &'static str) -> Outgoing {
+        Outgoing {
+            line: Bytes::from_static(line),
+            id: None,
+            method: Some(method.to_string()),
+            name: None,
+            modern: false,
+            cancels: None,
+        }
     }
 }
 
-/// Reads the core's lines, urgent ones first, and sends each: `initialize` and
-/// `notifications/initialized` in order and awaited, everything else concurrently.
+/// Reads the core's messages, urgent ones first, and sends each: `initialize` and
+/// `notifications/initialized` in order and awaited, everything else concurrently. A line is
+/// never parsed here: what it is comes with it ([`Outbound`]).
 async fn drive(
     session: Arc<Session>,
-    mut normal: mpsc::Receiver<Bytes>,
-    mut urgent: mpsc::Receiver<Bytes>,
+    mut normal: mpsc::Receiver<Outbound>,
+    mut urgent: mpsc::Receiver<Outbound>,
 ) {
     loop {
-        let line = tokio::select! {
+        let next = tokio::select! {
             biased;
             _ = session.cancel.cancelled() => return,
-            Some(l) = urgent.recv() => l,
-            Some(l) = normal.recv() => l,
+            Some(o) = urgent.recv() => o,
+            Some(o) = normal.recv() => o,
             else => return,
         };
-        let Some(out) = Outgoing::of(line) else {
-            warn!(server = %session.name, "a line toward the remote server is not JSON; dropped");
-            continue;
-        };
-        if out.method.as_deref() == Some("notifications/cancelled") {
-            session.note_cancel(&out.line);
+        let out = Outgoing::of(next);
+        if let Some(id) = out.cancels {
+            session.note_cancel(id);
         }
         match out.method.as_deref() {
             Some("initialize") => {
-                if let Ok(v) = serde_json::from_slice::<Value>(&out.line) {
-                    lock(&session.facts).initialize = Some(v);
-                }
+                lock(&session.facts).initialize = Some(out.line.clone());
                 session.clone().exchange(out).await;
             }
             Some("notifications/initialized") => {
@@ -808,18 +831,13 @@ impl Session {
         Sent::Done
     }
 
-    /// Notes the request a `notifications/cancelled` line names (its `requestId`).
-    fn note_cancel(&self, line: &[u8]) {
-        let id = serde_json::from_slice::<Value>(line)
-            .ok()
-            .and_then(|v| v.pointer("/params/requestId").map(Value::to_string));
-        if let Some(id) = id {
-            let mut set = self.cancelled.lock().unwrap_or_else(|p| p.into_inner());
-            if set.len() >= CANCELLED_KEEP {
-                set.clear();
-            }
-            set.insert(id);
+    /// Notes the request a `notifications/cancelled` names (its `requestId`, as JSON text).
+    fn note_cancel(&self, id: u64) {
+        let mut set = self.cancelled.lock().unwrap_or_else(|p| p.into_inner());
+        if set.len() >= CANCELLED_KEEP {
+            set.clear();
         }
+        set.insert(id.to_string());
     }
 
     fn was_cancelled(&self, id: &Option<String>) -> bool {
@@ -840,8 +858,8 @@ impl Session {
         }
     }
 
-    /// Opens a fresh session after a 404: the `initialize` the core sent first, with an id of
-    /// the session's own (its answer goes nowhere), then `notifications/initialized`. Only
+    /// Opens a fresh session after a 404: the `initialize` the core sent first, as it was (its
+    /// answer goes nowhere), then `notifications/initialized`. Only
     /// one re-initialization per lost session, however many requests found it gone. Returns
     /// whether a session is open.
     async fn reinitialize(&self, epoch: u64) -> bool {
@@ -853,16 +871,9 @@ impl Session {
             }
             f.initialize.clone()
         };
-        let Some(mut init) = init else {
-            return false;
-        };
-        if let Some(o) = init.as_object_mut() {
-            o.insert(
-                "id".into(),
-                Value::String(format!("mcp-supervisor-reinit-{epoch}")),
-            );
-        }
-        let Ok(line) = serde_json::to_vec(&init) else {
+        // The same line, its id included: its answer is read here and dropped, so the id
+        // reaches nobody (and the line is never parsed to change it).
+        let Some(line) = init else {
             return false;
         };
         let mut req = self.post_builder();
@@ -901,10 +912,11 @@ impl Session {
             f.epoch = f.epoch.wrapping_add(1);
             f.get_last_event_id = None;
         }
-        let note = Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
-        if let Some(out) = Outgoing::of(note) {
-            let _ = self.post(&out).await;
-        }
+        let note = Outgoing::notification(
+            br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            "notifications/initialized",
+        );
+        let _ = self.post(&note).await;
         true
     }
 
@@ -1179,6 +1191,7 @@ impl Session {
             method: None,
             name: None,
             modern: false,
+            cancels: None,
         };
         loop {
             let req = self.get(state.last_id.as_deref()).await;
@@ -1366,7 +1379,9 @@ fn header_safe(v: &str) -> String {
 mod tests {
     use super::{header_safe, Outgoing};
     use crate::config::shown_url;
+    use crate::upstream::Outbound;
     use bytes::Bytes;
+    use std::borrow::Cow;
 
     #[test]
     fn shown_urls_never_carry_a_query() {
@@ -1378,23 +1393,31 @@ mod tests {
     }
 
     #[test]
-    fn outgoing_lines_are_classified_for_their_headers() {
-        let o = Outgoing::of(Bytes::from_static(
-            br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
-        ))
-        .unwrap();
+    fn outgoing_messages_take_their_headers_from_the_core_never_from_the_line() {
+        // Not JSON at all: the session never reads the line, only what the core said of it.
+        let line = Bytes::from_static(b"not json: the core's own bytes");
+        let o = Outgoing::of(Outbound::request(
+            line.clone(),
+            7,
+            Cow::Borrowed("tools/call"),
+            Some("echo".into()),
+            true,
+        ));
         assert_eq!(o.id.unwrap().get(), "7");
+        assert_eq!(o.method.as_deref(), Some("tools/call"));
         assert_eq!(o.name.as_deref(), Some("echo"));
         assert!(o.modern);
-        let n = Outgoing::of(Bytes::from_static(
-            br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        ))
-        .unwrap();
-        assert!(n.id.is_none() && !n.modern);
-        let r = Outgoing::of(Bytes::from_static(
-            br#"{"jsonrpc":"2.0","id":3,"result":{}}"#,
-        ))
-        .unwrap();
+        assert_eq!(o.line, line, "sent as it came");
+        let n = Outgoing::of(Outbound::notification(
+            Bytes::from_static(b"{}"),
+            Cow::Borrowed("notifications/initialized"),
+            false,
+        ));
+        assert!(n.id.is_none() && !n.modern && n.cancels.is_none());
+        let c = Outgoing::of(Outbound::cancel(Bytes::from_static(b"{}"), 41));
+        assert_eq!(c.cancels, Some(41));
+        assert_eq!(c.method.as_deref(), Some("notifications/cancelled"));
+        let r = Outgoing::of(Outbound::response(Bytes::from_static(b"{}")));
         assert!(r.id.is_none() && r.method.is_none());
         assert_eq!(header_safe("échec"), "=?base64?w6ljaGVj?=");
         assert_eq!(header_safe("echo"), "echo");

@@ -7,7 +7,8 @@
 //! outage answers see only this module's types; they never learn whether the upstream is a
 //! child process (`child::process`) or a remote session (`remote`): this module names neither
 //! (ARCHITECTURE "Layers"). The types both sides share live here: [`Exit`], [`StderrTail`],
-//! [`Usage`], [`RemoteStatus`], and the opaque hand-over value [`Carried`].
+//! [`Usage`], [`RemoteStatus`], what is sent ([`Outbound`]), and the opaque hand-over value
+//! [`Carried`].
 //!
 //! Every event carries the generation of the instance it is about, so events of an instance
 //! that was replaced are recognisable and ignored.
@@ -16,15 +17,16 @@
 
 mod exit;
 mod facts;
+mod outbound;
 mod tail;
 
 pub use exit::{signal_name, Exit, LimitKill};
 pub use facts::{RemoteStatus, Usage};
+pub use outbound::{Outbound, Outgoing};
 pub use tail::{StderrTail, STDERR_TAIL};
 
 use crate::config::ServerConfig;
 use crate::jsonrpc::message::Message;
-use bytes::Bytes;
 use serde_json::value::RawValue;
 use std::any::Any;
 use std::time::Instant;
@@ -38,11 +40,12 @@ pub trait Upstream: Send {
     fn pid(&self) -> Option<u32>;
     /// When it was started.
     fn started_at(&self) -> Instant;
-    /// Queues a message, behind earlier ones (bounded; never blocks).
-    fn send(&self, line: Bytes) -> Queued;
+    /// Queues a message, behind earlier ones (bounded; never blocks). The message comes with
+    /// what the core knows of it ([`Outbound`]), so the upstream never parses its line.
+    fn send(&self, out: Outbound) -> Queued;
     /// Queues a message ahead of ordinary traffic (cancels, answers to the upstream's own
     /// requests; bounded, never blocks): field case K09.
-    fn send_urgent(&self, line: Bytes) -> Queued;
+    fn send_urgent(&self, out: Outbound) -> Queued;
     /// Starts stopping it (idempotent): for a child, the ladder (close stdin, SIGTERM,
     /// SIGKILL the group); [`Lost::Exited`] with `requested` follows.
     fn stop(&mut self);

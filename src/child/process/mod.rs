@@ -27,7 +27,7 @@ mod identity;
 mod leader;
 mod watch;
 use crate::reaper;
-use crate::upstream::{Event, Exit, Limit, Lost, Queued, StderrTail, Upstream, Was};
+use crate::upstream::{Event, Exit, Limit, Lost, Outbound, Queued, StderrTail, Upstream, Was};
 use identity::run_as;
 use leader::Leader;
 use watch::{watch, Watched};
@@ -237,11 +237,12 @@ impl Upstream for ChildHandle {
     fn started_at(&self) -> Instant {
         self.spawned_at
     }
-    fn send(&self, line: Bytes) -> Queued {
-        ChildHandle::send(self, line)
+    /// A child reads only the line: what the core knows of it changes nothing on a pipe.
+    fn send(&self, out: Outbound) -> Queued {
+        ChildHandle::send(self, out.line)
     }
-    fn send_urgent(&self, line: Bytes) -> Queued {
-        ChildHandle::send_urgent(self, line)
+    fn send_urgent(&self, out: Outbound) -> Queued {
+        ChildHandle::send_urgent(self, out.line)
     }
     fn stop(&mut self) {
         ChildHandle::stop(self)

@@ -92,6 +92,7 @@ use crate::upstream::Event;
 use crate::upstream::Exit;
 use crate::upstream::Limit;
 use crate::upstream::Lost;
+use crate::upstream::Outbound;
 use crate::upstream::Queued;
 use crate::upstream::Refusal;
 use crate::upstream::Unreachable;
@@ -473,8 +474,10 @@ impl Server {
             info!("roots changed; telling the child (notifications/roots/list_changed)");
             self.cfg = cfg;
             if self.life.state() == State::Ready && self.child_era() == Era::Handshake {
-                let line = Out::request(None, "notifications/roots/list_changed", None).encode();
-                self.write_child(line, Lane::Urgent, "notifications/roots/list_changed");
+                let method = "notifications/roots/list_changed";
+                let line = Out::request(None, method, None).encode();
+                let out = Outbound::notification(line, Cow::Borrowed(method), false);
+                self.write_child(out, Lane::Urgent, "notifications/roots/list_changed");
             }
             return;
         }
@@ -1144,7 +1147,7 @@ impl Server {
                 let cancel = raw(&json!({"requestId": child_id, "reason": "request timed out"}));
                 let line = Out::request(None, "notifications/cancelled", Some(&cancel)).encode();
                 self.write_child(
-                    line,
+                    Outbound::cancel(line, child_id),
                     Lane::Urgent,
                     "notifications/cancelled for a request past its deadline",
                 );
@@ -1227,7 +1230,10 @@ impl Server {
         self.telemetry.metrics().probe("sent");
         debug!(method, "probing the silent child");
         self.telemetry.metrics().bytes("to_child", line.len());
-        self.write_child(line, Lane::Normal, "a probe");
+        // Its params are the supervisor's 2026-07-28 envelope, or none.
+        let modern = params.is_some();
+        let out = Outbound::request(line, id, Cow::Borrowed(method), None, modern);
+        self.write_child(out, Lane::Normal, "a probe");
         self.health.sent(id, method, now);
     }
 }
@@ -1987,18 +1993,19 @@ impl Server {
                 self.finish(client, &key, Outcome::Cancelled, None);
                 let mut p = p;
                 p.insert("requestId".into(), json!(child_id));
-                let line = Out::request(
-                    None,
-                    "notifications/cancelled",
-                    Some(&raw(&Value::Object(p))),
-                )
-                .encode();
-                self.write_child(line, Lane::Urgent, "a client's notifications/cancelled");
+                let params = raw(&Value::Object(p));
+                let line = Out::request(None, "notifications/cancelled", Some(&params)).encode();
+                let mut out = Outbound::cancel(line, child_id);
+                out.modern = is_modern(Some(&params));
+                self.write_child(out, Lane::Urgent, "a client's notifications/cancelled");
             }
             _ => {
                 if self.life.state() == State::Ready {
                     let line = Out::request(None, m.method(), m.params.as_deref()).encode();
-                    self.write_child(line, Lane::Normal, "a client's notification");
+                    let modern = is_modern(m.params.as_deref());
+                    let out =
+                        Outbound::notification(line, message::method_name(m.method()), modern);
+                    self.write_child(out, Lane::Normal, "a client's notification");
                 }
             }
         }
@@ -2048,7 +2055,7 @@ impl Server {
             _ => return,
         };
         self.write_child(
-            line,
+            Outbound::response(line),
             Lane::Normal,
             "a client's answer to the child's request",
         );
@@ -2117,7 +2124,7 @@ impl Server {
             let p = raw(&json!({"requestId": r.id, "reason": "client disconnected"}));
             let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
             self.write_child(
-                line,
+                Outbound::cancel(line, r.id),
                 Lane::Urgent,
                 "notifications/cancelled for a departed client",
             );
@@ -2556,6 +2563,15 @@ impl Server {
             params
         };
         let line = message::request_line(child_id, method, params.as_deref());
+        // What a remote session needs of it (issue 48 §2), known here rather than parsed again.
+        let modern = is_modern(params.as_deref());
+        let name = match method {
+            "tools/call" | "prompts/get" => {
+                crate::protocol::param_string(params.as_deref(), "name")
+            }
+            "resources/read" => crate::protocol::param_string(params.as_deref(), "uri"),
+            _ => None,
+        };
         let Some(generation) = self.life.child().map(|c| c.generation()) else {
             if let Owner::Client { client, id, .. } = owner {
                 // The child is gone and the exit is not handled yet: answer with the outage
@@ -2565,10 +2581,11 @@ impl Server {
             return None;
         };
         self.telemetry.metrics().bytes("to_child", line.len());
+        let out = Outbound::request(line, child_id, message::method_name(method), name, modern);
         // In flight from now; a refusal of the child's queue comes back as `Unwritten`.
         self.shell.effects().push(Effect::ToChild {
             generation,
-            line,
+            out,
             lane: Lane::Normal,
             what: Written::Request(child_id),
         });
@@ -2979,7 +2996,7 @@ impl Server {
             let cancel = raw(&json!({"requestId": p.child_rid, "reason": why}));
             let line = Out::request(None, "notifications/cancelled", Some(&cancel)).encode();
             self.write_child(
-                line,
+                Outbound::cancel(line, p.child_rid),
                 Lane::Urgent,
                 "notifications/cancelled for a parked request",
             );
@@ -3046,7 +3063,8 @@ impl Server {
     /// Answers the child's request `child_id` with `result`.
     fn answer_child(&mut self, child_id: &RawValue, result: &Value) {
         let line = message::result_response(child_id, result);
-        self.write_child(line, Lane::Urgent, "an answer to the child's request");
+        let out = Outbound::response(line);
+        self.write_child(out, Lane::Urgent, "an answer to the child's request");
     }
 }
 
@@ -3204,8 +3222,10 @@ impl Server {
                 .and_then(Handshake::from_result)
             {
                 Some(hs) => {
-                    let line = Out::request(None, "notifications/initialized", None).encode();
-                    self.write_child(line, Lane::Normal, "notifications/initialized");
+                    let method = "notifications/initialized";
+                    let line = Out::request(None, method, None).encode();
+                    let out = Outbound::notification(line, Cow::Borrowed(method), false);
+                    self.write_child(out, Lane::Normal, "notifications/initialized");
                     self.on_ready(hs);
                 }
                 None => {
@@ -3349,7 +3369,8 @@ impl Server {
         if method == "ping" {
             // Answered here, at once, with or without clients (K07).
             let line = message::result_response(&child_id, &json!({}));
-            self.write_child(line, Lane::Urgent, "the answer to the child's ping");
+            let out = Outbound::response(line);
+            self.write_child(out, Lane::Urgent, "the answer to the child's ping");
             return;
         }
         if self.routing.asks() + self.asks_waiting() >= self.cfg.max_inflight {
@@ -3374,7 +3395,8 @@ impl Server {
                 "roots/list answered with the configured roots"
             );
             let line = message::result_response(&child_id, &self.roots_result());
-            self.write_child(line, Lane::Urgent, "the configured roots");
+            let out = Outbound::response(line);
+            self.write_child(out, Lane::Urgent, "the configured roots");
             return;
         }
         let Some((owner, via)) = picked else {
@@ -3429,7 +3451,8 @@ impl Server {
 
     pub(super) fn answer_child_error(&mut self, child_id: &RawValue, code: i64, msg: &str) {
         let line = message::error_response(child_id, code, msg, None);
-        self.write_child(line, Lane::Urgent, "an error answer to the child's request");
+        let out = Outbound::response(line);
+        self.write_child(out, Lane::Urgent, "an error answer to the child's request");
     }
 
     /// Writes `line` to the running child's stdin queue (`lane`), if a child runs; `what`
@@ -3437,33 +3460,33 @@ impl Server {
     /// lines) drops the line and says so, within the log budget: the stdin writer's own
     /// [`process::STDIN_STALL`] ends a child that never reads again. A closed queue means the
     /// child is exiting; its exit decides what follows, so that is only a debug line.
-    pub(super) fn write_child(&mut self, line: Bytes, lane: Lane, what: &'static str) {
+    pub(super) fn write_child(&mut self, out: Outbound, lane: Lane, what: &'static str) {
         let Some(c) = self.life.child() else {
             return;
         };
         let generation = c.generation();
         self.shell.effects().push(Effect::ToChild {
             generation,
-            line,
+            out,
             lane,
             what: Written::Line(what),
         });
     }
 
-    /// The shell's half of [`Effect::ToChild`]: writes `line` to the child's queue if
-    /// instance `generation` still runs. A refused line is logged (within the budget); a
-    /// refused request is returned, for [`Server::on_unwritten`].
+    /// The shell's half of [`Effect::ToChild`]: sends `out` to the upstream if instance
+    /// `generation` still runs. A refused line is logged (within the budget); a refused
+    /// request is returned, for [`Server::on_unwritten`].
     pub(super) fn write_now(
         &mut self,
         generation: u64,
-        line: Bytes,
+        out: Outbound,
         lane: Lane,
         what: Written,
     ) -> Option<(u64, Queued)> {
         let queued = match self.life.child() {
             Some(c) if c.generation() == generation => match lane {
-                Lane::Normal => c.send(line),
-                Lane::Urgent => c.send_urgent(line),
+                Lane::Normal => c.send(out),
+                Lane::Urgent => c.send_urgent(out),
             },
             _ => Queued::Closed,
         };
@@ -3934,7 +3957,7 @@ impl Server {
             let p = raw(&json!({"requestId": old, "reason": "subscriptions changed"}));
             let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
             self.write_child(
-                line,
+                Outbound::cancel(line, old),
                 Lane::Urgent,
                 "notifications/cancelled for the old listen stream",
             );
@@ -4650,4 +4673,10 @@ fn can_ask(method: &str) -> bool {
         method,
         "tools/call" | "prompts/get" | "resources/read" | "completion/complete"
     )
+}
+
+/// Whether `params` carry a 2026-07-28 envelope (`_meta`'s protocol version names it): what a
+/// remote session sends without a session and with the standard headers ([`Outbound::modern`]).
+fn is_modern(params: Option<&RawValue>) -> bool {
+    era::envelope_version(params).as_deref() == Some(era::MODERN_VERSION)
 }

@@ -15,8 +15,7 @@
 use super::core::Lane;
 use crate::jsonrpc::framing::Line;
 use crate::mux::session::{Address, ClientId, ClientTx};
-use crate::upstream::StderrTail;
-use bytes::Bytes;
+use crate::upstream::{Outbound, StderrTail};
 use std::sync::Arc;
 
 /// One effect.
@@ -31,10 +30,11 @@ pub(super) enum Effect {
         address: Option<Address>,
         line: Line,
     },
-    /// Write `line` to instance `generation`'s stdin queue (`lane`); `what` says what it is.
+    /// Send `out` to instance `generation` (a child's stdin queue, a remote session's POSTs)
+    /// in `lane`; `what` says what it is.
     ToChild {
         generation: u64,
-        line: Bytes,
+        out: Outbound,
         lane: Lane,
         what: Written,
     },

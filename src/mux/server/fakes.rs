@@ -8,7 +8,7 @@ use crate::child::process;
 use crate::config::ServerConfig;
 use crate::mux::era;
 use crate::upstream::StderrTail;
-use crate::upstream::{Queued, StartError, Starter, Upstream};
+use crate::upstream::{Outbound, Queued, StartError, Starter, Upstream};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -67,7 +67,8 @@ impl Upstream for FakeChild {
     fn started_at(&self) -> Instant {
         self.spawned_at
     }
-    fn send(&self, line: Bytes) -> Queued {
+    fn send(&self, out: Outbound) -> Queued {
+        let line = out.line;
         if self.stopping {
             return Queued::Closed;
         }
@@ -79,8 +80,8 @@ impl Upstream for FakeChild {
         w.stdin.push((self.generation, line));
         Queued::Ok
     }
-    fn send_urgent(&self, line: Bytes) -> Queued {
-        self.send(line)
+    fn send_urgent(&self, out: Outbound) -> Queued {
+        self.send(out)
     }
     fn stop(&mut self) {
         if !self.stopping {

@@ -216,7 +216,8 @@ impl Server {
                 &json!({"requestId": old, "reason": "supervisor upgrade"}),
             );
             let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
-            self.write_child(line, super::core::Lane::Urgent, "cancel of a listen stream");
+            let out = crate::upstream::Outbound::cancel(line, *old);
+            self.write_child(out, super::core::Lane::Urgent, "cancel of a listen stream");
         }
         if !cancels.is_empty() {
             // Queued toward the child before its pipe tasks are paused.

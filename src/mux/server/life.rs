@@ -397,8 +397,8 @@ impl Life {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::Outbound;
     use crate::upstream::{Queued, Upstream};
-    use bytes::Bytes;
     use std::time::Duration;
 
     struct Child {
@@ -414,10 +414,10 @@ mod tests {
         fn started_at(&self) -> Instant {
             Instant::now()
         }
-        fn send(&self, _: Bytes) -> Queued {
+        fn send(&self, _: Outbound) -> Queued {
             Queued::Ok
         }
-        fn send_urgent(&self, _: Bytes) -> Queued {
+        fn send_urgent(&self, _: Outbound) -> Queued {
             Queued::Ok
         }
         fn stop(&mut self) {

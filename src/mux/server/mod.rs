@@ -608,10 +608,10 @@ impl Server {
                     }
                     Effect::ToChild {
                         generation,
-                        line,
+                        out,
                         lane,
                         what,
-                    } => unwritten.extend(self.write_now(generation, line, lane, what)),
+                    } => unwritten.extend(self.write_now(generation, out, lane, what)),
                 }
             }
             self.shell.effects().reuse(effects);
