@@ -30,6 +30,7 @@ pub mod exit;
 pub mod fds;
 pub mod handover;
 pub mod http;
+pub mod http1;
 pub mod jsonrpc;
 pub mod logging;
 pub mod loopback;

@@ -275,15 +275,12 @@ async fn serve_one(conn: tokio::net::TcpStream, gate: Arc<Gate>, tx: mpsc::Sende
         let resp = answer(&req, &gate, &tx);
         async move { Ok::<_, Infallible>(resp) }
     });
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEAD_TIMEOUT)
-        .max_buf_size(HEAD_MAX)
-        .keep_alive(false);
-    let _ = builder
-        .serve_connection(hyper_util::rt::TokioIo::new(conn), service)
-        .await;
+    let bounds = crate::http1::Bounds {
+        head_timeout: HEAD_TIMEOUT,
+        buffer_max: HEAD_MAX,
+        keep_alive: false,
+    };
+    crate::http1::serve(conn, bounds, service).await;
 }
 
 #[cfg(test)]

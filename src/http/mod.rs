@@ -449,12 +449,11 @@ pub async fn serve_connection<I>(
             Ok::<_, Infallible>(handle(front.clone(), via, req.map(Body::new)).await)
         }) as Answer
     });
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
-        .max_buf_size(READ_BUFFER)
-        .keep_alive(true);
+    let builder = crate::http1::builder(crate::http1::Bounds {
+        head_timeout: HEADER_TIMEOUT,
+        buffer_max: READ_BUFFER,
+        keep_alive: true,
+    });
     let mut conn = builder.serve_connection(hyper_util::rt::TokioIo::new(io), service);
     tokio::pin!(close);
     enum Next {

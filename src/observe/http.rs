@@ -143,15 +143,12 @@ async fn serve_one(conn: tokio::net::TcpStream, limits: Limits, renders: Arc<Sem
         let answer = answer(&req, &renders, &slot);
         async move { Ok::<_, Infallible>(answer) }
     });
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(limits.head)
-        .max_buf_size(HEAD_MAX)
-        .keep_alive(false);
-    let _ = builder
-        .serve_connection(hyper_util::rt::TokioIo::new(conn), service)
-        .await;
+    let bounds = crate::http1::Bounds {
+        head_timeout: limits.head,
+        buffer_max: HEAD_MAX,
+        keep_alive: false,
+    };
+    crate::http1::serve(conn, bounds, service).await;
     drop(held);
 }
 
