@@ -423,10 +423,6 @@ impl Upstream for RemoteHandle {
         self.generation
     }
 
-    fn pid(&self) -> Option<u32> {
-        None
-    }
-
     fn started_at(&self) -> Instant {
         self.started_at
     }
@@ -481,9 +477,10 @@ impl Upstream for RemoteHandle {
         Some(crate::upstream::Carried::new(state))
     }
 
-    fn remote(&self) -> Option<RemoteStatus> {
+    /// No process and no usage: the session's facts (never its id).
+    fn describe(&self) -> crate::upstream::Description {
         let f = lock(&self.session.facts);
-        Some(RemoteStatus {
+        let remote = Some(RemoteStatus {
             url: self.session.shown.clone(),
             session: f.session_id.is_some(),
             session_age_s: f.session_since.map(|t| t.elapsed().as_secs()),
@@ -491,7 +488,12 @@ impl Upstream for RemoteHandle {
             last_http_status: f.last_http_status,
             last_error: f.last_error.clone(),
             auth: None,
-        })
+        });
+        crate::upstream::Description {
+            pid: None,
+            usage: None,
+            remote,
+        }
     }
 }
 

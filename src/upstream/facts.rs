@@ -3,6 +3,20 @@
 
 use serde::Serialize;
 
+/// What an upstream says of a running instance ([`super::Upstream::describe`]), each part
+/// present only where it means something: a child has a process and a usage, a remote
+/// session has its session facts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Description {
+    /// The process id (= process group id) of a child; `None` for an upstream with no process.
+    pub pid: Option<u32>,
+    /// What its tree used at the last sample of its limits; `None` before the first sample
+    /// and for an upstream with no process.
+    pub usage: Option<Usage>,
+    /// A remote session's state; `None` for a child.
+    pub remote: Option<RemoteStatus>,
+}
+
 /// What an instance's tree uses, as last sampled.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Usage {

@@ -21,7 +21,7 @@ mod outbound;
 mod tail;
 
 pub use exit::{signal_name, Exit, LimitKill};
-pub use facts::{RemoteStatus, Usage};
+pub use facts::{Description, RemoteStatus, Usage};
 pub use outbound::{Outbound, Outgoing};
 pub use tail::{StderrTail, STDERR_TAIL};
 
@@ -36,8 +36,9 @@ use std::time::Instant;
 pub trait Upstream: Send {
     /// Generation of this instance (its events carry it).
     fn generation(&self) -> u64;
-    /// The process id (= process group id) of a child; `None` for an upstream that has none.
-    fn pid(&self) -> Option<u32>;
+    /// What `status` and the logs show of it: its process id, usage, remote session
+    /// ([`Description`]; issue 48 §2: one description, not a method per kind of upstream).
+    fn describe(&self) -> Description;
     /// When it was started.
     fn started_at(&self) -> Instant;
     /// Queues a message, behind earlier ones (bounded; never blocks). The message comes with
@@ -51,10 +52,6 @@ pub trait Upstream: Send {
     fn stop(&mut self);
     /// Whether [`Upstream::stop`] was called.
     fn stopping(&self) -> bool;
-    /// Its memory and tasks at the last sample of its limits (none by default).
-    fn usage(&self) -> Option<Usage> {
-        None
-    }
     /// Hands the instance over to the next image at an upgrade in place (issue 32 §1): a
     /// child's pipe tasks are paused; a remote session's tasks end without a `DELETE`, but
     /// only when `session_ready` (else it is left to expire and the next image opens its own).
@@ -68,10 +65,6 @@ pub trait Upstream: Send {
     /// where the next run finds it after a crash (`child::fdstore`, issue 32 §2); a no-op for
     /// upstreams that keep no such record.
     fn note_session(&mut self, _handshake: serde_json::Value, _log_level: Option<usize>) {}
-    /// A remote session's facts for `status` (none for a child).
-    fn remote(&self) -> Option<RemoteStatus> {
-        None
-    }
 }
 
 /// Starts instances of an upstream.

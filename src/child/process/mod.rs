@@ -231,8 +231,12 @@ impl Upstream for ChildHandle {
     fn generation(&self) -> u64 {
         self.generation
     }
-    fn pid(&self) -> Option<u32> {
-        Some(self.pid)
+    fn describe(&self) -> crate::upstream::Description {
+        crate::upstream::Description {
+            pid: Some(self.pid),
+            usage: ChildHandle::usage(self),
+            remote: None,
+        }
     }
     fn started_at(&self) -> Instant {
         self.spawned_at
@@ -249,9 +253,6 @@ impl Upstream for ChildHandle {
     }
     fn stopping(&self) -> bool {
         ChildHandle::stopping(self)
-    }
-    fn usage(&self) -> Option<Usage> {
-        ChildHandle::usage(self)
     }
     fn note_session(&mut self, handshake: serde_json::Value, log_level: Option<usize>) {
         if let Some(k) = &mut self.kept {

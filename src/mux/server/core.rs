@@ -282,11 +282,11 @@ impl Server {
     pub(super) fn on_spawned(&mut self, generation: u64, spawned: SpawnOutcome) {
         match spawned {
             Ok(child) => {
-                let pid = child.pid();
+                let pid = child.describe().pid;
                 match self.life.spawned(generation, child) {
                     Err(stale) => {
                         warn!(
-                            child_pid = stale.pid(),
+                            child_pid = stale.describe().pid,
                             "an instance no longer wanted was spawned; stopping it"
                         );
                     }
@@ -643,7 +643,7 @@ impl Server {
         if cause == Some(StopCause::Idle) {
             // Not an outage: no exit record, no failure, no backoff (issue 18 §2).
             // No MESSAGE_ID: the journal's "exited" query lists outages, and this is none.
-            info!(child_pid = child.pid(), "stopped: idle");
+            info!(child_pid = child.describe().pid, "stopped: idle");
             self.fail_inflight(OutageStatus::Idle, ended, None);
             return self.after_idle_stop();
         }
@@ -655,10 +655,10 @@ impl Server {
         );
         let signal = exit.signal.map(crate::upstream::signal_name);
         if operator {
-            info!(message_id = MSG_EXITED, child_pid = child.pid(), exit_code = exit.code,
+            info!(message_id = MSG_EXITED, child_pid = child.describe().pid, exit_code = exit.code,
                 signal = signal.as_deref(), reason = %reason, restart_n = self.instances.restarts(), "stopped");
         } else {
-            warn!(message_id = MSG_EXITED, child_pid = child.pid(), exit_code = exit.code,
+            warn!(message_id = MSG_EXITED, child_pid = child.describe().pid, exit_code = exit.code,
                 signal = signal.as_deref(), reason = %reason, restart_n = self.instances.restarts(),
                 stderr_tail = %tail, "exited");
         }
@@ -847,7 +847,7 @@ impl Server {
     }
 
     pub(super) fn on_ready(&mut self, hs: Handshake) {
-        info!(message_id = MSG_READY, child_pid = self.life.child().map(|c| c.pid()),
+        info!(message_id = MSG_READY, child_pid = self.life.child().and_then(|c| c.describe().pid),
             restart_n = self.instances.restarts(), protocol_version = %hs.protocol_version, "ready");
         let first = self.opener.ready(hs);
         self.life.ready(self.clock.now());

@@ -61,8 +61,11 @@ impl Upstream for FakeChild {
     fn generation(&self) -> u64 {
         self.generation
     }
-    fn pid(&self) -> Option<u32> {
-        Some(10_000 + self.generation as u32)
+    fn describe(&self) -> crate::upstream::Description {
+        crate::upstream::Description {
+            pid: Some(10_000 + self.generation as u32),
+            ..Default::default()
+        }
     }
     fn started_at(&self) -> Instant {
         self.spawned_at

@@ -408,8 +408,11 @@ mod tests {
         fn generation(&self) -> u64 {
             1
         }
-        fn pid(&self) -> Option<u32> {
-            Some(1)
+        fn describe(&self) -> crate::upstream::Description {
+            crate::upstream::Description {
+                pid: Some(1),
+                ..Default::default()
+            }
         }
         fn started_at(&self) -> Instant {
             Instant::now()

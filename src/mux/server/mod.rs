@@ -691,10 +691,11 @@ impl Server {
     fn status(&self) -> Status {
         let now = self.clock.now();
         let health = self.health.status();
+        let described = self.life.child().map(|c| c.describe()).unwrap_or_default();
         Status {
             name: self.cfg.name.clone(),
             state: self.life.state(),
-            pid: self.life.child().and_then(|c| c.pid()),
+            pid: described.pid,
             restarts: self.instances.restarts(),
             era: self.opener.handshake().map(|h| h.protocol_version.clone()),
             clients: self.clients.len(),
@@ -717,15 +718,10 @@ impl Server {
             stderr_tail: self.instances.tail().text(),
             actor_restarts: self.shell.history().restarts(),
             last_actor_panic: self.shell.history().last_panic().map(str::to_string),
-            limits: crate::child::limits::status(
-                &self.cfg.limits,
-                self.life.child().and_then(|c| c.usage()),
-            ),
+            limits: crate::child::limits::status(&self.cfg.limits, described.usage),
             remote: self.cfg.remote.as_ref().map(|r| {
-                let mut s = self
-                    .life
-                    .child()
-                    .and_then(|c| c.remote())
+                let mut s = described
+                    .remote
                     .unwrap_or_else(|| crate::upstream::RemoteStatus {
                         url: crate::config::shown_url(&r.url),
                         last_error: Some(self.instances.tail().last_lines(1))
