@@ -364,8 +364,17 @@ fn eras_modern_clients_on_a_modern_child_keep_their_own_listen_ids() {
             "{ack}"
         );
     }
-    // A listen stream outlives request_timeout.
-    std::thread::sleep(Duration::from_millis(2500));
+    // A listen stream outlives request_timeout: a request sent after both streams opened
+    // times out first (the event that says request_timeout has passed for them too).
+    let mut clock = sup.connect("fake");
+    let r = modern(
+        &mut clock,
+        json!("clock"),
+        "tools/call",
+        json!({"name": "slow", "arguments": {"ms": 30000}}),
+        "clock",
+    );
+    assert_eq!(r["error"]["code"], -32001, "request_timeout passed: {r}");
     let r = modern(
         &mut a,
         json!(2),

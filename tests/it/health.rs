@@ -648,7 +648,6 @@ fn wedged_child_in_flight_request_fails_instead_of_hanging() {
     let mut a = fx.connect_client();
     let mut b = fx.connect_client();
     let id = next_id();
-    let sent = Instant::now();
     a.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": {"name": "echo", "arguments": {"text": "lost"}}}));
     // request_timeout, then the probe budget and the stop ladder: an error, never a hang.
@@ -658,7 +657,9 @@ fn wedged_child_in_flight_request_fails_instead_of_hanging() {
     assert!(is_failure(&r), "an error, not a success: {r}");
     let said = r.to_string();
     assert!(said.contains("fake"), "the failure names the server: {r}");
-    assert!(sent.elapsed() >= Duration::from_millis(1000), "{r}");
+    // When it fails (at request_timeout, or at the stop for silence, never before) is
+    // asserted on the fake clock: scenarios `a_request_past_its_deadline_gets_minus_32001_and_
+    // the_child_a_cancel` and `a_silent_ready_child_gets_one_ping_then_its_confirmation_then_is_stopped`.
     assert!(
         wait_until(Duration::from_secs(10), || fx.instances() >= 2),
         "the wedged child was restarted; log:\n{}",
@@ -720,7 +721,6 @@ fn progress_forever_does_not_extend_the_method_deadline() {
     let mut a = fx.connect_client();
     let pid = pid_of(&mut a);
     let id = next_id();
-    let sent = Instant::now();
     a.send(
         &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
         "name": "progress", "arguments": {"forever": true, "interval_ms": 50},
@@ -729,17 +729,15 @@ fn progress_forever_does_not_extend_the_method_deadline() {
     let r = a
         .response_timeout(&id, Duration::from_secs(6))
         .expect("the request failed at its absolute deadline");
-    let took = sent.elapsed();
     assert_eq!(r["error"]["code"], -32001, "a timeout error: {r}");
     let msg = r["error"]["message"].as_str().unwrap_or_default();
     assert!(
         msg.contains("fake") && msg.contains("timed out"),
         "the message names the server and says it timed out: {r}"
     );
-    assert!(
-        took >= Duration::from_millis(900) && took <= Duration::from_secs(4),
-        "failed at the 1 s method deadline despite progress, after {took:?}"
-    );
+    // That it fails at the 1 s method deadline to the millisecond, progress or not, is
+    // asserted on the fake clock (scenario `progress_every_50_ms_reaches_the_caller_and_never_
+    // moves_the_method_deadline`); here, the request's 30 s default did not apply.
     let progress = a
         .backlog
         .iter()
@@ -767,7 +765,6 @@ fn request_timeout_fails_the_call_cancels_it_and_keeps_the_child() {
     let mut a = fx.connect_client();
     let pid = pid_of(&mut a);
     let id = json!("slow-1");
-    let sent = Instant::now();
     a.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": {"name": "slow", "arguments": {"ms": 30000}}}));
     let r = a
@@ -780,7 +777,8 @@ fn request_timeout_fails_the_call_cancels_it_and_keeps_the_child() {
             .is_some_and(|m| m.contains("fake") && m.contains("timed out")),
         "{r}"
     );
-    assert!(sent.elapsed() >= Duration::from_millis(900));
+    // Not before the deadline: scenario `a_request_past_its_deadline_gets_minus_32001_and_the_
+    // child_a_cancel` (nothing at 1999 ms, -32001 at 2000 ms).
     let child_id = child_id_of_call(&fx, "slow").expect("the child saw the call");
     assert!(
         wait_until(Duration::from_secs(3), || cancelled_ids(&fx)
@@ -926,15 +924,12 @@ fn kill_during_call(change: bool, announce: bool) {
         std::fs::write(&tools_file, "echo,add,pid").unwrap();
     }
     kill9(pid);
-    let killed = Instant::now();
     let r = a
         .response_timeout(&id, Duration::from_secs(5))
         .expect("A's in-flight call failed");
-    assert!(
-        killed.elapsed() <= Duration::from_secs(2),
-        "A's call failed promptly, after {:?}",
-        killed.elapsed()
-    );
+    // Answered by the exit itself (its record says `exited`, not a timeout); that the answer
+    // goes out at the exit's instant is the scenario `every_call_of_a_closing_client_is_
+    // answered_when_the_child_exits`.
     let record = outage_result(&r, &["exited"]);
     assert_eq!(record["reason"], "signal(SIGKILL)", "{r}");
     // The stable vocabulary beside today's text (design.md §6).
@@ -1039,15 +1034,12 @@ fn in_flight_request_fails_at_once_on_exit_with_structured_error() {
     assert_eq!(r["result"], json!({}));
     let pid = fx.pids()[0];
     kill9(pid);
-    let killed = Instant::now();
     let r = a
         .response_timeout(&id, Duration::from_secs(5))
         .expect("the in-flight request failed");
-    assert!(
-        killed.elapsed() <= Duration::from_secs(2),
-        "failed promptly, after {:?}",
-        killed.elapsed()
-    );
+    // Answered by the exit itself (its record says `exited`, not a timeout); that the answer
+    // goes out at the exit's instant is the scenario `every_call_of_a_closing_client_is_
+    // answered_when_the_child_exits`.
     let record = outage_error(&r, &["exited"]);
     let msg = r["error"]["message"].as_str().unwrap();
     assert!(
@@ -1148,12 +1140,9 @@ fn request_during_backoff_fails_past_queue_wait_with_retry_after() {
     let mut a = fx.connect_client();
     let r = a.call(next_id(), "crash", json!({}));
     outage_result(&r, &["exited"]);
-    let sent = Instant::now();
+    // Held for queue_wait (300 ms), not the 4 s backoff: on the fake clock, scenario
+    // `a_request_during_a_long_backoff_fails_at_queue_wait_with_retry_after`.
     let r = echo(&mut a, "too early");
-    assert!(
-        sent.elapsed() <= Duration::from_secs(3),
-        "bounded by queue_wait"
-    );
     let record = outage_result(&r, &["backoff"]);
     let retry = record["retry_after_ms"]
         .as_u64()
@@ -1247,13 +1236,9 @@ fn case_k18_child_sigkilled_on_tool_call_fails_the_caller_with_stderr_tail() {
     );
     let mut a = fx.connect_client();
     let mut b = fx.connect_client();
-    let started = Instant::now();
+    // The caller learns from the exit itself (its record names the signal), at the exit's
+    // instant: scenario `every_call_of_a_closing_client_is_answered_when_the_child_exits`.
     let r = a.call(next_id(), "crash", json!({}));
-    assert!(
-        started.elapsed() <= Duration::from_secs(2),
-        "the caller learned at once, after {:?}",
-        started.elapsed()
-    );
     let record = outage_result(&r, &["exited"]);
     assert_eq!(record["reason"], "signal(SIGKILL)", "{r}");
     assert!(Client::text(&r).contains("reason=signal(SIGKILL)"));
@@ -1338,18 +1323,16 @@ fn case_k19_crash_loop_gives_fast_explicit_errors_with_retry_after_and_stderr() 
                 let mut n = 0;
                 while Instant::now() < end {
                     n += 1;
-                    let t = Instant::now();
+                    // Fast: held at most queue_wait, never the backoff (on the fake clock:
+                    // `a_request_during_a_long_backoff_fails_at_queue_wait_with_retry_after`).
                     let r = c.request(next_id(), "tools/list", json!({}));
-                    assert!(t.elapsed() <= Duration::from_secs(3), "fast: {r}");
                     if r.get("error").is_some() {
                         outage_error(&r, &["starting", "backoff", "exited"]);
                     } else {
                         assert!(!tool_names(&r).is_empty(), "never an empty list: {r}");
                     }
-                    let t = Instant::now();
                     let text = format!("c{k}-{n}");
                     let r = c.call(next_id(), "echo", json!({"text": text}));
-                    assert!(t.elapsed() <= Duration::from_secs(3), "fast: {r}");
                     if is_failure(&r) {
                         let record = outage_result(&r, &["starting", "backoff", "exited"]);
                         if record["status"] != "starting" {
@@ -1424,12 +1407,7 @@ fn a_child_being_stopped_for_silence_is_not_probed_and_status_says_stopping() {
     );
     let first = status();
     assert_eq!(first["state"], "stopping", "{first}");
-    // Still within stop_grace: the probe count does not move.
-    std::thread::sleep(Duration::from_millis(1000));
-    let later = status();
-    assert_eq!(later["state"], "stopping", "{later}");
-    assert_eq!(
-        later["probes_sent"], first["probes_sent"],
-        "probes while stopping: {later}"
-    );
+    // That the probe count does not move within stop_grace is asserted on the fake clock
+    // (scenario `a_silent_ready_child_gets_one_ping_then_its_confirmation_then_is_stopped`,
+    // through four probe intervals of the stop), not by sleeping here.
 }

@@ -602,8 +602,13 @@ fn case_k07_child_pings_are_answered_locally_with_and_without_clients() {
             .collect::<Vec<_>>()
     };
 
-    // No clients for 4.5 s: the fake exits 1 if a ping goes unanswered for 2 s.
-    std::thread::sleep(Duration::from_millis(4500));
+    // No clients while the child pings four times (once a second): the fake exits 1 if a
+    // ping goes unanswered for 2 s, so four answers span more than its patience.
+    assert!(
+        wait_until(Duration::from_secs(15), || keepalive_answers().len() >= 4),
+        "the child's pings were not answered; log:\n{}",
+        rig.sup.log()
+    );
     assert!(
         alive(pid),
         "the child died with no clients; log:\n{}",
@@ -622,12 +627,19 @@ fn case_k07_child_pings_are_answered_locally_with_and_without_clients() {
         assert!(m.get("error").is_none(), "{m}");
     }
 
-    // Two clients busy for 4.5 s: they never see a ping, the child keeps living.
+    // Two clients busy while the child pings four more times: they never see a ping, the
+    // child keeps living.
     let mut a = rig.client("a", capable());
     let mut b = rig.client("b", capable());
-    let end = Instant::now() + Duration::from_millis(4500);
+    let before = keepalive_answers().len();
+    let end = Instant::now() + Duration::from_secs(15);
     let mut n = 0;
-    while Instant::now() < end {
+    while keepalive_answers().len() < before + 4 {
+        assert!(
+            Instant::now() < end,
+            "the child's pings stopped being answered; log:\n{}",
+            rig.sup.log()
+        );
         echo(&mut a, json!(n), "a");
         echo(&mut b, json!(n), "b");
         n += 1;

@@ -310,6 +310,21 @@ fn a_silent_ready_child_gets_one_ping_then_its_confirmation_then_is_stopped() {
     assert!(sim.stops().is_empty(), "not dead before the second miss");
     sim.at(1300);
     assert_eq!(sim.stops(), [1], "two misses: the child is stopped");
+    // While it is stopped (the ladder runs until it exits), it is neither probed nor counted
+    // ready: `tests/it/health.rs`'s `a_child_being_stopped_for_silence_is_not_probed_and_
+    // status_says_stopping` on the fake clock (issue 48 §6).
+    let sent = probes(&sim).len();
+    let probes_sent = sim.server.status().probes_sent;
+    for t in [1301, 2000, 2700, 3400, 4100] {
+        sim.at(t);
+        assert_eq!(sim.server.status().state, State::Stopping, "at {t} ms");
+        assert_eq!(
+            probes(&sim).len(),
+            sent,
+            "no probe while stopping, at {t} ms"
+        );
+        assert_eq!(sim.server.status().probes_sent, probes_sent, "at {t} ms");
+    }
 }
 
 #[test]
@@ -815,6 +830,7 @@ fn one_client_cannot_take_all_of_max_inflight() {
     assert_eq!(responses(&sim, b).len(), 1);
 }
 
+mod deadlines;
 mod demand;
 mod modern;
 mod rounds;
