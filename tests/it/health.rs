@@ -621,16 +621,11 @@ fn wedged_child_is_restarted_within_the_probe_budget_and_clients_recover() {
         fx.sup.log()
     );
     let starts = pidfile(&fx.pids);
-    // probe_interval + probe_failures × probe_timeout = 1.1 s; plus the stop ladder on a child
-    // that ignores stdin EOF (stop_grace 0.3 s, then SIGTERM), the backoff (≤ 0.24 s) and a
-    // margin for a loaded machine.
-    let budget = 200 + 3 * 300 + 300 + 240 + 2000;
-    let took = starts[1].1.saturating_sub(ready_ms);
-    assert!(
-        took <= budget,
-        "restarted {took} ms after the handshake; budget {budget} ms; log:\n{}",
-        fx.sup.log()
-    );
+    // When: probe_interval + probe_failures × probe_timeout, the stop ladder, the backoff, to
+    // the millisecond on the fake clock (scenarios `a_silent_ready_child_gets_one_ping_then_
+    // its_confirmation_then_is_stopped`, `failed_starts_back_off_exponentially_with_jitter_
+    // then_fail_after_five`); here, that it happened, and in order.
+    assert!(starts[1].1 >= ready_ms, "restarted after the handshake");
     assert!(!alive(starts[0].0), "the wedged instance is gone");
     // Both clients are still connected and their next requests work.
     echo_until_ok(&mut a, "a after", Duration::from_secs(10));

@@ -388,12 +388,19 @@ fn sighup_storm_is_coalesced_without_flapping() {
         sup.signal(libc::SIGHUP);
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(start.elapsed() < Duration::from_secs(3));
+    // The storm lasts about a second; on a loaded machine longer, and R3 allows 3 reloads in
+    // each 10 s window it spans.
+    let windows = start.elapsed().as_secs() / 10 + 1;
     assert!(sup.wait_log("configuration reloaded", Duration::from_secs(5)));
+    // A reload still coalescing the storm's tail may log after the first; no event says the
+    // last has run, so this one wait stays (the gate itself: `daemon`'s ReloadGate tests).
     std::thread::sleep(Duration::from_millis(500));
     let n = reloaded_lines(&sup);
-    // At most 3 per 10 s (R3); the storm lasted about a second.
-    assert!((1..=3).contains(&n), "{n} reloads:\n{}", sup.log());
+    assert!(
+        (1..=3 * windows as usize).contains(&n),
+        "{n} reloads in {windows} windows:\n{}",
+        sup.log()
+    );
     assert_eq!(child_pid(&mut c, 2), pid);
     let s = status_of(&sup, "fake");
     assert_eq!(s["restarts"], 0, "{s}");
