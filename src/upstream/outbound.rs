@@ -26,7 +26,9 @@ pub enum Outgoing {
         id: u64,
         method: Cow<'static, str>,
         /// What it names, for `Mcp-Name`: `params.name` of `tools/call` and `prompts/get`,
-        /// `params.uri` of `resources/read`; `None` for other methods.
+        /// `params.uri` of `resources/read` of a 2026-07-28 request; `None` for other methods
+        /// and for every handshake-era request (its POST has no `Mcp-Name`, so the core does
+        /// not read it).
         name: Option<String>,
     },
     /// A notification; for `notifications/cancelled`, the upstream-side id it cancels.

@@ -2564,12 +2564,14 @@ impl Server {
         };
         let line = message::request_line(child_id, method, params.as_deref());
         // What a remote session needs of it (issue 48 §2), known here rather than parsed again.
+        // The name is read only for a 2026-07-28 request, the only one whose POST carries it
+        // (`Mcp-Name`): a handshake-era request (a child's every request) is not parsed again.
         let modern = is_modern(params.as_deref());
         let name = match method {
-            "tools/call" | "prompts/get" => {
+            "tools/call" | "prompts/get" if modern => {
                 crate::protocol::param_string(params.as_deref(), "name")
             }
-            "resources/read" => crate::protocol::param_string(params.as_deref(), "uri"),
+            "resources/read" if modern => crate::protocol::param_string(params.as_deref(), "uri"),
             _ => None,
         };
         let Some(generation) = self.life.child().map(|c| c.generation()) else {
