@@ -31,6 +31,8 @@ pub(super) struct World {
     pub(super) spawned: Vec<Instant>,
     /// Every line written to a child, kept for scenario tests: (generation, line).
     pub(super) written: Vec<(u64, Bytes)>,
+    /// What the core said of each line it wrote ([`Outbound`] without the line), in order.
+    pub(super) envelopes: Vec<(crate::upstream::Outgoing, bool)>,
     /// The daemon's spawn budget (R11), when a scenario turns it on (off by default).
     pub(super) budget: Option<crate::child::budget::Bucket>,
     /// Spawns started and not yet reported to the actor (`Input::Spawned`), in order.
@@ -79,6 +81,7 @@ impl Upstream for FakeChild {
         if w.stdin_full {
             return Queued::Full;
         }
+        w.envelopes.push((out.kind, out.modern));
         w.written.push((self.generation, line.clone()));
         w.stdin.push((self.generation, line));
         Queued::Ok

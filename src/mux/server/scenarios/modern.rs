@@ -201,3 +201,56 @@ fn client_roots_none_holds_for_every_era_pair() {
         );
     }
 }
+
+/// Issue 48 §2: what the core hands the upstream with each request is what it knows of it,
+/// so a remote session never parses a line. A 2026-07-28 `tools/call` carries its era and the
+/// tool's name (`Mcp-Name`); on a handshake-era child the same call carries neither (its
+/// POST would have no `Mcp-Name`, so the core does not read the name at all).
+#[test]
+fn each_request_reaches_the_upstream_with_its_id_method_era_and_a_2026_calls_tool_name() {
+    use crate::upstream::Outgoing;
+    let last_call = |sim: &Sim| {
+        let w = lock(&sim.world);
+        let (kind, modern) = w
+            .envelopes
+            .iter()
+            .rev()
+            .find(|(k, _)| matches!(k, Outgoing::Request { method, .. } if method == "tools/call"))
+            .cloned()
+            .expect("a tools/call went to the child");
+        let written = w
+            .written
+            .iter()
+            .rev()
+            .filter_map(|(_, l)| serde_json::from_slice::<Value>(l).ok())
+            .find(|v| v["method"] == "tools/call")
+            .expect("its line");
+        (kind, modern, written)
+    };
+
+    let mut sim = ready(&modern(), 41);
+    let m = sim.connect();
+    sim.send(m, &modern_call(m, "c1", json!({})));
+    let (kind, modern_era, line) = last_call(&sim);
+    assert!(modern_era, "a 2026 request says so");
+    match kind {
+        Outgoing::Request { id, name, .. } => {
+            assert_eq!(json!(id), line["id"], "the id the core put on the line");
+            assert_eq!(name.as_deref(), Some("echo"), "the tool, for Mcp-Name");
+        }
+        other => panic!("a request: {other:?}"),
+    }
+
+    let mut sim = ready(BASE, 42);
+    let h = sim.connect();
+    sim.send(h, &call(h, 1));
+    let (kind, modern_era, line) = last_call(&sim);
+    assert!(!modern_era);
+    match kind {
+        Outgoing::Request { id, name, .. } => {
+            assert_eq!(json!(id), line["id"]);
+            assert_eq!(name, None, "not read for a handshake-era request");
+        }
+        other => panic!("a request: {other:?}"),
+    }
+}
