@@ -2,7 +2,8 @@
 //! wall-clock time is asserted here to the millisecond, on virtual time: an answer comes no
 //! earlier than its deadline and no later.
 
-use super::*;
+use super::{call, ready, responses, Sim, BASE};
+use crate::mux::server::State;
 
 /// Milliseconds of virtual time since the first spawn.
 fn now_ms(sim: &Sim) -> u64 {
