@@ -40,6 +40,7 @@ pub mod protocol;
 pub mod reaper;
 pub mod remote;
 pub mod safepath;
+pub mod starter;
 pub mod statefile;
 pub mod systemd;
 pub mod top;

@@ -31,12 +31,12 @@ use crate::jsonrpc::message::{self, code};
 use crate::mux::health::Health;
 use crate::mux::outage::ExitReason;
 use crate::mux::session::{ClientId, SessionEvent};
+use crate::starter::ProcessStarter;
 use crate::upstream::{Event, Lost, Queued, StartError, Starter, Upstream};
 use clock::Clock;
 use effects::Effect;
 use held::HeldQueue;
 use instances::Instances;
-use io::ProcessStarter;
 use ledger::Ledger;
 use life::Life;
 use lists::ListCache;
@@ -70,7 +70,6 @@ pub use handover::{Adoption, ClientState, HandOver, Rest};
 pub use summary::summary;
 mod held;
 mod instances;
-mod io;
 mod ledger;
 mod life;
 mod lists;
@@ -344,11 +343,11 @@ impl Server {
     ) -> Self {
         let (events, events_rx) = mpsc::channel(256);
         let mut adoption = adoption;
-        let spawner = Box::new(ProcessStarter {
+        let spawner = Box::new(ProcessStarter::new(
             events,
-            inherited: adoption.as_mut().and_then(|a| a.inherited.take()),
-            resumed: adoption.as_mut().and_then(|a| a.remote.take()),
-        });
+            adoption.as_mut().and_then(|a| a.inherited.take()),
+            adoption.as_mut().and_then(|a| a.remote.take()),
+        ));
         let rng = StdRng::from_entropy();
         let mut server = Server::with_spawner(cfg, pid, history, spawner, events_rx, rng);
         if let Some(a) = &adoption {

@@ -1,7 +1,8 @@
-//! The actor's door to real processes: the child process's [`Starter`] (the upstream seam,
-//! `crate::upstream`, issue 27 §4). The core decides, this carries out (issue 12 §3); the
-//! simulation (`sim.rs`) uses fakes (`fakes.rs`), so the whole actor runs without processes or
-//! a runtime.
+//! The real [`Starter`] (the upstream seam, `crate::upstream`, issue 27 §4): a child process
+//! (`child::process`) or a remote session (`remote`), by the server's configuration. It sits in
+//! the upstream layer beside both, so the actor above names neither (issue 48 §2); the actor's
+//! simulation starts fakes instead (`mux/server/fakes.rs`), so the whole actor runs without
+//! processes or a runtime.
 
 use crate::child::process;
 use crate::config::ServerConfig;
@@ -9,20 +10,34 @@ use crate::upstream::StderrTail;
 use crate::upstream::{Event, StartError, Starter, Upstream};
 use tokio::sync::mpsc;
 
-/// Real processes (`child::process::launch` on the blocking pool, then `Launched::start`),
-/// reporting to the actor's upstream inbox.
-pub(crate) struct ProcessStarter {
+/// Real processes (`child::process::launch` on the blocking pool, then `Launched::start`) and
+/// remote sessions (`remote::start`), reporting to the actor's upstream inbox.
+pub struct ProcessStarter {
     /// The actor's upstream inbox.
-    pub(crate) events: mpsc::Sender<Event>,
+    events: mpsc::Sender<Event>,
     /// The instance the previous image handed over (issue 32 §1): adopted by the first
     /// start instead of a spawn.
-    pub(crate) inherited: Option<process::Inherited>,
+    inherited: Option<process::Inherited>,
     /// The remote session the previous image handed over (issue 32 §1): gone on with by
     /// the first start instead of a new `initialize`.
-    pub(crate) resumed: Option<crate::remote::SessionState>,
+    resumed: Option<crate::remote::SessionState>,
 }
 
 impl ProcessStarter {
+    /// A starter reporting to `events`, whose first start takes over what the previous image
+    /// handed over (`inherited` for a child, `resumed` for a remote session), if anything.
+    pub fn new(
+        events: mpsc::Sender<Event>,
+        inherited: Option<process::Inherited>,
+        resumed: Option<crate::remote::SessionState>,
+    ) -> ProcessStarter {
+        ProcessStarter {
+            events,
+            inherited,
+            resumed,
+        }
+    }
+
     /// A remote session (issue 29): set up on the runtime (no blocking work: the headers'
     /// files are small), `Event::Connected` sent before any event of the session.
     fn start_remote(
