@@ -88,22 +88,4 @@ impl Outbound {
             modern: false,
         }
     }
-
-    /// The method of a request or notification; `None` for a response.
-    pub fn method(&self) -> Option<&str> {
-        match &self.kind {
-            Outgoing::Request { method, .. } | Outgoing::Notification { method, .. } => {
-                Some(method)
-            }
-            Outgoing::Response => None,
-        }
-    }
-
-    /// A request's id; `None` for a notification or a response.
-    pub fn request_id(&self) -> Option<u64> {
-        match self.kind {
-            Outgoing::Request { id, .. } => Some(id),
-            _ => None,
-        }
-    }
 }

@@ -1144,11 +1144,9 @@ impl Server {
         match p.owner {
             Owner::Client { client, id, .. } => {
                 self.health.request_expired(p.written);
-                let cancel = raw(&json!({"requestId": child_id, "reason": "request timed out"}));
-                let line = Out::request(None, "notifications/cancelled", Some(&cancel)).encode();
-                self.write_child(
-                    Outbound::cancel(line, child_id),
-                    Lane::Urgent,
+                self.cancel_upstream(
+                    child_id,
+                    "request timed out",
                     "notifications/cancelled for a request past its deadline",
                 );
                 let t = self.cfg.timeout_for(&p.method);
@@ -1230,8 +1228,7 @@ impl Server {
         self.telemetry.metrics().probe("sent");
         debug!(method, "probing the silent child");
         self.telemetry.metrics().bytes("to_child", line.len());
-        // Its params are the supervisor's 2026-07-28 envelope, or none.
-        let modern = params.is_some();
+        let modern = self.child_era() == Era::Modern;
         let out = Outbound::request(line, id, Cow::Borrowed(method), None, modern);
         self.write_child(out, Lane::Normal, "a probe");
         self.health.sent(id, method, now);
@@ -2121,11 +2118,9 @@ impl Server {
         self.ledger.forget(client);
         self.telemetry.metrics().set_clients(self.clients.len());
         for r in self.routing.inflight_mut().remove_client(client) {
-            let p = raw(&json!({"requestId": r.id, "reason": "client disconnected"}));
-            let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
-            self.write_child(
-                Outbound::cancel(line, r.id),
-                Lane::Urgent,
+            self.cancel_upstream(
+                r.id,
+                "client disconnected",
                 "notifications/cancelled for a departed client",
             );
         }
@@ -2995,11 +2990,9 @@ impl Server {
             }
         }
         if cancel && p.last.is_none() {
-            let cancel = raw(&json!({"requestId": p.child_rid, "reason": why}));
-            let line = Out::request(None, "notifications/cancelled", Some(&cancel)).encode();
-            self.write_child(
-                Outbound::cancel(line, p.child_rid),
-                Lane::Urgent,
+            self.cancel_upstream(
+                p.child_rid,
+                why,
                 "notifications/cancelled for a parked request",
             );
         }
@@ -3455,6 +3448,15 @@ impl Server {
         let line = message::error_response(child_id, code, msg, None);
         let out = Outbound::response(line);
         self.write_child(out, Lane::Urgent, "an error answer to the child's request");
+    }
+
+    /// Tells the upstream, urgently, that the supervisor no longer wants the answer to its
+    /// request `child_id` (`notifications/cancelled` with `reason`); `what` as for
+    /// [`Server::write_child`].
+    fn cancel_upstream(&mut self, child_id: u64, reason: &str, what: &'static str) {
+        let p = raw(&json!({"requestId": child_id, "reason": reason}));
+        let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
+        self.write_child(Outbound::cancel(line, child_id), Lane::Urgent, what);
     }
 
     /// Writes `line` to the running child's stdin queue (`lane`), if a child runs; `what`
@@ -3956,11 +3958,9 @@ impl Server {
         }
         if let Some(old) = self.opener.replace_listen(None) {
             self.routing.inflight_mut().remove(old);
-            let p = raw(&json!({"requestId": old, "reason": "subscriptions changed"}));
-            let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
-            self.write_child(
-                Outbound::cancel(line, old),
-                Lane::Urgent,
+            self.cancel_upstream(
+                old,
+                "subscriptions changed",
                 "notifications/cancelled for the old listen stream",
             );
         }
