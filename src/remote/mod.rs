@@ -50,7 +50,7 @@ use crate::jsonrpc::message;
 use crate::upstream::{
     Event, Limit, Lost, Queued, Refusal, StartError, StartFailure, Upstream, Was,
 };
-use crate::upstream::{Outbound, Outgoing as Kind, RemoteStatus, StderrTail};
+use crate::upstream::{Outbound, Outgoing, RemoteStatus, StderrTail};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use reqwest::header::{
@@ -519,9 +519,9 @@ fn lock(m: &Mutex<Facts>) -> std::sync::MutexGuard<'_, Facts> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// What an outgoing message is, as far as HTTP cares: taken from what the core said of it
-/// ([`Outbound`], issue 48 §2), never from its line, which goes out as the body unread.
-struct Outgoing {
+/// One message as a POST: its body, and what its headers need taken from what the core said
+/// of it ([`Outbound`], issue 48 §2), never from its line, which goes out as the body unread.
+struct Post {
     line: Bytes,
     /// The request's id (a request), `None` for a notification or a response.
     id: Option<Box<RawValue>>,
@@ -534,26 +534,26 @@ struct Outgoing {
     cancels: Option<u64>,
 }
 
-impl Outgoing {
+impl Post {
     /// The GET stream's stand-in: no line, no id, no method.
     fn is_get_stream(&self) -> bool {
         self.method.is_none() && self.id.is_none() && self.line.is_empty()
     }
 
-    fn of(out: Outbound) -> Outgoing {
+    fn of(out: Outbound) -> Post {
         let (id, method, name, cancels) = match out.kind {
-            Kind::Request { id, method, name } => (
+            Outgoing::Request { id, method, name } => (
                 serde_json::value::to_raw_value(&id).ok(),
                 Some(method.into_owned()),
                 name,
                 None,
             ),
-            Kind::Notification { method, cancels } => {
+            Outgoing::Notification { method, cancels } => {
                 (None, Some(method.into_owned()), None, cancels)
             }
-            Kind::Response => (None, None, None, None),
+            Outgoing::Response => (None, None, None, None),
         };
-        Outgoing {
+        Post {
             line: out.line,
             id,
             method,
@@ -565,8 +565,8 @@ impl Outgoing {
 
     /// A message the session sends of its own accord (`notifications/initialized` after a
     /// re-initialization).
-    fn notification(line: &'static [u8], method: &'static str) -> Outgoing {
-        Outgoing {
+    fn notification(line: &'static [u8], method: &'static str) -> Post {
+        Post {
             line: Bytes::from_static(line),
             id: None,
             method: Some(method.to_string()),
@@ -593,7 +593,7 @@ async fn drive(
             Some(o) = normal.recv() => o,
             else => return,
         };
-        let out = Outgoing::of(next);
+        let out = Post::of(next);
         if let Some(id) = out.cancels {
             session.note_cancel(id);
         }
@@ -635,7 +635,7 @@ enum Sent {
 impl Session {
     /// Sends one message and delivers what comes back; a request whose session is gone is
     /// sent once more on a fresh session.
-    async fn exchange(self: Arc<Self>, out: Outgoing) {
+    async fn exchange(self: Arc<Self>, out: Post) {
         let Ok(_permit) = self.permits.acquire().await else {
             return;
         };
@@ -705,7 +705,7 @@ impl Session {
 
     /// One POST of `out`, its answer delivered; sent once more when the sign-in put a new
     /// token in place after a 401/403 (issue 30 §3).
-    async fn post(&self, out: &Outgoing) -> Sent {
+    async fn post(&self, out: &Post) -> Sent {
         match self.post_once(out, true).await {
             Sent::AuthRetry => match self.post_once(out, false).await {
                 Sent::AuthRetry => Sent::Done,
@@ -723,7 +723,7 @@ impl Session {
         Some((token, v))
     }
 
-    async fn post_once(&self, out: &Outgoing, auth_retry: bool) -> Sent {
+    async fn post_once(&self, out: &Post, auth_retry: bool) -> Sent {
         let (session_id, version, epoch) = {
             let f = lock(&self.facts);
             (f.session_id.clone(), f.protocol_version.clone(), f.epoch)
@@ -914,7 +914,7 @@ impl Session {
             f.epoch = f.epoch.wrapping_add(1);
             f.get_last_event_id = None;
         }
-        let note = Outgoing::notification(
+        let note = Post::notification(
             br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
             "notifications/initialized",
         );
@@ -925,7 +925,7 @@ impl Session {
     /// Reads a JSON body up to `max_message_size`, measuring its nesting as it arrives (issue
     /// 47 §7): the body and whether it nests past `max_message_depth`. Over the size, the
     /// request fails as too large (the actor counts and logs it).
-    async fn read_body(&self, resp: reqwest::Response, out: &Outgoing) -> Option<(Bytes, bool)> {
+    async fn read_body(&self, resp: reqwest::Response, out: &Post) -> Option<(Bytes, bool)> {
         let mut body = Vec::new();
         let mut depth = crate::jsonrpc::depth::Depth::new(self.max_message_depth);
         let mut stream = resp.bytes_stream();
@@ -963,7 +963,7 @@ impl Session {
     /// response with a null id answers nothing the core sent: it is logged and dropped. A
     /// body nested past `max_message_depth` (`deep`) is never relayed: each of its messages
     /// reaches the core as discarded (issue 47 §7).
-    async fn deliver_json(&self, body: &Bytes, out: &Outgoing, deep: bool) -> bool {
+    async fn deliver_json(&self, body: &Bytes, out: &Post, deep: bool) -> bool {
         if body.iter().all(u8::is_ascii_whitespace) {
             return false;
         }
@@ -1045,7 +1045,7 @@ impl Session {
     /// Reads a POST's SSE stream: every event's `data` is a message; a stream that ends or
     /// drops before the request's answer is resumed with `Last-Event-ID` if the server gave
     /// event ids, else the request gets the outage answer.
-    async fn read_sse(&self, resp: reqwest::Response, out: &Outgoing) {
+    async fn read_sse(&self, resp: reqwest::Response, out: &Post) {
         let mut state = sse::Resume::default();
         let mut answered = self.pump_sse(resp, out, &mut state).await;
         let mut attempts = 0;
@@ -1078,12 +1078,7 @@ impl Session {
     }
 
     /// Delivers one SSE response's events; returns whether `out`'s answer was among them.
-    async fn pump_sse(
-        &self,
-        resp: reqwest::Response,
-        out: &Outgoing,
-        state: &mut sse::Resume,
-    ) -> bool {
+    async fn pump_sse(&self, resp: reqwest::Response, out: &Post, state: &mut sse::Resume) -> bool {
         let want = out.id.as_ref().map(|i| i.get().to_string());
         let mut answered = false;
         let mut events = sse::events(resp, self.max_message_size);
@@ -1187,7 +1182,7 @@ impl Session {
             last_id: lock(&self.facts).get_last_event_id.clone(),
             retry: None,
         };
-        let none = Outgoing {
+        let none = Post {
             line: Bytes::new(),
             id: None,
             method: None,
@@ -1267,7 +1262,7 @@ impl Session {
 
     /// A response stream that broke after its headers: the request was in flight and gets the
     /// outage answer (never a replay); the server answered, so it is not lost.
-    async fn dropped(&self, out: &Outgoing, e: &reqwest::Error) {
+    async fn dropped(&self, out: &Post, e: &reqwest::Error) {
         if let Some(id) = out.id.clone() {
             self.refuse_id(id, 0, None, &format!("the connection dropped: {e}"))
                 .await;
@@ -1284,7 +1279,7 @@ impl Session {
     }
 
     /// The request of `out` was answered with a bare HTTP status.
-    async fn refuse(&self, out: &Outgoing, status: u16, retry_after: Option<Duration>, why: &str) {
+    async fn refuse(&self, out: &Post, status: u16, retry_after: Option<Duration>, why: &str) {
         if let Some(id) = out.id.clone() {
             self.refuse_id(id, status, retry_after, why).await;
         }
@@ -1323,7 +1318,7 @@ impl Session {
     }
 
     /// The request of `out` was refused for want of a sign-in only a person can make.
-    async fn refuse_sign_in(&self, out: &Outgoing, status: u16, scope: Option<String>, why: &str) {
+    async fn refuse_sign_in(&self, out: &Post, status: u16, scope: Option<String>, why: &str) {
         let Some(id) = out.id.clone() else { return };
         let text = match scope {
             Some(s) => format!("HTTP {status}: the server asks for scope `{s}`; {why}"),
@@ -1379,7 +1374,7 @@ fn header_safe(v: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{header_safe, Outgoing};
+    use super::{header_safe, Post};
     use crate::config::shown_url;
     use crate::upstream::Outbound;
     use bytes::Bytes;
@@ -1398,7 +1393,7 @@ mod tests {
     fn outgoing_messages_take_their_headers_from_the_core_never_from_the_line() {
         // Not JSON at all: the session never reads the line, only what the core said of it.
         let line = Bytes::from_static(b"not json: the core's own bytes");
-        let o = Outgoing::of(Outbound::request(
+        let o = Post::of(Outbound::request(
             line.clone(),
             7,
             Cow::Borrowed("tools/call"),
@@ -1410,16 +1405,16 @@ mod tests {
         assert_eq!(o.name.as_deref(), Some("echo"));
         assert!(o.modern);
         assert_eq!(o.line, line, "sent as it came");
-        let n = Outgoing::of(Outbound::notification(
+        let n = Post::of(Outbound::notification(
             Bytes::from_static(b"{}"),
             Cow::Borrowed("notifications/initialized"),
             false,
         ));
         assert!(n.id.is_none() && !n.modern && n.cancels.is_none());
-        let c = Outgoing::of(Outbound::cancel(Bytes::from_static(b"{}"), 41));
+        let c = Post::of(Outbound::cancel(Bytes::from_static(b"{}"), 41));
         assert_eq!(c.cancels, Some(41));
         assert_eq!(c.method.as_deref(), Some("notifications/cancelled"));
-        let r = Outgoing::of(Outbound::response(Bytes::from_static(b"{}")));
+        let r = Post::of(Outbound::response(Bytes::from_static(b"{}")));
         assert!(r.id.is_none() && r.method.is_none());
         assert_eq!(header_safe("échec"), "=?base64?w6ljaGVj?=");
         assert_eq!(header_safe("echo"), "echo");
