@@ -18,7 +18,16 @@
 //! 64 KiB reads, as the sockets and the child's stdout read them; the program prints the
 //! frames it counted (so nothing is optimized away).
 
-use mcp_supervisor::jsonrpc::framing::{Frame, LineDecoder};
+// A test, a fixture or a benchmark may unwrap, expect, panic and index: the workspace's panic
+// lints (Cargo.toml [workspace.lints]) are for the daemon's code.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use vocab::jsonrpc::framing::{Frame, LineDecoder};
 
 fn corpus(name: &str) -> Vec<u8> {
     let mut out = Vec::new();
@@ -111,8 +120,7 @@ fn main() {
                 Frame::Line(l) => {
                     lines += 1;
                     if parse {
-                        deep +=
-                            usize::from(mcp_supervisor::jsonrpc::message::parse_line(&l).is_err());
+                        deep += usize::from(vocab::jsonrpc::message::parse_line(&l).is_err());
                     }
                 }
                 Frame::TooDeep(_) => deep += 1,

@@ -16,14 +16,23 @@
 //! Case `k` of a run uses seed `S + k`; a failure prints its case seed, and
 //! `--seed <that> --cases 1` replays it. Exit status 1 on the first failure.
 
+// A test, a fixture or a benchmark may unwrap, expect, panic and index: the workspace's panic
+// lints (Cargo.toml [workspace.lints]) are for the daemon's code.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use bytes::Bytes;
-use mcp_supervisor::jsonrpc::framing::{Frame, LineDecoder};
-use mcp_supervisor::jsonrpc::message::{self, Out};
-use mcp_supervisor::jsonrpc::toplevel::{TopLevel, TopLevelId, ID_MAX};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::value::RawValue;
 use std::time::{Duration, Instant};
+use vocab::jsonrpc::framing::{Frame, LineDecoder};
+use vocab::jsonrpc::message::{self, Out};
+use vocab::jsonrpc::toplevel::{TopLevel, TopLevelId, ID_MAX};
 
 type Check = fn(&mut SmallRng) -> Result<(), String>;
 

@@ -2,13 +2,13 @@
 //! daemon over its control socket (`status`, `start`, `stop`, `restart`, `reload`, `logs`).
 //! Parses argv with clap and maps each verb to its module.
 //!
-//! Exit codes: [`crate::exit`].
+//! Exit codes: [`base::exit`].
 
-use crate::config;
-use crate::exit::EXIT_CONFIG;
 use anyhow::Result;
+use base::exit::EXIT_CONFIG;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
+use support::config;
 
 /// mcp-supervisor: run stdio MCP servers once, share them with many clients over Unix sockets.
 #[derive(Debug, Parser)]
@@ -263,8 +263,8 @@ pub fn probe(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doc_table;
-    use crate::exit::*;
+    use base::doc_table;
+    use base::exit::*;
     use clap::CommandFactory;
     use std::collections::{BTreeMap, BTreeSet};
 
@@ -285,7 +285,7 @@ mod tests {
 
     /// Every `pub const EXIT_NAME: i32 = N;` of `exit.rs`: name → N.
     fn exit_constants() -> BTreeMap<String, i32> {
-        include_str!("exit.rs")
+        include_str!("../crates/base/src/exit.rs")
             .lines()
             .filter_map(|l| l.trim().strip_prefix("pub const EXIT_"))
             .filter_map(|l| l.split_once(": i32 = "))

@@ -2,11 +2,14 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use base::exit;
+use base::systemd::Plumbing;
 use clap::Parser;
+use front::attach;
 use mcp_supervisor::cli::{self, Cli, Target, Verb};
 use mcp_supervisor::control::{self, Op};
-use mcp_supervisor::systemd::Plumbing;
-use mcp_supervisor::{adopt, attach, config, daemon, exit, logging};
+use mcp_supervisor::{adopt, daemon};
+use support::{config, logging};
 
 fn main() {
     let cli = Cli::parse();
@@ -100,7 +103,7 @@ fn main() {
                     // The last requests' log lines, still queued for the log thread.
                     logging::requests::flush(std::time::Duration::from_secs(2));
                     // And the last spans (traces on only), with their own deadline.
-                    mcp_supervisor::observe::trace::flush(std::time::Duration::from_secs(2));
+                    support::observe::trace::flush(std::time::Duration::from_secs(2));
                     let code = match run {
                         Ok(()) => 0,
                         Err(e) => {
@@ -108,8 +111,8 @@ fn main() {
                             eprintln!("mcp-supervisor: {e:#}");
                             if e.downcast_ref::<daemon::AlreadyRunning>().is_some() {
                                 exit::EXIT_ALREADY_RUNNING
-                            } else if e.downcast_ref::<mcp_supervisor::safepath::DirRefused>().is_some()
-                                || e.downcast_ref::<mcp_supervisor::child::limits::LimitsUnavailable>()
+                            } else if e.downcast_ref::<base::safepath::DirRefused>().is_some()
+                                || e.downcast_ref::<upstream::child::limits::LimitsUnavailable>()
                                     .is_some()
                             {
                                 exit::EXIT_CONFIG
@@ -224,13 +227,13 @@ fn main() {
             token,
             target,
         } => match cli::load_config(target.config) {
-            Ok(c) => match mcp_supervisor::http::url::endpoint(&c, &name, token.as_deref()) {
+            Ok(c) => match front::http::url::endpoint(&c, &name, token.as_deref()) {
                 Ok(e) if json => {
-                    println!("{}", mcp_supervisor::http::url::render_json(&e));
+                    println!("{}", front::http::url::render_json(&e));
                     0
                 }
                 Ok(e) => {
-                    print!("{}", mcp_supervisor::http::url::render(&name, &e));
+                    print!("{}", front::http::url::render(&name, &e));
                     0
                 }
                 Err(msg) => {

@@ -1,16 +1,30 @@
-//! The house in layers (issue 48 §1): every top-level module of `src/` (and, once they exist,
-//! of each crate under `crates/`) imports only its own layer and the layers below it, and no
-//! modules import each other around a cycle. The map is the table of `docs/ARCHITECTURE.md`
-//! "Layers", so the document and the code cannot drift apart.
+//! The house in layers (issue 48 §1): the crate graph is the layer map of
+//! `docs/ARCHITECTURE.md` "Layers", and inside each crate no top-level modules import each
+//! other around a cycle. The compiler already refuses an import of a crate that is not a
+//! dependency; this test makes sure every dependency points down the map (so the document and
+//! `Cargo.toml` cannot drift apart), that every module is on the map, and that no cycle forms
+//! inside a crate (the seam at the root of `upstream` included: it may not name what stands
+//! behind it).
 //!
-//! An import is any `crate::NAME` path (also inside `crate::{…}` groups) outside comments,
-//! string literals, `#[cfg(test)]` items and test-only modules (a fake may reach anywhere).
-//! `main.rs` and `src/bin/` sit above every layer and are not read.
+//! An import inside a crate is a `crate::NAME` or `super::…::NAME` path that reaches another
+//! top-level module (also inside `{…}` groups), outside comments, string literals,
+//! `#[cfg(test)]` items and test-only modules (a fake may reach anywhere). A `crate::NAME`
+//! whose NAME is no module is an import of the crate root (`lib`). `main.rs` and `src/bin/`
+//! sit above every layer and are not read.
+
+// A test may unwrap, expect, panic and index: the workspace's panic lints (Cargo.toml
+// [workspace.lints]) are for the daemon's code.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// One import: `from` (a top-level module) names `to` at `file:line`.
+/// One import: `from` (a top-level module of a crate) names `to` at `file:line`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Import {
     from: String,
@@ -19,17 +33,28 @@ struct Import {
     line: usize,
 }
 
-/// The layer map: module → (layer index, layer name), read from the `| layer | modules |`
-/// table under "## Layers" of `doc`.
-fn layer_map(doc: &str) -> BTreeMap<String, (usize, String)> {
+/// One crate of the map: its directory (relative to the workspace root; `.` for the root
+/// package), its layer's index and name, and its top-level modules (the crate root, `lib`, is
+/// implied).
+#[derive(Debug, Clone)]
+struct Crate {
+    dir: String,
+    layer: usize,
+    name: String,
+    modules: BTreeSet<String>,
+}
+
+/// The layer map, read from the `| layer | crate | modules |` table under "## Layers" of
+/// `doc`, in the table's order.
+fn layer_map(doc: &str) -> Vec<Crate> {
     let section = doc
         .split("\n## ")
         .find(|s| s.starts_with("Layers"))
         .expect("docs/ARCHITECTURE.md has no \"## Layers\" section");
-    let mut map = BTreeMap::new();
+    let mut map: Vec<Crate> = Vec::new();
     for row in section.lines().filter(|l| l.starts_with("| ")) {
         let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
-        let [layer, modules] = cells[..] else {
+        let [layer, dir, modules] = cells[..] else {
             continue;
         };
         let Some((n, name)) = layer.split_once(' ') else {
@@ -38,10 +63,22 @@ fn layer_map(doc: &str) -> BTreeMap<String, (usize, String)> {
         let Ok(n) = n.parse::<usize>() else {
             continue;
         };
-        for m in modules.split(',').map(str::trim).filter(|m| !m.is_empty()) {
-            let before = map.insert(m.to_string(), (n, name.to_string()));
-            assert!(before.is_none(), "{m} is in two layers of the map");
-        }
+        let modules: BTreeSet<String> = modules
+            .split(',')
+            .map(|m| m.trim().trim_matches('`').to_string())
+            .filter(|m| !m.is_empty())
+            .collect();
+        let dir = dir.trim_matches('`').trim_end_matches('/').to_string();
+        assert!(
+            !map.iter().any(|c| c.dir == dir),
+            "{dir} is in two rows of the map"
+        );
+        map.push(Crate {
+            dir,
+            layer: n,
+            name: name.to_string(),
+            modules,
+        });
     }
     assert!(
         !map.is_empty(),
@@ -145,6 +182,13 @@ fn is_ident(c: u8) -> bool {
 /// of the modules declared test-only by `#[cfg(test)] mod NAME;`.
 fn without_tests(code: &str) -> (String, Vec<String>) {
     const MARK: &str = "#[cfg(test)]";
+    // `#[cfg(any(test, feature = "testing"))]` (its string already blanked) is test-only too.
+    let mut code = code.to_string();
+    while let Some(p) = code.find("#[cfg(any(test, feature = ") {
+        let end = code[p..].find("))]").map_or(code.len(), |e| p + e + 3);
+        code.replace_range(p..end, MARK);
+    }
+    let code = code.as_str();
     let b = code.as_bytes();
     let mut out = b.to_vec();
     let mut test_mods = Vec::new();
@@ -218,19 +262,51 @@ fn without_tests(code: &str) -> (String, Vec<String>) {
     (String::from_utf8_lossy(&out).into_owned(), test_mods)
 }
 
-/// The top-level modules `code` names through `crate::`, with the line of each.
-fn crate_paths(code: &str) -> Vec<(String, usize)> {
+/// The top-level modules `code` (a file whose module path is `at`, e.g. `["server", "core"]`
+/// for `server/core.rs`, `[]` for `lib.rs`) reaches through `crate::` or `super::` paths, with
+/// the line of each; a name that is not in `modules` is the crate root, `lib`.
+fn crate_paths(code: &str, at: &[String], modules: &BTreeSet<String>) -> Vec<(String, usize)> {
     let b = code.as_bytes();
     let mut found = Vec::new();
+    let top = |name: &str| {
+        if modules.contains(name) {
+            name.to_string()
+        } else {
+            "lib".to_string()
+        }
+    };
     let mut from = 0;
-    while let Some(p) = code[from..].find("crate::") {
-        let at = from + p;
-        from = at + "crate::".len();
-        if at > 0 && (is_ident(b[at - 1]) || b[at - 1] == b':' || b[at - 1] == b'$') {
+    while from < code.len() {
+        let rest = &code[from..];
+        let (p, len) = match (rest.find("crate::"), rest.find("super::")) {
+            (Some(c), Some(s)) if s < c => (s, 0),
+            (Some(c), _) => (c, "crate::".len()),
+            (None, Some(s)) => (s, 0),
+            (None, None) => break,
+        };
+        let at_start = from + p;
+        if at_start > 0
+            && (is_ident(b[at_start - 1]) || b[at_start - 1] == b':' || b[at_start - 1] == b'$')
+        {
+            from = at_start + 1;
             continue;
         }
-        let line = code[..at].matches('\n').count() + 1;
-        let rest = &code[from..];
+        let line = code[..at_start].matches('\n').count() + 1;
+        let mut after = at_start + len;
+        // `super::super::…`: how far up from this file's module.
+        let mut ups = 0;
+        if len == 0 {
+            while code[after..].starts_with("super::") {
+                ups += 1;
+                after += "super::".len();
+            }
+        }
+        from = after.max(at_start + 1);
+        if ups > 0 && ups < at.len() {
+            // Still inside this file's own top-level module.
+            continue;
+        }
+        let rest = &code[after..];
         if let Some(group) = rest.strip_prefix('{') {
             // `crate::{a::b, c, d::{e, f}}`: the first segment of each top-level entry.
             let mut depth = 0usize;
@@ -247,8 +323,10 @@ fn crate_paths(code: &str) -> Vec<(String, usize)> {
                             .chars()
                             .take_while(|&c| c.is_ascii_alphanumeric() || c == '_')
                             .collect();
-                        let line = line + group[..k].matches('\n').count();
-                        found.push((name, line));
+                        if name != "self" {
+                            let line = line + group[..k].matches('\n').count();
+                            found.push((top(&name), line));
+                        }
                     }
                     _ => {}
                 }
@@ -258,20 +336,22 @@ fn crate_paths(code: &str) -> Vec<(String, usize)> {
                 .chars()
                 .take_while(|&c| c.is_ascii_alphanumeric() || c == '_')
                 .collect();
-            if !name.is_empty() {
-                found.push((name, line));
+            if !name.is_empty() && name != "self" {
+                found.push((top(&name), line));
             }
         }
     }
     found
 }
 
-/// Every import between top-level modules of the source tree at `src` (a `src/` directory).
-fn imports(src: &Path) -> Vec<Import> {
+/// Every import between top-level modules of the crate whose sources are at `src` and whose
+/// top-level modules are `modules`.
+fn imports(src: &Path, modules: &BTreeSet<String>) -> Vec<Import> {
     let mut files = Vec::new();
     walk(src, &mut files);
     files.sort();
-    // Files of test-only modules, found from their `#[cfg(test)] mod NAME;`.
+    // Files of test-only modules, found from their `#[cfg(test)] mod NAME;` (or the
+    // `#[path = "FILE"]` such a declaration carries).
     let mut test_only: BTreeSet<PathBuf> = BTreeSet::new();
     let mut read = BTreeMap::new();
     for f in &files {
@@ -288,6 +368,14 @@ fn imports(src: &Path) -> Vec<Import> {
                 test_only.insert(dir.join(&m));
             }
         }
+        for (k, _) in text.match_indices("#[cfg(test)]") {
+            let after = text[k + "#[cfg(test)]".len()..].trim_start();
+            if let Some(path) = after.strip_prefix("#[path = \"") {
+                if let (Some(end), Some(parent)) = (path.find('"'), f.parent()) {
+                    test_only.insert(parent.join(&path[..end]));
+                }
+            }
+        }
         read.insert(f.clone(), code);
     }
     let mut out = Vec::new();
@@ -296,17 +384,20 @@ fn imports(src: &Path) -> Vec<Import> {
             continue;
         }
         let rel = f.strip_prefix(src).unwrap_or(f);
-        let first = rel
+        // The file's module path: `a/b.rs` and `a/b/mod.rs` are `[a, b]`, `lib.rs` is `[]`.
+        let mut at: Vec<String> = rel
             .components()
-            .next()
-            .and_then(|c| c.as_os_str().to_str())
-            .unwrap_or("")
-            .trim_end_matches(".rs")
-            .to_string();
-        if first == "main" || first == "bin" || first == "lib" {
+            .filter_map(|c| c.as_os_str().to_str())
+            .map(|c| c.trim_end_matches(".rs").to_string())
+            .collect();
+        if at.last().is_some_and(|l| l == "mod" || l == "lib") {
+            at.pop();
+        }
+        let first = at.first().cloned().unwrap_or_else(|| "lib".to_string());
+        if first == "main" || first == "bin" {
             continue;
         }
-        for (to, line) in crate_paths(code) {
+        for (to, line) in crate_paths(code, &at, modules) {
             if to != first {
                 out.push(Import {
                     from: first.clone(),
@@ -334,30 +425,136 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
     }
 }
 
-/// What is wrong with `imports` under `map`: modules the map lacks, upward imports, and
-/// cycles, one line each.
-fn violations(imports: &[Import], map: &BTreeMap<String, (usize, String)>) -> Vec<String> {
+/// The workspace crates `dir`'s `Cargo.toml` depends on (its `[dependencies]`, not its
+/// dev-dependencies: a test may reach anywhere), as directories, given `paths`: the
+/// workspace's dependency name → directory.
+fn depends_on(root: &Path, dir: &str, paths: &BTreeMap<String, String>) -> Vec<String> {
+    let manifest = root.join(dir).join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest)
+        .unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
+    let doc: toml::Table = text
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
+    let deps = doc.get("dependencies").and_then(|d| d.as_table());
+    deps.into_iter()
+        .flat_map(|d| d.keys())
+        .filter_map(|k| paths.get(k).cloned())
+        .collect()
+}
+
+/// The workspace's dependency name → crate directory, from `[workspace.dependencies]` of the
+/// root `Cargo.toml` (entries with a `path`).
+fn workspace_paths(root: &Path) -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let doc: toml::Table = text.parse().unwrap();
+    let deps = doc
+        .get("workspace")
+        .and_then(|w| w.get("dependencies"))
+        .and_then(|d| d.as_table())
+        .cloned()
+        .unwrap_or_default();
+    deps.iter()
+        .filter_map(|(k, v)| {
+            let path = v.get("path")?.as_str()?;
+            Some((k.clone(), path.trim_end_matches('/').to_string()))
+        })
+        .collect()
+}
+
+/// What is wrong with the workspace at `root` under `map`: crates whose dependencies do not
+/// point down the map, modules the map lacks or lists in vain, and cycles inside a crate, one
+/// line each.
+fn violations(root: &Path, map: &[Crate]) -> Vec<String> {
+    let mut out = Vec::new();
+    let paths = workspace_paths(root);
+    // Every crate of the workspace is on the map.
+    for dir in paths.values() {
+        if !map.iter().any(|c| &c.dir == dir) {
+            out.push(format!(
+                "crate {dir} is in no layer of docs/ARCHITECTURE.md"
+            ));
+        }
+    }
+    for c in map {
+        for dep in depends_on(root, &c.dir, &paths) {
+            match map.iter().find(|d| d.dir == dep) {
+                None => out.push(format!(
+                    "{}/Cargo.toml: depends on {dep}, which is in no layer",
+                    c.dir
+                )),
+                Some(d) if d.layer >= c.layer => out.push(format!(
+                    "{}/Cargo.toml: `{}` (layer {} {}) depends on {} (layer {} {}), not a layer below it",
+                    c.dir, c.dir, c.layer, c.name, d.dir, d.layer, d.name
+                )),
+                Some(_) => {}
+            }
+        }
+        let src = root.join(&c.dir).join("src");
+        // Every top-level module is on the map, and the map lists no module that is not there.
+        let mut present = BTreeSet::new();
+        for e in std::fs::read_dir(&src).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let is_module = e.path().is_dir() || name.ends_with(".rs");
+            let name = name.trim_end_matches(".rs").to_string();
+            if is_module && !["main", "lib", "bin"].contains(&name.as_str()) {
+                present.insert(name);
+            }
+        }
+        // Modules the crate root declares only for tests are no module of the map.
+        let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap_or_default();
+        for m in without_tests(&code_only(&lib)).1 {
+            present.remove(&m);
+        }
+        let found = imports(&src, &c.modules);
+        // Files only tests declare (a `#[path]`-named simulation) are no module of the map.
+        let test_files: BTreeSet<String> = present
+            .iter()
+            .filter(|m| !c.modules.contains(*m) && !found.iter().any(|i| &i.from == *m))
+            .filter(|m| is_test_only_file(&src, m))
+            .cloned()
+            .collect();
+        for m in present.difference(&c.modules) {
+            if !test_files.contains(m) {
+                out.push(format!(
+                    "{}/src: module `{m}` is in no layer of docs/ARCHITECTURE.md",
+                    c.dir
+                ));
+            }
+        }
+        for m in c.modules.difference(&present) {
+            out.push(format!(
+                "docs/ARCHITECTURE.md lists `{m}` in {}, which has no such module",
+                c.dir
+            ));
+        }
+        out.extend(cycles(&found, &c.dir));
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether `src/NAME.rs` is a file some module declares only for tests through `#[path]`.
+fn is_test_only_file(src: &Path, name: &str) -> bool {
+    let mut files = Vec::new();
+    walk(src, &mut files);
+    let needle = format!("#[path = \"{name}.rs\"]");
+    files.iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.match_indices(&needle)
+                .any(|(k, _)| t[..k].trim_end().ends_with("#[cfg(test)]"))
+        })
+    })
+}
+
+/// The import cycles among the top-level modules of one crate (`dir`): a path back to where it
+/// started (depth-first, each module once).
+fn cycles(imports: &[Import], dir: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut graph: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for i in imports {
-        let (Some(from), Some(to)) = (map.get(&i.from), map.get(&i.to)) else {
-            if !map.contains_key(&i.from) {
-                out.push(format!(
-                    "module `{}` ({}) is in no layer of docs/ARCHITECTURE.md",
-                    i.from, i.file
-                ));
-            }
-            continue;
-        };
-        if to.0 > from.0 {
-            out.push(format!(
-                "{}:{}: `{}` (layer {} {}) imports `{}` (layer {} {}), a layer above it",
-                i.file, i.line, i.from, from.0, from.1, i.to, to.0, to.1
-            ));
-        }
         graph.entry(&i.from).or_default().insert(&i.to);
     }
-    // A cycle: a path back to where it started (depth-first, each module once).
     let mut done: BTreeSet<&str> = BTreeSet::new();
     for &start in graph.keys() {
         let mut path = vec![start];
@@ -373,7 +570,21 @@ fn violations(imports: &[Import], map: &BTreeMap<String, (usize, String)>) -> Ve
                 Some(m) if path.contains(&m) => {
                     let from = path.iter().position(|&p| p == m).unwrap_or(0);
                     let cycle: Vec<&str> = path[from..].iter().copied().chain([m]).collect();
-                    let line = format!("import cycle: {}", cycle.join(" -> "));
+                    // Where: the file and line of each step.
+                    let steps: Vec<String> = cycle
+                        .windows(2)
+                        .filter_map(|w| {
+                            imports
+                                .iter()
+                                .find(|i| i.from == w[0] && i.to == w[1])
+                                .map(|i| format!("{}:{}", i.file, i.line))
+                        })
+                        .collect();
+                    let line = format!(
+                        "import cycle in {dir}: {} ({})",
+                        cycle.join(" -> "),
+                        steps.join(", ")
+                    );
                     if !out.contains(&line) {
                         out.push(line);
                     }
@@ -391,8 +602,6 @@ fn violations(imports: &[Import], map: &BTreeMap<String, (usize, String)>) -> Ve
             }
         }
     }
-    out.sort();
-    out.dedup();
     out
 }
 
@@ -401,102 +610,134 @@ fn root() -> PathBuf {
 }
 
 #[test]
-fn every_import_points_down_the_layers_of_architecture_md_and_none_closes_a_cycle() {
+fn every_crate_depends_only_on_layers_below_it_and_no_crate_has_an_import_cycle() {
     let doc = std::fs::read_to_string(root().join("docs/ARCHITECTURE.md")).unwrap();
     let map = layer_map(&doc);
-    let mut trees = vec![root().join("src")];
-    if let Ok(crates) = std::fs::read_dir(root().join("crates")) {
-        trees.extend(crates.flatten().map(|c| c.path().join("src")));
-    }
-    let mut all = Vec::new();
-    for t in &trees {
-        all.extend(imports(t));
-    }
+    let total: usize = map
+        .iter()
+        .map(|c| imports(&root().join(&c.dir).join("src"), &c.modules).len())
+        .sum();
     assert!(
-        all.len() > 100,
-        "read only {} imports: is src/ there?",
-        all.len()
+        total > 100,
+        "read only {total} imports: are the sources there?"
     );
-    // Every top-level module is on the map (a new one must be given its layer).
-    let mut missing = Vec::new();
-    for e in std::fs::read_dir(root().join("src")).unwrap().flatten() {
-        let name = e
-            .file_name()
-            .to_string_lossy()
-            .trim_end_matches(".rs")
-            .to_string();
-        if !["main", "lib", "bin"].contains(&name.as_str()) && !map.contains_key(&name) {
-            missing.push(name);
-        }
-    }
-    assert!(
-        missing.is_empty(),
-        "modules in no layer of docs/ARCHITECTURE.md \"Layers\": {missing:?}"
-    );
-    let v = violations(&all, &map);
+    let v = violations(&root(), &map);
     assert!(v.is_empty(), "the layers are broken:\n{}", v.join("\n"));
 }
 
-/// The check itself: an upward import and a cycle planted in a small tree are reported with
-/// their file and line, and what only a test or a comment names is not.
+/// The seam (the root of `crates/upstream` and the parts it re-exports) names nothing that
+/// stands behind it: no process, remote session, sign-in or starter (issue 48 §2).
 #[test]
-fn a_planted_upward_import_and_a_cycle_are_reported_with_file_and_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    std::fs::create_dir_all(src.join("low")).unwrap();
-    let write = |p: &str, s: &str| std::fs::write(src.join(p), s).unwrap();
-    write("lib.rs", "pub mod low;\npub mod high;\npub mod side;\n");
-    write(
-        "low/mod.rs",
-        "//! Mentions crate::high in a comment only.\n\
-         mod helper;\n#[cfg(test)]\nmod fakes;\n\
-         pub fn f() -> &'static str { \"crate::high in a string\" }\n\
-         #[cfg(test)]\nmod tests {\n    use crate::high::X;\n}\n",
-    );
-    write(
-        "low/helper.rs",
-        "pub fn g() {}\n\nuse crate::{side, high::Y};\n",
-    );
-    write("low/fakes.rs", "use crate::high::Z;\n");
-    write(
-        "high.rs",
-        "use crate::low::f;\npub struct X;\npub struct Y;\npub struct Z;\n",
-    );
-    write("side.rs", "use crate::high::X;\n");
-    let map: BTreeMap<String, (usize, String)> = [("low", 0), ("side", 0), ("high", 1)]
-        .into_iter()
-        .map(|(m, n)| (m.to_string(), (n, format!("l{n}"))))
+fn the_upstream_seam_names_no_implementation() {
+    let doc = std::fs::read_to_string(root().join("docs/ARCHITECTURE.md")).unwrap();
+    let map = layer_map(&doc);
+    let upstream = map
+        .iter()
+        .find(|c| c.dir == "crates/upstream")
+        .expect("crates/upstream is on the map");
+    let seam = ["lib", "exit", "facts", "outbound", "tail"];
+    let behind = ["auth", "child", "remote", "starter"];
+    let found = imports(&root().join("crates/upstream/src"), &upstream.modules);
+    let wrong: Vec<String> = found
+        .iter()
+        .filter(|i| seam.contains(&i.from.as_str()) && behind.contains(&i.to.as_str()))
+        .map(|i| format!("{}:{}: the seam names `{}`", i.file, i.line, i.to))
         .collect();
-    let found = imports(&src);
-    let v = violations(&found, &map);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The check itself: in a small planted workspace, a dependency on a higher layer and a cycle
+/// (through `crate::` and through `super::`) are reported with their file and line, and what
+/// only a test or a comment names is not.
+#[test]
+fn a_planted_upward_dependency_and_a_cycle_are_reported_with_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    let write = |p: &str, s: &str| {
+        let p = ws.join(p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, s).unwrap();
+    };
+    write(
+        "Cargo.toml",
+        "[workspace.dependencies]\nlow = { path = \"crates/low\" }\nhigh = { path = \"crates/high\" }\n",
+    );
+    write(
+        "crates/low/Cargo.toml",
+        "[dependencies]\nhigh.workspace = true\n[dev-dependencies]\nhigh.workspace = true\n",
+    );
+    write(
+        "crates/high/Cargo.toml",
+        "[dependencies]\nlow.workspace = true\n",
+    );
+    write("crates/high/src/lib.rs", "pub mod only;\n");
+    write("crates/high/src/only.rs", "pub fn f() {}\n");
+    write(
+        "crates/low/src/lib.rs",
+        "pub mod a;\npub mod b;\npub mod side;\n",
+    );
+    write(
+        "crates/low/src/a/mod.rs",
+        "//! Mentions crate::b in a comment only.\n\
+         mod helper;\n#[cfg(test)]\nmod fakes;\n\
+         pub fn f() -> &'static str { \"crate::b in a string\" }\n\
+         #[cfg(test)]\nmod tests {\n    use crate::b::X;\n}\n",
+    );
+    write(
+        "crates/low/src/a/helper.rs",
+        "pub fn g() {}\n\nuse super::super::{side, b::Y};\n",
+    );
+    write("crates/low/src/a/fakes.rs", "use crate::b::Z;\n");
+    write(
+        "crates/low/src/b.rs",
+        "use crate::a::f;\npub struct X;\npub struct Y;\npub struct Z;\n",
+    );
+    write("crates/low/src/side.rs", "use super::b::X;\n");
+    let crate_of = |dir: &str, layer: usize, modules: &[&str]| Crate {
+        dir: dir.to_string(),
+        layer,
+        name: format!("l{layer}"),
+        modules: modules.iter().map(|m| m.to_string()).collect(),
+    };
+    let map = vec![
+        crate_of("crates/low", 0, &["a", "b", "side"]),
+        crate_of("crates/high", 1, &["only"]),
+    ];
+    let v = violations(ws, &map);
     assert!(
-        v.iter()
-            .any(|l| l.starts_with("low/helper.rs:3: `low` (layer 0 l0) imports `high`")),
+        v.iter().any(|l| l.starts_with(
+            "crates/low/Cargo.toml: `crates/low` (layer 0 l0) depends on crates/high (layer 1 l1)"
+        )),
         "{v:#?}"
     );
     assert!(
         v.iter()
-            .any(|l| l.starts_with("side.rs:1: `side` (layer 0 l0) imports `high`")),
+            .any(|l| l.starts_with("import cycle in crates/low:")
+                && l.contains("a/helper.rs:3")
+                && l.contains("b.rs:1")),
         "{v:#?}"
     );
-    assert!(
-        v.iter()
-            .any(|l| l.starts_with("import cycle:") && l.contains("high") && l.contains("low")),
-        "{v:#?}"
-    );
+    assert_eq!(v.len(), 2, "{v:#?}");
     // Comments, strings, #[cfg(test)] items and test-only modules are not imports.
+    let found = imports(&ws.join("crates/low/src"), &map[0].modules);
     assert!(
         !found
             .iter()
-            .any(|i| i.file.starts_with("low/mod.rs") || i.file.contains("fakes")),
+            .any(|i| i.file.starts_with("a/mod.rs") || i.file.contains("fakes")),
         "{found:#?}"
     );
-    // The real map, with the upward import taken out, is clean.
-    std::fs::write(
-        src.join("low/helper.rs"),
+    // A module not on the map is reported.
+    write("crates/high/src/extra.rs", "pub fn e() {}\n");
+    assert!(violations(ws, &map)
+        .iter()
+        .any(|l| l.contains("module `extra` is in no layer")));
+    std::fs::remove_file(ws.join("crates/high/src/extra.rs")).unwrap();
+    // With the upward dependency and the cycle taken out, it is clean.
+    write("crates/low/Cargo.toml", "[dependencies]\n");
+    write(
+        "crates/low/src/a/helper.rs",
         "pub fn g() {}\n\nuse crate::side;\n",
-    )
-    .unwrap();
-    std::fs::write(src.join("side.rs"), "pub fn s() {}\n").unwrap();
-    assert_eq!(violations(&imports(&src), &map), Vec::<String>::new());
+    );
+    write("crates/low/src/side.rs", "pub fn s() {}\n");
+    assert_eq!(violations(ws, &map), Vec::<String>::new());
 }

@@ -43,6 +43,15 @@
 //! The soft RLIMIT_NOFILE is raised to the hard limit first (1,000 clients need descriptors, in
 //! the benchmark and in the daemons, which inherit it).
 
+// A test, a fixture or a benchmark may unwrap, expect, panic and index: the workspace's panic
+// lints (Cargo.toml [workspace.lints]) are for the daemon's code.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 mod behaviour;
 mod client;
 mod endpoint;

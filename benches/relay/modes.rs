@@ -95,7 +95,7 @@ pub fn profile(rig: &Rig) {
         ]);
         let ours: Vec<String> = report(&["--children", "--sort", "symbol", "--percent-limit", "1"])
             .into_iter()
-            .filter(|l| l.contains("mcp_supervisor::"))
+            .filter(|l| l.contains("mcp_supervisor"))
             .take(25)
             .collect();
         println!(

@@ -37,7 +37,7 @@ import kubernetes_validate
 from kubernetes_validate import utils as kv_utils
 
 # Seconds the supervisor may spend closing HTTP connections after its children have stopped
-# (src/http/mod.rs: a graceful close is given 2 s).
+# (crates/front/src/http/mod.rs: a graceful close is given 2 s).
 HTTP_CLOSE_S = 2
 
 PROBLEMS = []

@@ -298,7 +298,7 @@ fn setup(o: &Options) -> Result<Setup, AdoptError> {
     let config = match &o.config {
         Some(c) => absolute(c)?,
         None if o.home.is_some() => plain.clone(),
-        None => absolute(&crate::config::default_path())?,
+        None => absolute(&support::config::default_path())?,
     };
     let exe = std::env::current_exe().map_err(|e| AdoptError::Io {
         path: PathBuf::from("/proc/self/exe"),

@@ -11,9 +11,9 @@ use super::entry::Spec;
 use super::plan::{Plan, Server};
 use super::safe::{self, Meta, Place, Trust};
 use super::AdoptError;
-use crate::config;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use support::config;
 use toml_edit::{Array, DocumentMut, InlineTable, Item, Table};
 
 /// The socket mode `adopt` adds when another user must open the sockets: the file mode lets

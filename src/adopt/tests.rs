@@ -335,7 +335,7 @@ fn supervisor_config_is_appended_to_and_validated() {
         out.contains("\n# adopted from Cursor (user) x \"gh\"\n[servers.gh]\n"),
         "{out}"
     );
-    let cfg = crate::config::parse(&path, &out).unwrap();
+    let cfg = support::config::parse(&path, &out).unwrap();
     let s = &cfg.servers["gh"];
     assert_eq!(s.env["TOKEN"], "secret \"quoted\"");
     assert_eq!(s.args, ["-y", "x y"]);
@@ -356,7 +356,7 @@ fn a_new_supervisor_config_starts_with_a_header_and_validates() {
         out.contains("\n\n# adopted from src\n[servers.a]\n"),
         "{out}"
     );
-    crate::config::parse(&path, &out).unwrap();
+    support::config::parse(&path, &out).unwrap();
 }
 
 #[test]

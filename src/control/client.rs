@@ -4,7 +4,7 @@
 //! Synchronous on purpose: one request, one answer, no runtime needed.
 
 use super::{ErrorKind, Op, Request, Response, MAX_LINE};
-use crate::exit::{EXIT_CONFIG, EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_UNKNOWN_SERVER};
+use base::exit::{EXIT_CONFIG, EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_UNKNOWN_SERVER};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;

@@ -8,11 +8,11 @@
 //! owner), wait for it or paste its redirect.
 
 use super::{ErrorKind, LoginInfo, Response};
-use crate::auth::login::LoginError;
-use crate::auth::SignIn;
-use crate::mux::registry::Entry;
-use crate::mux::server::Command;
+use actor::registry::Entry;
+use actor::server::Command;
 use std::sync::Arc;
+use upstream::auth::login::LoginError;
+use upstream::auth::SignIn;
 
 /// The sign-in of the server, or the answer saying it has none.
 fn sign_in(name: &str, e: &Entry) -> Result<Arc<SignIn>, Box<Response>> {
@@ -22,7 +22,7 @@ fn sign_in(name: &str, e: &Entry) -> Result<Arc<SignIn>, Box<Response>> {
             format!("server `{name}` is a child process (`command`), not a url server; it has nothing to sign in to"),
         )));
     };
-    match crate::remote::sign_in_of(name, remote) {
+    match upstream::remote::sign_in_of(name, remote) {
         Ok(Some(s)) => Ok(s),
         Ok(None) => Err(Box::new(Response::error(
             ErrorKind::NotApplicable,

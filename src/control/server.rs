@@ -6,11 +6,11 @@
 //! and never blocks the main loop: the waits (a stop ladder, a start until ready) run here.
 
 use super::{ErrorBody, ErrorKind, Op, ReloadReport, Request, Response, MAX_LINE, VERSION};
-use crate::config::ServerConfig;
-use crate::mux::registry::{Entry, Registry};
-use crate::mux::server::{Command, ServerHandle, State, Status};
+use actor::registry::{Entry, Registry};
+use actor::server::{Command, ServerHandle, State, Status};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::config::ServerConfig;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
@@ -241,7 +241,7 @@ pub async fn answer(line: &[u8], ctx: &Ctx, who: Who, uid: u32) -> Response {
             },
         },
         Op::Metrics => Response {
-            metrics: Some(crate::observe::metrics().render()),
+            metrics: Some(support::observe::metrics().render()),
             ..Response::ok()
         },
         Op::Stop { name } => stop(ctx, &name).await,
@@ -416,8 +416,8 @@ async fn status(ctx: &Ctx, name: Option<&str>) -> Response {
 
 /// A server's `seats` in `status` (issue 47 §4): `{"taken": N, "holders": [{"uid": U,
 /// "taken": n} | {"address": A, "taken": n}, …]}`.
-fn seats_value(seats: &crate::mux::seats::Seats) -> serde_json::Value {
-    use crate::mux::seats::Holder;
+fn seats_value(seats: &actor::seats::Seats) -> serde_json::Value {
+    use actor::seats::Holder;
     let holders: Vec<serde_json::Value> = seats
         .holders()
         .into_iter()
@@ -536,21 +536,21 @@ async fn start(ctx: &Ctx, name: &str, restart: bool) -> Response {
 /// How long `stop` waits for the child to exit: the whole stop ladder (`stop_grace`, then
 /// `kill_timeout`) plus 5 s to reap and report.
 fn stop_budget(cfg: &ServerConfig) -> Duration {
-    crate::deadline::sum(&[cfg.stop_grace, cfg.kill_timeout, Duration::from_secs(5)])
+    base::deadline::sum(&[cfg.stop_grace, cfg.kill_timeout, Duration::from_secs(5)])
 }
 
 /// Until when `start` and `restart` wait for the server to settle, from `now`: the start
 /// (`start_timeout`), a stop ladder before it (restart), the spawn floor (`backoff_initial`),
 /// plus 2 s.
 fn start_deadline(now: Instant, cfg: &ServerConfig) -> Instant {
-    let budget = crate::deadline::sum(&[
+    let budget = base::deadline::sum(&[
         cfg.start_timeout,
         cfg.stop_grace,
         cfg.kill_timeout,
         cfg.backoff_initial,
         Duration::from_secs(2),
     ]);
-    crate::deadline::after(now, budget)
+    base::deadline::after(now, budget)
 }
 
 /// `ready`, `backoff`, ...: the status vocabulary.
@@ -566,8 +566,8 @@ mod tests {
     use super::{start_deadline, stop_budget};
     use std::time::{Duration, Instant};
 
-    fn cfg() -> crate::config::ServerConfig {
-        crate::config::parse(
+    fn cfg() -> support::config::ServerConfig {
+        support::config::parse(
             std::path::Path::new("s.toml"),
             "[servers.a]\ncommand = \"x\"\n",
         )

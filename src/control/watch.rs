@@ -211,7 +211,7 @@ pub async fn serve<W: AsyncWriteExt + Unpin>(
             return;
         }
     };
-    let mut rx = crate::observe::changes().subscribe();
+    let mut rx = support::observe::changes().subscribe();
     let mut before: Option<Shown> = None;
     let mut seq = 0u64;
     loop {

@@ -9,14 +9,14 @@
 
 use super::sockets::{accept_loop, server_access, socket_path};
 use super::{session_limits, Daemon};
-use crate::config::EndpointConfig;
-use crate::endpoint::{self, Link, Setup};
-use crate::mux::registry::Entry;
-use crate::mux::server::{Command, ServerHandle};
-use crate::mux::session::Access;
+use actor::registry::Entry;
+use actor::server::{Command, ServerHandle};
+use actor::session::Access;
+use front::endpoint::{self, Link, Setup};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use support::config::EndpointConfig;
 use tokio::net::UnixListener;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -89,9 +89,9 @@ impl Daemon {
                 .filter(|(_, r)| r.token)
                 .map(|(l, _)| l)
             {
-                let path = crate::http::access::labelled_token_path(&self.dir, &cfg.name, label);
-                match crate::http::access::ensure_token_file(&path, true, &cfg.name) {
-                    Ok(t) => tokens.push((crate::config::label_id(label), t)),
+                let path = front::http::access::labelled_token_path(&self.dir, &cfg.name, label);
+                match front::http::access::ensure_token_file(&path, true, &cfg.name) {
+                    Ok(t) => tokens.push((support::config::label_id(label), t)),
                     Err(e) => {
                         error!(endpoint = %cfg.name, client = %label, error = %format!("{e:#}"), "no named HTTP token for this client");
                     }
@@ -118,7 +118,7 @@ impl Daemon {
         info!(endpoint = %name, socket = %path.display(), sources = ?cfg.servers, "endpoint listening");
         let http = self.start_http(&cfg.front, &accept);
         self.load_labelled(&cfg);
-        let seats = Arc::new(crate::mux::seats::Seats::default());
+        let seats = Arc::new(actor::seats::Seats::default());
         // The socket clients the previous image handed over (issue 32 §1).
         self.resume_clients(&name, &handle, &params_rx, &seats);
         self.tracker.spawn(accept_loop(

@@ -3,9 +3,9 @@
 
 use super::sockets::{self, bind_socket};
 use super::Daemon;
-use crate::config::ServerConfig;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
+use support::config::ServerConfig;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -24,7 +24,7 @@ impl Daemon {
             return None;
         }
         self.load_token(cfg);
-        let path = crate::http::url::unix_socket_path(&self.dir, &cfg.name);
+        let path = front::http::url::unix_socket_path(&self.dir, &cfg.name);
         let key = format!("http:{}", cfg.name);
         let inherited = self.inherited(&key).and_then(|(fd, _)| {
             let std = std::os::unix::net::UnixListener::from(fd);
@@ -77,12 +77,12 @@ impl Daemon {
             .await
             .with_context(|| format!("cannot listen for HTTP on {addr} (http_listen)"))?;
         let bound = listener.local_addr().unwrap_or(addr);
-        let file = self.dir.join(crate::http::url::ADDR_FILE);
+        let file = self.dir.join(front::http::url::ADDR_FILE);
         // Written aside and renamed, so a reader (`mcp-supervisor url`, a test) never sees it
         // empty or half written.
         let partial = self
             .dir
-            .join(format!(".{}.partial", crate::http::url::ADDR_FILE));
+            .join(format!(".{}.partial", front::http::url::ADDR_FILE));
         let written = std::fs::write(&partial, format!("{bound}\n"))
             .and_then(|()| std::fs::rename(&partial, &file));
         if let Err(e) = written {
@@ -92,7 +92,7 @@ impl Daemon {
         info!(addr = %bound, "serving Streamable HTTP at http://{bound}/mcp/NAME");
         self.http_tcp = true;
         let resumed = self.resumed_http(None);
-        self.tracker.spawn(crate::http::serve_tcp(
+        self.tracker.spawn(front::http::serve_tcp(
             listener,
             self.front.clone(),
             (self.accepting.clone(), self.tracker.clone()),
@@ -104,7 +104,7 @@ impl Daemon {
     /// Reads (or creates) server `cfg`'s bearer token into the front; on failure the TCP
     /// endpoint refuses that server's requests, and says why in the log.
     pub(super) fn load_token(&self, cfg: &ServerConfig) {
-        match crate::http::access::ensure_token(&self.dir, cfg) {
+        match front::http::access::ensure_token(&self.dir, cfg) {
             Ok(t) => self.front.set_token(&cfg.name, Some(t)),
             Err(e) => {
                 self.front.set_token(&cfg.name, None);

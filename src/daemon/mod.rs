@@ -18,21 +18,21 @@
 //! through the ladder, remove the sockets we bound (never socket-activated ones), exit 0; a
 //! second signal SIGKILLs every process group and exits at once.
 
-use crate::config::{Config, ServerConfig};
 use crate::control::server::{self as ctl, ReloadOutcome};
 use crate::control::{self, ErrorBody, ErrorKind, ReloadReport};
-use crate::logging::{MSG_RELOADED, MSG_RELOAD_FAILED};
-use crate::mux::registry::{Entry, Registry};
-use crate::mux::server::{self, Command, ServerHandle};
-use crate::mux::session::{self, Access};
-use crate::systemd::{Notifier, Plumbing};
+use actor::registry::{Entry, Registry};
+use actor::server::{self, Command, ServerHandle};
+use actor::session::{self, Access};
 use anyhow::{bail, Context, Result};
+use base::systemd::{Notifier, Plumbing};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
+use support::config::{Config, ServerConfig};
+use support::logging::{MSG_RELOADED, MSG_RELOAD_FAILED};
 use tokio::net::UnixListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -46,7 +46,7 @@ mod http;
 mod previous;
 mod sockets;
 mod upgrade;
-use crate::safepath::prepare_state_dir;
+use base::safepath::prepare_state_dir;
 pub use previous::{cleanup, Cleanup};
 use sockets::{accept_loop, control_loop, SessionParams, Shared};
 pub use sockets::{
@@ -85,7 +85,7 @@ impl ReloadGate {
         }
         // The reload RELOAD_BURST ago opens the window; `recent` holds at most that many.
         match self.recent.iter().rev().nth(RELOAD_BURST - 1) {
-            Some(t) => crate::deadline::after(*t, RELOAD_WINDOW).max(now),
+            Some(t) => base::deadline::after(*t, RELOAD_WINDOW).max(now),
             None => now,
         }
     }
@@ -113,7 +113,7 @@ struct Running {
     http: Option<(PathBuf, CancellationToken)>,
     /// Its client seats (`max_clients`): its socket's connections and the endpoint clients
     /// joined to it.
-    seats: Arc<crate::mux::seats::Seats>,
+    seats: Arc<actor::seats::Seats>,
 }
 
 /// The daemon's state, owned by the main loop.
@@ -138,7 +138,7 @@ struct Daemon {
     tracker: TaskTracker,
     notifier: Notifier,
     /// The Streamable HTTP endpoint's shared state (issue 16).
-    front: Arc<crate::http::Front>,
+    front: Arc<front::http::Front>,
     /// Whether the TCP side of the HTTP endpoint is bound (at start or by a reload that
     /// turned `http` on for a first server).
     http_tcp: bool,
@@ -154,7 +154,7 @@ struct Daemon {
     /// Each server's socket clients handed over by the previous image.
     adopted_clients: HashMap<String, Vec<upgrade::AdoptedClient>>,
     /// HTTP connections handed over by the previous image, until their listener starts.
-    adopted_http: Vec<crate::http::handoff::ParkedConn>,
+    adopted_http: Vec<front::http::handoff::ParkedConn>,
     /// Upgrades so far and the last refusal, for `upgraded`.
     upgraded: control::Upgraded,
 }
@@ -195,14 +195,14 @@ impl Daemon {
         let path = socket_path(&self.dir, &name);
         let (params, params_rx) = watch::channel(session_limits(&cfg, &self.memory));
         let entry_cfg = Arc::new(cfg.clone());
-        crate::observe::readiness().declare(&name, cfg.required);
+        support::observe::readiness().declare(&name, cfg.required);
         self.keep_listener(&name, &listener, activated);
         let adoption = self.adoptions.remove(&name);
         let (handle, task) = server::start_adopting(cfg, adoption);
         let accept = self.accepting.child_token();
         info!(server = %name, socket = %path.display(), activated, "listening");
         let http = self.start_http(&entry_cfg, &accept);
-        let seats = Arc::new(crate::mux::seats::Seats::default());
+        let seats = Arc::new(actor::seats::Seats::default());
         self.resume_clients(&name, &handle, &params_rx, &seats);
         self.tracker.spawn(accept_loop(
             listener,
@@ -248,7 +248,7 @@ impl Daemon {
         self.registry.remove(name);
         self.listening.remove(name);
         self.listening.remove(&format!("http:{name}"));
-        crate::observe::readiness().forget(name);
+        support::observe::readiness().forget(name);
         r.accept.cancel();
         if !r.activated {
             let _ = std::fs::remove_file(&r.path);
@@ -299,11 +299,11 @@ impl Daemon {
     }
 
     async fn apply_reload(&mut self) -> ReloadOutcome {
-        let new = crate::config::load(&self.config.path).map_err(|e| ErrorBody {
+        let new = support::config::load(&self.config.path).map_err(|e| ErrorBody {
             kind: ErrorKind::InvalidConfig,
             message: e.to_string(),
         })?;
-        if let Some(w) = crate::config::exposure(&new) {
+        if let Some(w) = support::config::exposure(&new) {
             warn!("{w}");
         }
         for w in &new.warnings {
@@ -415,7 +415,7 @@ impl Daemon {
             .viewers
             .write()
             .unwrap_or_else(|p| p.into_inner()) = viewer_access(new_s);
-        crate::observe::history::set_objective(new_s.availability_objective);
+        support::observe::history::set_objective(new_s.availability_objective);
         // Live sessions of peers no longer allowed end now (issue 14 §2), and their HTTP
         // connections on NAME.http.sock close (issue 26 §5).
         self.shared.close_revoked_http();
@@ -504,7 +504,7 @@ impl Daemon {
         let Some(r) = self.servers.get(name) else {
             return;
         };
-        crate::observe::readiness().declare(name, cfg.required);
+        support::observe::readiness().declare(name, cfg.required);
         self.registry.insert(
             name,
             Entry {
@@ -538,7 +538,7 @@ fn prepare_records_dir(config: &Config, socket_dir: &Path) -> Result<()> {
     let needed = config
         .servers
         .values()
-        .any(|s| s.start == crate::config::StartMode::OnDemand || s.http)
+        .any(|s| s.start == support::config::StartMode::OnDemand || s.http)
         || config.endpoints.values().any(|e| e.front.http);
     if needed && dir != socket_dir {
         prepare_state_dir(dir)?;
@@ -608,7 +608,7 @@ async fn summary(registry: &Registry) -> String {
             statuses.push(s);
         }
     }
-    crate::mux::server::summary(&statuses)
+    actor::server::summary(&statuses)
 }
 
 /// Runs the daemon until SIGTERM/SIGINT. Returns after every child is stopped.
@@ -623,7 +623,7 @@ pub async fn run(
     for note in &plumbing.notes {
         warn!("{note}");
     }
-    if let Some(w) = crate::config::exposure(&config) {
+    if let Some(w) = support::config::exposure(&config) {
         warn!("{w}");
     }
     for w in &config.warnings {
@@ -635,7 +635,7 @@ pub async fn run(
     });
     let mut handover = handover;
     if let Some(r) = &handover {
-        crate::reaper::resume(&r.run_token, r.instances);
+        base::reaper::resume(&r.run_token, r.instances);
         match &r.refused {
             None => info!(
                 upgrades = r.upgrades,
@@ -649,11 +649,11 @@ pub async fn run(
     // Inherited children are ours before the orphan sweep starts.
     for s in handover.iter().flat_map(|r| &r.servers) {
         if let Some(c) = &s.child {
-            crate::reaper::spawn_guard().insert(c.pid as i32);
+            base::reaper::spawn_guard().insert(c.pid as i32);
         }
     }
     // Before any child exists: as PID 1 or a subreaper, orphans below us are ours to reap.
-    let role = crate::reaper::setup(config.supervisor.subreaper);
+    let role = base::reaper::setup(config.supervisor.subreaper);
     if role.adopts() {
         info!(
             role = role.as_str(),
@@ -661,9 +661,9 @@ pub async fn run(
         );
     }
     // Before any child exists too: a cgroup v2 subtree for the limits, or none (issue 18 §3).
-    crate::child::limits::setup(config.supervisor.limits)?;
+    upstream::child::limits::setup(config.supervisor.limits)?;
     let sweep = CancellationToken::new();
-    let sweeper = tokio::spawn(crate::reaper::run(sweep.clone()));
+    let sweeper = tokio::spawn(base::reaper::run(sweep.clone()));
     let dir = config.supervisor.socket_dir.clone();
     let perms = SocketPerms::from(&config.supervisor);
     prepare_socket_dir(&dir, perms)?;
@@ -683,9 +683,9 @@ pub async fn run(
     // Children a crashed run left in systemd's file descriptor store are re-adopted (issue
     // 32 §2) when they are still the instances it recorded; anything else of that run ends.
     if plumbing.fd_store.is_some() {
-        crate::child::fdstore::enable(notifier.clone());
+        upstream::child::fdstore::enable(notifier.clone());
     }
-    let (stored, notes) = crate::child::fdstore::collect(&mut plumbing.listeners);
+    let (stored, notes) = upstream::child::fdstore::collect(&mut plumbing.listeners);
     for note in notes {
         warn!("{note}");
     }
@@ -695,7 +695,7 @@ pub async fn run(
     }
     // Before any actor exists: each reads once whether traces are on.
     if let Some(otel) = &config.supervisor.otel {
-        crate::observe::trace::start(otel)?;
+        support::observe::trace::start(otel)?;
     }
     let mut activated = HashMap::new();
     for (name, fd) in plumbing.listeners.drain(..) {
@@ -710,7 +710,7 @@ pub async fn run(
     let registry = Registry::default();
     let connections = CancellationToken::new();
     let memory = Arc::new(session::MemoryBudget::new(config.supervisor.client_memory));
-    crate::observe::history::set_objective(config.supervisor.availability_objective);
+    support::observe::history::set_objective(config.supervisor.availability_objective);
     let mut daemon = Daemon {
         dir: dir.clone(),
         memory: memory.clone(),
@@ -719,7 +719,7 @@ pub async fn run(
             clients: RwLock::new(client_table(&config)),
             operators: RwLock::new(operator_access(&config.supervisor)),
             viewers: RwLock::new(viewer_access(&config.supervisor)),
-            refused_log: std::sync::Mutex::new(crate::logging::LogBudget::new(
+            refused_log: std::sync::Mutex::new(support::logging::LogBudget::new(
                 20,
                 Duration::from_secs(10),
             )),
@@ -736,7 +736,7 @@ pub async fn run(
         connections: connections.clone(),
         tracker: TaskTracker::new(),
         notifier: notifier.clone(),
-        front: crate::http::Front::new(
+        front: front::http::Front::new(
             registry.clone(),
             config.supervisor.http.clone(),
             memory,
@@ -808,7 +808,7 @@ pub async fn run(
         let _ = std::fs::remove_file(control::socket_path(&dir));
     }
     // Every child has exited; whatever its descendants left (escaped, or adopted) goes now.
-    let _ = tokio::task::spawn_blocking(|| crate::reaper::finish(REAP_AT_EXIT)).await;
+    let _ = tokio::task::spawn_blocking(|| base::reaper::finish(REAP_AT_EXIT)).await;
     sweep.cancel();
     let _ = sweeper.await;
     info!("stopped");
@@ -938,13 +938,15 @@ impl Daemon {
                 .await
                 .with_context(|| format!("cannot listen for metrics on {addr}"))?;
             info!(%addr, "serving GET /metrics, /healthz and /readyz");
-            self.tracker
-                .spawn(crate::observe::serve_http(listener, self.accepting.clone()));
+            self.tracker.spawn(support::observe::serve_http(
+                listener,
+                self.accepting.clone(),
+            ));
         }
         // A status round trip proves each actor has spawned its child (it spawns before it
         // reads its inbox), so READY=1 means "sockets bound, children spawned" (R1).
         let status_line = summary(&self.registry).await;
-        crate::observe::readiness().set_bound(true);
+        support::observe::readiness().set_bound(true);
         self.notifier.ready_with_status(&status_line);
         info!(servers = self.servers.len(), config = %self.config.path.display(), "mcp-supervisor running");
         if self.notifier.enabled() {
@@ -1015,7 +1017,7 @@ impl Daemon {
     /// Shutdown (F24-F25): stop accepting, stop every child in parallel through its ladder
     /// (a second signal SIGKILLs every group at once), then close connections and sockets.
     async fn shutdown(&mut self, signals: &mut Signals, watchdog: &mut Watchdog) {
-        crate::observe::readiness().set_stopping();
+        support::observe::readiness().set_stopping();
         // The HTTP sessions this shutdown ends stay recorded, for the next start (issue 32).
         self.front.stop_recording();
         self.accepting.cancel();
@@ -1075,7 +1077,7 @@ impl Daemon {
             }
         }
         if self.http_tcp {
-            let _ = std::fs::remove_file(self.dir.join(crate::http::url::ADDR_FILE));
+            let _ = std::fs::remove_file(self.dir.join(front::http::url::ADDR_FILE));
         }
         self.tracker.close();
         if !forced {

@@ -6,7 +6,7 @@
 //! The last run's token is in `<socket_dir>/supervisor.run.json` (`reaper::RUN_FILE`,
 //! `{"token":"16 hex","pid":N}`), read only if it is ours (`statefile::read_own`). A stored
 //! instance is re-adopted when its marker carries that token, its server is still configured
-//! with the same command, arguments and working directory (`mux::record::decode`), it had an
+//! with the same command, arguments and working directory (`actor::record::decode`), it had an
 //! open session, and its pid is still that instance (`fdstore::Stored::check`); one per
 //! server, the newest. This run then goes on with that token (`reaper::resume`), so a later
 //! crash's cleanup still finds them. Every other stored instance that is still running is
@@ -18,13 +18,13 @@
 //! ends; after a crash (systemd's `$SERVICE_RESULT`), nothing does, so the restarted
 //! supervisor re-adopts the children.
 
-use crate::child::fdstore::Stored;
-use crate::child::process::Inherited;
-use crate::config::Config;
-use crate::mux::server::Adoption;
+use actor::server::Adoption;
 use std::collections::HashMap;
 use std::path::Path;
+use support::config::Config;
 use tracing::{info, warn};
+use upstream::child::fdstore::Stored;
+use upstream::child::process::Inherited;
 
 /// What [`cleanup`] did.
 #[derive(Debug, PartialEq, Eq)]
@@ -57,7 +57,7 @@ pub fn cleanup(socket_dir: &Path, service_result: Option<&str>) -> Result<Cleanu
     }
     // Held while ending: no supervisor starts (and spawns) on this directory meanwhile.
     let _lock = super::lock_socket_dir(socket_dir).map_err(|e| format!("{e:#}"))?;
-    let token = crate::statefile::read_own(&socket_dir.join(crate::reaper::RUN_FILE), 4096)
+    let token = base::statefile::read_own(&socket_dir.join(base::reaper::RUN_FILE), 4096)
         .ok()
         .and_then(|text| serde_json::from_slice::<serde_json::Value>(&text).ok())
         .and_then(|v| v.get("token")?.as_str().map(str::to_string))
@@ -65,7 +65,7 @@ pub fn cleanup(socket_dir: &Path, service_result: Option<&str>) -> Result<Cleanu
     let Some(token) = token else {
         return Ok(Cleanup::NoRun);
     };
-    Ok(Cleanup::Ended(crate::reaper::end_previous_run(
+    Ok(Cleanup::Ended(base::reaper::end_previous_run(
         Some(&token),
         &[],
         &[],
@@ -81,9 +81,9 @@ pub(super) async fn end_previous_run(
     stored: Vec<Stored>,
     config: &Config,
 ) -> HashMap<String, Adoption> {
-    let path = socket_dir.join(crate::reaper::RUN_FILE);
+    let path = socket_dir.join(base::reaper::RUN_FILE);
     let read_path = path.clone();
-    let read = tokio::task::spawn_blocking(move || crate::statefile::read_own(&read_path, 4096))
+    let read = tokio::task::spawn_blocking(move || base::statefile::read_own(&read_path, 4096))
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))
         .and_then(|r| r);
@@ -132,7 +132,7 @@ pub(super) async fn end_previous_run(
         if let Some(token) = &previous_token {
             if !revived.is_empty() {
                 let n = revived.iter().chain(&refused).map(instance).max().unwrap_or(0);
-                crate::reaper::resume(token, n.saturating_add(RESUME_MARGIN));
+                base::reaper::resume(token, n.saturating_add(RESUME_MARGIN));
             }
         }
         // What was not re-adopted and is still that instance ends, even when the last run's
@@ -143,11 +143,11 @@ pub(super) async fn end_previous_run(
             .map(|s| s.marker.clone())
             .collect();
         for s in &refused {
-            crate::child::fdstore::forget(s);
+            upstream::child::fdstore::forget(s);
         }
         let keep: Vec<String> = revived.iter().map(|s| s.marker.clone()).collect();
         let found = if previous_token.is_some() || !extra.is_empty() {
-            crate::reaper::end_previous_run(previous_token.as_deref(), &extra, &keep)
+            base::reaper::end_previous_run(previous_token.as_deref(), &extra, &keep)
         } else {
             Vec::new()
         };
@@ -159,9 +159,9 @@ pub(super) async fn end_previous_run(
         warn!(processes = %found.join(" "), "ended the processes a previous run left (it died without stopping its children)");
     }
     let text =
-        serde_json::json!({"token": crate::reaper::token(), "pid": std::process::id()}).to_string();
+        serde_json::json!({"token": base::reaper::token(), "pid": std::process::id()}).to_string();
     let written =
-        tokio::task::spawn_blocking(move || crate::statefile::write_atomic(&path, text.as_bytes()))
+        tokio::task::spawn_blocking(move || base::statefile::write_atomic(&path, text.as_bytes()))
             .await
             .map_err(|e| std::io::Error::other(e.to_string()))
             .and_then(|r| r);
@@ -232,7 +232,7 @@ fn adoptable(s: &Stored, previous: Option<&str>, config: &Config) -> Result<(), 
         return Err("its session was not open (no handshake recorded)".into());
     };
     let text = serde_json::to_vec(hs).map_err(|e| e.to_string())?;
-    crate::mux::record::decode(cfg, &text)
+    actor::record::decode(cfg, &text)
         .map(|_| ())
         .map_err(|why| format!("its server's configuration changed ({why})"))
 }

@@ -3,20 +3,20 @@
 //! control sockets.
 
 use super::AlreadyRunning;
-use crate::config::{ServerConfig, SupervisorConfig};
 use crate::control::{self, server as ctl};
-use crate::logging::MSG_REFUSED;
-use crate::mux::seats::{shares, Holder, Refused, Rule, Seats};
-use crate::mux::server::ServerHandle;
-use crate::mux::session::{self, Access, Peer};
-use crate::safepath::{check_ancestors, refuse_key};
+use actor::seats::{shares, Holder, Refused, Rule, Seats};
+use actor::server::ServerHandle;
+use actor::session::{self, Access, Peer};
 use anyhow::{bail, Context, Result};
+use base::safepath::{check_ancestors, refuse_key};
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
+use support::config::{ServerConfig, SupervisorConfig};
+use support::logging::MSG_REFUSED;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -352,7 +352,7 @@ pub(super) enum Role<'a> {
 #[derive(Debug)]
 pub(super) struct Shared {
     /// Log lines for refused connections: 20 per 10 s, the rest counted (issue 14 §3).
-    pub(super) refused_log: std::sync::Mutex<crate::logging::LogBudget>,
+    pub(super) refused_log: std::sync::Mutex<support::logging::LogBudget>,
     /// Client access per server (each server's own lists, or `[supervisor]`'s).
     pub(super) clients: RwLock<HashMap<String, Access>>,
     /// Operator access (`control.sock`).
@@ -364,7 +364,7 @@ pub(super) struct Shared {
     /// revokes a peer closes them (issue 26 §5; [`Shared::close_revoked_http`]).
     pub(super) http_peers: std::sync::Mutex<HttpPeers>,
     /// Where the socket sessions park for an upgrade's hand-over (issue 32 §1).
-    pub(super) parking: Arc<crate::mux::park::Parking>,
+    pub(super) parking: Arc<actor::park::Parking>,
 }
 
 /// The connections open on every `NAME.http.sock`: by a number of their own, the server,
@@ -508,7 +508,7 @@ pub(super) async fn accept_checked(
             if let (Role::Server(name), true) = (role, say_hangup) {
                 // Said once, without waiting (a refused peer gets no more of our time): the
                 // marked line tells `attach` not to reconnect (issue 32 §2).
-                let line = crate::mux::session::hangup_line(
+                let line = actor::session::hangup_line(
                     &format!("this user is not allowed to use `{name}`"),
                     "denied",
                 );
@@ -597,9 +597,9 @@ pub(super) async fn accept_loop(
 /// refused peer gets no more of our time; `attach` shows it and retries with backoff), counts
 /// it, and logs it within the refusal budget (issue 47 §4).
 fn refuse_seat(stream: &UnixStream, server: &str, refused: &Refused, uid: u32, shared: &Shared) {
-    let line = crate::mux::session::hangup_line(&refused.message(server), session::BUSY);
+    let line = actor::session::hangup_line(&refused.message(server), session::BUSY);
     let _ = stream.try_write(&line);
-    crate::observe::metrics().client_refused(server, refused.reason());
+    support::observe::metrics().client_refused(server, refused.reason());
     let budget = shared
         .refused_log
         .lock()
@@ -686,10 +686,10 @@ pub(super) async fn control_loop(
 pub(super) async fn http_accept_loop(
     listener: UnixListener,
     name: String,
-    front: Arc<crate::http::Front>,
+    front: Arc<front::http::Front>,
     shared: Arc<Shared>,
     (stop, tracker): (CancellationToken, TaskTracker),
-    resumed: Vec<crate::http::handoff::ParkedConn>,
+    resumed: Vec<front::http::handoff::ParkedConn>,
 ) {
     let live = Arc::new(AtomicUsize::new(0));
     // Connections the previous image handed over between two requests (issue 32 §1): their
@@ -713,7 +713,7 @@ pub(super) async fn http_accept_loop(
                         transport: Default::default(),
                     };
                     (
-                        crate::http::handoff::Prefixed::new(c.read_ahead, stream),
+                        front::http::handoff::Prefixed::new(c.read_ahead, stream),
                         peer,
                     )
                 })
@@ -725,21 +725,21 @@ pub(super) async fn http_accept_loop(
             None => {
                 match accept_checked(&listener, &shared, Role::Server(&name), false, &stop).await {
                     Some((stream, peer)) => (
-                        crate::http::handoff::Prefixed::new(bytes::Bytes::new(), stream),
+                        front::http::handoff::Prefixed::new(bytes::Bytes::new(), stream),
                         peer,
                     ),
                     None => break,
                 }
             }
         };
-        if live.load(Ordering::Relaxed) >= crate::http::MAX_CONNECTIONS {
+        if live.load(Ordering::Relaxed) >= front::http::MAX_CONNECTIONS {
             debug!(server = %name, "HTTP connection refused: too many open");
             continue;
         }
         live.fetch_add(1, Ordering::Relaxed);
         let live = live.clone();
         let (n, revoked) = shared.register_http(&name, peer.clone());
-        let via = crate::http::Via::Unix {
+        let via = front::http::Via::Unix {
             server: name.clone(),
             peer,
             revoked: revoked.clone(),
@@ -747,7 +747,7 @@ pub(super) async fn http_accept_loop(
         let front = front.clone();
         let shared = shared.clone();
         tracker.spawn(async move {
-            crate::http::serve_connection(stream, front, via, revoked.cancelled_owned()).await;
+            front::http::serve_connection(stream, front, via, revoked.cancelled_owned()).await;
             shared.forget_http(n);
             live.fetch_sub(1, Ordering::Relaxed);
         });

@@ -1,5 +1,5 @@
 use super::*;
-use crate::safepath::DirRefused;
+use base::safepath::DirRefused;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 
 #[test]
@@ -97,7 +97,7 @@ fn a_state_dir_that_is_a_link_writable_by_others_or_owned_by_another_user_is_ref
     std::os::unix::fs::symlink(&d, &link).unwrap();
     let e = prepare_state_dir(&link).unwrap_err();
     assert!(e.to_string().contains("symbolic link"), "{e:#}");
-    if crate::testing::needs_root("the other-owner case (chown)") {
+    if base::testing::needs_root("the other-owner case (chown)") {
         std::os::unix::fs::chown(&d, Some(4242), Some(4242)).unwrap();
         let e = prepare_state_dir(&d).unwrap_err();
         assert!(e.to_string().contains("owned by uid 4242"), "{e:#}");
@@ -108,7 +108,7 @@ fn a_state_dir_that_is_a_link_writable_by_others_or_owned_by_another_user_is_ref
 /// another user is refused, whatever its target.
 #[test]
 fn a_parent_that_is_a_link_owned_by_another_user_is_refused() {
-    if !crate::testing::needs_root("a link owned by another user (lchown)") {
+    if !base::testing::needs_root("a link owned by another user (lchown)") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -14,7 +14,7 @@ use crate::handover::{
     self, ChildRecord, ClientRecord, ConfigText, EndpointRecord, HttpConn, Listener, Record,
     ServerRecord,
 };
-use crate::mux::server::Command;
+use actor::server::Command;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -141,8 +141,8 @@ impl Daemon {
             watchdog_usec: self.image.watchdog_usec,
             fd_store: self.image.fd_store,
             refused: None,
-            run_token: crate::reaper::token().to_string(),
-            instances: crate::reaper::instances(),
+            run_token: base::reaper::token().to_string(),
+            instances: base::reaper::instances(),
             listeners: self
                 .listening
                 .iter()
@@ -179,10 +179,10 @@ impl Daemon {
         if let Err(e) = record.validate() {
             error!(error = %e, "the hand-over record is not valid; running this image again");
         }
-        crate::logging::requests::flush(Duration::from_millis(500));
+        support::logging::requests::flush(Duration::from_millis(500));
         // The writer thread's queue would die with the exec; what is logged after this is
         // dropped (a failed exec is said again by the image that runs next).
-        crate::logging::finish();
+        support::logging::finish();
         let e = handover::exec(&record, binary.fd(), binary.script());
         error!(binary = %binary.path().display(), error = %e, "cannot execute the new image; running this one again");
         let mut again = record;
@@ -192,7 +192,7 @@ impl Daemon {
         ));
         let e = handover::exec_old(&again);
         error!(error = %e, "cannot execute the old image again either; exiting");
-        std::process::exit(crate::exit::EXIT_FAILED);
+        std::process::exit(base::exit::EXIT_FAILED);
     }
 
     /// Waits until every socket session has parked and every client request is answered.
@@ -364,9 +364,9 @@ impl Daemon {
     pub(super) fn resume_clients(
         &mut self,
         name: &str,
-        handle: &crate::mux::server::ServerHandle,
+        handle: &actor::server::ServerHandle,
         params: &tokio::sync::watch::Receiver<super::SessionParams>,
-        seats: &std::sync::Arc<crate::mux::seats::Seats>,
+        seats: &std::sync::Arc<actor::seats::Seats>,
     ) {
         for c in self.adopted_clients.remove(name).unwrap_or_default() {
             let std = std::os::unix::net::UnixStream::from(c.fd);
@@ -381,15 +381,15 @@ impl Daemon {
                 }
             };
             let seat = seats.take(
-                crate::mux::seats::Rule::UNLIMITED,
-                crate::mux::seats::Holder::Uid(c.peer.uid),
+                actor::seats::Rule::UNLIMITED,
+                actor::seats::Holder::Uid(c.peer.uid),
             );
             let limits = params.borrow().clone();
             let events = handle.sessions.clone();
             let token = self.connections.clone();
             let parking = self.shared.parking.clone();
             self.tracker.spawn(async move {
-                crate::mux::session::run(
+                actor::session::run(
                     stream,
                     c.peer,
                     events,
@@ -408,7 +408,7 @@ impl Daemon {
     pub(super) fn resumed_http(
         &mut self,
         server: Option<&str>,
-    ) -> Vec<crate::http::handoff::ParkedConn> {
+    ) -> Vec<front::http::handoff::ParkedConn> {
         let (mine, rest) = std::mem::take(&mut self.adopted_http)
             .into_iter()
             .partition(|c| c.server.as_deref() == server);
@@ -426,8 +426,7 @@ impl Daemon {
 }
 
 /// Each socket client's replay lines, by client.
-type ReplayOf =
-    std::collections::BTreeMap<crate::mux::session::ClientId, crate::mux::server::ClientState>;
+type ReplayOf = std::collections::BTreeMap<actor::session::ClientId, actor::server::ClientState>;
 
 /// Polls `cond` every 2 ms until it holds (true) or `within` passed (false).
 async fn until(within: Duration, cond: impl Fn() -> bool) -> bool {
@@ -504,7 +503,7 @@ async fn preflight(bin: &handover::Binary, config: &std::path::Path) -> Result<(
         });
     }
     let child = {
-        let mut owned = crate::reaper::spawn_guard();
+        let mut owned = base::reaper::spawn_guard();
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot run {} (execveat): {e}", binary.display()))?;
@@ -516,7 +515,7 @@ async fn preflight(bin: &handover::Binary, config: &std::path::Path) -> Result<(
     let pid = child.id();
     let out = tokio::time::timeout(PREFLIGHT, child.wait_with_output()).await;
     if let Some(pid) = pid {
-        crate::reaper::disown(pid);
+        base::reaper::disown(pid);
     }
     match out {
         Err(_) => Err(format!(
@@ -554,11 +553,11 @@ pub(super) struct Adopted {
     pub(super) refused: Option<String>,
     listeners: Vec<(String, OwnedFd, bool)>,
     /// What each server adopts.
-    pub(super) servers: std::collections::HashMap<String, crate::mux::server::Adoption>,
+    pub(super) servers: std::collections::HashMap<String, actor::server::Adoption>,
     /// Each server's socket clients: their connections and what they resume with.
     pub(super) clients: std::collections::HashMap<String, Vec<AdoptedClient>>,
     /// HTTP connections between two requests.
-    pub(super) http: Vec<crate::http::handoff::ParkedConn>,
+    pub(super) http: Vec<front::http::handoff::ParkedConn>,
 }
 
 /// A socket client handed over.
@@ -567,9 +566,9 @@ pub(super) struct AdoptedClient {
     /// Its connection.
     pub(super) fd: OwnedFd,
     /// Who it is.
-    pub(super) peer: crate::mux::session::Peer,
+    pub(super) peer: actor::session::Peer,
     /// Its pending bytes and replay lines.
-    pub(super) resume: crate::mux::park::Resume,
+    pub(super) resume: actor::park::Resume,
 }
 
 impl Adopted {
@@ -586,13 +585,13 @@ impl Adopted {
 fn adopted_client(c: ClientRecord, own: &impl Fn(RawFd) -> OwnedFd) -> AdoptedClient {
     AdoptedClient {
         fd: own(c.fd),
-        peer: crate::mux::session::Peer {
+        peer: actor::session::Peer {
             uid: c.uid,
             gid: c.gid,
             pid: c.pid,
             ..Default::default()
         },
-        resume: crate::mux::park::Resume {
+        resume: actor::park::Resume {
             pending: handover::unb64(&c.pending, "pending").unwrap_or_default(),
             replay: c.replay,
             listens: c.listens,
@@ -605,7 +604,7 @@ pub(super) fn adopt(r: Record) -> Adopted {
     // SAFETY (every `own` below): `r` was validated (`Record::decode`): each descriptor is
     // open, of its kind, named once, and nothing else in this image owns it.
     let own = |fd| {
-        crate::fds::close_on_exec(fd);
+        base::fds::close_on_exec(fd);
         unsafe { Record::own(fd) }
     };
     drop(own(r.old_image));
@@ -624,7 +623,7 @@ pub(super) fn adopt(r: Record) -> Adopted {
             .map(|c| adopted_client(c, &own))
             .collect();
         clients.insert(s.name.clone(), adopted);
-        let inherited = s.child.map(|c| crate::child::process::Inherited {
+        let inherited = s.child.map(|c| upstream::child::process::Inherited {
             pid: c.pid,
             stdin: own(c.stdin),
             stdout: own(c.stdout),
@@ -636,7 +635,7 @@ pub(super) fn adopt(r: Record) -> Adopted {
         });
         servers.insert(
             s.name,
-            crate::mux::server::Adoption {
+            actor::server::Adoption {
                 running: inherited.is_some() || s.remote.is_some(),
                 inherited,
                 remote: s.remote,
@@ -676,7 +675,7 @@ pub(super) fn adopt(r: Record) -> Adopted {
         http: r
             .http
             .iter()
-            .map(|c| crate::http::handoff::ParkedConn {
+            .map(|c| front::http::handoff::ParkedConn {
                 fd: own(c.fd),
                 read_ahead: handover::unb64(&c.read_ahead, "read-ahead")
                     .unwrap_or_default()

@@ -27,7 +27,7 @@
 //! lock's regular file); a record of another version, or one naming a descriptor that is not
 //! what it says, is refused whole.
 
-use crate::fds::{close_on_exec, keep_across_exec};
+use base::fds::{close_on_exec, keep_across_exec};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
@@ -138,7 +138,7 @@ pub struct ServerRecord {
     pub generation: u64,
     /// The next child-side request id (ids are never reused with one child).
     pub next_id: u64,
-    /// The handshake (or discovery) the child answered, in `mux::record`'s shape.
+    /// The handshake (or discovery) the child answered, in `actor::record`'s shape.
     pub handshake: Option<serde_json::Value>,
     /// The level the child's logging was set to.
     pub log_level: Option<usize>,
@@ -147,18 +147,18 @@ pub struct ServerRecord {
     /// A url server's open session (`remote::SessionState`), when one was handed over. An
     /// image that predates the field ignores it (and opens a session of its own).
     #[serde(default, deserialize_with = "lenient")]
-    pub remote: Option<crate::remote::SessionState>,
+    pub remote: Option<upstream::remote::SessionState>,
     /// Restarts counted so far (`status`'s `restarts` goes on from it; 0 from an image that
     /// predates the field).
     #[serde(default)]
     pub restarts: u64,
     /// The last exit `status` shows (none from an image that predates the field).
     #[serde(default, deserialize_with = "lenient")]
-    pub last_exit: Option<crate::mux::server::LastExit>,
-    /// How the server rests when no child runs (`mux::server::Rest`: stopped, failed,
+    pub last_exit: Option<actor::server::LastExit>,
+    /// How the server rests when no child runs (`actor::server::Rest`: stopped, failed,
     /// backoff, auth_required), so the next image does not start it.
     #[serde(default, deserialize_with = "lenient")]
-    pub rest: Option<crate::mux::server::Rest>,
+    pub rest: Option<actor::server::Rest>,
     /// The connected socket clients.
     pub clients: Vec<ClientRecord>,
 }
@@ -198,7 +198,7 @@ pub struct ClientRecord {
     /// Bytes read from it and not yet a whole line, base64.
     pub pending: String,
     /// The lines that rebuild its state in the new actor (its handshake, level,
-    /// subscriptions), each a request with an id of [`crate::mux::park::REPLAY_ID_PREFIX`] or a notification;
+    /// subscriptions), each a request with an id of [`actor::park::REPLAY_ID_PREFIX`] or a notification;
     /// last, its listen streams not acknowledged yet (its own ids).
     pub replay: Vec<String>,
     /// Its acknowledged `subscriptions/listen` requests, under its own ids, replayed after
@@ -433,7 +433,7 @@ impl Binary {
 ///
 /// - every directory above `path` as given, and above the real path it resolves to (links
 ///   followed), is owned by root or by us and writable by nobody else unless sticky, and no
-///   link on the way belongs to another user ([`crate::safepath`], the rule of `socket_dir`);
+///   link on the way belongs to another user ([`base::safepath`], the rule of `socket_dir`);
 ///   a link at `path` itself belongs to root or to us;
 /// - the real path is opened `O_RDONLY | O_NOFOLLOW | O_CLOEXEC`, and what was opened is a
 ///   regular file, executable, owned by root or by us and writable by nobody else (`fstat`
@@ -444,7 +444,7 @@ pub fn resolve_binary(path: &Path) -> Result<Binary, String> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let me = rustix::process::geteuid().as_raw();
     let ancestors = |p: &Path| {
-        match crate::safepath::untrusted_ancestor(p, me) {
+        match base::safepath::untrusted_ancestor(p, me) {
         None => Ok(()),
         Some(why) => Err(format!(
             "the binary {}: {why}; install it under directories only root and the supervisor's user can change",

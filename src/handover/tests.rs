@@ -51,7 +51,7 @@ fn record() -> Record {
             remote: None,
             restarts: 5,
             rest: None,
-            last_exit: Some(crate::mux::server::LastExit {
+            last_exit: Some(actor::server::LastExit {
                 code: None,
                 signal: Some(9),
                 reason: "restart-requested signal(SIGKILL)".parse().unwrap(),
@@ -91,7 +91,7 @@ fn a_record_survives_its_encoding_and_validates() {
 #[test]
 fn a_remote_session_travels_in_the_record_and_never_shows_its_id() {
     let mut r = record();
-    let state = crate::remote::SessionState {
+    let state = upstream::remote::SessionState {
         session_id: Some("5ecret-session".into()),
         protocol_version: Some("2025-11-25".into()),
         initialize: serde_json::value::RawValue::from_string(

@@ -24,7 +24,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 /// Exit code when the terminal cannot be used.
-const EXIT_FAILED: i32 = crate::exit::EXIT_FAILED;
+const EXIT_FAILED: i32 = base::exit::EXIT_FAILED;
 /// How long the first line may take.
 const FIRST_LINE: Duration = Duration::from_secs(10);
 /// How often the loop looks at the keyboard, the stream and the signals.

@@ -8,6 +8,15 @@
 //! tables are checked by unit tests next to the code that is their truth
 //! (`config::tests`, `observe::tests`, `cli::tests`).
 
+// A test, a fixture or a benchmark may unwrap, expect, panic and index: the workspace's panic
+// lints (Cargo.toml [workspace.lints]) are for the daemon's code.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 mod cli;
 mod fences;
 mod snippets;

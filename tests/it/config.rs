@@ -3,12 +3,12 @@
 //! naming file, line and key.
 
 use crate::harness::*;
-use mcp_supervisor::config::keys::{self, Bound, Key, Section, KEYS};
 use serde_json::json;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::config::keys::{self, Bound, Key, Section, KEYS};
 
 /// Runs the binary with `args` (killed after 10 s): exit code and stdout + stderr.
 fn cli(args: &[&str]) -> (Option<i32>, String) {
@@ -123,7 +123,7 @@ fn every_key_at_its_upper_bound_runs_a_daemon_that_serves_a_request() {
         match k.section {
             Section::Supervisor => supervisor.push_str(&format!("{} = {at}\n", k.name)),
             Section::MethodTimeout => methods.push_str(&format!("\"tools/call\" = {at}")),
-            _ if mcp_supervisor::config::keys::URL_ONLY.contains(&k.name) => {
+            _ if support::config::keys::URL_ONLY.contains(&k.name) => {
                 far.push_str(&format!("{} = {at}\n", k.name))
             }
             Section::Server | Section::ServerOnly => {

@@ -5,9 +5,9 @@
 //! any Linux; the cgroup v2 path runs only where a delegated subtree exists (test 4).
 
 use crate::harness::*;
-use mcp_supervisor::child::limits::cgroup::{self, Detection};
 use serde_json::{json, Value};
 use std::time::Duration;
+use upstream::child::limits::cgroup::{self, Detection};
 
 /// Restarts come quickly, so a test waits for seconds, not a minute.
 const FAST: &str = "backoff_initial = \"100ms\"\nbackoff_max = \"200ms\"\nstop_grace = \"200ms\"\nkill_timeout = \"500ms\"\n";

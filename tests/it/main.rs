@@ -1,6 +1,15 @@
 //! Integration tests: the real `mcp-supervisor` binary against fake MCP servers.
 //! Tests are named after the field case they pin (`case_kNN_*`, `../shared/cases.md`).
 
+// A test, a fixture or a benchmark may unwrap, expect, panic and index: the workspace's panic
+// lints (Cargo.toml [workspace.lints]) are for the daemon's code.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 mod harness;
 
 mod adopt;

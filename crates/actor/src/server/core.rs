@@ -1,0 +1,4680 @@
+//! The core of a server's actor: every decision `Server::handle` makes for an input, as the
+//! procedures of one `impl Server` (issue 27 §2). `mod.rs` has the shell half (taking inputs,
+//! carrying out effects, the panic path) and the one dispatch that orders the sub-machines for
+//! an input; this file has what each kind of input means, in sections:
+//!
+//! | section | what it decides |
+//! |---|---|
+//! | lifecycle | spawn, the opener (era probe, handshake, discovery), exits, restarts, the operator's verbs, upstream events |
+//! | timers | the next wake-up; held requests, asks and requests past their deadlines; health probes |
+//! | demand | on-demand starts and idle stops (the `Demand` sub-machine is `demand.rs`) |
+//! | clients | a client's messages: requests by state, its handshake, log level, answers, leaving |
+//! | forward | a request toward the upstream: ids, progress tokens, era translation, rounds of `input_required` toward handshake clients |
+//! | asking | the upstream's requests asked of 2026 clients (parked requests) |
+//! | child | the upstream's messages: responses, its requests (the owner rule), notifications, malformed replies, and messages never relayed (too large, too deep: issue 47 §7) |
+//! | subs | resource subscriptions and listen streams |
+//! | outage | delivering to clients, and the outage answers (records, cache, failures) |
+//!
+//! State lives in the sub-machines (each its own file, fields private); this file reads and
+//! changes it only through their APIs, and decides effects (`effects.rs`) that the shell
+//! carries out. The plain records defined here (`Ask`, `Parked`, `Listener`) are read only
+//! here. No `await`, no clock read, no I/O.
+
+use super::effects::Effect;
+use super::effects::Written;
+use super::held::Held;
+use super::life::Life;
+use super::roster::Client;
+use super::subtable::Hold;
+use super::util::health_config;
+use super::util::input_requests;
+use super::util::is_tool_error;
+use super::util::level_name;
+use super::util::listen_close_result;
+use super::util::malformed;
+use super::util::missing_capability;
+use super::util::request_state;
+use super::util::shareable;
+use super::util::subscribe_uri;
+use super::util::tracked;
+use super::util::with_roots_kept_home;
+use super::util::{list_to_cache, ListPage};
+use super::Server;
+use super::SpawnOutcome;
+use super::State;
+use super::STDOUT_CLOSED_GRACE;
+use crate::era;
+use crate::era::ChildProtocol;
+use crate::era::Era;
+use crate::era::Handshake;
+use crate::health::Action;
+use crate::health::ProbeMethods;
+use crate::ids::id_key;
+use crate::ids::id_key_ref;
+use crate::outage::format_secs;
+use crate::outage::Class;
+use crate::outage::ExitReason;
+use crate::outage::OutageStatus;
+use crate::outage::Reason;
+use crate::outage::StopCause;
+use crate::record;
+use crate::record::Record;
+use crate::session::ClientId;
+use crate::session::Peer;
+use crate::session::SessionEvent;
+use crate::session::To;
+use crate::session::Transport;
+use base::backoff::FAILED_RETRY;
+use base::backoff::MAX_FAILED_STARTS;
+use bytes::Bytes;
+use serde_json::json;
+use serde_json::value::RawValue;
+use serde_json::Map;
+use serde_json::Value;
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::time::Duration;
+use std::time::Instant;
+use support::config::ClientRoots;
+use support::config::RestartPolicy;
+use support::config::ServerConfig;
+use support::config::StartMode;
+use support::logging::requests;
+use support::logging::requests::RequestId;
+use support::logging::MSG_BACKOFF;
+use support::logging::MSG_EXITED;
+use support::logging::MSG_FAILED;
+use support::logging::MSG_READY;
+use support::logging::MSG_SPAWNED;
+use support::observe::trace;
+use support::observe::Outcome;
+use tracing::debug;
+use tracing::error;
+use tracing::info;
+use tracing::warn;
+use upstream::Event;
+use upstream::Exit;
+use upstream::Limit;
+use upstream::Lost;
+use upstream::Outbound;
+use upstream::Queued;
+use upstream::Refusal;
+use upstream::Unreachable;
+use upstream::Upstream;
+use upstream::Was;
+use vocab::jsonrpc::framing::Line;
+use vocab::jsonrpc::message;
+use vocab::jsonrpc::message::code;
+use vocab::jsonrpc::message::raw;
+use vocab::jsonrpc::message::raw_u64;
+use vocab::jsonrpc::message::Kind;
+use vocab::jsonrpc::message::Message;
+use vocab::jsonrpc::message::Out;
+use vocab::jsonrpc::message::RawObject;
+
+// The plain records of the core: read and written only in this file.
+
+/// Which of the child's stdin queues a line goes to.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Lane {
+    /// Behind earlier lines.
+    Normal,
+    /// Ahead of ordinary traffic (cancels, answers to the child's requests).
+    Urgent,
+}
+
+#[derive(Debug)]
+pub(super) enum Owner {
+    Client {
+        client: ClientId,
+        id: Box<RawValue>,
+        progress: Option<Box<RawValue>>,
+        /// `resources/subscribe` URI: recorded as subscribed when the child says yes.
+        subscribe: Option<String>,
+        /// The list page to cache the result of.
+        cache: Option<ListPage>,
+        /// A modern client's request on a handshake child: add `resultType` to the result.
+        add_result_type: bool,
+        /// The log level this request asked for (modern `_meta` logLevel, or a handshake
+        /// client's level toward a modern child): who may receive `notifications/message`.
+        log_level: Option<usize>,
+        /// A handshake client's request to a modern child that may come back
+        /// `input_required`: the params sent, to retry with (MRTR, issue 6 §4).
+        retry_params: Option<Box<RawValue>>,
+    },
+    /// A 2026 client's request parked while the client answers the child's questions
+    /// (the asking section, K26); the round has the owner record.
+    Parked {
+        round: u64,
+    },
+    Initialize,
+    /// `server/discover` opening a fresh child: the era probe of `auto` (`probe`), or the
+    /// readiness check of a child configured for 2026-07-28.
+    Discover {
+        probe: bool,
+    },
+    /// The supervisor's own `subscriptions/listen` stream.
+    Listen,
+    Refresh {
+        method: &'static str,
+        announce: bool,
+    },
+    Internal,
+}
+
+#[derive(Debug)]
+pub(super) struct Pending {
+    owner: Owner,
+    method: Cow<'static, str>,
+    /// When it was written to the child (the health rule for overdue requests).
+    written: Instant,
+    /// A client's listen stream: whether the child's acknowledgement went to the client.
+    acked: bool,
+}
+
+impl Pending {
+    /// Whether it is a `subscriptions/listen` stream.
+    pub(super) fn is_listen(&self) -> bool {
+        self.method == "subscriptions/listen"
+    }
+
+    /// Whether it is a client's listen stream the child has acknowledged to the client.
+    pub(super) fn acked(&self) -> bool {
+        self.acked
+    }
+
+    /// Its owning client and the client's id key, when a client's request owns it.
+    pub(super) fn client_request(&self) -> Option<(ClientId, String)> {
+        match &self.owner {
+            Owner::Client { client, id, .. } => Some((*client, id_key(id))),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+impl Pending {
+    /// Whether it is a 2026 client's request parked in a round (the simulation's bound check).
+    pub(super) fn is_parked(&self) -> bool {
+        matches!(self.owner, Owner::Parked { .. })
+    }
+}
+
+/// Who is waiting for a client's answer to a request the supervisor sent it.
+#[derive(Debug)]
+pub(super) enum Asker {
+    /// The child's own request (handshake era), under the child's id.
+    Child(Box<RawValue>),
+    /// An input request of a 2026 `input_required` result, answered for the client (MRTR).
+    Mrtr { round: u64, key: String },
+}
+
+/// An `input_required` result being turned into handshake-era requests to the client that
+/// made the original request (issue 6 §4); once every answer is in, the original request is
+/// retried with `inputResponses` and the opaque `requestState`.
+#[derive(Debug)]
+pub(super) struct Round {
+    client: ClientId,
+    /// The client's id for the original request.
+    id: Box<RawValue>,
+    method: String,
+    /// The params the child saw (envelope included), to retry with.
+    params: Value,
+    /// The child's opaque `requestState`, byte-exact; `None` when it gave none (K25).
+    state: Option<Box<RawValue>>,
+    answers: Map<String, Value>,
+    waiting: usize,
+    progress: Option<Box<RawValue>>,
+    log_level: Option<usize>,
+}
+
+// ==============================================================================================
+// The server's lifecycle: spawn, the era opener, operator verbs, exits and what follows
+// them (backoff, failed), readiness; the events from the child and from client sessions.
+// ==============================================================================================
+
+impl Server {
+    /// Spawns the next instance now, or, when the daemon's spawn budget is spent (R11), as
+    /// soon as it allows (the state waits in `backoff`; no failure is counted).
+    pub(super) fn spawn(&mut self) {
+        if self.admit_spawn() {
+            self.spawn_now();
+        }
+    }
+
+    /// Whether the spawn budget allows a spawn now; if not, the pending spawn is moved to when
+    /// it does and this says so in the log.
+    pub(super) fn admit_spawn(&mut self) -> bool {
+        match self.instances.admit(self.clock.now()) {
+            Ok(()) => true,
+            Err(at) => {
+                let wait = at.saturating_duration_since(self.clock.now());
+                info!(
+                    spawn_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                    "the daemon's spawn budget is spent ({} per second, burst {}); spawning later",
+                    upstream::child::budget::RATE,
+                    upstream::child::budget::BURST
+                );
+                self.life.defer_spawn(at);
+                false
+            }
+        }
+    }
+
+    /// Starts spawning the next instance, off the actor's thread (issue 27 §3): the state is
+    /// `starting` (`Life::Spawning`) until [`Server::on_spawned`] gets the outcome.
+    pub(super) fn spawn_now(&mut self) {
+        let generation = self.instances.next();
+        self.shell.effects().push(Effect::Spawn {
+            generation,
+            tail: self.instances.tail().clone(),
+        });
+        self.life = Life::Spawning {
+            generation,
+            deadline: base::deadline::after(self.clock.now(), self.cfg.start_timeout),
+            cancel: None,
+        };
+    }
+
+    /// The outcome of the spawn of instance `generation`: open the session with it (or stop
+    /// it at once for a stop asked meanwhile), or handle the spawn error. A result of a spawn
+    /// no longer awaited is dropped, which stops its instance.
+    pub(super) fn on_spawned(&mut self, generation: u64, spawned: SpawnOutcome) {
+        match spawned {
+            Ok(child) => {
+                let pid = child.describe().pid;
+                match self.life.spawned(generation, child) {
+                    Err(stale) => {
+                        warn!(
+                            child_pid = stale.describe().pid,
+                            "an instance no longer wanted was spawned; stopping it"
+                        );
+                    }
+                    Ok(cancel) => {
+                        info!(
+                            message_id = MSG_SPAWNED,
+                            child_pid = pid,
+                            restart_n = self.instances.restarts(),
+                            generation,
+                            "spawned"
+                        );
+                        self.instances.publish_pid(pid.unwrap_or(0));
+                        self.ladder_if_due();
+                        match cancel {
+                            None => self.open_session(),
+                            Some(cause) => {
+                                info!(
+                                    reason = cause.reason(),
+                                    "a stop was asked during the spawn; stopping the new instance"
+                                )
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                let Some(cancel) = self.life.spawn_failed(generation) else {
+                    return;
+                };
+                error!(error = %e, permanent = e.permanent, "spawn failed");
+                self.record_exit(ExitReason::SpawnError);
+                // Spawn errors have no stderr; keep the reason where users look for it.
+                self.instances.note(&e.to_string());
+                match cancel {
+                    // The stop asked meanwhile decides: nothing to stop, it stays stopped.
+                    Some(StopCause::Shutdown | StopCause::Stop) => {}
+                    _ if self.lazy_start() => {
+                        self.after_failed_lazy_start(self.clock.now(), "spawn-error");
+                        self.fail_held(OutageStatus::Failed);
+                    }
+                    _ if e.permanent => {
+                        self.enter_failed(&format!("{e}; fix the command and run `start`"))
+                    }
+                    _ => self.schedule_restart(self.clock.now(), false),
+                }
+            }
+        }
+    }
+
+    /// A fresh instance is `starting`: restart the health clock and send the first message,
+    /// which pins a dual-era child and kills an old strict one, so the era is decided before
+    /// anything else is sent (protocol.md Implications 4).
+    fn open_session(&mut self) {
+        self.shell.panic_on_spawn(&self.cfg.name);
+        if self.opener.take_adopted() {
+            // Handed over by the previous image (issue 32 §1): its session is open already.
+            if let Some(hs) = self.opener.handshake().cloned() {
+                self.health.restart(self.clock.now());
+                return self.on_ready(hs);
+            }
+        }
+        let deadline = self
+            .life
+            .start_deadline()
+            .unwrap_or_else(|| base::deadline::after(self.clock.now(), self.cfg.start_timeout));
+        self.health.restart(self.clock.now());
+        match (&self.cfg.protocol, self.opener.verdict()) {
+            (ChildProtocol::Handshake(v), _) => {
+                let v = v.clone();
+                self.send_initialize(&v);
+            }
+            (ChildProtocol::Modern, _) | (ChildProtocol::Auto, Some(Era::Modern)) => {
+                self.send_discover(false, deadline)
+            }
+            (ChildProtocol::Auto, Some(Era::Handshake)) => {
+                self.send_initialize(era::HANDSHAKE_VERSION)
+            }
+            (ChildProtocol::Auto, None) => {
+                let probe_deadline =
+                    base::deadline::after(self.clock.now(), self.cfg.era_probe_timeout);
+                self.send_discover(true, probe_deadline.min(deadline));
+            }
+        }
+    }
+
+    pub(super) fn send_initialize(&mut self, version: &str) {
+        let deadline = self
+            .life
+            .start_deadline()
+            .unwrap_or_else(|| base::deadline::after(self.clock.now(), self.cfg.start_timeout));
+        let params = raw(&era::initialize_params(
+            version,
+            &self.cfg.client_capabilities,
+        ));
+        self.send_to_child(Owner::Initialize, "initialize", Some(params), deadline);
+    }
+
+    pub(super) fn send_discover(&mut self, probe: bool, deadline: Instant) {
+        let params = era::add_envelope(None, &era::supervisor_envelope());
+        self.send_to_child(
+            Owner::Discover { probe },
+            "server/discover",
+            Some(params),
+            deadline,
+        );
+    }
+
+    /// The child's era is now known (issue 6 §1): say it once, keep it for the next spawns.
+    pub(super) fn set_verdict(&mut self, era: Era, why: &str) {
+        if self.opener.set_verdict(era) && self.cfg.protocol == ChildProtocol::Auto {
+            let name = match era {
+                Era::Modern => era::MODERN_VERSION,
+                Era::Handshake => "handshake (2024-11-05 .. 2025-11-25)",
+            };
+            info!(era = name, "protocol era: {why}");
+        }
+    }
+
+    pub(super) fn enter_failed(&mut self, why: &str) {
+        error!(message_id = MSG_FAILED, reason = %why, restart_n = self.instances.restarts(),
+            retry_in_s = FAILED_RETRY.as_secs(), "failed: {why}");
+        self.life = Life::Failed {
+            retry_at: Some(self.clock.now() + FAILED_RETRY),
+        };
+        self.fail_held(OutageStatus::Failed);
+    }
+
+    pub(super) fn begin_shutdown(&mut self) {
+        if self.life.state() == State::Stopped {
+            return;
+        }
+        self.fail_held(OutageStatus::Stopped);
+        // The shutdown decides what follows the exit, whatever stop was under way.
+        if !self.stop_life(StopCause::Shutdown, true) {
+            self.life = Life::Stopped;
+        }
+    }
+
+    pub(super) fn operator_stop(&mut self) {
+        info!("stop requested");
+        self.fail_held(OutageStatus::Stopped);
+        // The operator's stop overrules a health or restart stop under way: it stays stopped.
+        if !self.stop_life(StopCause::Stop, true) {
+            self.life = Life::Stopped;
+        }
+    }
+
+    pub(super) fn operator_start(&mut self) {
+        self.instances.reset();
+        if !self.life.has_instance() {
+            info!("start requested");
+            self.spawn();
+        }
+    }
+
+    pub(super) fn operator_restart(&mut self) {
+        if self.life.state() == State::Idle {
+            // Nothing to restart: a start, not a restart.
+            return self.operator_start();
+        }
+        info!("restart requested");
+        self.instances.reset();
+        if self.life.has_instance() {
+            self.stop_child(StopCause::Restart);
+        } else {
+            self.instances.count_restart();
+            self.spawn();
+        }
+    }
+
+    pub(super) fn reconfigure(&mut self, cfg: ServerConfig) {
+        if cfg == self.cfg {
+            return;
+        }
+        if cfg.same_child_but_roots(&self.cfg)
+            && cfg.roots == self.cfg.roots
+            && cfg.client_roots == self.cfg.client_roots
+        {
+            // Only the HTTP endpoint changed: the daemon's business, not the child's.
+            self.cfg = cfg;
+            return;
+        }
+        if cfg.same_child_but_roots(&self.cfg) {
+            // The roots policy changes live: the child is told to ask again (K28).
+            info!("roots changed; telling the child (notifications/roots/list_changed)");
+            self.cfg = cfg;
+            if self.life.state() == State::Ready && self.child_era() == Era::Handshake {
+                let method = "notifications/roots/list_changed";
+                let line = Out::request(None, method, None).encode();
+                let out = Outbound::notification(line, Cow::Borrowed(method), false);
+                self.write_child(out, Lane::Urgent, "notifications/roots/list_changed");
+            }
+            return;
+        }
+        info!("configuration changed; restarting the child with it");
+        self.instances.reconfigure(&cfg);
+        // A changed command may serve a different protocol or tool set: forget the handshake's
+        // ping verdicts, keep the cached lists (compared and announced after the restart).
+        self.health
+            .reconfigure(health_config(&cfg), self.clock.now());
+        self.held.set_limit(cfg.queue_limit);
+        self.cfg = cfg;
+        let idle = self.life.state() == State::Idle;
+        self.opener.forget(idle);
+        if idle {
+            // Nothing runs: the next request starts the new command, and what the old one
+            // said (its handshake, its lists, the record) no longer describes it.
+            self.lists.clear();
+            return;
+        }
+        self.operator_restart();
+    }
+
+    /// [`Life::stop`], and the stop ladder's effect when it moved a child to `stopping`.
+    fn stop_life(&mut self, cause: StopCause, overrule: bool) -> bool {
+        let stopping = self.life.stop(cause, overrule);
+        self.ladder_if_due();
+        stopping
+    }
+
+    /// Decides the stop ladder of a child that entered `stopping` (`Effect::Stop`).
+    fn ladder_if_due(&mut self) {
+        if let Some(generation) = self.life.stop_due() {
+            self.shell.effects().push(Effect::Stop { generation });
+        }
+    }
+
+    pub(super) fn stop_child(&mut self, cause: StopCause) {
+        if self.life.can_stop() {
+            if cause == StopCause::Idle {
+                info!(reason = cause.reason(), "stopping the child");
+            } else {
+                warn!(reason = cause.reason(), "stopping the child");
+            }
+            // No probes, no forwarding while the ladder runs; the exit decides what next.
+            self.stop_life(cause, false);
+        }
+    }
+
+    pub(super) fn record_exit(&mut self, reason: ExitReason) {
+        self.instances.record_exit(reason, self.clock.wall());
+    }
+
+    pub(super) fn on_exit(&mut self, exit: Exit) {
+        self.on_end(exit, None)
+    }
+
+    /// A remote server's bare HTTP answer to request `id` (issue 29 §3-4): a client's request
+    /// gets the outage record with its class (`auth_failed`, `rate_limited`,
+    /// `upstream_error`); a 401/403 to the handshake stops the session for good (no reconnect
+    /// loop on a bad credential); the supervisor's own requests (probes, the era probe, list
+    /// reads) read it as the JSON-RPC error it stands for.
+    fn on_refused(&mut self, id: &RawValue, r: Refusal) {
+        let reason = Reason::Http(r);
+        if let Ok(class) = serde_json::to_value(reason.class()) {
+            self.telemetry
+                .metrics()
+                .refusal(class.as_str().unwrap_or("upstream_error"));
+        }
+        let n = id.get().parse::<u64>().ok();
+        #[derive(PartialEq)]
+        enum Whose {
+            Client,
+            Handshake,
+            Other,
+        }
+        let whose = match n
+            .and_then(|n| self.routing.inflight().get(n))
+            .map(|p| &p.owner)
+        {
+            Some(Owner::Client { .. }) => Whose::Client,
+            Some(Owner::Initialize | Owner::Discover { .. }) => Whose::Handshake,
+            _ => Whose::Other,
+        };
+        match whose {
+            Whose::Client => {
+                let Some(removed) = n.and_then(|n| self.routing.inflight_mut().remove(n)) else {
+                    return;
+                };
+                let p = removed.value;
+                if let Owner::Client { client, id, .. } = p.owner {
+                    self.outage_respond(
+                        client,
+                        &id,
+                        &p.method,
+                        if r.sign_in {
+                            OutageStatus::AuthRequired
+                        } else {
+                            OutageStatus::Ready
+                        },
+                        reason,
+                        r.retry_after,
+                        code::SERVER_UNAVAILABLE,
+                        Outcome::Unreachable,
+                    );
+                }
+                if r.sign_in {
+                    // No usable token and only a person can get one (issue 30 §3).
+                    error!(http_status = r.status, "the remote server needs a sign-in");
+                    self.stop_child(StopCause::AuthFailed);
+                }
+            }
+            Whose::Handshake if reason.class() == Class::AuthFailed => {
+                if let Some(n) = n {
+                    self.routing.inflight_mut().remove(n);
+                }
+                error!(
+                    http_status = r.status,
+                    "the remote server refused the credential at the handshake"
+                );
+                self.stop_child(StopCause::AuthFailed);
+            }
+            _ => {
+                let line = message::error_response(
+                    id,
+                    code::INTERNAL_ERROR,
+                    &format!("the remote server answered {reason}"),
+                    None,
+                );
+                if let Ok(msgs) = message::parse_line(&line) {
+                    for m in msgs.into_iter().flatten() {
+                        self.on_child_response(m);
+                    }
+                }
+            }
+        }
+    }
+
+    /// How an instance ended: a child's exit, or a remote session's end (`unreachable` set
+    /// when the server could not be reached; else it closed because it was stopped).
+    pub(super) fn on_end(&mut self, exit: Exit, unreachable: Option<Unreachable>) {
+        let Some(ended) = self.life.take() else {
+            // Exits are filtered by generation, so this is the current child; be safe anyway.
+            warn!("an exit with no child running was ignored");
+            return;
+        };
+        let (child, cause, ready_since) = (ended.child, ended.cause, ended.ready_since);
+        self.instances.publish_pid(0);
+        let now = self.clock.now();
+        let why = match unreachable {
+            Some(u) => ExitReason::Unreachable(u),
+            None => ExitReason::of(cause, exit),
+        };
+        let reason = why.to_string();
+        let ended = Reason::Ended(why);
+        let probing_era = self
+            .routing
+            .inflight()
+            .iter()
+            .any(|(_, _, _, p)| matches!(p.owner, Owner::Discover { probe: true }));
+        if self.health.exited(exit.requested) {
+            warn!("the child exited while a `ping` probe was outstanding; it will not be sent `ping` again (liveness is confirmed with advertised requests instead)");
+        }
+        if cause == Some(StopCause::Idle) {
+            // Not an outage: no exit record, no failure, no backoff (issue 18 §2).
+            // No MESSAGE_ID: the journal's "exited" query lists outages, and this is none.
+            info!(child_pid = child.describe().pid, "stopped: idle");
+            self.fail_inflight(OutageStatus::Idle, ended, None);
+            return self.after_idle_stop();
+        }
+        self.record_exit(why);
+        let tail = self.instances.tail().last_lines(3);
+        let operator = matches!(
+            cause,
+            Some(StopCause::Shutdown | StopCause::Stop | StopCause::Restart)
+        );
+        let signal = exit.signal.map(upstream::signal_name);
+        if operator {
+            info!(message_id = MSG_EXITED, child_pid = child.describe().pid, exit_code = exit.code,
+                signal = signal.as_deref(), reason = %reason, restart_n = self.instances.restarts(), "stopped");
+        } else {
+            warn!(message_id = MSG_EXITED, child_pid = child.describe().pid, exit_code = exit.code,
+                signal = signal.as_deref(), reason = %reason, restart_n = self.instances.restarts(),
+                stderr_tail = %tail, "exited");
+        }
+        let status = if cause
+            .is_some_and(|c| matches!(c, StopCause::StartTimeout | StopCause::ProbeTimeout))
+        {
+            OutageStatus::Timeout
+        } else if operator {
+            OutageStatus::Stopped
+        } else if unreachable.is_some() {
+            OutageStatus::Backoff
+        } else {
+            OutageStatus::Exited
+        };
+        // Decide what comes next before failing requests, so errors can say when we retry.
+        self.decide_after_exit(
+            child.as_ref(),
+            exit,
+            cause,
+            &reason,
+            ready_since,
+            probing_era && unreachable.is_none(),
+        );
+        if self.life.state() == State::Backoff && cause != Some(StopCause::Restart) {
+            let class = match (status, exit.signal, exit.limit) {
+                // A limit's kill is a SIGKILL, but the operator's question is which limit.
+                (_, _, Some(limit)) => limit.reason(),
+                (OutageStatus::Exited, Some(_), None) => "signal",
+                _ if unreachable.is_some() => "unreachable",
+                (s, _, None) => s.as_str(),
+            };
+            self.telemetry.metrics().restart(class);
+        }
+        let retry_after = self
+            .next_attempt()
+            .map(|t| t.saturating_duration_since(now));
+        self.fail_inflight(status, ended, retry_after);
+        if matches!(self.life.state(), State::Failed | State::Idle)
+            || (self.opener.handshake().is_none() && !self.life.probe_respawn())
+        {
+            // Requests held for a child that never became ready learn why at once (K18).
+            let status = if self.life.state() == State::Failed {
+                OutageStatus::Failed
+            } else {
+                status
+            };
+            self.fail_held(status);
+        }
+    }
+
+    /// What follows an exit: stopped for good, an immediate respawn (era verdict, operator
+    /// restart), `failed`, or the backoff of the restart policy.
+    fn decide_after_exit(
+        &mut self,
+        child: &dyn Upstream,
+        exit: Exit,
+        cause: Option<StopCause>,
+        reason: &str,
+        ready_since: Option<Instant>,
+        probing_era: bool,
+    ) {
+        let now = self.clock.now();
+        let remote = self.cfg.remote.is_some();
+        if matches!(cause, Some(StopCause::Shutdown | StopCause::Stop)) {
+            self.life = Life::Stopped;
+        } else if cause == Some(StopCause::AuthFailed) {
+            // No reconnect loop on a credential the server refuses (issue 29, decisions).
+            if self.signs_in() {
+                error!(message_id = MSG_FAILED, reason = "auth-failed",
+                    "auth_required: the remote server needs a sign-in (HTTP 401/403); run `mcp-supervisor login {}`", self.cfg.name);
+            } else {
+                error!(message_id = MSG_FAILED, reason = "auth-failed",
+                    "auth_required: the remote server refused the credential (HTTP 401/403) at the handshake; fix `headers`, then run `mcp-supervisor start {}`", self.cfg.name);
+            }
+            self.life = Life::AuthRequired;
+            self.fail_held(OutageStatus::AuthRequired);
+        } else if remote
+            && cause != Some(StopCause::Restart)
+            && !(ready_since.is_none() && self.lazy_start())
+        {
+            // A hosted outage never turns into the `failed` of a crashing child: reconnect
+            // with backoff up to `backoff_max`, forever (issue 29, decisions).
+            self.after_exit(now, child, exit, cause, ready_since);
+        } else if probing_era && !exit.requested && !matches!(exit.code, Some(126 | 127 | 78)) {
+            // Old strict servers exit when their first message is not `initialize`: that is a
+            // verdict, not a failed start. Respawn at once in the handshake era (issue 6 §1).
+            self.set_verdict(
+                Era::Handshake,
+                "the child exited on the server/discover probe",
+            );
+            // Still never two spawns closer than backoff_initial (R9).
+            self.life = Life::Backoff {
+                until: base::deadline::after(child.started_at(), self.cfg.backoff_initial).max(now),
+                probe_respawn: true,
+                restart: true,
+            };
+        } else if cause == Some(StopCause::Restart) {
+            self.life = Life::Backoff {
+                until: now,
+                probe_respawn: false,
+                restart: true,
+            };
+        } else if ready_since.is_none() && self.lazy_start() {
+            self.after_failed_lazy_start(child.started_at(), reason);
+        } else if ready_since.is_none() {
+            let failed_starts = self.instances.failed_start();
+            let permanent = matches!(exit.code, Some(126 | 127 | 78));
+            if permanent {
+                self.enter_failed(&format!(
+                    "{reason}: the command cannot run (exit codes 126, 127, 78 are not retried)"
+                ));
+            } else if failed_starts >= MAX_FAILED_STARTS {
+                self.enter_failed(&format!(
+                    "{failed_starts} consecutive failed starts, last {reason}"
+                ));
+            } else {
+                self.after_exit(now, child, exit, cause, ready_since);
+            }
+        } else {
+            self.after_exit(now, child, exit, cause, ready_since);
+        }
+    }
+
+    pub(super) fn after_exit(
+        &mut self,
+        now: Instant,
+        child: &dyn Upstream,
+        exit: Exit,
+        cause: Option<StopCause>,
+        ready_since: Option<Instant>,
+    ) {
+        let restart = match self.cfg.restart {
+            RestartPolicy::Always => true,
+            RestartPolicy::OnFailure => cause.is_some() || !exit.clean(),
+            RestartPolicy::Never => false,
+        };
+        if restart {
+            let delay = self.instances.backoff(now, child.started_at(), ready_since);
+            self.life = Life::Backoff {
+                until: base::deadline::after(now, delay),
+                probe_respawn: false,
+                restart: true,
+            };
+            info!(message_id = MSG_BACKOFF, restart_n = self.instances.restarts() + 1,
+                backoff_ms = delay.as_millis() as u64, attempt = self.instances.failures(),
+                reason = %exit.reason(), "restarting after backoff");
+        } else {
+            if exit.clean() {
+                info!(policy = ?self.cfg.restart, "not restarting (restart policy)");
+            } else {
+                error!(message_id = MSG_FAILED, reason = %exit.reason(), restart_n = self.instances.restarts(),
+                    policy = ?self.cfg.restart, "failed: not restarting (restart policy)");
+            }
+            self.life = if exit.clean() {
+                Life::Stopped
+            } else {
+                Life::Failed { retry_at: None }
+            };
+            self.fail_held(if exit.clean() {
+                OutageStatus::Stopped
+            } else {
+                OutageStatus::Failed
+            });
+        }
+    }
+
+    pub(super) fn schedule_restart(&mut self, now: Instant, _ready: bool) {
+        let delay = self.instances.backoff(now, now, None);
+        self.life = Life::Backoff {
+            until: base::deadline::after(now, delay),
+            probe_respawn: false,
+            restart: true,
+        };
+        info!(
+            message_id = MSG_BACKOFF,
+            restart_n = self.instances.restarts() + 1,
+            backoff_ms = delay.as_millis() as u64,
+            attempt = self.instances.failures(),
+            reason = "spawn-error",
+            "restarting after backoff"
+        );
+        if self.instances.failed_start() >= MAX_FAILED_STARTS {
+            self.enter_failed("too many consecutive failed starts");
+        }
+    }
+
+    pub(super) fn on_ready(&mut self, hs: Handshake) {
+        info!(message_id = MSG_READY, child_pid = self.life.child().and_then(|c| c.describe().pid),
+            restart_n = self.instances.restarts(), protocol_version = %hs.protocol_version, "ready");
+        let first = self.opener.ready(hs);
+        self.life.ready(self.clock.now());
+        self.demand_ready();
+        self.instances.ready();
+        self.open_listen();
+        if !first || self.instances.generation() > 1 {
+            self.restarts_after_ready();
+        }
+        self.prefetch_lists();
+        // Clients whose `initialize` waited for the child (concurrent first handshakes, K10),
+        // one at a time (`HeldQueue::pop_oldest`); as many as were held now, so a request held
+        // again meanwhile waits for the next release instead of looping here.
+        for _ in 0..self.held.len() {
+            let Some(h) = self.held.pop_oldest() else {
+                break;
+            };
+            // Already in the ledger since arrival: its duration includes the wait.
+            self.dispatch_request(h.client, h.msg);
+        }
+    }
+
+    /// After a restart: replay log level and subscriptions, then re-read the lists and announce
+    /// only real changes (issue 5 §4).
+    pub(super) fn restarts_after_ready(&mut self) {
+        let far = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
+        let handshake_child = self.child_era() == Era::Handshake;
+        if let Some(level) = self.opener.log_level().filter(|_| handshake_child) {
+            let p = raw(&json!({"level": level_name(level)}));
+            self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), far);
+        }
+        let uris: Vec<String> = if handshake_child {
+            self.subs.uris().cloned().collect()
+        } else {
+            Vec::new()
+        };
+        for uri in uris {
+            self.send_to_child(
+                Owner::Internal,
+                "resources/subscribe",
+                Some(raw(&json!({"uri": uri}))),
+                far,
+            );
+        }
+        let cached = self.lists.methods();
+        for method in cached {
+            self.send_to_child(
+                Owner::Refresh {
+                    method,
+                    announce: true,
+                },
+                method,
+                None,
+                far,
+            );
+        }
+    }
+
+    /// Reads the lists the child advertises and nobody asked for yet, so an outage can be
+    /// answered with the last real list from the start (issue 5 §3).
+    pub(super) fn prefetch_lists(&mut self) {
+        let Some(hs) = self.opener.handshake() else {
+            return;
+        };
+        let missing: Vec<&'static str> = era::LISTS
+            .iter()
+            .filter(|(m, _, cap)| hs.has(cap) && !self.lists.has(m))
+            .map(|(m, _, _)| *m)
+            .collect();
+        let far = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
+        for method in missing {
+            self.send_to_child(
+                Owner::Refresh {
+                    method,
+                    announce: false,
+                },
+                method,
+                None,
+                far,
+            );
+        }
+    }
+
+    /// An event of the upstream (the seam, `upstream`): one of the current instance's,
+    /// or ignored.
+    pub(super) fn on_upstream_event(&mut self, ev: Event) {
+        if let Event::Connected(g, connected) = ev {
+            // The shell makes these `Input::Spawned`; the same outcome either way.
+            return self.on_spawned(g, connected);
+        }
+        if Some(ev.generation()) != self.life.child().map(|c| c.generation()) {
+            return;
+        }
+        match ev {
+            Event::Message(_, m) => {
+                self.heard();
+                self.on_child_message(m);
+            }
+            Event::Discarded(_, limit, was) => {
+                self.heard();
+                self.on_discarded(limit, was);
+            }
+            Event::Malformed(_, id, why) => {
+                // Any reply proves life, a malformed one too.
+                self.heard();
+                self.on_malformed(&id, &why);
+            }
+            Event::Closed(_) => {
+                // MCP: a server may shut down by closing stdout. Give it time to exit by itself;
+                // its exit status is the better diagnosis.
+                debug!("the child closed its stdout");
+                self.life.set_stdout_closed(Some(self.clock.now()));
+            }
+            Event::Lost(_, Lost::WriteFailed(why)) => {
+                warn!("{why}");
+                self.stop_child(StopCause::StdinFailed);
+            }
+            Event::Lost(_, Lost::Exited(exit)) => self.on_exit(exit),
+            Event::Lost(_, Lost::Unreachable(u)) => self.on_end(session_end(false), Some(u)),
+            Event::Lost(_, Lost::Closed) => self.on_end(session_end(true), None),
+            Event::Refused(_, id, r) => {
+                // Any HTTP status proves life (design.md §6).
+                self.heard();
+                self.on_refused(&id, r);
+            }
+            Event::Connected(..) => {}
+        }
+    }
+
+    pub(super) fn heard(&mut self) {
+        self.health.heard(self.clock.now());
+    }
+
+    pub(super) fn on_session(&mut self, ev: SessionEvent) {
+        match ev {
+            SessionEvent::Connected(id, tx, peer) => {
+                if self.shell.shutting_down() {
+                    warn!(client = %id, "refusing a client: shutting down");
+                    tx.deliver(message::error_response(
+                        &message::raw_null(),
+                        code::SERVER_UNAVAILABLE,
+                        "mcp-supervisor is shutting down",
+                        None,
+                    ));
+                    tx.kick();
+                    return;
+                }
+                self.clients.connect(id, tx, peer);
+                self.telemetry.metrics().set_clients(self.clients.len());
+            }
+            SessionEvent::Message(id, m) => {
+                if self.clients.contains_key(&id) {
+                    self.on_client_message(id, m)
+                }
+            }
+            SessionEvent::Rejected(id, code) => {
+                let (uid, pid) = self
+                    .clients
+                    .get(&id)
+                    .map(|c| (Some(c.peer().uid), c.peer().pid))
+                    .unwrap_or((None, None));
+                // Garbage costs a metric always, a log line only within the budget.
+                if let Some(suppressed) = self.telemetry.allow_invalid(self.clock.now()) {
+                    info!(target: "mcp_supervisor::requests", client = %id, peer_uid = uid, peer_pid = pid,
+                        outcome = Outcome::Invalid.as_str(), error_code = code, suppressed, "request finished");
+                }
+                self.telemetry
+                    .metrics()
+                    .request("", Outcome::Invalid, Some(code), 0.0);
+            }
+            SessionEvent::InputClosed(id) => {
+                if let Some(c) = self.clients.get_mut(&id) {
+                    c.close_input();
+                }
+                // It can no longer answer the child's requests.
+                self.fail_upstream_of(id, "the client that was asked closed its input");
+                self.close_if_done(id);
+            }
+            SessionEvent::Disconnected(id) => self.drop_client(id),
+        }
+    }
+}
+
+// ==============================================================================================
+// Timers and health: the next wake-up, deadlines of starts, requests, held requests and
+// the child's requests, and the health rules (`actor/health.rs`) applied to the ready child.
+// ==============================================================================================
+
+impl Server {
+    pub(super) fn next_wake(&self) -> Option<Instant> {
+        let probe_due = match self.life.state() {
+            State::Ready => self.health.next_wake(self.probe_methods()),
+            _ => None,
+        };
+        [
+            self.life.start_deadline(),
+            self.life.next_spawn(),
+            self.routing.inflight().next_deadline(),
+            self.held.next_deadline(),
+            self.routing.next_ask_deadline(),
+            probe_due,
+            self.life.stdout_closed().map(|t| t + STDOUT_CLOSED_GRACE),
+            self.idle_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    pub(super) fn on_timer(&mut self) {
+        let now = self.clock.now();
+        if self.life.start_deadline().is_some_and(|t| t <= now) {
+            warn!(
+                timeout_s = self.cfg.start_timeout.as_secs_f64(),
+                "no answer to initialize within start_timeout"
+            );
+            self.stop_child(StopCause::StartTimeout);
+        }
+        if self
+            .life
+            .stdout_closed()
+            .is_some_and(|t| t + STDOUT_CLOSED_GRACE <= now)
+        {
+            self.life.set_stdout_closed(None);
+            warn!(
+                "the child closed stdout {}s ago but is still running",
+                STDOUT_CLOSED_GRACE.as_secs()
+            );
+            self.stop_child(StopCause::StdoutClosed);
+        }
+        if matches!(self.life.state(), State::Backoff | State::Failed)
+            && self.life.next_spawn().is_some_and(|t| t <= now)
+            && self.admit_spawn()
+        {
+            if self.life.spawn_is_restart() {
+                self.instances.count_restart();
+            }
+            self.spawn_now();
+        }
+        while let Some(r) = self.routing.inflight_mut().pop_expired(now) {
+            self.on_deadline(r.id, r.value);
+        }
+        self.expire_held();
+        self.expire_upstream();
+        if self.life.state() == State::Ready {
+            self.check_health(now);
+            self.check_idle();
+        }
+    }
+
+    /// Held requests past `queue_wait` (or `start_timeout` for `initialize`) fail with the
+    /// outage record.
+    fn expire_held(&mut self) {
+        let now = self.clock.now();
+        while let Some(h) = self.held.pop_expired(now) {
+            let status = self.outage_status();
+            let retry = self
+                .life
+                .next_spawn()
+                .map(|t| t.saturating_duration_since(now));
+            self.fail_one_held(h, status, Reason::Unanswered, retry);
+        }
+    }
+
+    /// The child's requests to clients (and MRTR input requests) that were not answered in
+    /// time: the asker gets an error, the client a cancel.
+    fn expire_upstream(&mut self) {
+        let now = self.clock.now();
+        for ((client, n), asker) in self.routing.take_expired_asks(now) {
+            {
+                match asker {
+                    Asker::Child(id) => self.answer_child_error(
+                        &id,
+                        code::REQUEST_TIMEOUT,
+                        "the client did not answer in time",
+                    ),
+                    Asker::Mrtr { round, .. } => self.abandon_round(
+                        round,
+                        Outcome::Timeout,
+                        code::REQUEST_TIMEOUT,
+                        "the client did not answer the server's input request in time",
+                    ),
+                }
+                let p = raw(&json!({"requestId": n, "reason": "timed out"}));
+                self.reply(
+                    client,
+                    Out::request(None, "notifications/cancelled", Some(&p)).encode(),
+                );
+            }
+        }
+    }
+
+    pub(super) fn on_deadline(&mut self, child_id: u64, p: Pending) {
+        match p.owner {
+            Owner::Client { client, id, .. } => {
+                self.health.request_expired(p.written);
+                self.cancel_upstream(
+                    child_id,
+                    "request timed out",
+                    "notifications/cancelled for a request past its deadline",
+                );
+                let t = self.cfg.timeout_for(&p.method);
+                self.outage_respond(
+                    client,
+                    &id,
+                    &p.method,
+                    OutageStatus::Timeout,
+                    Reason::Deadline(t),
+                    None,
+                    code::REQUEST_TIMEOUT,
+                    Outcome::Timeout,
+                );
+            }
+            Owner::Parked { round } => {
+                self.drop_round(round, "the client did not answer in time", true, true);
+            }
+            Owner::Discover { probe: true } if self.life.state() == State::Starting => {
+                self.set_verdict(
+                    Era::Handshake,
+                    "no answer to server/discover within era_probe_timeout",
+                );
+                self.send_initialize(era::HANDSHAKE_VERSION);
+            }
+            _ => {}
+        }
+    }
+
+    /// What this child's era and handshake offer for probing.
+    pub(super) fn probe_methods(&self) -> ProbeMethods {
+        ProbeMethods {
+            modern: self.child_era() == Era::Modern,
+            confirm: self.opener.handshake().and_then(Handshake::confirm_method),
+        }
+    }
+
+    /// Applies the health rules (`actor/health.rs`) to the ready child at `now`.
+    pub(super) fn check_health(&mut self, now: Instant) {
+        if self.life.child().is_none_or(|c| c.stopping()) {
+            return;
+        }
+        // Slow is not dead: a client request within its own deadline excuses silence. A
+        // listen stream has none (it lives until cancelled) and excuses nothing: a child
+        // holding one open is probed like any other (it once had a year's deadline, which kept
+        // a hung 2026 child with a client's listen stream from ever being probed).
+        let busy = self
+            .routing
+            .inflight()
+            .iter()
+            .any(|(_, client, deadline, _)| client.is_some() && deadline.is_some_and(|d| d > now));
+        let before = self.health.misses();
+        let action = self.health.tick(now, busy, self.probe_methods());
+        if self.health.misses() > before {
+            self.telemetry.metrics().probe("timeout");
+            warn!(
+                misses = self.health.misses(),
+                limit = self.cfg.probe_failures,
+                busy,
+                "probe unanswered"
+            );
+        }
+        match action {
+            Action::None => {}
+            Action::Probe(method) => self.send_probe(method, now),
+            Action::Dead { misses } => {
+                error!(misses, "the child stopped answering; restarting it");
+                self.stop_child(StopCause::ProbeTimeout);
+            }
+        }
+    }
+
+    /// Writes probe `method` with a fresh child-side id. A probe that cannot be queued counts
+    /// as sent: a child that does not read its input is as silent as one that does not answer.
+    pub(super) fn send_probe(&mut self, method: &'static str, now: Instant) {
+        let id = self.routing.inflight_mut().allocate();
+        let params = (self.child_era() == Era::Modern)
+            .then(|| era::add_envelope(None, &era::supervisor_envelope()));
+        let line = Out::request(Some(&raw_u64(id)), method, params.as_deref()).encode();
+        self.telemetry.metrics().probe("sent");
+        debug!(method, "probing the silent child");
+        self.telemetry.metrics().bytes("to_child", line.len());
+        let modern = self.child_era() == Era::Modern;
+        let out = Outbound::request(line, id, Cow::Borrowed(method), None, modern);
+        self.write_child(out, Lane::Normal, "a probe");
+        self.health.sent(id, method, now);
+    }
+}
+
+// ==============================================================================================
+// Servers on demand and idle stops (issue 18 §1-2).
+//
+// - `start = "on-demand"`: the actor begins in `idle` with the record of the last run
+//   ([`crate::record`]) as its handshake and lists. `initialize`, `ping`,
+//   `server/discover`, `logging/setLevel` and the first page of `tools/list`,
+//   `prompts/list`, `resources/list`, `resources/templates/list` are answered from it
+//   (marked `_meta["mcp-supervisor/cache"]`); any other request, a cursor, a list never
+//   seen, or an `initialize` with no record starts the child ([`Server::start_on_demand`]).
+//   Requests that arrive while it starts wait up to `start_timeout`, then go through.
+// - `idle_stop`: a ready child is stopped through the ladder when no client request has
+//   reached it, and no answer come back from it, for that long, and nothing holds it
+//   ([`Server::busy`]: requests in flight or held, questions asked of clients, resource
+//   subscriptions, listen streams). Its exit leaves the server `idle`: no failure, no
+//   backoff, no restart counted, `last_exit` untouched.
+// ==============================================================================================
+
+impl Server {
+    /// The actor's first step: spawn now (`eager`), or wait in `idle` for a request with the
+    /// last run's `record`, if any (`on-demand`).
+    pub(super) fn begin(&mut self, record: Option<Record>) {
+        // Handed over at rest by the previous image (issue 32 §1): it stays as the operator,
+        // the backoff or the sign-in left it.
+        let resting = self.instances.take_at_rest();
+        if resting && self.cfg.start == StartMode::Eager {
+            return;
+        }
+        if self.cfg.start == StartMode::Eager || self.opener.is_adopted() {
+            return self.spawn();
+        }
+        self.demand.open_writer(self.cfg.cache_file.clone());
+        if let Some(r) = record {
+            self.opener
+                .restore(r.handshake, self.cfg.protocol == ChildProtocol::Auto);
+            self.lists.restore(r.lists);
+            self.demand.restored(r.saved_at);
+        }
+        info!(
+            cached = self.opener.handshake().is_some(),
+            "waiting for the first request that needs the child (start = on-demand)"
+        );
+        if !resting {
+            self.life = Life::Idle;
+        }
+    }
+
+    /// An on-demand command that cannot run (see [`missing_command`]): `failed` at once, as a
+    /// spawn of it would be.
+    pub(super) fn cannot_start(&mut self, why: &str) {
+        error!(error = %why, "the on-demand command cannot run");
+        self.record_exit(ExitReason::SpawnError);
+        self.instances.note(why);
+        self.enter_failed(&format!("{why}; fix the command and run `start`"));
+    }
+
+    /// Starts the child for a client request, when it is idle (and, after a failed start,
+    /// once its backoff delay passed: [`Server::lazy_retry_pending`]).
+    pub(super) fn start_on_demand(&mut self, method: &str) {
+        if self.life.state() != State::Idle || self.lazy_retry_pending() {
+            return;
+        }
+        info!(method, "starting the child on demand");
+        self.telemetry.metrics().demand("on-demand-start");
+        self.demand.start_by_request();
+        self.spawn();
+    }
+
+    /// Whether the failed start of an on-demand child is still inside its backoff delay: a
+    /// request now gets the outage answer (with `retry_after`) instead of a start.
+    pub(super) fn lazy_retry_pending(&self) -> bool {
+        self.demand.retry_at().is_some_and(|t| t > self.clock.now())
+    }
+
+    /// When the next start may happen: the lifecycle's next spawn (`backoff`, `failed`), or,
+    /// idle after a failed on-demand start, when the next request may start it.
+    pub(super) fn next_attempt(&self) -> Option<Instant> {
+        self.life.next_spawn().or(match self.life.state() {
+            State::Idle => self.demand.retry_at(),
+            _ => None,
+        })
+    }
+
+    /// Whether a failed start is judged as an on-demand one ([`Server::after_failed_lazy_start`]):
+    /// the server starts on demand, or this instance was started by a request.
+    pub(super) fn lazy_start(&self) -> bool {
+        self.cfg.start == StartMode::OnDemand || self.demand.by_request()
+    }
+
+    /// An on-demand start failed (the spawn, or the child exited or timed out before it was ready;
+    /// issue 26 §7): no automatic retry and never the ten-minute `failed`, which would disable
+    /// the server long after its cause is fixed. It goes back to `idle` (the record still
+    /// answers what it can), and the first request after the backoff delay (capped at
+    /// `backoff_max`) starts it again; `status` keeps the exit and its stderr tail.
+    pub(super) fn after_failed_lazy_start(&mut self, spawned_at: Instant, reason: &str) {
+        let delay = self.instances.backoff(self.clock.now(), spawned_at, None);
+        self.demand
+            .start_failed(base::deadline::after(self.clock.now(), delay));
+        warn!(
+            reason,
+            retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            attempt = self.instances.failures(),
+            "the on-demand start failed; the first request after the backoff delay starts it again"
+        );
+        self.life = Life::Idle;
+    }
+
+    /// How long a request held now may wait: `start_timeout` from the spawn when a request
+    /// started the child (an `npx` server may take that long), else `queue_wait`.
+    pub(super) fn hold_deadline(&self) -> Instant {
+        match self.life.start_deadline() {
+            Some(t) if self.demand.by_request() => {
+                t.max(base::deadline::after(self.clock.now(), self.cfg.queue_wait))
+            }
+            _ => base::deadline::after(self.clock.now(), self.cfg.queue_wait),
+        }
+    }
+
+    /// The child was used now (a request forwarded, or its answer delivered).
+    pub(super) fn used(&mut self) {
+        self.demand.used(self.clock.now());
+    }
+
+    /// When the ready child becomes idle enough to stop, if `idle_stop` is set.
+    pub(super) fn idle_deadline(&self) -> Option<Instant> {
+        let after = self.cfg.idle_stop?;
+        (self.life.state() == State::Ready)
+            .then_some(base::deadline::after(self.demand.last_use(), after))
+    }
+
+    /// Client requests forwarded and not answered yet, listen streams aside (an upgrade
+    /// waits for none, issue 32 §1).
+    pub(super) fn forwarded_requests(&self) -> usize {
+        self.routing
+            .inflight()
+            .iter()
+            .filter(|(_, _, _, p)| {
+                matches!(p.owner, Owner::Client { .. } | Owner::Parked { .. })
+                    && p.method != "subscriptions/listen"
+            })
+            .count()
+    }
+
+    /// Whether something still holds the child: client requests in flight or held, the
+    /// child's questions waiting for clients, subscriptions, served or routed listen streams.
+    pub(super) fn busy(&self) -> bool {
+        let client_request = self.routing.inflight().iter().any(|(_, _, _, p)| {
+            matches!(p.owner, Owner::Client { .. } | Owner::Parked { .. })
+                && p.method != "subscriptions/listen"
+        });
+        let listening = self
+            .routing
+            .inflight()
+            .iter()
+            .any(|(_, c, _, p)| c.is_some() && p.method == "subscriptions/listen");
+        client_request
+            || listening
+            || self.held.len() > 0
+            || self.routing.asks() > 0
+            || self.rounds.open_rounds() > 0
+            || self.rounds.parked_rounds() > 0
+            || self.subs.uris().next().is_some()
+            || !self.subs.listeners().is_empty()
+    }
+
+    /// At a timer: stops the ready child when `idle_stop` passed and nothing holds it. While
+    /// something holds it, the idle clock starts again.
+    pub(super) fn check_idle(&mut self) {
+        let Some(at) = self.idle_deadline() else {
+            return;
+        };
+        if at > self.clock.now() {
+            return;
+        }
+        if self.busy() {
+            self.used();
+            return;
+        }
+        info!(
+            idle_s = self.cfg.idle_stop.map(|d| d.as_secs_f64()),
+            "no client used the child for idle_stop; stopping it"
+        );
+        self.telemetry.metrics().demand("idle-stop");
+        self.stop_child(StopCause::Idle);
+    }
+
+    /// After the exit of an idle stop: `idle`, or straight back up when requests arrived
+    /// during the stop (they were held).
+    pub(super) fn after_idle_stop(&mut self) {
+        self.demand.settled(false);
+        if self.held.len() > 0 {
+            info!("requests arrived during the idle stop; starting the child again");
+            self.life = Life::Idle;
+            self.start_on_demand("held");
+        } else {
+            self.life = Life::Idle;
+        }
+    }
+
+    /// Marks a result answered from the record while the child is idle:
+    /// `_meta["mcp-supervisor/cache"] = {"server", "status": "idle", "saved_at"}`.
+    pub(super) fn mark_cached(&self, result: &mut Value) {
+        let Some(o) = result.as_object_mut() else {
+            return;
+        };
+        let meta = o.entry("_meta").or_insert_with(|| json!({}));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert(
+                "mcp-supervisor/cache".into(),
+                json!({"server": self.cfg.name, "status": "idle",
+                    "saved_at": self.demand.saved_at()}),
+            );
+        }
+    }
+
+    /// The child answered its handshake: the record is written, and later holds wait
+    /// `queue_wait` again.
+    pub(super) fn demand_ready(&mut self) {
+        self.demand.settled(true);
+        // The idle clock starts at readiness at the latest (a start whose only request was
+        // answered here, such as `initialize`, forwarded nothing).
+        self.used();
+        self.save_record();
+    }
+
+    /// Queues the record of this run for writing (on-demand servers, after the handshake and
+    /// whenever a list changes).
+    pub(super) fn save_record(&mut self) {
+        if self.cfg.start == StartMode::OnDemand {
+            // A reload may have made this server on-demand.
+            self.demand.open_writer(self.cfg.cache_file.clone());
+        }
+        if self.opener.handshake().is_none() {
+            return;
+        }
+        self.note_session();
+        let Some(hs) = self.opener.handshake() else {
+            return;
+        };
+        // Kept whether or not a record is written: an eager server that went idle after an
+        // idle stop answers from memory, and says when that copy was taken.
+        let at = humantime::format_rfc3339_seconds(self.clock.wall()).to_string();
+        let (cfg, lists) = (&self.cfg, self.lists.all());
+        self.demand
+            .save(|| record::encode(cfg, hs, lists, &at), at.clone());
+    }
+}
+
+// ==============================================================================================
+// Client messages: requests (local answers, duplicate ids, the limits, where a request
+// goes), `initialize` and `logging/setLevel` answered here, notifications, responses to the
+// child's requests, and a client's departure.
+// ==============================================================================================
+
+impl Server {
+    pub(super) fn on_client_message(&mut self, client: ClientId, m: Message) {
+        match m.kind {
+            Kind::Request => self.on_client_request(client, m),
+            Kind::Notification => self.on_client_notification(client, m),
+            Kind::Response => self.on_client_response(client, m),
+        }
+    }
+
+    pub(super) fn on_client_request(&mut self, client: ClientId, m: Message) {
+        let Some(id) = m.id.as_deref() else { return };
+        if m.method() == "subscriptions/listen"
+            && self
+                .clients
+                .get(&client)
+                .is_some_and(|c| c.peer().transport == Transport::Socket)
+        {
+            let key = id_key(id);
+            // A duplicate of an open stream is refused below: it never replaces the line.
+            if !self.listen_open(client, &key) {
+                let line =
+                    Out::request(Some(id), "subscriptions/listen", m.params.as_deref()).encode();
+                if let Ok(line) = String::from_utf8(line.to_vec()) {
+                    let open: Vec<String> = self.open_listens_of(client);
+                    let cap = self.cfg.max_subscriptions.max(1);
+                    self.listen_lines
+                        .note(client, key, line, cap, |k| open.iter().any(|o| o == k));
+                }
+            }
+        }
+        self.shell.panic_on_request(m.method());
+        // One lookup: a duplicate finds the first request's entry, a new id opens its own.
+        let generation = self.life.child().map(|c| c.generation());
+        let (clock, log, traced) = (
+            (self.clock.now(), self.clock.wall()),
+            self.telemetry.request_log(),
+            self.telemetry.traced(),
+        );
+        let opened = self.ledger.open(client, id_key(id), || {
+            tracked(&m, generation, clock, log, traced)
+        });
+        if opened.is_err() {
+            return self.refuse_duplicate(client, id, m.method());
+        }
+        if matches!(m.method(), "resources/subscribe" | "subscriptions/listen")
+            && self.subscriptions_of(client) >= self.cfg.max_subscriptions
+        {
+            let msg = format!(
+                "client holds {} subscriptions and listen streams on server `{}` (max_subscriptions)",
+                self.subscriptions_of(client),
+                self.cfg.name
+            );
+            return self.refuse_limit(client, id, &msg);
+        }
+        self.dispatch_request(client, m);
+    }
+
+    /// Resource subscriptions and listen streams `client` holds (served here or routed to a
+    /// modern child), the table `max_subscriptions` bounds.
+    pub(super) fn subscriptions_of(&self, client: ClientId) -> usize {
+        let subs = self.subs.direct_count(client);
+        let served: usize = self
+            .subs
+            .listeners()
+            .iter()
+            .filter(|l| l.client() == client)
+            .map(|l| l.weight())
+            .sum();
+        // Requests that may still add one: in flight to the child, or held until it is ready.
+        let grows = |m: &str| matches!(m, "subscriptions/listen" | "resources/subscribe");
+        let routed = self
+            .routing
+            .inflight()
+            .iter()
+            .filter(|(_, c, _, p)| *c == Some(client) && grows(&p.method))
+            .count();
+        let held = self.held.count(client, grows);
+        subs + served + routed + held
+    }
+
+    /// Decides what happens to a client request already in the ledger: answered here,
+    /// forwarded, held while the child starts, or failed with the outage record.
+    pub(super) fn dispatch_request(&mut self, client: ClientId, m: Message) {
+        let Some(id) = m.id.clone() else { return };
+        let requested = era::envelope_version(m.params.as_deref());
+        let Some(client_era) = self.settle_client_era(client, &m, requested.is_some()) else {
+            return;
+        };
+        if client_era == Era::Modern {
+            self.learn_modern_client(client, &m);
+        }
+        if client_era == Era::Modern && self.answer_modern(client, &id, &m, requested.as_deref()) {
+            return;
+        }
+        if client_era == Era::Modern
+            && self.child_era() == Era::Handshake
+            && MRTR_METHODS.contains(&m.method())
+            && self.resume_round(client, &m)
+        {
+            return;
+        }
+        let Some(m) = self.answer_locally(client, &id, m, client_era) else {
+            return;
+        };
+        if self.life.state() != State::Ready && self.answer_from_cache(client, &m) {
+            return;
+        }
+        self.route_by_state(client, &id, m);
+    }
+
+    /// A client's era, decided by its first request as the SDKs do: an envelope or
+    /// `server/discover` means 2026-07-28; `initialize` or anything else, the handshake era.
+    /// `None` when the client is gone.
+    fn settle_client_era(&mut self, client: ClientId, m: &Message, envelope: bool) -> Option<Era> {
+        let c = self.clients.get_mut(&client)?;
+        let first = if m.method() != "initialize" && (envelope || m.method() == "server/discover") {
+            Era::Modern
+        } else {
+            Era::Handshake
+        };
+        Some(c.settle_era(first))
+    }
+
+    /// A 2026 client names itself and its capabilities in every request's envelope. They are
+    /// read from its first request only (the request log's `client_name`, issue 13 Why 4; the
+    /// owner rule for the child's requests, K26), so later requests cost no second scan of
+    /// their params: `info` stops being `Null` once learned.
+    fn learn_modern_client(&mut self, client: ClientId, m: &Message) {
+        let Some(c) = self.clients.get_mut(&client) else {
+            return;
+        };
+        if !c.info().is_null() {
+            return;
+        }
+        c.learn(
+            era::envelope_field(m.params.as_deref(), era::META_CLIENT_INFO),
+            era::envelope_field(m.params.as_deref(), era::META_CAPABILITIES),
+        );
+    }
+
+    /// What a 2026 client is answered here: an unsupported version, or `server/discover` on a
+    /// handshake child. Returns whether the request was answered.
+    fn answer_modern(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        m: &Message,
+        requested: Option<&str>,
+    ) -> bool {
+        if let Some(v) = requested.filter(|v| *v != era::MODERN_VERSION) {
+            // A modern version this supervisor cannot serve.
+            let data = json!({"supported": [era::MODERN_VERSION], "requested": v});
+            info!(client = %client, requested = v, "unsupported protocol version requested");
+            self.respond_error(
+                client,
+                id,
+                era::UNSUPPORTED_VERSION,
+                "Unsupported protocol version",
+                Some(data),
+                Outcome::Invalid,
+            );
+            return true;
+        }
+        if m.method() != "server/discover" {
+            return false;
+        }
+        let ready = self.life.state() == State::Ready;
+        let Some(hs) = self.opener.handshake() else {
+            return false;
+        };
+        // A handshake child is described here always; a 2026 child answers for itself while
+        // it is ready, and from its last discovery result, marked, while it is not (K27).
+        let mut result = match hs.era {
+            Era::Handshake => hs.discover_result(),
+            Era::Modern if !ready => hs.result.clone(),
+            Era::Modern => return false,
+        };
+        if self.life.state() == State::Idle {
+            self.mark_cached(&mut result);
+        } else if !ready {
+            self.mark_unavailable(&mut result);
+        }
+        self.respond_result(client, id, "server/discover", result, Outcome::Ok);
+        true
+    }
+
+    /// Marks a description served while the child is down (a cached `server/discover`):
+    /// `instructions` end with the same note cached tool descriptions get, and
+    /// `_meta["mcp-supervisor/unavailable"]` gives the status (issue 13 §2).
+    pub(super) fn mark_unavailable(&self, result: &mut Value) {
+        let status = self.outage_status();
+        let note = self.unavailable_note();
+        let Some(o) = result.as_object_mut() else {
+            return;
+        };
+        let text = o
+            .get("instructions")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .trim_start()
+            .to_string();
+        let joined = if text.is_empty() {
+            note.trim_start().to_string()
+        } else {
+            text + &note
+        };
+        o.insert("instructions".into(), Value::String(joined));
+        let meta = o.entry("_meta").or_insert_with(|| json!({}));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert(
+                "mcp-supervisor/unavailable".into(),
+                json!({"server": self.cfg.name, "status": status}),
+            );
+        }
+    }
+
+    /// Requests the supervisor answers itself (`initialize`, `ping`, `logging/setLevel`, served
+    /// listen streams, subscriptions it keeps). Gives the request back when it is not one.
+    fn answer_locally(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        m: Message,
+        client_era: Era,
+    ) -> Option<Message> {
+        match m.method() {
+            "initialize" => self.client_initialize(client, m),
+            "ping" => {
+                self.respond_result(client, id, m.method(), json!({}), Outcome::Ok);
+            }
+            "logging/setLevel"
+                if self
+                    .opener
+                    .handshake()
+                    .is_some_and(|h| h.has("logging") || h.era == Era::Modern) =>
+            {
+                self.client_set_level(client, m)
+            }
+            "subscriptions/listen"
+                if client_era == Era::Modern
+                    && self.child_era() == Era::Handshake
+                    && self.opener.handshake().is_some() =>
+            {
+                self.serve_listen(client, m)
+            }
+            // 2026-07-28 has no subscribe: a handshake client's subscriptions to a modern child
+            // are kept here (and served from the supervisor's own listen stream).
+            "resources/subscribe" | "resources/unsubscribe" if self.child_era() == Era::Modern => {
+                self.client_subscription_on_modern(client, m)
+            }
+            "resources/subscribe" | "resources/unsubscribe"
+                if self.local_subscription(client, &m) => {}
+            _ => return Some(m),
+        }
+        None
+    }
+
+    /// Where a request for the child goes in the current state: forwarded when ready, held
+    /// while a start or restart is under way (bounded by `queue_limit`), failed at once with
+    /// the outage record otherwise.
+    fn route_by_state(&mut self, client: ClientId, id: &RawValue, m: Message) {
+        let held_room = self.held.has_room();
+        match self.life.state() {
+            State::Ready => self.forward(client, m),
+            // The last start failed and its backoff delay has not passed (issue 26 §7).
+            State::Idle if self.lazy_retry_pending() => {
+                self.outage_reply(client, id, m.method(), OutageStatus::Failed);
+            }
+            State::Idle => {
+                // A request the record cannot answer: the child starts (issue 18 §1).
+                self.start_on_demand(m.method());
+                if self.life.state() != State::Idle {
+                    self.route_by_state(client, id, m);
+                } else {
+                    // The spawn itself failed: the start is over, and said so.
+                    self.outage_reply(client, id, m.method(), OutageStatus::Failed);
+                }
+            }
+            // A server that was never ready and is backing off gets a fast, explicit error
+            // (K19); one that was ready is likely back soon, so its requests wait, as do those
+            // of a first start that only waits for the daemon's spawn budget (nothing failed).
+            State::Backoff
+                if self.opener.handshake().is_none()
+                    && !self.life.probe_respawn()
+                    && !self.life.awaiting_budget() =>
+            {
+                self.outage_reply(client, id, m.method(), OutageStatus::Backoff);
+            }
+            State::Stopping if self.restarting() && held_room => self.hold(client, m),
+            State::Starting | State::Backoff if held_room => self.hold(client, m),
+            State::Starting | State::Backoff => {
+                let status = self.outage_status();
+                let reason = Reason::QueueFull(self.held.len());
+                let retry = self
+                    .life
+                    .next_spawn()
+                    .map(|t| t.saturating_duration_since(self.clock.now()));
+                let method = m.method().to_string();
+                self.outage_respond(
+                    client,
+                    id,
+                    &method,
+                    status,
+                    reason,
+                    retry,
+                    code::LIMIT_EXCEEDED,
+                    Outcome::Denied,
+                );
+            }
+            _ => {
+                let status = self.outage_status();
+                self.outage_reply(client, id, m.method(), status);
+            }
+        }
+    }
+
+    /// Holds a request until the child is ready, for at most `queue_wait`.
+    fn hold(&mut self, client: ClientId, m: Message) {
+        let deadline = self.hold_deadline();
+        // Only called with room (`route_by_state`); a full queue would refuse it, never grow.
+        let _ = self.held.push(client, m, deadline);
+    }
+
+    /// A request whose id equals one of the same client's unfinished requests (K23): JSON-RPC
+    /// ids must be unique among a sender's requests in flight, and two responses under one id
+    /// would cross-wire the client (go-sdk#1004). Answered -32600 at once; the first request
+    /// and its ledger entry are untouched.
+    pub(super) fn refuse_duplicate(&mut self, client: ClientId, id: &RawValue, method: &str) {
+        info!(target: "mcp_supervisor::requests", client = %client, method,
+            outcome = Outcome::Invalid.as_str(), error_code = code::INVALID_REQUEST,
+            "request finished: duplicate request id");
+        self.telemetry.metrics().request(
+            method,
+            Outcome::Invalid,
+            Some(code::INVALID_REQUEST),
+            0.0,
+        );
+        let msg = format!(
+            "duplicate request id {}: a request with this id is still in flight",
+            id.get()
+        );
+        let line = message::error_response(id, code::INVALID_REQUEST, &msg, None);
+        self.reply_to(client, To::Response(id), line);
+    }
+
+    pub(super) fn client_initialize(&mut self, client: ClientId, m: Message) {
+        let Some(id) = m.id.clone() else { return };
+        let Some(hs) = self.opener.handshake().cloned() else {
+            // No record of an earlier run: the handshake needs the child (issue 18 §1).
+            self.start_on_demand("initialize");
+            // A first instance the supervisor is stopping to restart (its stdin failed, its
+            // stdout closed, ...) is still trying: its exit decides, and says why (K18).
+            let trying = match self.life.state() {
+                State::Starting => true,
+                State::Stopping => self.restarting(),
+                // A respawn after the era probe, or a first start waiting for the spawn
+                // budget (R11): nothing failed.
+                _ => self.life.probe_respawn() || self.life.awaiting_budget(),
+            };
+            if !trying {
+                // Never ready, and not even trying right now: say why at once (K18, K19).
+                let status = self.outage_status();
+                return self.outage_reply(client, &id, "initialize", status);
+            }
+            if !self.held.has_room() {
+                // The held queue is bounded for handshakes too (issue 12 §6).
+                let status = self.outage_status();
+                let reason = Reason::QueueFull(self.held.len());
+                return self.outage_respond(
+                    client,
+                    &id,
+                    "initialize",
+                    status,
+                    reason,
+                    None,
+                    code::LIMIT_EXCEEDED,
+                    Outcome::Denied,
+                );
+            }
+            // Never ready yet: wait for the child (bounded by start_timeout, issue 5 §5).
+            let deadline = base::deadline::after(self.clock.now(), self.cfg.start_timeout);
+            let _ = self.held.push(client, m, deadline);
+            return;
+        };
+        let params = m.params_object().unwrap_or_default();
+        let asked = params
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let name = params
+            .get("clientInfo")
+            .and_then(|i| i.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let mut result = hs.initialize_result(asked);
+        if self.life.state() == State::Idle {
+            self.mark_cached(&mut result);
+        }
+        if hs.era == Era::Handshake && asked != hs.protocol_version {
+            info!(client = %client, client_name = %name, requested = asked, negotiated = %hs.protocol_version,
+                "client asked for another protocol version; answering with the one the child speaks");
+        }
+        if let Some(c) = self.clients.get_mut(&client) {
+            debug!(client = %client, uid = c.peer().uid, pid = c.peer().pid, client_name = %name, "client handshake answered from the cache");
+            c.initialize(
+                params.get("capabilities").cloned().unwrap_or(json!({})),
+                params.get("clientInfo").cloned().unwrap_or(Value::Null),
+                name,
+            );
+        }
+        let line = message::result_response(&id, &result);
+        self.respond(client, &id, line, Outcome::Ok, None);
+    }
+
+    pub(super) fn client_set_level(&mut self, client: ClientId, m: Message) {
+        let Some(id) = m.id.clone() else { return };
+        let level = m.params_object().and_then(|p| {
+            p.get("level")
+                .and_then(Value::as_str)
+                .and_then(era::log_rank)
+        });
+        let Some(level) = level else {
+            return self.respond_error(
+                client,
+                &id,
+                code::INVALID_PARAMS,
+                "unknown logging level",
+                None,
+                Outcome::Invalid,
+            );
+        };
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.set_log_level(level);
+        }
+        self.respond_result(client, &id, m.method(), json!({}), Outcome::Ok);
+        self.sync_log_level();
+    }
+
+    /// The child gets the most verbose level any client asked for (issue 3 §3).
+    pub(super) fn sync_log_level(&mut self) {
+        let want = self.clients.min_log_level();
+        let Some(want) = want else { return };
+        // The level is recorded while the child is down too: the restart replays it.
+        if self.child_era() == Era::Handshake
+            && self.opener.set_log_level(want)
+            && self.life.state() == State::Ready
+        {
+            let p = raw(&json!({"level": level_name(want)}));
+            let deadline = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
+            self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
+            self.note_session();
+        }
+    }
+
+    /// Records the open session with the running child where the next run finds it after a
+    /// crash of the supervisor (`child::fdstore`, issue 32 §2): the handshake and lists, the
+    /// log level. Nothing when the store is off.
+    pub(super) fn note_session(&mut self) {
+        if !upstream::child::fdstore::enabled() {
+            return;
+        }
+        let Some(hs) = self.opener.handshake() else {
+            return;
+        };
+        let text = record::encode(&self.cfg, hs, self.lists.all(), "");
+        let Ok(value) = serde_json::from_slice::<Value>(&text) else {
+            return;
+        };
+        let level = self.opener.log_level();
+        if let Some(child) = self.life.child_mut() {
+            child.note_session(value, level);
+        }
+    }
+
+    pub(super) fn on_client_notification(&mut self, client: ClientId, m: Message) {
+        match m.method() {
+            "notifications/initialized" => {}
+            "notifications/cancelled" => {
+                let Some(p) = m.params_object() else { return };
+                let Some(rid) = p.get("requestId") else {
+                    return;
+                };
+                let key = rid.to_string();
+                if self.end_listener(client, &key) {
+                    return;
+                }
+                // A stream still waiting for the child is never opened: it ends here, like a
+                // served one (sim seed 274). Other held requests are answered as usual.
+                let stream = |m: &str| m == "subscriptions/listen";
+                if self.held.take(client, &key, stream).is_some() {
+                    return self.finish(client, &key, Outcome::Cancelled, None);
+                }
+                let Some(child_id) = self.routing.inflight().lookup(client, &key) else {
+                    debug!(client = %client, request_id = %key, "cancel for an unknown request: not forwarded");
+                    return;
+                };
+                self.routing.inflight_mut().remove(child_id);
+                self.finish(client, &key, Outcome::Cancelled, None);
+                let mut p = p;
+                p.insert("requestId".into(), json!(child_id));
+                let params = raw(&Value::Object(p));
+                let line = Out::request(None, "notifications/cancelled", Some(&params)).encode();
+                let mut out = Outbound::cancel(line, child_id);
+                out.modern = is_modern(Some(&params));
+                self.write_child(out, Lane::Urgent, "a client's notifications/cancelled");
+            }
+            _ => {
+                if self.life.state() == State::Ready {
+                    let line = Out::request(None, m.method(), m.params.as_deref()).encode();
+                    let modern = is_modern(m.params.as_deref());
+                    let out =
+                        Outbound::notification(line, message::method_name(m.method()), modern);
+                    self.write_child(out, Lane::Normal, "a client's notification");
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_client_response(&mut self, client: ClientId, m: Message) {
+        let n = m.id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
+        let Some(asker) = n.and_then(|n| self.routing.answered(client, n)) else {
+            debug!(client = %client, "response to no request of ours: dropped");
+            return;
+        };
+        let child_id = match asker {
+            Asker::Child(id) => id,
+            Asker::Mrtr { round, key } => {
+                match (&m.result, &m.error) {
+                    (Some(r), _) => {
+                        let done = self.rounds.round_mut(round).map(|rd| {
+                            rd.answers.insert(
+                                key,
+                                serde_json::from_slice(r.as_bytes()).unwrap_or(Value::Null),
+                            );
+                            rd.waiting = rd.waiting.saturating_sub(1);
+                            rd.waiting == 0
+                        });
+                        if done == Some(true) {
+                            self.retry_round(round);
+                        }
+                    }
+                    (_, Some(e)) => {
+                        let msg =
+                            format!("the client refused an input the server needs: {}", e.get());
+                        self.abandon_round(
+                            round,
+                            Outcome::ProtocolError,
+                            code::INTERNAL_ERROR,
+                            &msg,
+                        );
+                    }
+                    _ => {}
+                }
+                return;
+            }
+        };
+        let line = match (&m.result, &m.error) {
+            (Some(r), _) => Out::result(&child_id, &r.raw()).encode(),
+            (_, Some(e)) => Out::error(&child_id, e).encode(),
+            _ => return,
+        };
+        self.write_child(
+            Outbound::response(line),
+            Lane::Normal,
+            "a client's answer to the child's request",
+        );
+    }
+
+    /// Whether `client`'s listen stream with id key `key` is open (forwarded to the child, or
+    /// served here).
+    pub(super) fn listen_open(&self, client: ClientId, key: &str) -> bool {
+        let forwarded = self
+            .routing
+            .inflight()
+            .lookup(client, key)
+            .and_then(|n| self.routing.inflight().get(n))
+            .is_some_and(Pending::is_listen);
+        forwarded || self.subs.listeners().iter().any(|l| l.is(client, key))
+    }
+
+    /// The id keys of `client`'s open listen streams.
+    pub(super) fn open_listens_of(&self, client: ClientId) -> Vec<String> {
+        let mut open: Vec<String> = self
+            .routing
+            .inflight()
+            .iter()
+            .filter(|(_, c, _, p)| *c == Some(client) && p.is_listen())
+            .filter_map(|(_, _, _, p)| p.client_request().map(|(_, k)| k))
+            .collect();
+        open.extend(
+            self.subs
+                .listeners()
+                .iter()
+                .filter(|l| l.client() == client)
+                .map(|l| l.key()),
+        );
+        open
+    }
+
+    pub(super) fn drop_client(&mut self, client: ClientId) {
+        let stateless = self
+            .clients
+            .get(&client)
+            .is_some_and(|c| c.peer().transport == Transport::HttpRequest);
+        if stateless {
+            self.detach_rounds_of(client);
+        }
+        self.listen_lines.forget(client);
+        if self.clients.remove(&client).is_none() {
+            return;
+        }
+        // Cancel its requests toward the child; their late responses are dropped (K09).
+        let mine: Vec<String> = self
+            .subs
+            .listeners()
+            .iter()
+            .filter(|l| l.client() == client)
+            .map(|l| l.key())
+            .collect();
+        for key in mine {
+            self.end_listener(client, &key);
+        }
+        for key in self.ledger.keys_of(client) {
+            self.finish(client, &key, Outcome::Cancelled, None);
+        }
+        self.ledger.forget(client);
+        self.telemetry.metrics().set_clients(self.clients.len());
+        for r in self.routing.inflight_mut().remove_client(client) {
+            self.cancel_upstream(
+                r.id,
+                "client disconnected",
+                "notifications/cancelled for a departed client",
+            );
+        }
+        // Release its subscriptions.
+        let freed = self.subs.remove_client(client);
+        let released = !freed.is_empty();
+        for uri in &freed {
+            self.unsubscribe_child(uri);
+        }
+        if released && self.child_era() == Era::Modern {
+            self.open_listen();
+        }
+        // The child's requests routed to it get an error (K06).
+        self.fail_upstream_of(client, "the client that was asked disconnected");
+        self.drop_rounds_of(client);
+        self.held.drop_client(client);
+        self.sync_log_level();
+    }
+
+    /// Ends the sessions of clients `access` no longer permits (a reload removed their uid or
+    /// gid): an error line saying so, then the connection closes; their requests are
+    /// cancelled like any departure.
+    pub(super) fn revoke_unpermitted(&mut self, access: &crate::session::Access) {
+        let gone: Vec<(ClientId, Peer)> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| !access.permits(c.peer().uid, c.peer().gid))
+            .map(|(id, c)| (*id, c.peer().clone()))
+            .collect();
+        for (id, peer) in gone {
+            warn!(client = %id, peer_uid = peer.uid, peer_gid = peer.gid, peer_pid = peer.pid,
+                "ending the session of uid {}: no longer allowed after a reload", peer.uid);
+            if let Some(c) = self.clients.get(&id) {
+                let msg = format!(
+                    "server `{}`: access revoked by a configuration reload",
+                    self.cfg.name
+                );
+                let hangup = c.hangup(Line::from(crate::session::hangup_line(&msg, "revoked")));
+                self.shell.effects().push(hangup);
+            }
+            self.drop_client(id);
+        }
+    }
+
+    /// Answers the child's requests routed to `client` with an error.
+    pub(super) fn fail_upstream_of(&mut self, client: ClientId, why: &str) {
+        for asker in self.routing.take_asks_of(client) {
+            match asker {
+                Asker::Child(id) => self.answer_child_error(&id, code::INTERNAL_ERROR, why),
+                Asker::Mrtr { round, .. } => {
+                    self.abandon_round(round, Outcome::Cancelled, code::INTERNAL_ERROR, why)
+                }
+            }
+        }
+    }
+
+    /// A client whose input closed is dropped once nothing it asked for is pending.
+    /// Everything the client is owed counts: requests in flight, held, and rounds of
+    /// `input_required` whose original request it is still waiting for the answer to.
+    pub(super) fn close_if_done(&mut self, client: ClientId) {
+        let done = self
+            .clients
+            .get(&client)
+            .is_some_and(|c| c.closing() && self.routing.inflight().count_for(client) == 0)
+            && !self.held.has_client(client)
+            && !self.rounds.all_rounds().any(|(_, r)| r.client == client);
+        if done {
+            self.drop_client(client);
+        }
+    }
+}
+
+// ==============================================================================================
+// Forwarding a client request to the child: id rewriting, era translation, deadlines, and
+// MRTR rounds (`input_required` turned into ordinary requests for handshake clients).
+// ==============================================================================================
+
+impl Server {
+    pub(super) fn forward(&mut self, client: ClientId, m: Message) {
+        let Message {
+            id, method, params, ..
+        } = m;
+        let Some(id) = id else { return };
+        if self.routing.inflight().len() >= self.cfg.max_inflight {
+            let msg = format!(
+                "server `{}` has {} requests in flight; try again shortly",
+                self.cfg.name,
+                self.routing.inflight().len()
+            );
+            return self.refuse_limit(client, &id, &msg);
+        }
+        let mine = self.routing.inflight().count_for(client);
+        if mine >= self.cfg.client_max_inflight {
+            // One client may not take all of `max_inflight` (issue 14 §3).
+            let msg = format!(
+                "this client has {mine} requests in flight to server `{}` (client_max_inflight); try again shortly",
+                self.cfg.name
+            );
+            return self.refuse_limit(client, &id, &msg);
+        }
+        self.used();
+        let child_id = self.routing.inflight_mut().allocate();
+        let (params, progress) = match params.as_deref() {
+            Some(p) => match message::swap_progress_token(p, || raw_u64(child_id)) {
+                Some((np, orig)) => (Some(np), Some(orig)),
+                None => (params, None),
+            },
+            None => (None, None),
+        };
+        let method = method.unwrap_or_default();
+        let cache = list_to_cache(&method, params.as_deref());
+        let subscribe = subscribe_uri(&method, params.as_deref());
+        let (client_era, child_era) = (self.client_era(client), self.child_era());
+        let (params, log_level) = self.translate_params(client, params);
+        let key = id_key(&id);
+        // Traces on (issue 17 §4): the child gets our span as its parent, and the client's
+        // `tracestate`. Off, the params pass as they are, with no lookup.
+        let span = if self.telemetry.traced() && era::can_carry_meta(params.as_deref()) {
+            self.ledger.span(client, &key)
+        } else {
+            None
+        };
+        let params = match span {
+            Some(span) => Some(era::add_envelope(params.as_deref(), &span.meta())),
+            None => params,
+        };
+        let add_result_type = client_era == Era::Modern && child_era == Era::Handshake;
+        // A listen stream lives until it is cancelled: no deadline.
+        let deadline = (method != "subscriptions/listen")
+            .then(|| base::deadline::after(self.clock.now(), self.cfg.timeout_for(&method)));
+        let retry_params = (client_era == Era::Handshake
+            && child_era == Era::Modern
+            && matches!(&*method, "tools/call" | "prompts/get" | "resources/read"))
+        .then(|| params.clone())
+        .flatten();
+        let owner = Owner::Client {
+            client,
+            id,
+            progress,
+            subscribe,
+            cache,
+            add_result_type,
+            log_level,
+            retry_params,
+        };
+        self.send_with_id(child_id, Some(key), owner, &method, params, deadline);
+    }
+
+    /// Translates a client request's params between the client's era and the child's (issue
+    /// 6 §3, §4). Returns them with the log level the request asks for, if any.
+    fn translate_params(
+        &mut self,
+        client: ClientId,
+        params: Option<Box<RawValue>>,
+    ) -> (Option<Box<RawValue>>, Option<usize>) {
+        let envelope_level = |p: Option<&RawValue>| {
+            era::envelope_field(p, era::META_LOG_LEVEL)
+                .and_then(|l| l.as_str().and_then(era::log_rank))
+        };
+        match (self.client_era(client), self.child_era()) {
+            (Era::Modern, Era::Handshake) => {
+                let log_level = envelope_level(params.as_deref());
+                if let Some(level) = log_level {
+                    self.want_child_log_level(level);
+                }
+                (
+                    params.map(|p| era::strip_envelope(&p).into_owned()),
+                    log_level,
+                )
+            }
+            (Era::Handshake, Era::Modern) => {
+                let c = self.clients.get(&client);
+                let log_level = c.and_then(|c| c.log_level());
+                let env = era::envelope(
+                    &c.map(|c| c.capabilities().clone()).unwrap_or(json!({})),
+                    &c.map(|c| c.info().clone()).unwrap_or(Value::Null),
+                    log_level.map(level_name),
+                );
+                (Some(era::add_envelope(params.as_deref(), &env)), log_level)
+            }
+            (Era::Modern, Era::Modern) => {
+                let log_level = envelope_level(params.as_deref());
+                // A 2026 client answers a 2026 server's roots round itself: under
+                // `client_roots = "none"` its roots are replaced by the operator's before the
+                // retry reaches the server (issue 47 §6, R1).
+                let kept_home = (self.cfg.client_roots == ClientRoots::None)
+                    .then_some(params.as_deref())
+                    .flatten()
+                    .and_then(|p| with_roots_kept_home(p, &self.roots_result()));
+                (kept_home.or(params), log_level)
+            }
+            (Era::Handshake, Era::Handshake) => (params, None),
+        }
+    }
+
+    /// An `input_required` result for a handshake client: ask the client each input request
+    /// as an ordinary handshake-era request (`elicitation/create`, `sampling/createMessage`,
+    /// `roots/list`), collect the answers, then retry. Returns false when the result is not
+    /// `input_required` (it is then answered as it is).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start_round(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        method: &str,
+        sent: &RawValue,
+        result: &[u8],
+        progress: Option<Box<RawValue>>,
+        log_level: Option<usize>,
+    ) -> bool {
+        let Some(requests) = input_requests(result) else {
+            return false;
+        };
+        let caps = self
+            .clients
+            .get(&client)
+            .map(|c| c.capabilities().clone())
+            .unwrap_or(json!({}));
+        let caps = match (&self.cfg.client_roots, caps) {
+            // Roots are not asked of the client under `client_roots = "none"`.
+            (ClientRoots::None, mut caps) => {
+                if let Some(o) = caps.as_object_mut() {
+                    o.insert("roots".into(), json!({}));
+                }
+                caps
+            }
+            (_, caps) => caps,
+        };
+        if let Some(missing) = missing_capability(&requests, &caps) {
+            let msg = format!("the server needs `{missing}` from the client, which did not declare that capability");
+            self.respond_error(
+                client,
+                id,
+                code::INTERNAL_ERROR,
+                &msg,
+                None,
+                Outcome::ProtocolError,
+            );
+            return true;
+        }
+        if self.clients.get(&client).is_some_and(|c| c.closing()) {
+            // A client whose input closed can never answer the server's questions: the
+            // request fails now (as a round pending at its close does), instead of a round
+            // that can only time out while the client waits for its answer.
+            self.respond_error(
+                client,
+                id,
+                code::INTERNAL_ERROR,
+                "the client that was asked closed its input",
+                Some(json!({"server": self.cfg.name})),
+                Outcome::Cancelled,
+            );
+            return true;
+        }
+        let deadline = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
+        let round = self.rounds.open(Round {
+            client,
+            id: id.to_owned(),
+            method: method.to_string(),
+            params: serde_json::from_str(sent.get()).unwrap_or(json!({})),
+            state: request_state(result),
+            answers: Map::new(),
+            waiting: requests.len(),
+            progress,
+            log_level,
+        });
+        debug!(client = %client, round, inputs = requests.len(), "input_required: asking the client");
+        self.ask_inputs(client, round, requests, deadline);
+        if self.rounds.round(round).is_some_and(|r| r.waiting == 0) {
+            self.retry_round(round);
+        }
+        true
+    }
+
+    /// Sends `client` each input request of `round` as an ordinary request with a fresh id.
+    fn ask_inputs(
+        &mut self,
+        client: ClientId,
+        round: u64,
+        requests: Map<String, Value>,
+        deadline: Instant,
+    ) {
+        for (key, q) in requests {
+            let m = q
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let p = q.get("params").cloned().unwrap_or(json!({}));
+            if m == "roots/list" && self.cfg.client_roots == ClientRoots::None {
+                // The roots policy (K28): the client is not asked.
+                let roots = self.roots_result();
+                if let Some(r) = self.rounds.round_mut(round) {
+                    r.answers.insert(key, roots);
+                    r.waiting = r.waiting.saturating_sub(1);
+                }
+                continue;
+            }
+            let n = self
+                .routing
+                .ask(client, Asker::Mrtr { round, key }, deadline);
+            self.reply_to(
+                client,
+                To::Request(&raw_u64(n), &m),
+                Out::request(Some(&raw_u64(n)), &m, Some(&raw(&p))).encode(),
+            );
+        }
+    }
+
+    /// Every input of `round` is answered: retry the original request with them.
+    pub(super) fn retry_round(&mut self, round: u64) {
+        let Some(r) = self.rounds.close(round) else {
+            return;
+        };
+        let mut params = r.params;
+        if let Some(p) = params.as_object_mut() {
+            p.insert("inputResponses".into(), Value::Object(r.answers));
+            p.remove("requestState");
+        }
+        let params = match &r.state {
+            // Spliced in as the child wrote it: re-encoding could change its bytes (K25).
+            Some(state) => {
+                let mut obj = RawObject::parse(&raw(&params)).unwrap_or_default();
+                obj.set("requestState", state.clone());
+                obj.to_raw()
+            }
+            None => raw(&params),
+        };
+        let child_id = self.routing.inflight_mut().allocate();
+        // The retry is a new request: its progress token is its own child-side id.
+        let params = match message::swap_progress_token(&params, || raw_u64(child_id)) {
+            Some((p, _)) => p,
+            None => params,
+        };
+        let deadline = base::deadline::after(self.clock.now(), self.cfg.timeout_for(&r.method));
+        let owner = Owner::Client {
+            client: r.client,
+            id: r.id.clone(),
+            progress: r.progress,
+            subscribe: None,
+            cache: None,
+            add_result_type: false,
+            log_level: r.log_level,
+            retry_params: Some(params.clone()),
+        };
+        self.send_with_id(
+            child_id,
+            Some(id_key(&r.id)),
+            owner,
+            &r.method,
+            Some(params),
+            Some(deadline),
+        );
+    }
+
+    /// A round can no longer finish (its client errored, left or did not answer): fail the
+    /// original request with `line` and forget the round's other questions.
+    pub(super) fn abandon_round(&mut self, round: u64, outcome: Outcome, code: i64, msg: &str) {
+        self.routing.forget_round(round);
+        if let Some(r) = self.rounds.close(round) {
+            let line =
+                message::error_response(&r.id, code, msg, Some(json!({"server": self.cfg.name})));
+            self.respond(r.client, &r.id, line, outcome, Some(code));
+        }
+    }
+
+    /// The child is being stopped to be replaced (health, timeouts, restart), not for good.
+    pub(super) fn restarting(&self) -> bool {
+        !matches!(
+            self.life.stop_cause(),
+            Some(StopCause::Stop | StopCause::Shutdown)
+        )
+    }
+
+    /// A client's era (handshake until its first request says otherwise).
+    pub(super) fn client_era(&self, client: ClientId) -> Era {
+        self.clients
+            .get(&client)
+            .and_then(|c| c.era())
+            .unwrap_or(Era::Handshake)
+    }
+
+    /// The era the current child is driven in (handshake until known).
+    pub(super) fn child_era(&self) -> Era {
+        self.opener.child_era()
+    }
+
+    /// A modern client asked a handshake child for logs at `level`: the child's session-wide
+    /// level must be at least that verbose (never lowered by a modern request).
+    pub(super) fn want_child_log_level(&mut self, level: usize) {
+        if self.opener.handshake().is_some_and(|h| h.has("logging"))
+            && self.opener.raise_log_level(level)
+        {
+            let p = raw(&json!({"level": level_name(level)}));
+            let deadline = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
+            self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
+        }
+    }
+
+    /// Registers and writes a request to the child. Returns its child-side id, or `None` when
+    /// it could not be queued (the owner was already answered).
+    pub(super) fn send_to_child(
+        &mut self,
+        owner: Owner,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        deadline: impl Into<Option<Instant>>,
+    ) -> Option<u64> {
+        let child_id = self.routing.inflight_mut().allocate();
+        self.send_with_id(child_id, None, owner, method, params, deadline.into())
+    }
+
+    /// [`Server::send_to_child`] with an id already allocated; `key` is the owning client's
+    /// request id text.
+    pub(super) fn send_with_id(
+        &mut self,
+        child_id: u64,
+        key: Option<String>,
+        owner: Owner,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        deadline: Option<Instant>,
+    ) -> Option<u64> {
+        let params = if self.child_era() == Era::Modern
+            && !matches!(owner, Owner::Client { .. })
+            && era::envelope_version(params.as_deref()).is_none()
+        {
+            Some(era::add_envelope(
+                params.as_deref(),
+                &era::supervisor_envelope(),
+            ))
+        } else {
+            params
+        };
+        let line = message::request_line(child_id, method, params.as_deref());
+        // What a remote session needs of it (issue 48 §2), known here rather than parsed again.
+        // The name is read only for a 2026-07-28 request, the only one whose POST carries it
+        // (`Mcp-Name`): a handshake-era request (a child's every request) is not parsed again.
+        let modern = is_modern(params.as_deref());
+        let name = match method {
+            "tools/call" | "prompts/get" if modern => {
+                vocab::protocol::param_string(params.as_deref(), "name")
+            }
+            "resources/read" if modern => vocab::protocol::param_string(params.as_deref(), "uri"),
+            _ => None,
+        };
+        let Some(generation) = self.life.child().map(|c| c.generation()) else {
+            if let Owner::Client { client, id, .. } = owner {
+                // The child is gone and the exit is not handled yet: answer with the outage
+                // record like any request that cannot reach the child.
+                self.outage_reply(client, &id, method, OutageStatus::Exited);
+            }
+            return None;
+        };
+        self.telemetry.metrics().bytes("to_child", line.len());
+        let out = Outbound::request(line, child_id, message::method_name(method), name, modern);
+        // In flight from now; a refusal of the child's queue comes back as `Unwritten`.
+        self.shell.effects().push(Effect::ToChild {
+            generation,
+            out,
+            lane: Lane::Normal,
+            what: Written::Request(child_id),
+        });
+        let client = match (&owner, key) {
+            (Owner::Client { client, .. }, Some(key)) => Some((*client, key)),
+            _ => None,
+        };
+        let pending = Pending {
+            owner,
+            method: message::method_name(method),
+            written: self.clock.now(),
+            acked: false,
+        };
+        self.routing
+            .inflight_mut()
+            .insert(child_id, client, deadline, pending);
+        self.telemetry
+            .metrics()
+            .set_in_flight(self.routing.inflight().len());
+        Some(child_id)
+    }
+
+    /// The child's queue refused request `child_id` (the shell's report of an
+    /// [`Effect::ToChild`]): it leaves the in-flight table, and a client's request is
+    /// answered: closed input means the child is exiting (the outage record, as for any
+    /// request that cannot reach it); a full queue means it is not reading (-32002, denied).
+    pub(super) fn on_unwritten(&mut self, child_id: u64, queued: Queued) {
+        let Some(removed) = self.routing.inflight_mut().remove(child_id) else {
+            return;
+        };
+        self.telemetry
+            .metrics()
+            .set_in_flight(self.routing.inflight().len());
+        let method = removed.value.method;
+        match removed.value.owner {
+            Owner::Client { client, id, .. } if queued == Queued::Closed => {
+                self.outage_reply(client, &id, &method, OutageStatus::Exited);
+            }
+            Owner::Client { client, id, .. } => {
+                let msg = format!(
+                    "server `{}` cannot take requests now: the child is not reading its input",
+                    self.cfg.name
+                );
+                let code = code::LIMIT_EXCEEDED;
+                let line = message::error_response(&id, code, &msg, None);
+                self.respond(client, &id, line, Outcome::Denied, Some(code));
+            }
+            Owner::Listen => {
+                self.opener.listen_ended(child_id);
+            }
+            _ => {
+                debug!(method = %method, "a request of the supervisor's own was not written to the child")
+            }
+        }
+    }
+}
+
+// ==============================================================================================
+// The child's requests asked of 2026-07-28 clients (issue 13 §1, K26). A handshake-era child
+// sends `sampling/createMessage`, `elicitation/create` or `roots/list` as JSON-RPC requests; a
+// 2026 client receives them only inside an `input_required` result (MRTR, protocol.md §5).
+// So when the owner rule picks a 2026 client whose `tools/call`, `prompts/get` or
+// `resources/read` is in flight, that request is *parked*: the client gets
+// `{"resultType":"input_required","inputRequests":{..},"requestState":"mcp-supervisor:N.SECRET"}`,
+// the child's request stays open, and the child's own request keeps running. When the client
+// retries with `inputResponses` and that `requestState`, each answer goes back to the child
+// under the child's id, and the retry becomes the owner of the original request: the child's
+// final response (even one that arrived while parked) answers the retry.
+//
+// Bounds: one round per in-flight request (so at most `max_inflight`), and the child's
+// requests waiting in rounds count against `max_inflight` with the ones routed to handshake
+// clients. A round ends with its request: the child's final answer, the request's deadline
+// (the child gets errors for what was asked and a cancel), the client leaving, or the child's
+// exit.
+// ==============================================================================================
+
+/// The owner of rounds whose 2026-07-28 HTTP request ended with its `input_required` answer
+/// ([`Server::detach_rounds_of`]); never a real client's id (those start at 1).
+pub(super) const DETACHED: ClientId = ClientId(0);
+
+/// The prefix of the `requestState` this supervisor gives out (opaque to clients).
+const STATE_PREFIX: &str = "mcp-supervisor:";
+
+/// Methods that may end with `input_required` (protocol.md §5: only these three).
+pub(super) const MRTR_METHODS: &[&str] = &["tools/call", "prompts/get", "resources/read"];
+
+/// A child request waiting for a 2026 client's answer.
+#[derive(Debug)]
+pub(super) struct Ask {
+    /// The key in `inputRequests` / `inputResponses`.
+    key: String,
+    /// The child's id for its request.
+    child_id: Box<RawValue>,
+    method: String,
+    params: Option<Box<RawValue>>,
+}
+
+/// One parked request of a 2026 client.
+#[derive(Debug)]
+pub(super) struct Parked {
+    client: ClientId,
+    /// The child-side id of the parked request (still in flight in the child).
+    child_rid: u64,
+    /// The request's owner record, restored (with the retry's id) when the client retries.
+    owner: Owner,
+    method: String,
+    /// Asked in the `input_required` result the client holds now.
+    asked: Vec<Ask>,
+    /// Arrived since; asked in the next round.
+    queued: Vec<Ask>,
+    /// The child's final response, when it came while the request was parked.
+    last: Option<Message>,
+    /// Random, in the `requestState` only: a round cannot be continued by guessing its number
+    /// (a detached round may be continued by any 2026-07-28 HTTP request of the server).
+    secret: u64,
+}
+
+impl Server {
+    /// Whether `client` can be asked `method` (a child request) through MRTR on its request
+    /// `p`: a 2026 client, a request that may end `input_required`, and the capability
+    /// declared in its envelope.
+    pub(super) fn can_ask_modern(&self, client: ClientId, p: &Pending, cap: Option<&str>) -> bool {
+        let Some(c) = self.clients.get(&client) else {
+            return false;
+        };
+        let parked_or_open = matches!(p.owner, Owner::Client { .. } | Owner::Parked { .. });
+        c.era() == Some(Era::Modern)
+            && !c.closing()
+            && parked_or_open
+            && MRTR_METHODS.contains(&&*p.method)
+            && cap.is_none_or(|cap| c.has_capability(cap))
+    }
+
+    /// Asks the child's request `m` of the 2026 client that owns the in-flight request
+    /// `child_rid`, parking that request (or adding to its round when parked already).
+    pub(super) fn ask_modern(&mut self, child_rid: u64, child_id: Box<RawValue>, m: Message) {
+        let key = self.rounds.next_key();
+        let ask = Ask {
+            key,
+            child_id,
+            method: m.method().to_string(),
+            params: m.params,
+        };
+        let round = match self.routing.inflight().get(child_rid).map(|p| &p.owner) {
+            Some(Owner::Parked { round }) => *round,
+            _ => return self.park(child_rid, ask),
+        };
+        if let Some(p) = self.rounds.parked_mut(round) {
+            p.queued.push(ask);
+        }
+    }
+
+    /// Parks the client's in-flight request `child_rid` with the first question `ask`.
+    fn park(&mut self, child_rid: u64, ask: Ask) {
+        let Some(removed) = self.routing.inflight_mut().remove(child_rid) else {
+            return;
+        };
+        let Owner::Client { client, id, .. } = &removed.value.owner else {
+            return;
+        };
+        let (client, id) = (*client, id.clone());
+        let (round, secret) = self.rounds.new_parked();
+        let key = Some((client, format!("{STATE_PREFIX}{round}")));
+        let deadline = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
+        let pending = Pending {
+            owner: Owner::Parked { round },
+            method: removed.value.method.clone(),
+            written: removed.value.written,
+            acked: false,
+        };
+        self.routing
+            .inflight_mut()
+            .insert(child_rid, key, Some(deadline), pending);
+        self.rounds.park(
+            round,
+            Parked {
+                client,
+                child_rid,
+                owner: removed.value.owner,
+                method: removed.value.method.into_owned(),
+                asked: Vec::new(),
+                queued: vec![ask],
+                last: None,
+                secret,
+            },
+        );
+        self.deliver_round(round, &id);
+    }
+
+    /// Ends the client's request `id` with an `input_required` result asking what is queued
+    /// in `round`.
+    fn deliver_round(&mut self, round: u64, id: &RawValue) {
+        let Some(p) = self.rounds.parked_mut(round) else {
+            return;
+        };
+        p.asked = std::mem::take(&mut p.queued);
+        let mut requests = Map::new();
+        for a in &p.asked {
+            let params = a
+                .params
+                .as_deref()
+                .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+                .unwrap_or(json!({}));
+            requests.insert(a.key.clone(), json!({"method": a.method, "params": params}));
+        }
+        let client = p.client;
+        let result = json!({
+            "resultType": "input_required",
+            "inputRequests": requests,
+            "requestState": format!("{STATE_PREFIX}{round}.{:016x}", p.secret),
+        });
+        let line = message::result_response(id, &result);
+        self.respond(client, id, line, Outcome::Ok, None);
+    }
+
+    /// A 2026 client's retry carrying this supervisor's `requestState`: the answers go to the
+    /// child, then the retry owns the parked request (or gets the next round). Returns false
+    /// when `m` is not such a retry.
+    pub(super) fn resume_round(&mut self, client: ClientId, m: &Message) -> bool {
+        let Some(params) = m.params_object() else {
+            return false;
+        };
+        let Some(state) = params.get("requestState").and_then(Value::as_str) else {
+            return false;
+        };
+        let Some(n) = state.strip_prefix(STATE_PREFIX) else {
+            return false;
+        };
+        let Some(id) = m.id.clone() else { return false };
+        let stateless = self
+            .clients
+            .get(&client)
+            .is_some_and(|c| c.peer().transport == Transport::HttpRequest);
+        let (n, secret) = n.split_once('.').unwrap_or((n, ""));
+        let secret = u64::from_str_radix(secret, 16).ok();
+        let round = n.parse::<u64>().ok().filter(|r| {
+            self.rounds.parked(*r).is_some_and(|p| {
+                Some(p.secret) == secret
+                    && (p.client == client || (stateless && p.client == DETACHED))
+            })
+        });
+        let Some(round) = round else {
+            let msg = format!(
+                "requestState `{state}` is unknown or expired: the request it continues has ended (deadline, restart or disconnect); call again"
+            );
+            self.respond_error(
+                client,
+                &id,
+                code::INVALID_PARAMS,
+                &msg,
+                None,
+                Outcome::Invalid,
+            );
+            return true;
+        };
+        let empty = Map::new();
+        let answers = params
+            .get("inputResponses")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        let asked = self
+            .rounds
+            .parked_mut(round)
+            .map(|p| std::mem::take(&mut p.asked))
+            .unwrap_or_default();
+        for a in asked {
+            match answers.get(&a.key) {
+                Some(v) => {
+                    let mut v = v.clone();
+                    era::legacy_value(&mut v);
+                    self.answer_child(&a.child_id, &v);
+                }
+                None => self.answer_child_error(
+                    &a.child_id,
+                    code::INTERNAL_ERROR,
+                    &format!("the client gave no answer to `{}`", a.method),
+                ),
+            }
+        }
+        let more = self
+            .rounds
+            .parked(round)
+            .is_some_and(|p| !p.queued.is_empty());
+        if more {
+            // The next round is this retry's: a 2026-07-28 HTTP retry is a new client, and the
+            // round may be owned by a detached one that nobody reads any more.
+            self.hand_round_to(round, client);
+            self.deliver_round(round, &id);
+        } else {
+            self.unpark(round, client, id, m);
+        }
+        true
+    }
+
+    /// The retry `id` becomes the owner of the parked request; a final response that came
+    /// while parked answers it at once.
+    fn unpark(&mut self, round: u64, client: ClientId, id: Box<RawValue>, m: &Message) {
+        let Some(p) = self.rounds.unpark(round) else {
+            return;
+        };
+        let Some(removed) = self.routing.inflight_mut().remove(p.child_rid) else {
+            // Cannot happen while every path that removes a parked entry ends its round; if it
+            // ever does, the retry still gets its one answer.
+            let msg = format!(
+                "server `{}`: the request this retry continues has ended",
+                self.cfg.name
+            );
+            return self.respond_error(
+                client,
+                &id,
+                code::INTERNAL_ERROR,
+                &msg,
+                None,
+                Outcome::ProtocolError,
+            );
+        };
+        let mut owner = p.owner;
+        if let Owner::Client {
+            client: owner_client,
+            id: owner_id,
+            progress,
+            ..
+        } = &mut owner
+        {
+            // The retry may come from another client: a 2026-07-28 HTTP request is a client
+            // of its own (`detach_rounds_of`).
+            *owner_client = client;
+            *owner_id = id.clone();
+            if let Some(token) = era::envelope_field(m.params.as_deref(), "progressToken") {
+                *progress = serde_json::value::to_raw_value(&token).ok();
+            }
+        }
+        match p.last {
+            Some(last) => match malformed(&last, &p.method) {
+                Some(problem) => self.fail_malformed(client, &id, &p.method, &problem),
+                None => self.answer_client(&p.method, owner, &last),
+            },
+            None => {
+                let deadline =
+                    base::deadline::after(self.clock.now(), self.cfg.timeout_for(&p.method));
+                let pending = Pending {
+                    owner,
+                    method: p.method.into(),
+                    written: removed.value.written,
+                    acked: false,
+                };
+                self.routing.inflight_mut().insert(
+                    p.child_rid,
+                    Some((client, id_key(&id))),
+                    Some(deadline),
+                    pending,
+                );
+            }
+        }
+    }
+
+    /// A malformed or oversized reply to a parked request: kept, as the error the retry will
+    /// get (K21 for a request that is waiting for its client).
+    pub(super) fn on_parked_failure(&mut self, round: u64, child_rid: u64, why: &str) {
+        let msg = format!(
+            "server `{}` sent a malformed response: {why}",
+            self.cfg.name
+        );
+        let line = message::error_response(&raw_u64(child_rid), code::INTERNAL_ERROR, &msg, None);
+        if let Ok(m) = message::parse_one(&line) {
+            self.on_parked_response(round, child_rid, m);
+        }
+    }
+
+    /// The child's final response to a parked request: kept until the client retries.
+    pub(super) fn on_parked_response(&mut self, round: u64, child_rid: u64, m: Message) {
+        let Some(p) = self.rounds.parked_mut(round) else {
+            return;
+        };
+        // The request stays in the table (so the retry finds it) until the retry comes or the
+        // deadline passes; its late questions are void now.
+        let void: Vec<Ask> = p.queued.drain(..).collect();
+        p.last = Some(m);
+        let deadline = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
+        let pending = Pending {
+            owner: Owner::Parked { round },
+            method: p.method.clone().into(),
+            written: self.clock.now(),
+            acked: false,
+        };
+        let key = Some((p.client, format!("{STATE_PREFIX}{round}")));
+        self.routing
+            .inflight_mut()
+            .insert(child_rid, key, Some(deadline), pending);
+        for a in void {
+            self.answer_child_error(&a.child_id, code::INTERNAL_ERROR, "the request ended");
+        }
+    }
+
+    /// Ends a round without its retry (deadline, the client left, the child exited). What the
+    /// child asked gets an error (`answer`: the child is still there to read it), and the
+    /// parked request a cancel (`cancel`: it was not cancelled already and is still running).
+    pub(super) fn drop_round(&mut self, round: u64, why: &str, answer: bool, cancel: bool) {
+        let Some(p) = self.rounds.unpark(round) else {
+            return;
+        };
+        if answer {
+            for a in p.asked.into_iter().chain(p.queued) {
+                self.answer_child_error(&a.child_id, code::INTERNAL_ERROR, why);
+            }
+        }
+        if cancel && p.last.is_none() {
+            self.cancel_upstream(
+                p.child_rid,
+                why,
+                "notifications/cancelled for a parked request",
+            );
+        }
+    }
+
+    /// The rounds of a 2026-07-28 HTTP request's client that ended with its `input_required`
+    /// answer: that client lived for one request, and the retry comes as a new one. Its
+    /// rounds are kept, owned by [`DETACHED`], for any such client presenting the
+    /// `requestState` (the parked request's deadline still bounds them).
+    pub(super) fn detach_rounds_of(&mut self, client: ClientId) {
+        for round in self.rounds_of(client) {
+            self.hand_round_to(round, DETACHED);
+        }
+    }
+
+    /// `round` now belongs to `client` (the request that continues it): its next
+    /// `input_required` answer goes there, and the parked entry is keyed to it, so the client
+    /// leaving ends or detaches the round like any of its own.
+    fn hand_round_to(&mut self, round: u64, client: ClientId) {
+        let Some(p) = self.rounds.parked_mut(round) else {
+            return;
+        };
+        if p.client == client {
+            return;
+        }
+        p.client = client;
+        let child_rid = p.child_rid;
+        let deadline = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
+        if let Some(removed) = self.routing.inflight_mut().remove(child_rid) {
+            let key = Some((client, format!("{STATE_PREFIX}{round}")));
+            self.routing
+                .inflight_mut()
+                .insert(child_rid, key, Some(deadline), removed.value);
+        }
+    }
+
+    /// The rounds `client` was asked in.
+    fn rounds_of(&self, client: ClientId) -> Vec<u64> {
+        self.rounds
+            .all_parked()
+            .filter(|(_, p)| p.client == client)
+            .map(|(r, _)| r)
+            .collect()
+    }
+
+    /// Rounds of a client that left.
+    pub(super) fn drop_rounds_of(&mut self, client: ClientId) {
+        for r in self.rounds_of(client) {
+            // Its in-flight entries, the parked ones included, were cancelled already.
+            self.drop_round(r, "the client that was asked disconnected", true, false);
+        }
+    }
+
+    /// The child's requests waiting in rounds (counted with `upstream` against
+    /// `max_inflight`).
+    pub(super) fn asks_waiting(&self) -> usize {
+        self.rounds
+            .all_parked()
+            .map(|(_, p)| p.asked.len() + p.queued.len())
+            .sum()
+    }
+
+    /// Answers the child's request `child_id` with `result`.
+    fn answer_child(&mut self, child_id: &RawValue, result: &Value) {
+        let line = message::result_response(child_id, result);
+        let out = Outbound::response(line);
+        self.write_child(out, Lane::Urgent, "an answer to the child's request");
+    }
+}
+
+// ==============================================================================================
+// Messages from the child: responses routed to their owner (with the K21 shape check),
+// the handshake and era verdicts, the child's own requests, notifications and listen
+// traffic, malformed replies and those never relayed (too large, too deep).
+// ==============================================================================================
+
+impl Server {
+    pub(super) fn on_child_message(&mut self, m: Message) {
+        match m.kind {
+            Kind::Response => self.on_child_response(m),
+            Kind::Request => self.on_child_request(m),
+            Kind::Notification => self.on_child_notification(m),
+        }
+    }
+
+    pub(super) fn on_child_response(&mut self, m: Message) {
+        let n = m.id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
+        if let Some(n) = n {
+            let served = self.health.status().ping_served;
+            if self.health.answered(n) {
+                self.telemetry.metrics().probe("answered");
+                if served && !self.health.status().ping_served {
+                    warn!("the child answers requests but not `ping`; probing with an advertised list from now on");
+                }
+                return;
+            }
+        }
+        let Some(removed) = n.and_then(|n| self.routing.inflight_mut().remove(n)) else {
+            let id = m.id.as_deref().map(RawValue::get).unwrap_or("none");
+            debug!(
+                id,
+                "response for an id not in flight (cancelled, timed out or never issued): dropped"
+            );
+            return;
+        };
+        let pending = removed.value;
+        let problem = match &pending.owner {
+            Owner::Client { .. } => malformed(&m, &pending.method),
+            // The supervisor's own requests read what they need with defaults; the handshake
+            // has its own checks (a malformed answer there is a rejection or an era verdict).
+            _ => None,
+        };
+        if let (Some(problem), Owner::Client { client, id, .. }) = (problem, &pending.owner) {
+            // K21: a reply of the wrong shape fails that request only, naming the server; the
+            // child answered, so it is alive, and nothing else is affected.
+            warn!(method = %pending.method, %problem, "the child sent a malformed response");
+            let (client, id) = (*client, id.clone());
+            return self.fail_malformed(client, &id, &pending.method, &problem);
+        }
+        match pending.owner {
+            owner @ Owner::Client { .. } => self.answer_client(&pending.method, owner, &m),
+            Owner::Parked { round } => self.on_parked_response(round, removed.id, m),
+            Owner::Discover { probe } => self.on_discover_answer(&m, probe),
+            Owner::Listen => {
+                debug!("the child closed the supervisor's listen stream");
+                self.opener.listen_ended(removed.id);
+            }
+            Owner::Initialize => self.on_initialize_answer(&m),
+            Owner::Refresh { method, announce } => self.on_refresh_answer(method, announce, &m),
+            Owner::Internal => {}
+        }
+    }
+
+    /// The child's answer `m` to a client's request (`method`, owned by `owner`): an MRTR
+    /// round, a subscription or a list to remember, then the response with the client's id.
+    pub(super) fn answer_client(&mut self, method: &str, owner: Owner, m: &Message) {
+        let Owner::Client {
+            client,
+            id,
+            subscribe,
+            cache,
+            add_result_type,
+            retry_params,
+            progress,
+            log_level,
+        } = owner
+        else {
+            return;
+        };
+        self.used();
+        if let (Some(sent), Some(r)) = (&retry_params, &m.result) {
+            if self.start_round(client, &id, method, sent, r.as_bytes(), progress, log_level) {
+                return;
+            }
+        }
+        if let (Some(uri), Some(_)) = (subscribe, &m.result) {
+            if self.clients.contains_key(&client) {
+                self.subs.add(client, &uri, Hold::Direct);
+            }
+        }
+        if let (Some(page), Some(r)) = (cache, &m.result) {
+            if let Some(v) = serde_json::from_slice::<Value>(r.as_bytes())
+                .ok()
+                .filter(shareable)
+            {
+                match page.cursor {
+                    None => {
+                        if self.lists.store(page.list, v) {
+                            self.save_record();
+                        }
+                    }
+                    Some(cursor) => self.lists.store_page(page.list, cursor, v),
+                }
+            }
+        }
+        let (line, outcome, code) = match (&m.result, &m.error) {
+            (Some(r), _) => {
+                let outcome = if method == "tools/call" && is_tool_error(r.as_bytes()) {
+                    Outcome::ToolError
+                } else {
+                    Outcome::Ok
+                };
+                let legacy_client = !add_result_type
+                    && self.child_era() == Era::Modern
+                    && self.client_era(client) == Era::Handshake;
+                // Rewritten results are re-encoded; the common case is spliced: a new head
+                // and the child's bytes (issue 15 §3).
+                let line = if add_result_type {
+                    Out::result(&id, &era::modernize_result(&r.raw(), method))
+                        .encode()
+                        .into()
+                } else if legacy_client {
+                    // Nothing of 2026 for a handshake client (issue 13 Why 4).
+                    Out::result(&id, &era::legacy_result(&r.raw()))
+                        .encode()
+                        .into()
+                } else if method == "subscriptions/listen" {
+                    Out::result(&id, &listen_close_result(&r.raw(), &id))
+                        .encode()
+                        .into()
+                } else {
+                    message::result_line(&id, r)
+                };
+                (line, outcome, None)
+            }
+            (_, Some(e)) => (
+                Out::error(&id, e).encode().into(),
+                Outcome::ProtocolError,
+                m.error_code(),
+            ),
+            _ => return,
+        };
+        self.respond(client, &id, line, outcome, code);
+    }
+
+    /// The child's answer to the supervisor's `initialize`: ready, an era switch, or a
+    /// rejection.
+    fn on_initialize_answer(&mut self, m: &Message) {
+        match (&m.result, &m.error) {
+            (Some(r), _) => match serde_json::from_str::<Value>(r.get())
+                .ok()
+                .and_then(Handshake::from_result)
+            {
+                Some(hs) => {
+                    let method = "notifications/initialized";
+                    let line = Out::request(None, method, None).encode();
+                    let out = Outbound::notification(line, Cow::Borrowed(method), false);
+                    self.write_child(out, Lane::Normal, "notifications/initialized");
+                    self.on_ready(hs);
+                }
+                None => {
+                    error!("the child's initialize result has no protocolVersion");
+                    self.stop_child(StopCause::HandshakeRejected);
+                }
+            },
+            (_, Some(e)) => {
+                let modern = m.error_code() == Some(era::UNSUPPORTED_VERSION)
+                    && e.get().contains(era::MODERN_VERSION);
+                if modern && self.cfg.protocol == ChildProtocol::Auto {
+                    // The verdict stopped working (a server upgraded to 2026-only, or one a
+                    // late era probe already pinned): speak 2026-07-28 to it right away.
+                    self.set_verdict(
+                        Era::Modern,
+                        "initialize was refused in favour of 2026-07-28",
+                    );
+                    let deadline = self.life.start_deadline().unwrap_or_else(|| {
+                        base::deadline::after(self.clock.now(), self.cfg.start_timeout)
+                    });
+                    self.send_discover(false, deadline);
+                } else {
+                    error!(error = %e.get(), "the child rejected initialize");
+                    self.stop_child(StopCause::HandshakeRejected);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A list the supervisor re-read: kept for outages, announced when it changed across a
+    /// restart (issue 5 §4).
+    fn on_refresh_answer(&mut self, method: &'static str, announce: bool, m: &Message) {
+        let Some(r) = &m.result else { return };
+        let Some(v) = serde_json::from_slice::<Value>(r.as_bytes())
+            .ok()
+            .filter(shareable)
+        else {
+            return;
+        };
+        let changed = self.lists.store(method, v);
+        if changed {
+            self.save_record();
+        }
+        if changed && announce {
+            let note = era::LISTS
+                .iter()
+                .find(|(l, _, _)| *l == method)
+                .map(|(_, n, _)| *n);
+            if let Some(note) = note {
+                info!(
+                    list = method,
+                    "the list changed across the restart; notifying clients"
+                );
+                // On the stream each client's era uses (issue 26 §7): handshake clients get
+                // the notification, 2026 clients on their `subscriptions/listen` streams.
+                self.broadcast(&Out::request(None, note, None).encode(), |_| true);
+                self.feed_listeners(note, None, None);
+            }
+        }
+    }
+
+    /// Whether a `list_changed` the child sent for `list` is a fresh instance's startup
+    /// announcement, folded into the supervisor's own check after a restart (issue 26 §7):
+    /// the child is still starting, or the re-read of that list after readiness (`announce`)
+    /// is in flight. That re-read is answered after the notification on the same stdout, so
+    /// it sees whatever the child announced, and clients hear of it exactly when the list
+    /// differs from the last instance's. Outside that window the child's word is passed on as
+    /// it is (a change past the first page, or in resource templates, cannot be compared).
+    fn startup_announcement(&self, list: &str) -> bool {
+        self.life.state() == State::Starting
+            || self.routing.inflight().iter().any(|(_, _, _, p)| {
+                matches!(p.owner, Owner::Refresh { method, announce: true } if method == list)
+            })
+    }
+
+    /// The answer to the opening `server/discover` (issue 6 §1): a result or -32022 means the
+    /// 2026-07-28 era; any other error means the handshake era (then `initialize`).
+    pub(super) fn on_discover_answer(&mut self, m: &Message, probe: bool) {
+        let code = m.error_code();
+        // Only a result of the 2026 shape (`supportedVersions` naming 2026-07-28) is a 2026
+        // server: a server of the handshake era that answers any method with an empty result
+        // (as the conformance suite's client scenarios do) must get `initialize` (issue 29,
+        // decisions: "any other answer to the probe means the handshake era").
+        // A server pinned to 2026-07-28 by the operator is taken at its word.
+        let pinned = self.cfg.protocol == ChildProtocol::Modern;
+        let modern = m.result.as_ref().and_then(|r| {
+            serde_json::from_slice::<Value>(r.as_bytes())
+                .ok()
+                .filter(|v| {
+                    pinned
+                        || v.get("supportedVersions")
+                            .and_then(Value::as_array)
+                            .is_some_and(|a| a.iter().any(|x| x == era::MODERN_VERSION))
+                })
+        });
+        if let Some(v) = modern {
+            self.set_verdict(Era::Modern, "the child answered server/discover");
+            self.on_ready(Handshake::from_discover(v));
+        } else if code == Some(era::UNSUPPORTED_VERSION) {
+            // Modern, but not our version: we cannot speak to it; keep it out of rotation.
+            self.set_verdict(
+                Era::Modern,
+                "the child answered server/discover with -32022",
+            );
+            error!(error = ?m.error.as_deref().map(RawValue::get), "the child speaks no protocol version this supervisor supports");
+            self.stop_child(StopCause::HandshakeRejected);
+        } else if probe || self.cfg.protocol == ChildProtocol::Auto {
+            // The probe's answer, or a remembered 2026 verdict that stopped working (the
+            // server was replaced by a handshake-era one): the handshake, on this same child.
+            // A naive server that takes any first message for `initialize` answers the probe
+            // with an initialize result: that is its handshake, already done.
+            let initialized = m.result.as_ref().is_some_and(|r| {
+                serde_json::from_slice::<Value>(r.as_bytes())
+                    .ok()
+                    .and_then(|v| v.get("protocolVersion").map(Value::is_string))
+                    .unwrap_or(false)
+            });
+            if initialized {
+                self.set_verdict(
+                    Era::Handshake,
+                    "server/discover was answered with an initialize result",
+                );
+                return self.on_initialize_answer(m);
+            }
+            let why = match code {
+                Some(c) => format!("server/discover was answered with error {c}"),
+                None => "server/discover was answered without the 2026 shape".to_string(),
+            };
+            self.set_verdict(Era::Handshake, &why);
+            self.send_initialize(era::HANDSHAKE_VERSION);
+        } else {
+            error!(error = ?m.error.as_deref().map(RawValue::get), "the child rejected server/discover (protocol = 2026-07-28)");
+            self.stop_child(StopCause::HandshakeRejected);
+        }
+    }
+
+    pub(super) fn on_child_request(&mut self, m: Message) {
+        let Some(child_id) = m.id.clone() else { return };
+        let method = m.method().to_string();
+        if method == "ping" {
+            // Answered here, at once, with or without clients (K07).
+            let line = message::result_response(&child_id, &json!({}));
+            let out = Outbound::response(line);
+            self.write_child(out, Lane::Urgent, "the answer to the child's ping");
+            return;
+        }
+        if self.routing.asks() + self.asks_waiting() >= self.cfg.max_inflight {
+            // The child's own requests are bounded like the clients' (issue 12 §6).
+            let msg = format!(
+                "{} requests to clients are already waiting (max_inflight)",
+                self.routing.asks() + self.asks_waiting()
+            );
+            return self.answer_child_error(&child_id, code::LIMIT_EXCEEDED, &msg);
+        }
+        let caller = self.cfg.client_roots == ClientRoots::Caller;
+        let picked = if method == "roots/list" && !caller {
+            None
+        } else {
+            self.pick_owner(&method)
+        };
+        if method == "roots/list" && picked.is_none() {
+            // The roots policy (K28): no client is asked, so the operator's roots answer;
+            // never a refusal.
+            debug!(
+                roots = self.cfg.roots.len(),
+                "roots/list answered with the configured roots"
+            );
+            let line = message::result_response(&child_id, &self.roots_result());
+            let out = Outbound::response(line);
+            self.write_child(out, Lane::Urgent, "the configured roots");
+            return;
+        }
+        let Some((owner, via)) = picked else {
+            let msg = format!("no connected client can answer `{method}` for this server");
+            warn!(method = %method, "{msg}");
+            return self.answer_child_error(&child_id, code::INTERNAL_ERROR, &msg);
+        };
+        if self.clients.get(&owner).and_then(|c| c.era()) == Some(Era::Modern) {
+            // A 2026 client is asked inside an `input_required` result (K26).
+            return self.ask_modern(via, child_id, m);
+        }
+        let deadline = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
+        let n = self.routing.ask(owner, Asker::Child(child_id), deadline);
+        let line = Out::request(Some(&raw_u64(n)), &method, m.params.as_deref()).encode();
+        self.reply_to(owner, To::Request(&raw_u64(n), &method), line);
+    }
+
+    /// The ownership rule for a child's request (issue 3 §5, K06). The handshake era has no
+    /// field linking it to the client request that caused it, so: among clients that can be
+    /// asked and have a request in flight, the one whose request was forwarded most recently,
+    /// preferring requests that can make a server ask (`tools/call`, `prompts/get`,
+    /// `resources/read`, `completion/complete`) over those that cannot (lists, `ping`: an
+    /// endpoint's fan-outs keep those in flight at every source, issue 31).
+    /// A handshake client can be asked when it declared the needed capability; a 2026 client
+    /// when it declared it in its envelope and its request may end `input_required` (K26).
+    /// Returns the client and the child-side id of that request; `None` → the child gets an
+    /// error.
+    pub(super) fn pick_owner(&self, method: &str) -> Option<(ClientId, u64)> {
+        let cap = era::capability_for_request(method);
+        self.routing
+            .inflight()
+            .iter()
+            .filter_map(|(id, client, _, p)| Some((id, client?, p)))
+            .filter(|(_, c, p)| {
+                self.clients.get(c).is_some_and(|cl| match cl.era() {
+                    Some(Era::Modern) => self.can_ask_modern(*c, p, cap),
+                    _ => {
+                        !cl.closing()
+                            && matches!(p.owner, Owner::Client { .. })
+                            && cap.is_none_or(|cap| cl.has_capability(cap))
+                    }
+                })
+            })
+            .max_by_key(|(id, _, p)| (can_ask(&p.method), *id))
+            .map(|(id, c, _)| (c, id))
+    }
+
+    /// The `roots/list` result of the configured roots (`roots`).
+    pub(super) fn roots_result(&self) -> Value {
+        json!({"roots": self.cfg.roots})
+    }
+
+    pub(super) fn answer_child_error(&mut self, child_id: &RawValue, code: i64, msg: &str) {
+        let line = message::error_response(child_id, code, msg, None);
+        let out = Outbound::response(line);
+        self.write_child(out, Lane::Urgent, "an error answer to the child's request");
+    }
+
+    /// Tells the upstream, urgently, that the supervisor no longer wants the answer to its
+    /// request `child_id` (`notifications/cancelled` with `reason`); `what` as for
+    /// [`Server::write_child`].
+    fn cancel_upstream(&mut self, child_id: u64, reason: &str, what: &'static str) {
+        let p = raw(&json!({"requestId": child_id, "reason": reason}));
+        let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
+        self.write_child(Outbound::cancel(line, child_id), Lane::Urgent, what);
+    }
+
+    /// Writes `line` to the running child's stdin queue (`lane`), if a child runs; `what`
+    /// names it for the log. A full queue (the child has not read [`process::STDIN_QUEUE`]
+    /// lines) drops the line and says so, within the log budget: the stdin writer's own
+    /// [`process::STDIN_STALL`] ends a child that never reads again. A closed queue means the
+    /// child is exiting; its exit decides what follows, so that is only a debug line.
+    pub(super) fn write_child(&mut self, out: Outbound, lane: Lane, what: &'static str) {
+        let Some(c) = self.life.child() else {
+            return;
+        };
+        let generation = c.generation();
+        self.shell.effects().push(Effect::ToChild {
+            generation,
+            out,
+            lane,
+            what: Written::Line(what),
+        });
+    }
+
+    /// The shell's half of [`Effect::ToChild`]: sends `out` to the upstream if instance
+    /// `generation` still runs. A refused line is logged (within the budget); a refused
+    /// request is returned, for [`Server::on_unwritten`].
+    pub(super) fn write_now(
+        &mut self,
+        generation: u64,
+        out: Outbound,
+        lane: Lane,
+        what: Written,
+    ) -> Option<(u64, Queued)> {
+        let queued = match self.life.child() {
+            Some(c) if c.generation() == generation => match lane {
+                Lane::Normal => c.send(out),
+                Lane::Urgent => c.send_urgent(out),
+            },
+            _ => Queued::Closed,
+        };
+        match (what, queued) {
+            (_, Queued::Ok) => None,
+            (Written::Request(child_id), queued) => Some((child_id, queued)),
+            (Written::Line(what), Queued::Closed) => {
+                debug!("not written to the child (its input is closed): {what}");
+                None
+            }
+            (Written::Line(what), Queued::Full) => {
+                if let Some(suppressed) = self.telemetry.allow_dropped(self.clock.now()) {
+                    warn!(
+                        suppressed,
+                        "the child is not reading its input (its queue is full); dropped: {what}"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    pub(super) fn on_child_notification(&mut self, m: Message) {
+        let method = m.method().to_string();
+        if self.route_listen_traffic(&method, &m) {
+            return;
+        }
+        match method.as_str() {
+            "notifications/progress" => self.route_progress(&m),
+            "notifications/cancelled" => self.route_child_cancel(&m),
+            "notifications/message" => {
+                let level = m
+                    .params_object()
+                    .and_then(|p| {
+                        p.get("level")
+                            .and_then(Value::as_str)
+                            .and_then(era::log_rank)
+                    })
+                    .unwrap_or(0);
+                self.route_log_message(level, &m);
+            }
+            "notifications/resources/updated" => self.route_resource_updated(&m),
+            _ => {
+                let list = era::LISTS
+                    .iter()
+                    .find(|(_, n, _)| *n == method)
+                    .map(|(l, _, _)| *l);
+                if list.is_some_and(|l| self.startup_announcement(l)) {
+                    debug!(
+                        notification = %method,
+                        "the fresh child announced a list at startup; the supervisor's check decides"
+                    );
+                    return;
+                }
+                if let Some(list) = list.filter(|l| !self.refreshing(l)) {
+                    // Keep the cached list current for outage answers; the child announced it.
+                    // One refresh per list at a time: a flood of announcements cannot grow the
+                    // in-flight table.
+                    let far = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
+                    self.send_to_child(
+                        Owner::Refresh {
+                            method: list,
+                            announce: false,
+                        },
+                        list,
+                        None,
+                        far,
+                    );
+                }
+                let line = Out::request(None, &method, m.params.as_deref()).encode();
+                self.broadcast(&line, |_| true);
+                self.feed_listeners(&method, None, m.params.as_deref());
+            }
+        }
+    }
+
+    /// Whether a refresh of `list` is already in flight.
+    fn refreshing(&self, list: &str) -> bool {
+        self.routing
+            .inflight()
+            .iter()
+            .any(|(_, _, _, p)| matches!(p.owner, Owner::Refresh { method, .. } if method == list))
+    }
+
+    /// `notifications/progress`: to the owner of the request whose child-side id is the token,
+    /// with the client's own token back.
+    fn route_progress(&mut self, m: &Message) {
+        let Some(mut p) = m.params_object() else {
+            return;
+        };
+        let token = p.get("progressToken").and_then(Value::as_u64);
+        let owner = token
+            .and_then(|t| self.routing.inflight().get(t))
+            .and_then(|pend| match &pend.owner {
+                Owner::Client {
+                    client,
+                    progress: Some(orig),
+                    ..
+                } => Some((*client, orig.clone())),
+                _ => None,
+            });
+        let Some((client, orig)) = owner else { return };
+        p.insert(
+            "progressToken".into(),
+            serde_json::from_str(orig.get()).unwrap_or(Value::Null),
+        );
+        let line = Out::request(None, m.method(), Some(&raw(&Value::Object(p)))).encode();
+        self.reply_to(client, To::Progress(&orig), line);
+    }
+
+    /// The child gave up on one of its own requests to a client: that client is told, under
+    /// the id it was asked with.
+    fn route_child_cancel(&mut self, m: &Message) {
+        let Some(mut p) = m.params_object() else {
+            return;
+        };
+        let Some(rid) = p.get("requestId").map(Value::to_string) else {
+            return;
+        };
+        if let Some((client, n)) = self.routing.take_child_ask(&rid) {
+            p.insert("requestId".into(), json!(n));
+            let line = Out::request(None, m.method(), Some(&raw(&Value::Object(p)))).encode();
+            self.reply(client, line);
+        }
+    }
+
+    /// `notifications/resources/updated`: to the handshake clients subscribed to the URI and
+    /// to the served listen streams that asked for it.
+    fn route_resource_updated(&mut self, m: &Message) {
+        let uri = m
+            .params_object()
+            .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string));
+        let subs = uri
+            .as_ref()
+            .map_or_else(Vec::new, |u| self.subs.direct_holders(u));
+        let line = Out::request(None, m.method(), m.params.as_deref()).encode();
+        for c in subs {
+            if self.client_era(c) == Era::Handshake {
+                self.reply(c, line.clone());
+            }
+        }
+        self.feed_listeners(m.method(), uri.as_deref(), m.params.as_deref());
+    }
+
+    /// Served listen streams of modern clients get a handshake child's notification when they
+    /// asked for it, tagged with their subscription id.
+    pub(super) fn feed_listeners(
+        &mut self,
+        method: &str,
+        uri: Option<&str>,
+        params: Option<&RawValue>,
+    ) {
+        let lines: Vec<(ClientId, Box<RawValue>, Bytes)> = self
+            .subs
+            .listeners()
+            .iter()
+            .filter(|l| l.wants(method, uri))
+            .map(|l| {
+                (
+                    l.client(),
+                    l.id().to_owned(),
+                    l.notification(method, params),
+                )
+            })
+            .collect();
+        for (c, id, line) in lines {
+            self.reply_to(c, To::Listen(&id), line);
+        }
+    }
+
+    /// `notifications/message` routing (issue 6 §6). A handshake child's messages are
+    /// session-wide: handshake clients get those at or above their `logging/setLevel` (all, if
+    /// they never set one). A 2026 message carries no correlation key on a shared stdio
+    /// channel, so it goes to every client with a request in flight that asked for logging
+    /// (`_meta` logLevel, or a handshake client's level toward a modern child) at or below the
+    /// message's level; never to a client that did not ask for logging.
+    pub(super) fn route_log_message(&mut self, level: usize, m: &Message) {
+        let asking: HashSet<ClientId> = self
+            .routing
+            .inflight()
+            .iter()
+            .filter_map(|(_, _, _, p)| match &p.owner {
+                Owner::Client {
+                    client,
+                    log_level: Some(l),
+                    ..
+                } if level >= *l => Some(*client),
+                _ => None,
+            })
+            .collect();
+        let child_era = self.child_era();
+        let line = Out::request(None, "notifications/message", m.params.as_deref()).encode();
+        let targets: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(
+                |(id, c)| match (child_era, c.era().unwrap_or(Era::Handshake)) {
+                    (Era::Handshake, Era::Handshake) => {
+                        c.initialized() && c.log_level().is_none_or(|min| level >= min)
+                    }
+                    _ => asking.contains(id),
+                },
+            )
+            .map(|(id, _)| *id)
+            .collect();
+        for c in targets {
+            self.reply(c, line.clone());
+        }
+    }
+
+    /// Traffic of 2026 listen streams on a modern child (`_meta.subscriptionId` = the listen
+    /// request's child-side id): a client's stream goes to that client with its own id; the
+    /// supervisor's stream is fanned out to handshake clients as session-wide notifications.
+    /// Returns whether the notification was listen traffic.
+    pub(super) fn route_listen_traffic(&mut self, method: &str, m: &Message) -> bool {
+        let Some(raw_params) = m.params.as_deref() else {
+            return false;
+        };
+        if !raw_params.get().contains(era::META_SUBSCRIPTION_ID)
+            && method != "notifications/cancelled"
+        {
+            return false;
+        }
+        let Some(mut params) = m.params_object() else {
+            return false;
+        };
+        let sub = if method == "notifications/cancelled" {
+            params.get("requestId").and_then(Value::as_u64)
+        } else {
+            params
+                .get("_meta")
+                .and_then(|x| x.get(era::META_SUBSCRIPTION_ID))
+                .and_then(Value::as_u64)
+        };
+        let Some(sub) = sub else { return false };
+        if Some(sub) == self.opener.listen() {
+            if method == "notifications/cancelled" {
+                self.opener.listen_ended(sub);
+                return true;
+            }
+            if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+                meta.remove(era::META_SUBSCRIPTION_ID);
+                if meta.is_empty() {
+                    params.remove("_meta");
+                }
+            }
+            let line =
+                Out::request(None, method, Some(&raw(&Value::Object(params.clone())))).encode();
+            match method {
+                "notifications/resources/updated" => {
+                    let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
+                    for c in self.subs.direct_holders(uri) {
+                        self.reply(c, line.clone());
+                    }
+                }
+                "notifications/subscriptions/acknowledged" => {}
+                _ if era::LISTS
+                    .iter()
+                    .any(|(l, n, _)| *n == method && self.startup_announcement(l)) => {}
+                _ => self.broadcast(&line, |c| c.era() != Some(Era::Modern)),
+            }
+            return true;
+        }
+        let owner = self
+            .routing
+            .inflight()
+            .get(sub)
+            .and_then(|p| match &p.owner {
+                Owner::Client { client, id, .. } if p.method == "subscriptions/listen" => {
+                    Some((*client, id.clone()))
+                }
+                _ => None,
+            });
+        let Some((client, id)) = owner else {
+            // A cancel of another request: routed as usual. Traffic tagged with a stream that
+            // is no longer open (its cancel crossed the child's notifications, or its client
+            // left) belongs to nobody: never fanned out as session-wide (sim seed 124).
+            if method != "notifications/cancelled" {
+                debug!(notification = %method, subscription = sub, "traffic of a listen stream no longer open: dropped");
+            }
+            return method != "notifications/cancelled";
+        };
+        let original: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
+        if method == "notifications/cancelled" {
+            // The child ended the client's stream.
+            params.insert("requestId".into(), original);
+            if let Some(r) = self.routing.inflight_mut().remove(sub) {
+                if let Some((c, key)) = r.client {
+                    self.finish(c, &key, Outcome::Cancelled, None);
+                }
+            }
+        } else if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+            meta.insert(era::META_SUBSCRIPTION_ID.into(), original);
+        }
+        if method == "notifications/subscriptions/acknowledged" {
+            if let Some(p) = self.routing.inflight_mut().get_mut(sub) {
+                p.acked = true;
+            }
+        }
+        let line = Out::request(None, method, Some(&raw(&Value::Object(params)))).encode();
+        self.reply_to(client, To::Listen(&id), line);
+        true
+    }
+
+    /// A reply the envelope parser refused (K21): fails its request only, naming the server.
+    pub(super) fn on_malformed(&mut self, id: &RawValue, why: &str) {
+        let Some(n) = id.get().parse::<u64>().ok() else {
+            return;
+        };
+        if self.health.answered(n) {
+            return;
+        }
+        let Some(removed) = self.routing.inflight_mut().remove(n) else {
+            return;
+        };
+        match removed.value.owner {
+            Owner::Client { client, id, .. } => {
+                self.fail_malformed(client, &id, &removed.value.method, why)
+            }
+            Owner::Parked { round } => self.on_parked_failure(round, n, why),
+            _ => {}
+        }
+    }
+
+    /// Fails a client request whose reply from the child was malformed (K21): -32603 naming
+    /// the server, the method and what is wrong.
+    pub(super) fn fail_malformed(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        method: &str,
+        problem: &str,
+    ) {
+        let msg = format!(
+            "server `{}` sent a malformed response to `{method}`: {problem}",
+            self.cfg.name
+        );
+        let data = json!({"server": self.cfg.name, "problem": problem});
+        self.respond_error(
+            client,
+            id,
+            code::INTERNAL_ERROR,
+            &msg,
+            Some(data),
+            Outcome::ProtocolError,
+        );
+    }
+
+    /// A message of the upstream that is never relayed (issue 47 §7; K04, K22): over
+    /// `max_message_size` or nested deeper than `max_message_depth`. Counted
+    /// (`upstream_discarded_total`) and logged within a budget whatever it was; a response
+    /// fails its request (a client's gets the outage answer, class `upstream_error`, detail
+    /// `too_large` or `too_deep`; the supervisor's own reads it as an error), a request of the
+    /// upstream is answered with -32600, a notification is dropped.
+    pub(super) fn on_discarded(&mut self, limit: Limit, was: Was) {
+        self.telemetry
+            .metrics()
+            .discarded(limit.detail(), was.kind());
+        let what = match limit {
+            Limit::Size(n) => format!(
+                "{n} bytes, over max_message_size ({} bytes)",
+                self.cfg.max_message_size
+            ),
+            Limit::Depth => format!(
+                "nested deeper than max_message_depth ({} levels)",
+                self.cfg.max_message_depth
+            ),
+        };
+        let now = self.clock.now();
+        let log = |telemetry: &mut super::telemetry::Telemetry, id: Option<&str>, note: &str| {
+            if let Some(suppressed) = telemetry.allow_discarded(now) {
+                warn!(
+                    kind = was.kind(),
+                    detail = limit.detail(),
+                    id,
+                    suppressed,
+                    "dropped a {} of the server: {what}{note}",
+                    was.kind()
+                );
+            }
+        };
+        let id = match &was {
+            Was::Response(id) => id.clone(),
+            Was::Request(id) => {
+                log(&mut self.telemetry, Some(id.get()), "; answered -32600");
+                let msg = format!("the request is {what}; mcp-supervisor does not relay it");
+                return self.answer_child_error(id, code::INVALID_REQUEST, &msg);
+            }
+            Was::Notification => return log(&mut self.telemetry, None, ""),
+        };
+        let n = id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
+        let Some(child_id) = n.filter(|n| self.routing.inflight().contains(*n)) else {
+            return log(
+                &mut self.telemetry,
+                id.as_deref().map(RawValue::get),
+                "; it answers no request in flight",
+            );
+        };
+        log(&mut self.telemetry, Some(&child_id.to_string()), "");
+        let whose = self
+            .routing
+            .inflight()
+            .get(child_id)
+            .map(|p| matches!(p.owner, Owner::Client { .. } | Owner::Parked { .. }));
+        if whose != Some(true) {
+            // The supervisor's own request (handshake, probe, list read): an error answer, as
+            // the upstream could have sent.
+            let line = message::error_response(
+                &raw_u64(child_id),
+                code::INTERNAL_ERROR,
+                &format!("the answer is {what}"),
+                None,
+            );
+            if let Ok(m) = message::parse_one(&line) {
+                self.on_child_response(m);
+            }
+            return;
+        }
+        let Some(removed) = self.routing.inflight_mut().remove(child_id) else {
+            return;
+        };
+        let p = removed.value;
+        match p.owner {
+            Owner::Parked { round } => {
+                self.on_parked_failure(round, child_id, &format!("an answer {what}"))
+            }
+            Owner::Client { client, id, .. } => {
+                let reason = match limit {
+                    Limit::Size(bytes) => Reason::TooLarge {
+                        bytes,
+                        limit: self.cfg.max_message_size,
+                    },
+                    Limit::Depth => Reason::TooDeep {
+                        limit: self.cfg.max_message_depth,
+                    },
+                };
+                self.outage_respond(
+                    client,
+                    &id,
+                    &p.method,
+                    OutageStatus::Ready,
+                    reason,
+                    None,
+                    code::SERVER_UNAVAILABLE,
+                    Outcome::ProtocolError,
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+// ==============================================================================================
+// Resource subscriptions (refcounted toward the child) and `subscriptions/listen` streams:
+// the supervisor's own on a 2026 child, and served ones for 2026 clients of a handshake child.
+// ==============================================================================================
+
+impl Server {
+    /// Opens (or re-opens, with the current resource subscriptions) the supervisor's own listen
+    /// stream on a modern child, so handshake clients keep receiving list-changed and
+    /// resource-updated notifications (issue 6 §4).
+    pub(super) fn open_listen(&mut self) {
+        if self.child_era() != Era::Modern || self.life.state() != State::Ready {
+            return;
+        }
+        if let Some(old) = self.opener.replace_listen(None) {
+            self.routing.inflight_mut().remove(old);
+            self.cancel_upstream(
+                old,
+                "subscriptions changed",
+                "notifications/cancelled for the old listen stream",
+            );
+        }
+        let uris: Vec<&String> = self.subs.uris().collect();
+        let p = raw(&json!({"notifications": {
+            "toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true,
+            "resourceSubscriptions": uris,
+        }}));
+        // It lives until it is cancelled: no deadline.
+        let id = self.send_to_child(Owner::Listen, "subscriptions/listen", Some(p), None);
+        self.opener.replace_listen(id);
+    }
+
+    /// A modern client's `subscriptions/listen` on a handshake child: acknowledged at once and
+    /// fed from the child's session-wide notifications; resource subscriptions are made toward
+    /// the child as needed. The request stays open until the client cancels it.
+    pub(super) fn serve_listen(&mut self, client: ClientId, m: Message) {
+        let Some(id) = m.id.clone() else { return };
+        let filter = m
+            .params_object()
+            .and_then(|p| p.get("notifications").cloned())
+            .unwrap_or(json!({}));
+        let flag = |k: &str| filter.get(k).and_then(Value::as_bool).unwrap_or(false);
+        let uris: Vec<String> = filter
+            .get("resourceSubscriptions")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|u| u.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let can_subscribe = self
+            .opener
+            .handshake()
+            .is_some_and(|h| h.capabilities.pointer("/resources/subscribe") == Some(&json!(true)));
+        // The stream itself counts as one of the client's `max_subscriptions`, each URI as one
+        // more: a listen request cannot grow the subscription table beyond the limit.
+        let room = self
+            .cfg
+            .max_subscriptions
+            .saturating_sub(self.subscriptions_of(client) + 1);
+        let honoured_uris: Vec<String> = if can_subscribe {
+            uris.into_iter().take(room).collect()
+        } else {
+            Vec::new()
+        };
+        for uri in &honoured_uris {
+            let new = self.subs.add(client, uri, Hold::Stream);
+            if new && self.life.state() == State::Ready {
+                let far = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
+                self.send_to_child(
+                    Owner::Internal,
+                    "resources/subscribe",
+                    Some(raw(&json!({"uri": uri}))),
+                    far,
+                );
+            }
+        }
+        let l = Listener {
+            client,
+            id,
+            tools: flag("toolsListChanged"),
+            prompts: flag("promptsListChanged"),
+            resources: flag("resourcesListChanged"),
+            uris: honoured_uris,
+        };
+        let mut honoured = Map::new();
+        for (k, v) in [
+            ("toolsListChanged", l.tools),
+            ("promptsListChanged", l.prompts),
+            ("resourcesListChanged", l.resources),
+        ] {
+            if v {
+                honoured.insert(k.into(), json!(true));
+            }
+        }
+        if !l.uris.is_empty() {
+            honoured.insert("resourceSubscriptions".into(), json!(l.uris));
+        }
+        let ack = l.notification(
+            "notifications/subscriptions/acknowledged",
+            Some(&raw(&json!({"notifications": honoured}))),
+        );
+        let id = l.id().to_owned();
+        self.subs.serve(l);
+        self.reply_to(client, To::Listen(&id), ack);
+    }
+
+    /// Ends a client's served listen stream (its cancel or its departure).
+    pub(super) fn end_listener(&mut self, client: ClientId, key: &str) -> bool {
+        let Some(l) = self.subs.end_listener(client, key) else {
+            return false;
+        };
+        for uri in l.uris {
+            self.release_sub(client, &uri, Hold::Stream);
+        }
+        self.finish(client, key, Outcome::Cancelled, None);
+        true
+    }
+
+    /// `resources/subscribe`/`unsubscribe` from a handshake client of a modern child: kept here;
+    /// updates reach subscribers from the supervisor's listen stream.
+    pub(super) fn client_subscription_on_modern(&mut self, client: ClientId, m: Message) {
+        let Some(id) = m.id.clone() else { return };
+        let Some(uri) = m
+            .params_object()
+            .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string))
+        else {
+            return self.respond_error(
+                client,
+                &id,
+                code::INVALID_PARAMS,
+                "missing uri",
+                None,
+                Outcome::Invalid,
+            );
+        };
+        let changed = if m.method() == "resources/subscribe" {
+            self.subs.add(client, &uri, Hold::Direct)
+        } else {
+            self.subs.remove(client, &uri, Hold::Direct)
+        };
+        self.respond_result(client, &id, m.method(), json!({}), Outcome::Ok);
+        if changed {
+            self.open_listen();
+        }
+    }
+
+    /// Drops one of `client`'s holds on `uri`; when it was the last hold of anyone, a
+    /// handshake child is told (`resources/unsubscribe`). Returns whether nobody holds it now.
+    pub(super) fn release_sub(&mut self, client: ClientId, uri: &str, hold: Hold) -> bool {
+        if !self.subs.remove(client, uri, hold) {
+            return false;
+        }
+        self.unsubscribe_child(uri);
+        true
+    }
+
+    /// Tells a ready handshake child that nobody holds `uri` any more.
+    pub(super) fn unsubscribe_child(&mut self, uri: &str) {
+        if self.life.state() == State::Ready && self.child_era() == Era::Handshake {
+            let far = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
+            self.send_to_child(
+                Owner::Internal,
+                "resources/unsubscribe",
+                Some(raw(&json!({"uri": uri}))),
+                far,
+            );
+        }
+    }
+
+    /// Refcounted subscriptions: true when answered locally.
+    pub(super) fn local_subscription(&mut self, client: ClientId, m: &Message) -> bool {
+        let Some(uri) = m
+            .params_object()
+            .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string))
+        else {
+            return false;
+        };
+        let Some(id) = m.id.clone() else { return false };
+        // Held by someone else, or by this client through a listen stream: the child is
+        // subscribed already, so the table answers.
+        let held = self.subs.is_held(&uri);
+        if m.method() == "resources/subscribe" {
+            if held {
+                self.subs.add(client, &uri, Hold::Direct);
+                self.respond_result(client, &id, m.method(), json!({}), Outcome::Ok);
+                return true;
+            }
+            false
+        } else {
+            let last = self.subs.remove(client, &uri, Hold::Direct);
+            if !last && held {
+                self.respond_result(client, &id, m.method(), json!({}), Outcome::Ok);
+                return true;
+            }
+            false
+        }
+    }
+}
+
+/// A modern client's `subscriptions/listen` stream, served by the supervisor from a handshake
+/// child's session-wide notifications (issue 6 §3).
+#[derive(Debug)]
+pub(super) struct Listener {
+    pub(super) client: ClientId,
+    /// The listen request's id: the stream's subscription id.
+    pub(super) id: Box<RawValue>,
+    pub(super) tools: bool,
+    pub(super) prompts: bool,
+    pub(super) resources: bool,
+    pub(super) uris: Vec<String>,
+}
+
+impl Listener {
+    /// The client it is served to.
+    pub(super) fn client(&self) -> ClientId {
+        self.client
+    }
+
+    /// Whether it is `client`'s stream opened by the listen request with id key `key`.
+    pub(super) fn is(&self, client: ClientId, key: &str) -> bool {
+        self.client == client && id_key_ref(&self.id) == key
+    }
+
+    /// The id of its listen request (its subscription id).
+    pub(super) fn id(&self) -> &RawValue {
+        &self.id
+    }
+
+    /// The id key of its listen request.
+    pub(super) fn key(&self) -> String {
+        id_key(&self.id)
+    }
+
+    /// What it counts against its client's `max_subscriptions`: the stream and each URI.
+    pub(super) fn weight(&self) -> usize {
+        1 + self.uris.len()
+    }
+
+    /// Whether this stream asked for the notification `method` (about `uri`).
+    pub(super) fn wants(&self, method: &str, uri: Option<&str>) -> bool {
+        match method {
+            "notifications/tools/list_changed" => self.tools,
+            "notifications/prompts/list_changed" => self.prompts,
+            "notifications/resources/list_changed" => self.resources,
+            "notifications/resources/updated" => {
+                uri.is_some_and(|u| self.uris.iter().any(|x| x == u))
+            }
+            _ => false,
+        }
+    }
+
+    /// `method` on this stream: its params with `_meta.subscriptionId` set to the stream's id.
+    pub(super) fn notification(&self, method: &str, params: Option<&RawValue>) -> Bytes {
+        let mut p = params
+            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+            .unwrap_or(json!({}));
+        if !p.is_object() {
+            p = json!({});
+        }
+        let id: Value = serde_json::from_str(self.id.get()).unwrap_or(Value::Null);
+        if let Some(o) = p.as_object_mut() {
+            o.insert("_meta".into(), json!({ era::META_SUBSCRIPTION_ID: id }));
+        }
+        Out::request(None, method, Some(&raw(&p))).encode()
+    }
+}
+
+// ==============================================================================================
+// Delivery to clients (one outcome per request) and outage answers: the list cache, the
+// outage record, failing in-flight and held requests.
+// ==============================================================================================
+
+impl Server {
+    /// Ends a client request with its one outcome: the request log line and the metrics.
+    pub(super) fn finish(
+        &mut self,
+        client: ClientId,
+        key: &str,
+        outcome: Outcome,
+        code: Option<i64>,
+    ) {
+        let Some(mut t) = self.ledger.close(client, key) else {
+            return;
+        };
+        let via = self
+            .clients
+            .get(&client)
+            .and_then(|c| c.peer().endpoint.clone());
+        if let Some(span) = t.span.take() {
+            trace::submit(trace::span_data(
+                *span,
+                trace::Finish {
+                    server: &self.cfg.name,
+                    endpoint: via.as_deref(),
+                    rid: t.rid,
+                    method: &t.method,
+                    id: key,
+                    tool: t.tool.as_deref(),
+                    outcome,
+                    code,
+                    end: self.clock.wall(),
+                },
+            ));
+        }
+        let elapsed = self.clock.now().saturating_duration_since(t.started);
+        self.telemetry
+            .metrics()
+            .request(&t.method, outcome, code, elapsed.as_secs_f64());
+        let (rid, wall) = (t.rid, self.clock.wall());
+        let method = support::observe::method_label(&t.method);
+        self.telemetry
+            .remember(self.clock.now(), outcome, elapsed, || {
+                (rid.to_string(), method, wall, code)
+            });
+        if let Some(e) = &via {
+            self.telemetry
+                .metrics()
+                .endpoint_request(e, &t.method, outcome);
+        }
+        if self.telemetry.request_log() {
+            // The instance that was running at arrival exited or was replaced meanwhile.
+            let restarted =
+                t.generation.is_some() && t.generation != self.life.child().map(|c| c.generation());
+            let c = self.clients.get(&client);
+            // Buffered here, written by the log thread (issue 15 §2).
+            self.telemetry.log_request(requests::Record {
+                at: self.clock.wall(),
+                server: Cow::Borrowed(&self.cfg.name),
+                request_id: t.rid,
+                client: client.0,
+                peer_uid: c.map(|c| c.peer().uid),
+                peer_pid: c.and_then(|c| c.peer().pid),
+                client_name: Cow::Borrowed(c.map_or("", |c| c.name())),
+                endpoint: via.as_deref().map(Cow::Borrowed),
+                method: Cow::Borrowed(&t.method),
+                tool: t.tool.as_deref().map(Cow::Borrowed),
+                arg_keys: Cow::Borrowed(&t.arg_keys),
+                duration: elapsed,
+                outcome: outcome.as_str(),
+                error_code: code,
+                restarted,
+            });
+        }
+        self.telemetry
+            .metrics()
+            .set_in_flight(self.routing.inflight().len());
+    }
+
+    /// Answers a client request with a JSON-RPC error and finishes it with `outcome`.
+    pub(super) fn respond_error(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        code: i64,
+        msg: &str,
+        data: Option<Value>,
+        outcome: Outcome,
+    ) {
+        let line = message::error_response(id, code, msg, data);
+        self.respond(client, id, line, outcome, Some(code));
+    }
+
+    /// Refuses a client request for a limit (`max_inflight`, `client_max_inflight`,
+    /// `max_subscriptions`): -32002 with `msg`, outcome `denied`.
+    pub(super) fn refuse_limit(&mut self, client: ClientId, id: &RawValue, msg: &str) {
+        self.respond_error(client, id, code::LIMIT_EXCEEDED, msg, None, Outcome::Denied);
+    }
+
+    /// Answers a client request with a result the supervisor wrote itself, shaped for the
+    /// client's era (issue 13 §2: `resultType` and cache hints for 2026 clients, nothing of
+    /// 2026 for handshake clients), and finishes it with `outcome`.
+    pub(super) fn respond_result(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        method: &str,
+        result: Value,
+        outcome: Outcome,
+    ) {
+        let result = era::for_client(result, method, self.client_era(client));
+        let line = message::result_response(id, &result);
+        self.respond(client, id, line, outcome, None);
+    }
+
+    /// Answers a client request and finishes it.
+    pub(super) fn respond(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        line: impl Into<Line>,
+        outcome: Outcome,
+        code: Option<i64>,
+    ) {
+        self.finish(client, &id_key_ref(id), outcome, code);
+        self.reply_to(client, To::Response(id), line);
+    }
+
+    /// Delivers a session-wide line ([`To::Session`]) to a client.
+    pub(super) fn reply(&mut self, client: ClientId, line: impl Into<Line>) {
+        self.reply_to(client, To::Session, line);
+    }
+
+    /// Delivers a line to a client, addressed `to` within it (issue 27 §5: a response, a
+    /// progress notification, a request toward it, its listen stream's traffic).
+    pub(super) fn reply_to(&mut self, client: ClientId, to: To<'_>, line: impl Into<Line>) {
+        let line = line.into();
+        self.telemetry.metrics().bytes("to_client", line.len());
+        let Some(c) = self.clients.get(&client) else {
+            return;
+        };
+        let closing = c.closing();
+        let delivery = c.delivery(client, to, line);
+        self.shell.effects().push(delivery);
+        if closing {
+            self.close_if_done(client);
+        }
+    }
+
+    pub(super) fn broadcast(&mut self, line: &Bytes, filter: impl Fn(&Client) -> bool) {
+        let targets: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| c.initialized() && filter(c))
+            .map(|(id, _)| *id)
+            .collect();
+        for c in targets {
+            self.reply(c, line.clone());
+        }
+    }
+
+    pub(super) fn outage_status(&self) -> OutageStatus {
+        match self.life.stop_cause() {
+            // The supervisor is stopping a child that did not answer in time: that is what
+            // a waiting client must read, not `stopped` (issue 26 §8).
+            Some(StopCause::StartTimeout | StopCause::ProbeTimeout) => OutageStatus::Timeout,
+            _ => match self.life.state() {
+                State::Starting => OutageStatus::Starting,
+                State::Backoff => OutageStatus::Backoff,
+                State::Failed => OutageStatus::Failed,
+                State::Stopping | State::Stopped => OutageStatus::Stopped,
+                State::Idle => OutageStatus::Idle,
+                State::AuthRequired => OutageStatus::AuthRequired,
+                // Ready but the request cannot reach the child (its input closed): it exits.
+                State::Ready => OutageStatus::Exited,
+            },
+        }
+    }
+
+    /// The reason an outage answer gives now: the supervisor's own cause while it stops a
+    /// child that timed out (`start-timeout: ...`), else the last exit, else `fallback`.
+    pub(super) fn outage_reason(&self, fallback: Reason) -> Reason {
+        match self.life.stop_cause() {
+            Some(StopCause::StartTimeout) => Reason::StartTimeout(self.cfg.start_timeout),
+            Some(
+                c @ (StopCause::ProbeTimeout
+                | StopCause::StdinFailed
+                | StopCause::StdoutClosed
+                | StopCause::HandshakeRejected),
+            ) => Reason::Stopping(c),
+            _ => self
+                .instances
+                .last_exit()
+                .map(|e| Reason::Ended(e.reason))
+                .unwrap_or(fallback),
+        }
+    }
+
+    /// The note appended to what is served from cache while the child is down.
+    pub(super) fn unavailable_note(&self) -> String {
+        format!(
+            " [mcp-supervisor: server `{}` is currently unavailable ({}); calls will fail until it recovers]",
+            self.cfg.name,
+            self.outage_status()
+        )
+    }
+
+    /// Answers a list request from the last known result while the child is down (issue 5
+    /// §3): the first page, or a later one read before with the same cursor (issue 31).
+    pub(super) fn answer_from_cache(&mut self, client: ClientId, m: &Message) -> bool {
+        let method = m.method();
+        let Some(page) = list_to_cache(method, m.params.as_deref()) else {
+            return false;
+        };
+        let cached = match &page.cursor {
+            None => self.lists.get(page.list),
+            Some(c) => self.lists.page(page.list, c),
+        };
+        let Some(cached) = cached else {
+            return false;
+        };
+        let list = &page.list;
+        let mut result = cached.clone();
+        if self.life.state() == State::Idle {
+            // Idle is not an outage (issue 18 §1): the next call starts the child.
+            self.mark_cached(&mut result);
+        } else if *list == "tools/list" && self.cfg.mark_unavailable {
+            let note = self.unavailable_note();
+            if let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) {
+                for t in tools {
+                    let d = t
+                        .get("description")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string();
+                    t["description"] = Value::String(d + &note);
+                }
+            }
+        }
+        let Some(id) = m.id.clone() else { return false };
+        self.respond_result(client, &id, method, result, Outcome::Ok);
+        true
+    }
+
+    /// Answers a request that cannot reach the child. `tools/call` gets a tool result with
+    /// `isError: true` (the model must read the outage as an outage); everything else a
+    /// JSON-RPC error. Both carry the same record (issue 5 §1-2; see
+    /// docs/book/src/reference/errors.md).
+    pub(super) fn outage_reply(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        method: &str,
+        status: OutageStatus,
+    ) {
+        let retry = self
+            .next_attempt()
+            .map(|t| t.saturating_duration_since(self.clock.now()));
+        let reason = self.outage_reason(Reason::State(status));
+        self.outage_respond(
+            client,
+            id,
+            method,
+            status,
+            reason,
+            retry,
+            code::SERVER_UNAVAILABLE,
+            Outcome::Unreachable,
+        );
+    }
+
+    /// Whether this is a url server that signs in with OAuth (issue 30).
+    fn signs_in(&self) -> bool {
+        self.cfg.remote.as_ref().is_some_and(|r| r.oauth.is_some())
+    }
+
+    /// Answers a client request that failed for an outage, a limit or a deadline with the
+    /// documented record, and finishes it in the request log.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn outage_respond(
+        &mut self,
+        client: ClientId,
+        id: &RawValue,
+        method: &str,
+        status: OutageStatus,
+        reason: Reason,
+        retry: Option<Duration>,
+        code: i64,
+        outcome: Outcome,
+    ) {
+        let request_id = self
+            .ledger
+            .rid(client, &id_key_ref(id))
+            .unwrap_or_else(RequestId::random)
+            .to_string();
+        let tail = self.instances.tail().last_lines(10);
+        let mut record = json!({
+            "server": self.cfg.name,
+            "status": status,
+            "reason": reason.to_string(),
+            "class": reason.class(),
+            "detail": reason.detail(),
+            "stderr_tail": tail,
+            "request_id": request_id,
+        });
+        let mut text = format!(
+            "server={} status={} reason={}",
+            self.cfg.name, status, reason
+        );
+        if reason.class() == Class::AuthFailed && self.signs_in() {
+            // What to do about it, where the user reads it (issue 30 §3).
+            let hint = format!("mcp-supervisor login {}", self.cfg.name);
+            text.push_str(&format!(" hint={hint:?}"));
+            if let Some(o) = record.as_object_mut() {
+                o.insert("hint".into(), json!(hint));
+            }
+        }
+        if let Some(r) = retry {
+            if let Some(o) = record.as_object_mut() {
+                o.insert("retry_after_ms".into(), json!(r.as_millis() as u64));
+            }
+            text.push_str(&format!(" retry_after={}", format_secs(r)));
+        }
+        text.push_str(&format!(" request_id={request_id}"));
+        let last = self.instances.tail().last_lines(1);
+        if !last.is_empty() {
+            text.push_str(&format!(" stderr={last:?}"));
+        }
+        warn!(request_id = %request_id, method, status = status.as_str(), reason = %reason, "request failed: {text}");
+        // A call past its own deadline stays the -32001 error of every method (the deadline
+        // rule: docs/book/src/guides/troubleshooting.md, "Health"); outages of `tools/call` are
+        // tool results.
+        if method == "tools/call" && code != code::REQUEST_TIMEOUT {
+            let result = json!({
+                "content": [{"type": "text", "text": text}],
+                "isError": true,
+                "_meta": {"mcp-supervisor/outage": record},
+            });
+            return self.respond_result(client, id, method, result, outcome);
+        }
+        let (line, code) = {
+            let msg = match status {
+                OutageStatus::Timeout if code == code::REQUEST_TIMEOUT => {
+                    format!("request to server `{}` timed out", self.cfg.name)
+                }
+                _ => format!("server `{}` is unavailable: {text}", self.cfg.name),
+            };
+            (
+                message::error_response(id, code, &msg, Some(record)),
+                Some(code),
+            )
+        };
+        self.respond(client, id, line, outcome, code);
+    }
+
+    /// Answers every request in flight with the outage record (the instance is gone). One
+    /// entry is removed at a time, so a client whose input closed keeps its connection until
+    /// its last answer is out (answering its first must not drop it before the rest).
+    pub(super) fn fail_inflight(
+        &mut self,
+        status: OutageStatus,
+        reason: Reason,
+        retry: Option<Duration>,
+    ) {
+        let ids: Vec<u64> = self
+            .routing
+            .inflight()
+            .iter()
+            .map(|(id, _, _, _)| id)
+            .collect();
+        for child_id in ids {
+            let Some(r) = self.routing.inflight_mut().remove(child_id) else {
+                // Removed meanwhile with its client (it left), which recorded its outcome.
+                continue;
+            };
+            let p = r.value;
+            if let Owner::Parked { round } = p.owner {
+                // The client holds an `input_required` result; its retry will find no round.
+                self.drop_round(round, "server exited", false, false);
+                continue;
+            }
+            if let Owner::Client { client, id, .. } = p.owner {
+                self.outage_respond(
+                    client,
+                    &id,
+                    &p.method,
+                    status,
+                    reason,
+                    retry,
+                    code::SERVER_UNAVAILABLE,
+                    Outcome::Unreachable,
+                );
+            }
+        }
+        // The dead child's requests to clients are void: tell those clients.
+        for (client, n) in self.routing.take_child_asks() {
+            let p = raw(&json!({"requestId": n, "reason": "server exited"}));
+            self.reply(
+                client,
+                Out::request(None, "notifications/cancelled", Some(&p)).encode(),
+            );
+        }
+    }
+
+    pub(super) fn fail_held(&mut self, status: OutageStatus) {
+        let retry = self
+            .next_attempt()
+            .map(|t| t.saturating_duration_since(self.clock.now()));
+        for _ in 0..self.held.len() {
+            let Some(h) = self.held.pop_oldest() else {
+                break;
+            };
+            self.fail_one_held(h, status, Reason::State(status), retry);
+        }
+    }
+
+    /// Answers one held request with the outage record. A client's `initialize` held for a
+    /// child that never became ready names the last exit (or `unanswered`) as the reason.
+    pub(super) fn fail_one_held(
+        &mut self,
+        h: Held,
+        status: OutageStatus,
+        unanswered: Reason,
+        retry: Option<Duration>,
+    ) {
+        let Some(id) = h.msg.id.clone() else { return };
+        if h.msg.method() == "initialize" && self.opener.handshake().is_none() {
+            let reason = self.outage_reason(unanswered);
+            self.outage_respond(
+                h.client,
+                &id,
+                "initialize",
+                status,
+                reason,
+                retry,
+                code::SERVER_UNAVAILABLE,
+                Outcome::Unreachable,
+            );
+        } else {
+            self.outage_reply(h.client, &id, h.msg.method(), status);
+        }
+    }
+}
+
+/// The end of a remote session as an [`Exit`]: no code, no signal; `requested` when the
+/// supervisor stopped it.
+fn session_end(requested: bool) -> Exit {
+    Exit {
+        code: None,
+        signal: None,
+        requested,
+        limit: None,
+    }
+}
+
+/// Whether a client request of `method` is one a server may ask the client something while
+/// handling (the owner rule's preference, [`Server::pick_owner`]).
+fn can_ask(method: &str) -> bool {
+    matches!(
+        method,
+        "tools/call" | "prompts/get" | "resources/read" | "completion/complete"
+    )
+}
+
+/// Whether `params` carry a 2026-07-28 envelope (`_meta`'s protocol version names it): what a
+/// remote session sends without a session and with the standard headers ([`Outbound::modern`]).
+fn is_modern(params: Option<&RawValue>) -> bool {
+    era::envelope_version(params).as_deref() == Some(era::MODERN_VERSION)
+}

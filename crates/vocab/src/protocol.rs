@@ -1,0 +1,135 @@
+//! The protocol's vocabulary, on the ground floor (issue 27 §7): the eras, the revisions the
+//! supervisor speaks, the `_meta` envelope keys of 2026-07-28 and total readers of them. The
+//! configuration (`protocol = ...`), observability (trace context) and the core (`actor::era`,
+//! which re-exports these and holds the translations) all import from here, so nothing
+//! below the core imports upward from it.
+
+use crate::jsonrpc::message::{self, RawObject};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+/// The revision the supervisor asks a handshake-era child for.
+pub const HANDSHAKE_VERSION: &str = "2025-11-25";
+
+/// Every handshake-era revision, oldest first.
+pub const HANDSHAKE_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// A protocol era.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// 2024-11-05 .. 2025-11-25: `initialize` handshake, session-wide state.
+    Handshake,
+    /// 2026-07-28: per-request `_meta` envelope, `server/discover`.
+    Modern,
+}
+
+/// The modern revision.
+pub const MODERN_VERSION: &str = "2026-07-28";
+/// `_meta` key: the request's protocol version (required in the modern era).
+pub const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key: the client's capabilities (required in the modern era).
+pub const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key: the client's identity.
+pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// `_meta` key: the log level for this request's `notifications/message`.
+pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// `_meta` key: the server's identity in results.
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// `_meta` key: the listen stream a notification belongs to.
+pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// The envelope keys (what is removed before a handshake-era child sees a modern request).
+pub const ENVELOPE_KEYS: &[&str] = &[
+    META_VERSION,
+    META_CAPABILITIES,
+    META_CLIENT_INFO,
+    META_LOG_LEVEL,
+];
+/// JSON-RPC error: unsupported protocol version (2026-07-28).
+pub const UNSUPPORTED_VERSION: i64 = -32022;
+
+/// `protocol = ...` in the configuration: which era to drive the child in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChildProtocol {
+    /// Probe with `server/discover` first and remember the verdict.
+    Auto,
+    /// The handshake era, asking for this version.
+    Handshake(String),
+    /// The 2026-07-28 era.
+    Modern,
+}
+
+impl ChildProtocol {
+    /// Parses the config value; `None` for an unknown version.
+    pub fn parse(s: &str) -> Option<ChildProtocol> {
+        match s {
+            "auto" => Some(ChildProtocol::Auto),
+            MODERN_VERSION => Some(ChildProtocol::Modern),
+            v if HANDSHAKE_VERSIONS.contains(&v) => Some(ChildProtocol::Handshake(v.to_string())),
+            _ => None,
+        }
+    }
+}
+
+/// The version a request's envelope names, if it carries one: the mark of a modern request.
+///
+/// Total: any `params` (not an object, no `_meta`, a `_meta` that is not an object, a version
+/// that is not a string) gives `None`. With duplicate keys the last one counts, as in
+/// JavaScript's `JSON.parse` (what the SDK clients and servers read with) and
+/// `serde_json::Value`. A key spelt with JSON escapes is not recognised (the raw text is
+/// searched first, to keep the common case free of parsing).
+pub fn envelope_version(params: Option<&RawValue>) -> Option<String> {
+    let params = params?;
+    static VERSION: message::Needle =
+        message::Needle::new(|| memchr::memmem::Finder::new(META_VERSION));
+    if !VERSION.in_text(params.get().as_bytes()) {
+        return None;
+    }
+    match envelope_field(Some(params), META_VERSION)? {
+        Value::String(v) => Some(v),
+        _ => None,
+    }
+}
+
+/// One member of a request's envelope (`params._meta.<key>`), parsed; `None` when any step of
+/// the path is missing or not an object. Total, last duplicate wins (see [`envelope_version`]).
+pub fn envelope_field(params: Option<&RawValue>, key: &str) -> Option<Value> {
+    let obj = RawObject::parse(params?)?;
+    let meta = RawObject::parse(last(&obj, "_meta")?)?;
+    serde_json::from_str(last(&meta, key)?.get()).ok()
+}
+
+/// String members `keys` of `params._meta`, read with one parse of `params` (the other
+/// members stay raw); `None` for a key that is absent or not a string. The raw text is
+/// searched first, so params that mention none of the keys are not parsed at all. Total,
+/// last duplicate wins (see [`envelope_version`]). Used for the trace context (issue 17 §4).
+pub fn meta_strings<const N: usize>(
+    params: Option<&RawValue>,
+    keys: [&str; N],
+) -> [Option<String>; N] {
+    let none = || std::array::from_fn(|_| None);
+    let Some(params) = params.filter(|p| keys.iter().any(|k| message::mentions(p.get(), k))) else {
+        return none();
+    };
+    let Some(meta) =
+        RawObject::parse(params).and_then(|obj| last(&obj, "_meta").and_then(RawObject::parse))
+    else {
+        return none();
+    };
+    keys.map(|k| last(&meta, k).and_then(|v| serde_json::from_str::<String>(v.get()).ok()))
+}
+
+/// The string member `key` of `params` itself (e.g. `name` of `prompts/get`); `None` when
+/// absent or not a string.
+pub fn param_string(params: Option<&RawValue>, key: &str) -> Option<String> {
+    let obj = RawObject::parse(params?)?;
+    serde_json::from_str(last(&obj, key)?.get()).ok()
+}
+
+/// The last member named `key` (duplicate keys: the last one counts, as in `JSON.parse`).
+pub fn last<'a>(obj: &'a RawObject, key: &str) -> Option<&'a RawValue> {
+    obj.0
+        .iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| &**v)
+}
