@@ -25,6 +25,7 @@ use support::config::Config;
 use tracing::{info, warn};
 use upstream::child::fdstore::Stored;
 use upstream::child::process::Inherited;
+use upstream::Carried;
 
 /// What [`cleanup`] did.
 #[derive(Debug, PartialEq, Eq)]
@@ -176,7 +177,7 @@ pub(super) async fn end_previous_run(
                 "re-adopting the child a crashed run left running (from systemd's file descriptor store); its exit status will be unknown");
             let [stdin, stdout, stderr] = s.pipes;
             let adoption = Adoption {
-                inherited: Some(Inherited {
+                carried: Some(Carried::new(Inherited {
                     pid: s.pid,
                     stdin,
                     stdout,
@@ -185,8 +186,7 @@ pub(super) async fn end_previous_run(
                     since: s.since,
                     pending: Vec::new(),
                     tail: String::new(),
-                }),
-                remote: None,
+                })),
                 restarts: 0,
                 last_exit: None,
                 rest: None,

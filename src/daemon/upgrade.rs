@@ -20,6 +20,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
+use upstream::child::process::ChildTakeover;
+use upstream::Carried;
 
 /// How long an upgrade waits for every client request to be answered before it is refused.
 pub const QUIET_WAIT: Duration = Duration::from_secs(10);
@@ -260,7 +262,14 @@ impl Daemon {
                 warn!(server = %name, "no hand-over from the server in time; the new image starts it afresh");
                 continue;
             };
-            let child = match h.child {
+            // What the instance left (opaque to the actor): a child's paused pipes or a url
+            // server's session.
+            let (takeover, remote) = match h.carried.map(|c| c.take::<ChildTakeover>()) {
+                None => (None, None),
+                Some(Ok(c)) => (Some(c), None),
+                Some(Err(other)) => (None, other.take::<upstream::remote::SessionState>().ok()),
+            };
+            let child = match takeover {
                 Some(c) => {
                     let pending = tokio::time::timeout(HANDOVER_WAIT, c.pending).await;
                     let flushed = tokio::time::timeout(HANDOVER_WAIT, c.flushed).await;
@@ -291,7 +300,7 @@ impl Daemon {
                     handshake: h.handshake,
                     log_level: h.log_level,
                     child,
-                    remote: h.remote,
+                    remote,
                     restarts: h.restarts,
                     last_exit: h.last_exit,
                     rest: h.rest,
@@ -637,8 +646,11 @@ pub(super) fn adopt(r: Record) -> Adopted {
             s.name,
             actor::server::Adoption {
                 running: inherited.is_some() || s.remote.is_some(),
-                inherited,
-                remote: s.remote,
+                carried: match (inherited, s.remote) {
+                    (Some(child), _) => Some(Carried::new(child)),
+                    (None, Some(session)) => Some(Carried::new(session)),
+                    (None, None) => None,
+                },
                 restarts: s.restarts,
                 last_exit: s.last_exit,
                 rest: s.rest,

@@ -72,3 +72,32 @@ pub struct SignInStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }
+
+/// A server's limits in `status` (null when it has none; filled by `child::limits`).
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitStatus {
+    /// `cgroup` or `rlimit`: what enforces `memory_max` and `tasks_max` for this server.
+    pub mechanism: &'static str,
+    /// `memory_max` in bytes.
+    pub memory_max: Option<u64>,
+    /// `tasks_max`.
+    pub tasks_max: Option<u64>,
+    /// `open_files_max` (`RLIMIT_NOFILE` of each process).
+    pub open_files_max: Option<u64>,
+    /// The running instance's tree memory, in bytes, at the last sample (every second,
+    /// `child::limits::LIMIT_SAMPLE`; null before the first, or without a tree limit).
+    pub memory_bytes: Option<u64>,
+    /// The running instance's tree tasks at the last sample.
+    pub tasks: Option<u64>,
+}
+
+/// What `status` shows of a server's upstream beyond the actor's own facts, running or not
+/// (issue 48 §2: the starter says it, so the actor names neither a process nor a remote
+/// session): its limits and usage (a child), its remote session and sign-in (a url server).
+#[derive(Debug, Clone, Default)]
+pub struct UpstreamStatus {
+    /// The configured limits with the running instance's usage; `None` without limits.
+    pub limits: Option<LimitStatus>,
+    /// The remote session; `None` for a child.
+    pub remote: Option<RemoteStatus>,
+}

@@ -27,7 +27,7 @@ mod outbound;
 mod tail;
 
 pub use exit::{signal_name, Exit, LimitKill};
-pub use facts::{Description, RemoteStatus, SignInStatus, Usage};
+pub use facts::{Description, LimitStatus, RemoteStatus, SignInStatus, UpstreamStatus, Usage};
 pub use outbound::{Outbound, Outgoing};
 pub use tail::{StderrTail, STDERR_TAIL};
 
@@ -71,13 +71,18 @@ pub trait Upstream: Send {
     /// where the next run finds it after a crash (`child::fdstore`, issue 32 §2); a no-op for
     /// upstreams that keep no such record.
     fn note_session(&mut self, _handshake: serde_json::Value, _log_level: Option<usize>) {}
+    /// Whether [`Upstream::note_session`] keeps anything (so the actor encodes the record
+    /// only then): a child while the daemon runs with systemd's file descriptor store.
+    fn keeps_sessions(&self) -> bool {
+        false
+    }
 }
 
 /// Starts instances of an upstream.
 pub trait Starter: Send {
     /// Whether a start may happen at `now` under the daemon's spawn budget (R11), or when the
     /// next one may. The simulation's fakes always may.
-    fn admit(&mut self, _now: Instant) -> Result<(), Instant> {
+    fn admit(&mut self, _now: Instant) -> Result<(), Deferred> {
         Ok(())
     }
 
@@ -87,6 +92,33 @@ pub trait Starter: Send {
     /// either. Returns at once; [`Event::Connected`] reaches the actor's upstream inbox ahead
     /// of every other event of that instance. Its diagnostic output goes to `tail`.
     fn start(&mut self, cfg: &ServerConfig, generation: u64, tail: StderrTail);
+
+    /// What `status` shows of the upstream of the server configured as `cfg` (issue 48 §2),
+    /// given the running instance's description (`described`, the default when none runs)
+    /// and its diagnostic output (`tail`). The simulation's fakes show what `described` says.
+    fn status(
+        &self,
+        _cfg: &ServerConfig,
+        described: Description,
+        _tail: &StderrTail,
+    ) -> UpstreamStatus {
+        UpstreamStatus {
+            limits: None,
+            remote: described.remote,
+        }
+    }
+}
+
+/// A start the budget does not allow yet ([`Starter::admit`]): when the next may happen, and
+/// the budget (for the log line that says so).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deferred {
+    /// When the next start is allowed.
+    pub until: Instant,
+    /// Starts per second, sustained.
+    pub rate: u32,
+    /// Starts allowed at once after a quiet period.
+    pub burst: u32,
 }
 
 /// Outcome of queueing a message toward an upstream. Must be looked at: a full queue drops

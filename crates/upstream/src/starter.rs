@@ -6,7 +6,7 @@
 
 use crate::child::process;
 use crate::StderrTail;
-use crate::{Event, StartError, Starter, Upstream};
+use crate::{Description, Event, RemoteStatus, StartError, Starter, Upstream, UpstreamStatus};
 use support::config::ServerConfig;
 use tokio::sync::mpsc;
 
@@ -25,12 +25,15 @@ pub struct ProcessStarter {
 
 impl ProcessStarter {
     /// A starter reporting to `events`, whose first start takes over what the previous image
-    /// handed over (`inherited` for a child, `resumed` for a remote session), if anything.
-    pub fn new(
-        events: mpsc::Sender<Event>,
-        inherited: Option<process::Inherited>,
-        resumed: Option<crate::remote::SessionState>,
-    ) -> ProcessStarter {
+    /// (or a crashed run, through systemd's store) handed over, if anything: `carried` holds
+    /// a child's [`process::Inherited`] or a remote session's
+    /// [`crate::remote::SessionState`]; anything else is dropped.
+    pub fn new(events: mpsc::Sender<Event>, carried: Option<crate::Carried>) -> ProcessStarter {
+        let (inherited, resumed) = match carried.map(|c| c.take::<process::Inherited>()) {
+            None => (None, None),
+            Some(Ok(child)) => (Some(child), None),
+            Some(Err(other)) => (None, other.take::<crate::remote::SessionState>().ok()),
+        };
         ProcessStarter {
             events,
             inherited,
@@ -61,8 +64,38 @@ impl ProcessStarter {
 }
 
 impl Starter for ProcessStarter {
-    fn admit(&mut self, now: std::time::Instant) -> Result<(), std::time::Instant> {
-        crate::child::budget::admit(now)
+    /// A child's limits with its usage (`child::limits`); a url server's session as the
+    /// running instance describes it (or, when none runs, its URL and the last line of its
+    /// tail as the last error), with its sign-in (`auth`) when OAuth is configured.
+    fn status(
+        &self,
+        cfg: &ServerConfig,
+        described: Description,
+        tail: &StderrTail,
+    ) -> UpstreamStatus {
+        UpstreamStatus {
+            limits: crate::child::limits::status(&cfg.limits, described.usage),
+            remote: cfg.remote.as_ref().map(|r| {
+                let mut s = described.remote.unwrap_or_else(|| RemoteStatus {
+                    url: support::config::shown_url(&r.url),
+                    last_error: Some(tail.last_lines(1)).filter(|l| !l.is_empty()),
+                    ..Default::default()
+                });
+                if r.oauth.is_some() {
+                    s.auth = crate::auth::status(&cfg.name);
+                }
+                s
+            }),
+        }
+    }
+
+    fn admit(&mut self, now: std::time::Instant) -> Result<(), crate::Deferred> {
+        use crate::child::budget::{admit, BURST, RATE};
+        admit(now).map_err(|until| crate::Deferred {
+            until,
+            rate: RATE,
+            burst: BURST,
+        })
     }
 
     /// The blocking half ([`process::launch`]: identity lookups, cgroup setup, fork and exec)

@@ -247,15 +247,15 @@ impl Server {
     pub(super) fn admit_spawn(&mut self) -> bool {
         match self.instances.admit(self.clock.now()) {
             Ok(()) => true,
-            Err(at) => {
-                let wait = at.saturating_duration_since(self.clock.now());
+            Err(deferred) => {
+                let wait = deferred.until.saturating_duration_since(self.clock.now());
                 info!(
                     spawn_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
                     "the daemon's spawn budget is spent ({} per second, burst {}); spawning later",
-                    upstream::child::budget::RATE,
-                    upstream::child::budget::BURST
+                    deferred.rate,
+                    deferred.burst
                 );
-                self.life.defer_spawn(at);
+                self.life.defer_spawn(deferred.until);
                 false
             }
         }
@@ -1946,7 +1946,7 @@ impl Server {
     /// crash of the supervisor (`child::fdstore`, issue 32 §2): the handshake and lists, the
     /// log level. Nothing when the store is off.
     pub(super) fn note_session(&mut self) {
-        if !upstream::child::fdstore::enabled() {
+        if !self.life.child().is_some_and(|c| c.keeps_sessions()) {
             return;
         }
         let Some(hs) = self.opener.handshake() else {

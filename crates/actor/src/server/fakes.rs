@@ -107,9 +107,13 @@ pub(super) struct FakeStarter {
 }
 
 impl Starter for FakeStarter {
-    fn admit(&mut self, now: Instant) -> Result<(), Instant> {
+    fn admit(&mut self, now: Instant) -> Result<(), upstream::Deferred> {
         match &mut lock(&self.world).budget {
-            Some(b) => b.take(now),
+            Some(b) => b.take(now).map_err(|until| upstream::Deferred {
+                until,
+                rate: upstream::child::budget::RATE,
+                burst: upstream::child::budget::BURST,
+            }),
             None => Ok(()),
         }
     }

@@ -14,7 +14,7 @@ use crate::session::{ClientId, Transport};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
 use tracing::{info, warn};
-use upstream::child::process::ChildTakeover;
+use upstream::Carried;
 use vocab::jsonrpc::message::Out;
 
 /// Longest listen request kept (a listen request names flags and resource URIs; a larger
@@ -106,11 +106,10 @@ pub struct HandOver {
     pub handshake: Option<Value>,
     /// The level the child's logging was set to.
     pub log_level: Option<usize>,
-    /// The child's paused pipe tasks, when a child runs and can be handed over.
-    pub child: Option<ChildTakeover>,
-    /// The remote session, when a url server's session is open (its tasks ended, never
-    /// DELETEd).
-    pub remote: Option<upstream::remote::SessionState>,
+    /// What the running instance left for the next image ([`upstream::Upstream::hand_over`]):
+    /// a child's paused pipe tasks, or a url server's open session (its tasks ended, never
+    /// DELETEd). Opaque here: the daemon, which writes the record, reads it.
+    pub carried: Option<Carried>,
     /// Its stderr tail.
     pub tail: String,
     /// Restarts counted so far.
@@ -132,8 +131,7 @@ impl HandOver {
             next_id: 0,
             handshake: None,
             log_level: None,
-            child: None,
-            remote: None,
+            carried: None,
             tail: String::new(),
             restarts: 0,
             last_exit: None,
@@ -146,12 +144,10 @@ impl HandOver {
 /// What the next image's actor adopts from the previous one's [`HandOver`].
 #[derive(Debug)]
 pub struct Adoption {
-    /// The running instance, when one ran (taken by the actor's starter).
-    pub inherited: Option<upstream::child::process::Inherited>,
-    /// The remote session, when a url server's was handed over (taken by the starter).
-    pub remote: Option<upstream::remote::SessionState>,
-    /// Whether an instance was handed over (stays true once `inherited` or `remote` is
-    /// taken).
+    /// The running instance (a child's pipes, or a url server's session), when one ran:
+    /// opaque here, taken by the actor's starter.
+    pub carried: Option<Carried>,
+    /// Whether an instance was handed over (stays true once `carried` is taken).
     pub running: bool,
     /// Its generation.
     pub generation: u64,
@@ -231,11 +227,13 @@ impl Server {
         // next image opens its own; the old one is left to expire, never DELETEd); a child
         // is handed over whatever its state.
         let ready = handshake.is_some() && self.life.state() == super::State::Ready;
+        // What the log says of it: a child has a process id, a remote session has none.
+        let pid = self.life.child().and_then(|c| c.describe().pid);
         let carried = self.life.child_mut().and_then(|c| c.hand_over(ready));
-        let (child, remote) = match carried.map(|c| c.take::<ChildTakeover>()) {
-            None => (None, None),
-            Some(Ok(child)) => (Some(child), None),
-            Some(Err(other)) => (None, other.take::<upstream::remote::SessionState>().ok()),
+        let (child, remote_session) = match (&carried, pid) {
+            (None, _) => (None, false),
+            (Some(_), Some(pid)) => (Some(pid), false),
+            (Some(_), None) => (None, true),
         };
         let mut clients = BTreeMap::new();
         for (id, c) in self.clients.iter() {
@@ -292,17 +290,14 @@ impl Server {
         }
         info!(
             clients = clients.len(),
-            child = child.as_ref().map(|c| c.pid),
-            remote_session = remote.is_some(),
-            "handing over to the next image"
+            child, remote_session, "handing over to the next image"
         );
         HandOver {
             generation: self.instances.generation(),
             next_id: self.routing.inflight().next_id(),
             handshake,
             log_level: self.opener.log_level(),
-            child,
-            remote,
+            carried,
             tail: self.instances.tail().text(),
             restarts: self.instances.restarts(),
             last_exit: self.instances.last_exit().cloned(),

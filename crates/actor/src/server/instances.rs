@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use support::config::ServerConfig;
-use upstream::Starter;
 use upstream::StderrTail;
+use upstream::{Deferred, Description, Starter, UpstreamStatus};
 
 /// What the actor remembers about its child instances.
 pub(super) struct Instances {
@@ -64,8 +64,18 @@ impl Instances {
     }
 
     /// Whether the daemon's spawn budget (R11) allows a spawn at `now`, or when it will.
-    pub(super) fn admit(&mut self, now: Instant) -> Result<(), Instant> {
+    pub(super) fn admit(&mut self, now: Instant) -> Result<(), Deferred> {
         self.spawner.admit(now)
+    }
+
+    /// What `status` shows of the upstream (the starter says it, from `cfg`, the running
+    /// instance's `described` and the current tail).
+    pub(super) fn upstream_status(
+        &self,
+        cfg: &ServerConfig,
+        described: Description,
+    ) -> UpstreamStatus {
+        self.spawner.status(cfg, described, &self.tail)
     }
 
     /// The next instance: its generation, with a cleared stderr tail (the spawn itself is

@@ -185,7 +185,7 @@ pub struct Status {
     /// The last such panic's message, null if none.
     pub last_actor_panic: Option<String>,
     /// Resource limits, their mechanism and the last sample (issue 18 §3); null without.
-    pub limits: Option<upstream::child::limits::LimitStatus>,
+    pub limits: Option<upstream::LimitStatus>,
     /// A url server's session (issue 29): URL without query, whether a session is open and
     /// its age (never its id), the negotiated version, the last HTTP status and error; null
     /// for a child.
@@ -345,8 +345,7 @@ impl Server {
         let mut adoption = adoption;
         let spawner = Box::new(ProcessStarter::new(
             events,
-            adoption.as_mut().and_then(|a| a.inherited.take()),
-            adoption.as_mut().and_then(|a| a.remote.take()),
+            adoption.as_mut().and_then(|a| a.carried.take()),
         ));
         let rng = StdRng::from_entropy();
         let mut server = Server::with_spawner(cfg, pid, history, spawner, events_rx, rng);
@@ -691,10 +690,12 @@ impl Server {
         let now = self.clock.now();
         let health = self.health.status();
         let described = self.life.child().map(|c| c.describe()).unwrap_or_default();
+        let pid = described.pid;
+        let shown = self.instances.upstream_status(&self.cfg, described);
         Status {
             name: self.cfg.name.clone(),
             state: self.life.state(),
-            pid: described.pid,
+            pid,
             restarts: self.instances.restarts(),
             era: self.opener.handshake().map(|h| h.protocol_version.clone()),
             clients: self.clients.len(),
@@ -717,18 +718,8 @@ impl Server {
             stderr_tail: self.instances.tail().text(),
             actor_restarts: self.shell.history().restarts(),
             last_actor_panic: self.shell.history().last_panic().map(str::to_string),
-            limits: upstream::child::limits::status(&self.cfg.limits, described.usage),
-            remote: self.cfg.remote.as_ref().map(|r| {
-                let mut s = described.remote.unwrap_or_else(|| upstream::RemoteStatus {
-                    url: support::config::shown_url(&r.url),
-                    last_error: Some(self.instances.tail().last_lines(1)).filter(|l| !l.is_empty()),
-                    ..Default::default()
-                });
-                if r.oauth.is_some() {
-                    s.auth = upstream::auth::status(&self.cfg.name);
-                }
-                s
-            }),
+            limits: shown.limits,
+            remote: shown.remote,
             traffic: self.telemetry.traffic(now),
         }
     }

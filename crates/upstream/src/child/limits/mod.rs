@@ -29,7 +29,6 @@
 use crate::{Exit, LimitKill, StderrTail, Usage};
 use nix::sys::signal::{self, killpg, Signal};
 use nix::unistd::Pid;
-use serde::Serialize;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -49,23 +48,7 @@ pub const LIMIT_SAMPLE: Duration = Duration::from_secs(1);
 /// How long the cleanup waits for an instance cgroup to empty before giving up its removal.
 pub const CGROUP_REMOVE_WITHIN: Duration = Duration::from_secs(5);
 
-/// A server's limits in `status` (null when it has none).
-#[derive(Debug, Clone, Serialize)]
-pub struct LimitStatus {
-    /// `cgroup` or `rlimit`: what enforces `memory_max` and `tasks_max` for this server.
-    pub mechanism: &'static str,
-    /// `memory_max` in bytes.
-    pub memory_max: Option<u64>,
-    /// `tasks_max`.
-    pub tasks_max: Option<u64>,
-    /// `open_files_max` (`RLIMIT_NOFILE` of each process).
-    pub open_files_max: Option<u64>,
-    /// The running instance's tree memory, in bytes, at the last sample (every
-    /// [`LIMIT_SAMPLE`]; null before the first, or without a tree limit).
-    pub memory_bytes: Option<u64>,
-    /// The running instance's tree tasks at the last sample.
-    pub tasks: Option<u64>,
-}
+pub use crate::LimitStatus;
 
 /// The status entry for `limits` with the running instance's `usage`; `None` without limits.
 pub fn status(limits: &Limits, usage: Option<Usage>) -> Option<LimitStatus> {

@@ -254,6 +254,9 @@ impl Upstream for ChildHandle {
     fn stopping(&self) -> bool {
         ChildHandle::stopping(self)
     }
+    fn keeps_sessions(&self) -> bool {
+        self.kept.is_some()
+    }
     fn note_session(&mut self, handshake: serde_json::Value, log_level: Option<usize>) {
         if let Some(k) = &mut self.kept {
             k.session(handshake, log_level);
