@@ -31,7 +31,7 @@ use support::observe::Outcome;
 use tracing::{debug, info, warn};
 use vocab::jsonrpc::framing::Line;
 use vocab::jsonrpc::message::{self, code, Kind, Message, Out, RawObject};
-use vocab::protocol::{HANDSHAKE_VERSION, HANDSHAKE_VERSIONS, MODERN_VERSION};
+use vocab::protocol::{Era, HANDSHAKE_VERSION, HANDSHAKE_VERSIONS, MODERN_VERSION};
 
 /// How long an `initialize`, `server/discover` or list fan-out waits for its slowest source
 /// before answering with what it has (a source that is starting must not hold the whole
@@ -123,13 +123,6 @@ struct Source {
     down: Option<String>,
     /// Its `initialize` result (or discover result).
     hello: Option<Value>,
-}
-
-/// The client's era, from its first request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Era {
-    Handshake,
-    Modern,
 }
 
 /// What a number minted toward a source stands for.
@@ -1822,9 +1815,13 @@ pub fn modern_first(m: &Message) -> bool {
         && (m.method() == "server/discover" || has_envelope(m.params.as_deref()))
 }
 
-/// Whether params carry the 2026-07-28 per-request envelope (`_meta` with a protocol version).
+/// Whether params carry the 2026-07-28 per-request envelope: `params._meta` names a protocol
+/// version as a string, read by the envelope parser the actor and the HTTP front read it with
+/// ([`vocab::protocol::envelope_version`], issue 48 §4). It was a substring search of the raw
+/// text, which took a request whose arguments merely mention the key, a version that is not a
+/// string or a `_meta` that is not an object for a 2026-07-28 client.
 fn has_envelope(params: Option<&RawValue>) -> bool {
-    params.is_some_and(|p| p.get().contains(vocab::protocol::META_VERSION))
+    vocab::protocol::envelope_version(params).is_some()
 }
 
 /// `{"_meta": {…}}` holding only the 2026-07-28 envelope keys of `params._meta`.

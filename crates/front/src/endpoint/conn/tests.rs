@@ -617,3 +617,41 @@ fn a_hand_over_reopens_a_2026_clients_listen_streams_under_its_own_ids() {
         "2026-07-28"
     );
 }
+
+/// The era of a connection is decided from the envelope as the actor and the HTTP front read
+/// it (issue 48 §4), never from a substring of the raw params: each case here is one where the
+/// old substring search and the parser disagreed (the first three), or one they agree on.
+#[test]
+fn the_era_is_read_from_the_envelope_as_the_actor_reads_it_not_from_a_substring() {
+    let first = |v: Value| modern_first(&msg(v));
+    // The key mentioned in an argument, not in `_meta`: a handshake-era client.
+    assert!(!first(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "search", "arguments": {"q": "io.modelcontextprotocol/protocolVersion"}}})
+    ));
+    // A version that is not a string.
+    assert!(!first(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": 20260728}}})
+    ));
+    // A `_meta` that is not an object.
+    assert!(!first(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+        "params": {"_meta": "io.modelcontextprotocol/protocolVersion"}})
+    ));
+    // The envelope itself: a 2026-07-28 client; `server/discover` is one without it; an
+    // `initialize` never is.
+    assert!(first(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}})
+    ));
+    assert!(first(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover"})
+    ));
+    assert!(!first(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "c", "version": "1"},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}})
+    ));
+}
