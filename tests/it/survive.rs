@@ -393,6 +393,23 @@ fn interop_sdk_clients_through_attach_and_http_outlive_a_supervisor_sigkill() {
         "the child never got the call in flight; {}",
         sup.log()
     );
+    // The HTTP session is recorded where the next run finds it (`http-sessions-HASH.json` in
+    // the socket directory, written off the actor's path): a crash before that loses the
+    // session, so the kill waits for the record (it once lost that race under load).
+    let run = sup.dir.path().join("run");
+    assert!(
+        wait_until(Duration::from_secs(20), || std::fs::read_dir(&run)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| is_record(p))
+            .any(|p| std::fs::read_to_string(p).is_ok_and(|t| t
+                .contains("py-http")
+                && t.contains("\"initialized\":true")))),
+        "the HTTP session was never recorded; {}",
+        sup.log()
+    );
     sup.kill();
     let in_flight = stdio.wait_for(Duration::from_secs(30), |v| v["step"] == "in_flight");
     assert_eq!(
