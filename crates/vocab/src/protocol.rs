@@ -14,6 +14,18 @@ pub const HANDSHAKE_VERSION: &str = "2025-11-25";
 /// Every handshake-era revision, oldest first.
 pub const HANDSHAKE_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 
+/// The version an `initialize` answer names for a client that asked for `requested`: its own
+/// when it is one of [`HANDSHAKE_VERSIONS`], else the latest, [`HANDSHAKE_VERSION`] (MCP
+/// lifecycle, "Version Negotiation"). One rule for every answer the supervisor writes itself:
+/// the actor's for a modern child (`actor::era`), an endpoint's (`front::endpoint`).
+pub fn answered_version(requested: &str) -> &str {
+    if HANDSHAKE_VERSIONS.contains(&requested) {
+        requested
+    } else {
+        HANDSHAKE_VERSION
+    }
+}
+
 /// A protocol era.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Era {
@@ -132,4 +144,19 @@ pub fn last<'a>(obj: &'a RawObject, key: &str) -> Option<&'a RawValue> {
         .rev()
         .find(|(k, _)| k == key)
         .map(|(_, v)| &**v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{answered_version, HANDSHAKE_VERSION, HANDSHAKE_VERSIONS, MODERN_VERSION};
+
+    #[test]
+    fn an_initialize_answer_names_the_clients_version_when_spoken_else_the_latest() {
+        for v in HANDSHAKE_VERSIONS {
+            assert_eq!(answered_version(v), *v);
+        }
+        for v in [MODERN_VERSION, "2099-01-01", "", "2025-11-25 "] {
+            assert_eq!(answered_version(v), HANDSHAKE_VERSION, "{v:?}");
+        }
+    }
 }

@@ -25,8 +25,8 @@ use shape::{is_json_ws, scan_top, Top};
 
 use vocab::protocol::last;
 pub use vocab::protocol::{
-    envelope_field, envelope_version, meta_strings, param_string, ChildProtocol, Era,
-    ENVELOPE_KEYS, HANDSHAKE_VERSION, HANDSHAKE_VERSIONS, META_CAPABILITIES, META_CLIENT_INFO,
+    answered_version, envelope_field, envelope_version, meta_strings, param_string, ChildProtocol,
+    Era, ENVELOPE_KEYS, HANDSHAKE_VERSION, HANDSHAKE_VERSIONS, META_CAPABILITIES, META_CLIENT_INFO,
     META_LOG_LEVEL, META_SERVER_INFO, META_SUBSCRIPTION_ID, META_VERSION, MODERN_VERSION,
     UNSUPPORTED_VERSION,
 };
@@ -285,11 +285,7 @@ impl Handshake {
         if self.era == Era::Handshake {
             return self.result.clone();
         }
-        let version = if HANDSHAKE_VERSIONS.contains(&requested) {
-            requested
-        } else {
-            HANDSHAKE_VERSION
-        };
+        let version = answered_version(requested);
         let mut r = Map::new();
         r.insert("protocolVersion".into(), json!(version));
         r.insert("capabilities".into(), self.capabilities.clone());

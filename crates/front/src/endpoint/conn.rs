@@ -31,7 +31,7 @@ use support::observe::Outcome;
 use tracing::{debug, info, warn};
 use vocab::jsonrpc::framing::Line;
 use vocab::jsonrpc::message::{self, code, Kind, Message, Out, RawObject};
-use vocab::protocol::{Era, HANDSHAKE_VERSION, HANDSHAKE_VERSIONS, MODERN_VERSION};
+use vocab::protocol::{Era, MODERN_VERSION};
 
 /// How long an `initialize`, `server/discover` or list fan-out waits for its slowest source
 /// before answering with what it has (a source that is starting must not hold the whole
@@ -1620,21 +1620,9 @@ impl Conn {
     /// The endpoint's `initialize` result: its own name, the union of the sources'
     /// capabilities, and instructions that say which source says what.
     fn initialize_result(&self) -> Value {
-        let asked = self
-            .hello
-            .as_deref()
-            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
-            .and_then(|p| {
-                p.get("protocolVersion")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            })
+        let asked = vocab::protocol::param_string(self.hello.as_deref(), "protocolVersion")
             .unwrap_or_default();
-        let version = if HANDSHAKE_VERSIONS.contains(&asked.as_str()) {
-            asked
-        } else {
-            HANDSHAKE_VERSION.to_string()
-        };
+        let version = vocab::protocol::answered_version(&asked);
         json!({
             "protocolVersion": version,
             "capabilities": self.capabilities(),
