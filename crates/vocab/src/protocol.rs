@@ -26,6 +26,75 @@ pub fn answered_version(requested: &str) -> &str {
     }
 }
 
+/// What a 2026-07-28 `subscriptions/listen` request asks for (`params.notifications`), and the
+/// `notifications` object that acknowledges it (reference/protocol.md §6.2). One reading and
+/// one writing for every stream the supervisor serves itself: the actor's on a handshake
+/// child (`actor::server`), an endpoint's (`front::endpoint::listen`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListenFilter {
+    /// `toolsListChanged`.
+    pub tools: bool,
+    /// `promptsListChanged`.
+    pub prompts: bool,
+    /// `resourcesListChanged`.
+    pub resources: bool,
+    /// `resourceSubscriptions` (strings only), at most the `max_uris` it was read with.
+    pub uris: Vec<String>,
+}
+
+impl ListenFilter {
+    /// The filter of a `subscriptions/listen` request's params: absent or non-boolean flags
+    /// are false, non-string URIs are skipped, and at most `max_uris` URIs are kept (the
+    /// rest are never copied).
+    pub fn of(params: &serde_json::Map<String, Value>, max_uris: usize) -> ListenFilter {
+        let n = params.get("notifications");
+        let flag = |k: &str| {
+            n.and_then(|n| n.get(k))
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        };
+        let uris = n
+            .and_then(|n| n.get("resourceSubscriptions"))
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|u| u.as_str().map(str::to_string))
+                    .take(max_uris)
+                    .collect()
+            })
+            .unwrap_or_default();
+        ListenFilter {
+            tools: flag("toolsListChanged"),
+            prompts: flag("promptsListChanged"),
+            resources: flag("resourcesListChanged"),
+            uris,
+        }
+    }
+
+    /// The `notifications` object of this filter's flags with resource URIs `uris` (those
+    /// honoured: all of the filter's, the ones a source serves, the ones the limits let in):
+    /// only the flags that are set, and `resourceSubscriptions` only when `uris` is not empty.
+    pub fn notifications(&self, uris: &[String]) -> Value {
+        let mut o = serde_json::Map::new();
+        for (k, v) in [
+            ("toolsListChanged", self.tools),
+            ("promptsListChanged", self.prompts),
+            ("resourcesListChanged", self.resources),
+        ] {
+            if v {
+                o.insert(k.into(), Value::Bool(true));
+            }
+        }
+        if !uris.is_empty() {
+            o.insert(
+                "resourceSubscriptions".into(),
+                Value::Array(uris.iter().cloned().map(Value::String).collect()),
+            );
+        }
+        Value::Object(o)
+    }
+}
+
 /// A protocol era.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Era {
@@ -148,7 +217,10 @@ pub fn last<'a>(obj: &'a RawObject, key: &str) -> Option<&'a RawValue> {
 
 #[cfg(test)]
 mod tests {
-    use super::{answered_version, HANDSHAKE_VERSION, HANDSHAKE_VERSIONS, MODERN_VERSION};
+    use super::{
+        answered_version, ListenFilter, HANDSHAKE_VERSION, HANDSHAKE_VERSIONS, MODERN_VERSION,
+    };
+    use serde_json::json;
 
     #[test]
     fn an_initialize_answer_names_the_clients_version_when_spoken_else_the_latest() {
@@ -157,6 +229,35 @@ mod tests {
         }
         for v in [MODERN_VERSION, "2099-01-01", "", "2025-11-25 "] {
             assert_eq!(answered_version(v), HANDSHAKE_VERSION, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn a_listen_filter_reads_what_was_asked_and_acknowledges_only_what_is_honoured() {
+        let params = json!({"notifications": {
+            "toolsListChanged": true, "promptsListChanged": "yes", "resourcesListChanged": false,
+            "resourceSubscriptions": ["file:///a", 7, "file:///b", "file:///c"],
+        }});
+        let f = ListenFilter::of(params.as_object().unwrap(), 2);
+        assert_eq!(
+            f,
+            ListenFilter {
+                tools: true,
+                prompts: false,
+                resources: false,
+                uris: vec!["file:///a".into(), "file:///b".into()],
+            }
+        );
+        assert_eq!(
+            f.notifications(&f.uris[..1]),
+            json!({"toolsListChanged": true, "resourceSubscriptions": ["file:///a"]})
+        );
+        assert_eq!(f.notifications(&[]), json!({"toolsListChanged": true}));
+        // Nothing asked, or `notifications` not an object: nothing set.
+        for p in [json!({}), json!({"notifications": [true]})] {
+            let f = ListenFilter::of(p.as_object().unwrap(), usize::MAX);
+            assert_eq!(f, ListenFilter::default());
+            assert_eq!(f.notifications(&f.uris), json!({}));
         }
     }
 }

@@ -111,6 +111,7 @@ use vocab::jsonrpc::message::Kind;
 use vocab::jsonrpc::message::Message;
 use vocab::jsonrpc::message::Out;
 use vocab::jsonrpc::message::RawObject;
+use vocab::protocol::ListenFilter;
 
 // The plain records of the core: read and written only in this file.
 
@@ -3975,20 +3976,8 @@ impl Server {
     /// the child as needed. The request stays open until the client cancels it.
     pub(super) fn serve_listen(&mut self, client: ClientId, m: Message) {
         let Some(id) = m.id.clone() else { return };
-        let filter = m
-            .params_object()
-            .and_then(|p| p.get("notifications").cloned())
-            .unwrap_or(json!({}));
-        let flag = |k: &str| filter.get(k).and_then(Value::as_bool).unwrap_or(false);
-        let uris: Vec<String> = filter
-            .get("resourceSubscriptions")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|u| u.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
+        // Every URI is read; the limits below decide how many are honoured.
+        let asked = ListenFilter::of(&m.params_object().unwrap_or_default(), usize::MAX);
         let can_subscribe = self
             .opener
             .handshake()
@@ -4000,7 +3989,7 @@ impl Server {
             .max_subscriptions
             .saturating_sub(self.subscriptions_of(client) + 1);
         let honoured_uris: Vec<String> = if can_subscribe {
-            uris.into_iter().take(room).collect()
+            asked.uris.iter().take(room).cloned().collect()
         } else {
             Vec::new()
         };
@@ -4016,27 +4005,15 @@ impl Server {
                 );
             }
         }
+        let honoured = asked.notifications(&honoured_uris);
         let l = Listener {
             client,
             id,
-            tools: flag("toolsListChanged"),
-            prompts: flag("promptsListChanged"),
-            resources: flag("resourcesListChanged"),
+            tools: asked.tools,
+            prompts: asked.prompts,
+            resources: asked.resources,
             uris: honoured_uris,
         };
-        let mut honoured = Map::new();
-        for (k, v) in [
-            ("toolsListChanged", l.tools),
-            ("promptsListChanged", l.prompts),
-            ("resourcesListChanged", l.resources),
-        ] {
-            if v {
-                honoured.insert(k.into(), json!(true));
-            }
-        }
-        if !l.uris.is_empty() {
-            honoured.insert("resourceSubscriptions".into(), json!(l.uris));
-        }
         let ack = l.notification(
             "notifications/subscriptions/acknowledged",
             Some(&raw(&json!({"notifications": honoured}))),

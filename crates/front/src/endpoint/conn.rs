@@ -981,7 +981,10 @@ impl Conn {
                 None,
             );
         }
-        let filter = Filter::of(&m.params_object().unwrap_or_default());
+        let filter = Filter::of(
+            &m.params_object().unwrap_or_default(),
+            super::listen::MAX_URIS,
+        );
         let (to, ack) = self.listens.open(&id, filter);
         out.push(Effect::Client(to, ack));
         let key = id_key(&id);

@@ -25,78 +25,22 @@ pub const MAX_STREAMS: usize = 16;
 /// says so by leaving them out).
 pub const MAX_URIS: usize = 256;
 
-/// What a stream asked for (`params.notifications`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Filter {
-    /// `toolsListChanged`.
-    pub tools: bool,
-    /// `promptsListChanged`.
-    pub prompts: bool,
-    /// `resourcesListChanged`.
-    pub resources: bool,
-    /// `resourceSubscriptions`, at most [`MAX_URIS`].
-    pub uris: Vec<String>,
-}
+/// What a stream asked for (`params.notifications`): the protocol's own reading, shared with
+/// the actor's served streams (issue 48 §4).
+pub use vocab::protocol::ListenFilter as Filter;
 
-impl Filter {
-    /// The filter of a `subscriptions/listen` request's params (absent members: false, none).
-    pub fn of(params: &Map<String, Value>) -> Filter {
-        let n = params.get("notifications");
-        let flag = |k: &str| {
-            n.and_then(|n| n.get(k))
-                .and_then(Value::as_bool)
-                .unwrap_or(false)
-        };
-        let uris = n
-            .and_then(|n| n.get("resourceSubscriptions"))
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|u| u.as_str().map(str::to_string))
-                    .take(MAX_URIS)
-                    .collect()
-            })
-            .unwrap_or_default();
-        Filter {
-            tools: flag("toolsListChanged"),
-            prompts: flag("promptsListChanged"),
-            resources: flag("resourcesListChanged"),
-            uris,
+/// Whether a source's notification `method` (about `uri`) belongs on the stream of `filter`.
+fn wants(filter: &Filter, method: &str, uri: Option<&str>) -> bool {
+    match method {
+        "notifications/tools/list_changed" => filter.tools,
+        "notifications/prompts/list_changed" => filter.prompts,
+        "notifications/resources/list_changed" => filter.resources,
+        "notifications/resources/updated" => {
+            uri.is_some_and(|u| filter.uris.iter().any(|x| x == u))
         }
-    }
-
-    /// The `notifications` object of this filter with resource URIs `uris`: what is
-    /// acknowledged to the client (all its URIs) or asked of one source (the URIs it serves).
-    pub fn notifications(&self, uris: &[String]) -> Value {
-        let mut o = Map::new();
-        for (k, v) in [
-            ("toolsListChanged", self.tools),
-            ("promptsListChanged", self.prompts),
-            ("resourcesListChanged", self.resources),
-        ] {
-            if v {
-                o.insert(k.into(), json!(true));
-            }
-        }
-        if !uris.is_empty() {
-            o.insert("resourceSubscriptions".into(), json!(uris));
-        }
-        Value::Object(o)
-    }
-
-    /// Whether a source's notification `method` (about `uri`) belongs on this stream.
-    fn wants(&self, method: &str, uri: Option<&str>) -> bool {
-        match method {
-            "notifications/tools/list_changed" => self.tools,
-            "notifications/prompts/list_changed" => self.prompts,
-            "notifications/resources/list_changed" => self.resources,
-            "notifications/resources/updated" => {
-                uri.is_some_and(|u| self.uris.iter().any(|x| x == u))
-            }
-            // The sources' acknowledgements are theirs; the endpoint sent its own.
-            "notifications/subscriptions/acknowledged" => false,
-            _ => true,
-        }
+        // The sources' acknowledgements are theirs; the endpoint sent its own.
+        "notifications/subscriptions/acknowledged" => false,
+        _ => true,
     }
 }
 
@@ -262,7 +206,7 @@ impl Listens {
             .values()
             .find(|s| s.toward.contains(&(source, n)))?;
         let uri = params.get("uri").and_then(Value::as_str);
-        if !s.filter.wants(method, uri) {
+        if !wants(&s.filter, method, uri) {
             return None;
         }
         if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
@@ -279,7 +223,7 @@ impl Listens {
     pub fn announce(&self, method: &str) -> Vec<(Address, Line)> {
         self.streams
             .values()
-            .filter(|s| s.filter.wants(method, None))
+            .filter(|s| wants(&s.filter, method, None))
             .map(|s| {
                 (
                     Address::Listen(id_key(&s.id)),
@@ -322,7 +266,7 @@ mod tests {
         let mut l = Listens::default();
         let params = json!({"notifications": {"toolsListChanged": true,
             "resourceSubscriptions": ["file:///a"]}});
-        let f = Filter::of(params.as_object().unwrap());
+        let f = Filter::of(params.as_object().unwrap(), MAX_URIS);
         let (to, ack) = l.open(&id(7), f);
         assert!(matches!(to, Address::Listen(ref k) if k == "7"));
         let ack = text(&ack);
@@ -391,6 +335,9 @@ mod tests {
         assert!(!l.has_room());
         let many: Vec<String> = (0..MAX_URIS + 10).map(|i| format!("u{i}")).collect();
         let params = json!({"notifications": {"resourceSubscriptions": many}});
-        assert_eq!(Filter::of(params.as_object().unwrap()).uris.len(), MAX_URIS);
+        assert_eq!(
+            Filter::of(params.as_object().unwrap(), MAX_URIS).uris.len(),
+            MAX_URIS
+        );
     }
 }
