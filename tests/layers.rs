@@ -496,35 +496,23 @@ fn violations(root: &Path, map: &[Crate]) -> Vec<String> {
         }
         let src = root.join(&c.dir).join("src");
         // Every top-level module is on the map, and the map lists no module that is not there.
-        let mut present = BTreeSet::new();
-        for e in std::fs::read_dir(&src).into_iter().flatten().flatten() {
-            let name = e.file_name().to_string_lossy().to_string();
-            let is_module = e.path().is_dir() || name.ends_with(".rs");
-            let name = name.trim_end_matches(".rs").to_string();
-            if is_module && !["main", "lib", "bin"].contains(&name.as_str()) {
-                present.insert(name);
-            }
-        }
-        // Modules the crate root declares only for tests are no module of the map.
-        let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap_or_default();
-        for m in without_tests(&code_only(&lib)).1 {
-            present.remove(&m);
-        }
-        let found = imports(&src, &c.modules);
-        // Files only tests declare (a `#[path]`-named simulation) are no module of the map.
-        let test_files: BTreeSet<String> = present
-            .iter()
-            .filter(|m| !c.modules.contains(*m) && !found.iter().any(|i| &i.from == *m))
-            .filter(|m| is_test_only_file(&src, m))
-            .cloned()
+        // A module is a top-level name with a file that is not test-only (a module declared
+        // `#[cfg(test)]` or only for the `testing` feature, a `#[path]`-named simulation, is
+        // no module of the map).
+        let present: BTreeSet<String> = code_files(&src)
+            .keys()
+            .filter_map(|f| {
+                let first = f.strip_prefix(&src).ok()?.components().next()?;
+                let name = first.as_os_str().to_str()?.trim_end_matches(".rs");
+                (!["main", "lib", "bin"].contains(&name)).then(|| name.to_string())
+            })
             .collect();
+        let found = imports(&src, &c.modules);
         for m in present.difference(&c.modules) {
-            if !test_files.contains(m) {
-                out.push(format!(
-                    "{}/src: module `{m}` is in no layer of docs/ARCHITECTURE.md",
-                    c.dir
-                ));
-            }
+            out.push(format!(
+                "{}/src: module `{m}` is in no layer of docs/ARCHITECTURE.md",
+                c.dir
+            ));
         }
         for m in c.modules.difference(&present) {
             out.push(format!(
@@ -537,19 +525,6 @@ fn violations(root: &Path, map: &[Crate]) -> Vec<String> {
     out.sort();
     out.dedup();
     out
-}
-
-/// Whether `src/NAME.rs` is a file some module declares only for tests through `#[path]`.
-fn is_test_only_file(src: &Path, name: &str) -> bool {
-    let mut files = Vec::new();
-    walk(src, &mut files);
-    let needle = format!("#[path = \"{name}.rs\"]");
-    files.iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.match_indices(&needle)
-                .any(|(k, _)| t[..k].trim_end().ends_with("#[cfg(test)]"))
-        })
-    })
 }
 
 /// The import cycles among the top-level modules of one crate (`dir`): a path back to where it
