@@ -355,8 +355,7 @@ fn ms_until(t: Instant) -> u64 {
     u64::try_from(t.saturating_duration_since(Instant::now()).as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The text of a panic payload.
-/// The message of a caught panic.
+/// The message of a caught panic (its payload's text).
 pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
