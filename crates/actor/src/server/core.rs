@@ -24,8 +24,10 @@ use super::effects::Effect;
 use super::effects::Written;
 use super::held::Held;
 use super::life::Life;
+use super::outbox::{Outbox, Stamp};
 use super::roster::Client;
 use super::subtable::Hold;
+use super::telemetry::Telemetry;
 use super::util::health_config;
 use super::util::input_requests;
 use super::util::is_tool_error;
@@ -79,14 +81,12 @@ use support::config::ClientRoots;
 use support::config::RestartPolicy;
 use support::config::ServerConfig;
 use support::config::StartMode;
-use support::logging::requests;
 use support::logging::requests::RequestId;
 use support::logging::MSG_BACKOFF;
 use support::logging::MSG_EXITED;
 use support::logging::MSG_FAILED;
 use support::logging::MSG_READY;
 use support::logging::MSG_SPAWNED;
-use support::observe::trace;
 use support::observe::Outcome;
 use tracing::debug;
 use tracing::error;
@@ -266,7 +266,7 @@ impl Server {
     /// `starting` (`Life::Spawning`) until [`Server::on_spawned`] gets the outcome.
     pub(super) fn spawn_now(&mut self) {
         let generation = self.instances.next();
-        self.shell.effects().push(Effect::Spawn {
+        self.outbox.push(Effect::Spawn {
             generation,
             tail: self.instances.tail().clone(),
         });
@@ -511,7 +511,7 @@ impl Server {
     /// Decides the stop ladder of a child that entered `stopping` (`Effect::Stop`).
     fn ladder_if_due(&mut self) {
         if let Some(generation) = self.life.stop_due() {
-            self.shell.effects().push(Effect::Stop { generation });
+            self.outbox.push(Effect::Stop { generation });
         }
     }
 
@@ -995,17 +995,20 @@ impl Server {
                     tx.kick();
                     return;
                 }
-                self.clients.connect(id, tx, peer);
-                self.telemetry.metrics().set_clients(self.clients.len());
+                self.outbox.clients_mut().connect(id, tx, peer);
+                self.telemetry
+                    .metrics()
+                    .set_clients(self.outbox.clients().len());
             }
             SessionEvent::Message(id, m) => {
-                if self.clients.contains_key(&id) {
+                if self.outbox.clients().contains_key(&id) {
                     self.on_client_message(id, m)
                 }
             }
             SessionEvent::Rejected(id, code) => {
                 let (uid, pid) = self
-                    .clients
+                    .outbox
+                    .clients()
                     .get(&id)
                     .map(|c| (Some(c.peer().uid), c.peer().pid))
                     .unwrap_or((None, None));
@@ -1019,7 +1022,7 @@ impl Server {
                     .request("", Outcome::Invalid, Some(code), 0.0);
             }
             SessionEvent::InputClosed(id) => {
-                if let Some(c) = self.clients.get_mut(&id) {
+                if let Some(c) = self.outbox.clients_mut().get_mut(&id) {
                     c.close_input();
                 }
                 // It can no longer answer the child's requests.
@@ -1501,7 +1504,8 @@ impl Server {
         let Some(id) = m.id.as_deref() else { return };
         if m.method() == "subscriptions/listen"
             && self
-                .clients
+                .outbox
+                .clients()
                 .get(&client)
                 .is_some_and(|c| c.peer().transport == Transport::Socket)
         {
@@ -1526,7 +1530,7 @@ impl Server {
             self.telemetry.request_log(),
             self.telemetry.traced(),
         );
-        let opened = self.ledger.open(client, id_key(id), || {
+        let opened = self.outbox.open(client, id_key(id), || {
             tracked(&m, generation, clock, log, traced)
         });
         if opened.is_err() {
@@ -1602,7 +1606,7 @@ impl Server {
     /// `server/discover` means 2026-07-28; `initialize` or anything else, the handshake era.
     /// `None` when the client is gone.
     fn settle_client_era(&mut self, client: ClientId, m: &Message, envelope: bool) -> Option<Era> {
-        let c = self.clients.get_mut(&client)?;
+        let c = self.outbox.clients_mut().get_mut(&client)?;
         let first = if m.method() != "initialize" && (envelope || m.method() == "server/discover") {
             Era::Modern
         } else {
@@ -1616,7 +1620,7 @@ impl Server {
     /// owner rule for the child's requests, K26), so later requests cost no second scan of
     /// their params: `info` stops being `Null` once learned.
     fn learn_modern_client(&mut self, client: ClientId, m: &Message) {
-        let Some(c) = self.clients.get_mut(&client) else {
+        let Some(c) = self.outbox.clients_mut().get_mut(&client) else {
             return;
         };
         if !c.info().is_null() {
@@ -1891,7 +1895,7 @@ impl Server {
             info!(client = %client, client_name = %name, requested = asked, negotiated = %hs.protocol_version,
                 "client asked for another protocol version; answering with the one the child speaks");
         }
-        if let Some(c) = self.clients.get_mut(&client) {
+        if let Some(c) = self.outbox.clients_mut().get_mut(&client) {
             debug!(client = %client, uid = c.peer().uid, pid = c.peer().pid, client_name = %name, "client handshake answered from the cache");
             c.initialize(
                 params.get("capabilities").cloned().unwrap_or(json!({})),
@@ -1920,7 +1924,7 @@ impl Server {
                 Outcome::Invalid,
             );
         };
-        if let Some(c) = self.clients.get_mut(&client) {
+        if let Some(c) = self.outbox.clients_mut().get_mut(&client) {
             c.set_log_level(level);
         }
         self.respond_result(client, &id, m.method(), json!({}), Outcome::Ok);
@@ -1929,7 +1933,7 @@ impl Server {
 
     /// The child gets the most verbose level any client asked for (issue 3 §3).
     pub(super) fn sync_log_level(&mut self) {
-        let want = self.clients.min_log_level();
+        let want = self.outbox.clients().min_log_level();
         let Some(want) = want else { return };
         // The level is recorded while the child is down too: the restart replays it.
         if self.child_era() == Era::Handshake
@@ -2090,14 +2094,15 @@ impl Server {
 
     pub(super) fn drop_client(&mut self, client: ClientId) {
         let stateless = self
-            .clients
+            .outbox
+            .clients()
             .get(&client)
             .is_some_and(|c| c.peer().transport == Transport::HttpRequest);
         if stateless {
             self.detach_rounds_of(client);
         }
         self.listen_lines.forget(client);
-        if self.clients.remove(&client).is_none() {
+        if self.outbox.clients_mut().remove(&client).is_none() {
             return;
         }
         // Cancel its requests toward the child; their late responses are dropped (K09).
@@ -2111,11 +2116,13 @@ impl Server {
         for key in mine {
             self.end_listener(client, &key);
         }
-        for key in self.ledger.keys_of(client) {
+        for key in self.outbox.ledger().keys_of(client) {
             self.finish(client, &key, Outcome::Cancelled, None);
         }
-        self.ledger.forget(client);
-        self.telemetry.metrics().set_clients(self.clients.len());
+        self.outbox.forget(client);
+        self.telemetry
+            .metrics()
+            .set_clients(self.outbox.clients().len());
         for r in self.routing.inflight_mut().remove_client(client) {
             self.cancel_upstream(
                 r.id,
@@ -2144,7 +2151,8 @@ impl Server {
     /// cancelled like any departure.
     pub(super) fn revoke_unpermitted(&mut self, access: &crate::session::Access) {
         let gone: Vec<(ClientId, Peer)> = self
-            .clients
+            .outbox
+            .clients()
             .iter()
             .filter(|(_, c)| !access.permits(c.peer().uid, c.peer().gid))
             .map(|(id, c)| (*id, c.peer().clone()))
@@ -2152,13 +2160,13 @@ impl Server {
         for (id, peer) in gone {
             warn!(client = %id, peer_uid = peer.uid, peer_gid = peer.gid, peer_pid = peer.pid,
                 "ending the session of uid {}: no longer allowed after a reload", peer.uid);
-            if let Some(c) = self.clients.get(&id) {
+            if let Some(c) = self.outbox.clients().get(&id) {
                 let msg = format!(
                     "server `{}`: access revoked by a configuration reload",
                     self.cfg.name
                 );
                 let hangup = c.hangup(Line::from(crate::session::hangup_line(&msg, "revoked")));
-                self.shell.effects().push(hangup);
+                self.outbox.push(hangup);
             }
             self.drop_client(id);
         }
@@ -2181,7 +2189,8 @@ impl Server {
     /// `input_required` whose original request it is still waiting for the answer to.
     pub(super) fn close_if_done(&mut self, client: ClientId) {
         let done = self
-            .clients
+            .outbox
+            .clients()
             .get(&client)
             .is_some_and(|c| c.closing() && self.routing.inflight().count_for(client) == 0)
             && !self.held.has_client(client)
@@ -2238,7 +2247,7 @@ impl Server {
         // Traces on (issue 17 §4): the child gets our span as its parent, and the client's
         // `tracestate`. Off, the params pass as they are, with no lookup.
         let span = if self.telemetry.traced() && era::can_carry_meta(params.as_deref()) {
-            self.ledger.span(client, &key)
+            self.outbox.ledger().span(client, &key)
         } else {
             None
         };
@@ -2291,7 +2300,7 @@ impl Server {
                 )
             }
             (Era::Handshake, Era::Modern) => {
-                let c = self.clients.get(&client);
+                let c = self.outbox.clients().get(&client);
                 let log_level = c.and_then(|c| c.log_level());
                 let env = era::envelope(
                     &c.map(|c| c.capabilities().clone()).unwrap_or(json!({})),
@@ -2334,7 +2343,8 @@ impl Server {
             return false;
         };
         let caps = self
-            .clients
+            .outbox
+            .clients()
             .get(&client)
             .map(|c| c.capabilities().clone())
             .unwrap_or(json!({}));
@@ -2360,7 +2370,12 @@ impl Server {
             );
             return true;
         }
-        if self.clients.get(&client).is_some_and(|c| c.closing()) {
+        if self
+            .outbox
+            .clients()
+            .get(&client)
+            .is_some_and(|c| c.closing())
+        {
             // A client whose input closed can never answer the server's questions: the
             // request fails now (as a round pending at its close does), instead of a round
             // that can only time out while the client waits for its answer.
@@ -2496,10 +2511,7 @@ impl Server {
 
     /// A client's era (handshake until its first request says otherwise).
     pub(super) fn client_era(&self, client: ClientId) -> Era {
-        self.clients
-            .get(&client)
-            .and_then(|c| c.era())
-            .unwrap_or(Era::Handshake)
+        self.outbox.era_of(client)
     }
 
     /// The era the current child is driven in (handshake until known).
@@ -2577,7 +2589,7 @@ impl Server {
         self.telemetry.metrics().bytes("to_child", line.len());
         let out = Outbound::request(line, child_id, message::method_name(method), name, modern);
         // In flight from now; a refusal of the child's queue comes back as `Unwritten`.
-        self.shell.effects().push(Effect::ToChild {
+        self.outbox.push(Effect::ToChild {
             generation,
             out,
             lane: Lane::Normal,
@@ -2702,7 +2714,7 @@ impl Server {
     /// `p`: a 2026 client, a request that may end `input_required`, and the capability
     /// declared in its envelope.
     pub(super) fn can_ask_modern(&self, client: ClientId, p: &Pending, cap: Option<&str>) -> bool {
-        let Some(c) = self.clients.get(&client) else {
+        let Some(c) = self.outbox.clients().get(&client) else {
             return false;
         };
         let parked_or_open = matches!(p.owner, Owner::Client { .. } | Owner::Parked { .. });
@@ -2810,7 +2822,8 @@ impl Server {
         };
         let Some(id) = m.id.clone() else { return false };
         let stateless = self
-            .clients
+            .outbox
+            .clients()
             .get(&client)
             .is_some_and(|c| c.peer().transport == Transport::HttpRequest);
         let (n, secret) = n.split_once('.').unwrap_or((n, ""));
@@ -3146,7 +3159,7 @@ impl Server {
             }
         }
         if let (Some(uri), Some(_)) = (subscribe, &m.result) {
-            if self.clients.contains_key(&client) {
+            if self.outbox.clients().contains_key(&client) {
                 self.subs.add(client, &uri, Hold::Direct);
             }
         }
@@ -3396,7 +3409,7 @@ impl Server {
             warn!(method = %method, "{msg}");
             return self.answer_child_error(&child_id, code::INTERNAL_ERROR, &msg);
         };
-        if self.clients.get(&owner).and_then(|c| c.era()) == Some(Era::Modern) {
+        if self.outbox.clients().get(&owner).and_then(|c| c.era()) == Some(Era::Modern) {
             // A 2026 client is asked inside an `input_required` result (K26).
             return self.ask_modern(via, child_id, m);
         }
@@ -3423,14 +3436,17 @@ impl Server {
             .iter()
             .filter_map(|(id, client, _, p)| Some((id, client?, p)))
             .filter(|(_, c, p)| {
-                self.clients.get(c).is_some_and(|cl| match cl.era() {
-                    Some(Era::Modern) => self.can_ask_modern(*c, p, cap),
-                    _ => {
-                        !cl.closing()
-                            && matches!(p.owner, Owner::Client { .. })
-                            && cap.is_none_or(|cap| cl.has_capability(cap))
-                    }
-                })
+                self.outbox
+                    .clients()
+                    .get(c)
+                    .is_some_and(|cl| match cl.era() {
+                        Some(Era::Modern) => self.can_ask_modern(*c, p, cap),
+                        _ => {
+                            !cl.closing()
+                                && matches!(p.owner, Owner::Client { .. })
+                                && cap.is_none_or(|cap| cl.has_capability(cap))
+                        }
+                    })
             })
             .max_by_key(|(id, _, p)| (can_ask(&p.method), *id))
             .map(|(id, c, _)| (c, id))
@@ -3466,7 +3482,7 @@ impl Server {
             return;
         };
         let generation = c.generation();
-        self.shell.effects().push(Effect::ToChild {
+        self.outbox.push(Effect::ToChild {
             generation,
             out,
             lane,
@@ -3681,7 +3697,8 @@ impl Server {
         let child_era = self.child_era();
         let line = Out::request(None, "notifications/message", m.params.as_deref()).encode();
         let targets: Vec<ClientId> = self
-            .clients
+            .outbox
+            .clients()
             .iter()
             .filter(
                 |(id, c)| match (child_era, c.era().unwrap_or(Era::Handshake)) {
@@ -4190,7 +4207,19 @@ impl Listener {
 // ==============================================================================================
 
 impl Server {
-    /// Ends a client request with its one outcome: the request log line and the metrics.
+    /// The outbox with what its decisions read beside it: the telemetry handle and the facts
+    /// of this moment (disjoint borrows of the server's fields).
+    fn out(&mut self) -> (&mut Outbox, &mut Telemetry, Stamp<'_>) {
+        let at = Stamp::new(
+            &self.cfg.name,
+            self.clock,
+            self.life.child().map(|c| c.generation()),
+            self.routing.inflight().len(),
+        );
+        (&mut self.outbox, &mut self.telemetry, at)
+    }
+
+    /// Ends a client request with its one outcome ([`Outbox::finish`]).
     pub(super) fn finish(
         &mut self,
         client: ClientId,
@@ -4198,71 +4227,8 @@ impl Server {
         outcome: Outcome,
         code: Option<i64>,
     ) {
-        let Some(mut t) = self.ledger.close(client, key) else {
-            return;
-        };
-        let via = self
-            .clients
-            .get(&client)
-            .and_then(|c| c.peer().endpoint.clone());
-        if let Some(span) = t.span.take() {
-            trace::submit(trace::span_data(
-                *span,
-                trace::Finish {
-                    server: &self.cfg.name,
-                    endpoint: via.as_deref(),
-                    rid: t.rid,
-                    method: &t.method,
-                    id: key,
-                    tool: t.tool.as_deref(),
-                    outcome,
-                    code,
-                    end: self.clock.wall(),
-                },
-            ));
-        }
-        let elapsed = self.clock.now().saturating_duration_since(t.started);
-        self.telemetry
-            .metrics()
-            .request(&t.method, outcome, code, elapsed.as_secs_f64());
-        let (rid, wall) = (t.rid, self.clock.wall());
-        let method = support::observe::method_label(&t.method);
-        self.telemetry
-            .remember(self.clock.now(), outcome, elapsed, || {
-                (rid.to_string(), method, wall, code)
-            });
-        if let Some(e) = &via {
-            self.telemetry
-                .metrics()
-                .endpoint_request(e, &t.method, outcome);
-        }
-        if self.telemetry.request_log() {
-            // The instance that was running at arrival exited or was replaced meanwhile.
-            let restarted =
-                t.generation.is_some() && t.generation != self.life.child().map(|c| c.generation());
-            let c = self.clients.get(&client);
-            // Buffered here, written by the log thread (issue 15 §2).
-            self.telemetry.log_request(requests::Record {
-                at: self.clock.wall(),
-                server: Cow::Borrowed(&self.cfg.name),
-                request_id: t.rid,
-                client: client.0,
-                peer_uid: c.map(|c| c.peer().uid),
-                peer_pid: c.and_then(|c| c.peer().pid),
-                client_name: Cow::Borrowed(c.map_or("", |c| c.name())),
-                endpoint: via.as_deref().map(Cow::Borrowed),
-                method: Cow::Borrowed(&t.method),
-                tool: t.tool.as_deref().map(Cow::Borrowed),
-                arg_keys: Cow::Borrowed(&t.arg_keys),
-                duration: elapsed,
-                outcome: outcome.as_str(),
-                error_code: code,
-                restarted,
-            });
-        }
-        self.telemetry
-            .metrics()
-            .set_in_flight(self.routing.inflight().len());
+        let (out, tel, at) = self.out();
+        out.finish(tel, &at, client, key, outcome, code);
     }
 
     /// Answers a client request with a JSON-RPC error and finishes it with `outcome`.
@@ -4285,9 +4251,8 @@ impl Server {
         self.respond_error(client, id, code::LIMIT_EXCEEDED, msg, None, Outcome::Denied);
     }
 
-    /// Answers a client request with a result the supervisor wrote itself, shaped for the
-    /// client's era (issue 13 §2: `resultType` and cache hints for 2026 clients, nothing of
-    /// 2026 for handshake clients), and finishes it with `outcome`.
+    /// Answers a client request with a result the supervisor wrote itself
+    /// ([`Outbox::respond_result`]), then drops the client if that was all it waited for.
     pub(super) fn respond_result(
         &mut self,
         client: ClientId,
@@ -4296,12 +4261,14 @@ impl Server {
         result: Value,
         outcome: Outcome,
     ) {
-        let result = era::for_client(result, method, self.client_era(client));
-        let line = message::result_response(id, &result);
-        self.respond(client, id, line, outcome, None);
+        let (out, tel, at) = self.out();
+        if out.respond_result(tel, &at, client, id, method, result, outcome) {
+            self.close_if_done(client);
+        }
     }
 
-    /// Answers a client request and finishes it.
+    /// Answers a client request and finishes it ([`Outbox::respond`]), then drops the client
+    /// if that was all it waited for.
     pub(super) fn respond(
         &mut self,
         client: ClientId,
@@ -4310,8 +4277,10 @@ impl Server {
         outcome: Outcome,
         code: Option<i64>,
     ) {
-        self.finish(client, &id_key_ref(id), outcome, code);
-        self.reply_to(client, To::Response(id), line);
+        let (out, tel, at) = self.out();
+        if out.respond(tel, &at, client, id, line, outcome, code) {
+            self.close_if_done(client);
+        }
     }
 
     /// Delivers a session-wide line ([`To::Session`]) to a client.
@@ -4319,31 +4288,19 @@ impl Server {
         self.reply_to(client, To::Session, line);
     }
 
-    /// Delivers a line to a client, addressed `to` within it (issue 27 §5: a response, a
-    /// progress notification, a request toward it, its listen stream's traffic).
+    /// Delivers a line to a client, addressed `to` within it ([`Outbox::deliver`]), then
+    /// drops the client if that was all it waited for.
     pub(super) fn reply_to(&mut self, client: ClientId, to: To<'_>, line: impl Into<Line>) {
-        let line = line.into();
-        self.telemetry.metrics().bytes("to_client", line.len());
-        let Some(c) = self.clients.get(&client) else {
-            return;
-        };
-        let closing = c.closing();
-        let delivery = c.delivery(client, to, line);
-        self.shell.effects().push(delivery);
-        if closing {
+        if self.outbox.deliver(&self.telemetry, client, to, line) {
             self.close_if_done(client);
         }
     }
 
+    /// Delivers a session-wide line to every initialized client `filter` accepts
+    /// ([`Outbox::broadcast`]).
     pub(super) fn broadcast(&mut self, line: &Bytes, filter: impl Fn(&Client) -> bool) {
-        let targets: Vec<ClientId> = self
-            .clients
-            .iter()
-            .filter(|(_, c)| c.initialized() && filter(c))
-            .map(|(id, _)| *id)
-            .collect();
-        for c in targets {
-            self.reply(c, line.clone());
+        for c in self.outbox.broadcast(&self.telemetry, line, filter) {
+            self.close_if_done(c);
         }
     }
 
@@ -4477,7 +4434,8 @@ impl Server {
         outcome: Outcome,
     ) {
         let request_id = self
-            .ledger
+            .outbox
+            .ledger()
             .rid(client, &id_key_ref(id))
             .unwrap_or_else(RequestId::random)
             .to_string();

@@ -236,7 +236,7 @@ impl Server {
             (Some(_), None) => (None, true),
         };
         let mut clients = BTreeMap::new();
-        for (id, c) in self.clients.iter() {
+        for (id, c) in self.outbox.clients().iter() {
             if c.peer().transport != Transport::Socket || c.closing() {
                 continue;
             }

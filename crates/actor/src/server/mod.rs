@@ -33,13 +33,12 @@ use clock::Clock;
 use effects::Effect;
 use held::HeldQueue;
 use instances::Instances;
-use ledger::Ledger;
 use life::Life;
 use lists::ListCache;
 use opener::Opener;
+use outbox::Outbox;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use roster::Clients;
 use rounds::Rounds;
 use routing::Routing;
 use serde::Serialize;
@@ -74,6 +73,7 @@ mod ledger;
 mod life;
 mod lists;
 mod opener;
+mod outbox;
 mod roster;
 mod rounds;
 mod routing;
@@ -319,11 +319,9 @@ struct Server {
     /// image after an upgrade (issue 32 §1).
     listen_lines: handover::ListenLines,
     // Clients.
-    /// The connected clients and what is known of each.
-    clients: Clients,
+    /// The connected clients, their open requests (the ledger) and the effects decided.
+    outbox: Outbox,
     held: HeldQueue,
-    /// Every client request not finished yet (issue 8: exactly one outcome each).
-    ledger: Ledger,
     /// The input-required rounds of both directions.
     rounds: Rounds,
     /// On-demand start and idle stop (issue 18 §1-2).
@@ -384,9 +382,8 @@ impl Server {
             lists: ListCache::default(),
             subs: Subscriptions::default(),
             listen_lines: handover::ListenLines::default(),
-            clients: Clients::default(),
+            outbox: Outbox::default(),
             held,
-            ledger: Ledger::default(),
             rounds: Rounds::new(rng),
             demand: demand::Demand::new(Instant::now()),
             health,
@@ -400,7 +397,7 @@ impl Server {
             "mcp-supervisor: the actor of server `{}` failed ({why}); it restarts shortly, reconnect",
             self.cfg.name
         );
-        for c in self.clients.values() {
+        for c in self.outbox.clients().values() {
             c.say_and_close(message::error_response(
                 &message::raw_null(),
                 code::INTERNAL_ERROR,
@@ -408,11 +405,11 @@ impl Server {
                 Some(json!({"server": self.cfg.name, "status": "actor-restart"})),
             ));
         }
-        self.clients.clear();
+        self.outbox.clients_mut().clear();
         // Effects decided before the panic are dropped, not carried out: a spawn among them
         // never started, so there is no instance to wait for.
         let unspawned: Vec<u64> = self
-            .shell
+            .outbox
             .effects()
             .take()
             .into_iter()
@@ -559,7 +556,7 @@ impl Server {
             self.step(input);
         }
         self.telemetry.flush();
-        for c in self.clients.values() {
+        for c in self.outbox.clients().values() {
             c.kick();
         }
         self.shell.ended();
@@ -581,7 +578,7 @@ impl Server {
     /// also after [`Server::begin`]).
     fn carry_out(&mut self) {
         loop {
-            let mut effects = self.shell.effects().take();
+            let mut effects = self.outbox.effects().take();
             let mut gone: Vec<ClientId> = Vec::new();
             let mut unwritten: Vec<(u64, Queued)> = Vec::new();
             for effect in effects.drain(..) {
@@ -612,7 +609,7 @@ impl Server {
                     } => unwritten.extend(self.write_now(generation, out, lane, what)),
                 }
             }
-            self.shell.effects().reuse(effects);
+            self.outbox.effects().reuse(effects);
             if gone.is_empty() && unwritten.is_empty() {
                 return;
             }
@@ -682,7 +679,7 @@ impl Server {
             self.life.state(),
             self.instances.generation(),
             self.instances.restarts(),
-            self.clients.len(),
+            self.outbox.clients().len(),
         )
     }
 
@@ -698,7 +695,7 @@ impl Server {
             pid,
             restarts: self.instances.restarts(),
             era: self.opener.handshake().map(|h| h.protocol_version.clone()),
-            clients: self.clients.len(),
+            clients: self.outbox.clients().len(),
             uptime_s: self
                 .life
                 .child()

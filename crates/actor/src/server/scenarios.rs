@@ -274,7 +274,10 @@ fn every_call_of_a_closing_client_is_answered_when_the_child_exits() {
         r.iter().all(|v| v["result"]["isError"] == true),
         "as outages: {r:?}"
     );
-    assert!(!sim.server.clients.contains_key(&a), "then it is closed");
+    assert!(
+        !sim.server.outbox.clients().contains_key(&a),
+        "then it is closed"
+    );
 }
 
 #[test]
@@ -599,7 +602,7 @@ fn case_k26_a_handshake_childs_requests_reach_a_2026_client_as_input_required_ro
     assert_eq!(r["result"]["content"][0]["text"], json!(text));
     assert!(sim.server.rounds.parked_rounds() == 0);
     assert_eq!(
-        sim.server.ledger.len(),
+        sim.server.outbox.ledger().len(),
         0,
         "every request has its one outcome"
     );
@@ -804,7 +807,7 @@ fn case_k26_a_malformed_reply_to_a_parked_request_is_the_retrys_answer() {
     let r = responses(&sim, a).pop().unwrap_or(Value::Null);
     assert_eq!(r["id"], "c2", "{r}");
     assert_eq!(r["error"]["code"], -32603, "{r}");
-    assert_eq!(sim.server.ledger.len(), 0);
+    assert_eq!(sim.server.outbox.ledger().len(), 0);
 }
 
 #[test]
@@ -965,7 +968,7 @@ fn a_ping_is_answered_by_one_delivery_effect_that_only_the_shell_carries_out() {
         let m = message::parse_one(line.as_bytes()).expect("a valid ping");
         sim.server
             .handle(Input::Session(SessionEvent::Message(client, m)));
-        let pending = sim.server.shell.pending().pending();
+        let pending = sim.server.outbox.pending().pending();
         assert_eq!(pending.len(), 1, "one effect: {pending:?}");
         let Effect::Deliver {
             client: to,
@@ -1008,7 +1011,7 @@ fn stop_and_spawn_are_effects_the_shell_carries_out() {
     let generation = sim.current_generation().expect("a child runs");
     let (done, _wait) = oneshot::channel();
     sim.server.handle(Input::Command(Command::Stop(done)));
-    let pending = sim.server.shell.pending().pending();
+    let pending = sim.server.outbox.pending().pending();
     assert!(
         matches!(pending, [Effect::Stop { generation: g }] if *g == generation),
         "{pending:?}"
@@ -1025,7 +1028,7 @@ fn stop_and_spawn_are_effects_the_shell_carries_out() {
     let spawned = lock(&sim.world).spawns;
     let (done, _wait) = oneshot::channel();
     sim.server.handle(Input::Command(Command::Start(done)));
-    let pending = sim.server.shell.pending().pending();
+    let pending = sim.server.outbox.pending().pending();
     assert!(
         matches!(pending, [Effect::Spawn { generation: g, .. }] if *g == generation + 1),
         "{pending:?}"
@@ -1054,7 +1057,11 @@ fn a_request_the_childs_full_queue_refuses_is_answered_limit_exceeded_at_once() 
         .unwrap_or("")
         .contains("not reading its input"));
     assert_eq!(sim.server.routing.inflight().len(), 0, "not in flight");
-    assert_eq!(sim.server.ledger.len(), 0, "its one outcome is written");
+    assert_eq!(
+        sim.server.outbox.ledger().len(),
+        0,
+        "its one outcome is written"
+    );
     lock(&sim.world).stdin_full = false;
     sim.send(b, &call(b, 2));
     assert_eq!(sim.server.routing.inflight().len(), 1, "written this time");

@@ -4,7 +4,6 @@
 //!
 //! Owns those fields alone; decides nothing about children or clients.
 
-use super::effects::Effects;
 use super::supervise::ActorHistory;
 use tokio::sync::{mpsc, oneshot};
 use upstream::Event;
@@ -28,8 +27,6 @@ pub(super) struct Shell {
     history: ActorHistory,
     /// `MCP_SUPERVISOR_TEST_PANIC`, read at actor start ([`Shell::panic_on_request`]).
     test_panic: Option<String>,
-    /// What the core decided while handling the input, for the shell to carry out.
-    effects: Effects,
 }
 
 impl Shell {
@@ -45,7 +42,6 @@ impl Shell {
             test_panic: std::env::var("MCP_SUPERVISOR_TEST_PANIC")
                 .ok()
                 .filter(|m| !m.is_empty()),
-            effects: Effects::default(),
         }
     }
 
@@ -55,16 +51,7 @@ impl Shell {
     }
 
     /// The effect sink.
-    pub(super) fn effects(&mut self) -> &mut Effects {
-        &mut self.effects
-    }
-
     /// The effects decided and not yet carried out (core tests).
-    #[cfg(test)]
-    pub(super) fn pending(&self) -> &Effects {
-        &self.effects
-    }
-
     /// What the supervisor remembered across actor restarts.
     pub(super) fn history(&self) -> &ActorHistory {
         &self.history

@@ -668,8 +668,13 @@ impl Sim {
     /// its ledger holds one open under that id. (The client's own count may lag: a stalled
     /// client has not read its answers yet.)
     fn duplicate(&self, client: ClientId, id: &str) -> bool {
-        RawValue::from_string(id.to_string())
-            .is_ok_and(|raw| self.server.ledger.rid(client, &id_key(&raw)).is_some())
+        RawValue::from_string(id.to_string()).is_ok_and(|raw| {
+            self.server
+                .outbox
+                .ledger()
+                .rid(client, &id_key(&raw))
+                .is_some()
+        })
     }
 
     fn cancel(&mut self) {
@@ -995,7 +1000,7 @@ impl Sim {
         let dropped: Vec<ClientId> = self
             .clients
             .keys()
-            .filter(|c| !self.server.clients.contains_key(c))
+            .filter(|c| !self.server.outbox.clients().contains_key(c))
             .copied()
             .collect();
         for id in dropped {
@@ -1415,12 +1420,14 @@ impl Sim {
             "in flight {}",
             s.routing.inflight().len()
         );
-        let bound =
-            s.cfg.max_inflight + s.cfg.queue_limit + s.clients.len() * s.cfg.max_subscriptions + 16;
+        let bound = s.cfg.max_inflight
+            + s.cfg.queue_limit
+            + s.outbox.clients().len() * s.cfg.max_subscriptions
+            + 16;
         assert!(
-            s.ledger.len() <= bound,
+            s.outbox.ledger().len() <= bound,
             "ledger {} > {bound}",
-            s.ledger.len()
+            s.outbox.ledger().len()
         );
         // Parked requests (K26) keep their in-flight slot (owner `Parked`): one round each,
         // so never more than max_inflight.
@@ -1458,17 +1465,17 @@ impl Sim {
         // Served listen streams count against their client's max_subscriptions, and end with
         // their client.
         assert!(
-            s.subs.listeners().len() <= s.clients.len() * s.cfg.max_subscriptions,
+            s.subs.listeners().len() <= s.outbox.clients().len() * s.cfg.max_subscriptions,
             "listeners {}",
             s.subs.listeners().len()
         );
         for l in s.subs.listeners() {
             assert!(
-                s.clients.contains_key(&l.client()),
+                s.outbox.clients().contains_key(&l.client()),
                 "a departed client's stream"
             );
         }
-        for (id, c) in s.clients.iter() {
+        for (id, c) in s.outbox.clients().iter() {
             assert!(
                 s.subs.direct_count(*id) <= s.cfg.max_subscriptions,
                 "subscriptions"

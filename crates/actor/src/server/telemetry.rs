@@ -75,6 +75,12 @@ impl Telemetry {
         self.history.summary(now, history::objective())
     }
 
+    /// Hands a finished request's span to the trace exporter (issue 17 §4; it batches and
+    /// sends off the actor's task).
+    pub(super) fn submit_span(&self, span: trace::SpanStart, finish: trace::Finish<'_>) {
+        trace::submit(trace::span_data(span, finish));
+    }
+
     /// Whether request log lines are wanted (the caller skips building a [`Record`] if not).
     pub(super) fn request_log(&self) -> bool {
         self.request_log

@@ -101,7 +101,7 @@ fn a_listen_stream_cancelled_while_held_is_never_opened() {
         assert!(sim.server.subs.listeners().is_empty(), "no stream served");
         assert_eq!(sim.server.held.len(), 0);
         assert_eq!(
-            sim.server.ledger.len(),
+            sim.server.outbox.ledger().len(),
             0,
             "the stream's request is finished"
         );

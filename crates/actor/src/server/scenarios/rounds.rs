@@ -171,7 +171,7 @@ fn case_k26_a_question_queued_behind_a_round_reaches_the_http_request_that_retri
     assert_eq!(r["result"]["resultType"], "complete", "{r}");
     assert!(sim.server.rounds.parked_rounds() == 0);
     assert_eq!(
-        sim.server.ledger.len(),
+        sim.server.outbox.ledger().len(),
         0,
         "every request has its one outcome"
     );

@@ -143,7 +143,7 @@ fn a_client_that_closes_its_input_while_the_child_starts_gets_every_answer() {
     let ids: Vec<Value> = got.iter().map(|v| v["id"].clone()).collect();
     assert_eq!(ids, vec![json!("i"), json!(2)], "{got:?}");
     assert!(
-        !sim.server.clients.contains_key(&c),
+        !sim.server.outbox.clients().contains_key(&c),
         "then, with nothing left to answer, the client is closed"
     );
 }

@@ -1,0 +1,283 @@
+//! The outbox: everything the core sends out, and the one outcome of every client request
+//! (issue 48 §3). It owns the connected clients (a line can go only to a client it knows),
+//! the ledger (issue 8: exactly one outcome per request) and the effects queue the shell
+//! carries out after each input (`effects.rs`: deliveries, hang-ups, writes to the upstream,
+//! spawns and stops).
+//!
+//! Its decisions take what they read beside it as arguments, so their signatures say what
+//! they touch: the request records go through the [`Telemetry`] handle (the metrics, the
+//! request log's buffer, the traffic history, the trace exporter), and a [`Stamp`] carries the
+//! facts of the moment read from the rest of the server. It decides nothing about a client's
+//! life: a delivery to a client whose input closed returns `true` (`#[must_use]`), and the
+//! caller decides whether that client is done ([`super::Server::close_if_done`]).
+//!
+//! No clock read, no I/O: lines become [`Effect::Deliver`] effects.
+
+use super::clock::Clock;
+use super::effects::{Effect, Effects};
+use super::ledger::{Duplicate, Ledger, Tracked};
+use super::roster::{Client, Clients};
+use super::telemetry::Telemetry;
+use crate::era::{self, Era};
+use crate::ids::id_key_ref;
+use crate::session::{ClientId, To};
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::borrow::Cow;
+use support::logging::requests;
+use support::observe::{trace, Outcome};
+use vocab::jsonrpc::framing::Line;
+use vocab::jsonrpc::message;
+
+/// The clients, their open requests and the effects decided for this input.
+#[derive(Debug, Default)]
+pub(super) struct Outbox {
+    clients: Clients,
+    /// Every client request not finished yet (issue 8: exactly one outcome each).
+    ledger: Ledger,
+    /// Decided, not yet carried out: the shell takes them after each input.
+    effects: Effects,
+}
+
+/// The facts of the moment a finished request's records need from beyond the outbox.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Stamp<'a> {
+    /// The server's name (every record names it).
+    server: &'a str,
+    /// The moment of the input being handled.
+    clock: Clock,
+    /// The child instance running now, if any (a request that arrived under another was
+    /// `restarted`).
+    generation: Option<u64>,
+    /// Requests in flight to the upstream (the `in_flight` gauge).
+    inflight: usize,
+}
+
+impl<'a> Stamp<'a> {
+    /// The facts for `server` at `clock`, with the running instance's `generation` and the
+    /// number of requests in flight.
+    pub(super) fn new(
+        server: &'a str,
+        clock: Clock,
+        generation: Option<u64>,
+        inflight: usize,
+    ) -> Self {
+        Stamp {
+            server,
+            clock,
+            generation,
+            inflight,
+        }
+    }
+}
+
+impl Outbox {
+    /// The connected clients.
+    pub(super) fn clients(&self) -> &Clients {
+        &self.clients
+    }
+
+    /// The connected clients, to change one (its handshake, era, log level) or the table.
+    pub(super) fn clients_mut(&mut self) -> &mut Clients {
+        &mut self.clients
+    }
+
+    /// The open requests (read only: every outcome goes through [`Outbox::finish`]).
+    pub(super) fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Opens `client`'s request `key` on arrival, unless one with that key is still open (K23).
+    pub(super) fn open(
+        &mut self,
+        client: ClientId,
+        key: String,
+        t: impl FnOnce() -> Tracked,
+    ) -> Result<(), Duplicate> {
+        self.ledger.open(client, key, t)
+    }
+
+    /// Drops `client`'s (empty) table of open requests: it left, and each was finished first.
+    pub(super) fn forget(&mut self, client: ClientId) {
+        self.ledger.forget(client);
+    }
+
+    /// Queues an effect for the shell.
+    pub(super) fn push(&mut self, effect: Effect) {
+        self.effects.push(effect);
+    }
+
+    /// The effects queue (the shell takes it after each input and hands the buffer back).
+    pub(super) fn effects(&mut self) -> &mut Effects {
+        &mut self.effects
+    }
+
+    /// The effects decided and not carried out yet (the scenarios read them).
+    #[cfg(test)]
+    pub(super) fn pending(&self) -> &Effects {
+        &self.effects
+    }
+
+    /// Ends `client`'s request `key` with its one outcome: the trace span, the metrics, the
+    /// traffic history and the request log's record. Nothing when it was finished already.
+    pub(super) fn finish(
+        &mut self,
+        tel: &mut Telemetry,
+        at: &Stamp<'_>,
+        client: ClientId,
+        key: &str,
+        outcome: Outcome,
+        code: Option<i64>,
+    ) {
+        let Some(mut t) = self.ledger.close(client, key) else {
+            return;
+        };
+        let c = self.clients.get(&client);
+        let via = c.and_then(|c| c.peer().endpoint.as_deref());
+        if let Some(span) = t.span.take() {
+            tel.submit_span(
+                *span,
+                trace::Finish {
+                    server: at.server,
+                    endpoint: via,
+                    rid: t.rid,
+                    method: &t.method,
+                    id: key,
+                    tool: t.tool.as_deref(),
+                    outcome,
+                    code,
+                    end: at.clock.wall(),
+                },
+            );
+        }
+        let now = at.clock.now();
+        let elapsed = now.saturating_duration_since(t.started);
+        tel.metrics()
+            .request(&t.method, outcome, code, elapsed.as_secs_f64());
+        let (rid, wall) = (t.rid, at.clock.wall());
+        let method = support::observe::method_label(&t.method);
+        tel.remember(now, outcome, elapsed, || {
+            (rid.to_string(), method, wall, code)
+        });
+        if let Some(e) = via {
+            tel.metrics().endpoint_request(e, &t.method, outcome);
+        }
+        if tel.request_log() {
+            // The instance that was running at arrival exited or was replaced meanwhile.
+            let restarted = t.generation.is_some() && t.generation != at.generation;
+            // Buffered here, written by the log thread (issue 15 §2).
+            tel.log_request(requests::Record {
+                at: at.clock.wall(),
+                server: Cow::Borrowed(at.server),
+                request_id: t.rid,
+                client: client.0,
+                peer_uid: c.map(|c| c.peer().uid),
+                peer_pid: c.and_then(|c| c.peer().pid),
+                client_name: Cow::Borrowed(c.map_or("", |c| c.name())),
+                endpoint: via.map(Cow::Borrowed),
+                method: Cow::Borrowed(&t.method),
+                tool: t.tool.as_deref().map(Cow::Borrowed),
+                arg_keys: Cow::Borrowed(&t.arg_keys),
+                duration: elapsed,
+                outcome: outcome.as_str(),
+                error_code: code,
+                restarted,
+            });
+        }
+        tel.metrics().set_in_flight(at.inflight);
+    }
+
+    /// Delivers a line to `client`, addressed `to` within it (issue 27 §5: a response, a
+    /// progress notification, a request toward it, its listen stream's traffic). Returns
+    /// whether the client's input has closed (the caller asks whether it is done).
+    #[must_use]
+    pub(super) fn deliver(
+        &mut self,
+        tel: &Telemetry,
+        client: ClientId,
+        to: To<'_>,
+        line: impl Into<Line>,
+    ) -> bool {
+        let line = line.into();
+        tel.metrics().bytes("to_client", line.len());
+        let Some(c) = self.clients.get(&client) else {
+            return false;
+        };
+        let closing = c.closing();
+        let delivery = c.delivery(client, to, line);
+        self.effects.push(delivery);
+        closing
+    }
+
+    /// Answers `client`'s request `id` with `line` and finishes it with `outcome`. Returns
+    /// whether the client's input has closed.
+    #[must_use]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn respond(
+        &mut self,
+        tel: &mut Telemetry,
+        at: &Stamp<'_>,
+        client: ClientId,
+        id: &RawValue,
+        line: impl Into<Line>,
+        outcome: Outcome,
+        code: Option<i64>,
+    ) -> bool {
+        self.finish(tel, at, client, &id_key_ref(id), outcome, code);
+        self.deliver(tel, client, To::Response(id), line)
+    }
+
+    /// Answers `client`'s request `id` with a result the supervisor wrote itself, shaped for
+    /// the client's era (issue 13 §2: `resultType` and cache hints for 2026 clients, nothing
+    /// of 2026 for handshake clients), and finishes it. Returns whether the client's input
+    /// has closed.
+    #[must_use]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn respond_result(
+        &mut self,
+        tel: &mut Telemetry,
+        at: &Stamp<'_>,
+        client: ClientId,
+        id: &RawValue,
+        method: &str,
+        result: Value,
+        outcome: Outcome,
+    ) -> bool {
+        let result = era::for_client(result, method, self.era_of(client));
+        let line = message::result_response(id, &result);
+        self.respond(tel, at, client, id, line, outcome, None)
+    }
+
+    /// Delivers a session-wide `line` to every client that finished its handshake and passes
+    /// `filter`. Returns the clients among them whose input has closed.
+    #[must_use]
+    pub(super) fn broadcast(
+        &mut self,
+        tel: &Telemetry,
+        line: &Bytes,
+        filter: impl Fn(&Client) -> bool,
+    ) -> Vec<ClientId> {
+        let targets: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| c.initialized() && filter(c))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut closing = Vec::new();
+        for c in targets {
+            if self.deliver(tel, c, To::Session, line.clone()) {
+                closing.push(c);
+            }
+        }
+        closing
+    }
+
+    /// `client`'s era (handshake until its first request decided it, or when it is gone).
+    pub(super) fn era_of(&self, client: ClientId) -> Era {
+        self.clients
+            .get(&client)
+            .and_then(|c| c.era())
+            .unwrap_or(Era::Handshake)
+    }
+}
