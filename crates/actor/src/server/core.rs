@@ -21,10 +21,12 @@
 //! here. No `await`, no clock read, no I/O.
 
 use super::effects::Effect;
+use super::effects::Lane;
 use super::effects::Written;
 use super::held::Held;
 use super::life::Life;
 use super::outbox::{Outbox, Stamp};
+use super::probing::{self, Probing, Verdict};
 use super::roster::Client;
 use super::subtable::Hold;
 use super::telemetry::Telemetry;
@@ -49,7 +51,6 @@ use crate::era;
 use crate::era::ChildProtocol;
 use crate::era::Era;
 use crate::era::Handshake;
-use crate::health::Action;
 use crate::health::ProbeMethods;
 use crate::ids::id_key;
 use crate::ids::id_key_ref;
@@ -114,15 +115,6 @@ use vocab::jsonrpc::message::RawObject;
 use vocab::protocol::ListenFilter;
 
 // The plain records of the core: read and written only in this file.
-
-/// Which of the child's stdin queues a line goes to.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Lane {
-    /// Behind earlier lines.
-    Normal,
-    /// Ahead of ordinary traffic (cancels, answers to the child's requests).
-    Urgent,
-}
 
 #[derive(Debug)]
 pub(super) enum Owner {
@@ -1186,55 +1178,26 @@ impl Server {
         }
     }
 
-    /// Applies the health rules (`actor/health.rs`) to the ready child at `now`.
+    /// Applies the health rules (`actor/health.rs`) to the ready child at `now`
+    /// ([`probing::check`]), and stops a child they find dead.
     pub(super) fn check_health(&mut self, now: Instant) {
         if self.life.child().is_none_or(|c| c.stopping()) {
             return;
         }
-        // Slow is not dead: a client request within its own deadline excuses silence. A
-        // listen stream has none (it lives until cancelled) and excuses nothing: a child
-        // holding one open is probed like any other (it once had a year's deadline, which kept
-        // a hung 2026 child with a client's listen stream from ever being probed).
-        let busy = self
-            .routing
-            .inflight()
-            .iter()
-            .any(|(_, client, deadline, _)| client.is_some() && deadline.is_some_and(|d| d > now));
-        let before = self.health.misses();
-        let action = self.health.tick(now, busy, self.probe_methods());
-        if self.health.misses() > before {
-            self.telemetry.metrics().probe("timeout");
-            warn!(
-                misses = self.health.misses(),
-                limit = self.cfg.probe_failures,
-                busy,
-                "probe unanswered"
-            );
+        let methods = self.probe_methods();
+        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        let mut cx = Probing::new(
+            &mut self.health,
+            &mut self.routing,
+            &mut self.outbox,
+            &self.telemetry,
+            at,
+            methods,
+            self.cfg.probe_failures,
+        );
+        if probing::check(&mut cx, now) == Verdict::Dead {
+            self.stop_child(StopCause::ProbeTimeout);
         }
-        match action {
-            Action::None => {}
-            Action::Probe(method) => self.send_probe(method, now),
-            Action::Dead { misses } => {
-                error!(misses, "the child stopped answering; restarting it");
-                self.stop_child(StopCause::ProbeTimeout);
-            }
-        }
-    }
-
-    /// Writes probe `method` with a fresh child-side id. A probe that cannot be queued counts
-    /// as sent: a child that does not read its input is as silent as one that does not answer.
-    pub(super) fn send_probe(&mut self, method: &'static str, now: Instant) {
-        let id = self.routing.inflight_mut().allocate();
-        let params = (self.child_era() == Era::Modern)
-            .then(|| era::add_envelope(None, &era::supervisor_envelope()));
-        let line = Out::request(Some(&raw_u64(id)), method, params.as_deref()).encode();
-        self.telemetry.metrics().probe("sent");
-        debug!(method, "probing the silent child");
-        self.telemetry.metrics().bytes("to_child", line.len());
-        let modern = self.child_era() == Era::Modern;
-        let out = Outbound::request(line, id, Cow::Borrowed(method), None, modern);
-        self.write_child(out, Lane::Normal, "a probe");
-        self.health.sent(id, method, now);
     }
 }
 
@@ -3067,9 +3030,8 @@ impl Server {
 
     /// Answers the child's request `child_id` with `result`.
     fn answer_child(&mut self, child_id: &RawValue, result: &Value) {
-        let line = message::result_response(child_id, result);
-        let out = Outbound::response(line);
-        self.write_child(out, Lane::Urgent, "an answer to the child's request");
+        let (out, _, at) = self.out();
+        out.answer_upstream(&at, child_id, result);
     }
 }
 
@@ -3458,18 +3420,16 @@ impl Server {
     }
 
     pub(super) fn answer_child_error(&mut self, child_id: &RawValue, code: i64, msg: &str) {
-        let line = message::error_response(child_id, code, msg, None);
-        let out = Outbound::response(line);
-        self.write_child(out, Lane::Urgent, "an error answer to the child's request");
+        let (out, _, at) = self.out();
+        out.answer_upstream_error(&at, child_id, code, msg);
     }
 
     /// Tells the upstream, urgently, that the supervisor no longer wants the answer to its
     /// request `child_id` (`notifications/cancelled` with `reason`); `what` as for
     /// [`Server::write_child`].
     fn cancel_upstream(&mut self, child_id: u64, reason: &str, what: &'static str) {
-        let p = raw(&json!({"requestId": child_id, "reason": reason}));
-        let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
-        self.write_child(Outbound::cancel(line, child_id), Lane::Urgent, what);
+        let (out, _, at) = self.out();
+        out.cancel_upstream(&at, child_id, reason, what);
     }
 
     /// Writes `line` to the running child's stdin queue (`lane`), if a child runs; `what`
@@ -3478,16 +3438,8 @@ impl Server {
     /// [`process::STDIN_STALL`] ends a child that never reads again. A closed queue means the
     /// child is exiting; its exit decides what follows, so that is only a debug line.
     pub(super) fn write_child(&mut self, out: Outbound, lane: Lane, what: &'static str) {
-        let Some(c) = self.life.child() else {
-            return;
-        };
-        let generation = c.generation();
-        self.outbox.push(Effect::ToChild {
-            generation,
-            out,
-            lane,
-            what: Written::Line(what),
-        });
+        let (outbox, _, at) = self.out();
+        outbox.write_upstream(&at, out, lane, what);
     }
 
     /// The shell's half of [`Effect::ToChild`]: sends `out` to the upstream if instance
@@ -4210,12 +4162,7 @@ impl Server {
     /// The outbox with what its decisions read beside it: the telemetry handle and the facts
     /// of this moment (disjoint borrows of the server's fields).
     fn out(&mut self) -> (&mut Outbox, &mut Telemetry, Stamp<'_>) {
-        let at = Stamp::new(
-            &self.cfg.name,
-            self.clock,
-            self.life.child().map(|c| c.generation()),
-            self.routing.inflight().len(),
-        );
+        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
         (&mut self.outbox, &mut self.telemetry, at)
     }
 
@@ -4586,6 +4533,23 @@ impl Server {
             self.outage_reply(h.client, &id, h.msg.method(), status);
         }
     }
+}
+
+/// The facts of this moment for server `name`: its running instance (in `life`) and the
+/// requests in flight (in `routing`). A free function, so that the stamp borrows only the
+/// name and the server's other fields stay free for a context beside it.
+fn stamp<'a>(
+    name: &'a str,
+    clock: super::clock::Clock,
+    life: &Life,
+    routing: &super::routing::Routing,
+) -> Stamp<'a> {
+    Stamp::new(
+        name,
+        clock,
+        life.child().map(|c| c.generation()),
+        routing.inflight().len(),
+    )
 }
 
 /// The end of a remote session as an [`Exit`]: no code, no signal; `requested` when the

@@ -12,13 +12,21 @@
 //! atomics updated where they change, the documented exception (ARCHITECTURE, "The core's
 //! shape").
 
-use super::core::Lane;
 use crate::session::{Address, ClientId, ClientTx};
 use std::sync::Arc;
 use upstream::{Outbound, StderrTail};
 use vocab::jsonrpc::framing::Line;
 
 /// One effect.
+/// Which of the child's stdin queues a line goes to.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Lane {
+    /// Behind earlier lines.
+    Normal,
+    /// Ahead of ordinary traffic (cancels, answers to the child's requests).
+    Urgent,
+}
+
 #[derive(Debug)]
 pub(super) enum Effect {
     /// Queue `line` for `client` over `tx` (shared with the client's record, so a client

@@ -213,7 +213,11 @@ impl Server {
             );
             let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
             let out = upstream::Outbound::cancel(line, *old);
-            self.write_child(out, super::core::Lane::Urgent, "cancel of a listen stream");
+            self.write_child(
+                out,
+                super::effects::Lane::Urgent,
+                "cancel of a listen stream",
+            );
         }
         if !cancels.is_empty() {
             // Queued toward the child before its pipe tasks are paused.

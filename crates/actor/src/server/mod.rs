@@ -74,6 +74,7 @@ mod life;
 mod lists;
 mod opener;
 mod outbox;
+mod probing;
 mod roster;
 mod rounds;
 mod routing;

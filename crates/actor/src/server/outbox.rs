@@ -11,10 +11,14 @@
 //! life: a delivery to a client whose input closed returns `true` (`#[must_use]`), and the
 //! caller decides whether that client is done ([`super::Server::close_if_done`]).
 //!
-//! No clock read, no I/O: lines become [`Effect::Deliver`] effects.
+//! Writes toward the upstream are decided here too ([`Outbox::write_upstream`] and the
+//! answers and cancels built on it): they become [`Effect::ToChild`] effects for the
+//! instance running at the [`Stamp`], and the shell writes them.
+//!
+//! No clock read, no I/O: lines become [`Effect::Deliver`] and [`Effect::ToChild`] effects.
 
 use super::clock::Clock;
-use super::effects::{Effect, Effects};
+use super::effects::{Effect, Effects, Lane, Written};
 use super::ledger::{Duplicate, Ledger, Tracked};
 use super::roster::{Client, Clients};
 use super::telemetry::Telemetry;
@@ -23,12 +27,13 @@ use crate::ids::id_key_ref;
 use crate::session::{ClientId, To};
 use bytes::Bytes;
 use serde_json::value::RawValue;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::borrow::Cow;
 use support::logging::requests;
 use support::observe::{trace, Outcome};
+use upstream::Outbound;
 use vocab::jsonrpc::framing::Line;
-use vocab::jsonrpc::message;
+use vocab::jsonrpc::message::{self, raw, Out};
 
 /// The clients, their open requests and the effects decided for this input.
 #[derive(Debug, Default)]
@@ -279,5 +284,61 @@ impl Outbox {
             .get(&client)
             .and_then(|c| c.era())
             .unwrap_or(Era::Handshake)
+    }
+
+    /// Writes `out` to the running upstream instance's queue (`lane`), if one runs (`at`'s
+    /// generation); `what` names it for the log. Nothing when none runs: its exit decides
+    /// what follows. (A full or closed queue is the shell's to report: `Server::write_now`.)
+    pub(super) fn write_upstream(
+        &mut self,
+        at: &Stamp<'_>,
+        out: Outbound,
+        lane: Lane,
+        what: &'static str,
+    ) {
+        let Some(generation) = at.generation else {
+            return;
+        };
+        self.effects.push(Effect::ToChild {
+            generation,
+            out,
+            lane,
+            what: Written::Line(what),
+        });
+    }
+
+    /// Tells the upstream, urgently, that the supervisor no longer wants the answer to its
+    /// request `child_id` (`notifications/cancelled` with `reason`); `what` as for
+    /// [`Outbox::write_upstream`].
+    pub(super) fn cancel_upstream(
+        &mut self,
+        at: &Stamp<'_>,
+        child_id: u64,
+        reason: &str,
+        what: &'static str,
+    ) {
+        let p = raw(&json!({"requestId": child_id, "reason": reason}));
+        let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
+        self.write_upstream(at, Outbound::cancel(line, child_id), Lane::Urgent, what);
+    }
+
+    /// Answers the upstream's own request `child_id` with `result`, urgently.
+    pub(super) fn answer_upstream(&mut self, at: &Stamp<'_>, child_id: &RawValue, result: &Value) {
+        let line = message::result_response(child_id, result);
+        let what = "an answer to the child's request";
+        self.write_upstream(at, Outbound::response(line), Lane::Urgent, what);
+    }
+
+    /// Answers the upstream's own request `child_id` with error `code` and `msg`, urgently.
+    pub(super) fn answer_upstream_error(
+        &mut self,
+        at: &Stamp<'_>,
+        child_id: &RawValue,
+        code: i64,
+        msg: &str,
+    ) {
+        let line = message::error_response(child_id, code, msg, None);
+        let what = "an error answer to the child's request";
+        self.write_upstream(at, Outbound::response(line), Lane::Urgent, what);
     }
 }
