@@ -30,6 +30,7 @@ use super::probing::{self, Probing, Verdict};
 use super::roster::Client;
 use super::subtable::Hold;
 use super::telemetry::Telemetry;
+use super::unreachable::{self, Answering, Failure};
 use super::util::health_config;
 use super::util::input_requests;
 use super::util::is_tool_error;
@@ -54,7 +55,6 @@ use crate::era::Handshake;
 use crate::health::ProbeMethods;
 use crate::ids::id_key;
 use crate::ids::id_key_ref;
-use crate::outage::format_secs;
 use crate::outage::Class;
 use crate::outage::ExitReason;
 use crate::outage::OutageStatus;
@@ -82,7 +82,6 @@ use support::config::ClientRoots;
 use support::config::RestartPolicy;
 use support::config::ServerConfig;
 use support::config::StartMode;
-use support::logging::requests::RequestId;
 use support::logging::MSG_BACKOFF;
 use support::logging::MSG_EXITED;
 use support::logging::MSG_FAILED;
@@ -4367,7 +4366,7 @@ impl Server {
     }
 
     /// Answers a client request that failed for an outage, a limit or a deadline with the
-    /// documented record, and finishes it in the request log.
+    /// documented record ([`unreachable::answer`]), and finishes it in the request log.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn outage_respond(
         &mut self,
@@ -4380,70 +4379,25 @@ impl Server {
         code: i64,
         outcome: Outcome,
     ) {
-        let request_id = self
-            .outbox
-            .ledger()
-            .rid(client, &id_key_ref(id))
-            .unwrap_or_else(RequestId::random)
-            .to_string();
-        let tail = self.instances.tail().last_lines(10);
-        let mut record = json!({
-            "server": self.cfg.name,
-            "status": status,
-            "reason": reason.to_string(),
-            "class": reason.class(),
-            "detail": reason.detail(),
-            "stderr_tail": tail,
-            "request_id": request_id,
-        });
-        let mut text = format!(
-            "server={} status={} reason={}",
-            self.cfg.name, status, reason
+        let signs_in = self.signs_in();
+        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        let mut cx = Answering::new(
+            &mut self.outbox,
+            &mut self.telemetry,
+            at,
+            self.instances.tail(),
+            signs_in,
         );
-        if reason.class() == Class::AuthFailed && self.signs_in() {
-            // What to do about it, where the user reads it (issue 30 §3).
-            let hint = format!("mcp-supervisor login {}", self.cfg.name);
-            text.push_str(&format!(" hint={hint:?}"));
-            if let Some(o) = record.as_object_mut() {
-                o.insert("hint".into(), json!(hint));
-            }
-        }
-        if let Some(r) = retry {
-            if let Some(o) = record.as_object_mut() {
-                o.insert("retry_after_ms".into(), json!(r.as_millis() as u64));
-            }
-            text.push_str(&format!(" retry_after={}", format_secs(r)));
-        }
-        text.push_str(&format!(" request_id={request_id}"));
-        let last = self.instances.tail().last_lines(1);
-        if !last.is_empty() {
-            text.push_str(&format!(" stderr={last:?}"));
-        }
-        warn!(request_id = %request_id, method, status = status.as_str(), reason = %reason, "request failed: {text}");
-        // A call past its own deadline stays the -32001 error of every method (the deadline
-        // rule: docs/book/src/guides/troubleshooting.md, "Health"); outages of `tools/call` are
-        // tool results.
-        if method == "tools/call" && code != code::REQUEST_TIMEOUT {
-            let result = json!({
-                "content": [{"type": "text", "text": text}],
-                "isError": true,
-                "_meta": {"mcp-supervisor/outage": record},
-            });
-            return self.respond_result(client, id, method, result, outcome);
-        }
-        let (line, code) = {
-            let msg = match status {
-                OutageStatus::Timeout if code == code::REQUEST_TIMEOUT => {
-                    format!("request to server `{}` timed out", self.cfg.name)
-                }
-                _ => format!("server `{}` is unavailable: {text}", self.cfg.name),
-            };
-            (
-                message::error_response(id, code, &msg, Some(record)),
-                Some(code),
-            )
+        let failure = Failure {
+            status,
+            reason,
+            retry,
+            code,
+            outcome,
         };
-        self.respond(client, id, line, outcome, code);
+        if unreachable::answer(&mut cx, client, id, method, failure) {
+            self.close_if_done(client);
+        }
     }
 
     /// Answers every request in flight with the outage record (the instance is gone). One

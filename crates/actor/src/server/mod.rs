@@ -88,6 +88,7 @@ mod summary;
 mod supervise;
 pub use supervise::{panic_message, Restarts};
 mod telemetry;
+mod unreachable;
 mod util;
 
 /// A child that closed stdout is stopped if still running after this (R15).

@@ -77,6 +77,13 @@ impl<'a> Stamp<'a> {
     }
 }
 
+impl Stamp<'_> {
+    /// The server's name.
+    pub(super) fn server(&self) -> &str {
+        self.server
+    }
+}
+
 impl Outbox {
     /// The connected clients.
     pub(super) fn clients(&self) -> &Clients {

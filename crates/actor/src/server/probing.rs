@@ -114,6 +114,7 @@ fn send(cx: &mut Probing<'_>, method: &'static str, now: Instant) {
     debug!(method, "probing the silent child");
     cx.telemetry.metrics().bytes("to_child", line.len());
     let out = Outbound::request(line, id, Cow::Borrowed(method), None, modern);
-    cx.outbox.write_upstream(&cx.at, out, Lane::Normal, "a probe");
+    cx.outbox
+        .write_upstream(&cx.at, out, Lane::Normal, "a probe");
     cx.health.sent(id, method, now);
 }

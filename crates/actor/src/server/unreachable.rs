@@ -1,0 +1,149 @@
+//! Answering a client request that cannot be served (issue 5 §1-2; the record is documented in
+//! docs/book/src/reference/errors.md): an outage, a limit or a deadline, as the same record in
+//! both shapes. `tools/call` gets a tool result with `isError: true` (a model must read the
+//! outage as an outage); every other method, and a call past its own deadline, a JSON-RPC
+//! error. A section of the core as a free function over one narrow context ([`Answering`]):
+//! it reads the stderr tail and writes only through the outbox.
+//!
+//! No clock read, no I/O.
+
+use super::outbox::{Outbox, Stamp};
+use super::telemetry::Telemetry;
+use crate::ids::id_key_ref;
+use crate::outage::{format_secs, Class, OutageStatus, Reason};
+use crate::session::ClientId;
+use serde_json::json;
+use serde_json::value::RawValue;
+use std::time::Duration;
+use support::logging::requests::RequestId;
+use support::observe::Outcome;
+use tracing::warn;
+use upstream::StderrTail;
+use vocab::jsonrpc::message::{self, code};
+
+/// What an outage answer touches.
+pub(super) struct Answering<'a> {
+    outbox: &'a mut Outbox,
+    telemetry: &'a mut Telemetry,
+    /// The moment, and the server's name the record gives.
+    at: Stamp<'a>,
+    /// The server's stderr tail: its last lines go into the record.
+    tail: &'a StderrTail,
+    /// A url server that signs in with OAuth (issue 30): an `auth_failed` record says how to
+    /// sign in again.
+    signs_in: bool,
+}
+
+impl<'a> Answering<'a> {
+    /// The context over the outbox and the telemetry at `at`, quoting `tail`.
+    pub(super) fn new(
+        outbox: &'a mut Outbox,
+        telemetry: &'a mut Telemetry,
+        at: Stamp<'a>,
+        tail: &'a StderrTail,
+        signs_in: bool,
+    ) -> Self {
+        Answering {
+            outbox,
+            telemetry,
+            at,
+            tail,
+            signs_in,
+        }
+    }
+}
+
+/// Why a request failed, as its record says it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Failure {
+    /// What the server is doing (`starting`, `backoff`, `timeout`, ...).
+    pub(super) status: OutageStatus,
+    /// Why (`reason`, `class` and `detail` of the record).
+    pub(super) reason: Reason,
+    /// When the next attempt to start it is due, if one is scheduled.
+    pub(super) retry: Option<Duration>,
+    /// The JSON-RPC code of the error shape (-32000 unavailable, -32001 timeout, ...).
+    pub(super) code: i64,
+    /// The request's one outcome.
+    pub(super) outcome: Outcome,
+}
+
+/// Answers `client`'s request `id` (`method`) with the record of `f`, and finishes it in the
+/// request log. Returns whether the client's input has closed (the caller asks whether it is
+/// done).
+#[must_use]
+pub(super) fn answer(
+    cx: &mut Answering<'_>,
+    client: ClientId,
+    id: &RawValue,
+    method: &str,
+    f: Failure,
+) -> bool {
+    let server = cx.at.server();
+    let Failure {
+        status,
+        reason,
+        retry,
+        code,
+        outcome,
+    } = f;
+    let request_id = cx
+        .outbox
+        .ledger()
+        .rid(client, &id_key_ref(id))
+        .unwrap_or_else(RequestId::random)
+        .to_string();
+    let tail = cx.tail.last_lines(10);
+    let mut record = json!({
+        "server": server,
+        "status": status,
+        "reason": reason.to_string(),
+        "class": reason.class(),
+        "detail": reason.detail(),
+        "stderr_tail": tail,
+        "request_id": request_id,
+    });
+    let mut text = format!("server={server} status={status} reason={reason}");
+    if reason.class() == Class::AuthFailed && cx.signs_in {
+        // What to do about it, where the user reads it (issue 30 §3).
+        let hint = format!("mcp-supervisor login {server}");
+        text.push_str(&format!(" hint={hint:?}"));
+        if let Some(o) = record.as_object_mut() {
+            o.insert("hint".into(), json!(hint));
+        }
+    }
+    if let Some(r) = retry {
+        if let Some(o) = record.as_object_mut() {
+            o.insert("retry_after_ms".into(), json!(r.as_millis() as u64));
+        }
+        text.push_str(&format!(" retry_after={}", format_secs(r)));
+    }
+    text.push_str(&format!(" request_id={request_id}"));
+    let last = cx.tail.last_lines(1);
+    if !last.is_empty() {
+        text.push_str(&format!(" stderr={last:?}"));
+    }
+    warn!(request_id = %request_id, method, status = status.as_str(), reason = %reason, "request failed: {text}");
+    // A call past its own deadline stays the -32001 error of every method (the deadline
+    // rule: docs/book/src/guides/troubleshooting.md, "Health"); outages of `tools/call` are
+    // tool results.
+    if method == "tools/call" && code != code::REQUEST_TIMEOUT {
+        let result = json!({
+            "content": [{"type": "text", "text": text}],
+            "isError": true,
+            "_meta": {"mcp-supervisor/outage": record},
+        });
+        return cx
+            .outbox
+            .respond_result(cx.telemetry, &cx.at, client, id, method, result, outcome);
+    }
+    let msg = match status {
+        OutageStatus::Timeout if code == code::REQUEST_TIMEOUT => {
+            format!("request to server `{server}` timed out")
+        }
+        _ => format!("server `{server}` is unavailable: {text}"),
+    };
+    let line = message::error_response(id, code, &msg, Some(record));
+    cx.outbox
+        .respond(cx.telemetry, &cx.at, client, id, line, outcome, Some(code))
+}
