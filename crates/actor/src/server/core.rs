@@ -6,14 +6,19 @@
 //! | section | what it decides |
 //! |---|---|
 //! | lifecycle | spawn, the opener (era probe, handshake, discovery), exits, restarts, the operator's verbs, upstream events |
-//! | timers | the next wake-up; held requests, asks and requests past their deadlines; health probes |
+//! | timers | the next wake-up; held requests, asks and requests past their deadlines; health probes (`probing.rs`) |
 //! | demand | on-demand starts and idle stops (the `Demand` sub-machine is `demand.rs`) |
 //! | clients | a client's messages: requests by state, its handshake, log level, answers, leaving |
 //! | forward | a request toward the upstream: ids, progress tokens, era translation, rounds of `input_required` toward handshake clients |
 //! | asking | the upstream's requests asked of 2026 clients (parked requests) |
 //! | child | the upstream's messages: responses, its requests (the owner rule), notifications, malformed replies, and messages never relayed (too large, too deep: issue 47 §7) |
 //! | subs | resource subscriptions and listen streams |
-//! | outage | delivering to clients, and the outage answers (records, cache, failures) |
+//! | outage | the outage status and reason, answers from the list cache, failing in-flight and held requests |
+//!
+//! Three sections are already free functions over narrow contexts in files of their own
+//! (issue 48 §3): delivery, the ledger and writes toward the upstream (`outbox.rs`), the
+//! health rules at a timer (`probing.rs`), the outage record (`unreachable.rs`); the methods
+//! here that reach them build the context and carry out what they return.
 //!
 //! State lives in the sub-machines (each its own file, fields private); this file reads and
 //! changes it only through their APIs, and decides effects (`effects.rs`) that the shell
@@ -3431,11 +3436,12 @@ impl Server {
         out.cancel_upstream(&at, child_id, reason, what);
     }
 
-    /// Writes `line` to the running child's stdin queue (`lane`), if a child runs; `what`
-    /// names it for the log. A full queue (the child has not read [`process::STDIN_QUEUE`]
-    /// lines) drops the line and says so, within the log budget: the stdin writer's own
-    /// [`process::STDIN_STALL`] ends a child that never reads again. A closed queue means the
-    /// child is exiting; its exit decides what follows, so that is only a debug line.
+    /// Writes `out` to the running child's stdin queue (`lane`), if a child runs; `what`
+    /// names it for the log ([`Outbox::write_upstream`]). A full queue (the child has not read
+    /// `upstream::child::process::STDIN_QUEUE` lines) drops the line and says so, within the
+    /// log budget ([`Server::write_now`]): the stdin writer's own `STDIN_STALL` ends a child
+    /// that never reads again. A closed queue means the child is exiting; its exit decides
+    /// what follows, so that is only a debug line.
     pub(super) fn write_child(&mut self, out: Outbound, lane: Lane, what: &'static str) {
         let (outbox, _, at) = self.out();
         outbox.write_upstream(&at, out, lane, what);

@@ -8,16 +8,16 @@
 //! failed delivery (the client is gone or too slow) comes back as
 //! [`super::Input::ClientGone`]; a request the child's queue refused, as
 //! [`super::Input::Unwritten`]; a spawn's outcome, as `Input::Spawned`. The request records
-//! (ledger close, request log, trace, metrics) are still performed in place: counters are
-//! atomics updated where they change, the documented exception (ARCHITECTURE, "The core's
-//! shape").
+//! (ledger close, request log, trace, metrics) are not effects: the outbox writes them through
+//! the `Telemetry` handle, which buffers the log and hands spans to the exporter's queue;
+//! counters are atomics updated where they change, the documented exception (ARCHITECTURE,
+//! "The core's shape").
 
 use crate::session::{Address, ClientId, ClientTx};
 use std::sync::Arc;
 use upstream::{Outbound, StderrTail};
 use vocab::jsonrpc::framing::Line;
 
-/// One effect.
 /// Which of the child's stdin queues a line goes to.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Lane {
@@ -27,6 +27,7 @@ pub(super) enum Lane {
     Urgent,
 }
 
+/// One effect.
 #[derive(Debug)]
 pub(super) enum Effect {
     /// Queue `line` for `client` over `tx` (shared with the client's record, so a client

@@ -3,8 +3,9 @@
 //! SDKs do), whether it finished its handshake, its capabilities and `clientInfo`, the log
 //! level it asked for, and whether its input closed.
 //!
-//! Owns the table and every [`Client`]'s fields. Deliveries go through [`Client::deliver`],
-//! which only queues (never blocks); what a failed delivery means (the client is dropped) is
+//! Owns the table and every [`Client`]'s fields; the table is kept by the outbox
+//! (`outbox.rs`). A delivery is an [`Effect::Deliver`] made by [`Client::delivery`], which only
+//! queues (never blocks); what a failed delivery means (the client is dropped) is
 //! decided by the caller. Never writes to the child.
 
 use super::effects::Effect;
