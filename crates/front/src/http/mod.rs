@@ -464,11 +464,17 @@ pub async fn serve_connection<I>(
     }
     let mut handing_off = false;
     loop {
+        // The hand-off is looked at first: a connection whose task starts after the daemon
+        // found every connection parked (accepted just before, or just after, its quiet point)
+        // must park before hyper reads a request of it, or that request would reach an actor
+        // that is handing over and its answer would be cut (seen once in twenty upgrades
+        // under load: "SSE stream ended without a response").
         let next = tokio::select! {
+            biased;
+            Ok(_) = asked.wait_for(|a| *a), if !handing_off => Next::HandOff,
             r = std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)) => Next::Done(r),
             () = &mut close => Next::Closed,
             _ = stop.cancelled() => Next::Stop,
-            Ok(_) = asked.wait_for(|a| *a), if !handing_off => Next::HandOff,
         };
         match next {
             Next::HandOff => {
