@@ -2151,6 +2151,22 @@ impl Server {
         }
     }
 
+    /// Drops each client whose input closed and that was sent something during this input
+    /// ([`Outbox::take_closing`]), once nothing it asked for is pending; dropping one may
+    /// send to others, which are asked in turn. Run after each input: a client's last answer
+    /// is decided before it is dropped, and every decision in between sees it connected.
+    pub(super) fn settle_closing(&mut self) {
+        loop {
+            let closing = self.outbox.take_closing();
+            if closing.is_empty() {
+                return;
+            }
+            for client in closing {
+                self.close_if_done(client);
+            }
+        }
+    }
+
     /// A client whose input closed is dropped once nothing it asked for is pending.
     /// Everything the client is owed counts: requests in flight, held, and rounds of
     /// `input_required` whose original request it is still waiting for the answer to.
@@ -4204,7 +4220,7 @@ impl Server {
     }
 
     /// Answers a client request with a result the supervisor wrote itself
-    /// ([`Outbox::respond_result`]), then drops the client if that was all it waited for.
+    /// ([`Outbox::respond_result`]).
     pub(super) fn respond_result(
         &mut self,
         client: ClientId,
@@ -4214,13 +4230,10 @@ impl Server {
         outcome: Outcome,
     ) {
         let (out, tel, at) = self.out();
-        if out.respond_result(tel, &at, client, id, method, result, outcome) {
-            self.close_if_done(client);
-        }
+        out.respond_result(tel, &at, client, id, method, result, outcome);
     }
 
-    /// Answers a client request and finishes it ([`Outbox::respond`]), then drops the client
-    /// if that was all it waited for.
+    /// Answers a client request and finishes it ([`Outbox::respond`]).
     pub(super) fn respond(
         &mut self,
         client: ClientId,
@@ -4230,9 +4243,7 @@ impl Server {
         code: Option<i64>,
     ) {
         let (out, tel, at) = self.out();
-        if out.respond(tel, &at, client, id, line, outcome, code) {
-            self.close_if_done(client);
-        }
+        out.respond(tel, &at, client, id, line, outcome, code);
     }
 
     /// Delivers a session-wide line ([`To::Session`]) to a client.
@@ -4240,20 +4251,15 @@ impl Server {
         self.reply_to(client, To::Session, line);
     }
 
-    /// Delivers a line to a client, addressed `to` within it ([`Outbox::deliver`]), then
-    /// drops the client if that was all it waited for.
+    /// Delivers a line to a client, addressed `to` within it ([`Outbox::deliver`]).
     pub(super) fn reply_to(&mut self, client: ClientId, to: To<'_>, line: impl Into<Line>) {
-        if self.outbox.deliver(&self.telemetry, client, to, line) {
-            self.close_if_done(client);
-        }
+        self.outbox.deliver(&self.telemetry, client, to, line);
     }
 
     /// Delivers a session-wide line to every initialized client `filter` accepts
     /// ([`Outbox::broadcast`]).
     pub(super) fn broadcast(&mut self, line: &Bytes, filter: impl Fn(&Client) -> bool) {
-        for c in self.outbox.broadcast(&self.telemetry, line, filter) {
-            self.close_if_done(c);
-        }
+        self.outbox.broadcast(&self.telemetry, line, filter);
     }
 
     pub(super) fn outage_status(&self) -> OutageStatus {
@@ -4401,9 +4407,7 @@ impl Server {
             code,
             outcome,
         };
-        if unreachable::answer(&mut cx, client, id, method, failure) {
-            self.close_if_done(client);
-        }
+        unreachable::answer(&mut cx, client, id, method, failure);
     }
 
     /// Answers every request in flight with the outage record (the instance is gone). One

@@ -671,6 +671,7 @@ impl Server {
                 }
             },
         }
+        self.settle_closing();
     }
 
     /// What a change of `status` that `watch` reports is made of: the state, the instance,

@@ -8,8 +8,9 @@
 //! they touch: the request records go through the [`Telemetry`] handle (the metrics, the
 //! request log's buffer, the traffic history, the trace exporter), and a [`Stamp`] carries the
 //! facts of the moment read from the rest of the server. It decides nothing about a client's
-//! life: a delivery to a client whose input closed returns `true` (`#[must_use]`), and the
-//! caller decides whether that client is done ([`super::Server::close_if_done`]).
+//! life: a delivery to a client whose input closed notes that client, and after the input the
+//! server asks whether each noted client is done ([`Outbox::take_closing`],
+//! `Server::settle_closing`), so no delivery needs more than the outbox.
 //!
 //! Writes toward the upstream are decided here too ([`Outbox::write_upstream`] and the
 //! answers and cancels built on it): they become [`Effect::ToChild`] effects for the
@@ -43,6 +44,10 @@ pub(super) struct Outbox {
     ledger: Ledger,
     /// Decided, not yet carried out: the shell takes them after each input.
     effects: Effects,
+    /// Clients whose input has closed that were sent something during this input (maybe
+    /// their last answer): asked after the input whether they are done. Empty, and not
+    /// allocated, unless a closing client is sent a line.
+    closing: Vec<ClientId>,
 }
 
 /// The facts of the moment a finished request's records need from beyond the outbox.
@@ -201,30 +206,34 @@ impl Outbox {
     }
 
     /// Delivers a line to `client`, addressed `to` within it (issue 27 §5: a response, a
-    /// progress notification, a request toward it, its listen stream's traffic). Returns
-    /// whether the client's input has closed (the caller asks whether it is done).
-    #[must_use]
+    /// progress notification, a request toward it, its listen stream's traffic). A client
+    /// whose input has closed is noted ([`Outbox::take_closing`]).
     pub(super) fn deliver(
         &mut self,
         tel: &Telemetry,
         client: ClientId,
         to: To<'_>,
         line: impl Into<Line>,
-    ) -> bool {
+    ) {
         let line = line.into();
         tel.metrics().bytes("to_client", line.len());
         let Some(c) = self.clients.get(&client) else {
-            return false;
+            return;
         };
-        let closing = c.closing();
+        if c.closing() {
+            self.closing.push(client);
+        }
         let delivery = c.delivery(client, to, line);
         self.effects.push(delivery);
-        closing
     }
 
-    /// Answers `client`'s request `id` with `line` and finishes it with `outcome`. Returns
-    /// whether the client's input has closed.
-    #[must_use]
+    /// The clients whose input has closed that were sent something since the last call: the
+    /// server asks whether each is done (a client may be named more than once).
+    pub(super) fn take_closing(&mut self) -> Vec<ClientId> {
+        std::mem::take(&mut self.closing)
+    }
+
+    /// Answers `client`'s request `id` with `line` and finishes it with `outcome`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn respond(
         &mut self,
@@ -235,16 +244,14 @@ impl Outbox {
         line: impl Into<Line>,
         outcome: Outcome,
         code: Option<i64>,
-    ) -> bool {
+    ) {
         self.finish(tel, at, client, &id_key_ref(id), outcome, code);
-        self.deliver(tel, client, To::Response(id), line)
+        self.deliver(tel, client, To::Response(id), line);
     }
 
     /// Answers `client`'s request `id` with a result the supervisor wrote itself, shaped for
     /// the client's era (issue 13 §2: `resultType` and cache hints for 2026 clients, nothing
-    /// of 2026 for handshake clients), and finishes it. Returns whether the client's input
-    /// has closed.
-    #[must_use]
+    /// of 2026 for handshake clients), and finishes it.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn respond_result(
         &mut self,
@@ -255,34 +262,29 @@ impl Outbox {
         method: &str,
         result: Value,
         outcome: Outcome,
-    ) -> bool {
+    ) {
         let result = era::for_client(result, method, self.era_of(client));
         let line = message::result_response(id, &result);
-        self.respond(tel, at, client, id, line, outcome, None)
+        self.respond(tel, at, client, id, line, outcome, None);
     }
 
     /// Delivers a session-wide `line` to every client that finished its handshake and passes
-    /// `filter`. Returns the clients among them whose input has closed.
-    #[must_use]
+    /// `filter`.
     pub(super) fn broadcast(
         &mut self,
         tel: &Telemetry,
         line: &Bytes,
         filter: impl Fn(&Client) -> bool,
-    ) -> Vec<ClientId> {
+    ) {
         let targets: Vec<ClientId> = self
             .clients
             .iter()
             .filter(|(_, c)| c.initialized() && filter(c))
             .map(|(id, _)| *id)
             .collect();
-        let mut closing = Vec::new();
         for c in targets {
-            if self.deliver(tel, c, To::Session, line.clone()) {
-                closing.push(c);
-            }
+            self.deliver(tel, c, To::Session, line.clone());
         }
-        closing
     }
 
     /// `client`'s era (handshake until its first request decided it, or when it is gone).

@@ -69,16 +69,14 @@ pub(super) struct Failure {
 }
 
 /// Answers `client`'s request `id` (`method`) with the record of `f`, and finishes it in the
-/// request log. Returns whether the client's input has closed (the caller asks whether it is
-/// done).
-#[must_use]
+/// request log.
 pub(super) fn answer(
     cx: &mut Answering<'_>,
     client: ClientId,
     id: &RawValue,
     method: &str,
     f: Failure,
-) -> bool {
+) {
     let server = cx.at.server();
     let Failure {
         status,
@@ -133,9 +131,9 @@ pub(super) fn answer(
             "isError": true,
             "_meta": {"mcp-supervisor/outage": record},
         });
-        return cx
-            .outbox
+        cx.outbox
             .respond_result(cx.telemetry, &cx.at, client, id, method, result, outcome);
+        return;
     }
     let msg = match status {
         OutageStatus::Timeout if code == code::REQUEST_TIMEOUT => {
@@ -145,5 +143,5 @@ pub(super) fn answer(
     };
     let line = message::error_response(id, code, &msg, Some(record));
     cx.outbox
-        .respond(cx.telemetry, &cx.at, client, id, line, outcome, Some(code))
+        .respond(cx.telemetry, &cx.at, client, id, line, outcome, Some(code));
 }
