@@ -33,6 +33,7 @@ use super::life::Life;
 use super::outbox::{Outbox, Stamp};
 use super::probing::{self, Probing, Verdict};
 use super::roster::Client;
+use super::subscribing::{self, Subscribing};
 use super::subtable::Hold;
 use super::telemetry::Telemetry;
 use super::unreachable::{self, Answering, Failure};
@@ -59,7 +60,6 @@ use crate::era::Era;
 use crate::era::Handshake;
 use crate::health::ProbeMethods;
 use crate::ids::id_key;
-use crate::ids::id_key_ref;
 use crate::outage::Class;
 use crate::outage::ExitReason;
 use crate::outage::OutageStatus;
@@ -116,7 +116,6 @@ use vocab::jsonrpc::message::Kind;
 use vocab::jsonrpc::message::Message;
 use vocab::jsonrpc::message::Out;
 use vocab::jsonrpc::message::RawObject;
-use vocab::protocol::ListenFilter;
 
 // The plain records of the core: read and written only in this file.
 
@@ -3961,31 +3960,27 @@ impl Server {
         self.opener.replace_listen(id);
     }
 
-    /// A modern client's `subscriptions/listen` on a handshake child: acknowledged at once and
-    /// fed from the child's session-wide notifications; resource subscriptions are made toward
-    /// the child as needed. The request stays open until the client cancels it.
+    /// The subscription context ([`subscribing`]) at this moment.
+    fn subscribing(&mut self) -> Subscribing<'_> {
+        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        Subscribing::new(&mut self.subs, &mut self.outbox, &mut self.telemetry, at)
+    }
+
+    /// A modern client's `subscriptions/listen` on a handshake child
+    /// ([`subscribing::serve_listen`]); a ready child is subscribed to the URIs nobody held.
     pub(super) fn serve_listen(&mut self, client: ClientId, m: Message) {
-        let Some(id) = m.id.clone() else { return };
-        // Every URI is read; the limits below decide how many are honoured.
-        let asked = ListenFilter::of(&m.params_object().unwrap_or_default(), usize::MAX);
         let can_subscribe = self
             .opener
             .handshake()
             .is_some_and(|h| h.capabilities.pointer("/resources/subscribe") == Some(&json!(true)));
-        // The stream itself counts as one of the client's `max_subscriptions`, each URI as one
-        // more: a listen request cannot grow the subscription table beyond the limit.
         let room = self
             .cfg
             .max_subscriptions
             .saturating_sub(self.subscriptions_of(client) + 1);
-        let honoured_uris: Vec<String> = if can_subscribe {
-            asked.uris.iter().take(room).cloned().collect()
-        } else {
-            Vec::new()
-        };
-        for uri in &honoured_uris {
-            let new = self.subs.add(client, uri, Hold::Stream);
-            if new && self.life.state() == State::Ready {
+        let fresh =
+            subscribing::serve_listen(&mut self.subscribing(), client, m, can_subscribe, room);
+        if self.life.state() == State::Ready {
+            for uri in fresh {
                 let far = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
                 self.send_to_child(
                     Owner::Internal,
@@ -3995,72 +3990,27 @@ impl Server {
                 );
             }
         }
-        let honoured = asked.notifications(&honoured_uris);
-        let l = Listener {
-            client,
-            id,
-            tools: asked.tools,
-            prompts: asked.prompts,
-            resources: asked.resources,
-            uris: honoured_uris,
-        };
-        let ack = l.notification(
-            "notifications/subscriptions/acknowledged",
-            Some(&raw(&json!({"notifications": honoured}))),
-        );
-        let id = l.id().to_owned();
-        self.subs.serve(l);
-        self.reply_to(client, To::Listen(&id), ack);
     }
 
-    /// Ends a client's served listen stream (its cancel or its departure).
+    /// Ends a client's served listen stream ([`subscribing::end_listener`]), unsubscribing the
+    /// child from the URIs nobody holds any more. Returns whether the client had that stream.
     pub(super) fn end_listener(&mut self, client: ClientId, key: &str) -> bool {
-        let Some(l) = self.subs.end_listener(client, key) else {
+        let Some(released) = subscribing::end_listener(&mut self.subscribing(), client, key) else {
             return false;
         };
-        for uri in l.uris {
-            self.release_sub(client, &uri, Hold::Stream);
+        for uri in released {
+            self.unsubscribe_child(&uri);
         }
-        self.finish(client, key, Outcome::Cancelled, None);
         true
     }
 
-    /// `resources/subscribe`/`unsubscribe` from a handshake client of a modern child: kept here;
-    /// updates reach subscribers from the supervisor's listen stream.
+    /// `resources/subscribe`/`unsubscribe` from a handshake client of a modern child
+    /// ([`subscribing::subscription_on_modern`]); a change re-opens the supervisor's listen
+    /// stream.
     pub(super) fn client_subscription_on_modern(&mut self, client: ClientId, m: Message) {
-        let Some(id) = m.id.clone() else { return };
-        let Some(uri) = m
-            .params_object()
-            .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string))
-        else {
-            return self.respond_error(
-                client,
-                &id,
-                code::INVALID_PARAMS,
-                "missing uri",
-                None,
-                Outcome::Invalid,
-            );
-        };
-        let changed = if m.method() == "resources/subscribe" {
-            self.subs.add(client, &uri, Hold::Direct)
-        } else {
-            self.subs.remove(client, &uri, Hold::Direct)
-        };
-        self.respond_result(client, &id, m.method(), json!({}), Outcome::Ok);
-        if changed {
+        if subscribing::subscription_on_modern(&mut self.subscribing(), client, m) {
             self.open_listen();
         }
-    }
-
-    /// Drops one of `client`'s holds on `uri`; when it was the last hold of anyone, a
-    /// handshake child is told (`resources/unsubscribe`). Returns whether nobody holds it now.
-    pub(super) fn release_sub(&mut self, client: ClientId, uri: &str, hold: Hold) -> bool {
-        if !self.subs.remove(client, uri, hold) {
-            return false;
-        }
-        self.unsubscribe_child(uri);
-        true
     }
 
     /// Tells a ready handshake child that nobody holds `uri` any more.
@@ -4076,101 +4026,10 @@ impl Server {
         }
     }
 
-    /// Refcounted subscriptions: true when answered locally.
+    /// Refcounted subscriptions toward a handshake child: true when answered here
+    /// ([`subscribing::local_subscription`]).
     pub(super) fn local_subscription(&mut self, client: ClientId, m: &Message) -> bool {
-        let Some(uri) = m
-            .params_object()
-            .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string))
-        else {
-            return false;
-        };
-        let Some(id) = m.id.clone() else { return false };
-        // Held by someone else, or by this client through a listen stream: the child is
-        // subscribed already, so the table answers.
-        let held = self.subs.is_held(&uri);
-        if m.method() == "resources/subscribe" {
-            if held {
-                self.subs.add(client, &uri, Hold::Direct);
-                self.respond_result(client, &id, m.method(), json!({}), Outcome::Ok);
-                return true;
-            }
-            false
-        } else {
-            let last = self.subs.remove(client, &uri, Hold::Direct);
-            if !last && held {
-                self.respond_result(client, &id, m.method(), json!({}), Outcome::Ok);
-                return true;
-            }
-            false
-        }
-    }
-}
-
-/// A modern client's `subscriptions/listen` stream, served by the supervisor from a handshake
-/// child's session-wide notifications (issue 6 §3).
-#[derive(Debug)]
-pub(super) struct Listener {
-    pub(super) client: ClientId,
-    /// The listen request's id: the stream's subscription id.
-    pub(super) id: Box<RawValue>,
-    pub(super) tools: bool,
-    pub(super) prompts: bool,
-    pub(super) resources: bool,
-    pub(super) uris: Vec<String>,
-}
-
-impl Listener {
-    /// The client it is served to.
-    pub(super) fn client(&self) -> ClientId {
-        self.client
-    }
-
-    /// Whether it is `client`'s stream opened by the listen request with id key `key`.
-    pub(super) fn is(&self, client: ClientId, key: &str) -> bool {
-        self.client == client && id_key_ref(&self.id) == key
-    }
-
-    /// The id of its listen request (its subscription id).
-    pub(super) fn id(&self) -> &RawValue {
-        &self.id
-    }
-
-    /// The id key of its listen request.
-    pub(super) fn key(&self) -> String {
-        id_key(&self.id)
-    }
-
-    /// What it counts against its client's `max_subscriptions`: the stream and each URI.
-    pub(super) fn weight(&self) -> usize {
-        1 + self.uris.len()
-    }
-
-    /// Whether this stream asked for the notification `method` (about `uri`).
-    pub(super) fn wants(&self, method: &str, uri: Option<&str>) -> bool {
-        match method {
-            "notifications/tools/list_changed" => self.tools,
-            "notifications/prompts/list_changed" => self.prompts,
-            "notifications/resources/list_changed" => self.resources,
-            "notifications/resources/updated" => {
-                uri.is_some_and(|u| self.uris.iter().any(|x| x == u))
-            }
-            _ => false,
-        }
-    }
-
-    /// `method` on this stream: its params with `_meta.subscriptionId` set to the stream's id.
-    pub(super) fn notification(&self, method: &str, params: Option<&RawValue>) -> Bytes {
-        let mut p = params
-            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
-            .unwrap_or(json!({}));
-        if !p.is_object() {
-            p = json!({});
-        }
-        let id: Value = serde_json::from_str(self.id.get()).unwrap_or(Value::Null);
-        if let Some(o) = p.as_object_mut() {
-            o.insert("_meta".into(), json!({ era::META_SUBSCRIPTION_ID: id }));
-        }
-        Out::request(None, method, Some(&raw(&p))).encode()
+        subscribing::local_subscription(&mut self.subscribing(), client, m)
     }
 }
 

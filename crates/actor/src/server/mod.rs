@@ -83,6 +83,7 @@ mod scenarios;
 mod shell;
 #[cfg(test)]
 mod sim;
+mod subscribing;
 mod subtable;
 mod summary;
 mod supervise;

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::core::Listener;
+use super::subscribing::Listener;
 use super::ClientId;
 
 /// How a client holds a URI.
