@@ -58,6 +58,7 @@ use upstream::{Event, Lost, Queued, StartError, Starter, Upstream};
 use util::health_config;
 use vocab::jsonrpc::message::{self, code};
 
+mod asking;
 mod clock;
 mod core;
 mod demand;

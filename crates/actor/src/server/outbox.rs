@@ -87,6 +87,11 @@ impl Stamp<'_> {
     pub(super) fn server(&self) -> &str {
         self.server
     }
+
+    /// The input's monotonic moment (every deadline).
+    pub(super) fn now(&self) -> std::time::Instant {
+        self.clock.now()
+    }
 }
 
 impl Outbox {
@@ -247,6 +252,53 @@ impl Outbox {
     ) {
         self.finish(tel, at, client, &id_key_ref(id), outcome, code);
         self.deliver(tel, client, To::Response(id), line);
+    }
+
+    /// Answers `client`'s request `id` with a JSON-RPC error (`code`, `msg`, `data`) and
+    /// finishes it with `outcome`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn respond_error(
+        &mut self,
+        tel: &mut Telemetry,
+        at: &Stamp<'_>,
+        client: ClientId,
+        id: &RawValue,
+        code: i64,
+        msg: &str,
+        data: Option<Value>,
+        outcome: Outcome,
+    ) {
+        let line = message::error_response(id, code, msg, data);
+        self.respond(tel, at, client, id, line, outcome, Some(code));
+    }
+
+    /// Fails `client`'s request `id` (`method`) whose reply from the upstream was malformed
+    /// (K21): -32603 naming the server, the method and the `problem`, outcome
+    /// `protocol_error`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fail_malformed(
+        &mut self,
+        tel: &mut Telemetry,
+        at: &Stamp<'_>,
+        client: ClientId,
+        id: &RawValue,
+        method: &str,
+        problem: &str,
+    ) {
+        let server = at.server;
+        let msg = format!("server `{server}` sent a malformed response to `{method}`: {problem}");
+        let data = json!({"server": server, "problem": problem});
+        let code = vocab::jsonrpc::message::code::INTERNAL_ERROR;
+        self.respond_error(
+            tel,
+            at,
+            client,
+            id,
+            code,
+            &msg,
+            Some(data),
+            Outcome::ProtocolError,
+        );
     }
 
     /// Answers `client`'s request `id` with a result the supervisor wrote itself, shaped for

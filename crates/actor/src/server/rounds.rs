@@ -8,7 +8,7 @@
 //! Owns the two tables, the counters and the random source; what a round means is decided
 //! by the files that drive them. Never writes a line.
 
-use super::core::Parked;
+use super::asking::Parked;
 use super::core::Round;
 use rand::rngs::StdRng;
 use rand::Rng;

@@ -1,0 +1,505 @@
+//! The child's requests asked of 2026-07-28 clients (issue 13 §1, K26). A handshake-era child
+//! sends `sampling/createMessage`, `elicitation/create` or `roots/list` as JSON-RPC requests; a
+//! 2026 client receives them only inside an `input_required` result (MRTR, protocol.md §5).
+//! So when the owner rule picks a 2026 client whose `tools/call`, `prompts/get` or
+//! `resources/read` is in flight, that request is *parked*: the client gets
+//! `{"resultType":"input_required","inputRequests":{..},"requestState":"mcp-supervisor:N.SECRET"}`,
+//! the child's request stays open, and the child's own request keeps running. When the client
+//! retries with `inputResponses` and that `requestState`, each answer goes back to the child
+//! under the child's id, and the retry becomes the owner of the original request: the child's
+//! final response (even one that arrived while parked) answers the retry.
+//!
+//! Bounds: one round per in-flight request (so at most `max_inflight`), and the child's
+//! requests waiting in rounds count against `max_inflight` with the ones routed to handshake
+//! clients. A round ends with its request: the child's final answer, the request's deadline
+//! (the child gets errors for what was asked and a cancel), the client leaving, or the child's
+//! exit.
+//!
+//! A section of the core as free functions over one narrow context ([`Asking`]): the rounds,
+//! the in-flight table and the outbox. A final response that came while the request was
+//! parked is returned to the caller ([`Resumed::Answer`]), which routes it as any response.
+//!
+//! No clock read, no I/O.
+
+use super::core::{Owner, Pending};
+use super::outbox::{Outbox, Stamp};
+use super::roster::Clients;
+use super::rounds::Rounds;
+use super::routing::Routing;
+use super::telemetry::Telemetry;
+use super::util::malformed;
+use crate::era::{self, Era};
+use crate::ids::id_key;
+use crate::session::{ClientId, Transport};
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+use support::config::ServerConfig;
+use support::observe::Outcome;
+use vocab::jsonrpc::message::{self, code, raw_u64, Message};
+
+/// The owner of rounds whose 2026-07-28 HTTP request ended with its `input_required` answer
+/// ([`detach_rounds_of`]); never a real client's id (those start at 1).
+pub(super) const DETACHED: ClientId = ClientId(0);
+
+/// The prefix of the `requestState` this supervisor gives out (opaque to clients).
+const STATE_PREFIX: &str = "mcp-supervisor:";
+
+/// Methods that may end with `input_required` (protocol.md §5: only these three).
+pub(super) const MRTR_METHODS: &[&str] = &["tools/call", "prompts/get", "resources/read"];
+
+/// A child request waiting for a 2026 client's answer.
+#[derive(Debug)]
+pub(super) struct Ask {
+    /// The key in `inputRequests` / `inputResponses`.
+    key: String,
+    /// The child's id for its request.
+    child_id: Box<RawValue>,
+    method: String,
+    params: Option<Box<RawValue>>,
+}
+
+/// One parked request of a 2026 client.
+#[derive(Debug)]
+pub(super) struct Parked {
+    client: ClientId,
+    /// The child-side id of the parked request (still in flight in the child).
+    child_rid: u64,
+    /// The request's owner record, restored (with the retry's id) when the client retries.
+    owner: Owner,
+    method: String,
+    /// Asked in the `input_required` result the client holds now.
+    asked: Vec<Ask>,
+    /// Arrived since; asked in the next round.
+    queued: Vec<Ask>,
+    /// The child's final response, when it came while the request was parked.
+    last: Option<Message>,
+    /// Random, in the `requestState` only: a round cannot be continued by guessing its number
+    /// (a detached round may be continued by any 2026-07-28 HTTP request of the server).
+    secret: u64,
+}
+
+/// What an asking decision touches.
+pub(super) struct Asking<'a> {
+    rounds: &'a mut Rounds,
+    routing: &'a mut Routing,
+    outbox: &'a mut Outbox,
+    telemetry: &'a mut Telemetry,
+    /// The moment and the running instance.
+    at: Stamp<'a>,
+    /// `request_timeout` and the per-method timeouts bound the rounds; the name is in errors.
+    cfg: &'a ServerConfig,
+}
+
+impl<'a> Asking<'a> {
+    /// The context over the rounds, the in-flight table, the outbox and the telemetry at `at`.
+    pub(super) fn new(
+        rounds: &'a mut Rounds,
+        routing: &'a mut Routing,
+        outbox: &'a mut Outbox,
+        telemetry: &'a mut Telemetry,
+        at: Stamp<'a>,
+        cfg: &'a ServerConfig,
+    ) -> Self {
+        Asking {
+            rounds,
+            routing,
+            outbox,
+            telemetry,
+            at,
+            cfg,
+        }
+    }
+}
+
+/// What a client's request carrying a `requestState` turned out to be.
+#[derive(Debug)]
+pub(super) enum Resumed {
+    /// Not a retry of this supervisor's round: the request goes its usual way.
+    NotARetry,
+    /// Handled: answered (an unknown round, the next round) or waiting for the child.
+    Done,
+    /// The child's final response came while the request was parked: the caller routes
+    /// `last` to `owner` (now the retry) as the answer to `method`.
+    Answer {
+        method: String,
+        owner: Box<Owner>,
+        last: Box<Message>,
+    },
+}
+
+/// Whether `client` can be asked `method` (a child request) through MRTR on its request `p`:
+/// a 2026 client, a request that may end `input_required`, and the capability declared in its
+/// envelope.
+pub(super) fn can_ask_modern(
+    clients: &Clients,
+    client: ClientId,
+    p: &Pending,
+    cap: Option<&str>,
+) -> bool {
+    let Some(c) = clients.get(&client) else {
+        return false;
+    };
+    let parked_or_open = matches!(p.owner(), Owner::Client { .. } | Owner::Parked { .. });
+    c.era() == Some(Era::Modern)
+        && !c.closing()
+        && parked_or_open
+        && MRTR_METHODS.contains(&p.method())
+        && cap.is_none_or(|cap| c.has_capability(cap))
+}
+
+/// Asks the child's request `m` (its id `child_id`) of the 2026 client that owns the in-flight
+/// request `child_rid`, parking that request (or adding to its round when parked already).
+pub(super) fn ask_modern(cx: &mut Asking<'_>, child_rid: u64, child_id: Box<RawValue>, m: Message) {
+    let key = cx.rounds.next_key();
+    let ask = Ask {
+        key,
+        child_id,
+        method: m.method().to_string(),
+        params: m.params,
+    };
+    let round = match cx.routing.inflight().get(child_rid).map(Pending::owner) {
+        Some(Owner::Parked { round }) => *round,
+        _ => return park(cx, child_rid, ask),
+    };
+    if let Some(p) = cx.rounds.parked_mut(round) {
+        p.queued.push(ask);
+    }
+}
+
+/// Parks the client's in-flight request `child_rid` with the first question `ask`.
+fn park(cx: &mut Asking<'_>, child_rid: u64, ask: Ask) {
+    let Some(removed) = cx.routing.inflight_mut().remove(child_rid) else {
+        return;
+    };
+    let (owner, method, written) = removed.value.into_parts();
+    let Owner::Client { client, id, .. } = &owner else {
+        return;
+    };
+    let (client, id) = (*client, id.clone());
+    let (round, secret) = cx.rounds.new_parked();
+    let key = Some((client, format!("{STATE_PREFIX}{round}")));
+    let deadline = base::deadline::after(cx.at.now(), cx.cfg.request_timeout);
+    let pending = Pending::new(Owner::Parked { round }, method.clone(), written);
+    cx.routing
+        .inflight_mut()
+        .insert(child_rid, key, Some(deadline), pending);
+    cx.rounds.park(
+        round,
+        Parked {
+            client,
+            child_rid,
+            owner,
+            method: method.into_owned(),
+            asked: Vec::new(),
+            queued: vec![ask],
+            last: None,
+            secret,
+        },
+    );
+    deliver_round(cx, round, &id);
+}
+
+/// Ends the client's request `id` with an `input_required` result asking what is queued in
+/// `round`.
+fn deliver_round(cx: &mut Asking<'_>, round: u64, id: &RawValue) {
+    let Some(p) = cx.rounds.parked_mut(round) else {
+        return;
+    };
+    p.asked = std::mem::take(&mut p.queued);
+    let mut requests = Map::new();
+    for a in &p.asked {
+        let params = a
+            .params
+            .as_deref()
+            .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+            .unwrap_or(json!({}));
+        requests.insert(a.key.clone(), json!({"method": a.method, "params": params}));
+    }
+    let client = p.client;
+    let result = json!({
+        "resultType": "input_required",
+        "inputRequests": requests,
+        "requestState": format!("{STATE_PREFIX}{round}.{:016x}", p.secret),
+    });
+    let line = message::result_response(id, &result);
+    cx.outbox
+        .respond(cx.telemetry, &cx.at, client, id, line, Outcome::Ok, None);
+}
+
+/// A 2026 client's request `m` that may be a retry carrying this supervisor's `requestState`:
+/// the answers go to the child, then the retry owns the parked request (or gets the next
+/// round).
+pub(super) fn resume_round(cx: &mut Asking<'_>, client: ClientId, m: &Message) -> Resumed {
+    let Some(params) = m.params_object() else {
+        return Resumed::NotARetry;
+    };
+    let Some(state) = params.get("requestState").and_then(Value::as_str) else {
+        return Resumed::NotARetry;
+    };
+    let Some(n) = state.strip_prefix(STATE_PREFIX) else {
+        return Resumed::NotARetry;
+    };
+    let Some(id) = m.id.clone() else {
+        return Resumed::NotARetry;
+    };
+    let stateless = cx
+        .outbox
+        .clients()
+        .get(&client)
+        .is_some_and(|c| c.peer().transport == Transport::HttpRequest);
+    let (n, secret) = n.split_once('.').unwrap_or((n, ""));
+    let secret = u64::from_str_radix(secret, 16).ok();
+    let round = n.parse::<u64>().ok().filter(|r| {
+        cx.rounds.parked(*r).is_some_and(|p| {
+            Some(p.secret) == secret && (p.client == client || (stateless && p.client == DETACHED))
+        })
+    });
+    let Some(round) = round else {
+        let msg = format!(
+            "requestState `{state}` is unknown or expired: the request it continues has ended (deadline, restart or disconnect); call again"
+        );
+        cx.outbox.respond_error(
+            cx.telemetry,
+            &cx.at,
+            client,
+            &id,
+            code::INVALID_PARAMS,
+            &msg,
+            None,
+            Outcome::Invalid,
+        );
+        return Resumed::Done;
+    };
+    let empty = Map::new();
+    let answers = params
+        .get("inputResponses")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let asked = cx
+        .rounds
+        .parked_mut(round)
+        .map(|p| std::mem::take(&mut p.asked))
+        .unwrap_or_default();
+    for a in asked {
+        match answers.get(&a.key) {
+            Some(v) => {
+                let mut v = v.clone();
+                era::legacy_value(&mut v);
+                cx.outbox.answer_upstream(&cx.at, &a.child_id, &v);
+            }
+            None => cx.outbox.answer_upstream_error(
+                &cx.at,
+                &a.child_id,
+                code::INTERNAL_ERROR,
+                &format!("the client gave no answer to `{}`", a.method),
+            ),
+        }
+    }
+    let more = cx
+        .rounds
+        .parked(round)
+        .is_some_and(|p| !p.queued.is_empty());
+    if more {
+        // The next round is this retry's: a 2026-07-28 HTTP retry is a new client, and the
+        // round may be owned by a detached one that nobody reads any more.
+        hand_round_to(cx, round, client);
+        deliver_round(cx, round, &id);
+        Resumed::Done
+    } else {
+        unpark(cx, round, client, id, m)
+    }
+}
+
+/// The retry `id` becomes the owner of the parked request; a final response that came while
+/// parked is returned, to answer it at once.
+fn unpark(
+    cx: &mut Asking<'_>,
+    round: u64,
+    client: ClientId,
+    id: Box<RawValue>,
+    m: &Message,
+) -> Resumed {
+    let Some(p) = cx.rounds.unpark(round) else {
+        return Resumed::Done;
+    };
+    let Some(removed) = cx.routing.inflight_mut().remove(p.child_rid) else {
+        // Cannot happen while every path that removes a parked entry ends its round; if it
+        // ever does, the retry still gets its one answer.
+        let msg = format!(
+            "server `{}`: the request this retry continues has ended",
+            cx.at.server()
+        );
+        cx.outbox.respond_error(
+            cx.telemetry,
+            &cx.at,
+            client,
+            &id,
+            code::INTERNAL_ERROR,
+            &msg,
+            None,
+            Outcome::ProtocolError,
+        );
+        return Resumed::Done;
+    };
+    let mut owner = p.owner;
+    if let Owner::Client {
+        client: owner_client,
+        id: owner_id,
+        progress,
+        ..
+    } = &mut owner
+    {
+        // The retry may come from another client: a 2026-07-28 HTTP request is a client of
+        // its own (`detach_rounds_of`).
+        *owner_client = client;
+        *owner_id = id.clone();
+        if let Some(token) = era::envelope_field(m.params.as_deref(), "progressToken") {
+            *progress = serde_json::value::to_raw_value(&token).ok();
+        }
+    }
+    match p.last {
+        Some(last) => match malformed(&last, &p.method) {
+            Some(problem) => {
+                cx.outbox
+                    .fail_malformed(cx.telemetry, &cx.at, client, &id, &p.method, &problem);
+                Resumed::Done
+            }
+            None => Resumed::Answer {
+                method: p.method,
+                owner: Box::new(owner),
+                last: Box::new(last),
+            },
+        },
+        None => {
+            let deadline = base::deadline::after(cx.at.now(), cx.cfg.timeout_for(&p.method));
+            let pending = Pending::new(owner, p.method.into(), removed.value.written());
+            cx.routing.inflight_mut().insert(
+                p.child_rid,
+                Some((client, id_key(&id))),
+                Some(deadline),
+                pending,
+            );
+            Resumed::Done
+        }
+    }
+}
+
+/// A malformed or oversized reply (`why`) to the parked request `child_rid` of `round`: kept,
+/// as the error the retry will get (K21 for a request that is waiting for its client).
+pub(super) fn on_parked_failure(cx: &mut Asking<'_>, round: u64, child_rid: u64, why: &str) {
+    let msg = format!(
+        "server `{}` sent a malformed response: {why}",
+        cx.at.server()
+    );
+    let line = message::error_response(&raw_u64(child_rid), code::INTERNAL_ERROR, &msg, None);
+    if let Ok(m) = message::parse_one(&line) {
+        on_parked_response(cx, round, child_rid, m);
+    }
+}
+
+/// The child's final response `m` to the parked request `child_rid` of `round`: kept until the
+/// client retries.
+pub(super) fn on_parked_response(cx: &mut Asking<'_>, round: u64, child_rid: u64, m: Message) {
+    let Some(p) = cx.rounds.parked_mut(round) else {
+        return;
+    };
+    // The request stays in the table (so the retry finds it) until the retry comes or the
+    // deadline passes; its late questions are void now.
+    let void: Vec<Ask> = p.queued.drain(..).collect();
+    p.last = Some(m);
+    let now = cx.at.now();
+    let deadline = base::deadline::after(now, cx.cfg.request_timeout);
+    let pending = Pending::new(Owner::Parked { round }, p.method.clone().into(), now);
+    let key = Some((p.client, format!("{STATE_PREFIX}{round}")));
+    cx.routing
+        .inflight_mut()
+        .insert(child_rid, key, Some(deadline), pending);
+    for a in void {
+        cx.outbox.answer_upstream_error(
+            &cx.at,
+            &a.child_id,
+            code::INTERNAL_ERROR,
+            "the request ended",
+        );
+    }
+}
+
+/// Ends `round` without its retry (deadline, the client left, the child exited), for `why`.
+/// What the child asked gets an error (`answer`: the child is still there to read it), and
+/// the parked request a cancel (`cancel`: it was not cancelled already and is still running).
+pub(super) fn drop_round(cx: &mut Asking<'_>, round: u64, why: &str, answer: bool, cancel: bool) {
+    let Some(p) = cx.rounds.unpark(round) else {
+        return;
+    };
+    if answer {
+        for a in p.asked.into_iter().chain(p.queued) {
+            cx.outbox
+                .answer_upstream_error(&cx.at, &a.child_id, code::INTERNAL_ERROR, why);
+        }
+    }
+    if cancel && p.last.is_none() {
+        cx.outbox.cancel_upstream(
+            &cx.at,
+            p.child_rid,
+            why,
+            "notifications/cancelled for a parked request",
+        );
+    }
+}
+
+/// The rounds of a 2026-07-28 HTTP request's client that ended with its `input_required`
+/// answer: that client lived for one request, and the retry comes as a new one. Its rounds
+/// are kept, owned by [`DETACHED`], for any such client presenting the `requestState` (the
+/// parked request's deadline still bounds them).
+pub(super) fn detach_rounds_of(cx: &mut Asking<'_>, client: ClientId) {
+    for round in rounds_of(cx.rounds, client) {
+        hand_round_to(cx, round, DETACHED);
+    }
+}
+
+/// `round` now belongs to `client` (the request that continues it): its next `input_required`
+/// answer goes there, and the parked entry is keyed to it, so the client leaving ends or
+/// detaches the round like any of its own.
+fn hand_round_to(cx: &mut Asking<'_>, round: u64, client: ClientId) {
+    let Some(p) = cx.rounds.parked_mut(round) else {
+        return;
+    };
+    if p.client == client {
+        return;
+    }
+    p.client = client;
+    let child_rid = p.child_rid;
+    let deadline = base::deadline::after(cx.at.now(), cx.cfg.request_timeout);
+    if let Some(removed) = cx.routing.inflight_mut().remove(child_rid) {
+        let key = Some((client, format!("{STATE_PREFIX}{round}")));
+        cx.routing
+            .inflight_mut()
+            .insert(child_rid, key, Some(deadline), removed.value);
+    }
+}
+
+/// The rounds `client` was asked in.
+fn rounds_of(rounds: &Rounds, client: ClientId) -> Vec<u64> {
+    rounds
+        .all_parked()
+        .filter(|(_, p)| p.client == client)
+        .map(|(r, _)| r)
+        .collect()
+}
+
+/// Ends the rounds of a client that left.
+pub(super) fn drop_rounds_of(cx: &mut Asking<'_>, client: ClientId) {
+    for r in rounds_of(cx.rounds, client) {
+        // Its in-flight entries, the parked ones included, were cancelled already.
+        drop_round(cx, r, "the client that was asked disconnected", true, false);
+    }
+}
+
+/// The child's requests waiting in rounds (counted with the ones routed to handshake clients
+/// against `max_inflight`).
+pub(super) fn asks_waiting(rounds: &Rounds) -> usize {
+    rounds
+        .all_parked()
+        .map(|(_, p)| p.asked.len() + p.queued.len())
+        .sum()
+}
