@@ -30,6 +30,7 @@ use super::effects::Effect;
 use super::effects::Lane;
 use super::effects::Written;
 use super::held::Held;
+use super::inputs::{self, Inputs, Started};
 use super::life::Life;
 use super::outbox::{Outbox, Stamp};
 use super::probing::{self, Probing, Verdict};
@@ -39,13 +40,10 @@ use super::subtable::Hold;
 use super::telemetry::Telemetry;
 use super::unreachable::{self, Answering, Failure};
 use super::util::health_config;
-use super::util::input_requests;
 use super::util::is_tool_error;
 use super::util::level_name;
 use super::util::listen_close_result;
 use super::util::malformed;
-use super::util::missing_capability;
-use super::util::request_state;
 use super::util::shareable;
 use super::util::subscribe_uri;
 use super::util::tracked;
@@ -78,7 +76,6 @@ use base::backoff::MAX_FAILED_STARTS;
 use bytes::Bytes;
 use serde_json::json;
 use serde_json::value::RawValue;
-use serde_json::Map;
 use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -116,7 +113,6 @@ use vocab::jsonrpc::message::raw_u64;
 use vocab::jsonrpc::message::Kind;
 use vocab::jsonrpc::message::Message;
 use vocab::jsonrpc::message::Out;
-use vocab::jsonrpc::message::RawObject;
 
 // The plain records of the core: read and written only in this file.
 
@@ -234,25 +230,6 @@ pub(super) enum Asker {
     Child(Box<RawValue>),
     /// An input request of a 2026 `input_required` result, answered for the client (MRTR).
     Mrtr { round: u64, key: String },
-}
-
-/// An `input_required` result being turned into handshake-era requests to the client that
-/// made the original request (issue 6 §4); once every answer is in, the original request is
-/// retried with `inputResponses` and the opaque `requestState`.
-#[derive(Debug)]
-pub(super) struct Round {
-    client: ClientId,
-    /// The client's id for the original request.
-    id: Box<RawValue>,
-    method: String,
-    /// The params the child saw (envelope included), to retry with.
-    params: Value,
-    /// The child's opaque `requestState`, byte-exact; `None` when it gave none (K25).
-    state: Option<Box<RawValue>>,
-    answers: Map<String, Value>,
-    waiting: usize,
-    progress: Option<Box<RawValue>>,
-    log_level: Option<usize>,
 }
 
 // ==============================================================================================
@@ -2020,12 +1997,10 @@ impl Server {
                 match (&m.result, &m.error) {
                     (Some(r), _) => {
                         let done = self.rounds.round_mut(round).map(|rd| {
-                            rd.answers.insert(
+                            rd.answer(
                                 key,
                                 serde_json::from_slice(r.as_bytes()).unwrap_or(Value::Null),
-                            );
-                            rd.waiting = rd.waiting.saturating_sub(1);
-                            rd.waiting == 0
+                            )
                         });
                         if done == Some(true) {
                             self.retry_round(round);
@@ -2207,7 +2182,7 @@ impl Server {
             .get(&client)
             .is_some_and(|c| c.closing() && self.routing.inflight().count_for(client) == 0)
             && !self.held.has_client(client)
-            && !self.rounds.all_rounds().any(|(_, r)| r.client == client);
+            && !self.rounds.all_rounds().any(|(_, r)| r.client() == client);
         if done {
             self.drop_client(client);
         }
@@ -2337,10 +2312,21 @@ impl Server {
         }
     }
 
-    /// An `input_required` result for a handshake client: ask the client each input request
-    /// as an ordinary handshake-era request (`elicitation/create`, `sampling/createMessage`,
-    /// `roots/list`), collect the answers, then retry. Returns false when the result is not
-    /// `input_required` (it is then answered as it is).
+    /// The context of the rounds toward handshake clients ([`inputs`]) at this moment.
+    fn inputs(&mut self) -> Inputs<'_> {
+        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        Inputs::new(
+            &mut self.rounds,
+            &mut self.routing,
+            &mut self.outbox,
+            &mut self.telemetry,
+            at,
+            &self.cfg,
+        )
+    }
+
+    /// An `input_required` result for a handshake client ([`inputs::start_round`]). Returns
+    /// false when the result is not `input_required` (it is then answered as it is).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn start_round(
         &mut self,
@@ -2352,166 +2338,45 @@ impl Server {
         progress: Option<Box<RawValue>>,
         log_level: Option<usize>,
     ) -> bool {
-        let Some(requests) = input_requests(result) else {
-            return false;
-        };
-        let caps = self
-            .outbox
-            .clients()
-            .get(&client)
-            .map(|c| c.capabilities().clone())
-            .unwrap_or(json!({}));
-        let caps = match (&self.cfg.client_roots, caps) {
-            // Roots are not asked of the client under `client_roots = "none"`.
-            (ClientRoots::None, mut caps) => {
-                if let Some(o) = caps.as_object_mut() {
-                    o.insert("roots".into(), json!({}));
-                }
-                caps
-            }
-            (_, caps) => caps,
-        };
-        if let Some(missing) = missing_capability(&requests, &caps) {
-            let msg = format!("the server needs `{missing}` from the client, which did not declare that capability");
-            self.respond_error(
-                client,
-                id,
-                code::INTERNAL_ERROR,
-                &msg,
-                None,
-                Outcome::ProtocolError,
-            );
-            return true;
-        }
-        if self
-            .outbox
-            .clients()
-            .get(&client)
-            .is_some_and(|c| c.closing())
-        {
-            // A client whose input closed can never answer the server's questions: the
-            // request fails now (as a round pending at its close does), instead of a round
-            // that can only time out while the client waits for its answer.
-            self.respond_error(
-                client,
-                id,
-                code::INTERNAL_ERROR,
-                "the client that was asked closed its input",
-                Some(json!({"server": self.cfg.name})),
-                Outcome::Cancelled,
-            );
-            return true;
-        }
-        let deadline = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
-        let round = self.rounds.open(Round {
+        let started = inputs::start_round(
+            &mut self.inputs(),
             client,
-            id: id.to_owned(),
-            method: method.to_string(),
-            params: serde_json::from_str(sent.get()).unwrap_or(json!({})),
-            state: request_state(result),
-            answers: Map::new(),
-            waiting: requests.len(),
+            id,
+            method,
+            sent,
+            result,
             progress,
             log_level,
-        });
-        debug!(client = %client, round, inputs = requests.len(), "input_required: asking the client");
-        self.ask_inputs(client, round, requests, deadline);
-        if self.rounds.round(round).is_some_and(|r| r.waiting == 0) {
-            self.retry_round(round);
+        );
+        match started {
+            Started::NotARound => false,
+            Started::Handled => true,
+            Started::Complete(round) => {
+                self.retry_round(round);
+                true
+            }
         }
-        true
     }
 
-    /// Sends `client` each input request of `round` as an ordinary request with a fresh id.
-    fn ask_inputs(
-        &mut self,
-        client: ClientId,
-        round: u64,
-        requests: Map<String, Value>,
-        deadline: Instant,
-    ) {
-        for (key, q) in requests {
-            let m = q
-                .get("method")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            let p = q.get("params").cloned().unwrap_or(json!({}));
-            if m == "roots/list" && self.cfg.client_roots == ClientRoots::None {
-                // The roots policy (K28): the client is not asked.
-                let roots = self.roots_result();
-                if let Some(r) = self.rounds.round_mut(round) {
-                    r.answers.insert(key, roots);
-                    r.waiting = r.waiting.saturating_sub(1);
-                }
-                continue;
-            }
-            let n = self
-                .routing
-                .ask(client, Asker::Mrtr { round, key }, deadline);
-            self.reply_to(
-                client,
-                To::Request(&raw_u64(n), &m),
-                Out::request(Some(&raw_u64(n)), &m, Some(&raw(&p))).encode(),
+    /// Every input of `round` is answered: retry the original request with them
+    /// ([`inputs::take_retry`]).
+    pub(super) fn retry_round(&mut self, round: u64) {
+        if let Some(r) = inputs::take_retry(&mut self.inputs(), round) {
+            let key = Some(r.key);
+            self.send_with_id(
+                r.child_id,
+                key,
+                r.owner,
+                &r.method,
+                Some(r.params),
+                Some(r.deadline),
             );
         }
     }
 
-    /// Every input of `round` is answered: retry the original request with them.
-    pub(super) fn retry_round(&mut self, round: u64) {
-        let Some(r) = self.rounds.close(round) else {
-            return;
-        };
-        let mut params = r.params;
-        if let Some(p) = params.as_object_mut() {
-            p.insert("inputResponses".into(), Value::Object(r.answers));
-            p.remove("requestState");
-        }
-        let params = match &r.state {
-            // Spliced in as the child wrote it: re-encoding could change its bytes (K25).
-            Some(state) => {
-                let mut obj = RawObject::parse(&raw(&params)).unwrap_or_default();
-                obj.set("requestState", state.clone());
-                obj.to_raw()
-            }
-            None => raw(&params),
-        };
-        let child_id = self.routing.inflight_mut().allocate();
-        // The retry is a new request: its progress token is its own child-side id.
-        let params = match message::swap_progress_token(&params, || raw_u64(child_id)) {
-            Some((p, _)) => p,
-            None => params,
-        };
-        let deadline = base::deadline::after(self.clock.now(), self.cfg.timeout_for(&r.method));
-        let owner = Owner::Client {
-            client: r.client,
-            id: r.id.clone(),
-            progress: r.progress,
-            subscribe: None,
-            cache: None,
-            add_result_type: false,
-            log_level: r.log_level,
-            retry_params: Some(params.clone()),
-        };
-        self.send_with_id(
-            child_id,
-            Some(id_key(&r.id)),
-            owner,
-            &r.method,
-            Some(params),
-            Some(deadline),
-        );
-    }
-
-    /// A round can no longer finish (its client errored, left or did not answer): fail the
-    /// original request with `line` and forget the round's other questions.
+    /// A round can no longer finish ([`inputs::abandon_round`]).
     pub(super) fn abandon_round(&mut self, round: u64, outcome: Outcome, code: i64, msg: &str) {
-        self.routing.forget_round(round);
-        if let Some(r) = self.rounds.close(round) {
-            let line =
-                message::error_response(&r.id, code, msg, Some(json!({"server": self.cfg.name})));
-            self.respond(r.client, &r.id, line, outcome, Some(code));
-        }
+        inputs::abandon_round(&mut self.inputs(), round, outcome, code, msg);
     }
 
     /// The child is being stopped to be replaced (health, timeouts, restart), not for good.
