@@ -32,6 +32,7 @@ use super::effects::Written;
 use super::held::Held;
 use super::inputs::{self, Inputs, Started};
 use super::life::Life;
+use super::notifying::{self, Notifying};
 use super::outbox::{Outbox, Stamp};
 use super::probing::{self, Probing, Verdict};
 use super::roster::Client;
@@ -78,7 +79,6 @@ use serde_json::json;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::borrow::Cow;
-use std::collections::HashSet;
 use std::time::Duration;
 use std::time::Instant;
 use support::config::ClientRoots;
@@ -189,6 +189,11 @@ impl Pending {
     /// When it was written to the child.
     pub(super) fn written(&self) -> Instant {
         self.written
+    }
+
+    /// The child acknowledged it to the client (a client's listen stream).
+    pub(super) fn ack(&mut self) {
+        self.acked = true;
     }
 
     /// Its owner, method and writing time.
@@ -2791,20 +2796,6 @@ impl Server {
         }
     }
 
-    /// Whether a `list_changed` the child sent for `list` is a fresh instance's startup
-    /// announcement, folded into the supervisor's own check after a restart (issue 26 §7):
-    /// the child is still starting, or the re-read of that list after readiness (`announce`)
-    /// is in flight. That re-read is answered after the notification on the same stdout, so
-    /// it sees whatever the child announced, and clients hear of it exactly when the list
-    /// differs from the last instance's. Outside that window the child's word is passed on as
-    /// it is (a change past the first page, or in resource templates, cannot be compared).
-    fn startup_announcement(&self, list: &str) -> bool {
-        self.life.state() == State::Starting
-            || self.routing.inflight().iter().any(|(_, _, _, p)| {
-                matches!(p.owner, Owner::Refresh { method, announce: true } if method == list)
-            })
-    }
-
     /// The answer to the opening `server/discover` (issue 6 §1): a result or -32022 means the
     /// 2026-07-28 era; any other error means the handshake era (then `initialize`).
     pub(super) fn on_discover_answer(&mut self, m: &Message, probe: bool) {
@@ -3017,287 +3008,47 @@ impl Server {
         }
     }
 
+    /// The context for routing the child's notifications ([`notifying`]) at this moment.
+    fn notifying(&mut self) -> Notifying<'_> {
+        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        let starting = self.life.state() == State::Starting;
+        Notifying::new(
+            &mut self.routing,
+            &self.subs,
+            &mut self.opener,
+            &mut self.outbox,
+            &mut self.telemetry,
+            at,
+            starting,
+        )
+    }
+
+    /// Routes the child's notification `m` to clients ([`notifying::on_notification`]); a
+    /// list it announced is refreshed, to keep the cached copy current for outage answers.
     pub(super) fn on_child_notification(&mut self, m: Message) {
-        let method = m.method().to_string();
-        if self.route_listen_traffic(&method, &m) {
-            return;
-        }
-        match method.as_str() {
-            "notifications/progress" => self.route_progress(&m),
-            "notifications/cancelled" => self.route_child_cancel(&m),
-            "notifications/message" => {
-                let level = m
-                    .params_object()
-                    .and_then(|p| {
-                        p.get("level")
-                            .and_then(Value::as_str)
-                            .and_then(era::log_rank)
-                    })
-                    .unwrap_or(0);
-                self.route_log_message(level, &m);
-            }
-            "notifications/resources/updated" => self.route_resource_updated(&m),
-            _ => {
-                let list = era::LISTS
-                    .iter()
-                    .find(|(_, n, _)| *n == method)
-                    .map(|(l, _, _)| *l);
-                if list.is_some_and(|l| self.startup_announcement(l)) {
-                    debug!(
-                        notification = %method,
-                        "the fresh child announced a list at startup; the supervisor's check decides"
-                    );
-                    return;
-                }
-                if let Some(list) = list.filter(|l| !self.refreshing(l)) {
-                    // Keep the cached list current for outage answers; the child announced it.
-                    // One refresh per list at a time: a flood of announcements cannot grow the
-                    // in-flight table.
-                    let far = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
-                    self.send_to_child(
-                        Owner::Refresh {
-                            method: list,
-                            announce: false,
-                        },
-                        list,
-                        None,
-                        far,
-                    );
-                }
-                let line = Out::request(None, &method, m.params.as_deref()).encode();
-                self.broadcast(&line, |_| true);
-                self.feed_listeners(&method, None, m.params.as_deref());
-            }
+        if let Some(list) = notifying::on_notification(&mut self.notifying(), &m) {
+            let far = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
+            self.send_to_child(
+                Owner::Refresh {
+                    method: list,
+                    announce: false,
+                },
+                list,
+                None,
+                far,
+            );
         }
     }
 
-    /// Whether a refresh of `list` is already in flight.
-    fn refreshing(&self, list: &str) -> bool {
-        self.routing
-            .inflight()
-            .iter()
-            .any(|(_, _, _, p)| matches!(p.owner, Owner::Refresh { method, .. } if method == list))
-    }
-
-    /// `notifications/progress`: to the owner of the request whose child-side id is the token,
-    /// with the client's own token back.
-    fn route_progress(&mut self, m: &Message) {
-        let Some(mut p) = m.params_object() else {
-            return;
-        };
-        let token = p.get("progressToken").and_then(Value::as_u64);
-        let owner = token
-            .and_then(|t| self.routing.inflight().get(t))
-            .and_then(|pend| match &pend.owner {
-                Owner::Client {
-                    client,
-                    progress: Some(orig),
-                    ..
-                } => Some((*client, orig.clone())),
-                _ => None,
-            });
-        let Some((client, orig)) = owner else { return };
-        p.insert(
-            "progressToken".into(),
-            serde_json::from_str(orig.get()).unwrap_or(Value::Null),
-        );
-        let line = Out::request(None, m.method(), Some(&raw(&Value::Object(p)))).encode();
-        self.reply_to(client, To::Progress(&orig), line);
-    }
-
-    /// The child gave up on one of its own requests to a client: that client is told, under
-    /// the id it was asked with.
-    fn route_child_cancel(&mut self, m: &Message) {
-        let Some(mut p) = m.params_object() else {
-            return;
-        };
-        let Some(rid) = p.get("requestId").map(Value::to_string) else {
-            return;
-        };
-        if let Some((client, n)) = self.routing.take_child_ask(&rid) {
-            p.insert("requestId".into(), json!(n));
-            let line = Out::request(None, m.method(), Some(&raw(&Value::Object(p)))).encode();
-            self.reply(client, line);
-        }
-    }
-
-    /// `notifications/resources/updated`: to the handshake clients subscribed to the URI and
-    /// to the served listen streams that asked for it.
-    fn route_resource_updated(&mut self, m: &Message) {
-        let uri = m
-            .params_object()
-            .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_string));
-        let subs = uri
-            .as_ref()
-            .map_or_else(Vec::new, |u| self.subs.direct_holders(u));
-        let line = Out::request(None, m.method(), m.params.as_deref()).encode();
-        for c in subs {
-            if self.client_era(c) == Era::Handshake {
-                self.reply(c, line.clone());
-            }
-        }
-        self.feed_listeners(m.method(), uri.as_deref(), m.params.as_deref());
-    }
-
-    /// Served listen streams of modern clients get a handshake child's notification when they
-    /// asked for it, tagged with their subscription id.
+    /// Served listen streams get a handshake child's notification when they asked for it
+    /// ([`notifying::feed_listeners`]).
     pub(super) fn feed_listeners(
         &mut self,
         method: &str,
         uri: Option<&str>,
         params: Option<&RawValue>,
     ) {
-        let lines: Vec<(ClientId, Box<RawValue>, Bytes)> = self
-            .subs
-            .listeners()
-            .iter()
-            .filter(|l| l.wants(method, uri))
-            .map(|l| {
-                (
-                    l.client(),
-                    l.id().to_owned(),
-                    l.notification(method, params),
-                )
-            })
-            .collect();
-        for (c, id, line) in lines {
-            self.reply_to(c, To::Listen(&id), line);
-        }
-    }
-
-    /// `notifications/message` routing (issue 6 §6). A handshake child's messages are
-    /// session-wide: handshake clients get those at or above their `logging/setLevel` (all, if
-    /// they never set one). A 2026 message carries no correlation key on a shared stdio
-    /// channel, so it goes to every client with a request in flight that asked for logging
-    /// (`_meta` logLevel, or a handshake client's level toward a modern child) at or below the
-    /// message's level; never to a client that did not ask for logging.
-    pub(super) fn route_log_message(&mut self, level: usize, m: &Message) {
-        let asking: HashSet<ClientId> = self
-            .routing
-            .inflight()
-            .iter()
-            .filter_map(|(_, _, _, p)| match &p.owner {
-                Owner::Client {
-                    client,
-                    log_level: Some(l),
-                    ..
-                } if level >= *l => Some(*client),
-                _ => None,
-            })
-            .collect();
-        let child_era = self.child_era();
-        let line = Out::request(None, "notifications/message", m.params.as_deref()).encode();
-        let targets: Vec<ClientId> = self
-            .outbox
-            .clients()
-            .iter()
-            .filter(
-                |(id, c)| match (child_era, c.era().unwrap_or(Era::Handshake)) {
-                    (Era::Handshake, Era::Handshake) => {
-                        c.initialized() && c.log_level().is_none_or(|min| level >= min)
-                    }
-                    _ => asking.contains(id),
-                },
-            )
-            .map(|(id, _)| *id)
-            .collect();
-        for c in targets {
-            self.reply(c, line.clone());
-        }
-    }
-
-    /// Traffic of 2026 listen streams on a modern child (`_meta.subscriptionId` = the listen
-    /// request's child-side id): a client's stream goes to that client with its own id; the
-    /// supervisor's stream is fanned out to handshake clients as session-wide notifications.
-    /// Returns whether the notification was listen traffic.
-    pub(super) fn route_listen_traffic(&mut self, method: &str, m: &Message) -> bool {
-        let Some(raw_params) = m.params.as_deref() else {
-            return false;
-        };
-        if !raw_params.get().contains(era::META_SUBSCRIPTION_ID)
-            && method != "notifications/cancelled"
-        {
-            return false;
-        }
-        let Some(mut params) = m.params_object() else {
-            return false;
-        };
-        let sub = if method == "notifications/cancelled" {
-            params.get("requestId").and_then(Value::as_u64)
-        } else {
-            params
-                .get("_meta")
-                .and_then(|x| x.get(era::META_SUBSCRIPTION_ID))
-                .and_then(Value::as_u64)
-        };
-        let Some(sub) = sub else { return false };
-        if Some(sub) == self.opener.listen() {
-            if method == "notifications/cancelled" {
-                self.opener.listen_ended(sub);
-                return true;
-            }
-            if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
-                meta.remove(era::META_SUBSCRIPTION_ID);
-                if meta.is_empty() {
-                    params.remove("_meta");
-                }
-            }
-            let line =
-                Out::request(None, method, Some(&raw(&Value::Object(params.clone())))).encode();
-            match method {
-                "notifications/resources/updated" => {
-                    let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
-                    for c in self.subs.direct_holders(uri) {
-                        self.reply(c, line.clone());
-                    }
-                }
-                "notifications/subscriptions/acknowledged" => {}
-                _ if era::LISTS
-                    .iter()
-                    .any(|(l, n, _)| *n == method && self.startup_announcement(l)) => {}
-                _ => self.broadcast(&line, |c| c.era() != Some(Era::Modern)),
-            }
-            return true;
-        }
-        let owner = self
-            .routing
-            .inflight()
-            .get(sub)
-            .and_then(|p| match &p.owner {
-                Owner::Client { client, id, .. } if p.method == "subscriptions/listen" => {
-                    Some((*client, id.clone()))
-                }
-                _ => None,
-            });
-        let Some((client, id)) = owner else {
-            // A cancel of another request: routed as usual. Traffic tagged with a stream that
-            // is no longer open (its cancel crossed the child's notifications, or its client
-            // left) belongs to nobody: never fanned out as session-wide (sim seed 124).
-            if method != "notifications/cancelled" {
-                debug!(notification = %method, subscription = sub, "traffic of a listen stream no longer open: dropped");
-            }
-            return method != "notifications/cancelled";
-        };
-        let original: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
-        if method == "notifications/cancelled" {
-            // The child ended the client's stream.
-            params.insert("requestId".into(), original);
-            if let Some(r) = self.routing.inflight_mut().remove(sub) {
-                if let Some((c, key)) = r.client {
-                    self.finish(c, &key, Outcome::Cancelled, None);
-                }
-            }
-        } else if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
-            meta.insert(era::META_SUBSCRIPTION_ID.into(), original);
-        }
-        if method == "notifications/subscriptions/acknowledged" {
-            if let Some(p) = self.routing.inflight_mut().get_mut(sub) {
-                p.acked = true;
-            }
-        }
-        let line = Out::request(None, method, Some(&raw(&Value::Object(params)))).encode();
-        self.reply_to(client, To::Listen(&id), line);
-        true
+        notifying::feed_listeners(&mut self.notifying(), method, uri, params);
     }
 
     /// A reply the envelope parser refused (K21): fails its request only, naming the server.

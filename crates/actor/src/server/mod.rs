@@ -74,6 +74,7 @@ mod instances;
 mod ledger;
 mod life;
 mod lists;
+mod notifying;
 mod opener;
 mod outbox;
 mod probing;
