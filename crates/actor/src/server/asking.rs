@@ -15,13 +15,19 @@
 //! (the child gets errors for what was asked and a cancel), the client leaving, or the child's
 //! exit.
 //!
+//! Who is asked at all is the owner rule ([`on_child_request`]): a `ping` is answered here, a
+//! `roots/list` by the configured roots unless `client_roots = "caller"` (K28), anything else by
+//! the client whose request most likely caused it (K06), a 2026 client through the rounds
+//! above.
+//!
 //! A section of the core as free functions over one narrow context ([`Asking`]): the rounds,
 //! the in-flight table and the outbox. A final response that came while the request was
 //! parked is returned to the caller ([`Resumed::Answer`]), which routes it as any response.
 //!
 //! No clock read, no I/O.
 
-use super::core::{Owner, Pending};
+use super::core::{Asker, Owner, Pending};
+use super::effects::Lane;
 use super::outbox::{Outbox, Stamp};
 use super::roster::Clients;
 use super::rounds::Rounds;
@@ -30,12 +36,14 @@ use super::telemetry::Telemetry;
 use super::util::malformed;
 use crate::era::{self, Era};
 use crate::ids::id_key;
-use crate::session::{ClientId, Transport};
+use crate::session::{ClientId, To, Transport};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
-use support::config::ServerConfig;
+use support::config::{ClientRoots, ServerConfig};
 use support::observe::Outcome;
-use vocab::jsonrpc::message::{self, code, raw_u64, Message};
+use tracing::{debug, warn};
+use upstream::Outbound;
+use vocab::jsonrpc::message::{self, code, raw_u64, Message, Out};
 
 /// The owner of rounds whose 2026-07-28 HTTP request ended with its `input_required` answer
 /// ([`detach_rounds_of`]); never a real client's id (those start at 1).
@@ -502,4 +510,100 @@ pub(super) fn asks_waiting(rounds: &Rounds) -> usize {
         .all_parked()
         .map(|(_, p)| p.asked.len() + p.queued.len())
         .sum()
+}
+
+/// The child's own request `m`. A `ping` is answered here, at once, with or without clients
+/// (K07); the child's requests waiting for clients are bounded by `max_inflight` (issue 12
+/// §6); `roots/list` is answered with the configured roots unless `client_roots = "caller"`
+/// and a client can be asked (K28: never a refusal); anything else goes to the client the
+/// owner rule picks ([`pick_owner`]), a 2026 client inside an `input_required` result (K26),
+/// or the child gets an error when no client can answer.
+pub(super) fn on_child_request(cx: &mut Asking<'_>, m: Message) {
+    let Some(child_id) = m.id.clone() else { return };
+    let method = m.method().to_string();
+    if method == "ping" {
+        let line = message::result_response(&child_id, &json!({}));
+        let what = "the answer to the child's ping";
+        cx.outbox
+            .write_upstream(&cx.at, Outbound::response(line), Lane::Urgent, what);
+        return;
+    }
+    let waiting = cx.routing.asks() + asks_waiting(cx.rounds);
+    if waiting >= cx.cfg.max_inflight {
+        let msg = format!("{waiting} requests to clients are already waiting (max_inflight)");
+        cx.outbox
+            .answer_upstream_error(&cx.at, &child_id, code::LIMIT_EXCEEDED, &msg);
+        return;
+    }
+    let caller = cx.cfg.client_roots == ClientRoots::Caller;
+    let picked = if method == "roots/list" && !caller {
+        None
+    } else {
+        pick_owner(cx, &method)
+    };
+    if method == "roots/list" && picked.is_none() {
+        debug!(
+            roots = cx.cfg.roots.len(),
+            "roots/list answered with the configured roots"
+        );
+        let line = message::result_response(&child_id, &json!({"roots": cx.cfg.roots}));
+        let what = "the configured roots";
+        cx.outbox
+            .write_upstream(&cx.at, Outbound::response(line), Lane::Urgent, what);
+        return;
+    }
+    let Some((owner, via)) = picked else {
+        let msg = format!("no connected client can answer `{method}` for this server");
+        warn!(method = %method, "{msg}");
+        cx.outbox
+            .answer_upstream_error(&cx.at, &child_id, code::INTERNAL_ERROR, &msg);
+        return;
+    };
+    if cx.outbox.era_of(owner) == Era::Modern {
+        return ask_modern(cx, via, child_id, m);
+    }
+    let deadline = base::deadline::after(cx.at.now(), cx.cfg.request_timeout);
+    let n = cx.routing.ask(owner, Asker::Child(child_id), deadline);
+    let line = Out::request(Some(&raw_u64(n)), &method, m.params.as_deref()).encode();
+    cx.outbox
+        .deliver(cx.telemetry, owner, To::Request(&raw_u64(n), &method), line);
+}
+
+/// The ownership rule for a child's request `method` (issue 3 §5, K06). The handshake era
+/// has no field linking it to the client request that caused it, so: among clients that can
+/// be asked and have a request in flight, the one whose request was forwarded most recently,
+/// preferring requests that can make a server ask ([`can_ask`]) over those that cannot
+/// (lists, `ping`: an endpoint's fan-outs keep those in flight at every source, issue 31).
+/// A handshake client can be asked when it declared the needed capability; a 2026 client
+/// when it declared it in its envelope and its request may end `input_required` (K26).
+/// Returns the client and the child-side id of that request; `None` → the child gets an
+/// error.
+fn pick_owner(cx: &Asking<'_>, method: &str) -> Option<(ClientId, u64)> {
+    let cap = era::capability_for_request(method);
+    let clients = cx.outbox.clients();
+    cx.routing
+        .inflight()
+        .iter()
+        .filter_map(|(id, client, _, p)| Some((id, client?, p)))
+        .filter(|(_, c, p)| {
+            clients.get(c).is_some_and(|cl| match cl.era() {
+                Some(Era::Modern) => can_ask_modern(clients, *c, p, cap),
+                _ => {
+                    !cl.closing()
+                        && matches!(p.owner(), Owner::Client { .. })
+                        && cap.is_none_or(|cap| cl.has_capability(cap))
+                }
+            })
+        })
+        .max_by_key(|(id, _, p)| (can_ask(p.method()), *id))
+        .map(|(id, c, _)| (c, id))
+}
+
+/// Whether a client request of `method` is one a server may ask the client something while
+/// handling (the owner rule's preference, [`pick_owner`]).
+fn can_ask(method: &str) -> bool {
+    matches!(
+        method,
+        "tools/call" | "prompts/get" | "resources/read" | "completion/complete"
+    )
 }

@@ -2857,90 +2857,10 @@ impl Server {
         }
     }
 
+    /// The child's own request `m`: answered here, or asked of a client by the owner rule
+    /// ([`asking::on_child_request`]).
     pub(super) fn on_child_request(&mut self, m: Message) {
-        let Some(child_id) = m.id.clone() else { return };
-        let method = m.method().to_string();
-        if method == "ping" {
-            // Answered here, at once, with or without clients (K07).
-            let line = message::result_response(&child_id, &json!({}));
-            let out = Outbound::response(line);
-            self.write_child(out, Lane::Urgent, "the answer to the child's ping");
-            return;
-        }
-        if self.routing.asks() + asking::asks_waiting(&self.rounds) >= self.cfg.max_inflight {
-            // The child's own requests are bounded like the clients' (issue 12 §6).
-            let msg = format!(
-                "{} requests to clients are already waiting (max_inflight)",
-                self.routing.asks() + asking::asks_waiting(&self.rounds)
-            );
-            return self.answer_child_error(&child_id, code::LIMIT_EXCEEDED, &msg);
-        }
-        let caller = self.cfg.client_roots == ClientRoots::Caller;
-        let picked = if method == "roots/list" && !caller {
-            None
-        } else {
-            self.pick_owner(&method)
-        };
-        if method == "roots/list" && picked.is_none() {
-            // The roots policy (K28): no client is asked, so the operator's roots answer;
-            // never a refusal.
-            debug!(
-                roots = self.cfg.roots.len(),
-                "roots/list answered with the configured roots"
-            );
-            let line = message::result_response(&child_id, &self.roots_result());
-            let out = Outbound::response(line);
-            self.write_child(out, Lane::Urgent, "the configured roots");
-            return;
-        }
-        let Some((owner, via)) = picked else {
-            let msg = format!("no connected client can answer `{method}` for this server");
-            warn!(method = %method, "{msg}");
-            return self.answer_child_error(&child_id, code::INTERNAL_ERROR, &msg);
-        };
-        if self.outbox.clients().get(&owner).and_then(|c| c.era()) == Some(Era::Modern) {
-            // A 2026 client is asked inside an `input_required` result (K26).
-            return asking::ask_modern(&mut self.asking(), via, child_id, m);
-        }
-        let deadline = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
-        let n = self.routing.ask(owner, Asker::Child(child_id), deadline);
-        let line = Out::request(Some(&raw_u64(n)), &method, m.params.as_deref()).encode();
-        self.reply_to(owner, To::Request(&raw_u64(n), &method), line);
-    }
-
-    /// The ownership rule for a child's request (issue 3 §5, K06). The handshake era has no
-    /// field linking it to the client request that caused it, so: among clients that can be
-    /// asked and have a request in flight, the one whose request was forwarded most recently,
-    /// preferring requests that can make a server ask (`tools/call`, `prompts/get`,
-    /// `resources/read`, `completion/complete`) over those that cannot (lists, `ping`: an
-    /// endpoint's fan-outs keep those in flight at every source, issue 31).
-    /// A handshake client can be asked when it declared the needed capability; a 2026 client
-    /// when it declared it in its envelope and its request may end `input_required` (K26).
-    /// Returns the client and the child-side id of that request; `None` → the child gets an
-    /// error.
-    pub(super) fn pick_owner(&self, method: &str) -> Option<(ClientId, u64)> {
-        let cap = era::capability_for_request(method);
-        self.routing
-            .inflight()
-            .iter()
-            .filter_map(|(id, client, _, p)| Some((id, client?, p)))
-            .filter(|(_, c, p)| {
-                self.outbox
-                    .clients()
-                    .get(c)
-                    .is_some_and(|cl| match cl.era() {
-                        Some(Era::Modern) => {
-                            asking::can_ask_modern(self.outbox.clients(), *c, p, cap)
-                        }
-                        _ => {
-                            !cl.closing()
-                                && matches!(p.owner, Owner::Client { .. })
-                                && cap.is_none_or(|cap| cl.has_capability(cap))
-                        }
-                    })
-            })
-            .max_by_key(|(id, _, p)| (can_ask(&p.method), *id))
-            .map(|(id, c, _)| (c, id))
+        asking::on_child_request(&mut self.asking(), m);
     }
 
     /// The `roots/list` result of the configured roots (`roots`).
@@ -3646,15 +3566,6 @@ fn session_end(requested: bool) -> Exit {
         requested,
         limit: None,
     }
-}
-
-/// Whether a client request of `method` is one a server may ask the client something while
-/// handling (the owner rule's preference, [`Server::pick_owner`]).
-fn can_ask(method: &str) -> bool {
-    matches!(
-        method,
-        "tools/call" | "prompts/get" | "resources/read" | "completion/complete"
-    )
 }
 
 /// Whether `params` carry a 2026-07-28 envelope (`_meta`'s protocol version names it): what a

@@ -14,7 +14,7 @@
 //! - `initialize`, `notifications/initialized` and `ping` from clients never reach the child;
 //!   the child's own `ping` is answered here at once;
 //! - a child's request (`sampling/createMessage`, `elicitation/create`, `roots/list`, ...) goes
-//!   to the owner rule in [`Server::pick_owner`];
+//!   to the owner rule (`asking.rs`, `pick_owner`);
 //! - session-wide notifications fan out; `resources/updated` only to subscribers; logging is
 //!   filtered per client.
 //!
