@@ -9,21 +9,21 @@
 //! | timers | the next wake-up; held requests, asks and requests past their deadlines; health probes (`probing.rs`) |
 //! | demand | on-demand starts and idle stops (the `Demand` sub-machine is `demand.rs`) |
 //! | clients | a client's messages: requests by state, its handshake, log level, answers, leaving |
-//! | forward | a request toward the upstream: ids, progress tokens, era translation, rounds of `input_required` toward handshake clients |
-//! | asking | the upstream's requests asked of 2026 clients (parked requests) |
-//! | child | the upstream's messages: responses, its requests (the owner rule), notifications, malformed replies, and messages never relayed (too large, too deep: issue 47 §7) |
-//! | subs | resource subscriptions and listen streams |
-//! | outage | the outage status and reason, answers from the list cache, failing in-flight and held requests |
+//! | forward | a request toward the upstream: ids, progress tokens, era translation; the rounds of `input_required` toward handshake clients (`inputs.rs`) |
+//! | asking | the upstream's own requests: the owner rule, and 2026 clients asked through parked requests (`asking.rs`) |
+//! | child | the upstream's responses, malformed replies and messages never relayed (too large, too deep: issue 47 §7); its notifications (`notifying.rs`) |
+//! | subs | resource subscriptions and listen streams (`subscribing.rs`) |
+//! | outage | the outage status and reason, answers from the list cache, failing in-flight and held requests; the outage record (`unreachable.rs`) |
 //!
-//! Three sections are already free functions over narrow contexts in files of their own
-//! (issue 48 §3): delivery, the ledger and writes toward the upstream (`outbox.rs`), the
-//! health rules at a timer (`probing.rs`), the outage record (`unreachable.rs`); the methods
-//! here that reach them build the context and carry out what they return.
+//! Where a section names a file, its decisions are free functions over a narrow context there
+//! (issue 48 §3), as are delivery, the ledger and writes toward the upstream (`outbox.rs`);
+//! the methods here that reach them build the context and carry out what they return.
 //!
 //! State lives in the sub-machines (each its own file, fields private); this file reads and
 //! changes it only through their APIs, and decides effects (`effects.rs`) that the shell
-//! carries out. The plain records defined here (`Ask`, `Parked`, `Listener`) are read only
-//! here. No `await`, no clock read, no I/O.
+//! carries out. The records defined here are shared with the context files: `Owner` and
+//! `Asker` are enums they match; `Pending`'s fields are read only here (elsewhere through its
+//! constructor and accessors). No `await`, no clock read, no I/O.
 
 use super::asking::{self, Asking, Resumed, MRTR_METHODS};
 use super::effects::Effect;
