@@ -29,6 +29,7 @@ use super::asking::{self, Asking, Resumed, MRTR_METHODS};
 use super::effects::Effect;
 use super::effects::Lane;
 use super::effects::Written;
+use super::forwarding::{self, Forwarding, Unsent};
 use super::held::Held;
 use super::inputs::{self, Inputs, Started};
 use super::life::Life;
@@ -46,9 +47,7 @@ use super::util::level_name;
 use super::util::listen_close_result;
 use super::util::malformed;
 use super::util::shareable;
-use super::util::subscribe_uri;
 use super::util::tracked;
-use super::util::with_roots_kept_home;
 use super::util::{list_to_cache, ListPage};
 use super::Server;
 use super::SpawnOutcome;
@@ -81,7 +80,6 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::time::Duration;
 use std::time::Instant;
-use support::config::ClientRoots;
 use support::config::RestartPolicy;
 use support::config::ServerConfig;
 use support::config::StartMode;
@@ -2200,120 +2198,33 @@ impl Server {
 // ==============================================================================================
 
 impl Server {
-    pub(super) fn forward(&mut self, client: ClientId, m: Message) {
-        let Message {
-            id, method, params, ..
-        } = m;
-        let Some(id) = id else { return };
-        if self.routing.inflight().len() >= self.cfg.max_inflight {
-            let msg = format!(
-                "server `{}` has {} requests in flight; try again shortly",
-                self.cfg.name,
-                self.routing.inflight().len()
-            );
-            return self.refuse_limit(client, &id, &msg);
-        }
-        let mine = self.routing.inflight().count_for(client);
-        if mine >= self.cfg.client_max_inflight {
-            // One client may not take all of `max_inflight` (issue 14 §3).
-            let msg = format!(
-                "this client has {mine} requests in flight to server `{}` (client_max_inflight); try again shortly",
-                self.cfg.name
-            );
-            return self.refuse_limit(client, &id, &msg);
-        }
-        self.used();
-        let child_id = self.routing.inflight_mut().allocate();
-        let (params, progress) = match params.as_deref() {
-            Some(p) => match message::swap_progress_token(p, || raw_u64(child_id)) {
-                Some((np, orig)) => (Some(np), Some(orig)),
-                None => (params, None),
-            },
-            None => (None, None),
-        };
-        let method = method.unwrap_or_default();
-        let cache = list_to_cache(&method, params.as_deref());
-        let subscribe = subscribe_uri(&method, params.as_deref());
-        let (client_era, child_era) = (self.client_era(client), self.child_era());
-        let (params, log_level) = self.translate_params(client, params);
-        let key = id_key(&id);
-        // Traces on (issue 17 §4): the child gets our span as its parent, and the client's
-        // `tracestate`. Off, the params pass as they are, with no lookup.
-        let span = if self.telemetry.traced() && era::can_carry_meta(params.as_deref()) {
-            self.outbox.ledger().span(client, &key)
-        } else {
-            None
-        };
-        let params = match span {
-            Some(span) => Some(era::add_envelope(params.as_deref(), &span.meta())),
-            None => params,
-        };
-        let add_result_type = client_era == Era::Modern && child_era == Era::Handshake;
-        // A listen stream lives until it is cancelled: no deadline.
-        let deadline = (method != "subscriptions/listen")
-            .then(|| base::deadline::after(self.clock.now(), self.cfg.timeout_for(&method)));
-        let retry_params = (client_era == Era::Handshake
-            && child_era == Era::Modern
-            && matches!(&*method, "tools/call" | "prompts/get" | "resources/read"))
-        .then(|| params.clone())
-        .flatten();
-        let owner = Owner::Client {
-            client,
-            id,
-            progress,
-            subscribe,
-            cache,
-            add_result_type,
-            log_level,
-            retry_params,
-        };
-        self.send_with_id(child_id, Some(key), owner, &method, params, deadline);
+    /// The context for writing requests toward the upstream ([`forwarding`]) at this moment.
+    fn forwarding(&mut self) -> Forwarding<'_> {
+        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        Forwarding::new(
+            &mut self.routing,
+            &mut self.opener,
+            &mut self.demand,
+            &mut self.outbox,
+            &mut self.telemetry,
+            at,
+            &self.cfg,
+        )
     }
 
-    /// Translates a client request's params between the client's era and the child's (issue
-    /// 6 §3, §4). Returns them with the log level the request asks for, if any.
-    fn translate_params(
-        &mut self,
-        client: ClientId,
-        params: Option<Box<RawValue>>,
-    ) -> (Option<Box<RawValue>>, Option<usize>) {
-        let envelope_level = |p: Option<&RawValue>| {
-            era::envelope_field(p, era::META_LOG_LEVEL)
-                .and_then(|l| l.as_str().and_then(era::log_rank))
-        };
-        match (self.client_era(client), self.child_era()) {
-            (Era::Modern, Era::Handshake) => {
-                let log_level = envelope_level(params.as_deref());
-                if let Some(level) = log_level {
-                    self.want_child_log_level(level);
-                }
-                (
-                    params.map(|p| era::strip_envelope(&p).into_owned()),
-                    log_level,
-                )
-            }
-            (Era::Handshake, Era::Modern) => {
-                let c = self.outbox.clients().get(&client);
-                let log_level = c.and_then(|c| c.log_level());
-                let env = era::envelope(
-                    &c.map(|c| c.capabilities().clone()).unwrap_or(json!({})),
-                    &c.map(|c| c.info().clone()).unwrap_or(Value::Null),
-                    log_level.map(level_name),
-                );
-                (Some(era::add_envelope(params.as_deref(), &env)), log_level)
-            }
-            (Era::Modern, Era::Modern) => {
-                let log_level = envelope_level(params.as_deref());
-                // A 2026 client answers a 2026 server's roots round itself: under
-                // `client_roots = "none"` its roots are replaced by the operator's before the
-                // retry reaches the server (issue 47 §6, R1).
-                let kept_home = (self.cfg.client_roots == ClientRoots::None)
-                    .then_some(params.as_deref())
-                    .flatten()
-                    .and_then(|p| with_roots_kept_home(p, &self.roots_result()));
-                (kept_home.or(params), log_level)
-            }
-            (Era::Handshake, Era::Handshake) => (params, None),
+    /// Forwards a client's request to the ready child ([`forwarding::forward`]).
+    pub(super) fn forward(&mut self, client: ClientId, m: Message) {
+        if let Err(unsent) = forwarding::forward(&mut self.forwarding(), client, m) {
+            self.unsent(unsent);
+        }
+    }
+
+    /// A request that found no child running: the child is gone and its exit not handled
+    /// yet, so a client's request is answered with the outage record like any request that
+    /// cannot reach the child.
+    fn unsent(&mut self, unsent: Unsent) {
+        if let Some((client, id)) = unsent.client {
+            self.outage_reply(client, &id, &unsent.method, OutageStatus::Exited);
         }
     }
 
@@ -2402,18 +2313,6 @@ impl Server {
         self.opener.child_era()
     }
 
-    /// A modern client asked a handshake child for logs at `level`: the child's session-wide
-    /// level must be at least that verbose (never lowered by a modern request).
-    pub(super) fn want_child_log_level(&mut self, level: usize) {
-        if self.opener.handshake().is_some_and(|h| h.has("logging"))
-            && self.opener.raise_log_level(level)
-        {
-            let p = raw(&json!({"level": level_name(level)}));
-            let deadline = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
-            self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
-        }
-    }
-
     /// Registers and writes a request to the child. Returns its child-side id, or `None` when
     /// it could not be queued (the owner was already answered).
     pub(super) fn send_to_child(
@@ -2428,7 +2327,7 @@ impl Server {
     }
 
     /// [`Server::send_to_child`] with an id already allocated; `key` is the owning client's
-    /// request id text.
+    /// request id text ([`forwarding::send`]).
     pub(super) fn send_with_id(
         &mut self,
         child_id: u64,
@@ -2438,63 +2337,22 @@ impl Server {
         params: Option<Box<RawValue>>,
         deadline: Option<Instant>,
     ) -> Option<u64> {
-        let params = if self.child_era() == Era::Modern
-            && !matches!(owner, Owner::Client { .. })
-            && era::envelope_version(params.as_deref()).is_none()
-        {
-            Some(era::add_envelope(
-                params.as_deref(),
-                &era::supervisor_envelope(),
-            ))
-        } else {
-            params
-        };
-        let line = message::request_line(child_id, method, params.as_deref());
-        // What a remote session needs of it (issue 48 §2), known here rather than parsed again.
-        // The name is read only for a 2026-07-28 request, the only one whose POST carries it
-        // (`Mcp-Name`): a handshake-era request (a child's every request) is not parsed again.
-        let modern = is_modern(params.as_deref());
-        let name = match method {
-            "tools/call" | "prompts/get" if modern => {
-                vocab::protocol::param_string(params.as_deref(), "name")
-            }
-            "resources/read" if modern => vocab::protocol::param_string(params.as_deref(), "uri"),
-            _ => None,
-        };
-        let Some(generation) = self.life.child().map(|c| c.generation()) else {
-            if let Owner::Client { client, id, .. } = owner {
-                // The child is gone and the exit is not handled yet: answer with the outage
-                // record like any request that cannot reach the child.
-                self.outage_reply(client, &id, method, OutageStatus::Exited);
-            }
-            return None;
-        };
-        self.telemetry.metrics().bytes("to_child", line.len());
-        let out = Outbound::request(line, child_id, message::method_name(method), name, modern);
-        // In flight from now; a refusal of the child's queue comes back as `Unwritten`.
-        self.outbox.push(Effect::ToChild {
-            generation,
-            out,
-            lane: Lane::Normal,
-            what: Written::Request(child_id),
-        });
-        let client = match (&owner, key) {
-            (Owner::Client { client, .. }, Some(key)) => Some((*client, key)),
-            _ => None,
-        };
-        let pending = Pending {
+        let sent = forwarding::send(
+            &mut self.forwarding(),
+            child_id,
+            key,
             owner,
-            method: message::method_name(method),
-            written: self.clock.now(),
-            acked: false,
-        };
-        self.routing
-            .inflight_mut()
-            .insert(child_id, client, deadline, pending);
-        self.telemetry
-            .metrics()
-            .set_in_flight(self.routing.inflight().len());
-        Some(child_id)
+            method,
+            params,
+            deadline,
+        );
+        match sent {
+            Ok(id) => Some(id),
+            Err(unsent) => {
+                self.unsent(unsent);
+                None
+            }
+        }
     }
 
     /// The child's queue refused request `child_id` (the shell's report of an
@@ -2861,11 +2719,6 @@ impl Server {
     /// ([`asking::on_child_request`]).
     pub(super) fn on_child_request(&mut self, m: Message) {
         asking::on_child_request(&mut self.asking(), m);
-    }
-
-    /// The `roots/list` result of the configured roots (`roots`).
-    pub(super) fn roots_result(&self) -> Value {
-        json!({"roots": self.cfg.roots})
     }
 
     pub(super) fn answer_child_error(&mut self, child_id: &RawValue, code: i64, msg: &str) {

@@ -65,6 +65,7 @@ mod demand;
 mod effects;
 #[cfg(test)]
 mod fakes;
+mod forwarding;
 mod handover;
 pub use handover::{Adoption, ClientState, HandOver, Rest};
 pub use summary::summary;

@@ -88,6 +88,11 @@ impl Stamp<'_> {
         self.server
     }
 
+    /// The running instance's generation, if one runs.
+    pub(super) fn generation(&self) -> Option<u64> {
+        self.generation
+    }
+
     /// The input's monotonic moment (every deadline).
     pub(super) fn now(&self) -> std::time::Instant {
         self.clock.now()
