@@ -9,7 +9,7 @@
 //! | timers | the next wake-up; held requests, asks and requests past their deadlines; health probes (`probing.rs`) |
 //! | demand | on-demand starts and idle stops (the `Demand` sub-machine is `demand.rs`) |
 //! | clients | a client's messages: requests by state, its handshake, log level, answers, leaving |
-//! | forward | a request toward the upstream: ids, progress tokens, era translation; the rounds of `input_required` toward handshake clients (`inputs.rs`) |
+//! | forward | a request toward the upstream: ids, progress tokens, era translation (`forwarding.rs`); the rounds of `input_required` toward handshake clients (`inputs.rs`) |
 //! | asking | the upstream's own requests: the owner rule, and 2026 clients asked through parked requests (`asking.rs`) |
 //! | child | the upstream's responses, malformed replies and messages never relayed (too large, too deep: issue 47 §7); its notifications (`notifying.rs`) |
 //! | subs | resource subscriptions and listen streams (`subscribing.rs`) |
