@@ -11,6 +11,10 @@
 //! `#[cfg(test)]` items and test-only modules (a fake may reach anywhere). A `crate::NAME`
 //! whose NAME is no module is an import of the crate root (`lib`). `main.rs` and `src/bin/`
 //! sit above every layer and are not read.
+//!
+//! Inside the actor (issue 48 §3), the decision files listed in ARCHITECTURE's "Contexts"
+//! table take their narrow context, never the whole server: none names `Server` outside
+//! tests, each defines the context the table names, and each field of it is in the table.
 
 // A test may unwrap, expect, panic and index: the workspace's panic lints (Cargo.toml
 // [workspace.lints]) are for the daemon's code.
@@ -740,4 +744,131 @@ fn a_planted_upward_dependency_and_a_cycle_are_reported_with_file_and_line() {
     );
     write("crates/low/src/side.rs", "pub fn s() {}\n");
     assert_eq!(violations(ws, &map), Vec::<String>::new());
+}
+
+/// The rows of the "Contexts" table of `doc`: the context type, its file (under
+/// `crates/actor/src/server/`) and the text of its fields cell.
+fn context_rows(doc: &str) -> Vec<(String, String, String)> {
+    let start = doc
+        .find("**Contexts**")
+        .expect("ARCHITECTURE.md has a \"Contexts\" table");
+    let mut rows = Vec::new();
+    for line in doc[start..].lines().skip(1) {
+        let line = line.trim();
+        if line.is_empty() && !rows.is_empty() {
+            break;
+        }
+        if !line.starts_with("| `") {
+            continue;
+        }
+        let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
+        let ticked: Vec<&str> = cells[0].split('`').skip(1).step_by(2).collect();
+        let (Some(name), Some(file)) = (ticked.first(), ticked.get(1)) else {
+            panic!("a Contexts row without `Type` (`file.rs`): {line}");
+        };
+        rows.push((name.to_string(), file.to_string(), cells[1].to_string()));
+    }
+    assert!(
+        !rows.is_empty(),
+        "the Contexts table of ARCHITECTURE.md is empty"
+    );
+    rows
+}
+
+/// What is wrong with the decision files named in the contexts table of `doc`, whose sources
+/// `source` gives by file name: a file that names `Server` outside tests (a decision that
+/// takes the whole server), a context type it does not define, a field of it the table does
+/// not list (by its name or its type's name).
+fn context_violations(doc: &str, source: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (name, file, fields) in context_rows(doc) {
+        let Some(text) = source(&file) else {
+            wrong.push(format!("{file}: listed in the Contexts table, not found"));
+            continue;
+        };
+        let (code, _) = without_tests(&code_only(&text));
+        for (n, line) in code.lines().enumerate() {
+            let b = line.as_bytes();
+            let mut from = 0;
+            while let Some(p) = line[from..].find("Server") {
+                let at = from + p;
+                let end = at + "Server".len();
+                let alone =
+                    (at == 0 || !is_ident(b[at - 1])) && b.get(end).is_none_or(|c| !is_ident(*c));
+                if alone {
+                    wrong.push(format!(
+                        "{file}:{}: names `Server`: a decision here takes the whole server",
+                        n + 1
+                    ));
+                }
+                from = end;
+            }
+        }
+        let Some(at) = [format!("struct {name}<"), format!("struct {name} {{")]
+            .iter()
+            .find_map(|d| code.find(d.as_str()))
+        else {
+            wrong.push(format!("{file}: does not define the context `{name}`"));
+            continue;
+        };
+        let open = at + code[at..].find('{').unwrap_or(0);
+        let close = open + code[open..].find("\n}").unwrap_or(code.len() - open);
+        for field in code[open + 1..close].split(',') {
+            let Some((fname, ty)) = field.split_once(':') else {
+                continue;
+            };
+            let fname = fname.trim().trim_start_matches("pub(super)").trim();
+            let base = ty
+                .split(|c: char| !is_ident(c as u8) || !c.is_ascii())
+                .rfind(|w| !w.is_empty() && *w != "a" && *w != "mut")
+                .unwrap_or("");
+            if fname.is_empty() {
+                continue;
+            }
+            if !fields.contains(fname) && !fields.contains(base) {
+                wrong.push(format!(
+                    "{file}: the field `{fname}: {}` of `{name}` is not in its Contexts row",
+                    ty.trim()
+                ));
+            }
+        }
+    }
+    wrong
+}
+
+/// The actor's decision files (issue 48 §3) take their narrow context, never the whole server.
+#[test]
+fn the_actors_decision_files_take_their_context_never_the_whole_server() {
+    let doc = std::fs::read_to_string(root().join("docs/ARCHITECTURE.md")).unwrap();
+    let dir = root().join("crates/actor/src/server");
+    let rows = context_rows(&doc);
+    assert!(rows.len() >= 8, "{rows:?}");
+    let v = context_violations(&doc, &|f| std::fs::read_to_string(dir.join(f)).ok());
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+/// The check itself: a planted decision file that takes the whole server, one whose context
+/// has a field the table does not list, and one missing its context are each reported; a
+/// `Server` in a comment, a string or a test is not.
+#[test]
+fn a_planted_decision_that_takes_the_whole_server_is_reported() {
+    let doc = "**Contexts** (planted)\n\n| context (file) | fields |\n|---|---|\n\
+        | `Good` (`good.rs`) | `&mut Routing`, `Stamp`, `limit` |\n\
+        | `Wide` (`wide.rs`) | `&mut Routing` |\n\
+        | `Gone` (`gone.rs`) | nothing |\n\n";
+    let good = "//! Not the Server.\npub(super) struct Good<'a> {\n    routing: &'a mut Routing,\n    at: Stamp<'a>,\n    limit: usize,\n}\nfn f() { let _ = \"Server\"; }\n#[cfg(test)]\nmod tests { use super::super::Server; }\n";
+    let wide = "pub(super) struct Wide<'a> {\n    routing: &'a mut Routing,\n    opener: &'a mut Opener,\n}\npub(super) fn decide(s: &mut super::Server) {}\n";
+    let gone = "pub(super) fn nothing() {}\n";
+    let files: BTreeMap<&str, &str> =
+        [("good.rs", good), ("wide.rs", wide), ("gone.rs", gone)].into();
+    let v = context_violations(doc, &|f| files.get(f).map(|s| s.to_string()));
+    assert_eq!(
+        v,
+        [
+            "wide.rs:5: names `Server`: a decision here takes the whole server",
+            "wide.rs: the field `opener: &'a mut Opener` of `Wide` is not in its Contexts row",
+            "gone.rs: does not define the context `Gone`",
+        ],
+        "{v:#?}"
+    );
 }
