@@ -40,7 +40,7 @@ use super::roster::Client;
 use super::subscribing::{self, Subscribing};
 use super::subtable::Hold;
 use super::telemetry::Telemetry;
-use super::unreachable::{self, Answering, Failure};
+use super::unreachable::{self, Answering, Failure, Outage};
 use super::util::health_config;
 use super::util::is_tool_error;
 use super::util::level_name;
@@ -733,7 +733,7 @@ impl Server {
             self.life = Life::Stopped;
         } else if cause == Some(StopCause::AuthFailed) {
             // No reconnect loop on a credential the server refuses (issue 29, decisions).
-            if self.signs_in() {
+            if self.cfg.remote.as_ref().is_some_and(|r| r.oauth.is_some()) {
                 error!(message_id = MSG_FAILED, reason = "auth-failed",
                     "auth_required: the remote server needs a sign-in (HTTP 401/403); run `mcp-supervisor login {}`", self.cfg.name);
             } else {
@@ -3174,23 +3174,24 @@ impl Server {
         }
     }
 
-    /// The reason an outage answer gives now: the supervisor's own cause while it stops a
-    /// child that timed out (`start-timeout: ...`), else the last exit, else `fallback`.
-    pub(super) fn outage_reason(&self, fallback: Reason) -> Reason {
-        match self.life.stop_cause() {
-            Some(StopCause::StartTimeout) => Reason::StartTimeout(self.cfg.start_timeout),
+    /// The outage as an answer gives it now ([`Outage`]): the reason known (the
+    /// supervisor's own cause while it stops a child that timed out, `start-timeout: ...`,
+    /// else the last exit) and the delay until the next attempt.
+    pub(super) fn outage_now(&self) -> Outage {
+        let known = match self.life.stop_cause() {
+            Some(StopCause::StartTimeout) => Some(Reason::StartTimeout(self.cfg.start_timeout)),
             Some(
                 c @ (StopCause::ProbeTimeout
                 | StopCause::StdinFailed
                 | StopCause::StdoutClosed
                 | StopCause::HandshakeRejected),
-            ) => Reason::Stopping(c),
-            _ => self
-                .instances
-                .last_exit()
-                .map(|e| Reason::Ended(e.reason))
-                .unwrap_or(fallback),
-        }
+            ) => Some(Reason::Stopping(c)),
+            _ => self.instances.last_exit().map(|e| Reason::Ended(e.reason)),
+        };
+        let retry = self
+            .next_attempt()
+            .map(|t| t.saturating_duration_since(self.clock.now()));
+        Outage::new(known, retry)
     }
 
     /// The note appended to what is served from cache while the child is down.
@@ -3239,10 +3240,20 @@ impl Server {
         true
     }
 
-    /// Answers a request that cannot reach the child. `tools/call` gets a tool result with
-    /// `isError: true` (the model must read the outage as an outage); everything else a
-    /// JSON-RPC error. Both carry the same record (issue 5 §1-2; see
-    /// docs/book/src/reference/errors.md).
+    /// The outage answer's context ([`unreachable`]) at this moment.
+    fn answering(&mut self) -> Answering<'_> {
+        let signs_in = self.cfg.remote.as_ref().is_some_and(|r| r.oauth.is_some());
+        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        Answering::new(
+            &mut self.outbox,
+            &mut self.telemetry,
+            at,
+            self.instances.tail(),
+            signs_in,
+        )
+    }
+
+    /// Answers a request that cannot reach the child ([`unreachable::reply`]).
     pub(super) fn outage_reply(
         &mut self,
         client: ClientId,
@@ -3250,25 +3261,8 @@ impl Server {
         method: &str,
         status: OutageStatus,
     ) {
-        let retry = self
-            .next_attempt()
-            .map(|t| t.saturating_duration_since(self.clock.now()));
-        let reason = self.outage_reason(Reason::State(status));
-        self.outage_respond(
-            client,
-            id,
-            method,
-            status,
-            reason,
-            retry,
-            code::SERVER_UNAVAILABLE,
-            Outcome::Unreachable,
-        );
-    }
-
-    /// Whether this is a url server that signs in with OAuth (issue 30).
-    fn signs_in(&self) -> bool {
-        self.cfg.remote.as_ref().is_some_and(|r| r.oauth.is_some())
+        let now = self.outage_now();
+        unreachable::reply(&mut self.answering(), &now, client, id, method, status);
     }
 
     /// Answers a client request that failed for an outage, a limit or a deadline with the
@@ -3285,15 +3279,6 @@ impl Server {
         code: i64,
         outcome: Outcome,
     ) {
-        let signs_in = self.signs_in();
-        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
-        let mut cx = Answering::new(
-            &mut self.outbox,
-            &mut self.telemetry,
-            at,
-            self.instances.tail(),
-            signs_in,
-        );
         let failure = Failure {
             status,
             reason,
@@ -3301,7 +3286,7 @@ impl Server {
             code,
             outcome,
         };
-        unreachable::answer(&mut cx, client, id, method, failure);
+        unreachable::answer(&mut self.answering(), client, id, method, failure);
     }
 
     /// Answers every request in flight with the outage record (the instance is gone). One
@@ -3365,8 +3350,7 @@ impl Server {
         }
     }
 
-    /// Answers one held request with the outage record. A client's `initialize` held for a
-    /// child that never became ready names the last exit (or `unanswered`) as the reason.
+    /// Answers one held request with the outage record ([`unreachable::fail_held`]).
     pub(super) fn fail_one_held(
         &mut self,
         h: Held,
@@ -3374,22 +3358,17 @@ impl Server {
         unanswered: Reason,
         retry: Option<Duration>,
     ) {
-        let Some(id) = h.msg.id.clone() else { return };
-        if h.msg.method() == "initialize" && self.opener.handshake().is_none() {
-            let reason = self.outage_reason(unanswered);
-            self.outage_respond(
-                h.client,
-                &id,
-                "initialize",
-                status,
-                reason,
-                retry,
-                code::SERVER_UNAVAILABLE,
-                Outcome::Unreachable,
-            );
-        } else {
-            self.outage_reply(h.client, &id, h.msg.method(), status);
-        }
+        let now = self.outage_now();
+        let known = self.opener.handshake().is_some();
+        unreachable::fail_held(
+            &mut self.answering(),
+            &now,
+            known,
+            h,
+            status,
+            unanswered,
+            retry,
+        );
     }
 }
 

@@ -7,6 +7,7 @@
 //!
 //! No clock read, no I/O.
 
+use super::held::Held;
 use super::outbox::{Outbox, Stamp};
 use super::telemetry::Telemetry;
 use crate::ids::id_key_ref;
@@ -50,6 +51,29 @@ impl<'a> Answering<'a> {
             tail,
             signs_in,
         }
+    }
+}
+
+/// The outage as an answer gives it now, read by the caller from the lifecycle, the last exit
+/// and the restart schedule (the status is each answer's own).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Outage {
+    /// The supervisor's own cause while it stops a child that timed out (`start-timeout`,
+    /// ...), else the last exit; `None` before any.
+    known: Option<Reason>,
+    /// When the next attempt to start it is due, if one is scheduled.
+    retry: Option<Duration>,
+}
+
+impl Outage {
+    /// The outage for the `known` reason, next tried in `retry`.
+    pub(super) fn new(known: Option<Reason>, retry: Option<Duration>) -> Self {
+        Outage { known, retry }
+    }
+
+    /// The reason an answer gives: the known one, else `fallback`.
+    pub(super) fn reason(&self, fallback: Reason) -> Reason {
+        self.known.unwrap_or(fallback)
     }
 }
 
@@ -144,4 +168,55 @@ pub(super) fn answer(
     let line = message::error_response(id, code, &msg, Some(record));
     cx.outbox
         .respond(cx.telemetry, &cx.at, client, id, line, outcome, Some(code));
+}
+
+/// Answers `client`'s request `id` (`method`) that cannot reach the child, which is doing
+/// `status`: the record gives the reason known `now` (else the status) and the next
+/// attempt's delay; -32000 (a tool result for `tools/call`), outcome `unreachable`.
+pub(super) fn reply(
+    cx: &mut Answering<'_>,
+    now: &Outage,
+    client: ClientId,
+    id: &RawValue,
+    method: &str,
+    status: OutageStatus,
+) {
+    let failure = Failure {
+        status,
+        reason: now.reason(Reason::State(status)),
+        retry: now.retry,
+        code: code::SERVER_UNAVAILABLE,
+        outcome: Outcome::Unreachable,
+    };
+    answer(cx, client, id, method, failure);
+}
+
+/// Answers the held request `h` with the outage record (the server is doing `status`; the
+/// next attempt in `retry`). A client's `initialize` held for a child that never became ready
+/// (no handshake is `known`) names the reason known `now`, else `unanswered`; any other held
+/// request is answered as by [`reply`].
+pub(super) fn fail_held(
+    cx: &mut Answering<'_>,
+    now: &Outage,
+    handshake_known: bool,
+    h: Held,
+    status: OutageStatus,
+    unanswered: Reason,
+    retry: Option<Duration>,
+) {
+    let Some(id) = h.msg.id.as_deref() else {
+        return;
+    };
+    if h.msg.method() == "initialize" && !handshake_known {
+        let failure = Failure {
+            status,
+            reason: now.reason(unanswered),
+            retry,
+            code: code::SERVER_UNAVAILABLE,
+            outcome: Outcome::Unreachable,
+        };
+        answer(cx, h.client, id, "initialize", failure);
+    } else {
+        reply(cx, now, h.client, id, h.msg.method(), status);
+    }
 }
