@@ -5,7 +5,7 @@
 //!
 //! | section | what it decides |
 //! |---|---|
-//! | lifecycle | spawn, the opener (era probe, handshake, discovery), exits, restarts, the operator's verbs, upstream events |
+//! | lifecycle | spawn, the opener (era probe, handshake, discovery; the answers' meaning is `opening.rs`), exits, restarts, the operator's verbs, upstream events |
 //! | timers | the next wake-up; held requests, asks and requests past their deadlines; health probes (`probing.rs`) |
 //! | demand | on-demand starts and idle stops (the `Demand` sub-machine is `demand.rs`) |
 //! | clients | a client's messages: requests by state, its handshake, log level, answers, leaving |
@@ -34,6 +34,7 @@ use super::held::Held;
 use super::inputs::{self, Inputs, Started};
 use super::life::Life;
 use super::notifying::{self, Notifying};
+use super::opening::{self, Next};
 use super::outbox::{Outbox, Stamp};
 use super::probing::{self, Probing, Verdict};
 use super::roster::Client;
@@ -2579,46 +2580,49 @@ impl Server {
         self.respond(client, &id, line, outcome, code);
     }
 
-    /// The child's answer to the supervisor's `initialize`: ready, an era switch, or a
-    /// rejection.
+    /// The child's answer to the supervisor's `initialize` ([`opening::initialize_answer`]).
     fn on_initialize_answer(&mut self, m: &Message) {
-        match (&m.result, &m.error) {
-            (Some(r), _) => match serde_json::from_str::<Value>(r.get())
-                .ok()
-                .and_then(Handshake::from_result)
-            {
-                Some(hs) => {
+        let decided = opening::initialize_answer(m, &self.cfg.protocol);
+        self.opened(decided);
+    }
+
+    /// The answer to the opening `server/discover` ([`opening::discover_answer`]).
+    pub(super) fn on_discover_answer(&mut self, m: &Message, probe: bool) {
+        let decided = opening::discover_answer(m, probe, &self.cfg.protocol);
+        self.opened(decided);
+    }
+
+    /// Records the era verdict an opening answer settled, then carries out what follows it.
+    fn opened(&mut self, (verdict, next): (Option<opening::Verdict>, Next)) {
+        if let Some(v) = verdict {
+            self.set_verdict(v.era, &v.why);
+        }
+        match next {
+            Next::Ready {
+                handshake,
+                initialized,
+            } => {
+                if initialized {
                     let method = "notifications/initialized";
                     let line = Out::request(None, method, None).encode();
                     let out = Outbound::notification(line, Cow::Borrowed(method), false);
                     self.write_child(out, Lane::Normal, "notifications/initialized");
-                    self.on_ready(hs);
                 }
-                None => {
-                    error!("the child's initialize result has no protocolVersion");
-                    self.stop_child(StopCause::HandshakeRejected);
-                }
-            },
-            (_, Some(e)) => {
-                let modern = m.error_code() == Some(era::UNSUPPORTED_VERSION)
-                    && e.get().contains(era::MODERN_VERSION);
-                if modern && self.cfg.protocol == ChildProtocol::Auto {
-                    // The verdict stopped working (a server upgraded to 2026-only, or one a
-                    // late era probe already pinned): speak 2026-07-28 to it right away.
-                    self.set_verdict(
-                        Era::Modern,
-                        "initialize was refused in favour of 2026-07-28",
-                    );
-                    let deadline = self.life.start_deadline().unwrap_or_else(|| {
-                        base::deadline::after(self.clock.now(), self.cfg.start_timeout)
-                    });
-                    self.send_discover(false, deadline);
-                } else {
-                    error!(error = %e.get(), "the child rejected initialize");
-                    self.stop_child(StopCause::HandshakeRejected);
-                }
+                self.on_ready(*handshake);
             }
-            _ => {}
+            Next::Discover => {
+                let deadline = self.life.start_deadline().unwrap_or_else(|| {
+                    base::deadline::after(self.clock.now(), self.cfg.start_timeout)
+                });
+                self.send_discover(false, deadline);
+            }
+            Next::Initialize(version) => self.send_initialize(version),
+            Next::Reject => self.stop_child(StopCause::HandshakeRejected),
+            Next::Unsupported(error) => {
+                error!(error = ?error.as_deref(), "the child speaks no protocol version this supervisor supports");
+                self.stop_child(StopCause::HandshakeRejected);
+            }
+            Next::Nothing => {}
         }
     }
 
@@ -2651,67 +2655,6 @@ impl Server {
                 self.broadcast(&Out::request(None, note, None).encode(), |_| true);
                 self.feed_listeners(note, None, None);
             }
-        }
-    }
-
-    /// The answer to the opening `server/discover` (issue 6 §1): a result or -32022 means the
-    /// 2026-07-28 era; any other error means the handshake era (then `initialize`).
-    pub(super) fn on_discover_answer(&mut self, m: &Message, probe: bool) {
-        let code = m.error_code();
-        // Only a result of the 2026 shape (`supportedVersions` naming 2026-07-28) is a 2026
-        // server: a server of the handshake era that answers any method with an empty result
-        // (as the conformance suite's client scenarios do) must get `initialize` (issue 29,
-        // decisions: "any other answer to the probe means the handshake era").
-        // A server pinned to 2026-07-28 by the operator is taken at its word.
-        let pinned = self.cfg.protocol == ChildProtocol::Modern;
-        let modern = m.result.as_ref().and_then(|r| {
-            serde_json::from_slice::<Value>(r.as_bytes())
-                .ok()
-                .filter(|v| {
-                    pinned
-                        || v.get("supportedVersions")
-                            .and_then(Value::as_array)
-                            .is_some_and(|a| a.iter().any(|x| x == era::MODERN_VERSION))
-                })
-        });
-        if let Some(v) = modern {
-            self.set_verdict(Era::Modern, "the child answered server/discover");
-            self.on_ready(Handshake::from_discover(v));
-        } else if code == Some(era::UNSUPPORTED_VERSION) {
-            // Modern, but not our version: we cannot speak to it; keep it out of rotation.
-            self.set_verdict(
-                Era::Modern,
-                "the child answered server/discover with -32022",
-            );
-            error!(error = ?m.error.as_deref().map(RawValue::get), "the child speaks no protocol version this supervisor supports");
-            self.stop_child(StopCause::HandshakeRejected);
-        } else if probe || self.cfg.protocol == ChildProtocol::Auto {
-            // The probe's answer, or a remembered 2026 verdict that stopped working (the
-            // server was replaced by a handshake-era one): the handshake, on this same child.
-            // A naive server that takes any first message for `initialize` answers the probe
-            // with an initialize result: that is its handshake, already done.
-            let initialized = m.result.as_ref().is_some_and(|r| {
-                serde_json::from_slice::<Value>(r.as_bytes())
-                    .ok()
-                    .and_then(|v| v.get("protocolVersion").map(Value::is_string))
-                    .unwrap_or(false)
-            });
-            if initialized {
-                self.set_verdict(
-                    Era::Handshake,
-                    "server/discover was answered with an initialize result",
-                );
-                return self.on_initialize_answer(m);
-            }
-            let why = match code {
-                Some(c) => format!("server/discover was answered with error {c}"),
-                None => "server/discover was answered without the 2026 shape".to_string(),
-            };
-            self.set_verdict(Era::Handshake, &why);
-            self.send_initialize(era::HANDSHAKE_VERSION);
-        } else {
-            error!(error = ?m.error.as_deref().map(RawValue::get), "the child rejected server/discover (protocol = 2026-07-28)");
-            self.stop_child(StopCause::HandshakeRejected);
         }
     }
 

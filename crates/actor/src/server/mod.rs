@@ -77,6 +77,7 @@ mod life;
 mod lists;
 mod notifying;
 mod opener;
+mod opening;
 mod outbox;
 mod probing;
 mod roster;
