@@ -37,15 +37,14 @@ use super::notifying::{self, Notifying};
 use super::opening::{self, Next};
 use super::outbox::{Outbox, Stamp};
 use super::probing::{self, Probing, Verdict};
+use super::replies::{self, Shape};
 use super::roster::Client;
 use super::subscribing::{self, Subscribing};
 use super::subtable::Hold;
 use super::telemetry::Telemetry;
 use super::unreachable::{self, Answering, Failure, Outage};
 use super::util::health_config;
-use super::util::is_tool_error;
 use super::util::level_name;
-use super::util::listen_close_result;
 use super::util::malformed;
 use super::util::shareable;
 use super::util::tracked;
@@ -2540,42 +2539,16 @@ impl Server {
                 }
             }
         }
-        let (line, outcome, code) = match (&m.result, &m.error) {
-            (Some(r), _) => {
-                let outcome = if method == "tools/call" && is_tool_error(r.as_bytes()) {
-                    Outcome::ToolError
-                } else {
-                    Outcome::Ok
-                };
-                let legacy_client = !add_result_type
-                    && self.child_era() == Era::Modern
-                    && self.client_era(client) == Era::Handshake;
-                // Rewritten results are re-encoded; the common case is spliced: a new head
-                // and the child's bytes (issue 15 §3).
-                let line = if add_result_type {
-                    Out::result(&id, &era::modernize_result(&r.raw(), method))
-                        .encode()
-                        .into()
-                } else if legacy_client {
-                    // Nothing of 2026 for a handshake client (issue 13 Why 4).
-                    Out::result(&id, &era::legacy_result(&r.raw()))
-                        .encode()
-                        .into()
-                } else if method == "subscriptions/listen" {
-                    Out::result(&id, &listen_close_result(&r.raw(), &id))
-                        .encode()
-                        .into()
-                } else {
-                    message::result_line(&id, r)
-                };
-                (line, outcome, None)
-            }
-            (_, Some(e)) => (
-                Out::error(&id, e).encode().into(),
-                Outcome::ProtocolError,
-                m.error_code(),
-            ),
-            _ => return,
+        // Rewritten results are re-encoded; the common case is spliced (issue 15 §3).
+        let shape = if add_result_type {
+            Shape::Modern
+        } else if self.child_era() == Era::Modern && self.client_era(client) == Era::Handshake {
+            Shape::Legacy
+        } else {
+            Shape::AsIs
+        };
+        let Some((line, outcome, code)) = replies::client_line(&id, method, m, shape) else {
+            return;
         };
         self.respond(client, &id, line, outcome, code);
     }

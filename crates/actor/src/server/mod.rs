@@ -80,6 +80,7 @@ mod opener;
 mod opening;
 mod outbox;
 mod probing;
+mod replies;
 mod roster;
 mod rounds;
 mod routing;
