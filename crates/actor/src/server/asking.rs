@@ -607,3 +607,16 @@ fn can_ask(method: &str) -> bool {
         "tools/call" | "prompts/get" | "resources/read" | "completion/complete"
     )
 }
+
+/// A client's answer `m` to the child's request it was asked (the owner rule), passed back to
+/// the child under the child's id `child_id`.
+pub(super) fn pass_answer(cx: &mut Asking<'_>, child_id: &RawValue, m: &Message) {
+    let line = match (&m.result, &m.error) {
+        (Some(r), _) => Out::result(child_id, &r.raw()).encode(),
+        (_, Some(e)) => Out::error(child_id, e).encode(),
+        _ => return,
+    };
+    let what = "a client's answer to the child's request";
+    cx.outbox
+        .write_upstream(&cx.at, Outbound::response(line), Lane::Normal, what);
+}

@@ -1988,52 +1988,25 @@ impl Server {
         }
     }
 
+    /// A client's answer `m` to a request the supervisor sent it: the child's own request
+    /// (passed back under the child's id) or an input of a round toward a handshake client
+    /// ([`inputs::on_input_answer`]).
     pub(super) fn on_client_response(&mut self, client: ClientId, m: Message) {
         let n = m.id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
         let Some(asker) = n.and_then(|n| self.routing.answered(client, n)) else {
             debug!(client = %client, "response to no request of ours: dropped");
             return;
         };
-        let child_id = match asker {
-            Asker::Child(id) => id,
-            Asker::Mrtr { round, key } => {
-                match (&m.result, &m.error) {
-                    (Some(r), _) => {
-                        let done = self.rounds.round_mut(round).map(|rd| {
-                            rd.answer(
-                                key,
-                                serde_json::from_slice(r.as_bytes()).unwrap_or(Value::Null),
-                            )
-                        });
-                        if done == Some(true) {
-                            self.retry_round(round);
-                        }
-                    }
-                    (_, Some(e)) => {
-                        let msg =
-                            format!("the client refused an input the server needs: {}", e.get());
-                        self.abandon_round(
-                            round,
-                            Outcome::ProtocolError,
-                            code::INTERNAL_ERROR,
-                            &msg,
-                        );
-                    }
-                    _ => {}
-                }
-                return;
+        match asker {
+            Asker::Child(child_id) => {
+                asking::pass_answer(&mut self.asking(), &child_id, &m);
             }
-        };
-        let line = match (&m.result, &m.error) {
-            (Some(r), _) => Out::result(&child_id, &r.raw()).encode(),
-            (_, Some(e)) => Out::error(&child_id, e).encode(),
-            _ => return,
-        };
-        self.write_child(
-            Outbound::response(line),
-            Lane::Normal,
-            "a client's answer to the child's request",
-        );
+            Asker::Mrtr { round, key } => {
+                if inputs::on_input_answer(&mut self.inputs(), round, key, &m) {
+                    self.retry_round(round);
+                }
+            }
+        }
     }
 
     /// Whether `client`'s listen stream with id key `key` is open (forwarded to the child, or

@@ -25,7 +25,7 @@ use std::time::Instant;
 use support::config::{ClientRoots, ServerConfig};
 use support::observe::Outcome;
 use tracing::debug;
-use vocab::jsonrpc::message::{self, code, raw, raw_u64, Out, RawObject};
+use vocab::jsonrpc::message::{self, code, raw, raw_u64, Message, Out, RawObject};
 
 /// An `input_required` result being turned into handshake-era requests to the client that
 /// made the original request; once every answer is in, the original request is retried.
@@ -310,5 +310,31 @@ pub(super) fn abandon_round(
             data,
             outcome,
         );
+    }
+}
+
+/// The client's answer `m` to input `key` of `round`: a result is recorded (returns whether
+/// every input is answered now: the caller retries the round); an error abandons the round
+/// (the original request fails, -32603, outcome `protocol_error`).
+pub(super) fn on_input_answer(cx: &mut Inputs<'_>, round: u64, key: String, m: &Message) -> bool {
+    match (&m.result, &m.error) {
+        (Some(r), _) => cx.rounds.round_mut(round).is_some_and(|rd| {
+            rd.answer(
+                key,
+                serde_json::from_slice(r.as_bytes()).unwrap_or(Value::Null),
+            )
+        }),
+        (_, Some(e)) => {
+            let msg = format!("the client refused an input the server needs: {}", e.get());
+            abandon_round(
+                cx,
+                round,
+                Outcome::ProtocolError,
+                code::INTERNAL_ERROR,
+                &msg,
+            );
+            false
+        }
+        _ => false,
     }
 }
