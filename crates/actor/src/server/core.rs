@@ -1962,28 +1962,11 @@ impl Server {
                 if self.held.take(client, &key, stream).is_some() {
                     return self.finish(client, &key, Outcome::Cancelled, None);
                 }
-                let Some(child_id) = self.routing.inflight().lookup(client, &key) else {
-                    debug!(client = %client, request_id = %key, "cancel for an unknown request: not forwarded");
-                    return;
-                };
-                self.routing.inflight_mut().remove(child_id);
-                self.finish(client, &key, Outcome::Cancelled, None);
-                let mut p = p;
-                p.insert("requestId".into(), json!(child_id));
-                let params = raw(&Value::Object(p));
-                let line = Out::request(None, "notifications/cancelled", Some(&params)).encode();
-                let mut out = Outbound::cancel(line, child_id);
-                out.modern = is_modern(Some(&params));
-                self.write_child(out, Lane::Urgent, "a client's notifications/cancelled");
+                forwarding::cancel(&mut self.forwarding(), client, &key, p);
             }
             _ => {
-                if self.life.state() == State::Ready {
-                    let line = Out::request(None, m.method(), m.params.as_deref()).encode();
-                    let modern = is_modern(m.params.as_deref());
-                    let out =
-                        Outbound::notification(line, message::method_name(m.method()), modern);
-                    self.write_child(out, Lane::Normal, "a client's notification");
-                }
+                let ready = self.life.state() == State::Ready;
+                forwarding::notify(&mut self.forwarding(), &m, ready);
             }
         }
     }
@@ -3287,10 +3270,4 @@ fn session_end(requested: bool) -> Exit {
         requested,
         limit: None,
     }
-}
-
-/// Whether `params` carry a 2026-07-28 envelope (`_meta`'s protocol version names it): what a
-/// remote session sends without a session and with the standard headers ([`Outbound::modern`]).
-fn is_modern(params: Option<&RawValue>) -> bool {
-    era::envelope_version(params).as_deref() == Some(era::MODERN_VERSION)
 }

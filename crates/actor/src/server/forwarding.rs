@@ -28,8 +28,9 @@ use serde_json::{json, Value};
 use std::time::Instant;
 use support::config::{ClientRoots, ServerConfig};
 use support::observe::Outcome;
+use tracing::debug;
 use upstream::Outbound;
-use vocab::jsonrpc::message::{self, code, raw, raw_u64, Message};
+use vocab::jsonrpc::message::{self, code, raw, raw_u64, Message, Out};
 
 /// What writing a request toward the upstream touches.
 pub(super) struct Forwarding<'a> {
@@ -262,7 +263,7 @@ pub(super) fn send(
     // What a remote session needs of it (issue 48 §2), known here rather than parsed again.
     // The name is read only for a 2026-07-28 request, the only one whose POST carries it
     // (`Mcp-Name`): a handshake-era request (a child's every request) is not parsed again.
-    let modern = era::envelope_version(params.as_deref()).as_deref() == Some(era::MODERN_VERSION);
+    let modern = is_modern(params.as_deref());
     let name = match method {
         "tools/call" | "prompts/get" if modern => {
             vocab::protocol::param_string(params.as_deref(), "name")
@@ -301,4 +302,47 @@ pub(super) fn send(
         .metrics()
         .set_in_flight(cx.routing.inflight().len());
     Ok(child_id)
+}
+
+/// `client`'s `notifications/cancelled` of its request with id key `key` (its `params`): the
+/// request leaves the in-flight table with outcome `cancelled`, and the child is told, under
+/// the child-side id, urgently. A cancel of a request not in flight is not forwarded.
+pub(super) fn cancel(
+    cx: &mut Forwarding<'_>,
+    client: ClientId,
+    key: &str,
+    mut params: serde_json::Map<String, Value>,
+) {
+    let Some(child_id) = cx.routing.inflight().lookup(client, key) else {
+        debug!(client = %client, request_id = %key, "cancel for an unknown request: not forwarded");
+        return;
+    };
+    cx.routing.inflight_mut().remove(child_id);
+    cx.outbox
+        .finish(cx.telemetry, &cx.at, client, key, Outcome::Cancelled, None);
+    params.insert("requestId".into(), json!(child_id));
+    let params = raw(&Value::Object(params));
+    let line = Out::request(None, "notifications/cancelled", Some(&params)).encode();
+    let mut out = Outbound::cancel(line, child_id);
+    out.modern = is_modern(Some(&params));
+    let what = "a client's notifications/cancelled";
+    cx.outbox.write_upstream(&cx.at, out, Lane::Urgent, what);
+}
+
+/// A client's other notification `m`, passed to the child when it is `ready`.
+pub(super) fn notify(cx: &mut Forwarding<'_>, m: &Message, ready: bool) {
+    if !ready {
+        return;
+    }
+    let line = Out::request(None, m.method(), m.params.as_deref()).encode();
+    let modern = is_modern(m.params.as_deref());
+    let out = Outbound::notification(line, message::method_name(m.method()), modern);
+    cx.outbox
+        .write_upstream(&cx.at, out, Lane::Normal, "a client's notification");
+}
+
+/// Whether `params` carry a 2026-07-28 envelope (`_meta`'s protocol version names it): what a
+/// remote session sends without a session and with the standard headers ([`Outbound::modern`]).
+fn is_modern(params: Option<&RawValue>) -> bool {
+    era::envelope_version(params).as_deref() == Some(era::MODERN_VERSION)
 }
