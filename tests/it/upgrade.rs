@@ -28,6 +28,16 @@ fn pid_of(sup: &Supervisor, name: &str) -> u64 {
     sup.server_status(name)["pid"].as_u64().unwrap_or(0)
 }
 
+/// Server `name`'s status once its actor has taken up the child handed over: `upgrade` returns
+/// when the new image answers, and an actor may still be adopting (`starting`, no pid) for a
+/// moment after. Waits for `ready`, up to 10 s.
+fn adopted(sup: &Supervisor, name: &str) -> Value {
+    wait_until(Duration::from_secs(10), || {
+        sup.server_status(name)["state"] == "ready"
+    });
+    sup.server_status(name)
+}
+
 #[test]
 fn an_upgrade_keeps_the_daemon_pid_the_child_and_its_session() {
     let saw = tempfile::tempdir().unwrap();
@@ -318,7 +328,11 @@ fn interop_twenty_upgrades_under_load_lose_no_call_and_restart_nothing() {
         let (code, said) = upgrade(sup);
         assert_eq!(code, Some(0), "upgrade {n}: {said}\n{}", sup.log());
         assert_eq!(sup.pid(), daemon);
-        assert_eq!(pid_of(sup, "fake"), child, "upgrade {n} replaced the child");
+        assert_eq!(
+            adopted(sup, "fake")["pid"],
+            child,
+            "upgrade {n} replaced the child"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 
@@ -391,7 +405,7 @@ fn an_adopted_child_is_still_held_to_its_limits() {
     let child = pid_of(&sup, "hog");
     let (code, said) = upgrade(&sup);
     assert_eq!(code, Some(0), "{said}\n{}", sup.log());
-    assert_eq!(pid_of(&sup, "hog"), child);
+    assert_eq!(adopted(&sup, "hog")["pid"], child);
     let r = c.call(json!(2), "hog", json!({"mib": 256}));
     assert_eq!(r["result"]["isError"], true, "{r}\n{}", sup.log());
     assert_eq!(
@@ -522,7 +536,7 @@ fn an_upgrade_keeps_the_restart_count_the_last_exit_and_the_uptime() {
     assert!(before["reason"].is_string(), "{before}");
     let (code, said) = upgrade(&sup);
     assert_eq!(code, Some(0), "{said}\n{}", sup.log());
-    let st = sup.server_status("fake");
+    let st = adopted(&sup, "fake");
     assert_eq!(st["restarts"], 1, "{st}");
     assert_eq!(st["pid"], child, "{st}");
     assert_eq!(st["last_exit"], before, "{st}");
