@@ -64,6 +64,25 @@ pub fn needs_root(test: &str, tools: &[&str]) -> bool {
 }
 
 /// Polls `cond` every 10 ms until it holds or `timeout` passes; returns whether it held.
+/// Spawns `cmd`, again while its program is "text file busy" (ETXTBSY), for up to 5 s: a
+/// test that has just written a binary (a copy of the supervisor to upgrade) can find it still
+/// open for writing in a process another test thread forked at that moment, until that
+/// process executes its own program and the descriptor closes with it. No event says so.
+pub fn spawn_busy_aware(cmd: &mut Command) -> std::process::Child {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match cmd.spawn() {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ExecutableFileBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            r => return r.unwrap(),
+        }
+    }
+}
+
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + timeout;
     loop {
@@ -195,7 +214,7 @@ impl Supervisor {
         cmd.arg("run").arg("-c").arg(&config);
         as_test_daemon(&mut cmd, &id);
         cmd.envs(env.iter().copied());
-        let mut child = cmd.spawn().unwrap();
+        let mut child = spawn_busy_aware(&mut cmd);
         let log = Arc::new(Mutex::new(String::new()));
         read_log(child.stderr.take().unwrap(), log.clone());
         Supervisor {
