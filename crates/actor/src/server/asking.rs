@@ -1,5 +1,10 @@
-//! The child's requests asked of 2026-07-28 clients (issue 13 §1, K26). A handshake-era child
-//! sends `sampling/createMessage`, `elicitation/create` or `roots/list` as JSON-RPC requests; a
+//! The upstream's questions to clients, in both eras' shapes: the owner rule for the child's
+//! own requests, and the multi-round-trip rounds (MRTR) that carry questions across an era
+//! boundary in either direction. Both directions share one sub-machine (`Rounds`) and one
+//! context ([`Asking`]).
+//!
+//! **A handshake-era child asking a 2026-07-28 client** (issue 13 §1, K26). The child sends
+//! `sampling/createMessage`, `elicitation/create` or `roots/list` as JSON-RPC requests; a
 //! 2026 client receives them only inside an `input_required` result (MRTR, protocol.md §5).
 //! So when the owner rule picks a 2026 client whose `tools/call`, `prompts/get` or
 //! `resources/read` is in flight, that request is *parked*: the client gets
@@ -8,6 +13,11 @@
 //! retries with `inputResponses` and that `requestState`, each answer goes back to the child
 //! under the child's id, and the retry becomes the owner of the original request: the child's
 //! final response (even one that arrived while parked) answers the retry.
+//!
+//! **A 2026-07-28 child asking a handshake-era client** (issue 6 §4): its `input_required`
+//! result becomes ordinary requests to the client, and the original request is retried with
+//! the answers and the child's `requestState`, byte-exact (K25); see the second half of this
+//! file ([`start_round`]).
 //!
 //! Bounds: one round per in-flight request (so at most `max_inflight`), and the child's
 //! requests waiting in rounds count against `max_inflight` with the ones routed to handshake
@@ -21,8 +31,9 @@
 //! above.
 //!
 //! A section of the core as free functions over one narrow context ([`Asking`]): the rounds,
-//! the in-flight table and the outbox. A final response that came while the request was
-//! parked is returned to the caller ([`Resumed::Answer`]), which routes it as any response.
+//! the in-flight table and the outbox. What the caller must still do is returned: a final
+//! response that came while the request was parked ([`Resumed::Answer`]), a round complete at
+//! once ([`Started::Complete`]), the retry to write toward the upstream ([`Retry`]).
 //!
 //! No clock read, no I/O.
 
@@ -34,16 +45,18 @@ use super::rounds::Rounds;
 use super::routing::Routing;
 use super::telemetry::Telemetry;
 use super::util::malformed;
+use super::util::{input_requests, missing_capability, request_state};
 use crate::era::{self, Era};
 use crate::ids::id_key;
 use crate::session::{ClientId, To, Transport};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
+use std::time::Instant;
 use support::config::{ClientRoots, ServerConfig};
 use support::observe::Outcome;
 use tracing::{debug, warn};
 use upstream::Outbound;
-use vocab::jsonrpc::message::{self, code, raw_u64, Message, Out};
+use vocab::jsonrpc::message::{self, code, raw, raw_u64, Message, Out, RawObject};
 
 /// The owner of rounds whose 2026-07-28 HTTP request ended with its `input_required` answer
 /// ([`detach_rounds_of`]); never a real client's id (those start at 1).
@@ -86,7 +99,7 @@ pub(super) struct Parked {
     secret: u64,
 }
 
-/// What an asking decision touches.
+/// What a decision about the upstream's questions touches (both directions).
 pub(super) struct Asking<'a> {
     rounds: &'a mut Rounds,
     routing: &'a mut Routing,
@@ -619,4 +632,293 @@ pub(super) fn pass_answer(cx: &mut Asking<'_>, child_id: &RawValue, m: &Message)
     let what = "a client's answer to the child's request";
     cx.outbox
         .write_upstream(&cx.at, Outbound::response(line), Lane::Normal, what);
+}
+
+// ----------------------------------------------------------------------------------------------
+// The other direction: a 2026-07-28 child's `input_required` result answered for a
+// handshake-era client (MRTR, issue 6 §4). Each input request becomes an ordinary
+// handshake-era request to the client that made the original request (`elicitation/create`,
+// `sampling/createMessage`, `roots/list`); once every answer is in, the original request is
+// retried with `inputResponses` and the child's opaque `requestState`, byte-exact (K25). Under
+// `client_roots = "none"` the client is not asked for roots: the configured roots answer (K28).
+// The retry itself is returned ([`Retry`]): the caller writes it toward the upstream like any
+// forwarded request.
+// ----------------------------------------------------------------------------------------------
+
+/// An `input_required` result being turned into handshake-era requests to the client that
+/// made the original request; once every answer is in, the original request is retried.
+#[derive(Debug)]
+pub(super) struct Round {
+    client: ClientId,
+    /// The client's id for the original request.
+    id: Box<RawValue>,
+    method: String,
+    /// The params the child saw (envelope included), to retry with.
+    params: Value,
+    /// The child's opaque `requestState`, byte-exact; `None` when it gave none (K25).
+    state: Option<Box<RawValue>>,
+    answers: Map<String, Value>,
+    waiting: usize,
+    progress: Option<Box<RawValue>>,
+    log_level: Option<usize>,
+}
+
+impl Round {
+    /// The client whose request it answers (and who is asked).
+    pub(super) fn client(&self) -> ClientId {
+        self.client
+    }
+
+    /// Records the client's answer to input `key`. Returns whether every input is answered.
+    pub(super) fn answer(&mut self, key: String, value: Value) -> bool {
+        self.answers.insert(key, value);
+        self.waiting = self.waiting.saturating_sub(1);
+        self.waiting == 0
+    }
+}
+
+/// What became of a response to a handshake client's request that may be a round.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Started {
+    /// Not `input_required`: the caller answers the client with it as it is.
+    NotARound,
+    /// Answered (a capability the client lacks, a client that closed its input) or asking.
+    Handled,
+    /// Every input was answered at once (the roots policy): the caller retries `round` now.
+    Complete(u64),
+}
+
+/// The original request of a finished round, to be written toward the upstream again under
+/// a fresh child-side id. Plain data, read by the caller.
+#[derive(Debug)]
+pub(super) struct Retry {
+    /// The fresh child-side id; the progress token is this id.
+    pub(super) child_id: u64,
+    /// The client's id key for the request (the in-flight entry's key).
+    pub(super) key: String,
+    pub(super) owner: Owner,
+    pub(super) method: String,
+    /// The params with `inputResponses` and the child's `requestState`.
+    pub(super) params: Box<RawValue>,
+    pub(super) deadline: Instant,
+}
+
+/// The child answered `client`'s request `id` (`method`, sent with params `sent`) with
+/// `result`: when it is `input_required`, ask the client each input request as an ordinary
+/// handshake-era request and collect the answers.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn start_round(
+    cx: &mut Asking<'_>,
+    client: ClientId,
+    id: &RawValue,
+    method: &str,
+    sent: &RawValue,
+    result: &[u8],
+    progress: Option<Box<RawValue>>,
+    log_level: Option<usize>,
+) -> Started {
+    let Some(requests) = input_requests(result) else {
+        return Started::NotARound;
+    };
+    let caps = cx
+        .outbox
+        .clients()
+        .get(&client)
+        .map(|c| c.capabilities().clone())
+        .unwrap_or(json!({}));
+    let caps = match (&cx.cfg.client_roots, caps) {
+        // Roots are not asked of the client under `client_roots = "none"`.
+        (ClientRoots::None, mut caps) => {
+            if let Some(o) = caps.as_object_mut() {
+                o.insert("roots".into(), json!({}));
+            }
+            caps
+        }
+        (_, caps) => caps,
+    };
+    if let Some(missing) = missing_capability(&requests, &caps) {
+        let msg = format!(
+            "the server needs `{missing}` from the client, which did not declare that capability"
+        );
+        cx.outbox.respond_error(
+            cx.telemetry,
+            &cx.at,
+            client,
+            id,
+            code::INTERNAL_ERROR,
+            &msg,
+            None,
+            Outcome::ProtocolError,
+        );
+        return Started::Handled;
+    }
+    if cx
+        .outbox
+        .clients()
+        .get(&client)
+        .is_some_and(|c| c.closing())
+    {
+        // A client whose input closed can never answer the server's questions: the request
+        // fails now (as a round pending at its close does), instead of a round that can only
+        // time out while the client waits for its answer.
+        cx.outbox.respond_error(
+            cx.telemetry,
+            &cx.at,
+            client,
+            id,
+            code::INTERNAL_ERROR,
+            "the client that was asked closed its input",
+            Some(json!({"server": cx.at.server()})),
+            Outcome::Cancelled,
+        );
+        return Started::Handled;
+    }
+    let deadline = base::deadline::after(cx.at.now(), cx.cfg.request_timeout);
+    let round = cx.rounds.open(Round {
+        client,
+        id: id.to_owned(),
+        method: method.to_string(),
+        params: serde_json::from_str(sent.get()).unwrap_or(json!({})),
+        state: request_state(result),
+        answers: Map::new(),
+        waiting: requests.len(),
+        progress,
+        log_level,
+    });
+    debug!(client = %client, round, inputs = requests.len(), "input_required: asking the client");
+    ask_inputs(cx, client, round, requests, deadline);
+    if cx.rounds.round(round).is_some_and(|r| r.waiting == 0) {
+        return Started::Complete(round);
+    }
+    Started::Handled
+}
+
+/// Sends `client` each input request of `round` as an ordinary request with a fresh id.
+fn ask_inputs(
+    cx: &mut Asking<'_>,
+    client: ClientId,
+    round: u64,
+    requests: Map<String, Value>,
+    deadline: Instant,
+) {
+    for (key, q) in requests {
+        let m = q
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let p = q.get("params").cloned().unwrap_or(json!({}));
+        if m == "roots/list" && cx.cfg.client_roots == ClientRoots::None {
+            // The roots policy (K28): the client is not asked.
+            let roots = json!({"roots": cx.cfg.roots});
+            if let Some(r) = cx.rounds.round_mut(round) {
+                r.answer(key, roots);
+            }
+            continue;
+        }
+        let n = cx.routing.ask(client, Asker::Mrtr { round, key }, deadline);
+        cx.outbox.deliver(
+            cx.telemetry,
+            client,
+            To::Request(&raw_u64(n), &m),
+            Out::request(Some(&raw_u64(n)), &m, Some(&raw(&p))).encode(),
+        );
+    }
+}
+
+/// Every input of `round` is answered: closes it and returns its original request with the
+/// answers, for the caller to write toward the upstream. `None` when the round has ended.
+pub(super) fn take_retry(cx: &mut Asking<'_>, round: u64) -> Option<Retry> {
+    let r = cx.rounds.close(round)?;
+    let mut params = r.params;
+    if let Some(p) = params.as_object_mut() {
+        p.insert("inputResponses".into(), Value::Object(r.answers));
+        p.remove("requestState");
+    }
+    let params = match &r.state {
+        // Spliced in as the child wrote it: re-encoding could change its bytes (K25).
+        Some(state) => {
+            let mut obj = RawObject::parse(&raw(&params)).unwrap_or_default();
+            obj.set("requestState", state.clone());
+            obj.to_raw()
+        }
+        None => raw(&params),
+    };
+    let child_id = cx.routing.inflight_mut().allocate();
+    // The retry is a new request: its progress token is its own child-side id.
+    let params = match message::swap_progress_token(&params, || raw_u64(child_id)) {
+        Some((p, _)) => p,
+        None => params,
+    };
+    let deadline = base::deadline::after(cx.at.now(), cx.cfg.timeout_for(&r.method));
+    let owner = Owner::Client {
+        client: r.client,
+        id: r.id.clone(),
+        progress: r.progress,
+        subscribe: None,
+        cache: None,
+        add_result_type: false,
+        log_level: r.log_level,
+        retry_params: Some(params.clone()),
+    };
+    Some(Retry {
+        child_id,
+        key: id_key(&r.id),
+        owner,
+        method: r.method,
+        params,
+        deadline,
+    })
+}
+
+/// `round` can no longer finish (its client errored, left or did not answer): fail the
+/// original request with error `code`, `msg` and `outcome`, and forget the round's other
+/// questions.
+pub(super) fn abandon_round(
+    cx: &mut Asking<'_>,
+    round: u64,
+    outcome: Outcome,
+    code: i64,
+    msg: &str,
+) {
+    cx.routing.forget_round(round);
+    if let Some(r) = cx.rounds.close(round) {
+        let data = Some(json!({"server": cx.at.server()}));
+        cx.outbox.respond_error(
+            cx.telemetry,
+            &cx.at,
+            r.client,
+            &r.id,
+            code,
+            msg,
+            data,
+            outcome,
+        );
+    }
+}
+
+/// The client's answer `m` to input `key` of `round`: a result is recorded (returns whether
+/// every input is answered now: the caller retries the round); an error abandons the round
+/// (the original request fails, -32603, outcome `protocol_error`).
+pub(super) fn on_input_answer(cx: &mut Asking<'_>, round: u64, key: String, m: &Message) -> bool {
+    match (&m.result, &m.error) {
+        (Some(r), _) => cx.rounds.round_mut(round).is_some_and(|rd| {
+            rd.answer(
+                key,
+                serde_json::from_slice(r.as_bytes()).unwrap_or(Value::Null),
+            )
+        }),
+        (_, Some(e)) => {
+            let msg = format!("the client refused an input the server needs: {}", e.get());
+            abandon_round(
+                cx,
+                round,
+                Outcome::ProtocolError,
+                code::INTERNAL_ERROR,
+                &msg,
+            );
+            false
+        }
+        _ => false,
+    }
 }

@@ -9,7 +9,7 @@
 //! | timers | the next wake-up; held requests, asks and requests past their deadlines; health probes (`probing.rs`) |
 //! | demand | on-demand starts and idle stops (the `Demand` sub-machine is `demand.rs`) |
 //! | clients | a client's messages: requests by state, its handshake, log level, answers, leaving |
-//! | forward | a request toward the upstream: ids, progress tokens, era translation (`forwarding.rs`); the rounds of `input_required` toward handshake clients (`inputs.rs`) |
+//! | forward | a request toward the upstream: ids, progress tokens, era translation (`forwarding.rs`); the rounds of `input_required` toward handshake clients (`asking.rs`) |
 //! | asking | the upstream's own requests: the owner rule, and 2026 clients asked through parked requests (`asking.rs`) |
 //! | child | the upstream's responses, malformed replies and messages never relayed (too large, too deep: issue 47 §7); its notifications (`notifying.rs`) |
 //! | subs | resource subscriptions and listen streams (`subscribing.rs`) |
@@ -25,13 +25,12 @@
 //! `Asker` are enums they match; `Pending`'s fields are read only here (elsewhere through its
 //! constructor and accessors). No `await`, no clock read, no I/O.
 
-use super::asking::{self, Asking, Resumed, MRTR_METHODS};
+use super::asking::{self, Asking, Resumed, Started, MRTR_METHODS};
 use super::effects::Effect;
 use super::effects::Lane;
 use super::effects::Written;
 use super::forwarding::{self, Forwarding, Unsent};
 use super::held::Held;
-use super::inputs::{self, Inputs, Started};
 use super::life::Life;
 use super::notifying::{self, Notifying};
 use super::opening::{self, Next};
@@ -1973,7 +1972,7 @@ impl Server {
 
     /// A client's answer `m` to a request the supervisor sent it: the child's own request
     /// (passed back under the child's id) or an input of a round toward a handshake client
-    /// ([`inputs::on_input_answer`]).
+    /// ([`asking::on_input_answer`]).
     pub(super) fn on_client_response(&mut self, client: ClientId, m: Message) {
         let n = m.id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
         let Some(asker) = n.and_then(|n| self.routing.answered(client, n)) else {
@@ -1985,7 +1984,7 @@ impl Server {
                 asking::pass_answer(&mut self.asking(), &child_id, &m);
             }
             Asker::Mrtr { round, key } => {
-                if inputs::on_input_answer(&mut self.inputs(), round, key, &m) {
+                if asking::on_input_answer(&mut self.asking(), round, key, &m) {
                     self.retry_round(round);
                 }
             }
@@ -2184,20 +2183,7 @@ impl Server {
         }
     }
 
-    /// The context of the rounds toward handshake clients ([`inputs`]) at this moment.
-    fn inputs(&mut self) -> Inputs<'_> {
-        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
-        Inputs::new(
-            &mut self.rounds,
-            &mut self.routing,
-            &mut self.outbox,
-            &mut self.telemetry,
-            at,
-            &self.cfg,
-        )
-    }
-
-    /// An `input_required` result for a handshake client ([`inputs::start_round`]). Returns
+    /// An `input_required` result for a handshake client ([`asking::start_round`]). Returns
     /// false when the result is not `input_required` (it is then answered as it is).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn start_round(
@@ -2210,8 +2196,8 @@ impl Server {
         progress: Option<Box<RawValue>>,
         log_level: Option<usize>,
     ) -> bool {
-        let started = inputs::start_round(
-            &mut self.inputs(),
+        let started = asking::start_round(
+            &mut self.asking(),
             client,
             id,
             method,
@@ -2231,9 +2217,9 @@ impl Server {
     }
 
     /// Every input of `round` is answered: retry the original request with them
-    /// ([`inputs::take_retry`]).
+    /// ([`asking::take_retry`]).
     pub(super) fn retry_round(&mut self, round: u64) {
-        if let Some(r) = inputs::take_retry(&mut self.inputs(), round) {
+        if let Some(r) = asking::take_retry(&mut self.asking(), round) {
             let key = Some(r.key);
             self.send_with_id(
                 r.child_id,
@@ -2246,9 +2232,9 @@ impl Server {
         }
     }
 
-    /// A round can no longer finish ([`inputs::abandon_round`]).
+    /// A round can no longer finish ([`asking::abandon_round`]).
     pub(super) fn abandon_round(&mut self, round: u64, outcome: Outcome, code: i64, msg: &str) {
-        inputs::abandon_round(&mut self.inputs(), round, outcome, code, msg);
+        asking::abandon_round(&mut self.asking(), round, outcome, code, msg);
     }
 
     /// The child is being stopped to be replaced (health, timeouts, restart), not for good.

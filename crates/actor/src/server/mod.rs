@@ -70,7 +70,6 @@ mod handover;
 pub use handover::{Adoption, ClientState, HandOver, Rest};
 pub use summary::summary;
 mod held;
-mod inputs;
 mod instances;
 mod ledger;
 mod life;

@@ -9,7 +9,7 @@
 //! by the files that drive them. Never writes a line.
 
 use super::asking::Parked;
-use super::inputs::Round;
+use super::asking::Round;
 use rand::rngs::StdRng;
 use rand::Rng;
 use std::collections::BTreeMap;
