@@ -38,6 +38,7 @@ use super::outbox::{Outbox, Stamp};
 use super::probing::{self, Probing, Verdict};
 use super::replies::{self, Shape};
 use super::roster::Client;
+use super::serving::{self, Serving, Standing};
 use super::subscribing::{self, Subscribing};
 use super::subtable::Hold;
 use super::telemetry::Telemetry;
@@ -47,7 +48,7 @@ use super::util::level_name;
 use super::util::malformed;
 use super::util::shareable;
 use super::util::tracked;
-use super::util::{list_to_cache, ListPage};
+use super::util::ListPage;
 use super::Server;
 use super::SpawnOutcome;
 use super::State;
@@ -1412,22 +1413,6 @@ impl Server {
         }
     }
 
-    /// Marks a result answered from the record while the child is idle:
-    /// `_meta["mcp-supervisor/cache"] = {"server", "status": "idle", "saved_at"}`.
-    pub(super) fn mark_cached(&self, result: &mut Value) {
-        let Some(o) = result.as_object_mut() else {
-            return;
-        };
-        let meta = o.entry("_meta").or_insert_with(|| json!({}));
-        if let Some(meta) = meta.as_object_mut() {
-            meta.insert(
-                "mcp-supervisor/cache".into(),
-                json!({"server": self.cfg.name, "status": "idle",
-                    "saved_at": self.demand.saved_at()}),
-            );
-        }
-    }
-
     /// The child answered its handshake: the record is written, and later holds wait
     /// `queue_wait` again.
     pub(super) fn demand_ready(&mut self) {
@@ -1510,7 +1495,7 @@ impl Server {
             tracked(&m, generation, clock, log, traced)
         });
         if opened.is_err() {
-            return self.refuse_duplicate(client, id, m.method());
+            return serving::refuse_duplicate(&mut self.serving(), client, id, m.method());
         }
         if matches!(m.method(), "resources/subscribe" | "subscriptions/listen")
             && self.subscriptions_of(client) >= self.cfg.max_subscriptions
@@ -1559,7 +1544,9 @@ impl Server {
         if client_era == Era::Modern {
             self.learn_modern_client(client, &m);
         }
-        if client_era == Era::Modern && self.answer_modern(client, &id, &m, requested.as_deref()) {
+        if client_era == Era::Modern
+            && serving::answer_modern(&mut self.serving(), client, &id, &m, requested.as_deref())
+        {
             return;
         }
         if client_era == Era::Modern
@@ -1572,7 +1559,8 @@ impl Server {
         let Some(m) = self.answer_locally(client, &id, m, client_era) else {
             return;
         };
-        if self.life.state() != State::Ready && self.answer_from_cache(client, &m) {
+        if self.life.state() != State::Ready && serving::from_cache(&mut self.serving(), client, &m)
+        {
             return;
         }
         self.route_by_state(client, &id, m);
@@ -1608,80 +1596,25 @@ impl Server {
         );
     }
 
-    /// What a 2026 client is answered here: an unsupported version, or `server/discover` on a
-    /// handshake child. Returns whether the request was answered.
-    fn answer_modern(
-        &mut self,
-        client: ClientId,
-        id: &RawValue,
-        m: &Message,
-        requested: Option<&str>,
-    ) -> bool {
-        if let Some(v) = requested.filter(|v| *v != era::MODERN_VERSION) {
-            // A modern version this supervisor cannot serve.
-            let data = json!({"supported": [era::MODERN_VERSION], "requested": v});
-            info!(client = %client, requested = v, "unsupported protocol version requested");
-            self.respond_error(
-                client,
-                id,
-                era::UNSUPPORTED_VERSION,
-                "Unsupported protocol version",
-                Some(data),
-                Outcome::Invalid,
-            );
-            return true;
-        }
-        if m.method() != "server/discover" {
-            return false;
-        }
-        let ready = self.life.state() == State::Ready;
-        let Some(hs) = self.opener.handshake() else {
-            return false;
+    /// The context of answers given here ([`serving`]) at this moment.
+    fn serving(&mut self) -> Serving<'_> {
+        let standing = match self.life.state() {
+            State::Ready => Standing::Ready,
+            State::Idle => Standing::Idle {
+                saved_at: self.demand.saved_at(),
+            },
+            _ => Standing::Down(self.outage_status()),
         };
-        // A handshake child is described here always; a 2026 child answers for itself while
-        // it is ready, and from its last discovery result, marked, while it is not (K27).
-        let mut result = match hs.era {
-            Era::Handshake => hs.discover_result(),
-            Era::Modern if !ready => hs.result.clone(),
-            Era::Modern => return false,
-        };
-        if self.life.state() == State::Idle {
-            self.mark_cached(&mut result);
-        } else if !ready {
-            self.mark_unavailable(&mut result);
-        }
-        self.respond_result(client, id, "server/discover", result, Outcome::Ok);
-        true
-    }
-
-    /// Marks a description served while the child is down (a cached `server/discover`):
-    /// `instructions` end with the same note cached tool descriptions get, and
-    /// `_meta["mcp-supervisor/unavailable"]` gives the status (issue 13 §2).
-    pub(super) fn mark_unavailable(&self, result: &mut Value) {
-        let status = self.outage_status();
-        let note = self.unavailable_note();
-        let Some(o) = result.as_object_mut() else {
-            return;
-        };
-        let text = o
-            .get("instructions")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .trim_start()
-            .to_string();
-        let joined = if text.is_empty() {
-            note.trim_start().to_string()
-        } else {
-            text + &note
-        };
-        o.insert("instructions".into(), Value::String(joined));
-        let meta = o.entry("_meta").or_insert_with(|| json!({}));
-        if let Some(meta) = meta.as_object_mut() {
-            meta.insert(
-                "mcp-supervisor/unavailable".into(),
-                json!({"server": self.cfg.name, "status": status}),
-            );
-        }
+        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        Serving::new(
+            &mut self.outbox,
+            &mut self.telemetry,
+            at,
+            self.opener.handshake(),
+            standing,
+            &self.lists,
+            self.cfg.mark_unavailable,
+        )
     }
 
     /// Requests the supervisor answers itself (`initialize`, `ping`, `logging/setLevel`, served
@@ -1695,9 +1628,7 @@ impl Server {
     ) -> Option<Message> {
         match m.method() {
             "initialize" => self.client_initialize(client, m),
-            "ping" => {
-                self.respond_result(client, id, m.method(), json!({}), Outcome::Ok);
-            }
+            "ping" => serving::ping(&mut self.serving(), client, id),
             "logging/setLevel"
                 if self
                     .opener
@@ -1791,120 +1722,56 @@ impl Server {
         let _ = self.held.push(client, m, deadline);
     }
 
-    /// A request whose id equals one of the same client's unfinished requests (K23): JSON-RPC
-    /// ids must be unique among a sender's requests in flight, and two responses under one id
-    /// would cross-wire the client (go-sdk#1004). Answered -32600 at once; the first request
-    /// and its ledger entry are untouched.
-    pub(super) fn refuse_duplicate(&mut self, client: ClientId, id: &RawValue, method: &str) {
-        info!(target: "mcp_supervisor::requests", client = %client, method,
-            outcome = Outcome::Invalid.as_str(), error_code = code::INVALID_REQUEST,
-            "request finished: duplicate request id");
-        self.telemetry.metrics().request(
-            method,
-            Outcome::Invalid,
-            Some(code::INVALID_REQUEST),
-            0.0,
-        );
-        let msg = format!(
-            "duplicate request id {}: a request with this id is still in flight",
-            id.get()
-        );
-        let line = message::error_response(id, code::INVALID_REQUEST, &msg, None);
-        self.reply_to(client, To::Response(id), line);
-    }
-
+    /// A client's `initialize`: answered from the kept handshake ([`serving::initialize`]);
+    /// before the first, the child starts and the request waits for it (bounded by
+    /// `start_timeout` and the held queue), or fails at once when no start is under way.
     pub(super) fn client_initialize(&mut self, client: ClientId, m: Message) {
         let Some(id) = m.id.clone() else { return };
-        let Some(hs) = self.opener.handshake().cloned() else {
-            // No record of an earlier run: the handshake needs the child (issue 18 §1).
-            self.start_on_demand("initialize");
-            // A first instance the supervisor is stopping to restart (its stdin failed, its
-            // stdout closed, ...) is still trying: its exit decides, and says why (K18).
-            let trying = match self.life.state() {
-                State::Starting => true,
-                State::Stopping => self.restarting(),
-                // A respawn after the era probe, or a first start waiting for the spawn
-                // budget (R11): nothing failed.
-                _ => self.life.probe_respawn() || self.life.awaiting_budget(),
-            };
-            if !trying {
-                // Never ready, and not even trying right now: say why at once (K18, K19).
-                let status = self.outage_status();
-                return self.outage_reply(client, &id, "initialize", status);
-            }
-            if !self.held.has_room() {
-                // The held queue is bounded for handshakes too (issue 12 §6).
-                let status = self.outage_status();
-                let reason = Reason::QueueFull(self.held.len());
-                return self.outage_respond(
-                    client,
-                    &id,
-                    "initialize",
-                    status,
-                    reason,
-                    None,
-                    code::LIMIT_EXCEEDED,
-                    Outcome::Denied,
-                );
-            }
-            // Never ready yet: wait for the child (bounded by start_timeout, issue 5 §5).
-            let deadline = base::deadline::after(self.clock.now(), self.cfg.start_timeout);
-            let _ = self.held.push(client, m, deadline);
+        if serving::initialize(&mut self.serving(), client, &m) {
             return;
+        }
+        // No record of an earlier run: the handshake needs the child (issue 18 §1).
+        self.start_on_demand("initialize");
+        // A first instance the supervisor is stopping to restart (its stdin failed, its
+        // stdout closed, ...) is still trying: its exit decides, and says why (K18).
+        let trying = match self.life.state() {
+            State::Starting => true,
+            State::Stopping => self.restarting(),
+            // A respawn after the era probe, or a first start waiting for the spawn
+            // budget (R11): nothing failed.
+            _ => self.life.probe_respawn() || self.life.awaiting_budget(),
         };
-        let params = m.params_object().unwrap_or_default();
-        let asked = params
-            .get("protocolVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let name = params
-            .get("clientInfo")
-            .and_then(|i| i.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let mut result = hs.initialize_result(asked);
-        if self.life.state() == State::Idle {
-            self.mark_cached(&mut result);
+        if !trying {
+            // Never ready, and not even trying right now: say why at once (K18, K19).
+            let status = self.outage_status();
+            return self.outage_reply(client, &id, "initialize", status);
         }
-        if hs.era == Era::Handshake && asked != hs.protocol_version {
-            info!(client = %client, client_name = %name, requested = asked, negotiated = %hs.protocol_version,
-                "client asked for another protocol version; answering with the one the child speaks");
-        }
-        if let Some(c) = self.outbox.clients_mut().get_mut(&client) {
-            debug!(client = %client, uid = c.peer().uid, pid = c.peer().pid, client_name = %name, "client handshake answered from the cache");
-            c.initialize(
-                params.get("capabilities").cloned().unwrap_or(json!({})),
-                params.get("clientInfo").cloned().unwrap_or(Value::Null),
-                name,
-            );
-        }
-        let line = message::result_response(&id, &result);
-        self.respond(client, &id, line, Outcome::Ok, None);
-    }
-
-    pub(super) fn client_set_level(&mut self, client: ClientId, m: Message) {
-        let Some(id) = m.id.clone() else { return };
-        let level = m.params_object().and_then(|p| {
-            p.get("level")
-                .and_then(Value::as_str)
-                .and_then(era::log_rank)
-        });
-        let Some(level) = level else {
-            return self.respond_error(
+        if !self.held.has_room() {
+            // The held queue is bounded for handshakes too (issue 12 §6).
+            let status = self.outage_status();
+            let reason = Reason::QueueFull(self.held.len());
+            return self.outage_respond(
                 client,
                 &id,
-                code::INVALID_PARAMS,
-                "unknown logging level",
+                "initialize",
+                status,
+                reason,
                 None,
-                Outcome::Invalid,
+                code::LIMIT_EXCEEDED,
+                Outcome::Denied,
             );
-        };
-        if let Some(c) = self.outbox.clients_mut().get_mut(&client) {
-            c.set_log_level(level);
         }
-        self.respond_result(client, &id, m.method(), json!({}), Outcome::Ok);
-        self.sync_log_level();
+        // Never ready yet: wait for the child (bounded by start_timeout, issue 5 §5).
+        let deadline = base::deadline::after(self.clock.now(), self.cfg.start_timeout);
+        let _ = self.held.push(client, m, deadline);
+    }
+
+    /// A client's `logging/setLevel` ([`serving::set_level`]); the child follows the most
+    /// verbose level asked.
+    pub(super) fn client_set_level(&mut self, client: ClientId, m: Message) {
+        if serving::set_level(&mut self.serving(), client, &m) {
+            self.sync_log_level();
+        }
     }
 
     /// The child gets the most verbose level any client asked for (issue 3 §3).
@@ -2971,20 +2838,6 @@ impl Server {
         self.respond_error(client, id, code::LIMIT_EXCEEDED, msg, None, Outcome::Denied);
     }
 
-    /// Answers a client request with a result the supervisor wrote itself
-    /// ([`Outbox::respond_result`]).
-    pub(super) fn respond_result(
-        &mut self,
-        client: ClientId,
-        id: &RawValue,
-        method: &str,
-        result: Value,
-        outcome: Outcome,
-    ) {
-        let (out, tel, at) = self.out();
-        out.respond_result(tel, &at, client, id, method, result, outcome);
-    }
-
     /// Answers a client request and finishes it ([`Outbox::respond`]).
     pub(super) fn respond(
         &mut self,
@@ -3050,52 +2903,6 @@ impl Server {
             .next_attempt()
             .map(|t| t.saturating_duration_since(self.clock.now()));
         Outage::new(known, retry)
-    }
-
-    /// The note appended to what is served from cache while the child is down.
-    pub(super) fn unavailable_note(&self) -> String {
-        format!(
-            " [mcp-supervisor: server `{}` is currently unavailable ({}); calls will fail until it recovers]",
-            self.cfg.name,
-            self.outage_status()
-        )
-    }
-
-    /// Answers a list request from the last known result while the child is down (issue 5
-    /// §3): the first page, or a later one read before with the same cursor (issue 31).
-    pub(super) fn answer_from_cache(&mut self, client: ClientId, m: &Message) -> bool {
-        let method = m.method();
-        let Some(page) = list_to_cache(method, m.params.as_deref()) else {
-            return false;
-        };
-        let cached = match &page.cursor {
-            None => self.lists.get(page.list),
-            Some(c) => self.lists.page(page.list, c),
-        };
-        let Some(cached) = cached else {
-            return false;
-        };
-        let list = &page.list;
-        let mut result = cached.clone();
-        if self.life.state() == State::Idle {
-            // Idle is not an outage (issue 18 §1): the next call starts the child.
-            self.mark_cached(&mut result);
-        } else if *list == "tools/list" && self.cfg.mark_unavailable {
-            let note = self.unavailable_note();
-            if let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) {
-                for t in tools {
-                    let d = t
-                        .get("description")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string();
-                    t["description"] = Value::String(d + &note);
-                }
-            }
-        }
-        let Some(id) = m.id.clone() else { return false };
-        self.respond_result(client, &id, method, result, Outcome::Ok);
-        true
     }
 
     /// The outage answer's context ([`unreachable`]) at this moment.

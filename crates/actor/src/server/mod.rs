@@ -85,6 +85,7 @@ mod rounds;
 mod routing;
 #[cfg(test)]
 mod scenarios;
+mod serving;
 mod shell;
 #[cfg(test)]
 mod sim;
