@@ -897,6 +897,50 @@ pub(super) fn abandon_round(
     }
 }
 
+/// The questions to clients (the child's own requests routed to them, and inputs of rounds
+/// toward handshake clients) past their deadlines at `now`: the asker gets an error
+/// (-32001; a round's original request fails, outcome `timeout`), and the client a
+/// `notifications/cancelled` for the question it was asked.
+pub(super) fn expire_asks(cx: &mut Asking<'_>, now: Instant) {
+    for ((client, n), asker) in cx.routing.take_expired_asks(now) {
+        match asker {
+            Asker::Child(id) => cx.outbox.answer_upstream_error(
+                &cx.at,
+                &id,
+                code::REQUEST_TIMEOUT,
+                "the client did not answer in time",
+            ),
+            Asker::Mrtr { round, .. } => abandon_round(
+                cx,
+                round,
+                Outcome::Timeout,
+                code::REQUEST_TIMEOUT,
+                "the client did not answer the server's input request in time",
+            ),
+        }
+        let p = raw(&json!({"requestId": n, "reason": "timed out"}));
+        let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
+        cx.outbox.deliver(cx.telemetry, client, To::Session, line);
+    }
+}
+
+/// The questions routed to `client` that it will never answer (it left, or closed its
+/// input): each asker gets an error (-32603 with `why`; a round's original request fails,
+/// outcome `cancelled`).
+pub(super) fn fail_asks_of(cx: &mut Asking<'_>, client: ClientId, why: &str) {
+    for asker in cx.routing.take_asks_of(client) {
+        match asker {
+            Asker::Child(id) => {
+                cx.outbox
+                    .answer_upstream_error(&cx.at, &id, code::INTERNAL_ERROR, why)
+            }
+            Asker::Mrtr { round, .. } => {
+                abandon_round(cx, round, Outcome::Cancelled, code::INTERNAL_ERROR, why)
+            }
+        }
+    }
+}
+
 /// The client's answer `m` to input `key` of `round`: a result is recorded (returns whether
 /// every input is answered now: the caller retries the round); an error abandons the round
 /// (the original request fails, -32603, outcome `protocol_error`).

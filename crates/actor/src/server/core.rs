@@ -1032,7 +1032,7 @@ impl Server {
                     c.close_input();
                 }
                 // It can no longer answer the child's requests.
-                self.fail_upstream_of(id, "the client that was asked closed its input");
+                self.fail_asks_of(id, "the client that was asked closed its input");
                 self.close_if_done(id);
             }
             SessionEvent::Disconnected(id) => self.drop_client(id),
@@ -1100,7 +1100,7 @@ impl Server {
             self.on_deadline(r.id, r.value);
         }
         self.expire_held();
-        self.expire_upstream();
+        asking::expire_asks(&mut self.asking(), now);
         if self.life.state() == State::Ready {
             self.check_health(now);
             self.check_idle();
@@ -1118,34 +1118,6 @@ impl Server {
                 .next_spawn()
                 .map(|t| t.saturating_duration_since(now));
             self.fail_one_held(h, status, Reason::Unanswered, retry);
-        }
-    }
-
-    /// The child's requests to clients (and MRTR input requests) that were not answered in
-    /// time: the asker gets an error, the client a cancel.
-    fn expire_upstream(&mut self) {
-        let now = self.clock.now();
-        for ((client, n), asker) in self.routing.take_expired_asks(now) {
-            {
-                match asker {
-                    Asker::Child(id) => self.answer_child_error(
-                        &id,
-                        code::REQUEST_TIMEOUT,
-                        "the client did not answer in time",
-                    ),
-                    Asker::Mrtr { round, .. } => self.abandon_round(
-                        round,
-                        Outcome::Timeout,
-                        code::REQUEST_TIMEOUT,
-                        "the client did not answer the server's input request in time",
-                    ),
-                }
-                let p = raw(&json!({"requestId": n, "reason": "timed out"}));
-                self.reply(
-                    client,
-                    Out::request(None, "notifications/cancelled", Some(&p)).encode(),
-                );
-            }
         }
     }
 
@@ -1538,11 +1510,12 @@ impl Server {
     pub(super) fn dispatch_request(&mut self, client: ClientId, m: Message) {
         let Some(id) = m.id.clone() else { return };
         let requested = era::envelope_version(m.params.as_deref());
-        let Some(client_era) = self.settle_client_era(client, &m, requested.is_some()) else {
+        let Some(c) = self.outbox.clients_mut().get_mut(&client) else {
             return;
         };
+        let client_era = c.settle_era(m.method(), requested.is_some());
         if client_era == Era::Modern {
-            self.learn_modern_client(client, &m);
+            c.learn_envelope(m.params.as_deref());
         }
         if client_era == Era::Modern
             && serving::answer_modern(&mut self.serving(), client, &id, &m, requested.as_deref())
@@ -1564,36 +1537,6 @@ impl Server {
             return;
         }
         self.route_by_state(client, &id, m);
-    }
-
-    /// A client's era, decided by its first request as the SDKs do: an envelope or
-    /// `server/discover` means 2026-07-28; `initialize` or anything else, the handshake era.
-    /// `None` when the client is gone.
-    fn settle_client_era(&mut self, client: ClientId, m: &Message, envelope: bool) -> Option<Era> {
-        let c = self.outbox.clients_mut().get_mut(&client)?;
-        let first = if m.method() != "initialize" && (envelope || m.method() == "server/discover") {
-            Era::Modern
-        } else {
-            Era::Handshake
-        };
-        Some(c.settle_era(first))
-    }
-
-    /// A 2026 client names itself and its capabilities in every request's envelope. They are
-    /// read from its first request only (the request log's `client_name`, issue 13 Why 4; the
-    /// owner rule for the child's requests, K26), so later requests cost no second scan of
-    /// their params: `info` stops being `Null` once learned.
-    fn learn_modern_client(&mut self, client: ClientId, m: &Message) {
-        let Some(c) = self.outbox.clients_mut().get_mut(&client) else {
-            return;
-        };
-        if !c.info().is_null() {
-            return;
-        }
-        c.learn(
-            era::envelope_field(m.params.as_deref(), era::META_CLIENT_INFO),
-            era::envelope_field(m.params.as_deref(), era::META_CAPABILITIES),
-        );
     }
 
     /// The context of answers given here ([`serving`]) at this moment.
@@ -1937,7 +1880,7 @@ impl Server {
             self.open_listen();
         }
         // The child's requests routed to it get an error (K06).
-        self.fail_upstream_of(client, "the client that was asked disconnected");
+        self.fail_asks_of(client, "the client that was asked disconnected");
         asking::drop_rounds_of(&mut self.asking(), client);
         self.held.drop_client(client);
         self.sync_log_level();
@@ -1969,16 +1912,9 @@ impl Server {
         }
     }
 
-    /// Answers the child's requests routed to `client` with an error.
-    pub(super) fn fail_upstream_of(&mut self, client: ClientId, why: &str) {
-        for asker in self.routing.take_asks_of(client) {
-            match asker {
-                Asker::Child(id) => self.answer_child_error(&id, code::INTERNAL_ERROR, why),
-                Asker::Mrtr { round, .. } => {
-                    self.abandon_round(round, Outcome::Cancelled, code::INTERNAL_ERROR, why)
-                }
-            }
-        }
+    /// The questions routed to `client` fail ([`asking::fail_asks_of`]).
+    fn fail_asks_of(&mut self, client: ClientId, why: &str) {
+        asking::fail_asks_of(&mut self.asking(), client, why);
     }
 
     /// Drops each client whose input closed and that was sent something during this input
@@ -2097,11 +2033,6 @@ impl Server {
                 Some(r.deadline),
             );
         }
-    }
-
-    /// A round can no longer finish ([`asking::abandon_round`]).
-    pub(super) fn abandon_round(&mut self, round: u64, outcome: Outcome, code: i64, msg: &str) {
-        asking::abandon_round(&mut self.asking(), round, outcome, code, msg);
     }
 
     /// The child is being stopped to be replaced (health, timeouts, restart), not for good.

@@ -9,8 +9,9 @@
 //! decided by the caller. Never writes to the child.
 
 use super::effects::Effect;
-use crate::era::Era;
+use crate::era::{self, Era};
 use crate::session::{ClientId, ClientTx, Peer, To};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -47,9 +48,17 @@ impl Client {
         self.era
     }
 
-    /// Its era, deciding it as `first` if its first request is the one being handled.
-    pub(super) fn settle_era(&mut self, first: Era) -> Era {
-        *self.era.get_or_insert(first)
+    /// Its era, decided by its first request as the SDKs do: an envelope (`envelope`) or
+    /// `server/discover` means 2026-07-28; `initialize` or anything else, the handshake era.
+    /// Later requests (`method`) read the era decided.
+    pub(super) fn settle_era(&mut self, method: &str, envelope: bool) -> Era {
+        *self.era.get_or_insert_with(|| {
+            if method != "initialize" && (envelope || method == "server/discover") {
+                Era::Modern
+            } else {
+                Era::Handshake
+            }
+        })
     }
 
     /// Whether it finished its handshake (handshake-era clients; 2026 clients need none).
@@ -105,9 +114,17 @@ impl Client {
         self.initialized = true;
     }
 
-    /// What a 2026 client's first envelope said about it (`info` `None`: it said nothing,
-    /// remembered as `{}` so it is read once).
-    pub(super) fn learn(&mut self, info: Option<Value>, capabilities: Option<Value>) {
+    /// A 2026 client names itself and its capabilities in every request's envelope
+    /// (`params`). They are read from its first request only (the request log's
+    /// `client_name`, issue 13 Why 4; the owner rule for the child's requests, K26), so later
+    /// requests cost no second scan of their params: `info` stops being `Null` once learned
+    /// (an envelope that said nothing is remembered as `{}`).
+    pub(super) fn learn_envelope(&mut self, params: Option<&RawValue>) {
+        if !self.info.is_null() {
+            return;
+        }
+        let info = era::envelope_field(params, era::META_CLIENT_INFO);
+        let capabilities = era::envelope_field(params, era::META_CAPABILITIES);
         self.name = info
             .as_ref()
             .and_then(|i| i.get("name"))
