@@ -30,7 +30,6 @@ use super::effects::Effect;
 use super::effects::Lane;
 use super::effects::Written;
 use super::forwarding::{self, Forwarding, Unsent};
-use super::held::Held;
 use super::life::Life;
 use super::notifying::{self, Notifying};
 use super::opening::{self, Next};
@@ -69,7 +68,6 @@ use crate::record::Record;
 use crate::session::ClientId;
 use crate::session::Peer;
 use crate::session::SessionEvent;
-use crate::session::To;
 use crate::session::Transport;
 use base::backoff::FAILED_RETRY;
 use base::backoff::MAX_FAILED_STARTS;
@@ -1099,7 +1097,7 @@ impl Server {
         while let Some(r) = self.routing.inflight_mut().pop_expired(now) {
             self.on_deadline(r.id, r.value);
         }
-        self.expire_held();
+        self.expire_held(now);
         asking::expire_asks(&mut self.asking(), now);
         if self.life.state() == State::Ready {
             self.check_health(now);
@@ -1107,18 +1105,16 @@ impl Server {
         }
     }
 
-    /// Held requests past `queue_wait` (or `start_timeout` for `initialize`) fail with the
-    /// outage record.
-    fn expire_held(&mut self) {
-        let now = self.clock.now();
-        while let Some(h) = self.held.pop_expired(now) {
-            let status = self.outage_status();
-            let retry = self
-                .life
-                .next_spawn()
-                .map(|t| t.saturating_duration_since(now));
-            self.fail_one_held(h, status, Reason::Unanswered, retry);
-        }
+    /// Held requests past their deadlines fail ([`unreachable::expire_held`]).
+    fn expire_held(&mut self, at: Instant) {
+        let now = self.outage_now();
+        let known = self.opener.handshake().is_some();
+        let status = self.outage_status();
+        let retry = self
+            .life
+            .next_spawn()
+            .map(|t| t.saturating_duration_since(at));
+        unreachable::expire_held(&mut self.answering(), &now, known, status, retry, at);
     }
 
     pub(super) fn on_deadline(&mut self, child_id: u64, p: Pending) {
@@ -2782,16 +2778,6 @@ impl Server {
         out.respond(tel, &at, client, id, line, outcome, code);
     }
 
-    /// Delivers a session-wide line ([`To::Session`]) to a client.
-    pub(super) fn reply(&mut self, client: ClientId, line: impl Into<Line>) {
-        self.reply_to(client, To::Session, line);
-    }
-
-    /// Delivers a line to a client, addressed `to` within it ([`Outbox::deliver`]).
-    pub(super) fn reply_to(&mut self, client: ClientId, to: To<'_>, line: impl Into<Line>) {
-        self.outbox.deliver(&self.telemetry, client, to, line);
-    }
-
     /// Delivers a session-wide line to every initialized client `filter` accepts
     /// ([`Outbox::broadcast`]).
     pub(super) fn broadcast(&mut self, line: &Bytes, filter: impl Fn(&Client) -> bool) {
@@ -2841,6 +2827,8 @@ impl Server {
         let signs_in = self.cfg.remote.as_ref().is_some_and(|r| r.oauth.is_some());
         let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
         Answering::new(
+            &mut self.routing,
+            &mut self.held,
             &mut self.outbox,
             &mut self.telemetry,
             at,
@@ -2885,86 +2873,26 @@ impl Server {
         unreachable::answer(&mut self.answering(), client, id, method, failure);
     }
 
-    /// Answers every request in flight with the outage record (the instance is gone). One
-    /// entry is removed at a time, so a client whose input closed keeps its connection until
-    /// its last answer is out (answering its first must not drop it before the rest).
+    /// Answers every request in flight with the outage record ([`unreachable::fail_inflight`]);
+    /// the rounds of parked requests end without a word.
     pub(super) fn fail_inflight(
         &mut self,
         status: OutageStatus,
         reason: Reason,
         retry: Option<Duration>,
     ) {
-        let ids: Vec<u64> = self
-            .routing
-            .inflight()
-            .iter()
-            .map(|(id, _, _, _)| id)
-            .collect();
-        for child_id in ids {
-            let Some(r) = self.routing.inflight_mut().remove(child_id) else {
-                // Removed meanwhile with its client (it left), which recorded its outcome.
-                continue;
-            };
-            let p = r.value;
-            if let Owner::Parked { round } = p.owner {
-                // The client holds an `input_required` result; its retry will find no round.
-                self.drop_round(round, "server exited", false, false);
-                continue;
-            }
-            if let Owner::Client { client, id, .. } = p.owner {
-                self.outage_respond(
-                    client,
-                    &id,
-                    &p.method,
-                    status,
-                    reason,
-                    retry,
-                    code::SERVER_UNAVAILABLE,
-                    Outcome::Unreachable,
-                );
-            }
-        }
-        // The dead child's requests to clients are void: tell those clients.
-        for (client, n) in self.routing.take_child_asks() {
-            let p = raw(&json!({"requestId": n, "reason": "server exited"}));
-            self.reply(
-                client,
-                Out::request(None, "notifications/cancelled", Some(&p)).encode(),
-            );
+        let parked = unreachable::fail_inflight(&mut self.answering(), status, reason, retry);
+        for round in parked {
+            // The client holds an `input_required` result; its retry will find no round.
+            self.drop_round(round, "server exited", false, false);
         }
     }
 
+    /// Answers every held request with the outage record ([`unreachable::fail_all_held`]).
     pub(super) fn fail_held(&mut self, status: OutageStatus) {
-        let retry = self
-            .next_attempt()
-            .map(|t| t.saturating_duration_since(self.clock.now()));
-        for _ in 0..self.held.len() {
-            let Some(h) = self.held.pop_oldest() else {
-                break;
-            };
-            self.fail_one_held(h, status, Reason::State(status), retry);
-        }
-    }
-
-    /// Answers one held request with the outage record ([`unreachable::fail_held`]).
-    pub(super) fn fail_one_held(
-        &mut self,
-        h: Held,
-        status: OutageStatus,
-        unanswered: Reason,
-        retry: Option<Duration>,
-    ) {
         let now = self.outage_now();
         let known = self.opener.handshake().is_some();
-        unreachable::fail_held(
-            &mut self.answering(),
-            &now,
-            known,
-            h,
-            status,
-            unanswered,
-            retry,
-        );
+        unreachable::fail_all_held(&mut self.answering(), &now, known, status);
     }
 }
 

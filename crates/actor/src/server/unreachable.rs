@@ -7,8 +7,10 @@
 //!
 //! No clock read, no I/O.
 
-use super::held::Held;
+use super::core::Owner;
+use super::held::{Held, HeldQueue};
 use super::outbox::{Outbox, Stamp};
+use super::routing::Routing;
 use super::telemetry::Telemetry;
 use crate::ids::id_key_ref;
 use crate::outage::{format_secs, Class, OutageStatus, Reason};
@@ -16,14 +18,19 @@ use crate::session::ClientId;
 use serde_json::json;
 use serde_json::value::RawValue;
 use std::time::Duration;
+use std::time::Instant;
 use support::logging::requests::RequestId;
 use support::observe::Outcome;
 use tracing::warn;
 use upstream::StderrTail;
-use vocab::jsonrpc::message::{self, code};
+use vocab::jsonrpc::message::{self, code, raw, Out};
 
 /// What an outage answer touches.
 pub(super) struct Answering<'a> {
+    /// The requests in flight, failed all at once when the instance is gone.
+    routing: &'a mut Routing,
+    /// The requests held while the child starts, failed when it cannot.
+    held: &'a mut HeldQueue,
     outbox: &'a mut Outbox,
     telemetry: &'a mut Telemetry,
     /// The moment, and the server's name the record gives.
@@ -36,8 +43,11 @@ pub(super) struct Answering<'a> {
 }
 
 impl<'a> Answering<'a> {
-    /// The context over the outbox and the telemetry at `at`, quoting `tail`.
+    /// The context over the requests in flight and held, the outbox and the telemetry at
+    /// `at`, quoting `tail`.
     pub(super) fn new(
+        routing: &'a mut Routing,
+        held: &'a mut HeldQueue,
         outbox: &'a mut Outbox,
         telemetry: &'a mut Telemetry,
         at: Stamp<'a>,
@@ -45,6 +55,8 @@ impl<'a> Answering<'a> {
         signs_in: bool,
     ) -> Self {
         Answering {
+            routing,
+            held,
             outbox,
             telemetry,
             at,
@@ -219,4 +231,99 @@ pub(super) fn fail_held(
     } else {
         reply(cx, now, h.client, id, h.msg.method(), status);
     }
+}
+
+/// Answers every held request with the outage record: the server is doing `status` (it
+/// cannot start, or stops), and the next attempt is the one known `now`. Oldest first.
+pub(super) fn fail_all_held(
+    cx: &mut Answering<'_>,
+    now: &Outage,
+    handshake_known: bool,
+    status: OutageStatus,
+) {
+    for _ in 0..cx.held.len() {
+        let Some(h) = cx.held.pop_oldest() else {
+            break;
+        };
+        let unanswered = Reason::State(status);
+        fail_held(cx, now, handshake_known, h, status, unanswered, now.retry);
+    }
+}
+
+/// Held requests past `queue_wait` (or `start_timeout` for `initialize`) at `at` fail with
+/// the outage record (the server is doing `status`; the next spawn in `retry`).
+pub(super) fn expire_held(
+    cx: &mut Answering<'_>,
+    now: &Outage,
+    handshake_known: bool,
+    status: OutageStatus,
+    retry: Option<Duration>,
+    at: Instant,
+) {
+    while let Some(h) = cx.held.pop_expired(at) {
+        fail_held(
+            cx,
+            now,
+            handshake_known,
+            h,
+            status,
+            Reason::Unanswered,
+            retry,
+        );
+    }
+}
+
+/// Answers every request in flight with the outage record (the instance is gone: `status`,
+/// `reason`, the next attempt in `retry`; -32000, outcome `unreachable`), and tells each
+/// client the child had asked something that the question is void
+/// (`notifications/cancelled`, "server exited"). One entry is removed at a time, so a client
+/// whose input closed keeps its connection until its last answer is out.
+///
+/// Returns the rounds of parked requests (their clients hold an `input_required` result):
+/// the caller ends them without a word, and a retry finds no round.
+pub(super) fn fail_inflight(
+    cx: &mut Answering<'_>,
+    status: OutageStatus,
+    reason: Reason,
+    retry: Option<Duration>,
+) -> Vec<u64> {
+    let ids: Vec<u64> = cx
+        .routing
+        .inflight()
+        .iter()
+        .map(|(id, _, _, _)| id)
+        .collect();
+    let mut parked = Vec::new();
+    for child_id in ids {
+        let Some(r) = cx.routing.inflight_mut().remove(child_id) else {
+            // Removed meanwhile with its client (it left), which recorded its outcome.
+            continue;
+        };
+        let (owner, method, _) = r.value.into_parts();
+        match owner {
+            Owner::Parked { round } => parked.push(round),
+            Owner::Client { client, id, .. } => {
+                let failure = Failure {
+                    status,
+                    reason,
+                    retry,
+                    code: code::SERVER_UNAVAILABLE,
+                    outcome: Outcome::Unreachable,
+                };
+                answer(cx, client, &id, &method, failure);
+            }
+            _ => {}
+        }
+    }
+    // The stamp counted the requests in flight before they were failed.
+    cx.telemetry
+        .metrics()
+        .set_in_flight(cx.routing.inflight().len());
+    for (client, n) in cx.routing.take_child_asks() {
+        let p = raw(&json!({"requestId": n, "reason": "server exited"}));
+        let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
+        cx.outbox
+            .deliver(cx.telemetry, client, crate::session::To::Session, line);
+    }
+    parked
 }
