@@ -66,7 +66,6 @@ use crate::outage::StopCause;
 use crate::record;
 use crate::record::Record;
 use crate::session::ClientId;
-use crate::session::Peer;
 use crate::session::SessionEvent;
 use crate::session::Transport;
 use base::backoff::FAILED_RETRY;
@@ -1882,28 +1881,10 @@ impl Server {
         self.sync_log_level();
     }
 
-    /// Ends the sessions of clients `access` no longer permits (a reload removed their uid or
-    /// gid): an error line saying so, then the connection closes; their requests are
-    /// cancelled like any departure.
+    /// Ends the sessions of clients `access` no longer permits ([`Outbox::revoke`]); their
+    /// requests are cancelled like any departure.
     pub(super) fn revoke_unpermitted(&mut self, access: &crate::session::Access) {
-        let gone: Vec<(ClientId, Peer)> = self
-            .outbox
-            .clients()
-            .iter()
-            .filter(|(_, c)| !access.permits(c.peer().uid, c.peer().gid))
-            .map(|(id, c)| (*id, c.peer().clone()))
-            .collect();
-        for (id, peer) in gone {
-            warn!(client = %id, peer_uid = peer.uid, peer_gid = peer.gid, peer_pid = peer.pid,
-                "ending the session of uid {}: no longer allowed after a reload", peer.uid);
-            if let Some(c) = self.outbox.clients().get(&id) {
-                let msg = format!(
-                    "server `{}`: access revoked by a configuration reload",
-                    self.cfg.name
-                );
-                let hangup = c.hangup(Line::from(crate::session::hangup_line(&msg, "revoked")));
-                self.outbox.push(hangup);
-            }
+        for id in self.outbox.revoke(access, &self.cfg.name) {
             self.drop_client(id);
         }
     }
@@ -2091,37 +2072,10 @@ impl Server {
         }
     }
 
-    /// The child's queue refused request `child_id` (the shell's report of an
-    /// [`Effect::ToChild`]): it leaves the in-flight table, and a client's request is
-    /// answered: closed input means the child is exiting (the outage record, as for any
-    /// request that cannot reach it); a full queue means it is not reading (-32002, denied).
+    /// The child's queue refused request `child_id` ([`forwarding::on_unwritten`]).
     pub(super) fn on_unwritten(&mut self, child_id: u64, queued: Queued) {
-        let Some(removed) = self.routing.inflight_mut().remove(child_id) else {
-            return;
-        };
-        self.telemetry
-            .metrics()
-            .set_in_flight(self.routing.inflight().len());
-        let method = removed.value.method;
-        match removed.value.owner {
-            Owner::Client { client, id, .. } if queued == Queued::Closed => {
-                self.outage_reply(client, &id, &method, OutageStatus::Exited);
-            }
-            Owner::Client { client, id, .. } => {
-                let msg = format!(
-                    "server `{}` cannot take requests now: the child is not reading its input",
-                    self.cfg.name
-                );
-                let code = code::LIMIT_EXCEEDED;
-                let line = message::error_response(&id, code, &msg, None);
-                self.respond(client, &id, line, Outcome::Denied, Some(code));
-            }
-            Owner::Listen => {
-                self.opener.listen_ended(child_id);
-            }
-            _ => {
-                debug!(method = %method, "a request of the supervisor's own was not written to the child")
-            }
+        if let Err(unsent) = forwarding::on_unwritten(&mut self.forwarding(), child_id, queued) {
+            self.unsent(unsent);
         }
     }
 }

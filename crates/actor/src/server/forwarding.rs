@@ -29,7 +29,7 @@ use std::time::Instant;
 use support::config::{ClientRoots, ServerConfig};
 use support::observe::Outcome;
 use tracing::debug;
-use upstream::Outbound;
+use upstream::{Outbound, Queued};
 use vocab::jsonrpc::message::{self, code, raw, raw_u64, Message, Out};
 
 /// What writing a request toward the upstream touches.
@@ -345,4 +345,50 @@ pub(super) fn notify(cx: &mut Forwarding<'_>, m: &Message, ready: bool) {
 /// remote session sends without a session and with the standard headers ([`Outbound::modern`]).
 fn is_modern(params: Option<&RawValue>) -> bool {
     era::envelope_version(params).as_deref() == Some(era::MODERN_VERSION)
+}
+
+/// The upstream's queue refused request `child_id` (the shell's report of an
+/// [`Effect::ToChild`]): it leaves the in-flight table. A client's request whose queue is
+/// full is answered here: the child is not reading (-32002, outcome `denied`); one whose
+/// queue is closed is returned, as the child is exiting (the caller gives the outage record,
+/// as for any request that cannot reach it). A refused listen stream is over.
+pub(super) fn on_unwritten(
+    cx: &mut Forwarding<'_>,
+    child_id: u64,
+    queued: Queued,
+) -> Result<(), Unsent> {
+    let Some(removed) = cx.routing.inflight_mut().remove(child_id) else {
+        return Ok(());
+    };
+    cx.telemetry
+        .metrics()
+        .set_in_flight(cx.routing.inflight().len());
+    let (owner, method, _) = removed.value.into_parts();
+    match owner {
+        Owner::Client { client, id, .. } if queued == Queued::Closed => {
+            let method = method.into_owned();
+            return Err(Unsent {
+                client: Some((client, id)),
+                method,
+            });
+        }
+        Owner::Client { client, id, .. } => {
+            let msg = format!(
+                "server `{}` cannot take requests now: the child is not reading its input",
+                cx.at.server()
+            );
+            let code = code::LIMIT_EXCEEDED;
+            let line = message::error_response(&id, code, &msg, None);
+            let outcome = Outcome::Denied;
+            cx.outbox
+                .respond(cx.telemetry, &cx.at, client, &id, line, outcome, Some(code));
+        }
+        Owner::Listen => {
+            cx.opener.listen_ended(child_id);
+        }
+        _ => {
+            debug!(method = %method, "a request of the supervisor's own was not written to the child")
+        }
+    }
+    Ok(())
 }

@@ -25,13 +25,14 @@ use super::roster::{Client, Clients};
 use super::telemetry::Telemetry;
 use crate::era::{self, Era};
 use crate::ids::id_key_ref;
-use crate::session::{ClientId, To};
+use crate::session::{hangup_line, Access, ClientId, To};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::borrow::Cow;
 use support::logging::requests;
 use support::observe::{trace, Outcome};
+use tracing::warn;
 use upstream::Outbound;
 use vocab::jsonrpc::framing::Line;
 use vocab::jsonrpc::message::{self, raw, Out};
@@ -342,6 +343,30 @@ impl Outbox {
         for c in targets {
             self.deliver(tel, c, To::Session, line.clone());
         }
+    }
+
+    /// Says goodbye to each client `access` no longer permits (a reload removed its uid or
+    /// gid from server `server`): an error line saying so, then its connection closes.
+    /// Returns them, for the caller to drop like any departure.
+    pub(super) fn revoke(&mut self, access: &Access, server: &str) -> Vec<ClientId> {
+        let gone: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| !access.permits(c.peer().uid, c.peer().gid))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &gone {
+            let Some(c) = self.clients.get(id) else {
+                continue;
+            };
+            let peer = c.peer();
+            warn!(client = %id, peer_uid = peer.uid, peer_gid = peer.gid, peer_pid = peer.pid,
+                "ending the session of uid {}: no longer allowed after a reload", peer.uid);
+            let msg = format!("server `{server}`: access revoked by a configuration reload");
+            let hangup = c.hangup(Line::from(hangup_line(&msg, "revoked")));
+            self.effects.push(hangup);
+        }
+        gone
     }
 
     /// `client`'s era (handshake until its first request decided it, or when it is gone).
