@@ -1439,11 +1439,12 @@ impl Server {
         {
             let key = id_key(id);
             // A duplicate of an open stream is refused below: it never replaces the line.
-            if !self.listen_open(client, &key) {
+            if !subscribing::listen_open(&self.routing, &self.subs, client, &key) {
                 let line =
                     Out::request(Some(id), "subscriptions/listen", m.params.as_deref()).encode();
                 if let Ok(line) = String::from_utf8(line.to_vec()) {
-                    let open: Vec<String> = self.open_listens_of(client);
+                    let open: Vec<String> =
+                        subscribing::open_listens_of(&self.routing, &self.subs, client);
                     let cap = self.cfg.max_subscriptions.max(1);
                     self.listen_lines
                         .note(client, key, line, cap, |k| open.iter().any(|o| o == k));
@@ -1465,39 +1466,17 @@ impl Server {
             return serving::refuse_duplicate(&mut self.serving(), client, id, m.method());
         }
         if matches!(m.method(), "resources/subscribe" | "subscriptions/listen")
-            && self.subscriptions_of(client) >= self.cfg.max_subscriptions
+            && subscribing::held_by(&self.routing, &self.subs, &self.held, client)
+                >= self.cfg.max_subscriptions
         {
             let msg = format!(
                 "client holds {} subscriptions and listen streams on server `{}` (max_subscriptions)",
-                self.subscriptions_of(client),
+                subscribing::held_by(&self.routing, &self.subs, &self.held, client),
                 self.cfg.name
             );
             return self.refuse_limit(client, id, &msg);
         }
         self.dispatch_request(client, m);
-    }
-
-    /// Resource subscriptions and listen streams `client` holds (served here or routed to a
-    /// modern child), the table `max_subscriptions` bounds.
-    pub(super) fn subscriptions_of(&self, client: ClientId) -> usize {
-        let subs = self.subs.direct_count(client);
-        let served: usize = self
-            .subs
-            .listeners()
-            .iter()
-            .filter(|l| l.client() == client)
-            .map(|l| l.weight())
-            .sum();
-        // Requests that may still add one: in flight to the child, or held until it is ready.
-        let grows = |m: &str| matches!(m, "subscriptions/listen" | "resources/subscribe");
-        let routed = self
-            .routing
-            .inflight()
-            .iter()
-            .filter(|(_, c, _, p)| *c == Some(client) && grows(&p.method))
-            .count();
-        let held = self.held.count(client, grows);
-        subs + served + routed + held
     }
 
     /// Decides what happens to a client request already in the ledger: answered here,
@@ -1794,37 +1773,6 @@ impl Server {
                 }
             }
         }
-    }
-
-    /// Whether `client`'s listen stream with id key `key` is open (forwarded to the child, or
-    /// served here).
-    pub(super) fn listen_open(&self, client: ClientId, key: &str) -> bool {
-        let forwarded = self
-            .routing
-            .inflight()
-            .lookup(client, key)
-            .and_then(|n| self.routing.inflight().get(n))
-            .is_some_and(Pending::is_listen);
-        forwarded || self.subs.listeners().iter().any(|l| l.is(client, key))
-    }
-
-    /// The id keys of `client`'s open listen streams.
-    pub(super) fn open_listens_of(&self, client: ClientId) -> Vec<String> {
-        let mut open: Vec<String> = self
-            .routing
-            .inflight()
-            .iter()
-            .filter(|(_, c, _, p)| *c == Some(client) && p.is_listen())
-            .filter_map(|(_, _, _, p)| p.client_request().map(|(_, k)| k))
-            .collect();
-        open.extend(
-            self.subs
-                .listeners()
-                .iter()
-                .filter(|l| l.client() == client)
-                .map(|l| l.key()),
-        );
-        open
     }
 
     pub(super) fn drop_client(&mut self, client: ClientId) {
@@ -2614,10 +2562,9 @@ impl Server {
             .opener
             .handshake()
             .is_some_and(|h| h.capabilities.pointer("/resources/subscribe") == Some(&json!(true)));
-        let room = self
-            .cfg
-            .max_subscriptions
-            .saturating_sub(self.subscriptions_of(client) + 1);
+        let room = self.cfg.max_subscriptions.saturating_sub(
+            subscribing::held_by(&self.routing, &self.subs, &self.held, client) + 1,
+        );
         let fresh =
             subscribing::serve_listen(&mut self.subscribing(), client, m, can_subscribe, room);
         if self.life.state() == State::Ready {

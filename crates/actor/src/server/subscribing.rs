@@ -9,7 +9,10 @@
 //!
 //! No clock read, no I/O.
 
+use super::core::Pending;
+use super::held::HeldQueue;
 use super::outbox::{Outbox, Stamp};
+use super::routing::Routing;
 use super::subtable::{Hold, Subscriptions};
 use super::telemetry::Telemetry;
 use crate::era;
@@ -263,4 +266,66 @@ impl Listener {
         }
         Out::request(None, method, Some(&raw(&p))).encode()
     }
+}
+
+/// Resource subscriptions and listen streams `client` holds, the table `max_subscriptions`
+/// bounds: subscribed directly, listen streams served here (by weight), and requests that may
+/// still add one (in flight to the child in `routing`, or `held` until it is ready).
+pub(super) fn held_by(
+    routing: &Routing,
+    subs: &Subscriptions,
+    held: &HeldQueue,
+    client: ClientId,
+) -> usize {
+    let direct = subs.direct_count(client);
+    let served: usize = subs
+        .listeners()
+        .iter()
+        .filter(|l| l.client() == client)
+        .map(|l| l.weight())
+        .sum();
+    let grows = |m: &str| matches!(m, "subscriptions/listen" | "resources/subscribe");
+    let routed = routing
+        .inflight()
+        .iter()
+        .filter(|(_, c, _, p)| *c == Some(client) && grows(p.method()))
+        .count();
+    direct + served + routed + held.count(client, grows)
+}
+
+/// Whether `client`'s listen stream with id key `key` is open: forwarded to the child (in
+/// `routing`) or served here.
+pub(super) fn listen_open(
+    routing: &Routing,
+    subs: &Subscriptions,
+    client: ClientId,
+    key: &str,
+) -> bool {
+    let forwarded = routing
+        .inflight()
+        .lookup(client, key)
+        .and_then(|n| routing.inflight().get(n))
+        .is_some_and(Pending::is_listen);
+    forwarded || subs.listeners().iter().any(|l| l.is(client, key))
+}
+
+/// The id keys of `client`'s open listen streams, forwarded or served here.
+pub(super) fn open_listens_of(
+    routing: &Routing,
+    subs: &Subscriptions,
+    client: ClientId,
+) -> Vec<String> {
+    let mut open: Vec<String> = routing
+        .inflight()
+        .iter()
+        .filter(|(_, c, _, p)| *c == Some(client) && p.is_listen())
+        .filter_map(|(_, _, _, p)| p.client_request().map(|(_, k)| k))
+        .collect();
+    open.extend(
+        subs.listeners()
+            .iter()
+            .filter(|l| l.client() == client)
+            .map(|l| l.key()),
+    );
+    open
 }
