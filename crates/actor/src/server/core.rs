@@ -8,12 +8,12 @@
 //! | lifecycle | spawn, the opener (era probe, handshake, discovery; the answers' meaning is `opening.rs`), exits, restarts, the operator's verbs, upstream events |
 //! | timers | the next wake-up; held requests, asks and requests past their deadlines; health probes (`probing.rs`) |
 //! | demand | on-demand starts and idle stops (the `Demand` sub-machine is `demand.rs`) |
-//! | clients | a client's messages: requests by state, its handshake, log level, answers, leaving |
+//! | clients | a client's messages: requests by state, its handshake, log level, answers, leaving; what the supervisor answers itself is `serving.rs` |
 //! | forward | a request toward the upstream: ids, progress tokens, era translation (`forwarding.rs`); the rounds of `input_required` toward handshake clients (`asking.rs`) |
 //! | asking | the upstream's own requests: the owner rule, and 2026 clients asked through parked requests (`asking.rs`) |
 //! | child | the upstream's responses, malformed replies and messages never relayed (too large, too deep: issue 47 §7); its notifications (`notifying.rs`) |
 //! | subs | resource subscriptions and listen streams (`subscribing.rs`) |
-//! | outage | the outage status and reason, answers from the list cache, failing in-flight and held requests; the outage record (`unreachable.rs`) |
+//! | outage | the outage status and reason; failing in-flight and held requests and the outage record are `unreachable.rs`, answers from the list cache `serving.rs` |
 //!
 //! Where a section names a file, its decisions are free functions over a narrow context there
 //! (issue 48 §3), as are delivery, the ledger and writes toward the upstream (`outbox.rs`);
@@ -1106,6 +1106,9 @@ impl Server {
 
     /// Held requests past their deadlines fail ([`unreachable::expire_held`]).
     fn expire_held(&mut self, at: Instant) {
+        if self.held.next_deadline().is_none_or(|t| t > at) {
+            return;
+        }
         let now = self.outage_now();
         let known = self.opener.handshake().is_some();
         let status = self.outage_status();
