@@ -29,6 +29,7 @@ use super::asking::{self, Asking, Resumed, Started, MRTR_METHODS};
 use super::effects::Effect;
 use super::effects::Lane;
 use super::effects::Written;
+use super::exits::{self, AfterExit, Ended, FailedStart};
 use super::forwarding::{self, Forwarding, Unsent};
 use super::life::Life;
 use super::notifying::{self, Notifying};
@@ -77,7 +78,6 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::time::Duration;
 use std::time::Instant;
-use support::config::RestartPolicy;
 use support::config::ServerConfig;
 use support::config::StartMode;
 use support::logging::MSG_BACKOFF;
@@ -653,10 +653,7 @@ impl Server {
         }
         self.record_exit(why);
         let tail = self.instances.tail().last_lines(3);
-        let operator = matches!(
-            cause,
-            Some(StopCause::Shutdown | StopCause::Stop | StopCause::Restart)
-        );
+        let operator = exits::by_operator(cause);
         let signal = exit.signal.map(upstream::signal_name);
         if operator {
             info!(message_id = MSG_EXITED, child_pid = child.describe().pid, exit_code = exit.code,
@@ -666,17 +663,7 @@ impl Server {
                 signal = signal.as_deref(), reason = %reason, restart_n = self.instances.restarts(),
                 stderr_tail = %tail, "exited");
         }
-        let status = if cause
-            .is_some_and(|c| matches!(c, StopCause::StartTimeout | StopCause::ProbeTimeout))
-        {
-            OutageStatus::Timeout
-        } else if operator {
-            OutageStatus::Stopped
-        } else if unreachable.is_some() {
-            OutageStatus::Backoff
-        } else {
-            OutageStatus::Exited
-        };
+        let status = exits::outage_of(cause, unreachable.is_some());
         // Decide what comes next before failing requests, so errors can say when we retry.
         self.decide_after_exit(
             child.as_ref(),
@@ -687,13 +674,7 @@ impl Server {
             probing_era && unreachable.is_none(),
         );
         if self.life.state() == State::Backoff && cause != Some(StopCause::Restart) {
-            let class = match (status, exit.signal, exit.limit) {
-                // A limit's kill is a SIGKILL, but the operator's question is which limit.
-                (_, _, Some(limit)) => limit.reason(),
-                (OutageStatus::Exited, Some(_), None) => "signal",
-                _ if unreachable.is_some() => "unreachable",
-                (s, _, None) => s.as_str(),
-            };
+            let class = exits::restart_class(status, &exit, unreachable.is_some());
             self.telemetry.metrics().restart(class);
         }
         let retry_after = self
@@ -725,64 +706,61 @@ impl Server {
         probing_era: bool,
     ) {
         let now = self.clock.now();
-        let remote = self.cfg.remote.is_some();
-        if matches!(cause, Some(StopCause::Shutdown | StopCause::Stop)) {
-            self.life = Life::Stopped;
-        } else if cause == Some(StopCause::AuthFailed) {
-            // No reconnect loop on a credential the server refuses (issue 29, decisions).
-            if self.cfg.remote.as_ref().is_some_and(|r| r.oauth.is_some()) {
-                error!(message_id = MSG_FAILED, reason = "auth-failed",
-                    "auth_required: the remote server needs a sign-in (HTTP 401/403); run `mcp-supervisor login {}`", self.cfg.name);
-            } else {
-                error!(message_id = MSG_FAILED, reason = "auth-failed",
-                    "auth_required: the remote server refused the credential (HTTP 401/403) at the handshake; fix `headers`, then run `mcp-supervisor start {}`", self.cfg.name);
+        let ended = Ended {
+            cause,
+            exit,
+            ready: ready_since.is_some(),
+            probing_era,
+            remote: self.cfg.remote.is_some(),
+            lazy: self.lazy_start(),
+        };
+        match exits::after_exit(&ended) {
+            AfterExit::Stopped => self.life = Life::Stopped,
+            AfterExit::AuthRequired => {
+                if self.cfg.remote.as_ref().is_some_and(|r| r.oauth.is_some()) {
+                    error!(message_id = MSG_FAILED, reason = "auth-failed",
+                        "auth_required: the remote server needs a sign-in (HTTP 401/403); run `mcp-supervisor login {}`", self.cfg.name);
+                } else {
+                    error!(message_id = MSG_FAILED, reason = "auth-failed",
+                        "auth_required: the remote server refused the credential (HTTP 401/403) at the handshake; fix `headers`, then run `mcp-supervisor start {}`", self.cfg.name);
+                }
+                self.life = Life::AuthRequired;
+                self.fail_held(OutageStatus::AuthRequired);
             }
-            self.life = Life::AuthRequired;
-            self.fail_held(OutageStatus::AuthRequired);
-        } else if remote
-            && cause != Some(StopCause::Restart)
-            && !(ready_since.is_none() && self.lazy_start())
-        {
-            // A hosted outage never turns into the `failed` of a crashing child: reconnect
-            // with backoff up to `backoff_max`, forever (issue 29, decisions).
-            self.after_exit(now, child, exit, cause, ready_since);
-        } else if probing_era && !exit.requested && !matches!(exit.code, Some(126 | 127 | 78)) {
-            // Old strict servers exit when their first message is not `initialize`: that is a
-            // verdict, not a failed start. Respawn at once in the handshake era (issue 6 §1).
-            self.set_verdict(
-                Era::Handshake,
-                "the child exited on the server/discover probe",
-            );
-            // Still never two spawns closer than backoff_initial (R9).
-            self.life = Life::Backoff {
-                until: base::deadline::after(child.started_at(), self.cfg.backoff_initial).max(now),
-                probe_respawn: true,
-                restart: true,
-            };
-        } else if cause == Some(StopCause::Restart) {
-            self.life = Life::Backoff {
-                until: now,
-                probe_respawn: false,
-                restart: true,
-            };
-        } else if ready_since.is_none() && self.lazy_start() {
-            self.after_failed_lazy_start(child.started_at(), reason);
-        } else if ready_since.is_none() {
-            let failed_starts = self.instances.failed_start();
-            let permanent = matches!(exit.code, Some(126 | 127 | 78));
-            if permanent {
-                self.enter_failed(&format!(
-                    "{reason}: the command cannot run (exit codes 126, 127, 78 are not retried)"
-                ));
-            } else if failed_starts >= MAX_FAILED_STARTS {
-                self.enter_failed(&format!(
-                    "{failed_starts} consecutive failed starts, last {reason}"
-                ));
-            } else {
-                self.after_exit(now, child, exit, cause, ready_since);
+            AfterExit::HandshakeRespawn => {
+                self.set_verdict(
+                    Era::Handshake,
+                    "the child exited on the server/discover probe",
+                );
+                // Still never two spawns closer than backoff_initial (R9).
+                self.life = Life::Backoff {
+                    until: base::deadline::after(child.started_at(), self.cfg.backoff_initial)
+                        .max(now),
+                    probe_respawn: true,
+                    restart: true,
+                };
             }
-        } else {
-            self.after_exit(now, child, exit, cause, ready_since);
+            AfterExit::RestartNow => {
+                self.life = Life::Backoff {
+                    until: now,
+                    probe_respawn: false,
+                    restart: true,
+                };
+            }
+            AfterExit::LazyFailed => self.after_failed_lazy_start(child.started_at(), reason),
+            AfterExit::FailedStart => {
+                let failed_starts = self.instances.failed_start();
+                match exits::after_failed_start(&exit, failed_starts) {
+                    FailedStart::CannotRun => self.enter_failed(&format!(
+                        "{reason}: the command cannot run (exit codes 126, 127, 78 are not retried)"
+                    )),
+                    FailedStart::TooMany => self.enter_failed(&format!(
+                        "{failed_starts} consecutive failed starts, last {reason}"
+                    )),
+                    FailedStart::Policy => self.after_exit(now, child, exit, cause, ready_since),
+                }
+            }
+            AfterExit::Policy => self.after_exit(now, child, exit, cause, ready_since),
         }
     }
 
@@ -794,12 +772,7 @@ impl Server {
         cause: Option<StopCause>,
         ready_since: Option<Instant>,
     ) {
-        let restart = match self.cfg.restart {
-            RestartPolicy::Always => true,
-            RestartPolicy::OnFailure => cause.is_some() || !exit.clean(),
-            RestartPolicy::Never => false,
-        };
-        if restart {
+        if exits::restarts(self.cfg.restart, cause, &exit) {
             let delay = self.instances.backoff(now, child.started_at(), ready_since);
             self.life = Life::Backoff {
                 until: base::deadline::after(now, delay),

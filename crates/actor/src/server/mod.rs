@@ -63,6 +63,7 @@ mod clock;
 mod core;
 mod demand;
 mod effects;
+mod exits;
 #[cfg(test)]
 mod fakes;
 mod forwarding;
