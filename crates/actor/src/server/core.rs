@@ -5,9 +5,9 @@
 //!
 //! | section | what it decides |
 //! |---|---|
-//! | lifecycle | spawn, the opener (era probe, handshake, discovery; the answers' meaning is `opening.rs`), exits, restarts, the operator's verbs, upstream events |
+//! | lifecycle | spawn, the opener (era probe, handshake, discovery; the answers' meaning is `opening.rs`), exits (what follows is `exits.rs`), restarts, the operator's verbs (`lifecycle.rs`), upstream events |
 //! | timers | the next wake-up; held requests, asks and requests past their deadlines; health probes (`probing.rs`) |
-//! | demand | on-demand starts and idle stops (the `Demand` sub-machine is `demand.rs`) |
+//! | demand | the record of an on-demand server, and what holds a child from an idle stop (the starts and stops themselves are `lifecycle.rs`; the `Demand` sub-machine is `demand.rs`) |
 //! | clients | a client's messages: requests by state, its handshake, log level, answers, leaving; what the supervisor answers itself is `serving.rs` |
 //! | forward | a request toward the upstream: ids, progress tokens, era translation (`forwarding.rs`); the rounds of `input_required` toward handshake clients (`asking.rs`) |
 //! | asking | the upstream's own requests: the owner rule, and 2026 clients asked through parked requests (`asking.rs`) |
@@ -26,12 +26,12 @@
 //! constructor and accessors). No `await`, no clock read, no I/O.
 
 use super::asking::{self, Asking, Resumed, Started, MRTR_METHODS};
-use super::effects::Effect;
 use super::effects::Lane;
 use super::effects::Written;
 use super::exits::{self, AfterExit, Ended, FailedStart};
 use super::forwarding::{self, Forwarding, Unsent};
 use super::life::Life;
+use super::lifecycle::{self, Lifecycle};
 use super::notifying::{self, Notifying};
 use super::opening::{self, Next};
 use super::outbox::{Outbox, Stamp};
@@ -69,8 +69,6 @@ use crate::record::Record;
 use crate::session::ClientId;
 use crate::session::SessionEvent;
 use crate::session::Transport;
-use base::backoff::FAILED_RETRY;
-use base::backoff::MAX_FAILED_STARTS;
 use bytes::Bytes;
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -80,7 +78,6 @@ use std::time::Duration;
 use std::time::Instant;
 use support::config::ServerConfig;
 use support::config::StartMode;
-use support::logging::MSG_BACKOFF;
 use support::logging::MSG_EXITED;
 use support::logging::MSG_FAILED;
 use support::logging::MSG_READY;
@@ -238,48 +235,6 @@ pub(super) enum Asker {
 // ==============================================================================================
 
 impl Server {
-    /// Spawns the next instance now, or, when the daemon's spawn budget is spent (R11), as
-    /// soon as it allows (the state waits in `backoff`; no failure is counted).
-    pub(super) fn spawn(&mut self) {
-        if self.admit_spawn() {
-            self.spawn_now();
-        }
-    }
-
-    /// Whether the spawn budget allows a spawn now; if not, the pending spawn is moved to when
-    /// it does and this says so in the log.
-    pub(super) fn admit_spawn(&mut self) -> bool {
-        match self.instances.admit(self.clock.now()) {
-            Ok(()) => true,
-            Err(deferred) => {
-                let wait = deferred.until.saturating_duration_since(self.clock.now());
-                info!(
-                    spawn_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                    "the daemon's spawn budget is spent ({} per second, burst {}); spawning later",
-                    deferred.rate,
-                    deferred.burst
-                );
-                self.life.defer_spawn(deferred.until);
-                false
-            }
-        }
-    }
-
-    /// Starts spawning the next instance, off the actor's thread (issue 27 §3): the state is
-    /// `starting` (`Life::Spawning`) until [`Server::on_spawned`] gets the outcome.
-    pub(super) fn spawn_now(&mut self) {
-        let generation = self.instances.next();
-        self.outbox.push(Effect::Spawn {
-            generation,
-            tail: self.instances.tail().clone(),
-        });
-        self.life = Life::Spawning {
-            generation,
-            deadline: base::deadline::after(self.clock.now(), self.cfg.start_timeout),
-            cancel: None,
-        };
-    }
-
     /// The outcome of the spawn of instance `generation`: open the session with it (or stop
     /// it at once for a stop asked meanwhile), or handle the spawn error. A result of a spawn
     /// no longer awaited is dropped, which stops its instance.
@@ -303,7 +258,7 @@ impl Server {
                             "spawned"
                         );
                         self.instances.publish_pid(pid.unwrap_or(0));
-                        self.ladder_if_due();
+                        lifecycle::ladder_if_due(&mut self.lifecycle());
                         match cancel {
                             None => self.open_session(),
                             Some(cause) => {
@@ -321,20 +276,30 @@ impl Server {
                     return;
                 };
                 error!(error = %e, permanent = e.permanent, "spawn failed");
-                self.record_exit(ExitReason::SpawnError);
+                lifecycle::record_exit(&mut self.lifecycle(), ExitReason::SpawnError);
                 // Spawn errors have no stderr; keep the reason where users look for it.
                 self.instances.note(&e.to_string());
                 match cancel {
                     // The stop asked meanwhile decides: nothing to stop, it stays stopped.
                     Some(StopCause::Shutdown | StopCause::Stop) => {}
-                    _ if self.lazy_start() => {
-                        self.after_failed_lazy_start(self.clock.now(), "spawn-error");
+                    _ if lifecycle::lazy_start(&self.cfg, &self.demand) => {
+                        let now = self.clock.now();
+                        lifecycle::after_failed_lazy_start(
+                            &mut self.lifecycle(),
+                            now,
+                            "spawn-error",
+                        );
                         self.fail_held(OutageStatus::Failed);
                     }
                     _ if e.permanent => {
                         self.enter_failed(&format!("{e}; fix the command and run `start`"))
                     }
-                    _ => self.schedule_restart(self.clock.now(), false),
+                    _ => {
+                        let now = self.clock.now();
+                        if lifecycle::schedule_restart(&mut self.lifecycle(), now) {
+                            self.fail_held(OutageStatus::Failed);
+                        }
+                    }
                 }
             }
         }
@@ -409,56 +374,52 @@ impl Server {
         }
     }
 
+    /// `failed` for `why` ([`lifecycle::enter_failed`]); what is held fails with it.
     pub(super) fn enter_failed(&mut self, why: &str) {
-        error!(message_id = MSG_FAILED, reason = %why, restart_n = self.instances.restarts(),
-            retry_in_s = FAILED_RETRY.as_secs(), "failed: {why}");
-        self.life = Life::Failed {
-            retry_at: Some(self.clock.now() + FAILED_RETRY),
-        };
+        lifecycle::enter_failed(&mut self.lifecycle(), why);
         self.fail_held(OutageStatus::Failed);
     }
 
+    /// The lifecycle's context ([`lifecycle`]) at this moment.
+    pub(super) fn lifecycle(&mut self) -> Lifecycle<'_> {
+        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        Lifecycle::new(
+            &mut self.life,
+            &mut self.instances,
+            &mut self.demand,
+            &mut self.outbox,
+            &mut self.telemetry,
+            at,
+            &self.cfg,
+        )
+    }
+
+    /// The daemon's shutdown: what is held fails, and the child stops for good.
     pub(super) fn begin_shutdown(&mut self) {
         if self.life.state() == State::Stopped {
             return;
         }
         self.fail_held(OutageStatus::Stopped);
         // The shutdown decides what follows the exit, whatever stop was under way.
-        if !self.stop_life(StopCause::Shutdown, true) {
-            self.life = Life::Stopped;
-        }
+        lifecycle::stop_for_good(&mut self.lifecycle(), StopCause::Shutdown);
     }
 
+    /// The operator's `stop`: what is held fails, and the child stops for good.
     pub(super) fn operator_stop(&mut self) {
         info!("stop requested");
         self.fail_held(OutageStatus::Stopped);
         // The operator's stop overrules a health or restart stop under way: it stays stopped.
-        if !self.stop_life(StopCause::Stop, true) {
-            self.life = Life::Stopped;
-        }
+        lifecycle::stop_for_good(&mut self.lifecycle(), StopCause::Stop);
     }
 
+    /// The operator's `start` ([`lifecycle::operator_start`]).
     pub(super) fn operator_start(&mut self) {
-        self.instances.reset();
-        if !self.life.has_instance() {
-            info!("start requested");
-            self.spawn();
-        }
+        lifecycle::operator_start(&mut self.lifecycle());
     }
 
+    /// The operator's `restart` ([`lifecycle::operator_restart`]).
     pub(super) fn operator_restart(&mut self) {
-        if self.life.state() == State::Idle {
-            // Nothing to restart: a start, not a restart.
-            return self.operator_start();
-        }
-        info!("restart requested");
-        self.instances.reset();
-        if self.life.has_instance() {
-            self.stop_child(StopCause::Restart);
-        } else {
-            self.instances.count_restart();
-            self.spawn();
-        }
+        lifecycle::operator_restart(&mut self.lifecycle());
     }
 
     pub(super) fn reconfigure(&mut self, cfg: ServerConfig) {
@@ -502,36 +463,6 @@ impl Server {
             return;
         }
         self.operator_restart();
-    }
-
-    /// [`Life::stop`], and the stop ladder's effect when it moved a child to `stopping`.
-    fn stop_life(&mut self, cause: StopCause, overrule: bool) -> bool {
-        let stopping = self.life.stop(cause, overrule);
-        self.ladder_if_due();
-        stopping
-    }
-
-    /// Decides the stop ladder of a child that entered `stopping` (`Effect::Stop`).
-    fn ladder_if_due(&mut self) {
-        if let Some(generation) = self.life.stop_due() {
-            self.outbox.push(Effect::Stop { generation });
-        }
-    }
-
-    pub(super) fn stop_child(&mut self, cause: StopCause) {
-        if self.life.can_stop() {
-            if cause == StopCause::Idle {
-                info!(reason = cause.reason(), "stopping the child");
-            } else {
-                warn!(reason = cause.reason(), "stopping the child");
-            }
-            // No probes, no forwarding while the ladder runs; the exit decides what next.
-            self.stop_life(cause, false);
-        }
-    }
-
-    pub(super) fn record_exit(&mut self, reason: ExitReason) {
-        self.instances.record_exit(reason, self.clock.wall());
     }
 
     pub(super) fn on_exit(&mut self, exit: Exit) {
@@ -590,7 +521,7 @@ impl Server {
                 if r.sign_in {
                     // No usable token and only a person can get one (issue 30 §3).
                     error!(http_status = r.status, "the remote server needs a sign-in");
-                    self.stop_child(StopCause::AuthFailed);
+                    lifecycle::stop_child(&mut self.lifecycle(), StopCause::AuthFailed);
                 }
             }
             Whose::Handshake if reason.class() == Class::AuthFailed => {
@@ -601,7 +532,7 @@ impl Server {
                     http_status = r.status,
                     "the remote server refused the credential at the handshake"
                 );
-                self.stop_child(StopCause::AuthFailed);
+                lifecycle::stop_child(&mut self.lifecycle(), StopCause::AuthFailed);
             }
             _ => {
                 let line = message::error_response(
@@ -649,9 +580,10 @@ impl Server {
             // No MESSAGE_ID: the journal's "exited" query lists outages, and this is none.
             info!(child_pid = child.describe().pid, "stopped: idle");
             self.fail_inflight(OutageStatus::Idle, ended, None);
-            return self.after_idle_stop();
+            let held = self.held.len() > 0;
+            return lifecycle::after_idle_stop(&mut self.lifecycle(), held);
         }
-        self.record_exit(why);
+        lifecycle::record_exit(&mut self.lifecycle(), why);
         let tail = self.instances.tail().last_lines(3);
         let operator = exits::by_operator(cause);
         let signal = exit.signal.map(upstream::signal_name);
@@ -677,8 +609,7 @@ impl Server {
             let class = exits::restart_class(status, &exit, unreachable.is_some());
             self.telemetry.metrics().restart(class);
         }
-        let retry_after = self
-            .next_attempt()
+        let retry_after = lifecycle::next_attempt(&self.life, &self.demand)
             .map(|t| t.saturating_duration_since(now));
         self.fail_inflight(status, ended, retry_after);
         if matches!(self.life.state(), State::Failed | State::Idle)
@@ -712,7 +643,7 @@ impl Server {
             ready: ready_since.is_some(),
             probing_era,
             remote: self.cfg.remote.is_some(),
-            lazy: self.lazy_start(),
+            lazy: lifecycle::lazy_start(&self.cfg, &self.demand),
         };
         match exits::after_exit(&ended) {
             AfterExit::Stopped => self.life = Life::Stopped,
@@ -747,7 +678,11 @@ impl Server {
                     restart: true,
                 };
             }
-            AfterExit::LazyFailed => self.after_failed_lazy_start(child.started_at(), reason),
+            AfterExit::LazyFailed => lifecycle::after_failed_lazy_start(
+                &mut self.lifecycle(),
+                child.started_at(),
+                reason,
+            ),
             AfterExit::FailedStart => {
                 let failed_starts = self.instances.failed_start();
                 match exits::after_failed_start(&exit, failed_starts) {
@@ -757,68 +692,27 @@ impl Server {
                     FailedStart::TooMany => self.enter_failed(&format!(
                         "{failed_starts} consecutive failed starts, last {reason}"
                     )),
-                    FailedStart::Policy => self.after_exit(now, child, exit, cause, ready_since),
+                    FailedStart::Policy => self.restart_by_policy(child, exit, cause, ready_since),
                 }
             }
-            AfterExit::Policy => self.after_exit(now, child, exit, cause, ready_since),
+            AfterExit::Policy => self.restart_by_policy(child, exit, cause, ready_since),
         }
     }
 
-    pub(super) fn after_exit(
+    /// The restart policy after an end ([`lifecycle::after_exit`]); what is held fails when
+    /// there is no restart.
+    fn restart_by_policy(
         &mut self,
-        now: Instant,
         child: &dyn Upstream,
         exit: Exit,
         cause: Option<StopCause>,
         ready_since: Option<Instant>,
     ) {
-        if exits::restarts(self.cfg.restart, cause, &exit) {
-            let delay = self.instances.backoff(now, child.started_at(), ready_since);
-            self.life = Life::Backoff {
-                until: base::deadline::after(now, delay),
-                probe_respawn: false,
-                restart: true,
-            };
-            info!(message_id = MSG_BACKOFF, restart_n = self.instances.restarts() + 1,
-                backoff_ms = delay.as_millis() as u64, attempt = self.instances.failures(),
-                reason = %exit.reason(), "restarting after backoff");
-        } else {
-            if exit.clean() {
-                info!(policy = ?self.cfg.restart, "not restarting (restart policy)");
-            } else {
-                error!(message_id = MSG_FAILED, reason = %exit.reason(), restart_n = self.instances.restarts(),
-                    policy = ?self.cfg.restart, "failed: not restarting (restart policy)");
-            }
-            self.life = if exit.clean() {
-                Life::Stopped
-            } else {
-                Life::Failed { retry_at: None }
-            };
-            self.fail_held(if exit.clean() {
-                OutageStatus::Stopped
-            } else {
-                OutageStatus::Failed
-            });
-        }
-    }
-
-    pub(super) fn schedule_restart(&mut self, now: Instant, _ready: bool) {
-        let delay = self.instances.backoff(now, now, None);
-        self.life = Life::Backoff {
-            until: base::deadline::after(now, delay),
-            probe_respawn: false,
-            restart: true,
-        };
-        info!(
-            message_id = MSG_BACKOFF,
-            restart_n = self.instances.restarts() + 1,
-            backoff_ms = delay.as_millis() as u64,
-            attempt = self.instances.failures(),
-            reason = "spawn-error",
-            "restarting after backoff"
-        );
-        if self.instances.failed_start() >= MAX_FAILED_STARTS {
-            self.enter_failed("too many consecutive failed starts");
+        let started_at = child.started_at();
+        let held =
+            lifecycle::after_exit(&mut self.lifecycle(), started_at, exit, cause, ready_since);
+        if let Some(status) = held {
+            self.fail_held(status);
         }
     }
 
@@ -939,7 +833,7 @@ impl Server {
             }
             Event::Lost(_, Lost::WriteFailed(why)) => {
                 warn!("{why}");
-                self.stop_child(StopCause::StdinFailed);
+                lifecycle::stop_child(&mut self.lifecycle(), StopCause::StdinFailed);
             }
             Event::Lost(_, Lost::Exited(exit)) => self.on_exit(exit),
             Event::Lost(_, Lost::Unreachable(u)) => self.on_end(session_end(false), Some(u)),
@@ -1029,7 +923,7 @@ impl Server {
             self.routing.next_ask_deadline(),
             probe_due,
             self.life.stdout_closed().map(|t| t + STDOUT_CLOSED_GRACE),
-            self.idle_deadline(),
+            lifecycle::idle_deadline(&self.life, &self.demand, &self.cfg),
         ]
         .into_iter()
         .flatten()
@@ -1043,7 +937,7 @@ impl Server {
                 timeout_s = self.cfg.start_timeout.as_secs_f64(),
                 "no answer to initialize within start_timeout"
             );
-            self.stop_child(StopCause::StartTimeout);
+            lifecycle::stop_child(&mut self.lifecycle(), StopCause::StartTimeout);
         }
         if self
             .life
@@ -1055,16 +949,16 @@ impl Server {
                 "the child closed stdout {}s ago but is still running",
                 STDOUT_CLOSED_GRACE.as_secs()
             );
-            self.stop_child(StopCause::StdoutClosed);
+            lifecycle::stop_child(&mut self.lifecycle(), StopCause::StdoutClosed);
         }
         if matches!(self.life.state(), State::Backoff | State::Failed)
             && self.life.next_spawn().is_some_and(|t| t <= now)
-            && self.admit_spawn()
+            && lifecycle::admit_spawn(&mut self.lifecycle())
         {
             if self.life.spawn_is_restart() {
                 self.instances.count_restart();
             }
-            self.spawn_now();
+            lifecycle::spawn_now(&mut self.lifecycle());
         }
         while let Some(r) = self.routing.inflight_mut().pop_expired(now) {
             self.on_deadline(r.id, r.value);
@@ -1153,7 +1047,7 @@ impl Server {
             self.cfg.probe_failures,
         );
         if probing::check(&mut cx, now) == Verdict::Dead {
-            self.stop_child(StopCause::ProbeTimeout);
+            lifecycle::stop_child(&mut self.lifecycle(), StopCause::ProbeTimeout);
         }
     }
 }
@@ -1166,7 +1060,7 @@ impl Server {
 //   `server/discover`, `logging/setLevel` and the first page of `tools/list`,
 //   `prompts/list`, `resources/list`, `resources/templates/list` are answered from it
 //   (marked `_meta["mcp-supervisor/cache"]`); any other request, a cursor, a list never
-//   seen, or an `initialize` with no record starts the child ([`Server::start_on_demand`]).
+//   seen, or an `initialize` with no record starts the child ([`lifecycle::start_on_demand`]).
 //   Requests that arrive while it starts wait up to `start_timeout`, then go through.
 // - `idle_stop`: a ready child is stopped through the ladder when no client request has
 //   reached it, and no answer come back from it, for that long, and nothing holds it
@@ -1186,7 +1080,7 @@ impl Server {
             return;
         }
         if self.cfg.start == StartMode::Eager || self.opener.is_adopted() {
-            return self.spawn();
+            return lifecycle::spawn(&mut self.lifecycle());
         }
         self.demand.open_writer(self.cfg.cache_file.clone());
         if let Some(r) = record {
@@ -1208,83 +1102,9 @@ impl Server {
     /// spawn of it would be.
     pub(super) fn cannot_start(&mut self, why: &str) {
         error!(error = %why, "the on-demand command cannot run");
-        self.record_exit(ExitReason::SpawnError);
+        lifecycle::record_exit(&mut self.lifecycle(), ExitReason::SpawnError);
         self.instances.note(why);
         self.enter_failed(&format!("{why}; fix the command and run `start`"));
-    }
-
-    /// Starts the child for a client request, when it is idle (and, after a failed start,
-    /// once its backoff delay passed: [`Server::lazy_retry_pending`]).
-    pub(super) fn start_on_demand(&mut self, method: &str) {
-        if self.life.state() != State::Idle || self.lazy_retry_pending() {
-            return;
-        }
-        info!(method, "starting the child on demand");
-        self.telemetry.metrics().demand("on-demand-start");
-        self.demand.start_by_request();
-        self.spawn();
-    }
-
-    /// Whether the failed start of an on-demand child is still inside its backoff delay: a
-    /// request now gets the outage answer (with `retry_after`) instead of a start.
-    pub(super) fn lazy_retry_pending(&self) -> bool {
-        self.demand.retry_at().is_some_and(|t| t > self.clock.now())
-    }
-
-    /// When the next start may happen: the lifecycle's next spawn (`backoff`, `failed`), or,
-    /// idle after a failed on-demand start, when the next request may start it.
-    pub(super) fn next_attempt(&self) -> Option<Instant> {
-        self.life.next_spawn().or(match self.life.state() {
-            State::Idle => self.demand.retry_at(),
-            _ => None,
-        })
-    }
-
-    /// Whether a failed start is judged as an on-demand one ([`Server::after_failed_lazy_start`]):
-    /// the server starts on demand, or this instance was started by a request.
-    pub(super) fn lazy_start(&self) -> bool {
-        self.cfg.start == StartMode::OnDemand || self.demand.by_request()
-    }
-
-    /// An on-demand start failed (the spawn, or the child exited or timed out before it was ready;
-    /// issue 26 §7): no automatic retry and never the ten-minute `failed`, which would disable
-    /// the server long after its cause is fixed. It goes back to `idle` (the record still
-    /// answers what it can), and the first request after the backoff delay (capped at
-    /// `backoff_max`) starts it again; `status` keeps the exit and its stderr tail.
-    pub(super) fn after_failed_lazy_start(&mut self, spawned_at: Instant, reason: &str) {
-        let delay = self.instances.backoff(self.clock.now(), spawned_at, None);
-        self.demand
-            .start_failed(base::deadline::after(self.clock.now(), delay));
-        warn!(
-            reason,
-            retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-            attempt = self.instances.failures(),
-            "the on-demand start failed; the first request after the backoff delay starts it again"
-        );
-        self.life = Life::Idle;
-    }
-
-    /// How long a request held now may wait: `start_timeout` from the spawn when a request
-    /// started the child (an `npx` server may take that long), else `queue_wait`.
-    pub(super) fn hold_deadline(&self) -> Instant {
-        match self.life.start_deadline() {
-            Some(t) if self.demand.by_request() => {
-                t.max(base::deadline::after(self.clock.now(), self.cfg.queue_wait))
-            }
-            _ => base::deadline::after(self.clock.now(), self.cfg.queue_wait),
-        }
-    }
-
-    /// The child was used now (a request forwarded, or its answer delivered).
-    pub(super) fn used(&mut self) {
-        self.demand.used(self.clock.now());
-    }
-
-    /// When the ready child becomes idle enough to stop, if `idle_stop` is set.
-    pub(super) fn idle_deadline(&self) -> Option<Instant> {
-        let after = self.cfg.idle_stop?;
-        (self.life.state() == State::Ready)
-            .then_some(base::deadline::after(self.demand.last_use(), after))
     }
 
     /// Client requests forwarded and not answered yet, listen streams aside (an upgrade
@@ -1322,38 +1142,15 @@ impl Server {
             || !self.subs.listeners().is_empty()
     }
 
-    /// At a timer: stops the ready child when `idle_stop` passed and nothing holds it. While
-    /// something holds it, the idle clock starts again.
+    /// At a timer: stops the ready child when `idle_stop` passed and nothing holds it
+    /// ([`lifecycle::idle_stop`]).
     pub(super) fn check_idle(&mut self) {
-        let Some(at) = self.idle_deadline() else {
-            return;
-        };
-        if at > self.clock.now() {
+        let due = lifecycle::idle_deadline(&self.life, &self.demand, &self.cfg);
+        if due.is_none_or(|t| t > self.clock.now()) {
             return;
         }
-        if self.busy() {
-            self.used();
-            return;
-        }
-        info!(
-            idle_s = self.cfg.idle_stop.map(|d| d.as_secs_f64()),
-            "no client used the child for idle_stop; stopping it"
-        );
-        self.telemetry.metrics().demand("idle-stop");
-        self.stop_child(StopCause::Idle);
-    }
-
-    /// After the exit of an idle stop: `idle`, or straight back up when requests arrived
-    /// during the stop (they were held).
-    pub(super) fn after_idle_stop(&mut self) {
-        self.demand.settled(false);
-        if self.held.len() > 0 {
-            info!("requests arrived during the idle stop; starting the child again");
-            self.life = Life::Idle;
-            self.start_on_demand("held");
-        } else {
-            self.life = Life::Idle;
-        }
+        let busy = self.busy();
+        lifecycle::idle_stop(&mut self.lifecycle(), busy);
     }
 
     /// The child answered its handshake: the record is written, and later holds wait
@@ -1362,7 +1159,7 @@ impl Server {
         self.demand.settled(true);
         // The idle clock starts at readiness at the latest (a start whose only request was
         // answered here, such as `initialize`, forwarded nothing).
-        self.used();
+        self.demand.used(self.clock.now());
         self.save_record();
     }
 
@@ -1557,12 +1354,12 @@ impl Server {
         match self.life.state() {
             State::Ready => self.forward(client, m),
             // The last start failed and its backoff delay has not passed (issue 26 §7).
-            State::Idle if self.lazy_retry_pending() => {
+            State::Idle if lifecycle::lazy_retry_pending(&self.demand, self.clock.now()) => {
                 self.outage_reply(client, id, m.method(), OutageStatus::Failed);
             }
             State::Idle => {
                 // A request the record cannot answer: the child starts (issue 18 §1).
-                self.start_on_demand(m.method());
+                lifecycle::start_on_demand(&mut self.lifecycle(), m.method());
                 if self.life.state() != State::Idle {
                     self.route_by_state(client, id, m);
                 } else {
@@ -1610,7 +1407,8 @@ impl Server {
 
     /// Holds a request until the child is ready, for at most `queue_wait`.
     fn hold(&mut self, client: ClientId, m: Message) {
-        let deadline = self.hold_deadline();
+        let deadline =
+            lifecycle::hold_deadline(&self.life, &self.demand, &self.cfg, self.clock.now());
         // Only called with room (`route_by_state`); a full queue would refuse it, never grow.
         let _ = self.held.push(client, m, deadline);
     }
@@ -1624,7 +1422,7 @@ impl Server {
             return;
         }
         // No record of an earlier run: the handshake needs the child (issue 18 §1).
-        self.start_on_demand("initialize");
+        lifecycle::start_on_demand(&mut self.lifecycle(), "initialize");
         // A first instance the supervisor is stopping to restart (its stdin failed, its
         // stdout closed, ...) is still trying: its exit decides, and says why (K18).
         let trying = match self.life.state() {
@@ -2127,7 +1925,7 @@ impl Server {
         else {
             return;
         };
-        self.used();
+        self.demand.used(self.clock.now());
         if let (Some(sent), Some(r)) = (&retry_params, &m.result) {
             if self.start_round(client, &id, method, sent, r.as_bytes(), progress, log_level) {
                 return;
@@ -2204,10 +2002,12 @@ impl Server {
                 self.send_discover(false, deadline);
             }
             Next::Initialize(version) => self.send_initialize(version),
-            Next::Reject => self.stop_child(StopCause::HandshakeRejected),
+            Next::Reject => {
+                lifecycle::stop_child(&mut self.lifecycle(), StopCause::HandshakeRejected)
+            }
             Next::Unsupported(error) => {
                 error!(error = ?error.as_deref(), "the child speaks no protocol version this supervisor supports");
-                self.stop_child(StopCause::HandshakeRejected);
+                lifecycle::stop_child(&mut self.lifecycle(), StopCause::HandshakeRejected);
             }
             Next::Nothing => {}
         }
@@ -2693,8 +2493,7 @@ impl Server {
             ) => Some(Reason::Stopping(c)),
             _ => self.instances.last_exit().map(|e| Reason::Ended(e.reason)),
         };
-        let retry = self
-            .next_attempt()
+        let retry = lifecycle::next_attempt(&self.life, &self.demand)
             .map(|t| t.saturating_duration_since(self.clock.now()));
         Outage::new(known, retry)
     }

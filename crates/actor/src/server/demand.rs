@@ -5,7 +5,7 @@
 //!   `server/discover`, `logging/setLevel` and the first page of `tools/list`,
 //!   `prompts/list`, `resources/list`, `resources/templates/list` are answered from it
 //!   (marked `_meta["mcp-supervisor/cache"]`); any other request, a cursor, a list never
-//!   seen, or an `initialize` with no record starts the child (`Server::start_on_demand`).
+//!   seen, or an `initialize` with no record starts the child (`lifecycle::start_on_demand`).
 //!   Requests that arrive while it starts wait up to `start_timeout`, then go through.
 //! - `idle_stop`: a ready child is stopped through the ladder when no client request has
 //!   reached it, and no answer come back from it, for that long, and nothing holds it

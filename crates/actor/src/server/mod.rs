@@ -74,6 +74,7 @@ mod held;
 mod instances;
 mod ledger;
 mod life;
+mod lifecycle;
 mod lists;
 mod notifying;
 mod opener;
@@ -719,8 +720,7 @@ impl Server {
             probes_answered: health.probes_answered,
             ping_served: health.ping_served,
             consecutive_failures: self.instances.failures(),
-            retry_in_ms: self
-                .next_attempt()
+            retry_in_ms: lifecycle::next_attempt(&self.life, &self.demand)
                 .map(|t| t.saturating_duration_since(now).as_millis() as u64),
             last_exit: self.instances.last_exit().cloned(),
             stderr_tail: self.instances.tail().text(),

@@ -98,6 +98,11 @@ impl Stamp<'_> {
     pub(super) fn now(&self) -> std::time::Instant {
         self.clock.now()
     }
+
+    /// The input's wall-clock moment (records of exits).
+    pub(super) fn wall(&self) -> std::time::SystemTime {
+        self.clock.wall()
+    }
 }
 
 impl Outbox {
