@@ -33,7 +33,7 @@ use super::forwarding::{self, Forwarding, Unsent};
 use super::life::Life;
 use super::lifecycle::{self, Lifecycle};
 use super::notifying::{self, Notifying};
-use super::opening::{self, Next};
+use super::opening::{self, Next, Reread};
 use super::outbox::{Outbox, Stamp};
 use super::probing::{self, Probing, Verdict};
 use super::replies::{self, Shape};
@@ -724,10 +724,7 @@ impl Server {
         self.demand_ready();
         self.instances.ready();
         self.open_listen();
-        if !first || self.instances.generation() > 1 {
-            self.restarts_after_ready();
-        }
-        self.prefetch_lists();
+        self.reread(!first || self.instances.generation() > 1);
         // Clients whose `initialize` waited for the child (concurrent first handshakes, K10),
         // one at a time (`HeldQueue::pop_oldest`); as many as were held now, so a request held
         // again meanwhile waits for the next release instead of looping here.
@@ -740,64 +737,37 @@ impl Server {
         }
     }
 
-    /// After a restart: replay log level and subscriptions, then re-read the lists and announce
-    /// only real changes (issue 5 §4).
-    pub(super) fn restarts_after_ready(&mut self) {
-        let far = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
-        let handshake_child = self.child_era() == Era::Handshake;
-        if let Some(level) = self.opener.log_level().filter(|_| handshake_child) {
-            let p = raw(&json!({"level": level_name(level)}));
-            self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), far);
-        }
-        let uris: Vec<String> = if handshake_child {
-            self.subs.uris().cloned().collect()
-        } else {
-            Vec::new()
-        };
-        for uri in uris {
-            self.send_to_child(
-                Owner::Internal,
-                "resources/subscribe",
-                Some(raw(&json!({"uri": uri}))),
-                far,
-            );
-        }
-        let cached = self.lists.methods();
-        for method in cached {
-            self.send_to_child(
-                Owner::Refresh {
-                    method,
-                    announce: true,
-                },
-                method,
-                None,
-                far,
-            );
-        }
-    }
-
-    /// Reads the lists the child advertises and nobody asked for yet, so an outage can be
-    /// answered with the last real list from the start (issue 5 §3).
-    pub(super) fn prefetch_lists(&mut self) {
+    /// Asks the child that just became ready what [`opening::after_ready`] says: after a
+    /// restart (`restarted`) the replay and the cached lists, then the lists not read yet.
+    fn reread(&mut self, restarted: bool) {
         let Some(hs) = self.opener.handshake() else {
             return;
         };
-        let missing: Vec<&'static str> = era::LISTS
-            .iter()
-            .filter(|(m, _, cap)| hs.has(cap) && !self.lists.has(m))
-            .map(|(m, _, _)| *m)
-            .collect();
+        let handshake_child = self.child_era() == Era::Handshake;
+        let asks = opening::after_ready(
+            hs,
+            restarted,
+            handshake_child,
+            self.opener.log_level(),
+            self.subs.uris(),
+            &self.lists.methods(),
+        );
         let far = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
-        for method in missing {
-            self.send_to_child(
-                Owner::Refresh {
-                    method,
-                    announce: false,
-                },
-                method,
-                None,
-                far,
-            );
+        for ask in asks {
+            match ask {
+                Reread::LogLevel(level) => {
+                    let p = raw(&json!({"level": level_name(level)}));
+                    self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), far);
+                }
+                Reread::Subscribe(uri) => {
+                    let p = raw(&json!({"uri": uri}));
+                    self.send_to_child(Owner::Internal, "resources/subscribe", Some(p), far);
+                }
+                Reread::List { method, announce } => {
+                    let owner = Owner::Refresh { method, announce };
+                    self.send_to_child(owner, method, None, far);
+                }
+            }
         }
     }
 

@@ -29,11 +29,6 @@ impl ListCache {
         self.lists.get(method)
     }
 
-    /// Whether `method` has a result.
-    pub(super) fn has(&self, method: &str) -> bool {
-        self.lists.contains_key(method)
-    }
-
     /// Stores `value` as the result of `method`; returns whether it differs from the last.
     /// When it does, the later pages read before are forgotten (their cursors were the old
     /// list's).

@@ -1,5 +1,6 @@
 //! The opening of a session with a fresh child (issue 6 §1; issue 29): what the child's
-//! answer to the supervisor's `initialize` or `server/discover` means. Pure decisions: each
+//! answer to the supervisor's `initialize` or `server/discover` means, and what a child that
+//! just became ready is asked ([`after_ready`]). Pure decisions: each
 //! takes the answer and the configured `protocol`, and returns the era verdict to record (if
 //! the answer settles one) and what to do next ([`Next`]); the caller records the verdict,
 //! then carries out the next step (ready, another handshake request, or the stop).
@@ -160,9 +161,62 @@ pub(super) fn discover_answer(
     }
 }
 
+/// A request the supervisor makes of a child that just became ready ([`after_ready`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Reread {
+    /// `logging/setLevel` with the most verbose level clients asked for (a rank of
+    /// `era::log_rank`).
+    LogLevel(usize),
+    /// `resources/subscribe` for a URI clients hold.
+    Subscribe(String),
+    /// A list to read; `announce`: a change from the cached copy is announced to clients.
+    List {
+        method: &'static str,
+        announce: bool,
+    },
+}
+
+/// What the supervisor asks a child that just became ready (issue 5 §3-4), in order. After a
+/// restart (`restarted`): a handshake-era child (`handshake_child`) gets the log level
+/// (`log_level`) and the subscriptions (`uris`) clients hold replayed, and every cached list
+/// (`cached`) is read again and announced if it changed. Then each list the child advertises
+/// (in `hs`) that is not cached yet is read, so an outage can be answered with the last real
+/// list from the start.
+pub(super) fn after_ready<'a>(
+    hs: &Handshake,
+    restarted: bool,
+    handshake_child: bool,
+    log_level: Option<usize>,
+    uris: impl Iterator<Item = &'a String>,
+    cached: &[&'static str],
+) -> Vec<Reread> {
+    let mut asks = Vec::new();
+    if restarted {
+        if let Some(level) = log_level.filter(|_| handshake_child) {
+            asks.push(Reread::LogLevel(level));
+        }
+        if handshake_child {
+            asks.extend(uris.map(|u| Reread::Subscribe(u.clone())));
+        }
+        asks.extend(cached.iter().map(|method| Reread::List {
+            method,
+            announce: true,
+        }));
+    }
+    let missing = era::LISTS
+        .iter()
+        .filter(|(m, _, cap)| hs.has(cap) && !cached.contains(m))
+        .map(|(method, _, _)| Reread::List {
+            method,
+            announce: false,
+        });
+    asks.extend(missing);
+    asks
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{discover_answer, initialize_answer, Next, Verdict};
+    use super::{after_ready, discover_answer, initialize_answer, Next, Reread, Verdict};
     use crate::era::{ChildProtocol, Era};
     use vocab::jsonrpc::message::parse_one;
 
@@ -240,5 +294,55 @@ mod tests {
         let (v, next) = discover_answer(&m, true, &ChildProtocol::Auto);
         assert_eq!(v.map(|v| v.era), Some(Era::Modern));
         assert!(matches!(next, Next::Unsupported(Some(_))));
+    }
+
+    #[test]
+    fn a_ready_child_is_asked_for_its_lists_and_after_a_restart_for_the_replay_first() {
+        let m = msg(
+            r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{},"prompts":{},"logging":{}},"serverInfo":{"name":"s","version":"1"}}}"#,
+        );
+        let (_, next) = initialize_answer(&m, &ChildProtocol::Auto);
+        let Next::Ready { handshake, .. } = next else {
+            panic!("{next:?}")
+        };
+        let uris = ["file:///a".to_string()];
+        // The first start: only the advertised lists, nothing announced.
+        let first = after_ready(&handshake, false, true, Some(2), uris.iter(), &[]);
+        let list = |method, announce| Reread::List { method, announce };
+        assert_eq!(
+            first,
+            [list("tools/list", false), list("prompts/list", false)]
+        );
+        // A restart: level, subscriptions, the cached lists announced, then the others.
+        let again = after_ready(
+            &handshake,
+            true,
+            true,
+            Some(2),
+            uris.iter(),
+            &["tools/list"],
+        );
+        assert_eq!(
+            again,
+            [
+                Reread::LogLevel(2),
+                Reread::Subscribe("file:///a".into()),
+                list("tools/list", true),
+                list("prompts/list", false),
+            ]
+        );
+        // A 2026 child has no level or subscriptions to replay.
+        let modern = after_ready(
+            &handshake,
+            true,
+            false,
+            Some(2),
+            uris.iter(),
+            &["tools/list"],
+        );
+        assert_eq!(
+            modern,
+            [list("tools/list", true), list("prompts/list", false)]
+        );
     }
 }
