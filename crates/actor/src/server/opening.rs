@@ -1,9 +1,9 @@
 //! The opening of a session with a fresh child (issue 6 §1; issue 29): what the child's
 //! answer to the supervisor's `initialize` or `server/discover` means, and what a child that
-//! just became ready is asked ([`after_ready`]). Pure decisions: each
-//! takes the answer and the configured `protocol`, and returns the era verdict to record (if
-//! the answer settles one) and what to do next ([`Next`]); the caller records the verdict,
-//! then carries out the next step (ready, another handshake request, or the stop).
+//! just became ready is asked ([`after_ready`]). Pure decisions: an answer's takes the answer
+//! and the configured `protocol`, and returns the era verdict to record (if the answer settles
+//! one) and what to do next ([`Next`]); the caller records the verdict, then carries out the
+//! next step (ready, another handshake request, or the stop).
 //!
 //! No state, no clock, no I/O (the refusals are logged here, where the reason is known).
 
