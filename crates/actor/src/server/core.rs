@@ -36,6 +36,7 @@ use super::notifying::{self, Notifying};
 use super::opening::{self, Next, Reread};
 use super::outbox::{Outbox, Stamp};
 use super::probing::{self, Probing, Verdict};
+use super::recording::{self, Recording};
 use super::replies::{self, Shape};
 use super::roster::Client;
 use super::serving::{self, Serving, Standing};
@@ -64,7 +65,6 @@ use crate::outage::ExitReason;
 use crate::outage::OutageStatus;
 use crate::outage::Reason;
 use crate::outage::StopCause;
-use crate::record;
 use crate::record::Record;
 use crate::session::ClientId;
 use crate::session::SessionEvent;
@@ -721,7 +721,7 @@ impl Server {
             restart_n = self.instances.restarts(), protocol_version = %hs.protocol_version, "ready");
         let first = self.opener.ready(hs);
         self.life.ready(self.clock.now());
-        self.demand_ready();
+        recording::ready(&mut self.recording());
         self.instances.ready();
         self.open_listen();
         self.reread(!first || self.instances.generation() > 1);
@@ -1034,7 +1034,7 @@ impl Server {
 //   Requests that arrive while it starts wait up to `start_timeout`, then go through.
 // - `idle_stop`: a ready child is stopped through the ladder when no client request has
 //   reached it, and no answer come back from it, for that long, and nothing holds it
-//   ([`Server::busy`]: requests in flight or held, questions asked of clients, resource
+//   ([`lifecycle::holds_child`]: requests in flight or held, questions asked of clients, resource
 //   subscriptions, listen streams). Its exit leaves the server `idle`: no failure, no
 //   backoff, no restart counted, `last_exit` untouched.
 // ==============================================================================================
@@ -1077,6 +1077,19 @@ impl Server {
         self.enter_failed(&format!("{why}; fix the command and run `start`"));
     }
 
+    /// The record's context ([`recording`]) at this moment.
+    fn recording(&mut self) -> Recording<'_> {
+        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        Recording::new(
+            &mut self.demand,
+            &mut self.life,
+            &self.opener,
+            &self.lists,
+            at,
+            &self.cfg,
+        )
+    }
+
     /// Client requests forwarded and not answered yet, listen streams aside (an upgrade
     /// waits for none, issue 32 §1).
     pub(super) fn forwarded_requests(&self) -> usize {
@@ -1090,28 +1103,6 @@ impl Server {
             .count()
     }
 
-    /// Whether something still holds the child: client requests in flight or held, the
-    /// child's questions waiting for clients, subscriptions, served or routed listen streams.
-    pub(super) fn busy(&self) -> bool {
-        let client_request = self.routing.inflight().iter().any(|(_, _, _, p)| {
-            matches!(p.owner, Owner::Client { .. } | Owner::Parked { .. })
-                && p.method != "subscriptions/listen"
-        });
-        let listening = self
-            .routing
-            .inflight()
-            .iter()
-            .any(|(_, c, _, p)| c.is_some() && p.method == "subscriptions/listen");
-        client_request
-            || listening
-            || self.held.len() > 0
-            || self.routing.asks() > 0
-            || self.rounds.open_rounds() > 0
-            || self.rounds.parked_rounds() > 0
-            || self.subs.uris().next().is_some()
-            || !self.subs.listeners().is_empty()
-    }
-
     /// At a timer: stops the ready child when `idle_stop` passed and nothing holds it
     /// ([`lifecycle::idle_stop`]).
     pub(super) fn check_idle(&mut self) {
@@ -1119,40 +1110,8 @@ impl Server {
         if due.is_none_or(|t| t > self.clock.now()) {
             return;
         }
-        let busy = self.busy();
+        let busy = lifecycle::holds_child(&self.routing, &self.held, &self.rounds, &self.subs);
         lifecycle::idle_stop(&mut self.lifecycle(), busy);
-    }
-
-    /// The child answered its handshake: the record is written, and later holds wait
-    /// `queue_wait` again.
-    pub(super) fn demand_ready(&mut self) {
-        self.demand.settled(true);
-        // The idle clock starts at readiness at the latest (a start whose only request was
-        // answered here, such as `initialize`, forwarded nothing).
-        self.demand.used(self.clock.now());
-        self.save_record();
-    }
-
-    /// Queues the record of this run for writing (on-demand servers, after the handshake and
-    /// whenever a list changes).
-    pub(super) fn save_record(&mut self) {
-        if self.cfg.start == StartMode::OnDemand {
-            // A reload may have made this server on-demand.
-            self.demand.open_writer(self.cfg.cache_file.clone());
-        }
-        if self.opener.handshake().is_none() {
-            return;
-        }
-        self.note_session();
-        let Some(hs) = self.opener.handshake() else {
-            return;
-        };
-        // Kept whether or not a record is written: an eager server that went idle after an
-        // idle stop answers from memory, and says when that copy was taken.
-        let at = humantime::format_rfc3339_seconds(self.clock.wall()).to_string();
-        let (cfg, lists) = (&self.cfg, self.lists.all());
-        self.demand
-            .save(|| record::encode(cfg, hs, lists, &at), at.clone());
     }
 }
 
@@ -1447,27 +1406,7 @@ impl Server {
             let p = raw(&json!({"level": level_name(want)}));
             let deadline = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
             self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
-            self.note_session();
-        }
-    }
-
-    /// Records the open session with the running child where the next run finds it after a
-    /// crash of the supervisor (`child::fdstore`, issue 32 §2): the handshake and lists, the
-    /// log level. Nothing when the store is off.
-    pub(super) fn note_session(&mut self) {
-        if !self.life.child().is_some_and(|c| c.keeps_sessions()) {
-            return;
-        }
-        let Some(hs) = self.opener.handshake() else {
-            return;
-        };
-        let text = record::encode(&self.cfg, hs, self.lists.all(), "");
-        let Ok(value) = serde_json::from_slice::<Value>(&text) else {
-            return;
-        };
-        let level = self.opener.log_level();
-        if let Some(child) = self.life.child_mut() {
-            child.note_session(value, level);
+            recording::note_session(&mut self.recording());
         }
     }
 
@@ -1914,7 +1853,7 @@ impl Server {
                 match page.cursor {
                     None => {
                         if self.lists.store(page.list, v) {
-                            self.save_record();
+                            recording::save(&mut self.recording());
                         }
                     }
                     Some(cursor) => self.lists.store_page(page.list, cursor, v),
@@ -1995,7 +1934,7 @@ impl Server {
         };
         let changed = self.lists.store(method, v);
         if changed {
-            self.save_record();
+            recording::save(&mut self.recording());
         }
         if changed && announce {
             let note = era::LISTS

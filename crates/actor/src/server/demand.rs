@@ -9,7 +9,7 @@
 //!   Requests that arrive while it starts wait up to `start_timeout`, then go through.
 //! - `idle_stop`: a ready child is stopped through the ladder when no client request has
 //!   reached it, and no answer come back from it, for that long, and nothing holds it
-//!   (`Server::busy`: requests in flight or held, questions asked of clients, resource
+//!   (`lifecycle::holds_child`: requests in flight or held, questions asked of clients, resource
 //!   subscriptions, listen streams). Its exit leaves the server `idle`: no failure, no
 //!   backoff, no restart counted, `last_exit` untouched.
 

@@ -11,11 +11,16 @@
 //!
 //! No clock read (the moment is the stamp's), no I/O.
 
+use super::core::{Owner, Pending};
 use super::demand::Demand;
 use super::effects::Effect;
+use super::held::HeldQueue;
 use super::instances::Instances;
 use super::life::Life;
 use super::outbox::{Outbox, Stamp};
+use super::rounds::Rounds;
+use super::routing::Routing;
+use super::subtable::Subscriptions;
 use super::telemetry::Telemetry;
 use super::State;
 use crate::outage::{ExitReason, OutageStatus, StopCause};
@@ -344,4 +349,31 @@ pub(super) fn hold_deadline(
 pub(super) fn idle_deadline(life: &Life, demand: &Demand, cfg: &ServerConfig) -> Option<Instant> {
     let after = cfg.idle_stop?;
     (life.state() == State::Ready).then_some(base::deadline::after(demand.last_use(), after))
+}
+
+/// Whether something still holds the child from an idle stop: client requests in flight
+/// (`routing`) or `held`, the child's questions waiting for clients, rounds, subscriptions,
+/// served or routed listen streams (`subs`).
+pub(super) fn holds_child(
+    routing: &Routing,
+    held: &HeldQueue,
+    rounds: &Rounds,
+    subs: &Subscriptions,
+) -> bool {
+    let listen = |p: &Pending| p.method() == "subscriptions/listen";
+    let client_request = routing.inflight().iter().any(|(_, _, _, p)| {
+        matches!(p.owner(), Owner::Client { .. } | Owner::Parked { .. }) && !listen(p)
+    });
+    let listening = routing
+        .inflight()
+        .iter()
+        .any(|(_, c, _, p)| c.is_some() && listen(p));
+    client_request
+        || listening
+        || held.len() > 0
+        || routing.asks() > 0
+        || rounds.open_rounds() > 0
+        || rounds.parked_rounds() > 0
+        || subs.uris().next().is_some()
+        || !subs.listeners().is_empty()
 }

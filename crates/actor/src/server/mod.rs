@@ -81,6 +81,7 @@ mod opener;
 mod opening;
 mod outbox;
 mod probing;
+mod recording;
 mod replies;
 mod roster;
 mod rounds;
