@@ -1394,18 +1394,11 @@ impl Server {
         }
     }
 
-    /// The child gets the most verbose level any client asked for (issue 3 §3).
+    /// The child follows the most verbose level clients asked for
+    /// ([`forwarding::sync_log_level`]); the session note records it.
     pub(super) fn sync_log_level(&mut self) {
-        let want = self.outbox.clients().min_log_level();
-        let Some(want) = want else { return };
-        // The level is recorded while the child is down too: the restart replays it.
-        if self.child_era() == Era::Handshake
-            && self.opener.set_log_level(want)
-            && self.life.state() == State::Ready
-        {
-            let p = raw(&json!({"level": level_name(want)}));
-            let deadline = base::deadline::after(self.clock.now(), self.cfg.request_timeout);
-            self.send_to_child(Owner::Internal, "logging/setLevel", Some(p), deadline);
+        let ready = self.life.state() == State::Ready;
+        if forwarding::sync_log_level(&mut self.forwarding(), ready) {
             recording::note_session(&mut self.recording());
         }
     }

@@ -235,6 +235,32 @@ pub(super) fn want_child_log_level(cx: &mut Forwarding<'_>, level: usize) {
     }
 }
 
+/// The child gets the most verbose level any client asked for (issue 3 §3). The level is
+/// recorded while the child is down too (the restart replays it); it is sent when the child
+/// is a `ready` handshake-era one. Returns whether it was sent (the session note changes).
+pub(super) fn sync_log_level(cx: &mut Forwarding<'_>, ready: bool) -> bool {
+    let Some(want) = cx.outbox.clients().min_log_level() else {
+        return false;
+    };
+    if cx.opener.child_era() != Era::Handshake || !cx.opener.set_log_level(want) || !ready {
+        return false;
+    }
+    let p = raw(&json!({"level": level_name(want)}));
+    let deadline = base::deadline::after(cx.at.now(), cx.cfg.request_timeout);
+    let child_id = cx.routing.inflight_mut().allocate();
+    // Only a client's request is answered when unsent; this one is the supervisor's own.
+    let _ = send(
+        cx,
+        child_id,
+        None,
+        Owner::Internal,
+        "logging/setLevel",
+        Some(p),
+        Some(deadline),
+    );
+    true
+}
+
 /// Registers request `method` (`params`) of `owner` under the allocated `child_id` and writes
 /// it to the running child; `key` is the owning client's request id text. A 2026 child gets
 /// the supervisor's envelope on a request of the supervisor's own. Returns `child_id`, or the
