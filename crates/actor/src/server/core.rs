@@ -43,7 +43,7 @@ use super::serving::{self, Serving, Standing};
 use super::subscribing::{self, Subscribing};
 use super::subtable::Hold;
 use super::telemetry::Telemetry;
-use super::unreachable::{self, Answering, Failure, Outage};
+use super::unreachable::{self, Answering, Discarded, Failure, Outage, Refused};
 use super::util::health_config;
 use super::util::level_name;
 use super::util::malformed;
@@ -60,7 +60,6 @@ use crate::era::Era;
 use crate::era::Handshake;
 use crate::health::ProbeMethods;
 use crate::ids::id_key;
-use crate::outage::Class;
 use crate::outage::ExitReason;
 use crate::outage::OutageStatus;
 use crate::outage::Reason;
@@ -101,7 +100,6 @@ use vocab::jsonrpc::framing::Line;
 use vocab::jsonrpc::message;
 use vocab::jsonrpc::message::code;
 use vocab::jsonrpc::message::raw;
-use vocab::jsonrpc::message::raw_u64;
 use vocab::jsonrpc::message::Kind;
 use vocab::jsonrpc::message::Message;
 use vocab::jsonrpc::message::Out;
@@ -382,7 +380,7 @@ impl Server {
 
     /// The lifecycle's context ([`lifecycle`]) at this moment.
     pub(super) fn lifecycle(&mut self) -> Lifecycle<'_> {
-        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        let at = stamp(&self.cfg.name, self.clock, &self.life);
         Lifecycle::new(
             &mut self.life,
             &mut self.instances,
@@ -469,84 +467,14 @@ impl Server {
         self.on_end(exit, None)
     }
 
-    /// A remote server's bare HTTP answer to request `id` (issue 29 §3-4): a client's request
-    /// gets the outage record with its class (`auth_failed`, `rate_limited`,
-    /// `upstream_error`); a 401/403 to the handshake stops the session for good (no reconnect
-    /// loop on a bad credential); the supervisor's own requests (probes, the era probe, list
-    /// reads) read it as the JSON-RPC error it stands for.
+    /// A remote server's bare HTTP answer to request `id` ([`unreachable::refused`]).
     fn on_refused(&mut self, id: &RawValue, r: Refusal) {
-        let reason = Reason::Http(r);
-        if let Ok(class) = serde_json::to_value(reason.class()) {
-            self.telemetry
-                .metrics()
-                .refusal(class.as_str().unwrap_or("upstream_error"));
-        }
-        let n = id.get().parse::<u64>().ok();
-        #[derive(PartialEq)]
-        enum Whose {
-            Client,
-            Handshake,
-            Other,
-        }
-        let whose = match n
-            .and_then(|n| self.routing.inflight().get(n))
-            .map(|p| &p.owner)
-        {
-            Some(Owner::Client { .. }) => Whose::Client,
-            Some(Owner::Initialize | Owner::Discover { .. }) => Whose::Handshake,
-            _ => Whose::Other,
-        };
-        match whose {
-            Whose::Client => {
-                let Some(removed) = n.and_then(|n| self.routing.inflight_mut().remove(n)) else {
-                    return;
-                };
-                let p = removed.value;
-                if let Owner::Client { client, id, .. } = p.owner {
-                    self.outage_respond(
-                        client,
-                        &id,
-                        &p.method,
-                        if r.sign_in {
-                            OutageStatus::AuthRequired
-                        } else {
-                            OutageStatus::Ready
-                        },
-                        reason,
-                        r.retry_after,
-                        code::SERVER_UNAVAILABLE,
-                        Outcome::Unreachable,
-                    );
-                }
-                if r.sign_in {
-                    // No usable token and only a person can get one (issue 30 §3).
-                    error!(http_status = r.status, "the remote server needs a sign-in");
-                    lifecycle::stop_child(&mut self.lifecycle(), StopCause::AuthFailed);
-                }
+        match unreachable::refused(&mut self.answering(), id, r) {
+            Refused::Done => {}
+            Refused::StopForAuth => {
+                lifecycle::stop_child(&mut self.lifecycle(), StopCause::AuthFailed)
             }
-            Whose::Handshake if reason.class() == Class::AuthFailed => {
-                if let Some(n) = n {
-                    self.routing.inflight_mut().remove(n);
-                }
-                error!(
-                    http_status = r.status,
-                    "the remote server refused the credential at the handshake"
-                );
-                lifecycle::stop_child(&mut self.lifecycle(), StopCause::AuthFailed);
-            }
-            _ => {
-                let line = message::error_response(
-                    id,
-                    code::INTERNAL_ERROR,
-                    &format!("the remote server answered {reason}"),
-                    None,
-                );
-                if let Ok(msgs) = message::parse_line(&line) {
-                    for m in msgs.into_iter().flatten() {
-                        self.on_child_response(m);
-                    }
-                }
-            }
+            Refused::AsError(m) => self.on_child_response(m),
         }
     }
 
@@ -1006,7 +934,7 @@ impl Server {
             return;
         }
         let methods = self.probe_methods();
-        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        let at = stamp(&self.cfg.name, self.clock, &self.life);
         let mut cx = Probing::new(
             &mut self.health,
             &mut self.routing,
@@ -1079,7 +1007,7 @@ impl Server {
 
     /// The record's context ([`recording`]) at this moment.
     fn recording(&mut self) -> Recording<'_> {
-        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        let at = stamp(&self.cfg.name, self.clock, &self.life);
         Recording::new(
             &mut self.demand,
             &mut self.life,
@@ -1224,7 +1152,7 @@ impl Server {
             },
             _ => Standing::Down(self.outage_status()),
         };
-        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        let at = stamp(&self.cfg.name, self.clock, &self.life);
         Serving::new(
             &mut self.outbox,
             &mut self.telemetry,
@@ -1559,7 +1487,7 @@ impl Server {
 impl Server {
     /// The context for writing requests toward the upstream ([`forwarding`]) at this moment.
     fn forwarding(&mut self) -> Forwarding<'_> {
-        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        let at = stamp(&self.cfg.name, self.clock, &self.life);
         Forwarding::new(
             &mut self.routing,
             &mut self.opener,
@@ -1712,7 +1640,7 @@ impl Server {
 impl Server {
     /// The asking context ([`asking`]) at this moment.
     fn asking(&mut self) -> Asking<'_> {
-        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        let at = stamp(&self.cfg.name, self.clock, &self.life);
         Asking::new(
             &mut self.rounds,
             &mut self.routing,
@@ -1953,11 +1881,6 @@ impl Server {
         asking::on_child_request(&mut self.asking(), m);
     }
 
-    pub(super) fn answer_child_error(&mut self, child_id: &RawValue, code: i64, msg: &str) {
-        let (out, _, at) = self.out();
-        out.answer_upstream_error(&at, child_id, code, msg);
-    }
-
     /// Tells the upstream, urgently, that the supervisor no longer wants the answer to its
     /// request `child_id` (`notifications/cancelled` with `reason`); `what` as for
     /// [`Server::write_child`].
@@ -2015,7 +1938,7 @@ impl Server {
 
     /// The context for routing the child's notifications ([`notifying`]) at this moment.
     fn notifying(&mut self) -> Notifying<'_> {
-        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        let at = stamp(&self.cfg.name, self.clock, &self.life);
         let starting = self.life.state() == State::Starting;
         Notifying::new(
             &mut self.routing,
@@ -2089,109 +2012,17 @@ impl Server {
         out.fail_malformed(tel, &at, client, id, method, problem);
     }
 
-    /// A message of the upstream that is never relayed (issue 47 §7; K04, K22): over
-    /// `max_message_size` or nested deeper than `max_message_depth`. Counted
-    /// (`upstream_discarded_total`) and logged within a budget whatever it was; a response
-    /// fails its request (a client's gets the outage answer, class `upstream_error`, detail
-    /// `too_large` or `too_deep`; the supervisor's own reads it as an error), a request of the
-    /// upstream is answered with -32600, a notification is dropped.
+    /// A message of the upstream that is never relayed ([`unreachable::discarded`]).
     pub(super) fn on_discarded(&mut self, limit: Limit, was: Was) {
-        self.telemetry
-            .metrics()
-            .discarded(limit.detail(), was.kind());
-        let what = match limit {
-            Limit::Size(n) => format!(
-                "{n} bytes, over max_message_size ({} bytes)",
-                self.cfg.max_message_size
-            ),
-            Limit::Depth => format!(
-                "nested deeper than max_message_depth ({} levels)",
-                self.cfg.max_message_depth
-            ),
-        };
-        let now = self.clock.now();
-        let log = |telemetry: &mut super::telemetry::Telemetry, id: Option<&str>, note: &str| {
-            if let Some(suppressed) = telemetry.allow_discarded(now) {
-                warn!(
-                    kind = was.kind(),
-                    detail = limit.detail(),
-                    id,
-                    suppressed,
-                    "dropped a {} of the server: {what}{note}",
-                    was.kind()
-                );
-            }
-        };
-        let id = match &was {
-            Was::Response(id) => id.clone(),
-            Was::Request(id) => {
-                log(&mut self.telemetry, Some(id.get()), "; answered -32600");
-                let msg = format!("the request is {what}; mcp-supervisor does not relay it");
-                return self.answer_child_error(id, code::INVALID_REQUEST, &msg);
-            }
-            Was::Notification => return log(&mut self.telemetry, None, ""),
-        };
-        let n = id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
-        let Some(child_id) = n.filter(|n| self.routing.inflight().contains(*n)) else {
-            return log(
-                &mut self.telemetry,
-                id.as_deref().map(RawValue::get),
-                "; it answers no request in flight",
-            );
-        };
-        log(&mut self.telemetry, Some(&child_id.to_string()), "");
-        let whose = self
-            .routing
-            .inflight()
-            .get(child_id)
-            .map(|p| matches!(p.owner, Owner::Client { .. } | Owner::Parked { .. }));
-        if whose != Some(true) {
-            // The supervisor's own request (handshake, probe, list read): an error answer, as
-            // the upstream could have sent.
-            let line = message::error_response(
-                &raw_u64(child_id),
-                code::INTERNAL_ERROR,
-                &format!("the answer is {what}"),
-                None,
-            );
-            if let Ok(m) = message::parse_one(&line) {
-                self.on_child_response(m);
-            }
-            return;
-        }
-        let Some(removed) = self.routing.inflight_mut().remove(child_id) else {
-            return;
-        };
-        let p = removed.value;
-        match p.owner {
-            Owner::Parked { round } => asking::on_parked_failure(
-                &mut self.asking(),
+        let (size, depth) = (self.cfg.max_message_size, self.cfg.max_message_depth);
+        match unreachable::discarded(&mut self.answering(), limit, was, size, depth) {
+            Discarded::Done => {}
+            Discarded::Parked {
                 round,
                 child_id,
-                &format!("an answer {what}"),
-            ),
-            Owner::Client { client, id, .. } => {
-                let reason = match limit {
-                    Limit::Size(bytes) => Reason::TooLarge {
-                        bytes,
-                        limit: self.cfg.max_message_size,
-                    },
-                    Limit::Depth => Reason::TooDeep {
-                        limit: self.cfg.max_message_depth,
-                    },
-                };
-                self.outage_respond(
-                    client,
-                    &id,
-                    &p.method,
-                    OutageStatus::Ready,
-                    reason,
-                    None,
-                    code::SERVER_UNAVAILABLE,
-                    Outcome::ProtocolError,
-                );
-            }
-            _ => {}
+                why,
+            } => asking::on_parked_failure(&mut self.asking(), round, child_id, &why),
+            Discarded::AsError(m) => self.on_child_response(m),
         }
     }
 }
@@ -2229,7 +2060,7 @@ impl Server {
 
     /// The subscription context ([`subscribing`]) at this moment.
     fn subscribing(&mut self) -> Subscribing<'_> {
-        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        let at = stamp(&self.cfg.name, self.clock, &self.life);
         Subscribing::new(&mut self.subs, &mut self.outbox, &mut self.telemetry, at)
     }
 
@@ -2308,7 +2139,7 @@ impl Server {
     /// The outbox with what its decisions read beside it: the telemetry handle and the facts
     /// of this moment (disjoint borrows of the server's fields).
     fn out(&mut self) -> (&mut Outbox, &mut Telemetry, Stamp<'_>) {
-        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        let at = stamp(&self.cfg.name, self.clock, &self.life);
         (&mut self.outbox, &mut self.telemetry, at)
     }
 
@@ -2403,7 +2234,7 @@ impl Server {
     /// The outage answer's context ([`unreachable`]) at this moment.
     fn answering(&mut self) -> Answering<'_> {
         let signs_in = self.cfg.remote.as_ref().is_some_and(|r| r.oauth.is_some());
-        let at = stamp(&self.cfg.name, self.clock, &self.life, &self.routing);
+        let at = stamp(&self.cfg.name, self.clock, &self.life);
         Answering::new(
             &mut self.routing,
             &mut self.held,
@@ -2474,21 +2305,11 @@ impl Server {
     }
 }
 
-/// The facts of this moment for server `name`: its running instance (in `life`) and the
-/// requests in flight (in `routing`). A free function, so that the stamp borrows only the
-/// name and the server's other fields stay free for a context beside it.
-fn stamp<'a>(
-    name: &'a str,
-    clock: super::clock::Clock,
-    life: &Life,
-    routing: &super::routing::Routing,
-) -> Stamp<'a> {
-    Stamp::new(
-        name,
-        clock,
-        life.child().map(|c| c.generation()),
-        routing.inflight().len(),
-    )
+/// The facts of this moment for server `name`: its running instance (in `life`). A free
+/// function, so that the stamp borrows only the name and the server's other fields stay free
+/// for a context beside it.
+fn stamp<'a>(name: &'a str, clock: super::clock::Clock, life: &Life) -> Stamp<'a> {
+    Stamp::new(name, clock, life.child().map(|c| c.generation()))
 }
 
 /// The end of a remote session as an [`Exit`]: no code, no signal; `requested` when the

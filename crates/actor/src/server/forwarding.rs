@@ -324,9 +324,6 @@ pub(super) fn send(
     cx.routing
         .inflight_mut()
         .insert(child_id, client, deadline, pending);
-    cx.telemetry
-        .metrics()
-        .set_in_flight(cx.routing.inflight().len());
     Ok(child_id)
 }
 
@@ -386,9 +383,6 @@ pub(super) fn on_unwritten(
     let Some(removed) = cx.routing.inflight_mut().remove(child_id) else {
         return Ok(());
     };
-    cx.telemetry
-        .metrics()
-        .set_in_flight(cx.routing.inflight().len());
     let (owner, method, _) = removed.value.into_parts();
     match owner {
         Owner::Client { client, id, .. } if queued == Queued::Closed => {

@@ -682,6 +682,10 @@ impl Server {
             },
         }
         self.settle_closing();
+        // Once per input, from the table itself: a decision that removes an entry never has
+        // to say so.
+        let inflight = self.routing.inflight().len();
+        self.telemetry.metrics().set_in_flight(inflight);
     }
 
     /// What a change of `status` that `watch` reports is made of: the state, the instance,

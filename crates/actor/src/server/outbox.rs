@@ -61,24 +61,15 @@ pub(super) struct Stamp<'a> {
     /// The child instance running now, if any (a request that arrived under another was
     /// `restarted`).
     generation: Option<u64>,
-    /// Requests in flight to the upstream (the `in_flight` gauge).
-    inflight: usize,
 }
 
 impl<'a> Stamp<'a> {
-    /// The facts for `server` at `clock`, with the running instance's `generation` and the
-    /// number of requests in flight.
-    pub(super) fn new(
-        server: &'a str,
-        clock: Clock,
-        generation: Option<u64>,
-        inflight: usize,
-    ) -> Self {
+    /// The facts for `server` at `clock`, with the running instance's `generation`.
+    pub(super) fn new(server: &'a str, clock: Clock, generation: Option<u64>) -> Self {
         Stamp {
             server,
             clock,
             generation,
-            inflight,
         }
     }
 }
@@ -218,7 +209,6 @@ impl Outbox {
                 restarted,
             });
         }
-        tel.metrics().set_in_flight(at.inflight);
     }
 
     /// Delivers a line to `client`, addressed `to` within it (issue 27 §5: a response, a

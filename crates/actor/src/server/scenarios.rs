@@ -1069,6 +1069,42 @@ fn a_request_the_childs_full_queue_refuses_is_answered_limit_exceeded_at_once() 
     assert_eq!(responses(&sim, b).len(), 1);
 }
 
+/// The `requests_in_flight` gauge of server `name`, as the metrics endpoint renders it.
+fn in_flight_gauge(name: &str) -> Option<u64> {
+    let text = support::observe::metrics().render();
+    let key = format!("mcp_supervisor_requests_in_flight{{server=\"{name}\"}} ");
+    let line = text.lines().find(|l| l.starts_with(&key))?;
+    line[key.len()..].trim().parse().ok()
+}
+
+/// The `requests_in_flight` gauge is the in-flight table's size after every input, whichever
+/// decision removed an entry: a request the child's full queue refused, a round trip, and the
+/// requests failed at once by the child's exit. (A snapshot taken before a removal once left
+/// it one too high after a refused write.)
+#[test]
+fn the_in_flight_gauge_is_the_tables_size_after_every_input() {
+    let name = "gauge-after-every-input";
+    let mut sim = ready(
+        &BASE.replace("[servers.sim]", &format!("[servers.{name}]")),
+        7,
+    );
+    let a = sim.connect();
+    lock(&sim.world).stdin_full = true;
+    sim.send(a, &call(a, 1));
+    assert_eq!(responses(&sim, a).len(), 1, "refused at once");
+    assert_eq!(in_flight_gauge(name), Some(0), "after the refused write");
+    lock(&sim.world).stdin_full = false;
+    sim.send(a, &call(a, 2));
+    assert_eq!(in_flight_gauge(name), Some(1), "written");
+    answer_all(&mut sim);
+    assert_eq!(in_flight_gauge(name), Some(0), "answered");
+    sim.send(a, &call(a, 3));
+    sim.send(a, &call(a, 4));
+    assert_eq!(in_flight_gauge(name), Some(2), "two written");
+    sim.child_exits(true);
+    assert_eq!(in_flight_gauge(name), Some(0), "failed by the exit");
+}
+
 #[test]
 fn case_k06_a_list_in_flight_does_not_take_a_sampling_request_from_a_call() {
     // Issue 31: an endpoint's fan-outs keep lists in flight at every source; the child's

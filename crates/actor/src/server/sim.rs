@@ -267,7 +267,8 @@ impl Sim {
     fn build(toml: &str, seed: u64, hold_spawns: bool, modern: Option<bool>, logging: bool) -> Sim {
         let cfg = support::config::parse(std::path::Path::new("sim.toml"), toml)
             .ok()
-            .and_then(|c| c.servers.get("sim").cloned())
+            // The config's one server (`sim`, unless a test needs its own name).
+            .and_then(|c| c.servers.into_values().next())
             .unwrap_or_else(|| panic!("the simulation's config parses"));
         let world = Arc::new(Mutex::new(World {
             hold_spawns,

@@ -7,7 +7,7 @@
 //!
 //! No clock read, no I/O.
 
-use super::core::Owner;
+use super::core::{Owner, Pending};
 use super::held::{Held, HeldQueue};
 use super::outbox::{Outbox, Stamp};
 use super::routing::Routing;
@@ -21,9 +21,9 @@ use std::time::Duration;
 use std::time::Instant;
 use support::logging::requests::RequestId;
 use support::observe::Outcome;
-use tracing::warn;
-use upstream::StderrTail;
-use vocab::jsonrpc::message::{self, code, raw, Out};
+use tracing::{error, warn};
+use upstream::{Limit, Refusal, StderrTail, Was};
+use vocab::jsonrpc::message::{self, code, raw, raw_u64, Message, Out};
 
 /// What an outage answer touches.
 pub(super) struct Answering<'a> {
@@ -315,10 +315,6 @@ pub(super) fn fail_inflight(
             _ => {}
         }
     }
-    // The stamp counted the requests in flight before they were failed.
-    cx.telemetry
-        .metrics()
-        .set_in_flight(cx.routing.inflight().len());
     for (client, n) in cx.routing.take_child_asks() {
         let p = raw(&json!({"requestId": n, "reason": "server exited"}));
         let line = Out::request(None, "notifications/cancelled", Some(&p)).encode();
@@ -326,4 +322,202 @@ pub(super) fn fail_inflight(
             .deliver(cx.telemetry, client, crate::session::To::Session, line);
     }
     parked
+}
+
+/// What became of a remote server's bare HTTP answer to a request ([`refused`]).
+#[derive(Debug)]
+pub(super) enum Refused {
+    /// Handled here (a client's request answered with the outage record, or nothing to do).
+    Done,
+    /// The credential is refused (HTTP 401/403): the caller stops the session for good
+    /// (`auth-failed`; no reconnect loop on a bad credential).
+    StopForAuth,
+    /// The supervisor's own request (a probe, the era probe, a list read): the caller routes
+    /// this JSON-RPC error as the upstream's answer to it.
+    AsError(Message),
+}
+
+/// A remote server's bare HTTP answer `r` to request `id` (issue 29 §3-4): a client's request
+/// gets the outage record with its class (`auth_failed`, `rate_limited`, `upstream_error`)
+/// and `Retry-After`; a 401/403 only a person can fix, or one to the handshake, stops the
+/// session for good; the supervisor's own requests read it as the JSON-RPC error it stands
+/// for (-32603 naming the status).
+pub(super) fn refused(cx: &mut Answering<'_>, id: &RawValue, r: Refusal) -> Refused {
+    let reason = Reason::Http(r);
+    if let Ok(class) = serde_json::to_value(reason.class()) {
+        cx.telemetry
+            .metrics()
+            .refusal(class.as_str().unwrap_or("upstream_error"));
+    }
+    let n = id.get().parse::<u64>().ok();
+    let owner = n
+        .and_then(|n| cx.routing.inflight().get(n))
+        .map(Pending::owner);
+    match owner {
+        Some(Owner::Client { .. }) => {
+            let Some(removed) = n.and_then(|n| cx.routing.inflight_mut().remove(n)) else {
+                return Refused::Done;
+            };
+            let (owner, method, _) = removed.value.into_parts();
+            if let Owner::Client { client, id, .. } = owner {
+                let status = if r.sign_in {
+                    OutageStatus::AuthRequired
+                } else {
+                    OutageStatus::Ready
+                };
+                let failure = Failure {
+                    status,
+                    reason,
+                    retry: r.retry_after,
+                    code: code::SERVER_UNAVAILABLE,
+                    outcome: Outcome::Unreachable,
+                };
+                answer(cx, client, &id, &method, failure);
+            }
+            if r.sign_in {
+                // No usable token and only a person can get one (issue 30 §3).
+                error!(http_status = r.status, "the remote server needs a sign-in");
+                return Refused::StopForAuth;
+            }
+            Refused::Done
+        }
+        Some(Owner::Initialize | Owner::Discover { .. }) if reason.class() == Class::AuthFailed => {
+            if let Some(n) = n {
+                cx.routing.inflight_mut().remove(n);
+            }
+            error!(
+                http_status = r.status,
+                "the remote server refused the credential at the handshake"
+            );
+            Refused::StopForAuth
+        }
+        _ => {
+            let msg = format!("the remote server answered {reason}");
+            let line = message::error_response(id, code::INTERNAL_ERROR, &msg, None);
+            match message::parse_one(&line) {
+                Ok(m) => Refused::AsError(m),
+                Err(_) => Refused::Done,
+            }
+        }
+    }
+}
+
+/// What became of a message of the upstream that is never relayed ([`discarded`]).
+#[derive(Debug)]
+pub(super) enum Discarded {
+    /// Handled here (counted and logged; answered or failed where it had to be).
+    Done,
+    /// The answer to a parked request of a 2026 client (`round`, child-side `child_id`): the
+    /// caller fails the round with `why`.
+    Parked {
+        round: u64,
+        child_id: u64,
+        why: String,
+    },
+    /// The answer to the supervisor's own request: the caller routes this JSON-RPC error as
+    /// the upstream's answer to it.
+    AsError(Message),
+}
+
+/// A message of the upstream that is never relayed (issue 47 §7; K04, K22): over
+/// `max_message_size` or nested deeper than `max_message_depth` (`max_size`, `max_depth`).
+/// Counted (`upstream_discarded_total`) and logged within a budget whatever it was; a
+/// response fails its request (a client's gets the outage answer, class `upstream_error`,
+/// detail `too_large` or `too_deep`; the supervisor's own reads it as an error), a request of
+/// the upstream is answered with -32600, a notification is dropped.
+pub(super) fn discarded(
+    cx: &mut Answering<'_>,
+    limit: Limit,
+    was: Was,
+    max_size: usize,
+    max_depth: usize,
+) -> Discarded {
+    cx.telemetry.metrics().discarded(limit.detail(), was.kind());
+    let what = match limit {
+        Limit::Size(n) => format!("{n} bytes, over max_message_size ({max_size} bytes)"),
+        Limit::Depth => format!("nested deeper than max_message_depth ({max_depth} levels)"),
+    };
+    let now = cx.at.now();
+    let log = |telemetry: &mut Telemetry, id: Option<&str>, note: &str| {
+        if let Some(suppressed) = telemetry.allow_discarded(now) {
+            warn!(
+                kind = was.kind(),
+                detail = limit.detail(),
+                id,
+                suppressed,
+                "dropped a {} of the server: {what}{note}",
+                was.kind()
+            );
+        }
+    };
+    let id = match &was {
+        Was::Response(id) => id.clone(),
+        Was::Request(id) => {
+            log(cx.telemetry, Some(id.get()), "; answered -32600");
+            let msg = format!("the request is {what}; mcp-supervisor does not relay it");
+            cx.outbox
+                .answer_upstream_error(&cx.at, id, code::INVALID_REQUEST, &msg);
+            return Discarded::Done;
+        }
+        Was::Notification => {
+            log(cx.telemetry, None, "");
+            return Discarded::Done;
+        }
+    };
+    let n = id.as_deref().and_then(|i| i.get().parse::<u64>().ok());
+    let Some(child_id) = n.filter(|n| cx.routing.inflight().contains(*n)) else {
+        let shown = id.as_deref().map(RawValue::get);
+        log(cx.telemetry, shown, "; it answers no request in flight");
+        return Discarded::Done;
+    };
+    log(cx.telemetry, Some(&child_id.to_string()), "");
+    let whose = cx
+        .routing
+        .inflight()
+        .get(child_id)
+        .map(|p| matches!(p.owner(), Owner::Client { .. } | Owner::Parked { .. }));
+    if whose != Some(true) {
+        // The supervisor's own request (handshake, probe, list read): an error answer, as the
+        // upstream could have sent.
+        let line = message::error_response(
+            &raw_u64(child_id),
+            code::INTERNAL_ERROR,
+            &format!("the answer is {what}"),
+            None,
+        );
+        return match message::parse_one(&line) {
+            Ok(m) => Discarded::AsError(m),
+            Err(_) => Discarded::Done,
+        };
+    }
+    let Some(removed) = cx.routing.inflight_mut().remove(child_id) else {
+        return Discarded::Done;
+    };
+    let (owner, method, _) = removed.value.into_parts();
+    match owner {
+        Owner::Parked { round } => Discarded::Parked {
+            round,
+            child_id,
+            why: format!("an answer {what}"),
+        },
+        Owner::Client { client, id, .. } => {
+            let reason = match limit {
+                Limit::Size(bytes) => Reason::TooLarge {
+                    bytes,
+                    limit: max_size,
+                },
+                Limit::Depth => Reason::TooDeep { limit: max_depth },
+            };
+            let failure = Failure {
+                status: OutageStatus::Ready,
+                reason,
+                retry: None,
+                code: code::SERVER_UNAVAILABLE,
+                outcome: Outcome::ProtocolError,
+            };
+            answer(cx, client, &id, &method, failure);
+            Discarded::Done
+        }
+        _ => Discarded::Done,
+    }
 }
