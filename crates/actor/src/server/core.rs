@@ -379,7 +379,7 @@ impl Server {
     }
 
     /// The lifecycle's context ([`lifecycle`]) at this moment.
-    pub(super) fn lifecycle(&mut self) -> Lifecycle<'_> {
+    fn lifecycle(&mut self) -> Lifecycle<'_> {
         let at = stamp(&self.cfg.name, self.clock, &self.life);
         Lifecycle::new(
             &mut self.life,
