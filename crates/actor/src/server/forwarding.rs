@@ -219,19 +219,7 @@ fn translate_params(
 /// level must be at least that verbose (never lowered by a modern request).
 pub(super) fn want_child_log_level(cx: &mut Forwarding<'_>, level: usize) {
     if cx.opener.handshake().is_some_and(|h| h.has("logging")) && cx.opener.raise_log_level(level) {
-        let p = raw(&json!({"level": level_name(level)}));
-        let deadline = base::deadline::after(cx.at.now(), cx.cfg.request_timeout);
-        let child_id = cx.routing.inflight_mut().allocate();
-        // Only a client's request is answered when unsent; this one is the supervisor's own.
-        let _ = send(
-            cx,
-            child_id,
-            None,
-            Owner::Internal,
-            "logging/setLevel",
-            Some(p),
-            Some(deadline),
-        );
+        send_log_level(cx, level);
     }
 }
 
@@ -245,7 +233,14 @@ pub(super) fn sync_log_level(cx: &mut Forwarding<'_>, ready: bool) -> bool {
     if cx.opener.child_era() != Era::Handshake || !cx.opener.set_log_level(want) || !ready {
         return false;
     }
-    let p = raw(&json!({"level": level_name(want)}));
+    send_log_level(cx, want);
+    true
+}
+
+/// `logging/setLevel` to `level` (a rank of `era::log_rank`), the supervisor's own request,
+/// bounded by `request_timeout`.
+fn send_log_level(cx: &mut Forwarding<'_>, level: usize) {
+    let p = raw(&json!({"level": level_name(level)}));
     let deadline = base::deadline::after(cx.at.now(), cx.cfg.request_timeout);
     let child_id = cx.routing.inflight_mut().allocate();
     // Only a client's request is answered when unsent; this one is the supervisor's own.
@@ -258,7 +253,6 @@ pub(super) fn sync_log_level(cx: &mut Forwarding<'_>, ready: bool) -> bool {
         Some(p),
         Some(deadline),
     );
-    true
 }
 
 /// Registers request `method` (`params`) of `owner` under the allocated `child_id` and writes
